@@ -1,0 +1,37 @@
+# tollgate: `make dev` runs everything on this machine; `make test` proves it.
+
+TEMPORAL_CLI_VERSION := v1.5.1
+TEMPORAL := bin/temporal
+BINARIES := ./worker ./api ./cmd/scripted-model
+# The race detector is on by default; `make test RACE=` turns it off.
+RACE ?= -race
+
+.PHONY: all temporal build test lint bench dev
+
+all: lint test
+
+# The real Temporal CLI with its dev server and Web UI. The first build takes
+# about six minutes on two cores; after that it is cached in bin/.
+temporal: $(TEMPORAL)
+
+$(TEMPORAL):
+	GOBIN=$(CURDIR)/bin go install github.com/temporalio/cli/cmd/temporal@$(TEMPORAL_CLI_VERSION)
+
+build:
+	go build -o bin/ $(BINARIES)
+
+# Integration tests start their own Temporal dev server from bin/temporal.
+test: $(TEMPORAL)
+	go test $(RACE) -count=1 -timeout 14m ./...
+
+# gofmt skips the agent's workspace and hidden folders: they are not ours.
+lint:
+	@files="$$(find . \( -path ./workspace -o -path './.*' \) -prune -o -name '*.go' -print | xargs gofmt -l)"; \
+	if [ -n "$$files" ]; then echo "gofmt needed:"; echo "$$files"; exit 1; fi
+	go vet ./...
+
+bench: $(TEMPORAL)
+	go test -run '^$$' -bench . ./...
+
+dev: $(TEMPORAL)
+	scripts/dev.sh

@@ -1,0 +1,308 @@
+// Package config reads tollgate's settings once, in main, from the
+// environment and an optional YAML file, into a typed struct with defaults
+// and validation that names every bad variable.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Names of the variables tollgate reads. A YAML configuration file uses the
+// same names as keys.
+const (
+	EnvTemporalAddress   = "TEMPORAL_ADDRESS"
+	EnvTemporalNamespace = "TEMPORAL_NAMESPACE"
+	EnvTaskQueue         = "TOLLGATE_TASK_QUEUE"
+	EnvHTTPAddr          = "HTTP_ADDR"
+	EnvOpenAIBaseURL     = "OPENAI_BASE_URL"
+	EnvOpenAIAPIKey      = "OPENAI_API_KEY"
+	EnvOpenAIModel       = "OPENAI_MODEL"
+	EnvWorkspace         = "TOLLGATE_WORKSPACE"
+	EnvRequiredTools     = "TOLLGATE_REQUIRED_TOOLS"
+	EnvApprovalTimeout   = "TOLLGATE_APPROVAL_TIMEOUT"
+	EnvHeartbeatInterval = "TOLLGATE_HEARTBEAT_INTERVAL"
+	EnvAgentsDir         = "TOLLGATE_AGENTS_DIR"
+	EnvMaxSteps          = "TOLLGATE_MAX_STEPS"
+	EnvBashTimeout       = "TOLLGATE_BASH_TIMEOUT"
+	EnvStateDir          = "TOLLGATE_STATE_DIR"
+	EnvLogLevel          = "TOLLGATE_LOG_LEVEL"
+	// EnvConfigFile names a YAML file holding any of the variables above.
+	// It is read from the environment only.
+	EnvConfigFile = "TOLLGATE_CONFIG_FILE"
+)
+
+// NoRequiredTools is the value of TOLLGATE_REQUIRED_TOOLS that protects no
+// tool at all. An empty value means "unset" and so the default.
+const NoRequiredTools = "none"
+
+// Defaults, as the design's Configuration table gives them.
+const (
+	DefaultTemporalAddress   = "127.0.0.1:7233"
+	DefaultTemporalNamespace = "default"
+	DefaultTaskQueue         = "tollgate"
+	DefaultHTTPAddr          = "127.0.0.1:8080"
+	DefaultOpenAIModel       = "gpt-4o-mini"
+	DefaultWorkspace         = "./workspace"
+	DefaultRequiredTools     = "Write,Edit,Bash"
+	DefaultApprovalTimeout   = 3 * time.Minute
+	DefaultHeartbeatInterval = 15 * time.Second
+	DefaultMaxSteps          = 25
+	DefaultBashTimeout       = 2 * time.Minute
+	DefaultStateDir          = ".tollgate"
+)
+
+// Config is every setting of the worker and the API.
+type Config struct {
+	// TemporalAddress is the host:port of the Temporal frontend.
+	TemporalAddress string
+	// TemporalNamespace is the Temporal namespace tollgate's workflows run in.
+	TemporalNamespace string
+	// TaskQueue is the task queue the worker polls and the API starts on.
+	TaskQueue string
+	// HTTPAddr is where the API listens.
+	HTTPAddr string
+
+	// OpenAIBaseURL is the base URL of an OpenAI-compatible server; empty
+	// means OpenAI itself.
+	OpenAIBaseURL string
+	// OpenAIAPIKey is the key sent to the model server.
+	OpenAIAPIKey string
+	// OpenAIModel is the model name sent with every model call.
+	OpenAIModel string
+
+	// Workspace is the absolute path of the folder the file and shell tools
+	// are confined to.
+	Workspace string
+	// RequiredTools are the tools whose calls wait for a person's approval.
+	RequiredTools []string
+	// ApprovalTimeout is how long one protected call waits for a decision
+	// before it counts as declined.
+	ApprovalTimeout time.Duration
+	// HeartbeatInterval is how often an idle stream gets a keep-alive.
+	HeartbeatInterval time.Duration
+	// AgentsDir is the absolute path of the folder of subagent definitions;
+	// empty when none is configured.
+	AgentsDir string
+	// MaxSteps bounds the model calls of one turn.
+	MaxSteps int
+	// BashTimeout is the default and the upper limit of one Bash call.
+	BashTimeout time.Duration
+	// StateDir holds local state: the dev server's database and logs.
+	StateDir string
+	// LogLevel is the lowest level that is logged.
+	LogLevel slog.Level
+	// ConfigFile is the YAML file the settings were read from, if any.
+	ConfigFile string
+}
+
+// known lists every key Load reads, so that a typo in the YAML file is an
+// error rather than a silently ignored setting.
+var known = []string{
+	EnvTemporalAddress, EnvTemporalNamespace, EnvTaskQueue, EnvHTTPAddr,
+	EnvOpenAIBaseURL, EnvOpenAIAPIKey, EnvOpenAIModel, EnvWorkspace,
+	EnvRequiredTools, EnvApprovalTimeout, EnvHeartbeatInterval, EnvAgentsDir,
+	EnvMaxSteps, EnvBashTimeout, EnvStateDir, EnvLogLevel,
+}
+
+// Load reads the configuration. getenv is usually os.Getenv; an empty value
+// counts as unset. When TOLLGATE_CONFIG_FILE names a YAML file, its keys fill
+// in what the environment leaves unset. Every bad variable is reported, each
+// error naming the variable and its value.
+func Load(getenv func(string) string) (Config, error) {
+	c := Config{ConfigFile: getenv(EnvConfigFile)}
+	file := map[string]string{}
+	if c.ConfigFile != "" {
+		var err error
+		if file, err = readFile(c.ConfigFile); err != nil {
+			return Config{}, err
+		}
+	}
+	r := reader{lookup: func(name string) string {
+		if v := getenv(name); v != "" {
+			return v
+		}
+		return file[name]
+	}}
+
+	c.TemporalAddress = r.str(EnvTemporalAddress, DefaultTemporalAddress)
+	c.TemporalNamespace = r.str(EnvTemporalNamespace, DefaultTemporalNamespace)
+	c.TaskQueue = r.str(EnvTaskQueue, DefaultTaskQueue)
+	c.HTTPAddr = r.str(EnvHTTPAddr, DefaultHTTPAddr)
+	c.OpenAIBaseURL = r.str(EnvOpenAIBaseURL, "")
+	c.OpenAIAPIKey = r.str(EnvOpenAIAPIKey, "")
+	c.OpenAIModel = r.str(EnvOpenAIModel, DefaultOpenAIModel)
+	c.Workspace = r.path(EnvWorkspace, DefaultWorkspace)
+	c.RequiredTools = r.list(EnvRequiredTools, DefaultRequiredTools)
+	c.ApprovalTimeout = r.duration(EnvApprovalTimeout, DefaultApprovalTimeout)
+	c.HeartbeatInterval = r.duration(EnvHeartbeatInterval, DefaultHeartbeatInterval)
+	c.AgentsDir = r.path(EnvAgentsDir, "")
+	c.MaxSteps = r.positiveInt(EnvMaxSteps, DefaultMaxSteps)
+	c.BashTimeout = r.duration(EnvBashTimeout, DefaultBashTimeout)
+	c.StateDir = r.str(EnvStateDir, DefaultStateDir)
+	c.LogLevel = r.level(EnvLogLevel, slog.LevelInfo)
+
+	if err := errors.Join(r.errs...); err != nil {
+		if c.ConfigFile != "" {
+			err = fmt.Errorf("configuration (environment and %s): %w", c.ConfigFile, err)
+		}
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// readFile reads a YAML mapping of variable names to values. Scalars are
+// taken as their text; a list is joined with commas, so RequiredTools may be
+// written either way.
+func readFile(name string) (map[string]string, error) {
+	data, err := os.ReadFile(name)
+	if err != nil {
+		return nil, fmt.Errorf("%s=%q: %w", EnvConfigFile, name, err)
+	}
+	var nodes map[string]yaml.Node
+	if err := yaml.Unmarshal(data, &nodes); err != nil {
+		return nil, fmt.Errorf("%s=%q: not a YAML mapping of variable names to values: %w", EnvConfigFile, name, err)
+	}
+	values := make(map[string]string, len(nodes))
+	var errs []error
+	for _, key := range slices.Sorted(maps.Keys(nodes)) {
+		node := nodes[key]
+		if !slices.Contains(known, key) {
+			errs = append(errs, fmt.Errorf("%s: unknown key %q (known: %s)", name, key, strings.Join(known, ", ")))
+			continue
+		}
+		switch node.Kind {
+		case yaml.ScalarNode:
+			values[key] = node.Value
+		case yaml.SequenceNode:
+			items := make([]string, 0, len(node.Content))
+			for _, item := range node.Content {
+				items = append(items, item.Value)
+			}
+			values[key] = strings.Join(items, ",")
+		default:
+			errs = append(errs, fmt.Errorf("%s: %s must be a value or a list, line %d", name, key, node.Line))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return values, nil
+}
+
+// reader parses variables and collects every error instead of stopping at
+// the first.
+type reader struct {
+	lookup func(string) string
+	errs   []error
+}
+
+func (r *reader) fail(name, value, format string, args ...any) {
+	r.errs = append(r.errs, fmt.Errorf("%s=%q: %s", name, value, fmt.Sprintf(format, args...)))
+}
+
+func (r *reader) str(name, def string) string {
+	if v := strings.TrimSpace(r.lookup(name)); v != "" {
+		return v
+	}
+	return def
+}
+
+func (r *reader) path(name, def string) string {
+	p := r.str(name, def)
+	if p == "" {
+		return ""
+	}
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		r.fail(name, p, "cannot make the path absolute: %v", err)
+		return ""
+	}
+	return abs
+}
+
+func (r *reader) list(name, def string) []string {
+	raw := r.str(name, def)
+	if strings.EqualFold(raw, NoRequiredTools) {
+		return []string{}
+	}
+	var items []string
+	for _, item := range strings.Split(raw, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			items = append(items, item)
+		}
+	}
+	if len(items) == 0 {
+		r.fail(name, raw, "no names in the list (example: %s; %q protects no tool)", def, NoRequiredTools)
+	}
+	return items
+}
+
+func (r *reader) duration(name string, def time.Duration) time.Duration {
+	raw := r.str(name, "")
+	if raw == "" {
+		return def
+	}
+	d, err := time.ParseDuration(raw)
+	if err != nil {
+		r.fail(name, raw, "not a duration (example: %s)", shortDuration(def))
+		return def
+	}
+	if d <= 0 {
+		r.fail(name, raw, "must be greater than zero (example: %s)", shortDuration(def))
+		return def
+	}
+	return d
+}
+
+func (r *reader) positiveInt(name string, def int) int {
+	raw := r.str(name, "")
+	if raw == "" {
+		return def
+	}
+	n, err := strconv.Atoi(raw)
+	if err != nil {
+		r.fail(name, raw, "not a whole number (example: %d)", def)
+		return def
+	}
+	if n < 1 {
+		r.fail(name, raw, "must be at least 1 (example: %d)", def)
+		return def
+	}
+	return n
+}
+
+func (r *reader) level(name string, def slog.Level) slog.Level {
+	raw := r.str(name, "")
+	if raw == "" {
+		return def
+	}
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(raw)); err != nil {
+		r.fail(name, raw, "not a log level (one of debug, info, warn, error)")
+		return def
+	}
+	return l
+}
+
+// shortDuration prints 3m rather than Go's 3m0s, as a person would write it.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}

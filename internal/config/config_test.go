@@ -1,0 +1,192 @@
+package config
+
+import (
+	"bytes"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// env returns a getenv over a fixed map, so tests never see the real
+// environment.
+func env(vars map[string]string) func(string) string {
+	return func(name string) string { return vars[name] }
+}
+
+func TestLoadWithNothingSetGivesTheDesignDefaults(t *testing.T) {
+	c, err := Load(env(nil))
+	require.NoError(t, err)
+
+	wd, err := os.Getwd()
+	require.NoError(t, err)
+	require.Equal(t, Config{
+		TemporalAddress:   "127.0.0.1:7233",
+		TemporalNamespace: "default",
+		TaskQueue:         "tollgate",
+		HTTPAddr:          "127.0.0.1:8080",
+		OpenAIModel:       "gpt-4o-mini",
+		Workspace:         filepath.Join(wd, "workspace"),
+		RequiredTools:     []string{"Write", "Edit", "Bash"},
+		ApprovalTimeout:   3 * time.Minute,
+		HeartbeatInterval: 15 * time.Second,
+		MaxSteps:          25,
+		BashTimeout:       2 * time.Minute,
+		StateDir:          ".tollgate",
+		LogLevel:          slog.LevelInfo,
+	}, c)
+}
+
+func TestLoadTakesEveryVariableFromTheEnvironment(t *testing.T) {
+	c, err := Load(env(map[string]string{
+		"TEMPORAL_ADDRESS":            "temporal:7233",
+		"TEMPORAL_NAMESPACE":          "agents",
+		"TOLLGATE_TASK_QUEUE":         "q",
+		"HTTP_ADDR":                   ":9000",
+		"OPENAI_BASE_URL":             "http://127.0.0.1:8090/v1",
+		"OPENAI_API_KEY":              "sk-test",
+		"OPENAI_MODEL":                "scripted",
+		"TOLLGATE_WORKSPACE":          "/srv/ws",
+		"TOLLGATE_REQUIRED_TOOLS":     " Bash , Task ,",
+		"TOLLGATE_APPROVAL_TIMEOUT":   "90s",
+		"TOLLGATE_HEARTBEAT_INTERVAL": "1s",
+		"TOLLGATE_AGENTS_DIR":         "/srv/agents",
+		"TOLLGATE_MAX_STEPS":          "3",
+		"TOLLGATE_BASH_TIMEOUT":       "5s",
+		"TOLLGATE_STATE_DIR":          "/var/lib/tollgate",
+		"TOLLGATE_LOG_LEVEL":          "debug",
+	}))
+	require.NoError(t, err)
+	require.Equal(t, Config{
+		TemporalAddress:   "temporal:7233",
+		TemporalNamespace: "agents",
+		TaskQueue:         "q",
+		HTTPAddr:          ":9000",
+		OpenAIBaseURL:     "http://127.0.0.1:8090/v1",
+		OpenAIAPIKey:      "sk-test",
+		OpenAIModel:       "scripted",
+		Workspace:         "/srv/ws",
+		RequiredTools:     []string{"Bash", "Task"},
+		ApprovalTimeout:   90 * time.Second,
+		HeartbeatInterval: time.Second,
+		AgentsDir:         "/srv/agents",
+		MaxSteps:          3,
+		BashTimeout:       5 * time.Second,
+		StateDir:          "/var/lib/tollgate",
+		LogLevel:          slog.LevelDebug,
+	}, c)
+}
+
+func TestRequiredToolsNoneProtectsNothing(t *testing.T) {
+	c, err := Load(env(map[string]string{"TOLLGATE_REQUIRED_TOOLS": "none"}))
+	require.NoError(t, err)
+	require.Empty(t, c.RequiredTools)
+}
+
+func TestRelativeWorkspaceIsMadeAbsolute(t *testing.T) {
+	c, err := Load(env(map[string]string{"TOLLGATE_WORKSPACE": "ws/../other"}))
+	require.NoError(t, err)
+	wd, err := os.Getwd()
+	require.NoError(t, err)
+	require.Equal(t, filepath.Join(wd, "other"), c.Workspace)
+}
+
+func TestConfigFileFillsInWhatTheEnvironmentLeavesUnset(t *testing.T) {
+	file := writeFile(t, `
+TOLLGATE_APPROVAL_TIMEOUT: 5m
+TOLLGATE_MAX_STEPS: 7
+TOLLGATE_TASK_QUEUE: from-file
+TOLLGATE_REQUIRED_TOOLS: [Write, Bash]
+`)
+	c, err := Load(env(map[string]string{
+		"TOLLGATE_CONFIG_FILE": file,
+		"TOLLGATE_TASK_QUEUE":  "from-env",
+	}))
+	require.NoError(t, err)
+	require.Equal(t, 5*time.Minute, c.ApprovalTimeout)
+	require.Equal(t, 7, c.MaxSteps)
+	require.Equal(t, "from-env", c.TaskQueue, "the environment wins over the file")
+	require.Equal(t, []string{"Write", "Bash"}, c.RequiredTools)
+	require.Equal(t, file, c.ConfigFile)
+}
+
+func TestConfigFileWithUnknownKeyIsAnError(t *testing.T) {
+	file := writeFile(t, "TOLLGATE_APROVAL_TIMEOUT: 5m\n")
+	_, err := Load(env(map[string]string{"TOLLGATE_CONFIG_FILE": file}))
+	require.ErrorContains(t, err, `unknown key "TOLLGATE_APROVAL_TIMEOUT"`)
+}
+
+func TestMissingConfigFileIsNamedInTheError(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "nope.yaml")
+	_, err := Load(env(map[string]string{"TOLLGATE_CONFIG_FILE": missing}))
+	require.ErrorContains(t, err, `TOLLGATE_CONFIG_FILE="`+missing+`"`)
+}
+
+func TestBadValueInConfigFileIsNamedLikeAnEnvironmentVariable(t *testing.T) {
+	file := writeFile(t, "TOLLGATE_APPROVAL_TIMEOUT: soon\n")
+	_, err := Load(env(map[string]string{"TOLLGATE_CONFIG_FILE": file}))
+	require.ErrorContains(t, err, `TOLLGATE_APPROVAL_TIMEOUT="soon": not a duration (example: 3m)`)
+	require.ErrorContains(t, err, file)
+}
+
+func TestEachBadVariableIsNamedWithItsValue(t *testing.T) {
+	for _, tc := range []struct {
+		name, value, want string
+	}{
+		{"TOLLGATE_APPROVAL_TIMEOUT", "abc", `TOLLGATE_APPROVAL_TIMEOUT="abc": not a duration (example: 3m)`},
+		{"TOLLGATE_APPROVAL_TIMEOUT", "0s", `TOLLGATE_APPROVAL_TIMEOUT="0s": must be greater than zero (example: 3m)`},
+		{"TOLLGATE_HEARTBEAT_INTERVAL", "-1s", `TOLLGATE_HEARTBEAT_INTERVAL="-1s": must be greater than zero (example: 15s)`},
+		{"TOLLGATE_BASH_TIMEOUT", "2", `TOLLGATE_BASH_TIMEOUT="2": not a duration (example: 2m)`},
+		{"TOLLGATE_MAX_STEPS", "many", `TOLLGATE_MAX_STEPS="many": not a whole number (example: 25)`},
+		{"TOLLGATE_MAX_STEPS", "0", `TOLLGATE_MAX_STEPS="0": must be at least 1 (example: 25)`},
+		{"TOLLGATE_REQUIRED_TOOLS", ",", `TOLLGATE_REQUIRED_TOOLS=",": no names in the list`},
+		{"TOLLGATE_LOG_LEVEL", "loud", `TOLLGATE_LOG_LEVEL="loud": not a log level`},
+	} {
+		t.Run(tc.name+"="+tc.value, func(t *testing.T) {
+			_, err := Load(env(map[string]string{tc.name: tc.value}))
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+}
+
+func TestAllBadVariablesAreReportedAtOnce(t *testing.T) {
+	_, err := Load(env(map[string]string{
+		"TOLLGATE_APPROVAL_TIMEOUT":   "abc",
+		"TOLLGATE_HEARTBEAT_INTERVAL": "0",
+		"TOLLGATE_MAX_STEPS":          "-2",
+	}))
+	require.Error(t, err)
+	msg := err.Error()
+	require.Contains(t, msg, "TOLLGATE_APPROVAL_TIMEOUT")
+	require.Contains(t, msg, "TOLLGATE_HEARTBEAT_INTERVAL")
+	require.Contains(t, msg, "TOLLGATE_MAX_STEPS")
+	require.Len(t, strings.Split(msg, "\n"), 3, "one line per bad variable")
+}
+
+func TestLoggerHonoursTheConfiguredLevel(t *testing.T) {
+	var buf bytes.Buffer
+	l := Config{LogLevel: slog.LevelWarn}.Logger(&buf)
+	l.Info("hidden")
+	TemporalLogger(l).Warn("shown", "workflowId", "w1")
+	require.NotContains(t, buf.String(), "hidden")
+	require.Contains(t, buf.String(), "shown")
+	require.Contains(t, buf.String(), "workflowId=w1")
+}
+
+func TestNewLoggerReadsTheLevelFromTheEnvironment(t *testing.T) {
+	t.Setenv("TOLLGATE_LOG_LEVEL", "debug")
+	var buf bytes.Buffer
+	NewLogger(&buf).Debug("details")
+	require.Contains(t, buf.String(), "details")
+}
+
+func writeFile(t *testing.T, content string) string {
+	t.Helper()
+	name := filepath.Join(t.TempDir(), "tollgate.yaml")
+	require.NoError(t, os.WriteFile(name, []byte(content), 0o600))
+	return name
+}

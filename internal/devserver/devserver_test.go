@@ -1,0 +1,116 @@
+package devserver
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+)
+
+// waitForRestart is a workflow that blocks on a signal, so that it is still
+// open while the server restarts.
+func waitForRestart(ctx workflow.Context) (string, error) {
+	var msg string
+	workflow.GetSignalChannel(ctx, "go").Receive(ctx, &msg)
+	return msg, nil
+}
+
+func TestWorkflowSurvivesServerRestartOnTheSameAddress(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		down func(*Server) error
+	}{
+		{"graceful", func(*Server) error { return nil }}, // Restart stops it
+		{"crash", (*Server).Crash},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := ForTest(t)
+			addr := s.HostPort
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+
+			c, err := s.Dial()
+			require.NoError(t, err)
+			run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "restart", TaskQueue: "devserver-test"}, waitForRestart)
+			require.NoError(t, err)
+			c.Close()
+
+			start := time.Now()
+			require.NoError(t, tc.down(s))
+			require.NoError(t, s.Restart())
+			t.Logf("down and up again in %s", time.Since(start))
+			require.Equal(t, addr, s.HostPort, "a restart keeps the address")
+
+			c, err = s.Dial()
+			require.NoError(t, err)
+			defer c.Close()
+			w := worker.New(c, "devserver-test", worker.Options{})
+			w.RegisterWorkflow(waitForRestart)
+			require.NoError(t, w.Start())
+			defer w.Stop()
+
+			require.NoError(t, c.SignalWorkflow(ctx, "restart", run.GetRunID(), "go", "after restart"))
+			var got string
+			require.NoError(t, c.GetWorkflow(ctx, "restart", run.GetRunID()).Get(ctx, &got))
+			require.Equal(t, "after restart", got)
+		})
+	}
+}
+
+func TestCrashedServerAnswersNothingUntilRestart(t *testing.T) {
+	s := ForTest(t)
+	require.NoError(t, s.Crash())
+	_, err := s.Dial()
+	require.Error(t, err)
+	require.NoError(t, s.Restart())
+	c, err := s.Dial()
+	require.NoError(t, err)
+	c.Close()
+}
+
+func TestStopRemovesTheTemporaryFolderAndEndsTheServer(t *testing.T) {
+	start := time.Now()
+	s, err := Run(Options{Namespace: "other", UI: true})
+	require.NoError(t, err)
+	t.Logf("start took %s", time.Since(start))
+	require.NotZero(t, s.UIPort)
+	dir := s.tempDir
+
+	c, err := s.Dial()
+	require.NoError(t, err)
+	c.Close()
+
+	start = time.Now()
+	require.NoError(t, s.Stop())
+	t.Logf("stop took %s", time.Since(start))
+	require.NoDirExists(t, dir)
+	require.NoError(t, s.Stop(), "a second Stop is harmless")
+	require.Error(t, s.Restart(), "Stop is final")
+
+	_, err = s.Dial()
+	require.Error(t, err, "nothing answers after Stop")
+}
+
+func TestBinaryNamesMakeTemporalWhenMissing(t *testing.T) {
+	t.Setenv(EnvBinary, "/nonexistent/temporal")
+	_, err := Binary()
+	require.ErrorContains(t, err, EnvBinary)
+
+	t.Setenv(EnvBinary, "")
+	t.Chdir(t.TempDir()) // no go.mod above
+	t.Setenv("PATH", "")
+	_, err = Binary()
+	require.ErrorContains(t, err, "make temporal")
+}
+
+func TestServerOutputGoesToTheLogFile(t *testing.T) {
+	s := ForTest(t)
+	data, err := os.ReadFile(s.LogFile)
+	require.NoError(t, err)
+	require.Contains(t, string(data), "start-dev", "the log starts with the command line")
+}

@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# make dev: run tollgate on this machine. A tuned Temporal dev server with its
+# Web UI, the scripted model when no OPENAI_API_KEY is set, the worker and the
+# API. Ctrl-C stops them all. Logs go to $TOLLGATE_STATE_DIR/logs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+STATE_DIR=${TOLLGATE_STATE_DIR:-.tollgate}
+LOGS=$STATE_DIR/logs
+TEMPORAL_PORT=7233
+UI_PORT=8233
+MODEL_ADDR=127.0.0.1:8090
+export TEMPORAL_ADDRESS=127.0.0.1:$TEMPORAL_PORT
+export TEMPORAL_NAMESPACE=${TEMPORAL_NAMESPACE:-default}
+export HTTP_ADDR=${HTTP_ADDR:-127.0.0.1:8080}
+export TOLLGATE_WORKSPACE=${TOLLGATE_WORKSPACE:-./workspace}
+export TOLLGATE_STATE_DIR=$STATE_DIR
+
+say() { printf 'dev: %s\n' "$*"; }
+die() { say "$*" >&2; exit 1; }
+
+# ---- build ----------------------------------------------------------------
+if [ ! -x bin/temporal ]; then
+	say "building the Temporal CLI into bin/ (about six minutes the first time)"
+	make temporal
+fi
+go build -o bin/ ./worker ./api ./cmd/scripted-model
+mkdir -p "$LOGS"
+
+# ---- process supervision --------------------------------------------------
+pids=() names=()
+cleanup() {
+	local rc=$?
+	trap - INT TERM EXIT
+	set +e
+	((${#pids[@]})) || exit $rc
+	say "stopping ${names[*]}"
+	# Reverse order: the API and worker leave before the server they use.
+	for ((i = ${#pids[@]} - 1; i >= 0; i--)); do kill -TERM "${pids[i]}" 2>/dev/null || true; done
+	for _ in $(seq 100); do
+		alive=0
+		for pid in "${pids[@]}"; do if kill -0 "$pid" 2>/dev/null; then alive=1; fi; done
+		((alive)) || exit $rc
+		sleep 0.1
+	done
+	say "killing what did not stop within 10s"
+	for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null; done
+	exit $rc
+}
+trap cleanup INT TERM EXIT
+
+# start NAME CMD...: runs CMD in the background with its output in the log.
+start() {
+	local name=$1; shift
+	"$@" >"$LOGS/$name.log" 2>&1 &
+	pids+=($!) names+=("$name")
+}
+
+# wait_port NAME HOST:PORT: waits until the port accepts connections, or
+# fails when the process NAME (the last started) exits or 60s pass.
+wait_port() {
+	local name=$1 host=${2%:*} port=${2##*:}
+	[ -n "$host" ] || host=127.0.0.1
+	for _ in $(seq 600); do
+		(exec 3<>"/dev/tcp/$host/$port") 2>/dev/null && return 0
+		kill -0 "${pids[-1]}" 2>/dev/null || die "$name exited; see $LOGS/$name.log:
+$(tail -n 20 "$LOGS/$name.log")"
+		sleep 0.1
+	done
+	die "$name not listening on $host:$port after 60s; see $LOGS/$name.log"
+}
+
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# ---- Temporal -------------------------------------------------------------
+port_free $TEMPORAL_PORT || die "port $TEMPORAL_PORT is in use: is another Temporal server running?"
+namespace_flag=()
+[ "$TEMPORAL_NAMESPACE" = default ] || namespace_flag=(--namespace "$TEMPORAL_NAMESPACE")
+# Tuned for one machine; see "A Temporal server here" in the design.
+start temporal bin/temporal server start-dev --ip 127.0.0.1 --port $TEMPORAL_PORT \
+	--ui-port $UI_PORT --log-level warn \
+	--db-filename "$STATE_DIR/temporal.db" "${namespace_flag[@]}" \
+	--sqlite-pragma journal_mode=wal --sqlite-pragma synchronous=normal \
+	--dynamic-config-value history.transferProcessorMaxPollRPS=1000 \
+	--dynamic-config-value matching.numTaskqueueReadPartitions=1 \
+	--dynamic-config-value matching.numTaskqueueWritePartitions=1 \
+	--dynamic-config-value system.enableActivityEagerExecution=true
+wait_port temporal "$TEMPORAL_ADDRESS"
+for i in $(seq 300); do
+	bin/temporal operator namespace describe --address "$TEMPORAL_ADDRESS" \
+		--namespace "$TEMPORAL_NAMESPACE" >/dev/null 2>&1 && break
+	((i < 300)) || die "Temporal does not serve namespace $TEMPORAL_NAMESPACE after 30s; see $LOGS/temporal.log"
+	sleep 0.1
+done
+
+# ---- model ----------------------------------------------------------------
+if [ -z "${OPENAI_API_KEY:-}" ]; then
+	start scripted-model bin/scripted-model -addr $MODEL_ADDR
+	wait_port scripted-model $MODEL_ADDR
+	export OPENAI_BASE_URL=http://$MODEL_ADDR/v1 OPENAI_API_KEY=scripted OPENAI_MODEL=scripted
+	model="the scripted demo model (set OPENAI_API_KEY for a real one)"
+else
+	model="${OPENAI_MODEL:-gpt-4o-mini} at ${OPENAI_BASE_URL:-OpenAI}"
+fi
+
+# ---- workspace, worker, API -----------------------------------------------
+mkdir -p "$TOLLGATE_WORKSPACE"
+if [ -z "$(ls -A "$TOLLGATE_WORKSPACE")" ]; then
+	cat >"$TOLLGATE_WORKSPACE/README.md" <<'EOF'
+# Workspace
+
+The agent's Read, Write, Edit and Bash tools work in this folder and nowhere
+else. Every Write, Edit and Bash call waits for your approval.
+EOF
+fi
+
+start worker bin/worker
+start api bin/api
+api=$HTTP_ADDR
+[ "${api%%:*}" ] || api=127.0.0.1$api
+wait_port api "$api"
+
+cat <<EOF
+
+tollgate is running.
+  API      http://$api
+  Web UI   http://127.0.0.1:$UI_PORT
+  Model    $model
+  Logs     $LOGS/ (${names[*]/%/.log})
+  Try      curl -N http://$api/chat/stream -H 'Content-Type: application/json' -d '{"query":"Create hello.txt that says hi"}'
+Ctrl-C stops everything.
+
+EOF
+
+# Run until Ctrl-C or until one of the processes exits. Ctrl-C reaches the
+# children too, and they exit cleanly (0, 130 or 143); anything else is a
+# failure worth showing.
+set +e
+wait -n
+status=$?
+case $status in 0 | 130 | 143) exit 0 ;; esac
+for i in "${!pids[@]}"; do
+	kill -0 "${pids[i]}" 2>/dev/null && continue
+	say "${names[i]} failed; the end of $LOGS/${names[i]}.log:"
+	tail -n 20 "$LOGS/${names[i]}.log" >&2
+done
+exit "$status"
