@@ -1,0 +1,130 @@
+package activities
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// maxLinks bounds how many symbolic links realPath follows, so that a loop of
+// links ends in an error instead of spinning.
+const maxLinks = 40
+
+// workspace is the folder the tools are confined to, as one tool call sees it.
+//
+// Confinement has two layers. resolve checks a path before it is used and
+// says in plain words why it is refused; the checked path is then opened
+// through root, an os.Root, which refuses at the system call level anything
+// that leaves the folder, so that a symbolic link swapped in between the
+// check and the use cannot lead outside either.
+type workspace struct {
+	given string // the configured folder, absolute and clean
+	real  string // the same with every symbolic link resolved
+	root  *os.Root
+}
+
+// openWorkspace opens dir for one tool call. The caller closes it.
+func openWorkspace(dir string) (*workspace, error) {
+	if dir == "" {
+		return nil, errors.New("no workspace is configured")
+	}
+	given, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("workspace %q: %w", dir, err)
+	}
+	// The workspace itself may be reached through a link (/tmp is one on
+	// some systems); paths are compared with where it really is.
+	real, err := filepath.EvalSymlinks(given)
+	if err != nil {
+		return nil, fmt.Errorf("workspace %q is not usable: %w", dir, pathErr(err))
+	}
+	root, err := os.OpenRoot(real)
+	if err != nil {
+		return nil, fmt.Errorf("workspace %q is not usable: %w", dir, pathErr(err))
+	}
+	return &workspace{given: given, real: real, root: root}, nil
+}
+
+func (w *workspace) Close() error { return w.root.Close() }
+
+// resolve turns path, the value of the argument named arg, into a path
+// relative to the real workspace that contains no symbolic links, for use
+// with w.root. A relative path is relative to the workspace; an absolute one
+// must lie inside it, spelled either as configured or as resolved. The error
+// names the argument and the path as the model wrote them.
+func (w *workspace) resolve(arg, path string) (string, error) {
+	if path == "" {
+		return "", fmt.Errorf("%s is empty", arg)
+	}
+	p := filepath.Clean(path)
+	if !filepath.IsAbs(p) {
+		p = filepath.Join(w.real, p)
+	}
+	if !within(w.real, p) && !within(w.given, p) {
+		return "", fmt.Errorf("%s %q is outside the workspace", arg, path)
+	}
+	real, err := realPath(p)
+	if err != nil {
+		return "", fmt.Errorf("%s %q cannot be resolved: %w", arg, path, pathErr(err))
+	}
+	rel, err := filepath.Rel(w.real, real)
+	if err != nil || !filepath.IsLocal(rel) {
+		return "", fmt.Errorf("%s %q is outside the workspace: a symbolic link leads to %q", arg, path, real)
+	}
+	return rel, nil
+}
+
+// within reports whether the clean absolute path p is dir or lies below it.
+func within(dir, p string) bool {
+	rel, err := filepath.Rel(dir, p)
+	return err == nil && filepath.IsLocal(rel)
+}
+
+// realPath resolves every symbolic link in the clean absolute path p, also
+// when p does not exist yet: the longest prefix that exists is resolved with
+// filepath.EvalSymlinks and the rest is appended as it is. A dangling link is
+// followed to where it points, because writing through it would create the
+// file there.
+func realPath(p string) (string, error) {
+	for range maxLinks {
+		existing, rest := p, ""
+		for {
+			if _, err := os.Lstat(existing); err == nil {
+				break
+			}
+			parent := filepath.Dir(existing)
+			if parent == existing {
+				break
+			}
+			rest = filepath.Join(filepath.Base(existing), rest)
+			existing = parent
+		}
+		real, err := filepath.EvalSymlinks(existing)
+		if err == nil {
+			return filepath.Join(real, rest), nil
+		}
+		// existing exists but does not resolve: it is a dangling link (or a
+		// loop of links, which maxLinks ends).
+		target, lerr := os.Readlink(existing)
+		if lerr != nil {
+			return "", err
+		}
+		if !filepath.IsAbs(target) {
+			target = filepath.Join(filepath.Dir(existing), target)
+		}
+		p = filepath.Join(target, rest)
+	}
+	return "", errors.New("too many levels of symbolic links")
+}
+
+// pathErr drops the operation and path from a *fs.PathError: they name the
+// path as the system call saw it (relative to the workspace's real location),
+// while messages name it as the model wrote it.
+func pathErr(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
