@@ -1,0 +1,373 @@
+package activities
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+)
+
+// ModelActivity is the name the worker registers Model.Chat under and the
+// turn workflow calls it by.
+const ModelActivity = "Model"
+
+// Application error types of the model activity.
+const (
+	// ModelRequestRejectedError marks a request the model server answered
+	// with a 4xx other than 408, 409 and 429, or one the client refused to
+	// send. It is non-retryable: the same request would be rejected again.
+	ModelRequestRejectedError = "ModelRequestRejected"
+	// ModelRateLimitedError marks a 429 that said when to come back
+	// (Retry-After); it is retried after that delay.
+	ModelRateLimitedError = "ModelRateLimited"
+)
+
+// Defaults of Model's token streaming.
+const (
+	DefaultFlushInterval = 150 * time.Millisecond
+	DefaultMaxBatches    = 16
+)
+
+// emptyParameters is the schema sent for a tool that declares none: servers
+// reject a function without parameters.
+const emptyParameters = `{"type":"object","properties":{}}`
+
+// emptyToolResult stands in for a tool result with no text, which servers
+// reject because go-openai leaves out an empty content.
+const emptyToolResult = "(empty result)"
+
+// TokenSink delivers batches of answer text to the workflow that asked for
+// them while the model is still answering. The worker implements it with a
+// signal to the turn workflow.
+type TokenSink interface {
+	SendTokens(ctx context.Context, target TokenTarget, batch TokenBatch) error
+}
+
+// Model calls an OpenAI-compatible chat completions server. Its Chat method is
+// the model activity.
+//
+// The client must not retry on its own: Temporal's retry policy does. Build
+// it with NewModel, which also lets Chat honour a 429's Retry-After and tell a
+// request the client refused to send from one the network lost.
+type Model struct {
+	Client *openai.Client
+	// DefaultModel is the model name used when ModelInput.Model is empty.
+	DefaultModel string
+	// Tokens receives the answer's text while it streams; nil disables
+	// streaming of tokens.
+	Tokens TokenSink
+	// FlushInterval is the least time between two token batches
+	// (DefaultFlushInterval when zero).
+	FlushInterval time.Duration
+	// MaxBatches bounds the token batches, and so the signals in the turn's
+	// history, of one model call (DefaultMaxBatches when zero). The workflow
+	// takes the rest of the text from the activity's result.
+	MaxBatches int
+
+	// tracked is set when Client sends through a requestTracker.
+	tracked bool
+}
+
+// NewModel returns a Model that calls the OpenAI-compatible server at baseURL
+// (for example http://127.0.0.1:11434/v1; OpenAI's when empty) with model as
+// its default model. apiKey may be empty for local servers; no Authorization
+// header is sent then.
+func NewModel(baseURL, apiKey, model string, sink TokenSink) *Model {
+	cfg := openai.DefaultConfig(apiKey)
+	if baseURL != "" {
+		cfg.BaseURL = baseURL
+	}
+	// No http.Client timeout: an answer streams for as long as the model
+	// writes, and the activity's context bounds the call.
+	cfg.HTTPClient = requestTracker{next: &http.Client{}}
+	return &Model{
+		Client:        openai.NewClientWithConfig(cfg),
+		DefaultModel:  model,
+		Tokens:        sink,
+		FlushInterval: DefaultFlushInterval,
+		MaxBatches:    DefaultMaxBatches,
+		tracked:       true,
+	}
+}
+
+// Chat sends the conversation to the model, streams the answer and returns it
+// whole: its text, its tool calls in the order the model made them, and why
+// it finished. While the answer streams, Chat heartbeats and, when in.Tokens
+// is set, sends the text to the turn workflow in at most MaxBatches batches.
+//
+// A 429, a 5xx, a 408 or 409, or a connection that fails is a plain error
+// that Temporal retries; any other 4xx is a non-retryable application error
+// of type ModelRequestRejectedError.
+func (m *Model) Chat(ctx context.Context, in ModelInput) (ModelOutput, error) {
+	req, err := chatRequest(in, cmp.Or(in.Model, m.DefaultModel))
+	if err != nil {
+		return ModelOutput{}, temporal.NewNonRetryableApplicationError(err.Error(), ModelRequestRejectedError, err)
+	}
+
+	inActivity := activity.IsActivity(ctx)
+	state := &requestState{}
+	stream, err := m.Client.CreateChatCompletionStream(context.WithValue(ctx, requestStateKey{}, state), req)
+	if err != nil {
+		return ModelOutput{}, m.classify(ctx, req.Model, err, state)
+	}
+	defer stream.Close()
+
+	tokens := m.tokenStream(ctx, in.Tokens, inActivity)
+	var (
+		content strings.Builder
+		calls   ToolCallAssembler
+		finish  string
+	)
+	for {
+		chunk, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return ModelOutput{}, m.classify(ctx, req.Model, err, state)
+		}
+		if inActivity {
+			activity.RecordHeartbeat(ctx)
+		}
+		for _, choice := range chunk.Choices {
+			if choice.Index != 0 {
+				continue // Chat asks for one choice; ignore any others.
+			}
+			content.WriteString(choice.Delta.Content)
+			content.WriteString(choice.Delta.Refusal)
+			calls.Add(choice.Delta.ToolCalls)
+			if r := string(choice.FinishReason); r != "" && choice.FinishReason != openai.FinishReasonNull {
+				finish = r
+			}
+		}
+		tokens.offer(ctx, content.String())
+	}
+	return ModelOutput{Content: content.String(), ToolCalls: calls.Calls(), FinishReason: finish}, nil
+}
+
+// chatRequest converts the activity's input to go-openai's request.
+func chatRequest(in ModelInput, model string) (openai.ChatCompletionRequest, error) {
+	req := openai.ChatCompletionRequest{Model: model, Stream: true}
+	for _, msg := range in.Messages {
+		if msg.Role == RoleAssistant && msg.Content == "" && len(msg.ToolCalls) == 0 {
+			// An empty answer tells the model nothing, and servers reject an
+			// assistant message with neither content nor tool calls.
+			continue
+		}
+		cm := openai.ChatCompletionMessage{
+			Role:       msg.Role,
+			Content:    msg.Content,
+			Name:       msg.Name,
+			ToolCallID: msg.ToolCallID,
+		}
+		if msg.Role == RoleTool && cm.Content == "" {
+			cm.Content = emptyToolResult
+		}
+		for _, c := range msg.ToolCalls {
+			cm.ToolCalls = append(cm.ToolCalls, openai.ToolCall{
+				ID:       c.ID,
+				Type:     openai.ToolTypeFunction,
+				Function: openai.FunctionCall{Name: c.Name, Arguments: cmp.Or(c.Arguments, "{}")},
+			})
+		}
+		req.Messages = append(req.Messages, cm)
+	}
+	for _, t := range in.Tools {
+		params := t.Parameters
+		if len(params) == 0 {
+			params = json.RawMessage(emptyParameters)
+		}
+		if !json.Valid(params) {
+			return req, fmt.Errorf("tool %s: parameters are not valid JSON", t.Name)
+		}
+		req.Tools = append(req.Tools, openai.Tool{
+			Type: openai.ToolTypeFunction,
+			Function: &openai.FunctionDefinition{
+				Name:        t.Name,
+				Description: t.Description,
+				Parameters:  params,
+			},
+		})
+	}
+	return req, nil
+}
+
+// classify turns an error of the model call into what Temporal should do
+// with it: retry it (a plain error), retry it after a delay the server asked
+// for, or give up (a non-retryable application error).
+func (m *Model) classify(ctx context.Context, model string, err error, state *requestState) error {
+	var (
+		apiErr *openai.APIError
+		reqErr *openai.RequestError
+		status int
+		detail string
+	)
+	switch {
+	case errors.As(err, &apiErr):
+		status, detail = apiErr.HTTPStatusCode, apiErr.Message
+	case errors.As(err, &reqErr):
+		status, detail = reqErr.HTTPStatusCode, truncate(strings.TrimSpace(string(reqErr.Body)), 500)
+	}
+
+	switch {
+	case status == 0:
+		if m.tracked && !state.sent && ctx.Err() == nil {
+			// The client refused the request before sending it (an invalid
+			// model name for this endpoint, unsupported parameters): the
+			// same input fails the same way every time.
+			msg := fmt.Sprintf("model %s: request not sent: %v", model, err)
+			return temporal.NewNonRetryableApplicationError(msg, ModelRequestRejectedError, err)
+		}
+		// The connection failed or the stream broke (or carried an error
+		// event, which has no status): try again.
+		return fmt.Errorf("model %s: %w", model, err)
+	case status == http.StatusTooManyRequests:
+		if state.retryAfter > 0 {
+			msg := fmt.Sprintf("model %s: rate limited (429), retry after %s: %s", model, state.retryAfter, detail)
+			return temporal.NewApplicationErrorWithOptions(msg, ModelRateLimitedError, temporal.ApplicationErrorOptions{
+				Cause:          err,
+				NextRetryDelay: state.retryAfter,
+			})
+		}
+		return fmt.Errorf("model %s: rate limited (429): %w", model, err)
+	case status >= 500, status == http.StatusRequestTimeout, status == http.StatusConflict:
+		// 408 and 409 are transient too; OpenAI's own SDKs retry them.
+		return fmt.Errorf("model %s: server answered %d: %w", model, status, err)
+	case status >= 400:
+		msg := fmt.Sprintf("model %s: server rejected the request with %d %s: %s",
+			model, status, http.StatusText(status), detail)
+		return temporal.NewNonRetryableApplicationError(msg, ModelRequestRejectedError, err)
+	default:
+		return fmt.Errorf("model %s: unexpected status %d: %w", model, status, err)
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// tokenStream returns the batcher of one call's answer text, or nil when
+// nobody asked for tokens or nobody can deliver them.
+func (m *Model) tokenStream(ctx context.Context, target *TokenTarget, inActivity bool) *tokenStream {
+	if target == nil || m.Tokens == nil {
+		return nil
+	}
+	t := &tokenStream{
+		sink:       m.Tokens,
+		target:     *target,
+		attempt:    1,
+		interval:   cmp.Or(m.FlushInterval, DefaultFlushInterval),
+		maxBatches: cmp.Or(m.MaxBatches, DefaultMaxBatches),
+	}
+	if inActivity {
+		t.attempt = activity.GetInfo(ctx).Attempt
+	}
+	return t
+}
+
+// tokenStream sends the text of one model call to a TokenSink in batches: the
+// first as soon as there is text, each next one when FlushInterval has passed
+// since the previous and there is new text, and none after MaxBatches. It
+// sends no final batch: the activity's result carries the whole text.
+type tokenStream struct {
+	sink       TokenSink
+	target     TokenTarget
+	attempt    int32
+	interval   time.Duration
+	maxBatches int
+
+	sent    int // bytes of the text already sent
+	batches int
+	last    time.Time // when the previous batch was sent
+	stopped bool      // the sink failed; send nothing more
+}
+
+// offer gives the batcher the text so far; it sends a batch when one is due.
+// The sink's errors are logged and end the streaming of this call's tokens,
+// never the call.
+func (t *tokenStream) offer(ctx context.Context, content string) {
+	if t == nil || t.stopped || t.batches >= t.maxBatches || len(content) == t.sent {
+		return
+	}
+	if t.batches > 0 && time.Since(t.last) < t.interval {
+		return
+	}
+	batch := TokenBatch{Step: t.target.Step, Attempt: t.attempt, Offset: t.sent, Text: content[t.sent:]}
+	if err := t.sink.SendTokens(ctx, t.target, batch); err != nil {
+		t.stopped = true
+		logger(ctx).Warn("Sending tokens failed; the rest of the answer comes with the result",
+			"workflowId", t.target.WorkflowID, "step", t.target.Step, "offset", t.sent, "error", err)
+		return
+	}
+	t.sent = len(content)
+	t.batches++
+	t.last = time.Now()
+}
+
+// logger returns the activity's logger in an activity and slog's default
+// logger elsewhere (in tests that call Chat directly).
+func logger(ctx context.Context) interface{ Warn(string, ...any) } {
+	if activity.IsActivity(ctx) {
+		return activity.GetLogger(ctx)
+	}
+	return slog.Default()
+}
+
+// requestState is what requestTracker learns about the HTTP request of one
+// Chat call. Chat hands it down in the request's context.
+type requestState struct {
+	sent       bool          // the client handed the request to the network
+	retryAfter time.Duration // a 429's Retry-After
+}
+
+type requestStateKey struct{}
+
+// requestTracker is the client's HTTPDoer: it notes in the request's
+// requestState that the request went out and what a 429's Retry-After says,
+// which go-openai's errors do not carry.
+type requestTracker struct {
+	next openai.HTTPDoer
+}
+
+// Do sends req through the wrapped HTTPDoer.
+func (t requestTracker) Do(req *http.Request) (*http.Response, error) {
+	state, _ := req.Context().Value(requestStateKey{}).(*requestState)
+	if state != nil {
+		state.sent = true
+	}
+	resp, err := t.next.Do(req)
+	if state != nil && resp != nil && resp.StatusCode == http.StatusTooManyRequests {
+		state.retryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+	}
+	return resp, err
+}
+
+// parseRetryAfter reads a Retry-After header: delay-seconds or an HTTP date.
+// It returns 0 when the header is missing, malformed or in the past.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if secs, err := strconv.Atoi(v); err == nil {
+		return max(time.Duration(secs)*time.Second, 0)
+	}
+	if at, err := http.ParseTime(v); err == nil {
+		return max(at.Sub(now), 0)
+	}
+	return 0
+}

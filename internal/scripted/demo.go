@@ -1,0 +1,199 @@
+package scripted
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/tollgate/tollgate/activities"
+)
+
+// DemoIntro is the text of the demo model's answer to a user message.
+const DemoIntro = "I'll read the README, write a note and list the workspace."
+
+// DemoNotePath is the file the demo model asks to write.
+const DemoNotePath = "notes/tollgate.txt"
+
+// Tool responses the workflow gives for calls that did not run; the demo
+// model recognises them to tell declined calls from timed-out ones.
+const (
+	declinedPrefix = "The user declined this tool. It was not executed."
+	timeoutPrefix  = "No decision came in time"
+)
+
+// Demo returns the built-in model of `make dev`. To a user message it answers
+// DemoIntro and asks for three calls at once: Read README.md (unprotected),
+// Write a note that quotes the message and Bash ls -la (both protected by the
+// default policy). To the tool results it answers with a few sentences that
+// say what became of each call, so that the answer streams in many chunks.
+// The same request always gets the same reply; tool call ids are
+// call_<n>_<i>, n the number of assistant messages so far and i the call's
+// position, so they are unique within a conversation.
+func Demo() Script {
+	return func(req openai.ChatCompletionRequest) Reply {
+		msgs := req.Messages
+		if len(msgs) == 0 {
+			return Reply{Content: "Send me a message and I will read the README, write a note and list the workspace."}
+		}
+		switch last := msgs[len(msgs)-1]; last.Role {
+		case openai.ChatMessageRoleUser:
+			return demoCalls(msgs, text(last))
+		case openai.ChatMessageRoleTool:
+			return Reply{Content: demoSummary(msgs)}
+		default:
+			return Reply{Content: "I have nothing to add. Send a message and I will read the README, write a note and list the workspace again."}
+		}
+	}
+}
+
+// demoCalls is the answer to the user's query: the intro and three calls.
+func demoCalls(msgs []openai.ChatCompletionMessage, query string) Reply {
+	turn := 0
+	for _, m := range msgs {
+		if m.Role == openai.ChatMessageRoleAssistant {
+			turn++
+		}
+	}
+	note := "A note from tollgate's demo model.\nYou asked: " + query + "\n"
+	args := []struct {
+		name string
+		args any
+	}{
+		{"Read", struct {
+			FilePath string `json:"file_path"`
+		}{"README.md"}},
+		{"Write", struct {
+			FilePath string `json:"file_path"`
+			Content  string `json:"content"`
+		}{DemoNotePath, note}},
+		{"Bash", struct {
+			Command string `json:"command"`
+		}{"ls -la"}},
+	}
+	reply := Reply{Content: DemoIntro}
+	for i, a := range args {
+		reply.ToolCalls = append(reply.ToolCalls, activities.ToolCall{
+			ID:        fmt.Sprintf("call_%d_%d", turn, i),
+			Name:      a.name,
+			Arguments: marshal(a.args),
+		})
+	}
+	return reply
+}
+
+// demoSummary says, one sentence per call, what became of the calls whose
+// results end the conversation.
+func demoSummary(msgs []openai.ChatCompletionMessage) string {
+	first := len(msgs)
+	for first > 0 && msgs[first-1].Role == openai.ChatMessageRoleTool {
+		first--
+	}
+	results := msgs[first:]
+	names := map[string]string{}
+	if first > 0 {
+		for _, c := range msgs[first-1].ToolCalls {
+			names[c.ID] = c.Function.Name
+		}
+	}
+
+	var b strings.Builder
+	fmt.Fprintf(&b, "Here is what came of the %s I asked for.", plural(len(results), "tool call"))
+	declined := 0
+	for _, r := range results {
+		name := r.Name
+		if name == "" {
+			name = names[r.ToolCallID]
+		}
+		if name == "" {
+			name = "The call " + r.ToolCallID
+		}
+		content := strings.TrimSpace(r.Content)
+		switch {
+		case strings.HasPrefix(content, declinedPrefix):
+			declined++
+			reason := strings.TrimSpace(strings.TrimPrefix(content, declinedPrefix))
+			reason = strings.TrimSpace(strings.TrimPrefix(reason, "Reason:"))
+			if reason != "" {
+				fmt.Fprintf(&b, " %s was declined, with the reason %q, so it did not run.", name, reason)
+			} else {
+				fmt.Fprintf(&b, " %s was declined, so it did not run.", name)
+			}
+		case strings.HasPrefix(content, timeoutPrefix):
+			declined++
+			fmt.Fprintf(&b, " %s got no decision in time, so it did not run.", name)
+		case strings.HasPrefix(strings.ToLower(content), "error"):
+			fmt.Fprintf(&b, " %s failed: %s.", name, strings.TrimSuffix(firstLine(content), "."))
+		default:
+			fmt.Fprintf(&b, " %s ran and returned %s.", name, describe(content))
+		}
+	}
+	if declined > 0 {
+		pronoun := "them"
+		if declined == 1 {
+			pronoun = "it"
+		}
+		fmt.Fprintf(&b, " So %s did not run, and I will not try %s again without your approval.",
+			plural(declined, "call"), pronoun)
+	} else {
+		b.WriteString(" Everything I asked for ran.")
+	}
+	b.WriteString(" That is all for this turn; send another message and I will try the same three calls again.")
+	return b.String()
+}
+
+// describe quotes the start of a tool's output and says how long it is.
+func describe(output string) string {
+	if output == "" {
+		return "nothing"
+	}
+	line := firstLine(output)
+	if r := []rune(line); len(r) > 60 {
+		line = string(r[:60]) + "…"
+	}
+	lines := strings.Count(output, "\n") + 1
+	if lines == 1 {
+		return fmt.Sprintf("%q", line)
+	}
+	return fmt.Sprintf("%s starting with %q", plural(lines, "line"), line)
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return strings.TrimSpace(line)
+}
+
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// text returns a message's text, also when it came as content parts.
+func text(m openai.ChatCompletionMessage) string {
+	if m.Content != "" || len(m.MultiContent) == 0 {
+		return m.Content
+	}
+	var parts []string
+	for _, p := range m.MultiContent {
+		if p.Type == openai.ChatMessagePartTypeText {
+			parts = append(parts, p.Text)
+		}
+	}
+	return strings.Join(parts, "\n")
+}
+
+// marshal encodes v as compact JSON without escaping <, > and &, so that the
+// arguments read as the model would write them.
+func marshal(v any) string {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		panic(err) // the demo's argument structs always encode
+	}
+	return strings.TrimSuffix(buf.String(), "\n")
+}

@@ -1,0 +1,192 @@
+// Package scripted is an OpenAI-compatible chat completions server whose
+// answers come from a script instead of a model. Tests use it as a fake
+// model server; `make dev` runs it (cmd/scripted-model, with Demo) as the
+// model when no OPENAI_API_KEY is set.
+package scripted
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/tollgate/tollgate/activities"
+)
+
+// Reply is the server's answer to one chat completion request.
+type Reply struct {
+	// Content is the answer's text. With Status set, it is the error message.
+	Content string
+	// ToolCalls are the calls the answer asks for, in order. A call with an
+	// empty ID is sent without one.
+	ToolCalls []activities.ToolCall
+	// Status, when not zero, makes the server answer with this HTTP status
+	// and an OpenAI-style JSON error body instead of a completion.
+	Status int
+	// Header holds extra response headers, such as Retry-After.
+	Header map[string]string
+	// Style is how a streamed answer is cut into chunks.
+	Style ChunkStyle
+}
+
+// Script decides the reply to a request. It is called once per request, from
+// the request's goroutine.
+type Script func(req openai.ChatCompletionRequest) Reply
+
+// Always returns a Script that answers every request with r.
+func Always(r Reply) Script {
+	return func(openai.ChatCompletionRequest) Reply { return r }
+}
+
+// Option configures a Server.
+type Option func(*Server)
+
+// ChunkDelay makes the server pause for d between the chunks of a streamed
+// answer, as a model that writes at a finite speed does.
+func ChunkDelay(d time.Duration) Option {
+	return func(s *Server) { s.chunkDelay = d }
+}
+
+// ModelName is the model the server lists and answers as when a request
+// names none.
+const ModelName = "tollgate-scripted"
+
+// Server is an http.Handler that serves POST /v1/chat/completions (streamed
+// as server-sent events or not, as the request asks) and GET /v1/models. It
+// records every request it could decode.
+type Server struct {
+	script     Script
+	chunkDelay time.Duration
+	mux        *http.ServeMux
+	completion atomic.Int64 // numbers the completions
+
+	mu       sync.Mutex
+	requests []openai.ChatCompletionRequest
+}
+
+// New returns a Server that answers with script.
+func New(script Script, opts ...Option) *Server {
+	s := &Server{script: script, mux: http.NewServeMux()}
+	for _, opt := range opts {
+		opt(s)
+	}
+	s.mux.HandleFunc("POST /v1/chat/completions", s.chatCompletions)
+	s.mux.HandleFunc("GET /v1/models", s.models)
+	return s
+}
+
+// ServeHTTP serves the OpenAI-compatible routes.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mux.ServeHTTP(w, r)
+}
+
+// Requests returns a copy of the requests received so far, oldest first.
+func (s *Server) Requests() []openai.ChatCompletionRequest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.requests)
+}
+
+func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
+	var req openai.ChatCompletionRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid JSON body: "+err.Error())
+		return
+	}
+	s.mu.Lock()
+	s.requests = append(s.requests, req)
+	s.mu.Unlock()
+
+	reply := s.script(req)
+	for k, v := range reply.Header {
+		w.Header().Set(k, v)
+	}
+	if reply.Status != 0 {
+		writeError(w, reply.Status, cmp.Or(reply.Content, http.StatusText(reply.Status)))
+		return
+	}
+
+	c := completion{
+		id:      fmt.Sprintf("chatcmpl-scripted-%d", s.completion.Add(1)),
+		created: time.Now().Unix(),
+		model:   cmp.Or(req.Model, ModelName),
+	}
+	if req.Stream {
+		s.stream(w, r, c, reply)
+		return
+	}
+	writeJSON(w, http.StatusOK, c.whole(reply))
+}
+
+// stream writes reply as server-sent events, one chunk per event, pausing
+// ChunkDelay between them, and ends with data: [DONE].
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, c completion, reply Reply) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w) // finds Flush also behind wrappers
+
+	var timer *time.Timer
+	for i, delta := range chunks(reply) {
+		if i > 0 && s.chunkDelay > 0 {
+			if timer == nil {
+				timer = time.NewTimer(s.chunkDelay)
+				defer timer.Stop()
+			} else {
+				timer.Reset(s.chunkDelay)
+			}
+			select {
+			case <-timer.C:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		data, err := json.Marshal(c.chunk(delta))
+		if err != nil {
+			panic(err) // the wire types always marshal
+		}
+		if _, err := fmt.Fprintf(w, "data: %s\n\n", data); err != nil {
+			return
+		}
+		if err := rc.Flush(); err != nil {
+			return
+		}
+	}
+	fmt.Fprint(w, "data: [DONE]\n\n")
+	_ = rc.Flush()
+}
+
+func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{
+		"object": "list",
+		"data": []map[string]any{
+			{"id": ModelName, "object": "model", "created": 0, "owned_by": "tollgate"},
+		},
+	})
+}
+
+// writeError answers with status and an OpenAI-style error body.
+func writeError(w http.ResponseWriter, status int, message string) {
+	kind := "invalid_request_error"
+	switch {
+	case status == http.StatusTooManyRequests:
+		kind = "rate_limit_error"
+	case status >= 500:
+		kind = "server_error"
+	}
+	writeJSON(w, status, map[string]any{
+		"error": map[string]any{"message": message, "type": kind, "param": nil, "code": nil},
+	})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

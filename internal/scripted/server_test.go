@@ -1,0 +1,272 @@
+package scripted_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	openai "github.com/sashabaranov/go-openai"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/internal/scripted"
+)
+
+var twoCalls = []activities.ToolCall{
+	{ID: "call_a", Name: "Read", Arguments: `{"file_path":"README.md"}`},
+	{ID: "call_b", Name: "Bash", Arguments: `{"command":"echo héllo wörld"}`},
+}
+
+// start serves s on a local port and returns a client for it.
+func start(t *testing.T, s *scripted.Server) *openai.Client {
+	t.Helper()
+	srv := httptest.NewServer(s)
+	t.Cleanup(srv.Close)
+	cfg := openai.DefaultConfig("")
+	cfg.BaseURL = srv.URL + "/v1"
+	return openai.NewClientWithConfig(cfg)
+}
+
+// receive reads a whole stream with go-openai's stream client.
+func receive(t *testing.T, client *openai.Client) []openai.ChatCompletionStreamResponse {
+	t.Helper()
+	stream, err := client.CreateChatCompletionStream(context.Background(), openai.ChatCompletionRequest{
+		Model:    "any",
+		Messages: []openai.ChatCompletionMessage{{Role: "user", Content: "hi"}},
+	})
+	require.NoError(t, err)
+	defer stream.Close()
+	var chunks []openai.ChatCompletionStreamResponse
+	for {
+		chunk, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return chunks
+		}
+		require.NoError(t, err)
+		chunks = append(chunks, chunk)
+	}
+}
+
+func toolDeltas(chunks []openai.ChatCompletionStreamResponse) [][]openai.ToolCall {
+	var out [][]openai.ToolCall
+	for _, c := range chunks {
+		if len(c.Choices) > 0 && len(c.Choices[0].Delta.ToolCalls) > 0 {
+			out = append(out, c.Choices[0].Delta.ToolCalls)
+		}
+	}
+	return out
+}
+
+func contentOf(chunks []openai.ChatCompletionStreamResponse) (string, int) {
+	var b strings.Builder
+	n := 0
+	for _, c := range chunks {
+		if len(c.Choices) > 0 && c.Choices[0].Delta.Content != "" {
+			b.WriteString(c.Choices[0].Delta.Content)
+			n++
+		}
+	}
+	return b.String(), n
+}
+
+func TestOpenAIStyleStreamsInterleavedFragmentsWithIDAndNameFirst(t *testing.T) {
+	client := start(t, scripted.New(scripted.Always(scripted.Reply{
+		Content: "Reading and listing now.", ToolCalls: twoCalls, Style: scripted.StyleOpenAI,
+	})))
+	chunks := receive(t, client)
+
+	text, pieces := contentOf(chunks)
+	require.Equal(t, "Reading and listing now.", text)
+	require.Greater(t, pieces, 1)
+
+	deltas := toolDeltas(chunks)
+	seen := map[int]bool{}
+	var order []int
+	args := map[int]string{}
+	for _, d := range deltas {
+		require.Len(t, d, 1, "one call per chunk")
+		tc := d[0]
+		require.NotNil(t, tc.Index)
+		if !seen[*tc.Index] {
+			seen[*tc.Index] = true
+			require.Equal(t, twoCalls[*tc.Index].ID, tc.ID, "the first delta carries the id")
+			require.Equal(t, twoCalls[*tc.Index].Name, tc.Function.Name, "the first delta carries the name")
+		} else {
+			require.Empty(t, tc.ID)
+			require.Empty(t, tc.Function.Name)
+		}
+		order = append(order, *tc.Index)
+		args[*tc.Index] += tc.Function.Arguments
+	}
+	require.Equal(t, twoCalls[0].Arguments, args[0])
+	require.Equal(t, twoCalls[1].Arguments, args[1])
+	require.Equal(t, []int{0, 1, 0}, order[:3], "calls are interleaved")
+
+	last := chunks[len(chunks)-1].Choices[0]
+	require.Equal(t, openai.FinishReasonToolCalls, last.FinishReason)
+}
+
+func TestVLLMStyleRepeatsIDOnEveryTinyFragment(t *testing.T) {
+	client := start(t, scripted.New(scripted.Always(scripted.Reply{
+		Content: "Reading.", ToolCalls: twoCalls, Style: scripted.StyleVLLM,
+	})))
+	chunks := receive(t, client)
+
+	text, _ := contentOf(chunks)
+	require.Equal(t, "Reading.", text)
+
+	args := map[int]string{}
+	names := map[int]int{}
+	for _, d := range toolDeltas(chunks) {
+		require.Len(t, d, 1)
+		tc := d[0]
+		require.NotNil(t, tc.Index)
+		require.Equal(t, twoCalls[*tc.Index].ID, tc.ID, "the id is repeated on every delta")
+		require.LessOrEqual(t, len([]rune(tc.Function.Arguments)), 2)
+		if tc.Function.Name != "" {
+			names[*tc.Index]++
+		}
+		args[*tc.Index] += tc.Function.Arguments
+	}
+	require.Equal(t, map[int]int{0: 1, 1: 1}, names, "the name comes once per call")
+	require.Equal(t, twoCalls[0].Arguments, args[0])
+	require.Equal(t, twoCalls[1].Arguments, args[1])
+}
+
+func TestOllamaStyleSendsWholeCallsInOneChunkWithoutIndex(t *testing.T) {
+	client := start(t, scripted.New(scripted.Always(scripted.Reply{
+		Content: "Reading.", ToolCalls: twoCalls, Style: scripted.StyleOllama,
+	})))
+	chunks := receive(t, client)
+
+	deltas := toolDeltas(chunks)
+	require.Len(t, deltas, 1, "all calls in one chunk")
+	require.Len(t, deltas[0], 2)
+	for i, tc := range deltas[0] {
+		require.Nil(t, tc.Index)
+		require.Equal(t, twoCalls[i].ID, tc.ID)
+		require.Equal(t, twoCalls[i].Name, tc.Function.Name)
+		require.Equal(t, twoCalls[i].Arguments, tc.Function.Arguments)
+	}
+}
+
+func TestStreamIsServerSentEventsEndingWithDone(t *testing.T) {
+	srv := httptest.NewServer(scripted.New(scripted.Always(scripted.Reply{Content: "a b c"})))
+	t.Cleanup(srv.Close)
+
+	resp, err := http.Post(srv.URL+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
+
+	var events []string
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if line := sc.Text(); line != "" {
+			require.True(t, strings.HasPrefix(line, "data: "), "line %q", line)
+			events = append(events, strings.TrimPrefix(line, "data: "))
+		}
+	}
+	require.NoError(t, sc.Err())
+	require.Equal(t, "[DONE]", events[len(events)-1])
+	for _, e := range events[:len(events)-1] {
+		var chunk map[string]any
+		require.NoError(t, json.Unmarshal([]byte(e), &chunk))
+		require.Equal(t, "chat.completion.chunk", chunk["object"])
+	}
+}
+
+func TestNonStreamedRequestGetsWholeCompletion(t *testing.T) {
+	client := start(t, scripted.New(scripted.Always(scripted.Reply{Content: "Hello there.", ToolCalls: twoCalls})))
+	resp, err := client.CreateChatCompletion(context.Background(), openai.ChatCompletionRequest{
+		Model:    "m",
+		Messages: []openai.ChatCompletionMessage{{Role: "user", Content: "hi"}},
+	})
+	require.NoError(t, err)
+	require.Len(t, resp.Choices, 1)
+	msg := resp.Choices[0].Message
+	require.Equal(t, "Hello there.", msg.Content)
+	require.Len(t, msg.ToolCalls, 2)
+	require.Equal(t, "call_b", msg.ToolCalls[1].ID)
+	require.Equal(t, twoCalls[1].Arguments, msg.ToolCalls[1].Function.Arguments)
+	require.Equal(t, openai.FinishReasonToolCalls, resp.Choices[0].FinishReason)
+}
+
+func TestStatusReplyIsOpenAIStyleErrorWithHeaders(t *testing.T) {
+	s := scripted.New(scripted.Always(scripted.Reply{
+		Status: http.StatusTooManyRequests, Content: "slow down", Header: map[string]string{"Retry-After": "3"},
+	}))
+	srv := httptest.NewServer(s)
+	t.Cleanup(srv.Close)
+
+	resp, err := http.Post(srv.URL+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"m","stream":true,"messages":[]}`))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+	require.Equal(t, "3", resp.Header.Get("Retry-After"))
+
+	cfg := openai.DefaultConfig("")
+	cfg.BaseURL = srv.URL + "/v1"
+	_, err = openai.NewClientWithConfig(cfg).CreateChatCompletionStream(context.Background(), openai.ChatCompletionRequest{Model: "m"})
+	var apiErr *openai.APIError
+	require.ErrorAs(t, err, &apiErr)
+	require.Equal(t, http.StatusTooManyRequests, apiErr.HTTPStatusCode)
+	require.Equal(t, "slow down", apiErr.Message)
+}
+
+func TestInvalidJSONBodyIsRejectedWith400(t *testing.T) {
+	s := scripted.New(scripted.Always(scripted.Reply{Content: "never"}))
+	srv := httptest.NewServer(s)
+	t.Cleanup(srv.Close)
+
+	resp, err := http.Post(srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":`))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	var body struct {
+		Error struct {
+			Message string `json:"message"`
+			Type    string `json:"type"`
+		} `json:"error"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))
+	require.Contains(t, body.Error.Message, "invalid JSON")
+	require.Equal(t, "invalid_request_error", body.Error.Type)
+	require.Empty(t, s.Requests())
+}
+
+func TestServerRecordsEveryRequest(t *testing.T) {
+	s := scripted.New(scripted.Always(scripted.Reply{Content: "ok"}))
+	client := start(t, s)
+	for _, q := range []string{"one", "two"} {
+		_, err := client.CreateChatCompletion(context.Background(), openai.ChatCompletionRequest{
+			Model:    "m",
+			Messages: []openai.ChatCompletionMessage{{Role: "user", Content: q}},
+		})
+		require.NoError(t, err)
+	}
+	reqs := s.Requests()
+	require.Len(t, reqs, 2)
+	require.Equal(t, "one", reqs[0].Messages[0].Content)
+	require.Equal(t, "two", reqs[1].Messages[0].Content)
+
+	reqs[0].Model = "changed"
+	require.Equal(t, "m", s.Requests()[0].Model, "Requests returns a copy")
+}
+
+func TestModelsListsTheScriptedModel(t *testing.T) {
+	client := start(t, scripted.New(scripted.Demo()))
+	models, err := client.ListModels(context.Background())
+	require.NoError(t, err)
+	require.Len(t, models.Models, 1)
+	require.Equal(t, scripted.ModelName, models.Models[0].ID)
+}
