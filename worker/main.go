@@ -1,0 +1,82 @@
+// Command worker runs tollgate's workflows and activities: it loads the
+// configuration, dials Temporal once, registers everything and polls the task
+// queue until it is interrupted.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
+
+	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/internal/config"
+	"github.com/tollgate/tollgate/workflows"
+)
+
+func main() {
+	cfg, err := config.Load(os.Getenv)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "worker: bad configuration:\n"+err.Error())
+		os.Exit(2)
+	}
+	log := cfg.Logger(os.Stderr)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, cfg); err != nil {
+		log.Error("worker stopped", "error", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, cfg config.Config) error {
+	log := cfg.Logger(os.Stderr)
+	c, err := client.Dial(client.Options{
+		HostPort:  cfg.TemporalAddress,
+		Namespace: cfg.TemporalNamespace,
+		Logger:    config.TemporalLogger(log),
+	})
+	if err != nil {
+		return fmt.Errorf("dial Temporal at %s: %w", cfg.TemporalAddress, err)
+	}
+	defer c.Close()
+
+	searchAttributes := true
+	if err := workflows.EnsureSearchAttributes(ctx, c, cfg.TemporalNamespace, log); err != nil {
+		// Turns still run; only visibility (pending approvals in the Web UI
+		// and GET /approvals) goes without the attributes.
+		searchAttributes = false
+		log.Warn("custom search attributes unavailable; create them with `temporal operator search-attribute create`", "error", err)
+	}
+	if err := os.MkdirAll(cfg.Workspace, 0o755); err != nil {
+		return fmt.Errorf("create workspace %s: %w", cfg.Workspace, err)
+	}
+
+	tools := &activities.Tools{Workspace: cfg.Workspace, BashTimeout: cfg.BashTimeout}
+	model := activities.NewModel(cfg.OpenAIBaseURL, cfg.OpenAIAPIKey, cfg.OpenAIModel, workflows.TokenSignaler{Client: c})
+	wf := &workflows.Workflows{Settings: workflows.Settings{
+		RequiredTools:    cfg.RequiredTools,
+		ApprovalTimeout:  cfg.ApprovalTimeout,
+		MaxSteps:         cfg.MaxSteps,
+		Tools:            tools.Specs(),
+		ToolTimeout:      cfg.BashTimeout + 30*time.Second,
+		SearchAttributes: searchAttributes,
+	}}
+
+	w := worker.New(c, cfg.TaskQueue, worker.Options{})
+	workflows.Register(w, wf, model, tools)
+	if err := w.Start(); err != nil {
+		return fmt.Errorf("start worker on task queue %s: %w", cfg.TaskQueue, err)
+	}
+	log.Info("worker started", "taskQueue", cfg.TaskQueue, "temporal", cfg.TemporalAddress,
+		"workspace", cfg.Workspace, "requiredTools", cfg.RequiredTools, "model", cfg.OpenAIModel)
+	<-ctx.Done()
+	log.Info("worker stopping")
+	w.Stop()
+	return nil
+}

@@ -1,0 +1,134 @@
+package workflows
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/tollgate/tollgate/activities"
+)
+
+// conversation is the state of a Conversation workflow.
+type conversation struct {
+	id       string
+	messages []activities.Message
+	turns    int
+	queue    []QueuedMessage
+	// running is the turn that runs now, if any; runningTurn its child future.
+	running     string
+	runningTurn workflow.ChildWorkflowFuture
+}
+
+// Conversation owns a conversation's message log. Each user message, taken
+// by the message Update, runs as a child ChatTurn, one turn at a time; a
+// message that arrives while a turn runs interrupts that turn (its pending
+// approvals are declined) and runs next. The workflow continues as new,
+// carrying the full message log, before its history grows large.
+func (w *Workflows) Conversation(ctx workflow.Context, in ConversationInput) error {
+	c := &conversation{id: in.ConversationID, messages: in.Messages, turns: in.Turns, queue: in.Queue}
+	var settings Settings
+	if err := workflow.SideEffect(ctx, func(workflow.Context) any {
+		return w.Settings.withDefaults()
+	}).Get(&settings); err != nil {
+		return fmt.Errorf("conversation %s: settings: %w", c.id, err)
+	}
+	if err := workflow.SetQueryHandler(ctx, StateQuery, func() (ConversationState, error) {
+		return ConversationState{
+			ConversationID: c.id, Turns: c.turns, Running: c.running,
+			Messages: len(c.messages), Queued: len(c.queue),
+		}, nil
+	}); err != nil {
+		return fmt.Errorf("set %s query handler: %w", StateQuery, err)
+	}
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, SendMessageUpdate, c.onMessage,
+		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, m UserMessage) error {
+			if strings.TrimSpace(m.Query) == "" {
+				return errors.New("the message is empty")
+			}
+			return nil
+		}},
+	); err != nil {
+		return fmt.Errorf("set %s update handler: %w", SendMessageUpdate, err)
+	}
+
+	started := 0
+	for {
+		if err := workflow.Await(ctx, func() bool { return len(c.queue) > 0 }); err != nil {
+			return err // cancelled while idle
+		}
+		next := c.queue[0]
+		c.queue = c.queue[1:]
+		c.runTurn(ctx, next, settings.SearchAttributes)
+		started++
+
+		if started >= settings.TurnsPerRun || workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
+			// Let message handlers that already run finish, so no accepted
+			// message is lost, then carry everything into the new run.
+			if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+				return err
+			}
+			return workflow.NewContinueAsNewError(ctx, ConversationWorkflow, ConversationInput{
+				ConversationID: c.id, Messages: c.messages, Turns: c.turns, Queue: c.queue,
+			})
+		}
+	}
+}
+
+// onMessage queues a user message, interrupts the running turn, if any, and
+// names the turn that will run the message.
+func (c *conversation) onMessage(ctx workflow.Context, m UserMessage) (TurnRef, error) {
+	c.turns++
+	n := c.turns
+	c.queue = append(c.queue, QueuedMessage{Turn: n, Message: m})
+	if c.runningTurn != nil {
+		// The interrupted turn finishes at its next step; this message's
+		// turn starts right after. A failed signal only means that turn
+		// has already finished.
+		err := c.runningTurn.SignalChildWorkflow(ctx, InterruptSignal, Interrupt{Reason: reasonNewMessage}).Get(ctx, nil)
+		if err != nil {
+			workflow.GetLogger(ctx).Info("interrupt running turn", "turnId", c.running, "error", err)
+		}
+	}
+	return TurnRef{ConversationID: c.id, Turn: n, TurnID: TurnWorkflowID(c.id, n)}, nil
+}
+
+// runTurn runs one queued message as a child ChatTurn and adds the user
+// message and the turn's messages to the log.
+func (c *conversation) runTurn(ctx workflow.Context, q QueuedMessage, upserts bool) {
+	user := activities.Message{Role: activities.RoleUser, Content: q.Message.Query}
+	messages := make([]activities.Message, 0, len(c.messages)+1)
+	messages = append(append(messages, c.messages...), user)
+
+	opts := workflow.ChildWorkflowOptions{
+		WorkflowID:        TurnWorkflowID(c.id, q.Turn),
+		ParentClosePolicy: enumspb.PARENT_CLOSE_POLICY_REQUEST_CANCEL,
+		StaticSummary:     truncate(q.Message.Query, 200),
+	}
+	if upserts {
+		opts.TypedSearchAttributes = temporal.NewSearchAttributes(
+			temporal.NewSearchAttributeKeyKeyword(ConversationIDAttribute).ValueSet(c.id))
+	}
+	child := workflow.ExecuteChildWorkflow(workflow.WithChildOptions(ctx, opts), ChatTurnWorkflow, TurnInput{
+		ConversationID: c.id,
+		Turn:           q.Turn,
+		Messages:       messages,
+		BypassApproval: q.Message.BypassApproval,
+	})
+	c.running, c.runningTurn = opts.WorkflowID, child
+	var out TurnOutput
+	err := child.Get(ctx, &out)
+	c.running, c.runningTurn = "", nil
+
+	c.messages = append(c.messages, user)
+	if err != nil {
+		// The turn failed outside its own error handling (terminated, say):
+		// its messages are lost, the user's message is kept.
+		workflow.GetLogger(ctx).Error("turn failed", "turnId", opts.WorkflowID, "error", err)
+		return
+	}
+	c.messages = append(c.messages, out.Messages...)
+}

@@ -1,0 +1,119 @@
+package workflows
+
+import (
+	"time"
+
+	"github.com/tollgate/tollgate/activities"
+)
+
+// Event types of a turn's stream, as ../shared/design.md lists them.
+const (
+	EventTurnStart        = "turn_start"
+	EventToken            = "token"
+	EventToolCall         = "tool_call"
+	EventApprovalRequest  = "approval_request"
+	EventApprovalDecision = "approval_decision"
+	EventToolResult       = "tool_result"
+	EventHeartbeat        = "heartbeat"
+	EventFinish           = "finish"
+	EventError            = "error"
+)
+
+// Finish reasons.
+const (
+	FinishStop      = "stop"
+	FinishMaxSteps  = "max_steps"
+	FinishCancelled = "cancelled"
+	FinishError     = "error"
+)
+
+// Decisions a person (or the clock) makes on an approval request.
+const (
+	DecisionApprove = "approve"
+	DecisionDecline = "decline"
+	DecisionTimeout = "timeout"
+)
+
+// Event is one entry of a turn's append-only event log. Seq numbers the
+// events of one turn from 1, without gaps; the API sends it as the SSE id.
+type Event struct {
+	Seq  int    `json:"seq"`
+	Type string `json:"type"`
+	// Name is the subagent's name on subagent_* events.
+	Name string `json:"name,omitempty"`
+
+	// turn_start
+	ConversationID string `json:"conversationId,omitempty"`
+	TurnID         string `json:"turnId,omitempty"`
+	WorkflowID     string `json:"workflowId,omitempty"`
+	RunID          string `json:"runId,omitempty"`
+
+	// token
+	Data string `json:"data,omitempty"`
+
+	// tool_call
+	ToolCalls []activities.ToolCall `json:"toolCalls,omitempty"`
+
+	// approval_request and approval_decision
+	RequestID  string     `json:"requestId,omitempty"`
+	ToolCallID string     `json:"toolCallId,omitempty"`
+	ToolName   string     `json:"toolName,omitempty"`
+	Arguments  string     `json:"arguments,omitempty"`
+	ExpiresAt  *time.Time `json:"expiresAt,omitempty"`
+	Decision   string     `json:"decision,omitempty"`
+
+	// tool_result
+	ToolResults []ToolResult `json:"toolResults,omitempty"`
+
+	// approval_decision, finish and error
+	Reason  string `json:"reason,omitempty"`
+	Text    string `json:"text,omitempty"`
+	Message string `json:"message,omitempty"`
+}
+
+// ToolResult is one tool response as the tool_result event shows it.
+type ToolResult struct {
+	ID     string `json:"id"`
+	Name   string `json:"name"`
+	Result string `json:"result"`
+	Status string `json:"status"`
+}
+
+// EventsRequest is the input of the events query.
+type EventsRequest struct {
+	// After is the last sequence number the caller has; 0 for all events.
+	After int `json:"after"`
+}
+
+// EventsResponse is the answer of the events query.
+type EventsResponse struct {
+	Events []Event `json:"events"`
+	// Finished is true once the finish event is in the log: nothing follows.
+	Finished bool `json:"finished"`
+}
+
+// eventLog is a turn's append-only list of events.
+type eventLog struct {
+	events []Event
+}
+
+// append numbers e and adds it to the log.
+func (l *eventLog) append(e Event) Event {
+	e.Seq = len(l.events) + 1
+	l.events = append(l.events, e)
+	return e
+}
+
+// after returns the events with a sequence number greater than seq.
+func (l *eventLog) after(seq int) EventsResponse {
+	if seq < 0 {
+		seq = 0
+	}
+	resp := EventsResponse{Events: []Event{}}
+	if seq < len(l.events) {
+		resp.Events = append(resp.Events, l.events[seq:]...)
+	}
+	n := len(l.events)
+	resp.Finished = n > 0 && l.events[n-1].Type == EventFinish
+	return resp
+}

@@ -1,0 +1,255 @@
+package workflows
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/tollgate/tollgate/activities"
+)
+
+// Tool responses the model reads for calls that did not run.
+const (
+	declinedResponse = "The user declined this tool. It was not executed."
+	timeoutResponse  = "No decision came in time, so this tool was not executed."
+)
+
+// Reasons for declines that no person typed.
+const (
+	reasonCancelled  = "the turn was cancelled"
+	reasonTimeout    = "no decision came in time"
+	reasonNewMessage = "the user sent a new message"
+)
+
+// approval is one call waiting for a person's decision.
+type approval struct {
+	RequestID   string
+	Call        activities.ToolCall
+	RequestedAt time.Time
+	ExpiresAt   time.Time
+
+	decided   bool
+	decision  string
+	reason    string
+	arguments string
+}
+
+// gate is the approval gate of one workflow: the requests it has published,
+// the decisions that came in, and a channel that wakes the waiting batch.
+type gate struct {
+	workflowID     string
+	conversationID string
+	log            *eventLog
+	// all holds every request of the workflow in the order it was made;
+	// byID finds one by id (never ranged over).
+	all     []*approval
+	byID    map[string]*approval
+	wake    workflow.Channel
+	upserts bool
+}
+
+func newGate(ctx workflow.Context, log *eventLog, conversationID string, upserts bool) *gate {
+	return &gate{
+		workflowID:     workflow.GetInfo(ctx).WorkflowExecution.ID,
+		conversationID: conversationID,
+		log:            log,
+		byID:           map[string]*approval{},
+		wake:           workflow.NewBufferedChannel(ctx, 1),
+		upserts:        upserts,
+	}
+}
+
+// request publishes an approval request for call and returns it. The id is
+// random, made once and recorded in history, and names the workflow so the
+// API can find it from the id alone.
+func (g *gate) request(ctx workflow.Context, call activities.ToolCall, timeout time.Duration) *approval {
+	var secret string
+	err := workflow.SideEffect(ctx, func(workflow.Context) any {
+		b := make([]byte, 16)
+		_, _ = rand.Read(b) // crypto/rand.Read never fails on supported platforms
+		return hex.EncodeToString(b)
+	}).Get(&secret)
+	if err != nil {
+		// A SideEffect result only fails to decode on a corrupt history.
+		panic(fmt.Errorf("approval request id for call %s: %w", call.ID, err))
+	}
+	now := workflow.Now(ctx)
+	a := &approval{
+		RequestID:   NewRequestID(g.workflowID, secret),
+		Call:        call,
+		RequestedAt: now,
+		ExpiresAt:   now.Add(timeout),
+	}
+	g.all = append(g.all, a)
+	g.byID[a.RequestID] = a
+	expires := a.ExpiresAt
+	g.log.append(Event{
+		Type:       EventApprovalRequest,
+		RequestID:  a.RequestID,
+		ToolCallID: call.ID,
+		ToolName:   call.Name,
+		Arguments:  call.Arguments,
+		WorkflowID: g.workflowID,
+		ExpiresAt:  &expires,
+	})
+	return a
+}
+
+// validate says why decision d cannot be taken now, or nil when it can.
+func (g *gate) validate(ctx workflow.Context, d ApprovalDecision) error {
+	a := g.byID[d.RequestID]
+	switch {
+	case a == nil:
+		return fmt.Errorf("approval request %q: %w", d.RequestID, errUnknownRequest)
+	case a.decided:
+		return fmt.Errorf("approval request %q: %w", d.RequestID, errAlreadyDecided)
+	case !workflow.Now(ctx).Before(a.ExpiresAt):
+		return fmt.Errorf("approval request %q: %w", d.RequestID, errExpired)
+	}
+	switch d.Decision {
+	case DecisionApprove:
+		if d.Arguments != "" && !isJSONObject(d.Arguments) {
+			return fmt.Errorf("approval request %q: edited arguments are not a JSON object", d.RequestID)
+		}
+	case DecisionDecline:
+	default:
+		return fmt.Errorf("approval request %q: decision %q is neither %q nor %q",
+			d.RequestID, d.Decision, DecisionApprove, DecisionDecline)
+	}
+	return nil
+}
+
+var (
+	errUnknownRequest = errors.New("unknown request")
+	errAlreadyDecided = errors.New("already decided")
+	errExpired        = errors.New("expired")
+)
+
+// take records a validated decision from a person.
+func (g *gate) take(ctx workflow.Context, d ApprovalDecision) {
+	a := g.byID[d.RequestID]
+	g.decide(ctx, a, d.Decision, d.Reason, d.Arguments)
+}
+
+// decide records the decision on a, publishes it and wakes the batch.
+func (g *gate) decide(ctx workflow.Context, a *approval, decision, reason, arguments string) {
+	if a.decided {
+		return
+	}
+	a.decided, a.decision, a.reason = true, decision, reason
+	if decision == DecisionApprove {
+		a.arguments = arguments
+	}
+	g.log.append(Event{
+		Type:       EventApprovalDecision,
+		RequestID:  a.RequestID,
+		ToolCallID: a.Call.ID,
+		Decision:   decision,
+		Reason:     reason,
+	})
+	g.wake.SendAsync(struct{}{})
+}
+
+// declinePending declines every undecided request with reason.
+func (g *gate) declinePending(ctx workflow.Context, reason string) {
+	for _, a := range g.all {
+		if !a.decided {
+			g.decide(ctx, a, DecisionDecline, reason, "")
+		}
+	}
+}
+
+// pending lists the requests still waiting, in the order they were made.
+func (g *gate) pending() []PendingApproval {
+	out := []PendingApproval{}
+	for _, a := range g.all {
+		if a.decided {
+			continue
+		}
+		out = append(out, PendingApproval{
+			RequestID:      a.RequestID,
+			WorkflowID:     g.workflowID,
+			ConversationID: g.conversationID,
+			ToolCallID:     a.Call.ID,
+			ToolName:       a.Call.Name,
+			Arguments:      a.Call.Arguments,
+			RequestedAt:    a.RequestedAt,
+			ExpiresAt:      a.ExpiresAt,
+		})
+	}
+	return out
+}
+
+// await blocks until every request in reqs is decided: by a person, by its
+// own durable timer (timeout), or by cancellation of ctx (decline).
+func (g *gate) await(ctx workflow.Context, reqs []*approval) {
+	g.upsertPending(ctx)
+	defer g.upsertPending(ctx)
+
+	timerCtx, cancelTimers := workflow.WithCancel(ctx)
+	defer cancelTimers()
+	sel := workflow.NewSelector(ctx)
+	for _, a := range reqs {
+		timer := workflow.NewTimer(timerCtx, a.ExpiresAt.Sub(workflow.Now(ctx)))
+		sel.AddFuture(timer, func(f workflow.Future) {
+			if f.Get(ctx, nil) == nil {
+				g.decide(ctx, a, DecisionTimeout, reasonTimeout, "")
+			}
+		})
+	}
+	sel.AddReceive(g.wake, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil) })
+	cancelled := false
+	sel.AddReceive(ctx.Done(), func(workflow.ReceiveChannel, bool) { cancelled = true })
+	for !allDecided(reqs) {
+		sel.Select(ctx)
+		if cancelled {
+			g.declinePending(ctx, reasonCancelled)
+		}
+	}
+}
+
+// upsertPending keeps the pending-approvals search attribute current, so
+// visibility (the Web UI, GET /approvals) can find turns that wait.
+func (g *gate) upsertPending(ctx workflow.Context) {
+	if !g.upserts {
+		return
+	}
+	ids := []string{}
+	for _, a := range g.all {
+		if !a.decided {
+			ids = append(ids, a.RequestID)
+		}
+	}
+	key := temporal.NewSearchAttributeKeyKeywordList(PendingApprovalsAttribute)
+	update := key.ValueSet(ids)
+	if len(ids) == 0 {
+		update = key.ValueUnset()
+	}
+	// Upsert fails only for an unregistered attribute, which the worker
+	// rules out before it sets upserts; a log line is enough here.
+	ctx, _ = workflow.NewDisconnectedContext(ctx)
+	if err := workflow.UpsertTypedSearchAttributes(ctx, update); err != nil {
+		workflow.GetLogger(ctx).Warn("upsert pending approvals", "error", err)
+	}
+}
+
+func allDecided(reqs []*approval) bool {
+	for _, a := range reqs {
+		if !a.decided {
+			return false
+		}
+	}
+	return true
+}
+
+// isJSONObject reports whether s is a JSON object.
+func isJSONObject(s string) bool {
+	var v map[string]json.RawMessage
+	return json.Unmarshal([]byte(s), &v) == nil && v != nil
+}

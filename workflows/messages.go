@@ -1,0 +1,106 @@
+package workflows
+
+import (
+	"time"
+
+	"github.com/tollgate/tollgate/activities"
+)
+
+// ApprovalDecision is the payload of the approval Update and signal, and the
+// body of POST /chat/approval.
+type ApprovalDecision struct {
+	RequestID string `json:"requestId"`
+	// Decision is "approve" or "decline"; anything else declines.
+	Decision string `json:"decision"`
+	// Reason is shown to the model with a decline.
+	Reason string `json:"reason,omitempty"`
+	// Arguments, when set with an approve, replaces the call's arguments: it
+	// must be a JSON object.
+	Arguments string `json:"arguments,omitempty"`
+}
+
+// ApprovalResult answers the approval Update.
+type ApprovalResult struct {
+	Accepted bool `json:"accepted"`
+}
+
+// Interrupt is the payload of the interrupt signal.
+type Interrupt struct {
+	Reason string `json:"reason"`
+}
+
+// UserMessage is the payload of the conversation's message Update.
+type UserMessage struct {
+	Query          string `json:"query"`
+	BypassApproval bool   `json:"bypassApproval,omitempty"`
+}
+
+// TurnRef names the turn that runs (or will run) a user message.
+type TurnRef struct {
+	ConversationID string `json:"conversationId"`
+	// Turn numbers the conversation's turns from 1.
+	Turn int `json:"turn"`
+	// TurnID is the turn's workflow ID; the API streams its events.
+	TurnID string `json:"turnId"`
+}
+
+// ConversationInput starts (or continues as new) a conversation workflow.
+type ConversationInput struct {
+	ConversationID string `json:"conversationId"`
+	// Messages is the full message log carried across continue-as-new.
+	Messages []activities.Message `json:"messages,omitempty"`
+	// Turns is how many turns the conversation has started so far.
+	Turns int `json:"turns,omitempty"`
+	// Queue holds user messages accepted but not yet run, carried across
+	// continue-as-new.
+	Queue []QueuedMessage `json:"queue,omitempty"`
+}
+
+// QueuedMessage is a user message waiting for its turn.
+type QueuedMessage struct {
+	Turn    int         `json:"turn"`
+	Message UserMessage `json:"message"`
+}
+
+// ConversationState answers the conversation's state query.
+type ConversationState struct {
+	ConversationID string `json:"conversationId"`
+	Turns          int    `json:"turns"`
+	// Running is the workflow ID of the turn that runs now, if any.
+	Running  string `json:"running,omitempty"`
+	Messages int    `json:"messages"`
+	Queued   int    `json:"queued"`
+}
+
+// TurnInput starts a ChatTurn.
+type TurnInput struct {
+	ConversationID string `json:"conversationId"`
+	Turn           int    `json:"turn"`
+	// Messages is the conversation so far, ending with the new user message.
+	Messages       []activities.Message `json:"messages"`
+	BypassApproval bool                 `json:"bypassApproval,omitempty"`
+}
+
+// TurnOutput is a finished turn: why it finished, its final text, the
+// messages it added to the conversation (assistant and tool messages, every
+// tool call answered), and its whole event log, so a stream can be resumed
+// from the result after the turn has ended.
+type TurnOutput struct {
+	FinishReason string               `json:"finishReason"`
+	Text         string               `json:"text,omitempty"`
+	Messages     []activities.Message `json:"messages,omitempty"`
+	Events       []Event              `json:"events"`
+}
+
+// PendingApproval is one approval a turn waits for, as the pending query
+// and GET /approvals show it.
+type PendingApproval struct {
+	RequestID      string    `json:"requestId"`
+	WorkflowID     string    `json:"workflowId"`
+	ConversationID string    `json:"conversationId"`
+	ToolCallID     string    `json:"toolCallId"`
+	ToolName       string    `json:"toolName"`
+	Arguments      string    `json:"arguments"`
+	RequestedAt    time.Time `json:"requestedAt"`
+	ExpiresAt      time.Time `json:"expiresAt"`
+}

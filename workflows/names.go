@@ -1,0 +1,109 @@
+// Package workflows knows Temporal and the approval protocol: the ChatTurn
+// and Conversation workflows, the approval gate, the event log, and the names
+// of every workflow, signal, query and update that clients use.
+package workflows
+
+import (
+	"fmt"
+	"strings"
+)
+
+// DefaultTaskQueue is the task queue the worker polls unless
+// TOLLGATE_TASK_QUEUE says otherwise.
+const DefaultTaskQueue = "tollgate"
+
+// Workflow type names.
+const (
+	// ChatTurnWorkflow runs one chat turn: model calls, the approval gate and
+	// tool calls, until the model answers without tool calls.
+	ChatTurnWorkflow = "ChatTurn"
+	// ConversationWorkflow owns a conversation's message log and runs each user
+	// message as a child ChatTurn, one at a time.
+	ConversationWorkflow = "Conversation"
+)
+
+// Message names of the turn workflow.
+const (
+	// EventsQuery returns the turn's events after a cursor (EventsRequest in,
+	// EventsResponse out).
+	EventsQuery = "events"
+	// ApprovalUpdate decides a pending approval (ApprovalDecision in,
+	// ApprovalResult out). Its validator rejects unknown, decided and expired
+	// requests, so a caller learns whether the decision was taken.
+	ApprovalUpdate = "approval"
+	// ApprovalSignal carries the same ApprovalDecision as ApprovalUpdate, for
+	// the Temporal CLI. An invalid one is logged and ignored.
+	ApprovalSignal = "approval"
+	// TokensSignal carries answer text (activities.TokenBatch) from the model
+	// activity to its turn while the model is still answering.
+	TokensSignal = "tokens"
+	// InterruptSignal asks a running turn to decline its pending approvals and
+	// finish at the next step (Interrupt in). The conversation sends it when a
+	// new user message arrives.
+	InterruptSignal = "interrupt"
+	// PendingQuery returns the approvals the turn waits for
+	// ([]PendingApproval out).
+	PendingQuery = "pending"
+)
+
+// Message names of the conversation workflow.
+const (
+	// SendMessageUpdate adds a user message to a conversation and answers
+	// with the turn that will run it (UserMessage in, TurnRef out).
+	SendMessageUpdate = "message"
+	// StateQuery returns the conversation's state (ConversationState out).
+	StateQuery = "state"
+)
+
+// Search attributes the worker registers when they are missing.
+const (
+	// ConversationIDAttribute is the conversation a turn belongs to (Keyword).
+	ConversationIDAttribute = "TollgateConversationId"
+	// PendingApprovalsAttribute lists the request ids a turn waits for
+	// (KeywordList); empty when it waits for none.
+	PendingApprovalsAttribute = "TollgatePendingApprovals"
+)
+
+// workflowIDPrefix starts every workflow ID tollgate makes, so the API never
+// sends a message to a workflow that is not one of its own.
+const workflowIDPrefix = "tollgate-"
+
+// ConversationWorkflowID is the workflow ID of a conversation.
+func ConversationWorkflowID(conversationID string) string {
+	return workflowIDPrefix + "conv-" + conversationID
+}
+
+// TurnWorkflowID is the workflow ID of turn n (from 1) of a conversation.
+func TurnWorkflowID(conversationID string, n int) string {
+	return fmt.Sprintf("%sconv-%s-turn-%d", workflowIDPrefix, conversationID, n)
+}
+
+// IsTollgateWorkflowID reports whether id is one that tollgate makes.
+func IsTollgateWorkflowID(id string) bool {
+	return strings.HasPrefix(id, workflowIDPrefix)
+}
+
+// requestIDSeparator splits an approval request id into the workflow that
+// waits for it and the random part that only that workflow knows.
+const requestIDSeparator = "/apr-"
+
+// NewRequestID builds an approval request id from the waiting workflow's ID
+// and a random secret.
+func NewRequestID(workflowID, secret string) string {
+	return workflowID + requestIDSeparator + secret
+}
+
+// RequestWorkflowID returns the workflow that waits for an approval request
+// id, or false when the id is not of tollgate's form. It does not prove the
+// id is genuine: only the workflow's validator can.
+func RequestWorkflowID(requestID string) (string, bool) {
+	i := strings.LastIndex(requestID, requestIDSeparator)
+	if i <= 0 || i+len(requestIDSeparator) == len(requestID) {
+		return "", false
+	}
+	wid := requestID[:i]
+	if !IsTollgateWorkflowID(wid) {
+		return "", false
+	}
+	return wid, true
+}

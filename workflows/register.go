@@ -1,0 +1,71 @@
+package workflows
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/operatorservice/v1"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/tollgate/tollgate/activities"
+)
+
+// Register registers the workflows, the model activity and every tool
+// activity (named after its tool) with r.
+func Register(r worker.Registry, w *Workflows, model *activities.Model, tools *activities.Tools) {
+	r.RegisterWorkflowWithOptions(w.ChatTurn, workflow.RegisterOptions{Name: ChatTurnWorkflow})
+	r.RegisterWorkflowWithOptions(w.Conversation, workflow.RegisterOptions{Name: ConversationWorkflow})
+	r.RegisterActivityWithOptions(model.Chat, activity.RegisterOptions{Name: activities.ModelActivity})
+	for name, fn := range tools.Activities() {
+		r.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name})
+	}
+}
+
+// TokenSignaler delivers the model activity's streamed text to its turn as
+// the tokens signal.
+type TokenSignaler struct {
+	Client client.Client
+}
+
+// SendTokens signals one batch of answer text to the turn named by target.
+func (s TokenSignaler) SendTokens(ctx context.Context, target activities.TokenTarget, batch activities.TokenBatch) error {
+	return s.Client.SignalWorkflow(ctx, target.WorkflowID, target.RunID, TokensSignal, batch)
+}
+
+// searchAttributes are the custom search attributes tollgate sets.
+var searchAttributes = map[string]enumspb.IndexedValueType{
+	ConversationIDAttribute:   enumspb.INDEXED_VALUE_TYPE_KEYWORD,
+	PendingApprovalsAttribute: enumspb.INDEXED_VALUE_TYPE_KEYWORD_LIST,
+}
+
+// EnsureSearchAttributes registers the custom search attributes that are
+// missing in namespace and logs those it added.
+func EnsureSearchAttributes(ctx context.Context, c client.Client, namespace string, log *slog.Logger) error {
+	resp, err := c.OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: namespace})
+	if err != nil {
+		return fmt.Errorf("list search attributes of namespace %s: %w", namespace, err)
+	}
+	missing := map[string]enumspb.IndexedValueType{}
+	for name, typ := range searchAttributes {
+		if _, ok := resp.GetCustomAttributes()[name]; !ok {
+			missing[name] = typ
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	if _, err := c.OperatorService().AddSearchAttributes(ctx, &operatorservice.AddSearchAttributesRequest{
+		Namespace: namespace, SearchAttributes: missing,
+	}); err != nil {
+		return fmt.Errorf("add search attributes to namespace %s: %w", namespace, err)
+	}
+	for name, typ := range missing {
+		log.Info("registered search attribute", "name", name, "type", typ.String(), "namespace", namespace)
+	}
+	return nil
+}

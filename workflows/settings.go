@@ -1,0 +1,87 @@
+package workflows
+
+import (
+	"time"
+
+	"github.com/tollgate/tollgate/activities"
+)
+
+// DefaultSystemPrompt tells the model where it works and what a declined
+// call means.
+const DefaultSystemPrompt = "You are an agent working in a workspace folder with the tools you are given. " +
+	"Some tool calls need a person's approval before they run; a declined call was not executed, " +
+	"so do not assume its effect happened. Answer briefly when you are done."
+
+// Settings are the worker's choices that a turn follows. A turn records them
+// in its history once, at its start (SideEffect), so a turn that a worker
+// with other settings replays or resumes keeps the settings it began with.
+type Settings struct {
+	// RequiredTools are the tools whose calls wait for a person's approval.
+	RequiredTools []string `json:"requiredTools"`
+	// ApprovalTimeout is how long a call waits for a decision before it is
+	// declined as timed out.
+	ApprovalTimeout time.Duration `json:"approvalTimeout"`
+	// MaxSteps bounds the model calls of one turn.
+	MaxSteps int `json:"maxSteps"`
+	// Model overrides the model activity's default model name when set.
+	Model string `json:"model,omitempty"`
+	// SystemPrompt starts every model call.
+	SystemPrompt string `json:"systemPrompt"`
+	// Tools are the tools offered to the model; each is an activity of the
+	// same name.
+	Tools []activities.ToolSpec `json:"tools"`
+	// ToolTimeout bounds one tool activity (the Bash time limit plus margin).
+	ToolTimeout time.Duration `json:"toolTimeout"`
+	// SearchAttributes is true when the worker made sure the custom search
+	// attributes exist, so workflows may set them.
+	SearchAttributes bool `json:"searchAttributes"`
+	// TurnsPerRun bounds the turns one run of a conversation starts before it
+	// continues as new, whatever the server suggests.
+	TurnsPerRun int `json:"turnsPerRun"`
+}
+
+// withDefaults fills the zero fields of s.
+func (s Settings) withDefaults() Settings {
+	if s.ApprovalTimeout <= 0 {
+		s.ApprovalTimeout = 3 * time.Minute
+	}
+	if s.MaxSteps <= 0 {
+		s.MaxSteps = 25
+	}
+	if s.SystemPrompt == "" {
+		s.SystemPrompt = DefaultSystemPrompt
+	}
+	if s.TurnsPerRun <= 0 {
+		s.TurnsPerRun = 100
+	}
+	if s.ToolTimeout <= 0 {
+		s.ToolTimeout = 3 * time.Minute
+	}
+	return s
+}
+
+// requires reports whether a call of the named tool waits for approval.
+func (s Settings) requires(tool string) bool {
+	for _, t := range s.RequiredTools {
+		if t == tool {
+			return true
+		}
+	}
+	return false
+}
+
+// offers reports whether the named tool is one the model was given.
+func (s Settings) offers(tool string) bool {
+	for _, t := range s.Tools {
+		if t.Name == tool {
+			return true
+		}
+	}
+	return false
+}
+
+// Workflows holds the workflow implementations and the settings they start
+// turns with. Register its methods with a worker through Register.
+type Workflows struct {
+	Settings Settings
+}

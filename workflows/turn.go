@@ -1,0 +1,333 @@
+package workflows
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/tollgate/tollgate/activities"
+)
+
+// turn is the state of one running ChatTurn.
+type turn struct {
+	in       TurnInput
+	settings Settings
+	log      eventLog
+	gate     *gate
+	// messages are those this turn added to the conversation.
+	messages []activities.Message
+
+	// step numbers the model calls; modelRunning is true while the model
+	// activity of that step runs and streamed counts the bytes of its text
+	// already published as token events.
+	step         int
+	modelRunning bool
+	streamed     int
+
+	interrupted     bool
+	interruptReason string
+}
+
+// ChatTurn runs one chat turn: it calls the model, passes the tool calls it
+// asks for through the approval gate, runs the approved ones and answers the
+// model, until the model answers without tool calls or MaxSteps is reached.
+// Its events are served by the events query.
+func (w *Workflows) ChatTurn(ctx workflow.Context, in TurnInput) (TurnOutput, error) {
+	t := &turn{in: in}
+	if err := workflow.SideEffect(ctx, func(workflow.Context) any {
+		return w.Settings.withDefaults()
+	}).Get(&t.settings); err != nil {
+		return TurnOutput{}, fmt.Errorf("turn %d of conversation %s: settings: %w", in.Turn, in.ConversationID, err)
+	}
+	t.gate = newGate(ctx, &t.log, in.ConversationID, t.settings.SearchAttributes)
+	if err := t.setHandlers(ctx); err != nil {
+		return TurnOutput{}, err
+	}
+
+	info := workflow.GetInfo(ctx)
+	t.log.append(Event{
+		Type:           EventTurnStart,
+		ConversationID: in.ConversationID,
+		TurnID:         info.WorkflowExecution.ID,
+		WorkflowID:     info.WorkflowExecution.ID,
+		RunID:          info.WorkflowExecution.RunID,
+	})
+	reason, text := t.run(ctx)
+	t.log.append(Event{Type: EventFinish, Reason: reason, Text: text})
+	return TurnOutput{FinishReason: reason, Text: text, Messages: t.messages, Events: t.log.events}, nil
+}
+
+// setHandlers registers the turn's query, update and signal handlers.
+func (t *turn) setHandlers(ctx workflow.Context) error {
+	if err := workflow.SetQueryHandler(ctx, EventsQuery, func(req EventsRequest) (EventsResponse, error) {
+		return t.log.after(req.After), nil
+	}); err != nil {
+		return fmt.Errorf("set %s query handler: %w", EventsQuery, err)
+	}
+	if err := workflow.SetQueryHandler(ctx, PendingQuery, func() ([]PendingApproval, error) {
+		return t.gate.pending(), nil
+	}); err != nil {
+		return fmt.Errorf("set %s query handler: %w", PendingQuery, err)
+	}
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, ApprovalUpdate,
+		func(ctx workflow.Context, d ApprovalDecision) (ApprovalResult, error) {
+			t.gate.take(ctx, d)
+			return ApprovalResult{Accepted: true}, nil
+		},
+		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, d ApprovalDecision) error {
+			return t.gate.validate(ctx, d)
+		}},
+	); err != nil {
+		return fmt.Errorf("set %s update handler: %w", ApprovalUpdate, err)
+	}
+
+	approvals := workflow.GetSignalChannel(ctx, ApprovalSignal)
+	tokens := workflow.GetSignalChannel(ctx, TokensSignal)
+	interrupts := workflow.GetSignalChannel(ctx, InterruptSignal)
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		sel := workflow.NewSelector(ctx)
+		sel.AddReceive(approvals, func(c workflow.ReceiveChannel, _ bool) {
+			var d ApprovalDecision
+			c.Receive(ctx, &d)
+			if err := t.gate.validate(ctx, d); err != nil {
+				workflow.GetLogger(ctx).Info("approval signal ignored", "requestId", d.RequestID, "error", err)
+				return
+			}
+			t.gate.take(ctx, d)
+		})
+		sel.AddReceive(tokens, func(c workflow.ReceiveChannel, _ bool) {
+			var b activities.TokenBatch
+			c.Receive(ctx, &b)
+			t.onTokens(b)
+		})
+		sel.AddReceive(interrupts, func(c workflow.ReceiveChannel, _ bool) {
+			var i Interrupt
+			c.Receive(ctx, &i)
+			t.interrupt(ctx, i.Reason)
+		})
+		for {
+			sel.Select(ctx)
+		}
+	})
+	return nil
+}
+
+// onTokens publishes the part of a token batch not yet published, while the
+// model call it belongs to runs. Batches of an earlier step, and overlap from
+// a retried attempt, are dropped.
+func (t *turn) onTokens(b activities.TokenBatch) {
+	if !t.modelRunning || b.Step != t.step {
+		return
+	}
+	end := b.Offset + len(b.Text)
+	if b.Offset > t.streamed || end <= t.streamed {
+		return
+	}
+	t.log.append(Event{Type: EventToken, Data: b.Text[t.streamed-b.Offset:]})
+	t.streamed = end
+}
+
+// interrupt declines every pending approval and makes the turn finish at its
+// next step.
+func (t *turn) interrupt(ctx workflow.Context, reason string) {
+	if reason == "" {
+		reason = reasonNewMessage
+	}
+	t.interrupted, t.interruptReason = true, reason
+	t.gate.declinePending(ctx, reason)
+}
+
+// run is the model/tool loop. It returns the finish reason and final text.
+func (t *turn) run(ctx workflow.Context) (string, string) {
+	history := append([]activities.Message{{Role: activities.RoleSystem, Content: t.settings.SystemPrompt}}, t.in.Messages...)
+	for t.step < t.settings.MaxSteps {
+		if t.interrupted {
+			return FinishCancelled, ""
+		}
+		out, err := t.callModel(ctx, append(history, t.messages...))
+		if err != nil {
+			if isCancelled(ctx, err) {
+				return FinishCancelled, ""
+			}
+			t.log.append(Event{Type: EventError, Message: modelErrorMessage(err)})
+			return FinishError, ""
+		}
+		reply := activities.Message{Role: activities.RoleAssistant, Content: out.Content, ToolCalls: out.ToolCalls}
+		t.messages = append(t.messages, reply)
+		if len(out.ToolCalls) == 0 {
+			return FinishStop, out.Content
+		}
+		results := t.runBatch(ctx, out.ToolCalls)
+		for _, r := range results {
+			t.messages = append(t.messages, activities.Message{
+				Role: activities.RoleTool, ToolCallID: r.ID, Name: r.Name, Content: r.Result,
+			})
+		}
+		if ctx.Err() != nil || t.interrupted {
+			return FinishCancelled, ""
+		}
+	}
+	return FinishMaxSteps, ""
+}
+
+// callModel runs one model activity and publishes its text as token events:
+// what streamed in while it ran, then whatever the result adds.
+func (t *turn) callModel(ctx workflow.Context, messages []activities.Message) (activities.ModelOutput, error) {
+	t.step++
+	t.streamed = 0
+	t.modelRunning = true
+	info := workflow.GetInfo(ctx)
+	in := activities.ModelInput{
+		Messages: messages,
+		Tools:    t.settings.Tools,
+		Model:    t.settings.Model,
+		Tokens: &activities.TokenTarget{
+			WorkflowID: info.WorkflowExecution.ID,
+			RunID:      info.WorkflowExecution.RunID,
+			Step:       t.step,
+		},
+	}
+	var out activities.ModelOutput
+	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, modelActivityOptions), activities.ModelActivity, in).Get(ctx, &out)
+	t.modelRunning = false
+	if err != nil {
+		return out, err
+	}
+	if len(out.Content) > t.streamed {
+		t.log.append(Event{Type: EventToken, Data: out.Content[t.streamed:]})
+	}
+	return out, nil
+}
+
+// modelActivityOptions retry 429s, 5xx and network errors with backoff; the
+// model activity marks other 4xx answers non-retryable.
+var modelActivityOptions = workflow.ActivityOptions{
+	StartToCloseTimeout: 5 * time.Minute,
+	HeartbeatTimeout:    time.Minute,
+	RetryPolicy: &temporal.RetryPolicy{
+		InitialInterval:    time.Second,
+		BackoffCoefficient: 2,
+		MaximumInterval:    30 * time.Second,
+		MaximumAttempts:    8,
+	},
+}
+
+// runBatch passes one batch of tool calls through the approval protocol and
+// returns one result per call, in the order the model made the calls.
+func (t *turn) runBatch(ctx workflow.Context, calls []activities.ToolCall) []ToolResult {
+	t.log.append(Event{Type: EventToolCall, ToolCalls: calls})
+
+	results := make([]ToolResult, len(calls))
+	approvals := make([]*approval, len(calls))
+	var waiting []*approval
+	for i, call := range calls {
+		results[i] = ToolResult{ID: call.ID, Name: call.Name}
+		switch {
+		case t.interrupted:
+			results[i].Result, results[i].Status = declined(t.interruptReason), activities.StatusDeclined
+		case !t.settings.offers(call.Name):
+			results[i].Result, results[i].Status = fmt.Sprintf("Error: there is no tool named %q.", call.Name), activities.StatusError
+		case !isJSONObject(call.Arguments):
+			results[i].Result, results[i].Status = fmt.Sprintf("Error: the arguments of %s are not a JSON object: %s", call.Name, call.Arguments), activities.StatusError
+		case t.settings.requires(call.Name) && !t.in.BypassApproval:
+			approvals[i] = t.gate.request(ctx, call, t.settings.ApprovalTimeout)
+			waiting = append(waiting, approvals[i])
+		}
+	}
+	if len(waiting) > 0 {
+		t.log.append(Event{Type: EventHeartbeat})
+		t.gate.await(ctx, waiting)
+	}
+
+	for i, call := range calls {
+		if results[i].Status != "" {
+			continue
+		}
+		a := approvals[i]
+		switch {
+		case a == nil:
+		case a.decision == DecisionTimeout:
+			results[i].Result, results[i].Status = timeoutResponse, activities.StatusTimeout
+			continue
+		case a.decision != DecisionApprove:
+			results[i].Result, results[i].Status = declined(a.reason), activities.StatusDeclined
+			continue
+		case a.arguments != "":
+			call.Arguments = a.arguments
+		}
+		if ctx.Err() != nil || t.interrupted {
+			// A call approved before the turn was stopped does not start now.
+			results[i].Result, results[i].Status = declined(reasonCancelled), activities.StatusDeclined
+			continue
+		}
+		out := t.runTool(ctx, call)
+		if a != nil && a.arguments != "" {
+			out.Result = "The user edited the arguments before approving; the tool ran with: " + a.arguments + "\n" + out.Result
+		}
+		results[i].Result, results[i].Status = out.Result, out.Status
+	}
+	t.log.append(Event{Type: EventToolResult, ToolResults: results})
+	return results
+}
+
+// runTool runs one tool activity. A tool never runs twice: a failure of the
+// activity itself (a lost worker, a timeout) is answered as an error.
+func (t *turn) runTool(ctx workflow.Context, call activities.ToolCall) activities.ToolOutput {
+	opts := workflow.ActivityOptions{
+		StartToCloseTimeout: t.settings.ToolTimeout,
+		HeartbeatTimeout:    30 * time.Second,
+		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
+		Summary:             call.Name + " " + truncate(call.Arguments, 120),
+	}
+	var out activities.ToolOutput
+	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), call.Name, activities.ToolInput{Call: call}).Get(ctx, &out)
+	if err != nil {
+		return activities.ToolOutput{
+			Status: activities.StatusError,
+			Result: fmt.Sprintf("Error: %s did not complete and may have run partly: %s", call.Name, activityErrorMessage(err)),
+		}
+	}
+	return out
+}
+
+// declined is the tool response of a declined call.
+func declined(reason string) string {
+	if reason == "" {
+		return declinedResponse
+	}
+	return declinedResponse + " Reason: " + reason
+}
+
+// isCancelled reports whether err comes from the cancellation of ctx.
+func isCancelled(ctx workflow.Context, err error) bool {
+	var canceled *temporal.CanceledError
+	return errors.As(err, &canceled) || ctx.Err() != nil
+}
+
+// modelErrorMessage says why the model call failed, without the SDK's
+// wrapping.
+func modelErrorMessage(err error) string {
+	return "the model call failed: " + activityErrorMessage(err)
+}
+
+func activityErrorMessage(err error) string {
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) {
+		return appErr.Error()
+	}
+	var timeoutErr *temporal.TimeoutError
+	if errors.As(err, &timeoutErr) {
+		return "timed out (" + timeoutErr.TimeoutType().String() + ")"
+	}
+	return err.Error()
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

@@ -1,0 +1,502 @@
+package workflows
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/tollgate/tollgate/activities"
+)
+
+var testTools = []string{activities.ToolRead, activities.ToolWrite, activities.ToolEdit, activities.ToolBash}
+
+func testSettings() Settings {
+	s := Settings{
+		RequiredTools:   []string{activities.ToolWrite, activities.ToolEdit, activities.ToolBash},
+		ApprovalTimeout: 3 * time.Minute,
+		MaxSteps:        25,
+	}
+	for _, name := range testTools {
+		s.Tools = append(s.Tools, activities.ToolSpec{Name: name, Parameters: json.RawMessage(`{"type":"object"}`)})
+	}
+	return s
+}
+
+// harness runs workflows in the test environment with a scripted model and
+// recording tools in place of the real activities.
+type harness struct {
+	t   *testing.T
+	env *testsuite.TestWorkflowEnvironment
+
+	mu          sync.Mutex
+	replies     []activities.ModelOutput
+	modelErr    error
+	modelInputs []activities.ModelInput
+	toolCalls   []activities.ToolCall
+}
+
+func newHarness(t *testing.T, settings Settings, replies ...activities.ModelOutput) *harness {
+	var suite testsuite.WorkflowTestSuite
+	h := &harness{t: t, env: suite.NewTestWorkflowEnvironment(), replies: replies}
+	w := &Workflows{Settings: settings}
+	h.env.RegisterWorkflowWithOptions(w.ChatTurn, workflow.RegisterOptions{Name: ChatTurnWorkflow})
+	h.env.RegisterWorkflowWithOptions(w.Conversation, workflow.RegisterOptions{Name: ConversationWorkflow})
+	h.env.RegisterActivityWithOptions(h.model, activity.RegisterOptions{Name: activities.ModelActivity})
+	for _, name := range testTools {
+		h.env.RegisterActivityWithOptions(h.tool(name), activity.RegisterOptions{Name: name})
+	}
+	return h
+}
+
+// model answers each call with the next scripted reply; past the script it
+// answers with plain text.
+func (h *harness) model(_ context.Context, in activities.ModelInput) (activities.ModelOutput, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.modelInputs = append(h.modelInputs, in)
+	if h.modelErr != nil {
+		return activities.ModelOutput{}, h.modelErr
+	}
+	n := len(h.modelInputs)
+	if n > len(h.replies) {
+		return activities.ModelOutput{Content: fmt.Sprintf("done after %d calls", n-1)}, nil
+	}
+	return h.replies[n-1], nil
+}
+
+// tool returns a tool activity that records its call and echoes it.
+func (h *harness) tool(name string) func(context.Context, activities.ToolInput) (activities.ToolOutput, error) {
+	return func(_ context.Context, in activities.ToolInput) (activities.ToolOutput, error) {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.toolCalls = append(h.toolCalls, in.Call)
+		return activities.ToolOutput{Status: activities.StatusOK, Result: name + " ran with " + in.Call.Arguments}, nil
+	}
+}
+
+func (h *harness) ranTools() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var names []string
+	for _, c := range h.toolCalls {
+		names = append(names, c.Name)
+	}
+	return names
+}
+
+// runTurn runs a ChatTurn to its end and returns its output.
+func (h *harness) runTurn(in TurnInput) TurnOutput {
+	h.t.Helper()
+	h.env.ExecuteWorkflow(ChatTurnWorkflow, in)
+	require.True(h.t, h.env.IsWorkflowCompleted())
+	require.NoError(h.t, h.env.GetWorkflowError())
+	var out TurnOutput
+	require.NoError(h.t, h.env.GetWorkflowResult(&out))
+	return out
+}
+
+// events returns the events of the running workflow.
+func (h *harness) events() []Event {
+	h.t.Helper()
+	v, err := h.env.QueryWorkflow(EventsQuery, EventsRequest{})
+	require.NoError(h.t, err)
+	var resp EventsResponse
+	require.NoError(h.t, v.Get(&resp))
+	return resp.Events
+}
+
+// requestID returns the approval request id published for the named tool.
+func (h *harness) requestID(tool string) string {
+	h.t.Helper()
+	for _, e := range h.events() {
+		if e.Type == EventApprovalRequest && e.ToolName == tool {
+			return e.RequestID
+		}
+	}
+	h.t.Fatalf("no approval request for %s", tool)
+	return ""
+}
+
+// updateOutcome records how the approval Update ended.
+type updateOutcome struct {
+	rejected error
+	result   ApprovalResult
+	done     bool
+}
+
+// decide sends d as the approval Update; the outcome fills in as the
+// workflow handles it.
+func (h *harness) decide(d ApprovalDecision) *updateOutcome {
+	o := &updateOutcome{}
+	h.env.UpdateWorkflow(ApprovalUpdate, "", &testsuite.TestUpdateCallback{
+		OnAccept: func() {},
+		OnReject: func(err error) { o.rejected, o.done = err, true },
+		OnComplete: func(v any, err error) {
+			o.done = true
+			if r, ok := v.(ApprovalResult); ok {
+				o.result = r
+			}
+		},
+	}, d)
+	return o
+}
+
+func userTurn(query string) TurnInput {
+	return TurnInput{ConversationID: "c1", Turn: 1, Messages: []activities.Message{{Role: activities.RoleUser, Content: query}}}
+}
+
+func calls(cs ...activities.ToolCall) activities.ModelOutput {
+	return activities.ModelOutput{ToolCalls: cs}
+}
+
+func call(id, name, args string) activities.ToolCall {
+	return activities.ToolCall{ID: id, Name: name, Arguments: args}
+}
+
+func eventTypes(events []Event) []string {
+	var types []string
+	for _, e := range events {
+		types = append(types, e.Type)
+	}
+	return types
+}
+
+func toolMessages(msgs []activities.Message) []activities.Message {
+	var out []activities.Message
+	for _, m := range msgs {
+		if m.Role == activities.RoleTool {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func TestBatchWithoutProtectedCallsRunsExactlyAsWithoutGate(t *testing.T) {
+	batch := calls(call("a", "Read", `{"file_path":"a.txt"}`), call("b", "Read", `{"file_path":"b.txt"}`))
+
+	gated := newHarness(t, testSettings(), batch)
+	withGate := gated.runTurn(userTurn("read two files"))
+
+	ungatedSettings := testSettings()
+	ungatedSettings.RequiredTools = nil
+	ungated := newHarness(t, ungatedSettings, batch)
+	withoutGate := ungated.runTurn(userTurn("read two files"))
+
+	require.Equal(t, withoutGate, withGate)
+	require.Equal(t, ungated.modelInputs, gated.modelInputs)
+	require.Equal(t, []string{"Read", "Read"}, gated.ranTools())
+	require.NotContains(t, eventTypes(withGate.Events), EventApprovalRequest)
+	require.Equal(t, []string{EventTurnStart, EventToolCall, EventToolResult, EventToken, EventFinish}, eventTypes(withGate.Events))
+}
+
+func TestDeclinedCallGetsSynthesizedResponseInOriginalOrder(t *testing.T) {
+	h := newHarness(t, testSettings(), calls(
+		call("r", "Read", `{"file_path":"in.txt"}`),
+		call("w", "Write", `{"file_path":"out.txt","content":"x"}`),
+		call("b", "Bash", `{"command":"ls"}`),
+	))
+	var bash, write *updateOutcome
+	// Decided in reverse order: Bash first, then Write.
+	h.env.RegisterDelayedCallback(func() {
+		bash = h.decide(ApprovalDecision{RequestID: h.requestID("Bash"), Decision: DecisionApprove})
+	}, time.Second)
+	h.env.RegisterDelayedCallback(func() {
+		write = h.decide(ApprovalDecision{RequestID: h.requestID("Write"), Decision: DecisionDecline, Reason: "not that file"})
+	}, 2*time.Second)
+
+	out := h.runTurn(userTurn("do three things"))
+
+	require.True(t, bash.result.Accepted)
+	require.True(t, write.result.Accepted)
+	require.Equal(t, []string{"Read", "Bash"}, h.ranTools())
+
+	require.Len(t, h.modelInputs, 2)
+	tools := toolMessages(h.modelInputs[1].Messages)
+	require.Len(t, tools, 3)
+	require.Equal(t, []string{"r", "w", "b"}, []string{tools[0].ToolCallID, tools[1].ToolCallID, tools[2].ToolCallID})
+	require.Equal(t, "Read ran with {\"file_path\":\"in.txt\"}", tools[0].Content)
+	require.Equal(t, "The user declined this tool. It was not executed. Reason: not that file", tools[1].Content)
+	require.Equal(t, "Bash ran with {\"command\":\"ls\"}", tools[2].Content)
+
+	require.Equal(t, []string{
+		EventTurnStart, EventToolCall, EventApprovalRequest, EventApprovalRequest, EventHeartbeat,
+		EventApprovalDecision, EventApprovalDecision, EventToolResult, EventToken, EventFinish,
+	}, eventTypes(out.Events))
+	for i, e := range out.Events {
+		require.Equal(t, i+1, e.Seq)
+	}
+	results := out.Events[7].ToolResults
+	require.Equal(t, []string{activities.StatusOK, activities.StatusDeclined, activities.StatusOK},
+		[]string{results[0].Status, results[1].Status, results[2].Status})
+	require.Equal(t, FinishStop, out.FinishReason)
+}
+
+func TestUndecidedCallTimesOutAsDecline(t *testing.T) {
+	settings := testSettings()
+	settings.ApprovalTimeout = 72 * time.Hour
+	h := newHarness(t, settings, calls(call("w", "Write", `{"file_path":"x","content":"y"}`)))
+	var late *updateOutcome
+	h.env.RegisterDelayedCallback(func() {
+		late = h.decide(ApprovalDecision{RequestID: h.requestID("Write"), Decision: DecisionApprove})
+	}, 73*time.Hour)
+
+	out := h.runTurn(userTurn("write"))
+
+	require.Empty(t, h.ranTools())
+	tools := toolMessages(out.Messages)
+	require.Len(t, tools, 1)
+	require.Equal(t, timeoutResponse, tools[0].Content)
+	decision := findEvent(t, out.Events, EventApprovalDecision)
+	require.Equal(t, DecisionTimeout, decision.Decision)
+	require.Equal(t, activities.StatusTimeout, findEvent(t, out.Events, EventToolResult).ToolResults[0].Status)
+	// The turn finished long before the late decision came: nothing took it.
+	require.Nil(t, late)
+}
+
+func TestCancelledTurnDeclinesPendingApprovals(t *testing.T) {
+	h := newHarness(t, testSettings(), calls(call("r", "Read", `{}`), call("b", "Bash", `{"command":"rm -rf /"}`)))
+	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, time.Minute)
+
+	out := h.runTurn(userTurn("clean up"))
+
+	require.Equal(t, FinishCancelled, out.FinishReason)
+	require.Empty(t, h.ranTools(), "nothing runs once the turn is cancelled")
+	require.Len(t, h.modelInputs, 1, "the model is not called again")
+	tools := toolMessages(out.Messages)
+	require.Len(t, tools, 2, "every call still gets a response")
+	require.Equal(t, declined(reasonCancelled), tools[1].Content)
+	require.Equal(t, DecisionDecline, findEvent(t, out.Events, EventApprovalDecision).Decision)
+	require.Equal(t, EventFinish, out.Events[len(out.Events)-1].Type)
+}
+
+func TestInterruptDeclinesPendingApprovalsAndFinishesTurn(t *testing.T) {
+	h := newHarness(t, testSettings(), calls(call("b", "Bash", `{"command":"make"}`)))
+	h.env.RegisterDelayedCallback(func() {
+		h.env.SignalWorkflow(InterruptSignal, Interrupt{Reason: reasonNewMessage})
+	}, time.Minute)
+
+	out := h.runTurn(userTurn("build"))
+
+	require.Equal(t, FinishCancelled, out.FinishReason)
+	require.Empty(t, h.ranTools())
+	require.Equal(t, declined(reasonNewMessage), toolMessages(out.Messages)[0].Content)
+}
+
+func TestApproveWithEditedArgumentsRunsToolWithEditedArguments(t *testing.T) {
+	h := newHarness(t, testSettings(), calls(call("b", "Bash", `{"command":"rm -rf build"}`)))
+	h.env.RegisterDelayedCallback(func() {
+		h.decide(ApprovalDecision{RequestID: h.requestID("Bash"), Decision: DecisionApprove, Arguments: `{"command":"rm -rf build/tmp"}`})
+	}, time.Second)
+
+	out := h.runTurn(userTurn("clean"))
+
+	require.Len(t, h.toolCalls, 1)
+	require.JSONEq(t, `{"command":"rm -rf build/tmp"}`, h.toolCalls[0].Arguments)
+	require.Contains(t, toolMessages(out.Messages)[0].Content, "edited the arguments")
+	// The model's own record of its call is unchanged.
+	require.Equal(t, `{"command":"rm -rf build"}`, out.Messages[0].ToolCalls[0].Arguments)
+}
+
+func TestApprovalValidatorRejectsUnknownDuplicateAndLateDecisions(t *testing.T) {
+	settings := testSettings()
+	settings.ApprovalTimeout = time.Hour
+	h := newHarness(t, settings,
+		calls(call("w", "Write", `{"file_path":"a","content":"b"}`)),
+		calls(call("e", "Edit", `{"file_path":"a","old_string":"b","new_string":"c"}`)),
+		calls(call("w2", "Write", `{"file_path":"b","content":"c"}`)),
+	)
+	var first, duplicate, unknown, forged, late, badDecision, badArgs *updateOutcome
+	var writeID string
+	h.env.RegisterDelayedCallback(func() {
+		writeID = h.requestID("Write")
+		unknown = h.decide(ApprovalDecision{RequestID: "tollgate-conv-x-turn-1/apr-0000", Decision: DecisionApprove})
+		forged = h.decide(ApprovalDecision{RequestID: writeID + "0", Decision: DecisionApprove})
+		badDecision = h.decide(ApprovalDecision{RequestID: writeID, Decision: "yes"})
+		badArgs = h.decide(ApprovalDecision{RequestID: writeID, Decision: DecisionApprove, Arguments: `[1]`})
+		first = h.decide(ApprovalDecision{RequestID: writeID, Decision: DecisionApprove})
+	}, time.Second)
+	h.env.RegisterDelayedCallback(func() {
+		duplicate = h.decide(ApprovalDecision{RequestID: writeID, Decision: DecisionDecline})
+	}, 2*time.Second)
+	// The Edit of the second step times out after an hour, while the turn
+	// waits for the third step's Write: a decision on the Edit then is late.
+	h.env.RegisterDelayedCallback(func() {
+		late = h.decide(ApprovalDecision{RequestID: h.requestID("Edit"), Decision: DecisionApprove})
+	}, 90*time.Minute)
+
+	h.runTurn(userTurn("write then edit"))
+
+	require.True(t, first.result.Accepted)
+	for name, o := range map[string]*updateOutcome{
+		"unknown": unknown, "forged": forged, "duplicate": duplicate, "late": late,
+		"bad decision": badDecision, "bad arguments": badArgs,
+	} {
+		require.NotNil(t, o, name)
+		require.Error(t, o.rejected, name)
+		require.False(t, o.result.Accepted, name)
+	}
+	require.ErrorContains(t, unknown.rejected, "unknown request")
+	require.ErrorContains(t, forged.rejected, "unknown request")
+	require.ErrorContains(t, duplicate.rejected, "already decided")
+	require.ErrorContains(t, late.rejected, "already decided")
+	require.ErrorContains(t, badDecision.rejected, `decision "yes"`)
+	require.ErrorContains(t, badArgs.rejected, "not a JSON object")
+	require.Equal(t, []string{"Write"}, h.ranTools())
+}
+
+func TestApprovalBySignalRunsToolAndIgnoresInvalidSignals(t *testing.T) {
+	h := newHarness(t, testSettings(), calls(call("w", "Write", `{"file_path":"a","content":"b"}`)))
+	h.env.RegisterDelayedCallback(func() {
+		id := h.requestID("Write")
+		h.env.SignalWorkflow(ApprovalSignal, ApprovalDecision{RequestID: id + "x", Decision: DecisionDecline})
+		h.env.SignalWorkflow(ApprovalSignal, ApprovalDecision{RequestID: id, Decision: DecisionApprove})
+		h.env.SignalWorkflow(ApprovalSignal, ApprovalDecision{RequestID: id, Decision: DecisionDecline})
+	}, time.Second)
+
+	out := h.runTurn(userTurn("write"))
+
+	require.Equal(t, []string{"Write"}, h.ranTools())
+	decisions := 0
+	for _, e := range out.Events {
+		if e.Type == EventApprovalDecision {
+			decisions++
+			require.Equal(t, DecisionApprove, e.Decision)
+		}
+	}
+	require.Equal(t, 1, decisions, "the first valid decision wins")
+}
+
+func TestBypassApprovalRunsProtectedCallsWithoutAsking(t *testing.T) {
+	h := newHarness(t, testSettings(), calls(call("w", "Write", `{"file_path":"a","content":"b"}`)))
+	in := userTurn("write")
+	in.BypassApproval = true
+
+	out := h.runTurn(in)
+
+	require.Equal(t, []string{"Write"}, h.ranTools())
+	require.NotContains(t, eventTypes(out.Events), EventApprovalRequest)
+}
+
+func TestMalformedArgumentsAndUnknownToolsAnswerTheModelWithoutAsking(t *testing.T) {
+	h := newHarness(t, testSettings(), calls(call("w", "Write", `{"file_path": "a`), call("x", "Delete", `{}`)))
+
+	out := h.runTurn(userTurn("go"))
+
+	require.Empty(t, h.ranTools())
+	require.NotContains(t, eventTypes(out.Events), EventApprovalRequest)
+	tools := toolMessages(out.Messages)
+	require.Contains(t, tools[0].Content, "arguments of Write are not a JSON object")
+	require.Contains(t, tools[1].Content, `no tool named "Delete"`)
+	require.Len(t, h.modelInputs, 2, "the model reads the errors and answers")
+}
+
+func TestTurnStopsAtMaxSteps(t *testing.T) {
+	settings := testSettings()
+	settings.MaxSteps = 3
+	loop := calls(call("r", "Read", `{"file_path":"a"}`))
+	h := newHarness(t, settings, loop, loop, loop, loop)
+
+	out := h.runTurn(userTurn("loop"))
+
+	require.Equal(t, FinishMaxSteps, out.FinishReason)
+	require.Len(t, h.modelInputs, 3)
+}
+
+func TestRejectedModelRequestEndsTurnWithErrorEvent(t *testing.T) {
+	h := newHarness(t, testSettings())
+	h.modelErr = temporal.NewNonRetryableApplicationError("model server answered 400: bad model", "ModelRequestRejected", nil)
+
+	out := h.runTurn(userTurn("hi"))
+
+	require.Equal(t, FinishError, out.FinishReason)
+	require.Len(t, h.modelInputs, 1, "a non-retryable error is not retried")
+	e := findEvent(t, out.Events, EventError)
+	require.Contains(t, e.Message, "bad model")
+	require.Equal(t, []string{EventTurnStart, EventError, EventFinish}, eventTypes(out.Events))
+}
+
+func TestRetryableModelErrorIsRetried(t *testing.T) {
+	h := newHarness(t, testSettings())
+	h.modelErr = errors.New("model server answered 503")
+	h.env.RegisterDelayedCallback(func() {
+		h.mu.Lock()
+		h.modelErr = nil
+		h.mu.Unlock()
+	}, 5*time.Second)
+
+	out := h.runTurn(userTurn("hi"))
+
+	require.Equal(t, FinishStop, out.FinishReason)
+	require.Greater(t, len(h.modelInputs), 1)
+}
+
+func TestTokensStreamedDuringModelCallArePublishedOnce(t *testing.T) {
+	tr := &turn{step: 2, modelRunning: true}
+	tr.onTokens(activities.TokenBatch{Step: 2, Offset: 0, Text: "Hel"})
+	tr.onTokens(activities.TokenBatch{Step: 1, Offset: 3, Text: "zzz"}) // an earlier call
+	tr.onTokens(activities.TokenBatch{Step: 2, Offset: 0, Text: "Hello"})
+	tr.onTokens(activities.TokenBatch{Step: 2, Offset: 9, Text: "gap"})
+	tr.onTokens(activities.TokenBatch{Step: 2, Offset: 5, Text: ", world"})
+	var text []string
+	for _, e := range tr.log.events {
+		text = append(text, e.Data)
+	}
+	require.Equal(t, []string{"Hel", "lo", ", world"}, text)
+	require.Equal(t, 12, tr.streamed)
+
+	tr.modelRunning = false
+	tr.onTokens(activities.TokenBatch{Step: 2, Offset: 12, Text: "!"})
+	require.Len(t, tr.log.events, 3, "no tokens once the call has returned")
+}
+
+func TestEventsQueryReturnsEventsAfterCursor(t *testing.T) {
+	var l eventLog
+	for _, typ := range []string{EventTurnStart, EventToken, EventFinish} {
+		l.append(Event{Type: typ})
+	}
+	require.Equal(t, []int{2, 3}, seqs(l.after(1).Events))
+	require.True(t, l.after(1).Finished)
+	require.Empty(t, l.after(3).Events)
+	require.Equal(t, []int{1, 2, 3}, seqs(l.after(-5).Events))
+}
+
+func seqs(events []Event) []int {
+	var out []int
+	for _, e := range events {
+		out = append(out, e.Seq)
+	}
+	return out
+}
+
+func findEvent(t *testing.T, events []Event, typ string) Event {
+	t.Helper()
+	for _, e := range events {
+		if e.Type == typ {
+			return e
+		}
+	}
+	t.Fatalf("no %s event in %v", typ, eventTypes(events))
+	return Event{}
+}
+
+func TestRequestIDNamesItsWorkflow(t *testing.T) {
+	id := NewRequestID(TurnWorkflowID("c", 3), "abc")
+	wid, ok := RequestWorkflowID(id)
+	require.True(t, ok)
+	require.Equal(t, "tollgate-conv-c-turn-3", wid)
+	for _, bad := range []string{"", "abc", "/apr-abc", "other-wf/apr-abc", "tollgate-x/apr-", strings.Repeat("x", 10)} {
+		_, ok := RequestWorkflowID(bad)
+		require.False(t, ok, bad)
+	}
+}
