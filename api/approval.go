@@ -1,0 +1,228 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"reflect"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"go.temporal.io/sdk/client"
+
+	"github.com/tollgate/tollgate/workflows"
+)
+
+// maxBodyBytes bounds every request body.
+const maxBodyBytes = 64 << 10
+
+// decisionTimeout bounds how long POST /chat/approval waits for the turn to
+// take a decision. The Update completes as soon as a worker runs it; without
+// a worker the caller hears 503 rather than hanging.
+const decisionTimeout = 30 * time.Second
+
+// approvalBody is POST /chat/approval's body as it arrives. Arguments stays
+// raw so that it may be sent either as a JSON object or as a string holding
+// one.
+type approvalBody struct {
+	RequestID string          `json:"requestId"`
+	Decision  string          `json:"decision"`
+	Reason    string          `json:"reason"`
+	Arguments json.RawMessage `json:"arguments"`
+}
+
+// parseApproval reads and checks a decision. Its errors are badRequestErrors
+// that name what is wrong.
+func parseApproval(r io.Reader) (workflows.ApprovalDecision, error) {
+	var b approvalBody
+	if err := decodeJSON(r, &b); err != nil {
+		return workflows.ApprovalDecision{}, err
+	}
+	if b.RequestID == "" {
+		return workflows.ApprovalDecision{}, badRequest("requestId is missing")
+	}
+	switch b.Decision {
+	case workflows.DecisionApprove, workflows.DecisionDecline:
+	case "":
+		return workflows.ApprovalDecision{}, badRequest("decision is missing: use %q or %q", workflows.DecisionApprove, workflows.DecisionDecline)
+	default:
+		return workflows.ApprovalDecision{}, badRequest("decision %q is neither %q nor %q", b.Decision, workflows.DecisionApprove, workflows.DecisionDecline)
+	}
+	args, err := editedArguments(b.Arguments)
+	if err != nil {
+		return workflows.ApprovalDecision{}, err
+	}
+	return workflows.ApprovalDecision{RequestID: b.RequestID, Decision: b.Decision, Reason: b.Reason, Arguments: args}, nil
+}
+
+// editedArguments returns the edited tool arguments as compact JSON text, or
+// "" when none were sent. They must be a JSON object, sent as one or as a
+// string holding one.
+func editedArguments(raw json.RawMessage) (string, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return "", nil
+	}
+	switch raw[0] {
+	case '{':
+		return compactJSON(raw), nil
+	case '"':
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return "", badRequest("arguments is not a valid JSON string: %v", err)
+		}
+		text := bytes.TrimSpace([]byte(s))
+		if len(text) == 0 {
+			return "", nil
+		}
+		if text[0] != '{' || !json.Valid(text) {
+			return "", badRequest("arguments must be a JSON object (or a string holding one); the string sent is not: %.80q", s)
+		}
+		return compactJSON(text), nil
+	default:
+		return "", badRequest("arguments must be a JSON object (or a string holding one), not %s", jsonKindOf(raw))
+	}
+}
+
+func compactJSON(valid []byte) string {
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, valid); err != nil {
+		return string(valid) // cannot happen: the decoder checked it
+	}
+	return buf.String()
+}
+
+// decodeJSON reads exactly one JSON object from r into dst. Its errors are
+// badRequestErrors that say what is wrong with the body.
+func decodeJSON(r io.Reader, dst any) error {
+	dec := json.NewDecoder(r)
+	if err := dec.Decode(dst); err != nil {
+		return describeJSONError(err)
+	}
+	var extra json.RawMessage
+	switch err := dec.Decode(&extra); {
+	case errors.Is(err, io.EOF):
+		return nil
+	case isTooLarge(err):
+		return describeJSONError(err)
+	default:
+		return badRequest("body holds more than one JSON value: send one object")
+	}
+}
+
+func isTooLarge(err error) bool {
+	var tooLarge *http.MaxBytesError
+	return errors.As(err, &tooLarge)
+}
+
+// describeJSONError turns a decoding error into a message for the client.
+func describeJSONError(err error) error {
+	var (
+		syntax   *json.SyntaxError
+		wrongTyp *json.UnmarshalTypeError
+	)
+	switch {
+	case isTooLarge(err):
+		return badRequest("body larger than %d KiB", maxBodyBytes>>10)
+	case errors.Is(err, io.EOF):
+		return badRequest("body is empty: expected a JSON object")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return badRequest("body is not valid JSON: it ends too early")
+	case errors.As(err, &syntax):
+		return badRequest("body is not valid JSON: %v (at byte %d)", syntax, syntax.Offset)
+	case errors.As(err, &wrongTyp):
+		if wrongTyp.Field == "" {
+			return badRequest("body must be a JSON object, not %s", wrongTyp.Value)
+		}
+		return badRequest("%s must be %s, not %s", wrongTyp.Field, jsonKind(wrongTyp.Type), wrongTyp.Value)
+	default:
+		return badRequest("body cannot be read: %v", err)
+	}
+}
+
+// jsonKind names the JSON kind a Go type is decoded from.
+func jsonKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64,
+		reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	default:
+		return "an object"
+	}
+}
+
+// jsonKindOf names the kind of a raw JSON value.
+func jsonKindOf(raw []byte) string {
+	switch raw[0] {
+	case '[':
+		return "an array"
+	case 't', 'f':
+		return "a boolean"
+	case '"':
+		return "a string"
+	default:
+		return "a number"
+	}
+}
+
+// approve handles POST /chat/approval.
+func (s *Server) approve(c *gin.Context) {
+	d, err := parseApproval(http.MaxBytesReader(c.Writer, c.Request.Body, maxBodyBytes))
+	if err != nil {
+		writeError(c, s.log, err)
+		return
+	}
+	accepted, err := s.decide(c.Request.Context(), d)
+	if err != nil {
+		writeError(c, s.log, err)
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"accepted": accepted})
+}
+
+// decide sends d to the turn that waits for it and reports whether the turn
+// took it. The request id names its workflow, so any API instance can
+// deliver any decision; only the workflow's validator can tell a genuine id.
+func (s *Server) decide(ctx context.Context, d workflows.ApprovalDecision) (bool, error) {
+	wid, ok := workflows.RequestWorkflowID(d.RequestID)
+	if !ok {
+		s.log.Info("approval not taken: not a tollgate request id", "requestId", d.RequestID)
+		return false, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, decisionTimeout)
+	defer cancel()
+	var res workflows.ApprovalResult
+	h, err := s.client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+		WorkflowID:   wid,
+		UpdateName:   workflows.ApprovalUpdate,
+		Args:         []any{d},
+		WaitForStage: client.WorkflowUpdateStageCompleted,
+	})
+	if err == nil {
+		err = h.Get(ctx, &res)
+	}
+	switch {
+	case err == nil:
+		s.log.Info("approval decided", "requestId", d.RequestID, "decision", d.Decision, "accepted", res.Accepted)
+		return res.Accepted, nil
+	case isUnavailable(err):
+		return false, fmt.Errorf("send %s of request %s to %s: %w", workflows.ApprovalUpdate, d.RequestID, wid, err)
+	case isRejectedDecision(err):
+		// Unknown, expired, already decided or forged; or the turn is gone.
+		s.log.Info("approval not taken", "requestId", d.RequestID, "workflowId", wid, "reason", err)
+		return false, nil
+	default:
+		return false, fmt.Errorf("send %s of request %s to %s: %w", workflows.ApprovalUpdate, d.RequestID, wid, err)
+	}
+}

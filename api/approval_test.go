@@ -1,0 +1,177 @@
+package main
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/mocks"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/tollgate/tollgate/workflows"
+)
+
+// testRequestID is an approval request id of tollgate's form.
+var testRequestID = workflows.NewRequestID(testTurn, "s3cret")
+
+func TestApprovalBodyThatIsNotValidIsRejectedWithWhatIsWrong(t *testing.T) {
+	for _, tc := range []struct {
+		name, body, want string
+	}{
+		{"empty body", ``, "body is empty"},
+		{"not JSON", `{"requestId": `, "not valid JSON"},
+		{"syntax error", `{"requestId" "x"}`, "not valid JSON"},
+		{"not an object", `"approve"`, "body must be a JSON object, not string"},
+		{"two values", `{"requestId":"r","decision":"approve"}{}`, "more than one JSON value"},
+		{"requestId missing", `{"decision":"approve"}`, "requestId is missing"},
+		{"requestId not a string", `{"requestId": 7, "decision":"approve"}`, "requestId must be a string, not number"},
+		{"decision missing", `{"requestId":"r"}`, `decision is missing: use "approve" or "decline"`},
+		{"decision unknown", `{"requestId":"r","decision":"maybe"}`, `decision "maybe" is neither "approve" nor "decline"`},
+		{"decision timeout is not a person's", `{"requestId":"r","decision":"timeout"}`, `decision "timeout" is neither`},
+		{"arguments an array", `{"requestId":"r","decision":"approve","arguments":[1]}`, "arguments must be a JSON object (or a string holding one), not an array"},
+		{"arguments a number", `{"requestId":"r","decision":"approve","arguments":3}`, "arguments must be a JSON object (or a string holding one), not a number"},
+		{"arguments a string without an object", `{"requestId":"r","decision":"approve","arguments":"rm -rf"}`, "arguments must be a JSON object"},
+		{"arguments a string with broken JSON", `{"requestId":"r","decision":"approve","arguments":"{\"a\":"}`, "arguments must be a JSON object"},
+		{"too large", `{"requestId":"r","decision":"approve","reason":"` + strings.Repeat("x", maxBodyBytes) + `"}`, "body larger than 64 KiB"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ts := newTestServer(t, newFakeSource(), time.Hour) // no client: it must not be reached
+			status, msg := postApproval(t, ts, tc.body)
+			require.Equal(t, http.StatusBadRequest, status)
+			require.Contains(t, msg, tc.want)
+		})
+	}
+}
+
+func TestApprovalArgumentsAreTakenAsObjectOrAsStringHoldingOne(t *testing.T) {
+	for _, tc := range []struct {
+		name, body, want string
+	}{
+		{"none", `{"requestId":"r","decision":"approve"}`, ""},
+		{"null", `{"requestId":"r","decision":"approve","arguments":null}`, ""},
+		{"empty string", `{"requestId":"r","decision":"approve","arguments":""}`, ""},
+		{"object", `{"requestId":"r","decision":"approve","arguments":{"file_path": "a.txt", "n": [1, 2]}}`, `{"file_path":"a.txt","n":[1,2]}`},
+		{"string holding an object", `{"requestId":"r","decision":"approve","arguments":" {\"command\": \"ls\"} "}`, `{"command":"ls"}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, err := parseApproval(strings.NewReader(tc.body))
+			require.NoError(t, err)
+			require.Equal(t, tc.want, d.Arguments)
+			require.Equal(t, "r", d.RequestID)
+			require.Equal(t, workflows.DecisionApprove, d.Decision)
+		})
+	}
+}
+
+func TestApprovalForARequestIDTollgateNeverMadeIsNotAccepted(t *testing.T) {
+	_, ts := newTestServer(t, newFakeSource(), time.Hour) // no client: it must not be reached
+	for _, id := range []string{"r", "other-wf/apr-x", testTurn + "/apr-"} {
+		resp := postApprovalResult(t, ts, `{"requestId":"`+id+`","decision":"approve"}`)
+		require.Equal(t, `{"accepted":false}`, resp, id)
+	}
+}
+
+func TestApprovalIsSentToTheWaitingTurnAsAnUpdate(t *testing.T) {
+	c := mocks.NewClient(t)
+	h := mocks.NewWorkflowUpdateHandle(t)
+	c.On("UpdateWorkflow", mock.Anything, client.UpdateWorkflowOptions{
+		WorkflowID:   testTurn,
+		UpdateName:   workflows.ApprovalUpdate,
+		Args:         []any{workflows.ApprovalDecision{RequestID: testRequestID, Decision: workflows.DecisionDecline, Reason: "no"}},
+		WaitForStage: client.WorkflowUpdateStageCompleted,
+	}).Return(h, nil)
+	h.On("Get", mock.Anything, mock.Anything).Run(func(args mock.Arguments) {
+		*args.Get(1).(*workflows.ApprovalResult) = workflows.ApprovalResult{Accepted: true}
+	}).Return(nil)
+	ts := newMockedServer(t, c)
+
+	resp := postApprovalResult(t, ts, `{"requestId":"`+testRequestID+`","decision":"decline","reason":"no"}`)
+	require.Equal(t, `{"accepted":true}`, resp)
+}
+
+func TestApprovalTheTurnDidNotTakeIsNotAccepted(t *testing.T) {
+	for name, tc := range map[string]struct {
+		updateErr, getErr error
+	}{
+		"validator rejects (unknown, decided or expired)": {getErr: temporal.NewApplicationError("approval request already decided", "")},
+		"turn does not exist":                             {updateErr: serviceerror.NewNotFound("workflow not found")},
+		"turn has ended":                                  {updateErr: serviceerror.NewNotFound("workflow execution already completed")},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := mocks.NewClient(t)
+			if tc.updateErr != nil {
+				c.On("UpdateWorkflow", mock.Anything, mock.Anything).Return(nil, tc.updateErr)
+			} else {
+				h := mocks.NewWorkflowUpdateHandle(t)
+				h.On("Get", mock.Anything, mock.Anything).Return(tc.getErr)
+				c.On("UpdateWorkflow", mock.Anything, mock.Anything).Return(h, nil)
+			}
+			ts := newMockedServer(t, c)
+			resp := postApprovalResult(t, ts, `{"requestId":"`+testRequestID+`","decision":"approve"}`)
+			require.Equal(t, `{"accepted":false}`, resp)
+		})
+	}
+}
+
+func TestApprovalWhenTemporalIsUnreachableIs503(t *testing.T) {
+	c := mocks.NewClient(t)
+	c.On("UpdateWorkflow", mock.Anything, mock.Anything).Return(nil, serviceerror.NewUnavailable("connection refused"))
+	ts := newMockedServer(t, c)
+	status, msg := postApproval(t, ts, `{"requestId":"`+testRequestID+`","decision":"approve"}`)
+	require.Equal(t, http.StatusServiceUnavailable, status)
+	require.Contains(t, msg, "Temporal is not reachable")
+}
+
+func TestHealthzFollowsTemporal(t *testing.T) {
+	up := mocks.NewClient(t)
+	up.On("CheckHealth", mock.Anything, mock.Anything).Return(&client.CheckHealthResponse{}, nil)
+	down := mocks.NewClient(t)
+	down.On("CheckHealth", mock.Anything, mock.Anything).Return(nil, errors.New("connection refused"))
+
+	for c, want := range map[*mocks.Client]int{up: http.StatusOK, down: http.StatusServiceUnavailable} {
+		resp, err := http.Get(newMockedServer(t, c).URL + "/healthz")
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, want, resp.StatusCode)
+	}
+}
+
+// newMockedServer serves the API over a mocked Temporal client.
+func newMockedServer(t *testing.T, c client.Client) *httptest.Server {
+	t.Helper()
+	s := newServer(Options{Client: c}, newFakeSource(), fastSettings)
+	ts := httptest.NewServer(s.Handler())
+	t.Cleanup(func() {
+		s.Close()
+		ts.Close()
+	})
+	return ts
+}
+
+func postApproval(t *testing.T, ts *httptest.Server, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, ts.URL+"/chat/approval", strings.NewReader(body))
+	require.NoError(t, err)
+	return doJSON(t, req)
+}
+
+// postApprovalResult posts a decision that must be answered 200 and returns
+// the body.
+func postApprovalResult(t *testing.T, ts *httptest.Server, body string) string {
+	t.Helper()
+	resp, err := http.Post(ts.URL+"/chat/approval", "application/json", strings.NewReader(body))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return string(b)
+}

@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+)
+
+// badRequestError is something wrong with what the client sent; its message
+// says what, and is shown to the client as it is.
+type badRequestError struct{ msg string }
+
+func (e *badRequestError) Error() string { return e.msg }
+
+// badRequest returns a badRequestError with a formatted message.
+func badRequest(format string, args ...any) error {
+	return &badRequestError{msg: fmt.Sprintf(format, args...)}
+}
+
+// errUnknownTurn answers a stream request for a turn id tollgate never makes.
+var errUnknownTurn = errors.New("unknown turn: not a tollgate turn id")
+
+// errTurnNotFound ends a stream whose turn never appeared in Temporal.
+var errTurnNotFound = errors.New("turn not found")
+
+// statusClientClosedRequest is nginx's status for a request its client
+// abandoned; it only ever shows in logs.
+const statusClientClosedRequest = 499
+
+// errorStatus maps an error to the HTTP status and the message a client sees.
+// It is the one place that decides how failures look over HTTP.
+func errorStatus(err error) (int, string) {
+	var bad *badRequestError
+	var rejected *temporal.ApplicationError
+	switch {
+	case errors.As(err, &bad):
+		return http.StatusBadRequest, bad.msg
+	case errors.Is(err, errUnknownTurn):
+		return http.StatusNotFound, err.Error()
+	case errors.Is(err, context.Canceled):
+		// The client left; nobody reads the answer.
+		return statusClientClosedRequest, "request cancelled"
+	case isUnavailable(err):
+		return http.StatusServiceUnavailable, "Temporal is not reachable or did not answer in time: " + err.Error()
+	case isNotFound(err):
+		return http.StatusNotFound, err.Error()
+	case errors.As(err, &rejected):
+		// A workflow's update validator or handler said no: the request was
+		// understood but cannot be taken in the workflow's current state.
+		return http.StatusConflict, rejected.Message()
+	default:
+		return http.StatusInternalServerError, "internal error"
+	}
+}
+
+// writeError answers the request with err as {"error": "..."} and logs it
+// at a level that matches who is at fault.
+func writeError(c *gin.Context, log *slog.Logger, err error) {
+	status, msg := errorStatus(err)
+	level := slog.LevelDebug
+	switch {
+	case status == http.StatusServiceUnavailable:
+		level = slog.LevelWarn
+	case status >= http.StatusInternalServerError:
+		level = slog.LevelError
+	case status == statusClientClosedRequest:
+		level = slog.LevelDebug
+	case status == http.StatusConflict:
+		level = slog.LevelInfo
+	}
+	log.Log(c.Request.Context(), level, "request failed",
+		"method", c.Request.Method, "path", c.Request.URL.Path, "status", status, "error", err)
+	c.AbortWithStatusJSON(status, gin.H{"error": msg})
+}
+
+// isNotFound reports whether err says the workflow does not exist (yet), or
+// has closed where a running one was needed.
+func isNotFound(err error) bool {
+	var nf *serviceerror.NotFound
+	return errors.As(err, &nf)
+}
+
+// isNotReady reports whether a query failed because the workflow has not
+// run its first workflow task yet, so it has no query handlers.
+func isNotReady(err error) bool {
+	var nr *serviceerror.WorkflowNotReady
+	return errors.As(err, &nr)
+}
+
+// isUnavailable reports whether err means Temporal could not be reached or
+// did not answer in time: the client may try again.
+func isUnavailable(err error) bool {
+	var (
+		unavailable *serviceerror.Unavailable
+		nsUnavail   *serviceerror.NamespaceUnavailable
+		deadline    *serviceerror.DeadlineExceeded
+		exhausted   *serviceerror.ResourceExhausted
+		updateWait  *client.WorkflowUpdateServiceTimeoutOrCanceledError
+	)
+	return errors.As(err, &unavailable) || errors.As(err, &nsUnavail) ||
+		errors.As(err, &deadline) || errors.As(err, &exhausted) ||
+		errors.As(err, &updateWait) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// isRejectedDecision reports whether an approval Update failed because the
+// workflow did not take it: the validator rejected it (unknown, decided or
+// expired request), the workflow is gone or closed, or the id was garbage
+// the server refused. All of these answer {"accepted": false}.
+func isRejectedDecision(err error) bool {
+	var (
+		app     *temporal.ApplicationError
+		invalid *serviceerror.InvalidArgument
+		precond *serviceerror.FailedPrecondition
+	)
+	return isNotFound(err) || errors.As(err, &app) || errors.As(err, &invalid) ||
+		errors.As(err, &precond)
+}

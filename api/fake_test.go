@@ -1,0 +1,229 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/serviceerror"
+
+	"github.com/tollgate/tollgate/workflows"
+)
+
+// fakeSource is an eventSource in memory: tests publish events to a turn
+// and close it, and it counts how it is used.
+type fakeSource struct {
+	mu    sync.Mutex
+	turns map[string]*fakeTurn
+
+	// watching is the number of Watch calls running now.
+	watching atomic.Int32
+	// reads counts Events calls; readGate, when set, holds every read until
+	// it is closed.
+	reads    atomic.Int32
+	readGate chan struct{}
+	// ignoreAfter makes Events answer the whole log whatever the cursor, as
+	// a sloppy source might: the hub must still send no duplicates.
+	ignoreAfter bool
+}
+
+type fakeTurn struct {
+	events  []workflows.Event
+	closed  bool
+	missing bool
+	// news is closed and replaced at every change.
+	news chan struct{}
+}
+
+func newFakeSource() *fakeSource {
+	return &fakeSource{turns: map[string]*fakeTurn{}}
+}
+
+// turn returns the turn, creating it (existing, empty) if needed. The
+// caller holds f.mu.
+func (f *fakeSource) turn(id string) *fakeTurn {
+	t := f.turns[id]
+	if t == nil {
+		t = &fakeTurn{news: make(chan struct{})}
+		f.turns[id] = t
+	}
+	return t
+}
+
+func (f *fakeSource) change(t *fakeTurn) {
+	close(t.news)
+	t.news = make(chan struct{})
+}
+
+// publish appends events of the given types to the turn, numbered on.
+func (f *fakeSource) publish(turnID string, types ...string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t := f.turn(turnID)
+	for _, typ := range types {
+		t.events = append(t.events, workflows.Event{Seq: len(t.events) + 1, Type: typ, Data: typ})
+	}
+	f.change(t)
+}
+
+// setMissing makes the turn not exist (yet), or exist.
+func (f *fakeSource) setMissing(turnID string, missing bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t := f.turn(turnID)
+	t.missing = missing
+	f.change(t)
+}
+
+// close closes the turn's workflow.
+func (f *fakeSource) close(turnID string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t := f.turn(turnID)
+	t.closed = true
+	f.change(t)
+}
+
+func (f *fakeSource) Events(ctx context.Context, turnID string, after int, _ bool) (workflows.EventsResponse, error) {
+	f.reads.Add(1)
+	f.mu.Lock()
+	gate := f.readGate
+	f.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return workflows.EventsResponse{}, ctx.Err()
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t := f.turn(turnID)
+	if t.missing {
+		return workflows.EventsResponse{}, serviceerror.NewNotFound("workflow not found for ID: " + turnID)
+	}
+	if f.ignoreAfter {
+		after = 0
+	}
+	return eventsAfter(t.events, after), nil
+}
+
+func (f *fakeSource) Watch(ctx context.Context, turnID string, changed func()) error {
+	f.watching.Add(1)
+	defer f.watching.Add(-1)
+	for {
+		f.mu.Lock()
+		t := f.turn(turnID)
+		missing, closed, news := t.missing, t.closed, t.news
+		f.mu.Unlock()
+		if missing {
+			return serviceerror.NewNotFound("workflow not found for ID: " + turnID)
+		}
+		changed()
+		if closed {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-news:
+		}
+	}
+}
+
+// fastSettings make the hub's waits short enough for tests.
+var fastSettings = hubSettings{
+	queryTimeout:    2 * time.Second,
+	minBackoff:      2 * time.Millisecond,
+	maxBackoff:      20 * time.Millisecond,
+	notFoundTimeout: 200 * time.Millisecond,
+	closedRetries:   2,
+}
+
+// waitFor is how long a test waits for something that should happen soon.
+const waitFor = 5 * time.Second
+
+// sseMessage is one parsed Server-Sent Events message.
+type sseMessage struct {
+	ID    string
+	HasID bool
+	Data  string
+}
+
+// readSSE parses messages from r into a channel, closed at the end of r.
+func readSSE(r io.Reader) <-chan sseMessage {
+	out := make(chan sseMessage, 1024)
+	go func() {
+		defer close(out)
+		br := bufio.NewReader(r)
+		var m sseMessage
+		for {
+			line, err := br.ReadString('\n')
+			if err != nil {
+				return
+			}
+			line = strings.TrimSuffix(line, "\n")
+			switch {
+			case line == "":
+				out <- m
+				m = sseMessage{}
+			case strings.HasPrefix(line, "id: "):
+				m.ID, m.HasID = strings.TrimPrefix(line, "id: "), true
+			case strings.HasPrefix(line, "data: "):
+				m.Data = strings.TrimPrefix(line, "data: ")
+			}
+		}
+	}()
+	return out
+}
+
+// openStream starts a GET of url and returns its response and messages;
+// cancel ends the request, as a client that leaves.
+func openStream(t *testing.T, url string, header http.Header) (*http.Response, <-chan sseMessage, context.CancelFunc) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	require.NoError(t, err)
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		cancel()
+		resp.Body.Close()
+	})
+	return resp, readSSE(resp.Body), cancel
+}
+
+// nextMessage waits for the next message; ok is false at the stream's end.
+func nextMessage(t *testing.T, msgs <-chan sseMessage) (sseMessage, bool) {
+	t.Helper()
+	select {
+	case m, ok := <-msgs:
+		return m, ok
+	case <-time.After(waitFor):
+		t.Fatalf("no SSE message within %s", waitFor)
+		return sseMessage{}, false
+	}
+}
+
+// drain collects messages until the stream ends.
+func drain(t *testing.T, msgs <-chan sseMessage) []sseMessage {
+	t.Helper()
+	var all []sseMessage
+	for {
+		m, ok := nextMessage(t, msgs)
+		if !ok {
+			return all
+		}
+		all = append(all, m)
+	}
+}

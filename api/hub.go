@@ -1,0 +1,446 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+
+	"github.com/tollgate/tollgate/workflows"
+)
+
+// eventSource is where a turn's events live: Temporal in production
+// (temporalSource), a fake in tests.
+type eventSource interface {
+	// Events returns the turn's events after sequence number after. closed
+	// says the turn's workflow has closed, so its log is final and may be
+	// read without a worker.
+	Events(ctx context.Context, turnID string, after int, closed bool) (workflows.EventsResponse, error)
+	// Watch blocks while the turn's workflow runs, calling changed (from any
+	// goroutine, never blocking) whenever the turn may have new events. It
+	// returns nil once the workflow has closed, a NotFound error while the
+	// workflow does not exist, or another error when watching failed.
+	Watch(ctx context.Context, turnID string, changed func()) error
+}
+
+// hubSettings tunes the pollers; tests shorten them.
+type hubSettings struct {
+	// queryTimeout bounds one read of a turn's events, so a query that no
+	// worker answers is retried rather than waited on forever.
+	queryTimeout time.Duration
+	// minBackoff and maxBackoff bound the wait before a failed read or watch
+	// is tried again.
+	minBackoff, maxBackoff time.Duration
+	// notFoundTimeout is how long a turn may not exist before its streams
+	// end with an error. A turn waits briefly behind the previous turn of
+	// its conversation before its workflow starts.
+	notFoundTimeout time.Duration
+	// closedRetries is how many failed reads of an ended turn end its
+	// streams with an error.
+	closedRetries int
+}
+
+// defaultHubSettings are the settings of a real server.
+var defaultHubSettings = hubSettings{
+	queryTimeout:    10 * time.Second,
+	minBackoff:      50 * time.Millisecond,
+	maxBackoff:      time.Second,
+	notFoundTimeout: 2 * time.Minute,
+	closedRetries:   3,
+}
+
+// hub runs at most one poller per turn in this API process, however many
+// clients stream that turn. A poller wakes when the turn's workflow history
+// moves, reads the new events once, keeps them in memory and tells every
+// subscriber. The poller stops when the last subscriber leaves, and its
+// events are forgotten then.
+type hub struct {
+	src      eventSource
+	log      *slog.Logger
+	metrics  *metrics
+	settings hubSettings
+	// ctx is the parent of every poller; it ends at shutdown.
+	ctx context.Context
+
+	mu    sync.Mutex
+	feeds map[string]*feed
+}
+
+func newHub(ctx context.Context, src eventSource, log *slog.Logger, m *metrics, settings hubSettings) *hub {
+	return &hub{src: src, log: log, metrics: m, settings: settings, ctx: ctx, feeds: map[string]*feed{}}
+}
+
+// feed is one turn's events as this API process knows them, and the
+// subscribers that stream them.
+type feed struct {
+	turnID string
+	// stop ends the feed's poller.
+	stop context.CancelFunc
+
+	mu sync.Mutex
+	// events[i].Seq == i+1: the turn's log from its start, without gaps.
+	events []workflows.Event
+	// err ends the feed: nothing more will come.
+	err  error
+	subs map[*subscription]struct{}
+}
+
+// subscription is one client's place in a feed.
+type subscription struct {
+	feed *feed
+	// cursor is the last sequence number this client has received.
+	cursor int
+	// notify gets a value (never blocking, coalesced) when the feed has
+	// news for this client.
+	notify chan struct{}
+}
+
+// subscribe adds a subscriber to turnID's feed, starting its poller when
+// nobody else watches the turn. The subscriber gets the events after after.
+func (h *hub) subscribe(turnID string, after int) *subscription {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	f := h.feeds[turnID]
+	if f != nil && f.failed() {
+		// A failed feed stays only for its subscribers to read the error; a
+		// newcomer gets a fresh try.
+		f = nil
+	}
+	if f == nil {
+		ctx, stop := context.WithCancel(h.ctx)
+		f = &feed{turnID: turnID, stop: stop, subs: map[*subscription]struct{}{}}
+		h.feeds[turnID] = f
+		h.metrics.pollersStarted.Add(1)
+		h.metrics.pollersRunning.Add(1)
+		go func() {
+			defer h.metrics.pollersRunning.Add(-1)
+			h.poll(ctx, f)
+		}()
+	}
+	s := &subscription{feed: f, cursor: max(after, 0), notify: make(chan struct{}, 1)}
+	f.mu.Lock()
+	f.subs[s] = struct{}{}
+	f.mu.Unlock()
+	return s
+}
+
+// unsubscribe removes s from its feed; the last one to leave stops the
+// poller and drops the feed's events.
+func (h *hub) unsubscribe(s *subscription) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	f := s.feed
+	f.mu.Lock()
+	delete(f.subs, s)
+	empty := len(f.subs) == 0
+	f.mu.Unlock()
+	if !empty {
+		return
+	}
+	f.stop()
+	if h.feeds[f.turnID] == f {
+		delete(h.feeds, f.turnID)
+	}
+}
+
+// next returns the events after the subscription's cursor and moves the
+// cursor past them. done is true when nothing more will come: the feed holds
+// the finish event, or it failed with err.
+func (s *subscription) next() (events []workflows.Event, done bool, err error) {
+	f := s.feed
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if s.cursor < len(f.events) {
+		events = slices.Clone(f.events[s.cursor:])
+		s.cursor = len(f.events)
+	}
+	if f.finishedLocked() {
+		return events, true, nil
+	}
+	return events, f.err != nil, f.err
+}
+
+// changed returns the channel that gets a value when the feed has news.
+func (s *subscription) changed() <-chan struct{} { return s.notify }
+
+// last returns the sequence number of the feed's newest event.
+func (f *feed) last() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.events)
+}
+
+func (f *feed) finishedLocked() bool {
+	n := len(f.events)
+	return n > 0 && f.events[n-1].Type == workflows.EventFinish
+}
+
+func (f *feed) finished() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.finishedLocked()
+}
+
+func (f *feed) failed() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.err != nil
+}
+
+// add appends the events that continue the log and tells the subscribers.
+// It reports false when evs skipped ahead of the log (a gap), so the caller
+// reads again from the log's end.
+func (f *feed) add(evs []workflows.Event) (contiguous bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := len(f.events)
+	contiguous = true
+	for _, e := range evs {
+		if e.Seq <= len(f.events) {
+			continue // already have it
+		}
+		if e.Seq != len(f.events)+1 {
+			contiguous = false
+			break
+		}
+		f.events = append(f.events, e)
+	}
+	if len(f.events) > n {
+		f.notifyLocked()
+	}
+	return contiguous
+}
+
+// fail ends the feed with err and tells the subscribers.
+func (f *feed) fail(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.err = err
+	f.notifyLocked()
+}
+
+func (f *feed) notifyLocked() {
+	for s := range f.subs {
+		select {
+		case s.notify <- struct{}{}:
+		default: // already has news pending
+		}
+	}
+}
+
+// poll keeps f current until the turn finishes, fails, or ctx ends.
+func (h *hub) poll(ctx context.Context, f *feed) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	log := h.log.With("turnId", f.turnID)
+
+	// wake coalesces the watcher's news: however many history events arrive
+	// during one read, they cause one more read.
+	wake := make(chan struct{}, 1)
+	changed := func() {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+	changed() // read once at start: the turn may have events already
+	// closedCtx ends when the watcher sees the workflow close: a query in
+	// flight then (which, without a worker, would only time out) gives way
+	// to a read of the final log.
+	closedCtx, markClosed := context.WithCancel(ctx)
+	defer markClosed()
+	var closed atomic.Bool
+	watchFailed := make(chan error, 1)
+	go func() {
+		err := h.watch(ctx, f.turnID, func() {
+			closed.Store(true)
+			markClosed()
+			changed()
+		}, changed, log)
+		if err != nil {
+			watchFailed <- err
+		}
+	}()
+
+	backoff := h.settings.minBackoff
+	var retry <-chan time.Time
+	closedFailures := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case err := <-watchFailed:
+			f.fail(err)
+			return
+		case <-wake:
+		case <-retry:
+		}
+		retry = nil
+		ended := closed.Load()
+		after := f.last()
+		readCtx := closedCtx
+		if ended {
+			readCtx = ctx
+		}
+		qctx, qcancel := context.WithTimeout(readCtx, h.settings.queryTimeout)
+		resp, err := h.src.Events(qctx, f.turnID, after, ended)
+		qcancel()
+		h.metrics.eventQueries.Add(1)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil && !ended && closed.Load() {
+			// The workflow closed during the read; the watcher has woken us
+			// to read the final log.
+			continue
+		}
+		if err != nil {
+			if !ended && (isNotFound(err) || isNotReady(err)) {
+				// The turn has not started (or not run its first task) yet;
+				// the watcher wakes us when it has.
+				log.Debug("turn not started yet", "error", err)
+				continue
+			}
+			if ended {
+				if closedFailures++; closedFailures >= h.settings.closedRetries {
+					f.fail(fmt.Errorf("read the events of ended turn %s: %w", f.turnID, err))
+					return
+				}
+			}
+			log.Warn("read turn events", "after", after, "error", err, "retryIn", backoff)
+			retry = time.After(backoff)
+			backoff = min(2*backoff, h.settings.maxBackoff)
+			continue
+		}
+		backoff = h.settings.minBackoff
+		contiguous := f.add(resp.Events)
+		switch {
+		case f.finished():
+			return
+		case !contiguous:
+			log.Warn("turn events skipped ahead; reading again", "after", after)
+			changed()
+		case ended:
+			f.fail(fmt.Errorf("turn %s ended without a finish event", f.turnID))
+			return
+		}
+	}
+}
+
+// watch runs the source's watcher until the turn's workflow closes, then
+// calls onClose. It tries again after failures, and gives up with
+// errTurnNotFound when the turn does not exist for notFoundTimeout.
+func (h *hub) watch(ctx context.Context, turnID string, onClose, changed func(), log *slog.Logger) error {
+	backoff := h.settings.minBackoff
+	var missingSince time.Time
+	for {
+		var seen atomic.Bool
+		err := h.src.Watch(ctx, turnID, func() {
+			seen.Store(true)
+			changed()
+		})
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err == nil {
+			onClose()
+			return nil
+		}
+		if seen.Load() {
+			backoff, missingSince = h.settings.minBackoff, time.Time{}
+		}
+		if isNotFound(err) {
+			if missingSince.IsZero() {
+				missingSince = time.Now()
+			}
+			if time.Since(missingSince) >= h.settings.notFoundTimeout {
+				return fmt.Errorf("turn %s did not start within %s: %w", turnID, h.settings.notFoundTimeout, errTurnNotFound)
+			}
+			log.Debug("turn does not exist yet", "retryIn", backoff)
+		} else {
+			missingSince = time.Time{}
+			log.Warn("watch turn history", "error", err, "retryIn", backoff)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, h.settings.maxBackoff)
+	}
+}
+
+// temporalSource reads turns from Temporal: the events query while a turn
+// runs, its result once it has closed, and its history's long poll to learn
+// when to read again.
+type temporalSource struct {
+	client client.Client
+	log    *slog.Logger
+}
+
+// Events reads a turn's events after after. An ended turn is read from its
+// result first: that needs no worker and no replay. Its query is the
+// fallback, for a turn that failed or was terminated and so has no result.
+func (s temporalSource) Events(ctx context.Context, turnID string, after int, closed bool) (workflows.EventsResponse, error) {
+	if closed {
+		var out workflows.TurnOutput
+		err := s.client.GetWorkflow(ctx, turnID, "").Get(ctx, &out)
+		if err == nil {
+			return eventsAfter(out.Events, after), nil
+		}
+		s.log.Debug("ended turn has no result; querying its events", "turnId", turnID, "error", err)
+	}
+	v, err := s.client.QueryWorkflow(ctx, turnID, "", workflows.EventsQuery, workflows.EventsRequest{After: after})
+	if err != nil {
+		return workflows.EventsResponse{}, fmt.Errorf("query %s of turn %s after %d: %w", workflows.EventsQuery, turnID, after, err)
+	}
+	var resp workflows.EventsResponse
+	if err := v.Get(&resp); err != nil {
+		return workflows.EventsResponse{}, fmt.Errorf("decode %s of turn %s: %w", workflows.EventsQuery, turnID, err)
+	}
+	return resp, nil
+}
+
+// Watch long-polls the turn's history and calls changed after each
+// completed workflow task (the only moment its state, and so its event log,
+// can change) and when the workflow closes. The history iterator ends when
+// the workflow has closed.
+func (s temporalSource) Watch(ctx context.Context, turnID string, changed func()) error {
+	it := s.client.GetWorkflowHistory(ctx, turnID, "", true, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		ev, err := it.Next()
+		if err != nil {
+			return fmt.Errorf("history of turn %s: %w", turnID, err)
+		}
+		switch ev.GetEventType() {
+		case enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED,
+			enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED,
+			enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED,
+			enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT,
+			enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED,
+			enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED,
+			enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
+			changed()
+		}
+	}
+	return nil
+}
+
+// eventsAfter answers an events read from a whole log.
+func eventsAfter(log []workflows.Event, after int) workflows.EventsResponse {
+	resp := workflows.EventsResponse{Events: []workflows.Event{}}
+	for _, e := range log {
+		if e.Seq > after {
+			resp.Events = append(resp.Events, e)
+		}
+	}
+	n := len(log)
+	resp.Finished = n > 0 && log[n-1].Type == workflows.EventFinish
+	return resp
+}

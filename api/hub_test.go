@@ -1,0 +1,256 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tollgate/tollgate/workflows"
+)
+
+func newTestHub(t *testing.T, src eventSource) (*hub, *metrics) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	m := &metrics{}
+	return newHub(ctx, src, slog.New(slog.DiscardHandler), m, fastSettings), m
+}
+
+// collect reads a subscription until it is done and returns the sequence
+// numbers it got and its final error.
+func collect(t *testing.T, s *subscription) ([]int, error) {
+	t.Helper()
+	var seqs []int
+	deadline := time.After(waitFor)
+	for {
+		events, done, err := s.next()
+		for _, e := range events {
+			seqs = append(seqs, e.Seq)
+		}
+		if done {
+			return seqs, err
+		}
+		select {
+		case <-s.changed():
+		case <-deadline:
+			t.Fatalf("subscription not done within %s; got %v", waitFor, seqs)
+		}
+	}
+}
+
+func seqRange(from, to int) []int {
+	var s []int
+	for i := from; i <= to; i++ {
+		s = append(s, i)
+	}
+	return s
+}
+
+func TestTwoSubscribersOfOneTurnShareOnePoller(t *testing.T) {
+	src := newFakeSource()
+	h, m := newTestHub(t, src)
+	src.publish("t1", workflows.EventTurnStart, workflows.EventToken)
+
+	a := h.subscribe("t1", 0)
+	b := h.subscribe("t1", 0)
+	other := h.subscribe("t2", 0)
+	defer h.unsubscribe(a)
+	defer h.unsubscribe(b)
+	defer h.unsubscribe(other)
+	src.publish("t1", workflows.EventToken, workflows.EventFinish)
+
+	for _, s := range []*subscription{a, b} {
+		seqs, err := collect(t, s)
+		require.NoError(t, err)
+		require.Equal(t, seqRange(1, 4), seqs)
+	}
+	require.EqualValues(t, 2, m.pollersStarted.Load(), "one poller for t1, one for t2")
+}
+
+func TestSubscriberResumesAfterItsCursorWithoutGapsOrDuplicates(t *testing.T) {
+	src := newFakeSource()
+	src.ignoreAfter = true // the source repeats old events; the hub must not
+	h, _ := newTestHub(t, src)
+	src.publish("t", workflows.EventTurnStart, workflows.EventToken, workflows.EventToken)
+
+	first := h.subscribe("t", 0)
+	defer h.unsubscribe(first)
+	require.Eventually(t, func() bool { return first.feed.last() == 3 }, waitFor, time.Millisecond)
+	resumed := h.subscribe("t", 2)
+	defer h.unsubscribe(resumed)
+	for range 5 {
+		src.publish("t", workflows.EventToken)
+	}
+	src.publish("t", workflows.EventFinish)
+
+	seqs, err := collect(t, resumed)
+	require.NoError(t, err)
+	require.Equal(t, seqRange(3, 9), seqs)
+	seqs, err = collect(t, first)
+	require.NoError(t, err)
+	require.Equal(t, seqRange(1, 9), seqs)
+}
+
+func TestSubscriberPastTheFinishGetsNothingAndEnds(t *testing.T) {
+	src := newFakeSource()
+	h, _ := newTestHub(t, src)
+	src.publish("t", workflows.EventTurnStart, workflows.EventFinish)
+
+	s := h.subscribe("t", 2)
+	defer h.unsubscribe(s)
+	seqs, err := collect(t, s)
+	require.NoError(t, err)
+	require.Empty(t, seqs)
+}
+
+func TestPollerStopsWhenLastSubscriberLeaves(t *testing.T) {
+	src := newFakeSource()
+	h, m := newTestHub(t, src)
+	src.publish("t", workflows.EventTurnStart)
+
+	a := h.subscribe("t", 0)
+	b := h.subscribe("t", 0)
+	require.Eventually(t, func() bool { return src.watching.Load() == 1 }, waitFor, time.Millisecond)
+
+	h.unsubscribe(a)
+	require.EqualValues(t, 1, m.pollersRunning.Load(), "b still watches")
+	h.unsubscribe(b)
+	require.Eventually(t, func() bool {
+		return src.watching.Load() == 0 && m.pollersRunning.Load() == 0
+	}, waitFor, time.Millisecond)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	require.Empty(t, h.feeds, "a turn nobody watches keeps no buffer")
+}
+
+func TestSlowSubscriberDoesNotHoldUpOthers(t *testing.T) {
+	src := newFakeSource()
+	h, _ := newTestHub(t, src)
+	slow := h.subscribe("t", 0) // never reads
+	defer h.unsubscribe(slow)
+	fast := h.subscribe("t", 0)
+	defer h.unsubscribe(fast)
+
+	for range 2000 {
+		src.publish("t", workflows.EventToken)
+	}
+	src.publish("t", workflows.EventFinish)
+
+	seqs, err := collect(t, fast)
+	require.NoError(t, err)
+	require.Equal(t, seqRange(1, 2001), seqs)
+	// The slow one can still catch up, from its own cursor.
+	seqs, err = collect(t, slow)
+	require.NoError(t, err)
+	require.Len(t, seqs, 2001)
+}
+
+func TestWakesDuringARunningReadCauseOneMoreRead(t *testing.T) {
+	src := newFakeSource()
+	gate := make(chan struct{})
+	src.readGate = gate
+	h, m := newTestHub(t, src)
+	s := h.subscribe("t", 0)
+	defer h.unsubscribe(s)
+	require.Eventually(t, func() bool { return src.reads.Load() == 1 }, waitFor, time.Millisecond)
+
+	for range 100 {
+		src.publish("t", workflows.EventToken) // each one wakes the poller
+	}
+	src.publish("t", workflows.EventFinish)
+	src.mu.Lock()
+	src.readGate = nil
+	src.mu.Unlock()
+	close(gate)
+
+	seqs, err := collect(t, s)
+	require.NoError(t, err)
+	require.Equal(t, seqRange(1, 101), seqs)
+	require.LessOrEqual(t, m.eventQueries.Load(), int64(3), "101 changes during one read coalesce")
+}
+
+func TestTurnThatStartsLateIsStreamed(t *testing.T) {
+	src := newFakeSource()
+	src.setMissing("t", true)
+	h, _ := newTestHub(t, src)
+	s := h.subscribe("t", 0)
+	defer h.unsubscribe(s)
+	require.Eventually(t, func() bool { return src.reads.Load() >= 1 }, waitFor, time.Millisecond)
+
+	src.publish("t", workflows.EventTurnStart, workflows.EventFinish)
+	src.setMissing("t", false)
+
+	seqs, err := collect(t, s)
+	require.NoError(t, err)
+	require.Equal(t, seqRange(1, 2), seqs)
+}
+
+func TestTurnThatNeverStartsEndsWithNotFound(t *testing.T) {
+	src := newFakeSource()
+	src.setMissing("t", true)
+	h, _ := newTestHub(t, src)
+	s := h.subscribe("t", 0)
+	defer h.unsubscribe(s)
+
+	seqs, err := collect(t, s)
+	require.Empty(t, seqs)
+	require.ErrorIs(t, err, errTurnNotFound)
+}
+
+func TestNewcomerAfterAFailureGetsAFreshPoller(t *testing.T) {
+	src := newFakeSource()
+	src.setMissing("t", true)
+	h, m := newTestHub(t, src)
+	failed := h.subscribe("t", 0)
+	defer h.unsubscribe(failed)
+	_, err := collect(t, failed)
+	require.ErrorIs(t, err, errTurnNotFound)
+
+	src.publish("t", workflows.EventTurnStart, workflows.EventFinish)
+	src.setMissing("t", false)
+	fresh := h.subscribe("t", 0)
+	defer h.unsubscribe(fresh)
+	seqs, err := collect(t, fresh)
+	require.NoError(t, err)
+	require.Equal(t, seqRange(1, 2), seqs)
+	require.EqualValues(t, 2, m.pollersStarted.Load())
+}
+
+func TestTurnThatEndsWithoutFinishEndsTheStreamWithAnError(t *testing.T) {
+	src := newFakeSource()
+	h, _ := newTestHub(t, src)
+	s := h.subscribe("t", 0)
+	defer h.unsubscribe(s)
+	src.publish("t", workflows.EventTurnStart, workflows.EventToken)
+	src.close("t")
+
+	seqs, err := collect(t, s)
+	require.Equal(t, seqRange(1, 2), seqs, "the events before the end still arrive")
+	require.ErrorContains(t, err, "without a finish event")
+}
+
+func TestManyTurnsEachGetTheirOwnEvents(t *testing.T) {
+	src := newFakeSource()
+	h, m := newTestHub(t, src)
+	var subs []*subscription
+	for i := range 10 {
+		id := fmt.Sprintf("turn-%d", i)
+		s := h.subscribe(id, 0)
+		defer h.unsubscribe(s)
+		subs = append(subs, s)
+		for range i {
+			src.publish(id, workflows.EventToken)
+		}
+		src.publish(id, workflows.EventFinish)
+	}
+	for i, s := range subs {
+		seqs, err := collect(t, s)
+		require.NoError(t, err)
+		require.Equal(t, seqRange(1, i+1), seqs)
+	}
+	require.EqualValues(t, 10, m.pollersStarted.Load())
+}

@@ -1,0 +1,259 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
+
+	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/internal/devserver"
+	"github.com/tollgate/tollgate/internal/scripted"
+	"github.com/tollgate/tollgate/workflows"
+)
+
+// stack is a real Temporal dev server, a worker in this process with the
+// scripted demo model, and the API over real HTTP.
+type stack struct {
+	temporal *devserver.Server
+	client   client.Client
+	worker   worker.Worker
+	api      *httptest.Server
+}
+
+func newStack(t *testing.T) *stack {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a Temporal dev server")
+	}
+	st := &stack{temporal: devserver.ForTest(t)}
+	c, err := st.temporal.Dial()
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	st.client = c
+	log := slog.New(slog.DiscardHandler)
+	if testing.Verbose() {
+		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	require.NoError(t, workflows.EnsureSearchAttributes(ctx, c, st.temporal.Namespace, log))
+
+	model := httptest.NewServer(scripted.New(scripted.Demo()))
+	t.Cleanup(model.Close)
+	workspace := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(workspace, "README.md"), []byte("# demo\n"), 0o644))
+	tools := &activities.Tools{Workspace: workspace, BashTimeout: 10 * time.Second}
+	wf := &workflows.Workflows{Settings: workflows.Settings{
+		RequiredTools:    []string{activities.ToolWrite, activities.ToolEdit, activities.ToolBash},
+		ApprovalTimeout:  time.Minute,
+		Tools:            tools.Specs(),
+		SearchAttributes: true,
+	}}
+	const queue = "tollgate-api-test"
+	st.worker = worker.New(c, queue, worker.Options{})
+	workflows.Register(st.worker, wf,
+		activities.NewModel(model.URL+"/v1", "test", scripted.ModelName, workflows.TokenSignaler{Client: c}), tools)
+	require.NoError(t, st.worker.Start())
+	t.Cleanup(st.worker.Stop)
+
+	srv := NewServer(Options{Client: c, TaskQueue: queue, HeartbeatInterval: 200 * time.Millisecond, Logger: log})
+	st.api = httptest.NewServer(srv.Handler())
+	t.Cleanup(func() {
+		srv.Close()
+		st.api.Close()
+	})
+	return st
+}
+
+// chat posts a message and returns the stream's response and messages.
+func (st *stack) chat(t *testing.T, body string) (*http.Response, <-chan sseMessage) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, st.api.URL+"/chat/stream", strings.NewReader(body))
+	require.NoError(t, err)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	t.Cleanup(func() { resp.Body.Close() })
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	return resp, readSSE(resp.Body)
+}
+
+// untilEvent reads numbered events until one of type typ (n of them when n
+// > 1), checking that ids go up by one from want, and returns them all.
+func untilEvent(t *testing.T, msgs <-chan sseMessage, want *int, typ string, n int) []workflows.Event {
+	t.Helper()
+	var got []workflows.Event
+	for n > 0 {
+		m, ok := nextMessage(t, msgs)
+		require.True(t, ok, "stream ended before %s", typ)
+		if !m.HasID {
+			require.JSONEq(t, `{"type":"heartbeat"}`, m.Data)
+			continue
+		}
+		e := decodeEvent(t, m)
+		*want++
+		require.Equal(t, strconv.Itoa(*want), m.ID)
+		require.Equal(t, *want, e.Seq)
+		got = append(got, e)
+		if e.Type == typ {
+			n--
+		}
+	}
+	return got
+}
+
+func (st *stack) postJSON(t *testing.T, path, body string) (int, map[string]any) {
+	t.Helper()
+	resp, err := http.Post(st.api.URL+path, "application/json", strings.NewReader(body))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var out map[string]any
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
+	return resp.StatusCode, out
+}
+
+func (st *stack) approvals(t *testing.T, query string) []workflows.PendingApproval {
+	t.Helper()
+	resp, err := http.Get(st.api.URL + "/approvals" + query)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	var out struct {
+		Approvals []workflows.PendingApproval `json:"approvals"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
+	return out.Approvals
+}
+
+func TestTurnStreamsThroughApprovalsToFinishOnRealTemporal(t *testing.T) {
+	st := newStack(t)
+	resp, msgs := st.chat(t, `{"query": "hello", "conversationId": "it-1"}`)
+	turnID := resp.Header.Get(headerTurnID)
+	require.Equal(t, workflows.TurnWorkflowID("it-1", 1), turnID)
+
+	seq := 0
+	events := untilEvent(t, msgs, &seq, workflows.EventApprovalRequest, 2)
+	require.Equal(t, workflows.EventTurnStart, events[0].Type)
+	require.Equal(t, turnID, events[0].TurnID)
+	requests := map[string]string{} // tool name → request id
+	for _, e := range events {
+		if e.Type == workflows.EventApprovalRequest {
+			requests[e.ToolName] = e.RequestID
+		}
+	}
+	require.Len(t, requests, 2)
+
+	// A second client on the same turn shares the poller.
+	_, second, _ := openStream(t, eventsURL(st.api, turnID), http.Header{"Last-Event-ID": {"1"}})
+	m, ok := nextMessage(t, second)
+	require.True(t, ok)
+	require.Equal(t, "2", m.ID)
+	require.EqualValues(t, 1, metric(t, st.api, "tollgate_api_pollers_started_total"))
+
+	require.Eventually(t, func() bool { return len(st.approvals(t, "")) == 2 }, waitFor, 20*time.Millisecond)
+	require.Len(t, st.approvals(t, "?tool="+activities.ToolBash), 1)
+	require.Len(t, st.approvals(t, "?conversationId=it-1"), 2)
+	require.Empty(t, st.approvals(t, "?conversationId=other"))
+
+	status, out := st.postJSON(t, "/chat/approval", `{"requestId":"`+requests[activities.ToolWrite]+`","decision":"approve"}`)
+	require.Equal(t, http.StatusOK, status)
+	require.Equal(t, true, out["accepted"])
+	status, out = st.postJSON(t, "/chat/approval", `{"requestId":"`+requests[activities.ToolWrite]+`","decision":"approve"}`)
+	require.Equal(t, http.StatusOK, status)
+	require.Equal(t, false, out["accepted"], "already decided")
+	status, out = st.postJSON(t, "/chat/approval", `{"requestId":"`+requests[activities.ToolWrite]+`x","decision":"approve"}`)
+	require.Equal(t, http.StatusOK, status)
+	require.Equal(t, false, out["accepted"], "forged")
+	forged := workflows.NewRequestID(workflows.ConversationWorkflowID("it-1"), "x")
+	status, out = st.postJSON(t, "/chat/approval", `{"requestId":"`+forged+`","decision":"approve"}`)
+	require.Equal(t, http.StatusOK, status)
+	require.Equal(t, false, out["accepted"], "a workflow with no approval update")
+	status, out = st.postJSON(t, "/chat/approval", `{"requestId":"`+requests[activities.ToolBash]+`","decision":"decline","reason":"not now"}`)
+	require.Equal(t, http.StatusOK, status)
+	require.Equal(t, true, out["accepted"])
+
+	rest := untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
+	finish := rest[len(rest)-1]
+	require.Equal(t, workflows.FinishStop, finish.Reason)
+	_, ok = <-msgs
+	require.False(t, ok, "the stream ends after finish")
+	require.Empty(t, st.approvals(t, ""))
+
+	// The turn has ended: a stream from its start comes from its result,
+	// even with no worker to answer a query.
+	st.worker.Stop()
+	_, replay, _ := openStream(t, eventsURL(st.api, turnID)+"?after=0", nil)
+	var ids []string
+	for _, m := range drain(t, replay) {
+		require.True(t, m.HasID, "an ended turn's log arrives at once, with no keep-alive: %s", m.Data)
+		ids = append(ids, m.ID)
+	}
+	require.Len(t, ids, seq)
+	require.Equal(t, strconv.Itoa(seq), ids[len(ids)-1])
+}
+
+func TestApprovalOfAnEndedTurnIsNotAccepted(t *testing.T) {
+	st := newStack(t)
+	_, msgs := st.chat(t, `{"query": "hi", "conversationId": "it-2"}`)
+	seq := 0
+	events := untilEvent(t, msgs, &seq, workflows.EventApprovalRequest, 2)
+	var ids []string
+	for _, e := range events {
+		if e.Type == workflows.EventApprovalRequest {
+			ids = append(ids, e.RequestID)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	require.NoError(t, st.client.TerminateWorkflow(ctx, workflows.TurnWorkflowID("it-2", 1), "", "test"))
+
+	status, out := st.postJSON(t, "/chat/approval", `{"requestId":"`+ids[0]+`","decision":"approve"}`)
+	require.Equal(t, http.StatusOK, status)
+	require.Equal(t, false, out["accepted"])
+}
+
+func TestHealthzAnswersOKWithTemporalUp(t *testing.T) {
+	st := newStack(t)
+	resp, err := http.Get(st.api.URL + "/healthz")
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.JSONEq(t, `{"ok":true}`, string(body))
+}
+
+func TestNewMessageInTheSameConversationStreamsTheNextTurn(t *testing.T) {
+	st := newStack(t)
+	_, first := st.chat(t, `{"query": "one", "conversationId": "it-3"}`)
+	seq1 := 0
+	untilEvent(t, first, &seq1, workflows.EventApprovalRequest, 2)
+
+	resp, second := st.chat(t, `{"query": "two", "conversationId": "it-3"}`)
+	require.Equal(t, workflows.TurnWorkflowID("it-3", 2), resp.Header.Get(headerTurnID))
+
+	// The new message declines what the first turn waits for, and it ends.
+	rest := untilEvent(t, first, &seq1, workflows.EventFinish, 1)
+	var decisions []string
+	for _, e := range rest {
+		if e.Type == workflows.EventApprovalDecision {
+			decisions = append(decisions, e.Decision)
+		}
+	}
+	require.Equal(t, []string{workflows.DecisionDecline, workflows.DecisionDecline}, decisions)
+
+	seq2 := 0
+	events := untilEvent(t, second, &seq2, workflows.EventApprovalRequest, 2)
+	require.Equal(t, workflows.TurnWorkflowID("it-3", 2), events[0].TurnID)
+}

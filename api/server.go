@@ -1,0 +1,448 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"regexp"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/google/uuid"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+
+	"github.com/tollgate/tollgate/workflows"
+)
+
+// Options are what the server needs from main.
+type Options struct {
+	// Client is the one Temporal client of the process.
+	Client client.Client
+	// TaskQueue is where conversations are started.
+	TaskQueue string
+	// HeartbeatInterval is how often an idle stream gets a keep-alive.
+	HeartbeatInterval time.Duration
+	// Logger receives the server's logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// Timeouts of the server's Temporal calls. Each is derived from the
+// request's context, so a client that leaves cancels its call at once.
+const (
+	// sendTimeout bounds starting a conversation and handing it a message;
+	// the message Update completes once a worker has taken it.
+	sendTimeout = 30 * time.Second
+	// healthTimeout bounds GET /healthz.
+	healthTimeout = 3 * time.Second
+	// pendingQueryTimeout bounds the pending query of one turn.
+	pendingQueryTimeout = 5 * time.Second
+)
+
+// pendingQueryConcurrency bounds the pending queries GET /approvals runs at
+// once; maxListedTurns bounds the turns it looks at.
+const (
+	pendingQueryConcurrency = 8
+	maxListedTurns          = 1000
+)
+
+// Response headers that name the turn a POST /chat/stream runs, so a client
+// can resume the stream before the turn_start event arrives.
+const (
+	headerConversationID = "X-Tollgate-Conversation-Id"
+	headerTurnID         = "X-Tollgate-Turn-Id"
+)
+
+// conversationIDPattern is what a client-chosen conversation id may look
+// like: it becomes part of workflow ids and visibility queries.
+var conversationIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
+
+// Server is tollgate's HTTP API. It holds no state of its own beyond the
+// in-memory buffers of the turns being streamed: any instance can serve any
+// request.
+type Server struct {
+	client    client.Client
+	taskQueue string
+	heartbeat time.Duration
+	log       *slog.Logger
+	metrics   *metrics
+	hub       *hub
+	engine    *gin.Engine
+	// ctx ends when the server closes; it ends open streams and pollers.
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// NewServer builds the API on Temporal.
+func NewServer(o Options) *Server {
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return newServer(o, temporalSource{client: o.Client, log: log}, defaultHubSettings)
+}
+
+// newServer builds the API on any event source; tests pass a fake.
+func newServer(o Options, src eventSource, settings hubSettings) *Server {
+	gin.SetMode(gin.ReleaseMode)
+	s := &Server{
+		client:    o.Client,
+		taskQueue: cmp.Or(o.TaskQueue, workflows.DefaultTaskQueue),
+		heartbeat: o.HeartbeatInterval,
+		log:       o.Logger,
+		metrics:   &metrics{},
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.heartbeat <= 0 {
+		s.heartbeat = 15 * time.Second
+	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.hub = newHub(s.ctx, src, s.log, s.metrics, settings)
+
+	r := gin.New()
+	_ = r.SetTrustedProxies(nil) // ClientIP is the peer; nil never fails
+	r.Use(s.recoverPanics, s.logRequests)
+	r.POST("/chat/stream", s.chatStream)
+	r.GET("/chat/turns/:turnId/events", s.turnEvents)
+	r.POST("/chat/approval", s.approve)
+	r.GET("/approvals", s.listApprovals)
+	r.GET("/healthz", s.healthz)
+	r.GET("/metrics", s.serveMetrics)
+	r.NoRoute(func(c *gin.Context) {
+		c.JSON(http.StatusNotFound, gin.H{"error": "no such endpoint: " + c.Request.Method + " " + c.Request.URL.Path})
+	})
+	s.engine = r
+	return s
+}
+
+// Handler returns the server's HTTP handler.
+func (s *Server) Handler() http.Handler { return s.engine }
+
+// Close ends every open stream and stops every poller. Clients resume
+// elsewhere with Last-Event-ID. Call it before http.Server.Shutdown, which
+// otherwise waits for streams that may last minutes.
+func (s *Server) Close() { s.cancel() }
+
+// chatRequest is the body of POST /chat/stream.
+type chatRequest struct {
+	Query          string `json:"query"`
+	ConversationID string `json:"conversationId"`
+	BypassApproval bool   `json:"bypassApproval"`
+}
+
+// chatStream handles POST /chat/stream: it hands the message to its
+// conversation (starting it if new) and streams the turn that runs it.
+func (s *Server) chatStream(c *gin.Context) {
+	var req chatRequest
+	if err := decodeJSON(http.MaxBytesReader(c.Writer, c.Request.Body, maxBodyBytes), &req); err != nil {
+		writeError(c, s.log, err)
+		return
+	}
+	if strings.TrimSpace(req.Query) == "" {
+		writeError(c, s.log, badRequest("query is empty"))
+		return
+	}
+	conv := req.ConversationID
+	if conv == "" {
+		conv = uuid.NewString()
+	} else if !conversationIDPattern.MatchString(conv) {
+		writeError(c, s.log, badRequest("conversationId %.80q is not valid: use up to 128 letters, digits, '.', '_', ':' or '-'", conv))
+		return
+	}
+	ref, err := s.send(c.Request.Context(), conv, workflows.UserMessage{Query: req.Query, BypassApproval: req.BypassApproval})
+	if err != nil {
+		writeError(c, s.log, err)
+		return
+	}
+	c.Header(headerConversationID, ref.ConversationID)
+	c.Header(headerTurnID, ref.TurnID)
+	s.stream(c, ref.TurnID, 0)
+}
+
+// send starts the conversation unless it runs already, and hands it msg.
+func (s *Server) send(ctx context.Context, conv string, msg workflows.UserMessage) (workflows.TurnRef, error) {
+	ctx, cancel := context.WithTimeout(ctx, sendTimeout)
+	defer cancel()
+	wid := workflows.ConversationWorkflowID(conv)
+	if _, err := s.client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID:                       wid,
+		TaskQueue:                s.taskQueue,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+	}, workflows.ConversationWorkflow, workflows.ConversationInput{ConversationID: conv}); err != nil {
+		return workflows.TurnRef{}, fmt.Errorf("start conversation %s: %w", conv, err)
+	}
+	h, err := s.client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+		WorkflowID:   wid,
+		UpdateName:   workflows.SendMessageUpdate,
+		Args:         []any{msg},
+		WaitForStage: client.WorkflowUpdateStageCompleted,
+	})
+	var ref workflows.TurnRef
+	if err == nil {
+		err = h.Get(ctx, &ref)
+	}
+	if err != nil {
+		return workflows.TurnRef{}, fmt.Errorf("send message to conversation %s: %w", conv, err)
+	}
+	s.log.Debug("message sent", "conversationId", conv, "turnId", ref.TurnID)
+	return ref, nil
+}
+
+// turnEvents handles GET /chat/turns/:turnId/events: the turn's stream,
+// resumed after the client's cursor.
+func (s *Server) turnEvents(c *gin.Context) {
+	turnID := c.Param("turnId")
+	if !workflows.IsTollgateWorkflowID(turnID) {
+		writeError(c, s.log, errUnknownTurn)
+		return
+	}
+	after, err := resumeCursor(c.Request)
+	if err != nil {
+		writeError(c, s.log, err)
+		return
+	}
+	s.stream(c, turnID, after)
+}
+
+// resumeCursor reads the last event a client has: the Last-Event-ID header
+// (which a browser's EventSource sends when it reconnects) wins over
+// ?after=N. Neither means from the start.
+func resumeCursor(r *http.Request) (int, error) {
+	name, v := "Last-Event-ID header", r.Header.Get("Last-Event-ID")
+	if v == "" {
+		name, v = "after", r.URL.Query().Get("after")
+	}
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || n < 0 {
+		return 0, badRequest("%s must be a whole number of 0 or more, not %.40q", name, v)
+	}
+	return n, nil
+}
+
+// stream sends the turn's events after after as Server-Sent Events, with a
+// keep-alive whenever the stream has been idle for the heartbeat interval,
+// until the finish event, a failure, the client leaving, or server close.
+func (s *Server) stream(c *gin.Context, turnID string, after int) {
+	out, err := startSSE(c.Writer)
+	if err != nil {
+		writeError(c, s.log, err)
+		return
+	}
+	s.metrics.openStreams.Add(1)
+	defer s.metrics.openStreams.Add(-1)
+	sub := s.hub.subscribe(turnID, after)
+	defer s.hub.unsubscribe(sub)
+
+	ctx := c.Request.Context()
+	idle := time.NewTimer(s.heartbeat)
+	defer idle.Stop()
+	for {
+		events, done, err := sub.next()
+		if len(events) > 0 {
+			if werr := out.events(events); werr != nil {
+				s.log.Debug("stream write failed", "turnId", turnID, "error", werr)
+				return
+			}
+			idle.Reset(s.heartbeat)
+		}
+		if done {
+			if err != nil {
+				s.log.Warn("stream ended with an error", "turnId", turnID, "error", err)
+				_ = out.unnumbered(workflows.Event{Type: workflows.EventError, Message: err.Error()})
+			}
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.ctx.Done():
+			return
+		case <-sub.changed():
+		case <-idle.C:
+			if werr := out.keepAlive(); werr != nil {
+				return
+			}
+			idle.Reset(s.heartbeat)
+		}
+	}
+}
+
+// listApprovals handles GET /approvals: the approvals every running turn
+// waits for, soonest to expire first, optionally only those of one
+// conversation (?conversationId=) or one tool (?tool=).
+func (s *Server) listApprovals(c *gin.Context) {
+	ctx := c.Request.Context()
+	conv, tool := c.Query("conversationId"), c.Query("tool")
+	if conv != "" && !conversationIDPattern.MatchString(conv) {
+		writeError(c, s.log, badRequest("conversationId %.80q is not valid: use up to 128 letters, digits, '.', '_', ':' or '-'", conv))
+		return
+	}
+	turns, err := s.waitingTurns(ctx, conv)
+	if err != nil {
+		writeError(c, s.log, err)
+		return
+	}
+	all := s.pendingOf(ctx, turns)
+	approvals := make([]workflows.PendingApproval, 0, len(all))
+	seen := map[string]bool{}
+	for _, a := range all {
+		if seen[a.RequestID] || (conv != "" && a.ConversationID != conv) || (tool != "" && a.ToolName != tool) {
+			continue
+		}
+		seen[a.RequestID] = true
+		approvals = append(approvals, a)
+	}
+	slices.SortFunc(approvals, func(a, b workflows.PendingApproval) int {
+		return cmp.Or(a.ExpiresAt.Compare(b.ExpiresAt), cmp.Compare(a.RequestID, b.RequestID))
+	})
+	c.JSON(http.StatusOK, gin.H{"approvals": approvals})
+}
+
+// waitingTurns lists the running turns that may wait for an approval. It
+// asks visibility for those whose pending-approvals attribute is set, and
+// falls back to every running turn where visibility does not know the
+// attribute (a worker registers it at start).
+func (s *Server) waitingTurns(ctx context.Context, conv string) ([]string, error) {
+	running := fmt.Sprintf("WorkflowType = '%s' AND ExecutionStatus = 'Running'", workflows.ChatTurnWorkflow)
+	narrow := fmt.Sprintf("%s AND %s IS NOT NULL", running, workflows.PendingApprovalsAttribute)
+	if conv != "" {
+		// conv matched conversationIDPattern, so it cannot break the quotes.
+		narrow += fmt.Sprintf(" AND %s = '%s'", workflows.ConversationIDAttribute, conv)
+	}
+	ids, err := s.listTurns(ctx, narrow)
+	var invalid *serviceerror.InvalidArgument
+	if err == nil || !errors.As(err, &invalid) {
+		return ids, err
+	}
+	s.log.Debug("visibility cannot filter on tollgate's search attributes; listing every running turn", "error", err)
+	return s.listTurns(ctx, running)
+}
+
+// listTurns returns the workflow ids that a visibility query finds.
+func (s *Server) listTurns(ctx context.Context, query string) ([]string, error) {
+	var ids []string
+	var token []byte
+	for {
+		resp, err := s.client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
+			Query: query, PageSize: 200, NextPageToken: token,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("list turns where %s: %w", query, err)
+		}
+		for _, e := range resp.GetExecutions() {
+			ids = append(ids, e.GetExecution().GetWorkflowId())
+		}
+		token = resp.GetNextPageToken()
+		if len(token) == 0 || len(ids) >= maxListedTurns {
+			return ids, nil
+		}
+	}
+}
+
+// pendingOf asks each turn which approvals it waits for. A turn that does
+// not answer (it just ended, or no worker runs) is left out and logged.
+func (s *Server) pendingOf(ctx context.Context, turnIDs []string) []workflows.PendingApproval {
+	var (
+		mu  sync.Mutex
+		all []workflows.PendingApproval
+		wg  sync.WaitGroup
+	)
+	slots := make(chan struct{}, pendingQueryConcurrency)
+	for _, id := range turnIDs {
+		wg.Go(func() {
+			select {
+			case slots <- struct{}{}:
+				defer func() { <-slots }()
+			case <-ctx.Done():
+				return
+			}
+			qctx, cancel := context.WithTimeout(ctx, pendingQueryTimeout)
+			defer cancel()
+			var pending []workflows.PendingApproval
+			v, err := s.client.QueryWorkflow(qctx, id, "", workflows.PendingQuery)
+			if err == nil {
+				err = v.Get(&pending)
+			}
+			if err != nil {
+				level := slog.LevelWarn
+				if isNotFound(err) {
+					level = slog.LevelDebug
+				}
+				s.log.Log(ctx, level, "query pending approvals", "turnId", id, "error", err)
+				return
+			}
+			mu.Lock()
+			all = append(all, pending...)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return all
+}
+
+// healthz handles GET /healthz: 200 when Temporal answers its health check.
+func (s *Server) healthz(c *gin.Context) {
+	ctx, cancel := context.WithTimeout(c.Request.Context(), healthTimeout)
+	defer cancel()
+	if _, err := s.client.CheckHealth(ctx, &client.CheckHealthRequest{}); err != nil {
+		s.log.Warn("health check failed", "error", err)
+		c.JSON(http.StatusServiceUnavailable, gin.H{"ok": false, "error": "Temporal is not reachable: " + err.Error()})
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"ok": true})
+}
+
+// serveMetrics handles GET /metrics in the Prometheus text format.
+func (s *Server) serveMetrics(c *gin.Context) {
+	c.Header("Content-Type", metricsContentType)
+	c.Status(http.StatusOK)
+	if err := s.metrics.writeTo(c.Writer); err != nil {
+		s.log.Debug("write metrics", "error", err)
+	}
+}
+
+// logRequests logs one line per request, at debug level.
+func (s *Server) logRequests(c *gin.Context) {
+	start := time.Now()
+	c.Next()
+	s.log.Debug("request",
+		"method", c.Request.Method, "path", c.Request.URL.Path, "status", c.Writer.Status(),
+		"duration", time.Since(start), "remote", c.ClientIP())
+}
+
+// recoverPanics turns a handler's panic into a logged 500 instead of a
+// dropped connection.
+func (s *Server) recoverPanics(c *gin.Context) {
+	defer func() {
+		r := recover()
+		if r == nil {
+			return
+		}
+		if r == http.ErrAbortHandler { //nolint:errorlint // the sentinel is compared by identity
+			panic(r)
+		}
+		s.log.Error("handler panicked", "method", c.Request.Method, "path", c.Request.URL.Path,
+			"panic", r, "stack", string(debug.Stack()))
+		if c.Writer.Written() {
+			c.Abort()
+			return
+		}
+		c.AbortWithStatusJSON(http.StatusInternalServerError, gin.H{"error": "internal error"})
+	}()
+	c.Next()
+}
