@@ -69,19 +69,21 @@ func newGate(ctx workflow.Context, log *eventLog, conversationID string, upserts
 // random, made once and recorded in history, and names the workflow so the
 // API can find it from the id alone.
 func (g *gate) request(ctx workflow.Context, call activities.ToolCall, timeout time.Duration) *approval {
-	var secret string
+	// The whole id is recorded, not only its random part, so a replay under
+	// another workflow ID (the replayer's) still matches recorded decisions.
+	var id string
 	err := workflow.SideEffect(ctx, func(workflow.Context) any {
 		b := make([]byte, 16)
 		_, _ = rand.Read(b) // crypto/rand.Read never fails on supported platforms
-		return hex.EncodeToString(b)
-	}).Get(&secret)
+		return NewRequestID(g.workflowID, hex.EncodeToString(b))
+	}).Get(&id)
 	if err != nil {
 		// A SideEffect result only fails to decode on a corrupt history.
 		panic(fmt.Errorf("approval request id for call %s: %w", call.ID, err))
 	}
 	now := workflow.Now(ctx)
 	a := &approval{
-		RequestID:   NewRequestID(g.workflowID, secret),
+		RequestID:   id,
 		Call:        call,
 		RequestedAt: now,
 		ExpiresAt:   now.Add(timeout),

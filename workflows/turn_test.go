@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
@@ -48,6 +51,7 @@ type harness struct {
 
 func newHarness(t *testing.T, settings Settings, replies ...activities.ModelOutput) *harness {
 	var suite testsuite.WorkflowTestSuite
+	suite.SetLogger(log.NewStructuredLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))))
 	h := &harness{t: t, env: suite.NewTestWorkflowEnvironment(), replies: replies}
 	w := &Workflows{Settings: settings}
 	h.env.RegisterWorkflowWithOptions(w.ChatTurn, workflow.RegisterOptions{Name: ChatTurnWorkflow})
