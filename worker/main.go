@@ -15,6 +15,7 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/internal/agents"
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/workflows"
 )
@@ -57,6 +58,16 @@ func run(ctx context.Context, cfg config.Config) error {
 		return fmt.Errorf("create workspace %s: %w", cfg.Workspace, err)
 	}
 
+	agentDefs, err := agents.Load(cfg.AgentsDir)
+	if err != nil {
+		return fmt.Errorf("%s: %w", config.EnvAgentsDir, err)
+	}
+	for _, d := range agentDefs {
+		if d.Error != "" {
+			log.Warn("subagent definition is invalid; the model will read why if it asks for it", "name", d.Name, "error", d.Error)
+		}
+	}
+
 	tools := &activities.Tools{Workspace: cfg.Workspace, BashTimeout: cfg.BashTimeout}
 	model := activities.NewModel(cfg.OpenAIBaseURL, cfg.OpenAIAPIKey, cfg.OpenAIModel, workflows.TokenSignaler{Client: c})
 	wf := &workflows.Workflows{Settings: workflows.Settings{
@@ -66,6 +77,7 @@ func run(ctx context.Context, cfg config.Config) error {
 		Tools:            tools.Specs(),
 		ToolTimeout:      cfg.BashTimeout + 30*time.Second,
 		SearchAttributes: searchAttributes,
+		Agents:           agentDefs,
 	}}
 
 	w := worker.New(c, cfg.TaskQueue, worker.Options{})
@@ -74,7 +86,7 @@ func run(ctx context.Context, cfg config.Config) error {
 		return fmt.Errorf("start worker on task queue %s: %w", cfg.TaskQueue, err)
 	}
 	log.Info("worker started", "taskQueue", cfg.TaskQueue, "temporal", cfg.TemporalAddress,
-		"workspace", cfg.Workspace, "requiredTools", cfg.RequiredTools, "model", cfg.OpenAIModel)
+		"workspace", cfg.Workspace, "requiredTools", cfg.RequiredTools, "model", cfg.OpenAIModel, "subagents", len(agentDefs))
 	<-ctx.Done()
 	log.Info("worker stopping")
 	w.Stop()

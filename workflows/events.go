@@ -17,6 +17,11 @@ const (
 	EventHeartbeat        = "heartbeat"
 	EventFinish           = "finish"
 	EventError            = "error"
+
+	// Events of a subagent as its parent's stream shows them, with Name.
+	EventSubagentStart  = "subagent_start"
+	EventSubagentFinish = "subagent_finish"
+	EventSubagentPrefix = "subagent_"
 )
 
 // Finish reasons.
@@ -95,12 +100,18 @@ type EventsResponse struct {
 // eventLog is a turn's append-only list of events.
 type eventLog struct {
 	events []Event
+	// onAppend, when set, sees every event as it is added: a subagent
+	// forwards its events to its parent through it.
+	onAppend func(Event)
 }
 
 // append numbers e and adds it to the log.
 func (l *eventLog) append(e Event) Event {
 	e.Seq = len(l.events) + 1
 	l.events = append(l.events, e)
+	if l.onAppend != nil {
+		l.onAppend(e)
+	}
 	return e
 }
 

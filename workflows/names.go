@@ -20,7 +20,13 @@ const (
 	// ConversationWorkflow owns a conversation's message log and runs each user
 	// message as a child ChatTurn, one at a time.
 	ConversationWorkflow = "Conversation"
+	// SubagentWorkflow runs a subagent, started by the Task tool, as a child
+	// of the turn (or subagent) whose model called Task.
+	SubagentWorkflow = "Subagent"
 )
+
+// TaskTool is the tool that starts a subagent.
+const TaskTool = "Task"
 
 // Message names of the turn workflow.
 const (
@@ -41,6 +47,9 @@ const (
 	// finish at the next step (Interrupt in). The conversation sends it when a
 	// new user message arrives.
 	InterruptSignal = "interrupt"
+	// SubagentEventsSignal carries a subagent's events to its parent
+	// (SubagentEvents in), which adds them to its own stream.
+	SubagentEventsSignal = "subagentEvents"
 	// PendingQuery returns the approvals the turn waits for
 	// ([]PendingApproval out).
 	PendingQuery = "pending"

@@ -20,6 +20,7 @@ import (
 func Register(r worker.Registry, w *Workflows, model *activities.Model, tools *activities.Tools) {
 	r.RegisterWorkflowWithOptions(w.ChatTurn, workflow.RegisterOptions{Name: ChatTurnWorkflow})
 	r.RegisterWorkflowWithOptions(w.Conversation, workflow.RegisterOptions{Name: ConversationWorkflow})
+	r.RegisterWorkflowWithOptions(w.Subagent, workflow.RegisterOptions{Name: SubagentWorkflow})
 	r.RegisterActivityWithOptions(model.Chat, activity.RegisterOptions{Name: activities.ModelActivity})
 	for name, fn := range tools.Activities() {
 		r.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name})

@@ -38,6 +38,12 @@ type Settings struct {
 	// TurnsPerRun bounds the turns one run of a conversation starts before it
 	// continues as new, whatever the server suggests.
 	TurnsPerRun int `json:"turnsPerRun"`
+	// Agents are the subagents the Task tool can start, in the order their
+	// definitions were read.
+	Agents []AgentDef `json:"agents,omitempty"`
+	// MaxSubagentDepth bounds how deep subagents may nest: 1 lets a turn
+	// start subagents that cannot start their own.
+	MaxSubagentDepth int `json:"maxSubagentDepth"`
 }
 
 // withDefaults fills the zero fields of s.
@@ -50,6 +56,9 @@ func (s Settings) withDefaults() Settings {
 	}
 	if s.SystemPrompt == "" {
 		s.SystemPrompt = DefaultSystemPrompt
+	}
+	if s.MaxSubagentDepth <= 0 {
+		s.MaxSubagentDepth = 2
 	}
 	if s.TurnsPerRun <= 0 {
 		s.TurnsPerRun = 100
@@ -70,10 +79,10 @@ func (s Settings) requires(tool string) bool {
 	return false
 }
 
-// offers reports whether the named tool is one the model was given.
-func (s Settings) offers(tool string) bool {
-	for _, t := range s.Tools {
-		if t.Name == tool {
+// offers reports whether the named tool is among tools.
+func offers(tools []activities.ToolSpec, name string) bool {
+	for _, t := range tools {
+		if t.Name == name {
 			return true
 		}
 	}

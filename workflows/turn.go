@@ -11,13 +11,24 @@ import (
 	"github.com/tollgate/tollgate/activities"
 )
 
-// turn is the state of one running ChatTurn.
+// turn is the state of one running model/tool loop: a ChatTurn, or a
+// Subagent, which runs the same loop with its own prompt and tools.
 type turn struct {
-	in       TurnInput
 	settings Settings
-	log      eventLog
-	gate     *gate
-	// messages are those this turn added to the conversation.
+	// conversationID, input (the messages the loop starts from), system,
+	// tools, model and bypass are what this loop runs with.
+	conversationID string
+	input          []activities.Message
+	system         string
+	tools          []activities.ToolSpec
+	model          string
+	bypass         bool
+	// depth is 0 for a turn and n for a subagent nested n deep.
+	depth int
+
+	log  eventLog
+	gate *gate
+	// messages are those this loop added to the conversation.
 	messages []activities.Message
 
 	// step numbers the model calls; modelRunning is true while the model
@@ -29,6 +40,8 @@ type turn struct {
 
 	interrupted     bool
 	interruptReason string
+
+	subagents subagentState
 }
 
 // ChatTurn runs one chat turn: it calls the model, passes the tool calls it
@@ -36,28 +49,59 @@ type turn struct {
 // model, until the model answers without tool calls or MaxSteps is reached.
 // Its events are served by the events query.
 func (w *Workflows) ChatTurn(ctx workflow.Context, in TurnInput) (TurnOutput, error) {
-	t := &turn{in: in}
+	var settings Settings
 	if err := workflow.SideEffect(ctx, func(workflow.Context) any {
 		return w.Settings.withDefaults()
-	}).Get(&t.settings); err != nil {
+	}).Get(&settings); err != nil {
 		return TurnOutput{}, fmt.Errorf("turn %d of conversation %s: settings: %w", in.Turn, in.ConversationID, err)
 	}
-	t.gate = newGate(ctx, &t.log, in.ConversationID, t.settings.SearchAttributes)
-	if err := t.setHandlers(ctx); err != nil {
+	t := &turn{
+		settings:       settings,
+		conversationID: in.ConversationID,
+		input:          in.Messages,
+		system:         settings.SystemPrompt,
+		tools:          settings.toolsFor(nil, 0),
+		model:          settings.Model,
+		bypass:         in.BypassApproval,
+	}
+	if err := t.start(ctx); err != nil {
 		return TurnOutput{}, err
 	}
+	reason, text := t.run(ctx)
+	t.finish(reason, text)
+	return TurnOutput{FinishReason: reason, Text: text, Messages: t.messages, Events: t.log.events}, nil
+}
 
+// start sets the loop's handlers and publishes turn_start.
+func (t *turn) start(ctx workflow.Context) error {
+	t.gate = newGate(ctx, &t.log, t.conversationID, t.settings.SearchAttributes)
+	if err := t.setHandlers(ctx); err != nil {
+		return err
+	}
 	info := workflow.GetInfo(ctx)
 	t.log.append(Event{
 		Type:           EventTurnStart,
-		ConversationID: in.ConversationID,
+		ConversationID: t.conversationID,
 		TurnID:         info.WorkflowExecution.ID,
 		WorkflowID:     info.WorkflowExecution.ID,
 		RunID:          info.WorkflowExecution.RunID,
 	})
-	reason, text := t.run(ctx)
-	t.log.append(Event{Type: EventFinish, Reason: reason, Text: text})
-	return TurnOutput{FinishReason: reason, Text: text, Messages: t.messages, Events: t.log.events}, nil
+	return nil
+}
+
+// finish publishes the finish event; a loop that ended in an error repeats
+// the error's message there.
+func (t *turn) finish(reason, text string) {
+	e := Event{Type: EventFinish, Reason: reason, Text: text}
+	if reason == FinishError {
+		for i := len(t.log.events) - 1; i >= 0; i-- {
+			if t.log.events[i].Type == EventError {
+				e.Message = t.log.events[i].Message
+				break
+			}
+		}
+	}
+	t.log.append(e)
 }
 
 // setHandlers registers the turn's query, update and signal handlers.
@@ -87,6 +131,7 @@ func (t *turn) setHandlers(ctx workflow.Context) error {
 	approvals := workflow.GetSignalChannel(ctx, ApprovalSignal)
 	tokens := workflow.GetSignalChannel(ctx, TokensSignal)
 	interrupts := workflow.GetSignalChannel(ctx, InterruptSignal)
+	subagentEvents := workflow.GetSignalChannel(ctx, SubagentEventsSignal)
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		sel := workflow.NewSelector(ctx)
 		sel.AddReceive(approvals, func(c workflow.ReceiveChannel, _ bool) {
@@ -107,6 +152,11 @@ func (t *turn) setHandlers(ctx workflow.Context) error {
 			var i Interrupt
 			c.Receive(ctx, &i)
 			t.interrupt(ctx, i.Reason)
+		})
+		sel.AddReceive(subagentEvents, func(c workflow.ReceiveChannel, _ bool) {
+			var in SubagentEvents
+			c.Receive(ctx, &in)
+			t.onSubagentEvents(in)
 		})
 		for {
 			sel.Select(ctx)
@@ -138,16 +188,19 @@ func (t *turn) interrupt(ctx workflow.Context, reason string) {
 	}
 	t.interrupted, t.interruptReason = true, reason
 	t.gate.declinePending(ctx, reason)
+	t.subagents.interrupt(ctx, reason)
 }
 
 // run is the model/tool loop. It returns the finish reason and final text.
 func (t *turn) run(ctx workflow.Context) (string, string) {
-	history := append([]activities.Message{{Role: activities.RoleSystem, Content: t.settings.SystemPrompt}}, t.in.Messages...)
 	for t.step < t.settings.MaxSteps {
 		if t.interrupted {
 			return FinishCancelled, ""
 		}
-		out, err := t.callModel(ctx, append(history, t.messages...))
+		history := make([]activities.Message, 0, 1+len(t.input)+len(t.messages))
+		history = append(history, activities.Message{Role: activities.RoleSystem, Content: t.system})
+		history = append(append(history, t.input...), t.messages...)
+		out, err := t.callModel(ctx, history)
 		if err != nil {
 			if isCancelled(ctx, err) {
 				return FinishCancelled, ""
@@ -182,8 +235,8 @@ func (t *turn) callModel(ctx workflow.Context, messages []activities.Message) (a
 	info := workflow.GetInfo(ctx)
 	in := activities.ModelInput{
 		Messages: messages,
-		Tools:    t.settings.Tools,
-		Model:    t.settings.Model,
+		Tools:    t.tools,
+		Model:    t.model,
 		Tokens: &activities.TokenTarget{
 			WorkflowID: info.WorkflowExecution.ID,
 			RunID:      info.WorkflowExecution.RunID,
@@ -228,11 +281,11 @@ func (t *turn) runBatch(ctx workflow.Context, calls []activities.ToolCall) []Too
 		switch {
 		case t.interrupted:
 			results[i].Result, results[i].Status = declined(t.interruptReason), activities.StatusDeclined
-		case !t.settings.offers(call.Name):
+		case !offers(t.tools, call.Name):
 			results[i].Result, results[i].Status = fmt.Sprintf("Error: there is no tool named %q.", call.Name), activities.StatusError
 		case !isJSONObject(call.Arguments):
 			results[i].Result, results[i].Status = fmt.Sprintf("Error: the arguments of %s are not a JSON object: %s", call.Name, call.Arguments), activities.StatusError
-		case t.settings.requires(call.Name) && !t.in.BypassApproval:
+		case t.settings.requires(call.Name) && !t.bypass:
 			approvals[i] = t.gate.request(ctx, call, t.settings.ApprovalTimeout)
 			waiting = append(waiting, approvals[i])
 		}
@@ -263,7 +316,12 @@ func (t *turn) runBatch(ctx workflow.Context, calls []activities.ToolCall) []Too
 			results[i].Result, results[i].Status = declined(reasonCancelled), activities.StatusDeclined
 			continue
 		}
-		out := t.runTool(ctx, call)
+		var out activities.ToolOutput
+		if call.Name == TaskTool {
+			out = t.runSubagent(ctx, call)
+		} else {
+			out = t.runTool(ctx, call)
+		}
 		if a != nil && a.arguments != "" {
 			out.Result = "The user edited the arguments before approving; the tool ran with: " + a.arguments + "\n" + out.Result
 		}

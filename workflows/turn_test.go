@@ -56,6 +56,7 @@ func newHarness(t *testing.T, settings Settings, replies ...activities.ModelOutp
 	w := &Workflows{Settings: settings}
 	h.env.RegisterWorkflowWithOptions(w.ChatTurn, workflow.RegisterOptions{Name: ChatTurnWorkflow})
 	h.env.RegisterWorkflowWithOptions(w.Conversation, workflow.RegisterOptions{Name: ConversationWorkflow})
+	h.env.RegisterWorkflowWithOptions(w.Subagent, workflow.RegisterOptions{Name: SubagentWorkflow})
 	h.env.RegisterActivityWithOptions(h.model, activity.RegisterOptions{Name: activities.ModelActivity})
 	for _, name := range testTools {
 		h.env.RegisterActivityWithOptions(h.tool(name), activity.RegisterOptions{Name: name})

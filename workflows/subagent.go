@@ -1,0 +1,308 @@
+package workflows
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/tollgate/tollgate/activities"
+)
+
+// AgentDef is a subagent definition: a Markdown file's YAML front matter
+// (name, description, tools, disallowedTools, model) and its body, the
+// subagent's system prompt. A definition that could not be read keeps its
+// Error, which the model reads when it asks for that subagent.
+type AgentDef struct {
+	Name            string   `json:"name"`
+	Description     string   `json:"description"`
+	Tools           []string `json:"tools,omitempty"`
+	DisallowedTools []string `json:"disallowedTools,omitempty"`
+	Model           string   `json:"model,omitempty"`
+	Prompt          string   `json:"prompt"`
+	Error           string   `json:"error,omitempty"`
+}
+
+// SubagentInput starts a Subagent workflow.
+type SubagentInput struct {
+	ParentWorkflowID string   `json:"parentWorkflowId"`
+	ConversationID   string   `json:"conversationId"`
+	Agent            AgentDef `json:"agent"`
+	Description      string   `json:"description"`
+	Prompt           string   `json:"prompt"`
+	BypassApproval   bool     `json:"bypassApproval,omitempty"`
+	// Depth is 1 for a subagent of a turn, 2 for one of a subagent, ...
+	Depth int `json:"depth"`
+	// Settings are the parent's: the same policy, timeouts and limits.
+	Settings Settings `json:"settings"`
+}
+
+// SubagentOutput is a finished subagent.
+type SubagentOutput struct {
+	FinishReason string `json:"finishReason"`
+	Text         string `json:"text,omitempty"`
+	Message      string `json:"message,omitempty"`
+	// Forwarded is how many events the subagent sent its parent; the parent
+	// waits until it has them all before it goes on.
+	Forwarded int `json:"forwarded"`
+}
+
+// SubagentEvents is the payload of the subagentEvents signal.
+type SubagentEvents struct {
+	WorkflowID string  `json:"workflowId"`
+	Name       string  `json:"name"`
+	Events     []Event `json:"events"`
+}
+
+// subagentState is what a loop knows of the subagents it started.
+type subagentState struct {
+	started int
+	// running is the subagent that runs now, if any.
+	running workflow.ChildWorkflowFuture
+	// received counts the events each subagent (by workflow ID) forwarded.
+	received map[string]int
+}
+
+// interrupt passes an interrupt on to the running subagent, if any.
+func (s *subagentState) interrupt(ctx workflow.Context, reason string) {
+	if s.running != nil {
+		s.running.SignalChildWorkflow(ctx, InterruptSignal, Interrupt{Reason: reason})
+	}
+}
+
+// toolsFor lists the tools offered to a loop: a turn (def nil, depth 0)
+// gets every tool, and Task when there are subagents; a subagent gets those
+// its definition allows (all when it names none) less the disallowed ones,
+// and Task only when its definition names Task and the depth limit allows.
+func (s Settings) toolsFor(def *AgentDef, depth int) []activities.ToolSpec {
+	var tools []activities.ToolSpec
+	for _, t := range s.Tools {
+		if def == nil || allowed(def, t.Name) {
+			tools = append(tools, t)
+		}
+	}
+	canNest := len(s.Agents) > 0 && depth < s.MaxSubagentDepth
+	if canNest && (def == nil || (slices.Contains(def.Tools, TaskTool) && allowed(def, TaskTool))) {
+		tools = append(tools, taskSpec(s.Agents))
+	}
+	return tools
+}
+
+func allowed(def *AgentDef, tool string) bool {
+	if slices.Contains(def.DisallowedTools, tool) {
+		return false
+	}
+	return len(def.Tools) == 0 || slices.Contains(def.Tools, tool)
+}
+
+// taskSpec describes the Task tool with the defined subagents.
+func taskSpec(agents []AgentDef) activities.ToolSpec {
+	var names []string
+	var list strings.Builder
+	for _, a := range agents {
+		names = append(names, a.Name)
+		fmt.Fprintf(&list, "\n- %s: %s", a.Name, a.Description)
+	}
+	params, _ := json.Marshal(map[string]any{
+		"type": "object",
+		"properties": map[string]any{
+			"subagent_type": map[string]any{"type": "string", "enum": names, "description": "The subagent to run."},
+			"description":   map[string]any{"type": "string", "description": "A short (3-5 word) description of the task."},
+			"prompt":        map[string]any{"type": "string", "description": "The task for the subagent to perform."},
+		},
+		"required": []string{"subagent_type", "description", "prompt"},
+	})
+	return activities.ToolSpec{
+		Name:        TaskTool,
+		Description: "Start a subagent to handle a task on its own; its final answer is this tool's result. Subagents:" + list.String(),
+		Parameters:  params,
+	}
+}
+
+// taskArgs are the Task tool's arguments.
+type taskArgs struct {
+	SubagentType string `json:"subagent_type"`
+	Description  string `json:"description"`
+	Prompt       string `json:"prompt"`
+}
+
+// runSubagent runs a Task call as a child Subagent workflow and answers the
+// model with the subagent's final text.
+func (t *turn) runSubagent(ctx workflow.Context, call activities.ToolCall) activities.ToolOutput {
+	fail := func(format string, args ...any) activities.ToolOutput {
+		return activities.ToolOutput{Status: activities.StatusError, Result: "Task: " + fmt.Sprintf(format, args...)}
+	}
+	var args taskArgs
+	if err := json.Unmarshal([]byte(call.Arguments), &args); err != nil {
+		return fail("bad arguments: %v", err)
+	}
+	if args.SubagentType == "" || strings.TrimSpace(args.Prompt) == "" {
+		return fail("subagent_type and prompt are required")
+	}
+	i := slices.IndexFunc(t.settings.Agents, func(a AgentDef) bool { return a.Name == args.SubagentType })
+	if i < 0 {
+		var names []string
+		for _, a := range t.settings.Agents {
+			names = append(names, a.Name)
+		}
+		return fail("unknown subagent_type %q; the subagents are: %s", args.SubagentType, strings.Join(names, ", "))
+	}
+	def := t.settings.Agents[i]
+	if def.Error != "" {
+		return fail("the definition of subagent %q is invalid: %s", def.Name, def.Error)
+	}
+
+	t.subagents.started++
+	parentID := workflow.GetInfo(ctx).WorkflowExecution.ID
+	opts := workflow.ChildWorkflowOptions{
+		WorkflowID:        fmt.Sprintf("%s-sub-%d", parentID, t.subagents.started),
+		ParentClosePolicy: enumspb.PARENT_CLOSE_POLICY_REQUEST_CANCEL,
+		StaticSummary:     truncate("subagent "+def.Name+": "+args.Description, 200),
+		// A cancelled parent waits for the subagent to decline its pending
+		// approvals and forward how it ended.
+		WaitForCancellation: true,
+	}
+	if t.settings.SearchAttributes {
+		opts.TypedSearchAttributes = temporal.NewSearchAttributes(
+			temporal.NewSearchAttributeKeyKeyword(ConversationIDAttribute).ValueSet(t.conversationID))
+	}
+	child := workflow.ExecuteChildWorkflow(workflow.WithChildOptions(ctx, opts), SubagentWorkflow, SubagentInput{
+		ParentWorkflowID: parentID,
+		ConversationID:   t.conversationID,
+		Agent:            def,
+		Description:      args.Description,
+		Prompt:           args.Prompt,
+		BypassApproval:   t.bypass,
+		Depth:            t.depth + 1,
+		Settings:         t.settings,
+	})
+	t.subagents.running = child
+	var out SubagentOutput
+	err := child.Get(ctx, &out)
+	t.subagents.running = nil
+	if err != nil {
+		return fail("subagent %q did not finish: %s", def.Name, activityErrorMessage(err))
+	}
+	// The subagent's events reach this workflow as signals before its
+	// result; wait until all are in the log, so they precede tool_result.
+	dctx, _ := workflow.NewDisconnectedContext(ctx)
+	_ = workflow.Await(dctx, func() bool { return t.subagents.received[opts.WorkflowID] >= out.Forwarded })
+
+	switch out.FinishReason {
+	case FinishStop:
+		return activities.ToolOutput{Status: activities.StatusOK, Result: out.Text}
+	case FinishMaxSteps:
+		return fail("subagent %q stopped after %d steps without a final answer", def.Name, t.settings.MaxSteps)
+	case FinishCancelled:
+		return fail("subagent %q was cancelled", def.Name)
+	default:
+		return fail("subagent %q failed: %s", def.Name, out.Message)
+	}
+}
+
+// onSubagentEvents adds a subagent's forwarded events to this loop's log,
+// typed subagent_* and tagged with the subagent's name. Heartbeats stay
+// plain heartbeats; a subagent's error is told by its subagent_finish.
+func (t *turn) onSubagentEvents(in SubagentEvents) {
+	if t.subagents.received == nil {
+		t.subagents.received = map[string]int{}
+	}
+	t.subagents.received[in.WorkflowID] += len(in.Events)
+	for _, e := range in.Events {
+		e.Seq = 0
+		switch {
+		case e.Type == EventError:
+			continue
+		case e.Type == EventHeartbeat:
+		case e.Type == EventTurnStart:
+			e.Type = EventSubagentStart
+		case e.Type == EventFinish:
+			e.Type = EventSubagentFinish
+		case strings.HasPrefix(e.Type, EventSubagentPrefix):
+			// A nested subagent's event keeps its own type and name.
+			t.log.append(e)
+			continue
+		default:
+			e.Type = EventSubagentPrefix + e.Type
+		}
+		e.Name = in.Name
+		t.log.append(e)
+	}
+}
+
+// Subagent runs a subagent: the same model/tool loop as a turn, with the
+// definition's prompt and allowed tools, the parent's approval policy and
+// limits, and its events forwarded to the parent's stream.
+func (w *Workflows) Subagent(ctx workflow.Context, in SubagentInput) (SubagentOutput, error) {
+	def := in.Agent
+	model := in.Settings.Model
+	if def.Model != "" {
+		model = def.Model
+	}
+	t := &turn{
+		settings:       in.Settings,
+		conversationID: in.ConversationID,
+		input:          []activities.Message{{Role: activities.RoleUser, Content: in.Prompt}},
+		system:         def.Prompt,
+		tools:          in.Settings.toolsFor(&def, in.Depth),
+		model:          model,
+		bypass:         in.BypassApproval,
+		depth:          in.Depth,
+	}
+	f := newForwarder(ctx, in.ParentWorkflowID, def.Name)
+	t.log.onAppend = f.add
+	if err := t.start(ctx); err != nil {
+		return SubagentOutput{}, err
+	}
+	reason, text := t.run(ctx)
+	t.finish(reason, text)
+	last := t.log.events[len(t.log.events)-1]
+	return SubagentOutput{FinishReason: reason, Text: text, Message: last.Message, Forwarded: f.drain(ctx)}, nil
+}
+
+// forwarder sends a subagent's events to its parent in order: one signal at
+// a time, each carrying every event added since the last one.
+type forwarder struct {
+	parentID, name string
+	outbox         []Event
+	added, sent    int
+}
+
+func newForwarder(ctx workflow.Context, parentID, name string) *forwarder {
+	f := &forwarder{parentID: parentID, name: name}
+	self := workflow.GetInfo(ctx).WorkflowExecution.ID
+	// Forwarding goes on after the subagent is cancelled, so the parent's
+	// stream shows how it ended.
+	dctx, _ := workflow.NewDisconnectedContext(ctx)
+	workflow.Go(dctx, func(ctx workflow.Context) {
+		for {
+			_ = workflow.Await(ctx, func() bool { return len(f.outbox) > 0 })
+			batch := f.outbox
+			f.outbox = nil
+			err := workflow.SignalExternalWorkflow(ctx, f.parentID, "", SubagentEventsSignal,
+				SubagentEvents{WorkflowID: self, Name: f.name, Events: batch}).Get(ctx, nil)
+			if err != nil {
+				workflow.GetLogger(ctx).Warn("forward subagent events", "parent", f.parentID, "error", err)
+			}
+			f.sent += len(batch)
+		}
+	})
+	return f
+}
+
+func (f *forwarder) add(e Event) {
+	f.outbox = append(f.outbox, e)
+	f.added++
+}
+
+// drain waits until every event added so far has been sent and returns how
+// many were.
+func (f *forwarder) drain(ctx workflow.Context) int {
+	dctx, _ := workflow.NewDisconnectedContext(ctx)
+	_ = workflow.Await(dctx, func() bool { return f.sent == f.added })
+	return f.sent
+}
