@@ -313,12 +313,14 @@ func (s *Server) listApprovals(c *gin.Context) {
 	c.JSON(http.StatusOK, gin.H{"approvals": approvals})
 }
 
-// waitingTurns lists the running turns that may wait for an approval. It
+// waitingTurns lists the running turns and subagents that may wait for an
+// approval. It
 // asks visibility for those whose pending-approvals attribute is set, and
 // falls back to every running turn where visibility does not know the
 // attribute (a worker registers it at start).
 func (s *Server) waitingTurns(ctx context.Context, conv string) ([]string, error) {
-	running := fmt.Sprintf("WorkflowType = '%s' AND ExecutionStatus = 'Running'", workflows.ChatTurnWorkflow)
+	running := fmt.Sprintf("WorkflowType IN ('%s', '%s') AND ExecutionStatus = 'Running'",
+		workflows.ChatTurnWorkflow, workflows.SubagentWorkflow)
 	narrow := fmt.Sprintf("%s AND %s IS NOT NULL", running, workflows.PendingApprovalsAttribute)
 	if conv != "" {
 		// conv matched conversationIDPattern, so it cannot break the quotes.
