@@ -40,7 +40,13 @@ func Demo() Script {
 		}
 		switch last := msgs[len(msgs)-1]; last.Role {
 		case openai.ChatMessageRoleUser:
-			return demoCalls(msgs, text(last))
+			query := text(last)
+			if strings.Contains(strings.ToLower(query), "subagent") {
+				if agent := firstSubagent(req.Tools); agent != "" {
+					return demoTask(msgs, agent, query)
+				}
+			}
+			return demoCalls(msgs, query, offered(req.Tools))
 		case openai.ChatMessageRoleTool:
 			return Reply{Content: demoSummary(msgs)}
 		default:
@@ -49,14 +55,75 @@ func Demo() Script {
 	}
 }
 
-// demoCalls is the answer to the user's query: the intro and three calls.
-func demoCalls(msgs []openai.ChatCompletionMessage, query string) Reply {
+// demoTurn counts the assistant messages so far, for unique call ids.
+func demoTurn(msgs []openai.ChatCompletionMessage) int {
 	turn := 0
 	for _, m := range msgs {
 		if m.Role == openai.ChatMessageRoleAssistant {
 			turn++
 		}
 	}
+	return turn
+}
+
+// offered reports which tools the request offers; a request that offers
+// none is taken to offer every tool.
+func offered(tools []openai.Tool) func(string) bool {
+	return func(name string) bool {
+		if len(tools) == 0 {
+			return true
+		}
+		for _, t := range tools {
+			if t.Function != nil && t.Function.Name == name {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// firstSubagent is the first subagent the Task tool of the request lists,
+// or "" when it offers no Task tool.
+func firstSubagent(tools []openai.Tool) string {
+	for _, t := range tools {
+		if t.Function == nil || t.Function.Name != "Task" {
+			continue
+		}
+		var schema struct {
+			Properties struct {
+				SubagentType struct {
+					Enum []string `json:"enum"`
+				} `json:"subagent_type"`
+			} `json:"properties"`
+		}
+		raw, err := json.Marshal(t.Function.Parameters)
+		if err == nil && json.Unmarshal(raw, &schema) == nil && len(schema.Properties.SubagentType.Enum) > 0 {
+			return schema.Properties.SubagentType.Enum[0]
+		}
+	}
+	return ""
+}
+
+// demoTask hands the user's query to a subagent.
+func demoTask(msgs []openai.ChatCompletionMessage, agent, query string) Reply {
+	return Reply{
+		Content: "I'll hand this to the " + agent + " subagent.",
+		ToolCalls: []activities.ToolCall{{
+			ID:   fmt.Sprintf("call_%d_0", demoTurn(msgs)),
+			Name: "Task",
+			Arguments: marshal(struct {
+				SubagentType string `json:"subagent_type"`
+				Description  string `json:"description"`
+				Prompt       string `json:"prompt"`
+			}{agent, "demo task", query}),
+		}},
+	}
+}
+
+// demoCalls is the answer to the user's query: the intro and three calls,
+// less those the request does not offer.
+func demoCalls(msgs []openai.ChatCompletionMessage, query string, offers func(string) bool) Reply {
+	turn := demoTurn(msgs)
 	note := "A note from tollgate's demo model.\nYou asked: " + query + "\n"
 	args := []struct {
 		name string
@@ -75,6 +142,9 @@ func demoCalls(msgs []openai.ChatCompletionMessage, query string) Reply {
 	}
 	reply := Reply{Content: DemoIntro}
 	for i, a := range args {
+		if !offers(a.name) {
+			continue
+		}
 		reply.ToolCalls = append(reply.ToolCalls, activities.ToolCall{
 			ID:        fmt.Sprintf("call_%d_%d", turn, i),
 			Name:      a.name,
