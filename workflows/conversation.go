@@ -3,6 +3,7 @@ package workflows
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -21,6 +22,7 @@ type conversation struct {
 	// running is the turn that runs now, if any; runningTurn its child future.
 	running     string
 	runningTurn workflow.ChildWorkflowFuture
+	grants      []Grant
 }
 
 // Conversation owns a conversation's message log. Each user message, taken
@@ -29,7 +31,7 @@ type conversation struct {
 // approvals are declined) and runs next. The workflow continues as new,
 // carrying the full message log, before its history grows large.
 func (w *Workflows) Conversation(ctx workflow.Context, in ConversationInput) error {
-	c := &conversation{id: in.ConversationID, messages: in.Messages, turns: in.Turns, queue: in.Queue}
+	c := &conversation{id: in.ConversationID, messages: in.Messages, turns: in.Turns, queue: in.Queue, grants: in.Grants}
 	var settings Settings
 	if err := workflow.SideEffect(ctx, func(workflow.Context) any {
 		return w.Settings.withDefaults()
@@ -54,6 +56,24 @@ func (w *Workflows) Conversation(ctx workflow.Context, in ConversationInput) err
 	); err != nil {
 		return fmt.Errorf("set %s update handler: %w", SendMessageUpdate, err)
 	}
+	if err := workflow.SetQueryHandler(ctx, GrantsQuery, func() ([]Grant, error) {
+		return append([]Grant{}, c.grants...), nil
+	}); err != nil {
+		return fmt.Errorf("set %s query handler: %w", GrantsQuery, err)
+	}
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, RevokeGrantUpdate,
+		func(ctx workflow.Context, r RevokeGrant) error {
+			var err error
+			c.grants, err = revoke(c.grants, r.GrantID)
+			return err
+		},
+		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, r RevokeGrant) error {
+			_, err := revoke(slices.Clone(c.grants), r.GrantID)
+			return err
+		}},
+	); err != nil {
+		return fmt.Errorf("set %s update handler: %w", RevokeGrantUpdate, err)
+	}
 
 	started := 0
 	for {
@@ -72,7 +92,7 @@ func (w *Workflows) Conversation(ctx workflow.Context, in ConversationInput) err
 				return err
 			}
 			return workflow.NewContinueAsNewError(ctx, ConversationWorkflow, ConversationInput{
-				ConversationID: c.id, Messages: c.messages, Turns: c.turns, Queue: c.queue,
+				ConversationID: c.id, Messages: c.messages, Turns: c.turns, Queue: c.queue, Grants: c.grants,
 			})
 		}
 	}
@@ -117,6 +137,7 @@ func (c *conversation) runTurn(ctx workflow.Context, q QueuedMessage, upserts bo
 		Turn:           q.Turn,
 		Messages:       messages,
 		BypassApproval: q.Message.BypassApproval,
+		Grants:         c.grants,
 	})
 	c.running, c.runningTurn = opts.WorkflowID, child
 	var out TurnOutput
@@ -131,4 +152,5 @@ func (c *conversation) runTurn(ctx workflow.Context, q QueuedMessage, upserts bo
 		return
 	}
 	c.messages = append(c.messages, out.Messages...)
+	c.grants = append(c.grants, out.Grants...)
 }

@@ -66,6 +66,8 @@ type Event struct {
 	Arguments  string     `json:"arguments,omitempty"`
 	ExpiresAt  *time.Time `json:"expiresAt,omitempty"`
 	Decision   string     `json:"decision,omitempty"`
+	// Grant names the remembered decision that decided a call.
+	Grant string `json:"grant,omitempty"`
 
 	// tool_result
 	ToolResults []ToolResult `json:"toolResults,omitempty"`

@@ -38,6 +38,10 @@ type approval struct {
 	decision  string
 	reason    string
 	arguments string
+	decidedAt time.Time
+	// remember and sameArguments ask for a grant from this decision.
+	remember      bool
+	sameArguments bool
 }
 
 // gate is the approval gate of one workflow: the requests it has published,
@@ -52,23 +56,25 @@ type gate struct {
 	byID    map[string]*approval
 	wake    workflow.Channel
 	upserts bool
+	notify  bool
 }
 
-func newGate(ctx workflow.Context, log *eventLog, conversationID string, upserts bool) *gate {
+func newGate(ctx workflow.Context, log *eventLog, conversationID string, settings Settings) *gate {
 	return &gate{
 		workflowID:     workflow.GetInfo(ctx).WorkflowExecution.ID,
 		conversationID: conversationID,
 		log:            log,
 		byID:           map[string]*approval{},
 		wake:           workflow.NewBufferedChannel(ctx, 1),
-		upserts:        upserts,
+		upserts:        settings.SearchAttributes,
+		notify:         settings.Notify,
 	}
 }
 
 // request publishes an approval request for call and returns it. The id is
 // random, made once and recorded in history, and names the workflow so the
 // API can find it from the id alone.
-func (g *gate) request(ctx workflow.Context, call activities.ToolCall, timeout time.Duration) *approval {
+func (g *gate) request(ctx workflow.Context, call activities.ToolCall, timeout time.Duration, note string) *approval {
 	// The whole id is recorded, not only its random part, so a replay under
 	// another workflow ID (the replayer's) still matches recorded decisions.
 	var id string
@@ -99,7 +105,9 @@ func (g *gate) request(ctx workflow.Context, call activities.ToolCall, timeout t
 		Arguments:  call.Arguments,
 		WorkflowID: g.workflowID,
 		ExpiresAt:  &expires,
+		Reason:     note,
 	})
+	g.sendNotice(ctx, a, activities.NoticeApprovalRequest)
 	return a
 }
 
@@ -124,6 +132,9 @@ func (g *gate) validate(ctx workflow.Context, d ApprovalDecision) error {
 		return fmt.Errorf("approval request %q: decision %q is neither %q nor %q",
 			d.RequestID, d.Decision, DecisionApprove, DecisionDecline)
 	}
+	if d.Remember != "" && d.Remember != RememberConversation {
+		return fmt.Errorf("approval request %q: remember %q is not %q", d.RequestID, d.Remember, RememberConversation)
+	}
 	return nil
 }
 
@@ -131,11 +142,13 @@ var (
 	errUnknownRequest = errors.New("unknown request")
 	errAlreadyDecided = errors.New("already decided")
 	errExpired        = errors.New("expired")
+	errUnknownGrant   = errors.New("unknown grant")
 )
 
 // take records a validated decision from a person.
 func (g *gate) take(ctx workflow.Context, d ApprovalDecision) {
 	a := g.byID[d.RequestID]
+	a.remember, a.sameArguments = d.Remember == RememberConversation, d.SameArguments
 	g.decide(ctx, a, d.Decision, d.Reason, d.Arguments)
 }
 
@@ -144,7 +157,7 @@ func (g *gate) decide(ctx workflow.Context, a *approval, decision, reason, argum
 	if a.decided {
 		return
 	}
-	a.decided, a.decision, a.reason = true, decision, reason
+	a.decided, a.decision, a.reason, a.decidedAt = true, decision, reason, workflow.Now(ctx)
 	if decision == DecisionApprove {
 		a.arguments = arguments
 	}
@@ -204,6 +217,16 @@ func (g *gate) await(ctx workflow.Context, reqs []*approval) {
 				g.decide(ctx, a, DecisionTimeout, reasonTimeout, "")
 			}
 		})
+		if g.notify {
+			// A reminder when four fifths of the time have passed.
+			remindAt := a.ExpiresAt.Add(-a.ExpiresAt.Sub(a.RequestedAt) / 5)
+			reminder := workflow.NewTimer(timerCtx, remindAt.Sub(workflow.Now(ctx)))
+			sel.AddFuture(reminder, func(f workflow.Future) {
+				if f.Get(ctx, nil) == nil && !a.decided {
+					g.sendNotice(ctx, a, activities.NoticeReminder)
+				}
+			})
+		}
 	}
 	sel.AddReceive(g.wake, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil) })
 	cancelled := false
@@ -239,6 +262,33 @@ func (g *gate) upsertPending(ctx workflow.Context) {
 	if err := workflow.UpsertTypedSearchAttributes(ctx, update); err != nil {
 		workflow.GetLogger(ctx).Warn("upsert pending approvals", "error", err)
 	}
+}
+
+// noticeOptions retry a notice a few times; nothing waits for it.
+var noticeOptions = workflow.ActivityOptions{
+	StartToCloseTimeout: 30 * time.Second,
+	RetryPolicy: &temporal.RetryPolicy{
+		InitialInterval:    time.Second,
+		BackoffCoefficient: 2,
+		MaximumAttempts:    5,
+	},
+}
+
+// sendNotice starts the notice activity for a and does not wait for it: a
+// notice never holds up the turn.
+func (g *gate) sendNotice(ctx workflow.Context, a *approval, kind string) {
+	if !g.notify {
+		return
+	}
+	workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, noticeOptions), activities.NotifyActivity, activities.Notice{
+		Kind:           kind,
+		RequestID:      a.RequestID,
+		Tool:           a.Call.Name,
+		Arguments:      a.Call.Arguments,
+		ConversationID: g.conversationID,
+		WorkflowID:     g.workflowID,
+		ExpiresAt:      a.ExpiresAt,
+	})
 }
 
 func allDecided(reqs []*approval) bool {

@@ -17,6 +17,11 @@ type ApprovalDecision struct {
 	// Arguments, when set with an approve, replaces the call's arguments: it
 	// must be a JSON object.
 	Arguments string `json:"arguments,omitempty"`
+	// Remember, "conversation", makes this decision for every later call of
+	// the same tool in the conversation; with SameArguments, only for calls
+	// with the same arguments.
+	Remember      string `json:"remember,omitempty"`
+	SameArguments bool   `json:"sameArguments,omitempty"`
 }
 
 // ApprovalResult answers the approval Update.
@@ -54,6 +59,8 @@ type ConversationInput struct {
 	// Queue holds user messages accepted but not yet run, carried across
 	// continue-as-new.
 	Queue []QueuedMessage `json:"queue,omitempty"`
+	// Grants are the conversation's remembered decisions.
+	Grants []Grant `json:"grants,omitempty"`
 }
 
 // QueuedMessage is a user message waiting for its turn.
@@ -79,6 +86,9 @@ type TurnInput struct {
 	// Messages is the conversation so far, ending with the new user message.
 	Messages       []activities.Message `json:"messages"`
 	BypassApproval bool                 `json:"bypassApproval,omitempty"`
+	// Grants are the conversation's remembered decisions when the turn
+	// starts.
+	Grants []Grant `json:"grants,omitempty"`
 }
 
 // TurnOutput is a finished turn: why it finished, its final text, the
@@ -90,6 +100,8 @@ type TurnOutput struct {
 	Text         string               `json:"text,omitempty"`
 	Messages     []activities.Message `json:"messages,omitempty"`
 	Events       []Event              `json:"events"`
+	// Grants are the decisions remembered during the turn.
+	Grants []Grant `json:"grants,omitempty"`
 }
 
 // PendingApproval is one approval a turn waits for, as the pending query

@@ -62,6 +62,13 @@ const (
 	SendMessageUpdate = "message"
 	// StateQuery returns the conversation's state (ConversationState out).
 	StateQuery = "state"
+	// GrantsQuery returns the conversation's remembered decisions ([]Grant
+	// out).
+	GrantsQuery = "grants"
+	// RevokeGrantUpdate removes a remembered decision (RevokeGrant in); its
+	// validator rejects an unknown grant. A turn that runs keeps the grants
+	// it started with; the next turn asks again.
+	RevokeGrantUpdate = "revokeGrant"
 )
 
 // Search attributes the worker registers when they are missing.

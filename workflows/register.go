@@ -27,6 +27,12 @@ func Register(r worker.Registry, w *Workflows, model *activities.Model, tools *a
 	}
 }
 
+// RegisterNotifier registers the notice activity, for a worker whose
+// Settings.Notify is true.
+func RegisterNotifier(r worker.Registry, n *activities.Notifier) {
+	r.RegisterActivityWithOptions(n.Notify, activity.RegisterOptions{Name: activities.NotifyActivity})
+}
+
 // TokenSignaler delivers the model activity's streamed text to its turn as
 // the tokens signal.
 type TokenSignaler struct {

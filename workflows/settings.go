@@ -16,8 +16,14 @@ const DefaultSystemPrompt = "You are an agent working in a workspace folder with
 // in its history once, at its start (SideEffect), so a turn that a worker
 // with other settings replays or resumes keeps the settings it began with.
 type Settings struct {
-	// RequiredTools are the tools whose calls wait for a person's approval.
+	// RequiredTools are the tools whose calls wait for a person's approval,
+	// unless Rules has a rule for the tool.
 	RequiredTools []string `json:"requiredTools"`
+	// Rules are the policy file's rules, at most one a tool.
+	Rules []Rule `json:"rules,omitempty"`
+	// Notify is true when the worker sends notices of approval requests
+	// (the notify activity knows where to).
+	Notify bool `json:"notify,omitempty"`
 	// ApprovalTimeout is how long a call waits for a decision before it is
 	// declined as timed out.
 	ApprovalTimeout time.Duration `json:"approvalTimeout"`

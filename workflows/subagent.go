@@ -39,6 +39,8 @@ type SubagentInput struct {
 	Depth int `json:"depth"`
 	// Settings are the parent's: the same policy, timeouts and limits.
 	Settings Settings `json:"settings"`
+	// Grants are the conversation's remembered decisions.
+	Grants []Grant `json:"grants,omitempty"`
 }
 
 // SubagentOutput is a finished subagent.
@@ -49,6 +51,8 @@ type SubagentOutput struct {
 	// Forwarded is how many events the subagent sent its parent; the parent
 	// waits until it has them all before it goes on.
 	Forwarded int `json:"forwarded"`
+	// Grants are the decisions remembered in the subagent.
+	Grants []Grant `json:"grants,omitempty"`
 }
 
 // SubagentEvents is the payload of the subagentEvents signal.
@@ -179,6 +183,7 @@ func (t *turn) runSubagent(ctx workflow.Context, call activities.ToolCall) activ
 		BypassApproval:   t.bypass,
 		Depth:            t.depth + 1,
 		Settings:         t.settings,
+		Grants:           t.grants,
 	})
 	t.subagents.running = child
 	var out SubagentOutput
@@ -191,6 +196,9 @@ func (t *turn) runSubagent(ctx workflow.Context, call activities.ToolCall) activ
 	// result; wait until all are in the log, so they precede tool_result.
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
 	_ = workflow.Await(dctx, func() bool { return t.subagents.received[opts.WorkflowID] >= out.Forwarded })
+	for _, g := range out.Grants {
+		t.remember(g)
+	}
 
 	switch out.FinishReason {
 	case FinishStop:
@@ -252,6 +260,7 @@ func (w *Workflows) Subagent(ctx workflow.Context, in SubagentInput) (SubagentOu
 		model:          model,
 		bypass:         in.BypassApproval,
 		depth:          in.Depth,
+		grants:         slices.Clone(in.Grants),
 	}
 	f := newForwarder(ctx, in.ParentWorkflowID, def.Name)
 	t.log.onAppend = f.add
@@ -261,7 +270,7 @@ func (w *Workflows) Subagent(ctx workflow.Context, in SubagentInput) (SubagentOu
 	reason, text := t.run(ctx)
 	t.finish(reason, text)
 	last := t.log.events[len(t.log.events)-1]
-	return SubagentOutput{FinishReason: reason, Text: text, Message: last.Message, Forwarded: f.drain(ctx)}, nil
+	return SubagentOutput{FinishReason: reason, Text: text, Message: last.Message, Forwarded: f.drain(ctx), Grants: t.newGrants}, nil
 }
 
 // forwarder sends a subagent's events to its parent in order: one signal at

@@ -3,6 +3,7 @@ package workflows
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -42,6 +43,16 @@ type turn struct {
 	interruptReason string
 
 	subagents subagentState
+
+	// grants are the conversation's remembered decisions, those made during
+	// this loop included; newGrants only the latter.
+	grants, newGrants []Grant
+}
+
+// remember adds a grant made during this loop.
+func (t *turn) remember(g Grant) {
+	t.grants = append(t.grants, g)
+	t.newGrants = append(t.newGrants, g)
 }
 
 // ChatTurn runs one chat turn: it calls the model, passes the tool calls it
@@ -63,18 +74,19 @@ func (w *Workflows) ChatTurn(ctx workflow.Context, in TurnInput) (TurnOutput, er
 		tools:          settings.toolsFor(nil, 0),
 		model:          settings.Model,
 		bypass:         in.BypassApproval,
+		grants:         slices.Clone(in.Grants),
 	}
 	if err := t.start(ctx); err != nil {
 		return TurnOutput{}, err
 	}
 	reason, text := t.run(ctx)
 	t.finish(reason, text)
-	return TurnOutput{FinishReason: reason, Text: text, Messages: t.messages, Events: t.log.events}, nil
+	return TurnOutput{FinishReason: reason, Text: text, Messages: t.messages, Events: t.log.events, Grants: t.newGrants}, nil
 }
 
 // start sets the loop's handlers and publishes turn_start.
 func (t *turn) start(ctx workflow.Context) error {
-	t.gate = newGate(ctx, &t.log, t.conversationID, t.settings.SearchAttributes)
+	t.gate = newGate(ctx, &t.log, t.conversationID, t.settings)
 	if err := t.setHandlers(ctx); err != nil {
 		return err
 	}
@@ -285,14 +297,35 @@ func (t *turn) runBatch(ctx workflow.Context, calls []activities.ToolCall) []Too
 			results[i].Result, results[i].Status = fmt.Sprintf("Error: there is no tool named %q.", call.Name), activities.StatusError
 		case !isJSONObject(call.Arguments):
 			results[i].Result, results[i].Status = fmt.Sprintf("Error: the arguments of %s are not a JSON object: %s", call.Name, call.Arguments), activities.StatusError
-		case t.settings.requires(call.Name) && !t.bypass:
-			approvals[i] = t.gate.request(ctx, call, t.settings.ApprovalTimeout)
+		case t.bypass:
+		default:
+			c := t.settings.check(call)
+			if !c.required {
+				break
+			}
+			if g := grantFor(t.grants, call); g != nil {
+				t.log.append(Event{Type: EventApprovalDecision, ToolCallID: call.ID, Decision: g.Decision, Reason: reasonRemembered, Grant: g.ID})
+				if g.Decision != DecisionApprove {
+					results[i].Result, results[i].Status = declined(reasonRemembered), activities.StatusDeclined
+				}
+				break
+			}
+			if c.problem != "" {
+				workflow.GetLogger(ctx).Warn("policy fails closed", "toolCallId", call.ID, "problem", c.problem)
+			}
+			approvals[i] = t.gate.request(ctx, call, c.timeout, c.problem)
 			waiting = append(waiting, approvals[i])
 		}
 	}
 	if len(waiting) > 0 {
 		t.log.append(Event{Type: EventHeartbeat})
 		t.gate.await(ctx, waiting)
+	}
+	turnID := workflow.GetInfo(ctx).WorkflowExecution.ID
+	for _, a := range approvals {
+		if a != nil && a.remember && (a.decision == DecisionApprove || a.decision == DecisionDecline) {
+			t.remember(grantFrom(a, turnID))
+		}
 	}
 
 	for i, call := range calls {

@@ -1,0 +1,141 @@
+package workflows
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/google/cel-go/cel"
+
+	"github.com/tollgate/tollgate/activities"
+)
+
+// What a policy rule requires of a tool's calls.
+const (
+	RequireAlways = "always"
+	RequireNever  = "never"
+	RequireWhen   = "when"
+)
+
+// Rule is the approval policy of one tool. A tool without a rule follows
+// Settings.RequiredTools.
+type Rule struct {
+	Tool string `json:"tool"`
+	// Require is always, never or when.
+	Require string `json:"require"`
+	// When is a CEL expression over the call's arguments (args), for
+	// Require when: true requires approval.
+	When string `json:"when,omitempty"`
+	// Timeout, when set, replaces the approval timeout for this tool.
+	Timeout time.Duration `json:"timeout,omitempty"`
+}
+
+// Validate checks r, compiling its expression; the error names the tool
+// and the expression.
+func (r Rule) Validate() error {
+	switch r.Require {
+	case RequireAlways, RequireNever:
+		if r.When != "" {
+			return fmt.Errorf("tool %s: require: %s takes no when expression", r.Tool, r.Require)
+		}
+	case RequireWhen:
+		if _, err := compileWhen(r.When); err != nil {
+			return fmt.Errorf("tool %s: when %q: %w", r.Tool, r.When, err)
+		}
+	default:
+		return fmt.Errorf("tool %s: require %q is not one of always, never, when", r.Tool, r.Require)
+	}
+	if r.Timeout < 0 {
+		return fmt.Errorf("tool %s: timeout %s is negative", r.Tool, r.Timeout)
+	}
+	return nil
+}
+
+// check is what policy says of one call.
+type check struct {
+	required bool
+	timeout  time.Duration
+	// problem says why a rule could not decide, so approval is required.
+	problem string
+}
+
+// check applies the policy to call. A rule that fails at run time (a
+// missing argument, say) requires approval: policy errors fail closed.
+func (s Settings) check(call activities.ToolCall) check {
+	c := check{timeout: s.ApprovalTimeout}
+	var rule *Rule
+	for i := range s.Rules {
+		if s.Rules[i].Tool == call.Name {
+			rule = &s.Rules[i]
+		}
+	}
+	if rule == nil {
+		c.required = s.requires(call.Name)
+		return c
+	}
+	if rule.Timeout > 0 {
+		c.timeout = rule.Timeout
+	}
+	switch rule.Require {
+	case RequireNever:
+	case RequireWhen:
+		required, err := evalWhen(rule.When, call.Arguments)
+		if err != nil {
+			c.required, c.problem = true, fmt.Sprintf("policy rule for %s could not decide (%v), so approval is required", call.Name, err)
+		} else {
+			c.required = required
+		}
+	default:
+		c.required = true
+	}
+	return c
+}
+
+// programs caches compiled expressions: compiling is pure, so a cache
+// shared by all workflows keeps them deterministic.
+var programs sync.Map // string → cel.Program
+
+func compileWhen(expr string) (cel.Program, error) {
+	if p, ok := programs.Load(expr); ok {
+		return p.(cel.Program), nil
+	}
+	env, err := cel.NewEnv(cel.Variable("args", cel.MapType(cel.StringType, cel.DynType)))
+	if err != nil {
+		return nil, err
+	}
+	ast, iss := env.Compile(expr)
+	if iss.Err() != nil {
+		return nil, iss.Err()
+	}
+	if ast.OutputType() != cel.BoolType && ast.OutputType() != cel.DynType {
+		return nil, fmt.Errorf("the expression gives %s, not bool", ast.OutputType())
+	}
+	p, err := env.Program(ast)
+	if err != nil {
+		return nil, err
+	}
+	programs.Store(expr, p)
+	return p, nil
+}
+
+func evalWhen(expr, arguments string) (bool, error) {
+	p, err := compileWhen(expr)
+	if err != nil {
+		return false, err
+	}
+	var args map[string]any
+	if err := json.Unmarshal([]byte(arguments), &args); err != nil {
+		return false, fmt.Errorf("arguments: %w", err)
+	}
+	out, _, err := p.Eval(map[string]any{"args": args})
+	if err != nil {
+		return false, err
+	}
+	b, ok := out.Value().(bool)
+	if !ok {
+		return false, errors.New("the expression did not give a bool")
+	}
+	return b, nil
+}

@@ -1,0 +1,218 @@
+package workflows
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/tollgate/tollgate/activities"
+)
+
+func ruleSettings(rules ...Rule) Settings {
+	s := testSettings()
+	s.Rules = rules
+	return s
+}
+
+const dangerousBash = `args.command.startsWith("rm ") || args.command.contains("sudo")`
+
+func TestCELRuleAsksOnlyForTheMatchingCallOfABatch(t *testing.T) {
+	h := newHarness(t, ruleSettings(Rule{Tool: "Bash", Require: RequireWhen, When: dangerousBash}),
+		calls(call("a", "Bash", `{"command":"ls -la"}`), call("b", "Bash", `{"command":"rm -rf build"}`)))
+	h.env.RegisterDelayedCallback(func() {
+		h.decide(ApprovalDecision{RequestID: h.requestID("Bash"), Decision: DecisionDecline})
+	}, time.Second)
+
+	out := h.runTurn(userTurn("clean"))
+
+	requests := 0
+	for _, e := range out.Events {
+		if e.Type == EventApprovalRequest {
+			requests++
+			require.Equal(t, "b", e.ToolCallID)
+		}
+	}
+	require.Equal(t, 1, requests)
+	require.Len(t, h.toolCalls, 1)
+	require.Equal(t, `{"command":"ls -la"}`, h.toolCalls[0].Arguments)
+}
+
+func TestPolicyRuleThatFailsAtRunTimeRequiresApproval(t *testing.T) {
+	h := newHarness(t, ruleSettings(
+		Rule{Tool: "Bash", Require: RequireWhen, When: dangerousBash},
+		Rule{Tool: "Read", Require: RequireNever},
+	), calls(call("b", "Bash", `{"cmd":"rm -rf /"}`), call("r", "Read", `{"file_path":"x"}`)))
+	h.env.RegisterDelayedCallback(func() {
+		h.decide(ApprovalDecision{RequestID: h.requestID("Bash"), Decision: DecisionDecline})
+	}, time.Second)
+
+	out := h.runTurn(userTurn("go"))
+
+	req := findEvent(t, out.Events, EventApprovalRequest)
+	require.Equal(t, "b", req.ToolCallID, "a missing argument fails closed")
+	require.Contains(t, req.Reason, "could not decide")
+	require.Equal(t, []string{"Read"}, h.ranTools())
+}
+
+func TestRuleTimeoutReplacesTheApprovalTimeout(t *testing.T) {
+	h := newHarness(t, ruleSettings(Rule{Tool: "Write", Require: RequireAlways, Timeout: 10 * time.Minute}),
+		calls(call("w", "Write", `{"file_path":"a","content":"b"}`)))
+	start := h.env.Now()
+
+	out := h.runTurn(userTurn("write"))
+
+	req := findEvent(t, out.Events, EventApprovalRequest)
+	require.WithinDuration(t, start.Add(10*time.Minute), *req.ExpiresAt, time.Second)
+	require.Equal(t, DecisionTimeout, findEvent(t, out.Events, EventApprovalDecision).Decision)
+}
+
+func TestRuleValidationNamesToolAndExpression(t *testing.T) {
+	err := Rule{Tool: "Bash", Require: RequireWhen, When: `args.command.startsWith(`}.Validate()
+	require.ErrorContains(t, err, "tool Bash")
+	require.ErrorContains(t, err, `args.command.startsWith(`)
+	require.ErrorContains(t, Rule{Tool: "Bash", Require: RequireWhen, When: `size(args)`}.Validate(), "not bool")
+	require.ErrorContains(t, Rule{Tool: "Read", Require: "sometimes"}.Validate(), `require "sometimes"`)
+	require.NoError(t, Rule{Tool: "Bash", Require: RequireWhen, When: dangerousBash}.Validate())
+}
+
+func TestRememberedApprovalSkipsLaterApprovalsInTheConversationUntilRevoked(t *testing.T) {
+	bash := calls(call("b", "Bash", `{"command":"make test"}`))
+	h := newHarness(t, testSettings(), bash, activities.ModelOutput{Content: "1"}, bash, activities.ModelOutput{Content: "2"}, bash)
+	var r1, r2, r3 TurnRef
+	var grants []Grant
+	h.env.RegisterDelayedCallback(func() { h.send("one", &r1) }, time.Second)
+	h.env.RegisterDelayedCallback(func() {
+		id := pendingRequest(t, h, r1.TurnID)
+		require.NoError(t, h.env.UpdateWorkflowByID(r1.TurnID, ApprovalUpdate, "d1", noRejection(t),
+			ApprovalDecision{RequestID: id, Decision: DecisionApprove, Remember: RememberConversation}))
+	}, time.Minute)
+	h.env.RegisterDelayedCallback(func() { h.send("two", &r2) }, 2*time.Minute)
+	h.env.RegisterDelayedCallback(func() {
+		v, err := h.env.QueryWorkflow(GrantsQuery)
+		require.NoError(t, err)
+		require.NoError(t, v.Get(&grants))
+		require.Len(t, grants, 1)
+		h.env.UpdateWorkflow(RevokeGrantUpdate, "revoke", noRejection(t), RevokeGrant{GrantID: grants[0].ID})
+	}, 3*time.Minute)
+	h.env.RegisterDelayedCallback(func() { h.send("three", &r3) }, 4*time.Minute)
+	var pendingAfterRevoke []PendingApproval
+	h.env.RegisterDelayedCallback(func() {
+		v, err := h.env.QueryWorkflowByID(r3.TurnID, PendingQuery)
+		require.NoError(t, err)
+		require.NoError(t, v.Get(&pendingAfterRevoke))
+		h.env.CancelWorkflow()
+	}, 5*time.Minute)
+
+	h.env.ExecuteWorkflow(ConversationWorkflow, ConversationInput{ConversationID: "c1"})
+
+	require.Equal(t, []string{"Bash", "Bash"}, h.ranTools(), "turn 2 ran Bash without asking")
+	require.Equal(t, Grant{ID: grants[0].ID, Tool: "Bash", Decision: DecisionApprove, TurnID: r1.TurnID, CreatedAt: grants[0].CreatedAt}, grants[0])
+	require.Len(t, pendingAfterRevoke, 1, "after the revoke, turn 3 asks again")
+	// Turn 2's model saw the tool's result, not a decline.
+	require.Contains(t, toolMessages(h.modelInputs[3].Messages)[1].Content, "Bash ran with")
+}
+
+func TestGrantNeverCrossesConversationsAndCanCoverOnlyTheSameArguments(t *testing.T) {
+	g := Grant{ID: "g", Tool: "Bash", Decision: DecisionApprove, Arguments: canonicalJSON(`{"command": "make"}`)}
+	require.NotNil(t, grantFor([]Grant{g}, call("x", "Bash", `{ "command":"make" }`)))
+	require.Nil(t, grantFor([]Grant{g}, call("x", "Bash", `{"command":"make deploy"}`)))
+	require.Nil(t, grantFor([]Grant{g}, call("x", "Write", `{"command":"make"}`)))
+
+	// A new conversation starts with no grants, so it asks.
+	h := newHarness(t, testSettings(), calls(call("b", "Bash", `{"command":"make"}`)))
+	var r TurnRef
+	var pending []PendingApproval
+	h.env.RegisterDelayedCallback(func() { h.send("one", &r) }, time.Second)
+	h.env.RegisterDelayedCallback(func() {
+		v, err := h.env.QueryWorkflowByID(r.TurnID, PendingQuery)
+		require.NoError(t, err)
+		require.NoError(t, v.Get(&pending))
+		h.env.CancelWorkflow()
+	}, time.Minute)
+	h.env.ExecuteWorkflow(ConversationWorkflow, ConversationInput{ConversationID: "other"})
+	require.Len(t, pending, 1)
+}
+
+func TestRememberedDeclineDeclinesWithoutAsking(t *testing.T) {
+	h := newHarness(t, testSettings(), calls(call("b", "Bash", `{"command":"make"}`)))
+	in := userTurn("go")
+	in.Grants = []Grant{{ID: "g1", Tool: "Bash", Decision: DecisionDecline}}
+
+	out := h.runTurn(in)
+
+	require.Empty(t, h.ranTools())
+	require.NotContains(t, eventTypes(out.Events), EventApprovalRequest)
+	d := findEvent(t, out.Events, EventApprovalDecision)
+	require.Equal(t, "g1", d.Grant)
+	require.Equal(t, declined(reasonRemembered), toolMessages(out.Messages)[0].Content)
+}
+
+func TestNoticesReachTheNotifyURLWithARetryAndAReminder(t *testing.T) {
+	var mu sync.Mutex
+	var notices []activities.Notice
+	attempts := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		attempts++
+		if attempts == 1 {
+			http.Error(w, "try again", http.StatusInternalServerError)
+			return
+		}
+		var n activities.Notice
+		require.NoError(t, json.NewDecoder(r.Body).Decode(&n))
+		notices = append(notices, n)
+	}))
+	defer srv.Close()
+
+	settings := testSettings()
+	settings.Notify = true
+	settings.ApprovalTimeout = 10 * time.Minute
+	h := newHarness(t, settings, calls(call("w", "Write", `{"file_path":"a","content":"b"}`)))
+	RegisterNotifier(h.env, &activities.Notifier{URL: srv.URL})
+	// Decided after the reminder (at 8 of 10 minutes), before the timeout.
+	h.env.RegisterDelayedCallback(func() {
+		h.decide(ApprovalDecision{RequestID: h.requestID("Write"), Decision: DecisionApprove})
+	}, 9*time.Minute)
+
+	out := h.runTurn(userTurn("write"))
+
+	require.Equal(t, []string{"Write"}, h.ranTools())
+	req := findEvent(t, out.Events, EventApprovalRequest)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, 3, attempts, "the first notice is retried after a 500")
+	require.Len(t, notices, 2)
+	require.Equal(t, activities.NoticeApprovalRequest, notices[0].Kind)
+	require.Equal(t, activities.NoticeReminder, notices[1].Kind)
+	for _, n := range notices {
+		require.Equal(t, req.RequestID, n.RequestID)
+		require.Equal(t, "Write", n.Tool)
+		require.Equal(t, "c1", n.ConversationID)
+		require.True(t, req.ExpiresAt.Equal(n.ExpiresAt))
+	}
+}
+
+func pendingRequest(t *testing.T, h *harness, turnID string) string {
+	t.Helper()
+	v, err := h.env.QueryWorkflowByID(turnID, PendingQuery)
+	require.NoError(t, err)
+	var pending []PendingApproval
+	require.NoError(t, v.Get(&pending))
+	require.Len(t, pending, 1)
+	return pending[0].RequestID
+}
+
+func noRejection(t *testing.T) *testsuite.TestUpdateCallback {
+	return &testsuite.TestUpdateCallback{
+		OnAccept:   func() {},
+		OnReject:   func(err error) { t.Errorf("rejected: %v", err) },
+		OnComplete: func(_ any, err error) { require.NoError(t, err) },
+	}
+}
