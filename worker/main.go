@@ -17,6 +17,7 @@ import (
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/agents"
 	"github.com/tollgate/tollgate/internal/config"
+	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/workflows"
 )
 
@@ -37,6 +38,12 @@ func main() {
 
 func run(ctx context.Context, cfg config.Config) error {
 	log := cfg.Logger(os.Stderr)
+	// The policy is checked before anything else: a rule that does not
+	// compile stops the worker.
+	rules, err := policy.Load(cfg.PolicyFile)
+	if err != nil {
+		return fmt.Errorf("%s: %w", config.EnvPolicyFile, err)
+	}
 	c, err := client.Dial(client.Options{
 		HostPort:  cfg.TemporalAddress,
 		Namespace: cfg.TemporalNamespace,
@@ -78,15 +85,20 @@ func run(ctx context.Context, cfg config.Config) error {
 		ToolTimeout:      cfg.BashTimeout + 30*time.Second,
 		SearchAttributes: searchAttributes,
 		Agents:           agentDefs,
+		Rules:            rules,
+		Notify:           cfg.NotifyURL != "",
 	}}
 
 	w := worker.New(c, cfg.TaskQueue, worker.Options{})
 	workflows.Register(w, wf, model, tools)
+	if cfg.NotifyURL != "" {
+		workflows.RegisterNotifier(w, &activities.Notifier{URL: cfg.NotifyURL})
+	}
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("start worker on task queue %s: %w", cfg.TaskQueue, err)
 	}
 	log.Info("worker started", "taskQueue", cfg.TaskQueue, "temporal", cfg.TemporalAddress,
-		"workspace", cfg.Workspace, "requiredTools", cfg.RequiredTools, "model", cfg.OpenAIModel, "subagents", len(agentDefs))
+		"workspace", cfg.Workspace, "requiredTools", cfg.RequiredTools, "model", cfg.OpenAIModel, "subagents", len(agentDefs), "policyRules", len(rules), "notices", cfg.NotifyURL != "")
 	<-ctx.Done()
 	log.Info("worker stopping")
 	w.Stop()

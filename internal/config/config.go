@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	neturl "net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -33,6 +34,8 @@ const (
 	EnvApprovalTimeout   = "TOLLGATE_APPROVAL_TIMEOUT"
 	EnvHeartbeatInterval = "TOLLGATE_HEARTBEAT_INTERVAL"
 	EnvAgentsDir         = "TOLLGATE_AGENTS_DIR"
+	EnvPolicyFile        = "TOLLGATE_POLICY_FILE"
+	EnvNotifyURL         = "TOLLGATE_NOTIFY_URL"
 	EnvMaxSteps          = "TOLLGATE_MAX_STEPS"
 	EnvBashTimeout       = "TOLLGATE_BASH_TIMEOUT"
 	EnvStateDir          = "TOLLGATE_STATE_DIR"
@@ -94,6 +97,12 @@ type Config struct {
 	// AgentsDir is the absolute path of the folder of subagent definitions;
 	// empty when none is configured.
 	AgentsDir string
+	// PolicyFile is the absolute path of the approval policy (YAML); empty
+	// when RequiredTools alone is the policy.
+	PolicyFile string
+	// NotifyURL receives a JSON notice of each approval request and a
+	// reminder before it expires; empty for none.
+	NotifyURL string
 	// MaxSteps bounds the model calls of one turn.
 	MaxSteps int
 	// BashTimeout is the default and the upper limit of one Bash call.
@@ -111,7 +120,7 @@ type Config struct {
 var known = []string{
 	EnvTemporalAddress, EnvTemporalNamespace, EnvTaskQueue, EnvHTTPAddr,
 	EnvOpenAIBaseURL, EnvOpenAIAPIKey, EnvOpenAIModel, EnvWorkspace,
-	EnvRequiredTools, EnvApprovalTimeout, EnvHeartbeatInterval, EnvAgentsDir,
+	EnvRequiredTools, EnvApprovalTimeout, EnvHeartbeatInterval, EnvAgentsDir, EnvPolicyFile, EnvNotifyURL,
 	EnvMaxSteps, EnvBashTimeout, EnvStateDir, EnvLogLevel,
 }
 
@@ -147,6 +156,8 @@ func Load(getenv func(string) string) (Config, error) {
 	c.ApprovalTimeout = r.duration(EnvApprovalTimeout, DefaultApprovalTimeout)
 	c.HeartbeatInterval = r.duration(EnvHeartbeatInterval, DefaultHeartbeatInterval)
 	c.AgentsDir = r.path(EnvAgentsDir, "")
+	c.PolicyFile = r.path(EnvPolicyFile, "")
+	c.NotifyURL = r.url(EnvNotifyURL)
 	c.MaxSteps = r.positiveInt(EnvMaxSteps, DefaultMaxSteps)
 	c.BashTimeout = r.duration(EnvBashTimeout, DefaultBashTimeout)
 	c.StateDir = r.str(EnvStateDir, DefaultStateDir)
@@ -229,6 +240,20 @@ func (r *reader) path(name, def string) string {
 		return ""
 	}
 	return abs
+}
+
+// url reads an optional http or https URL.
+func (r *reader) url(name string) string {
+	v := r.lookup(name)
+	if v == "" {
+		return ""
+	}
+	u, err := neturl.Parse(v)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		r.fail(name, v, "not an http(s) URL (example: https://hooks.example.com/tollgate)")
+		return ""
+	}
+	return v
 }
 
 func (r *reader) list(name, def string) []string {

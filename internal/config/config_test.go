@@ -190,3 +190,14 @@ func writeFile(t *testing.T, content string) string {
 	require.NoError(t, os.WriteFile(name, []byte(content), 0o600))
 	return name
 }
+
+func TestNotifyURLMustBeHTTP(t *testing.T) {
+	env := map[string]string{EnvNotifyURL: "ftp://x"}
+	_, err := Load(func(k string) string { return env[k] })
+	require.ErrorContains(t, err, `TOLLGATE_NOTIFY_URL="ftp://x": not an http(s) URL`)
+
+	env[EnvNotifyURL] = "http://127.0.0.1:9000/hook"
+	c, err := Load(func(k string) string { return env[k] })
+	require.NoError(t, err)
+	require.Equal(t, "http://127.0.0.1:9000/hook", c.NotifyURL)
+}

@@ -1,0 +1,83 @@
+// Package policy reads the approval policy file (TOLLGATE_POLICY_FILE): a
+// rule per tool that says when its calls need a person's approval.
+package policy
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/tollgate/tollgate/workflows"
+)
+
+// file is the policy file's shape:
+//
+//	tools:
+//	  Bash:
+//	    require: when
+//	    when: args.command.startsWith("rm ") || args.command.contains("sudo")
+//	    timeout: 10m
+type file struct {
+	Tools map[string]struct {
+		Require string `yaml:"require"`
+		When    string `yaml:"when"`
+		Timeout string `yaml:"timeout"`
+	} `yaml:"tools"`
+}
+
+// Load reads and checks the policy file at path. Every rule is compiled; the
+// errors, all of them, name the tool and the expression, so a worker with a
+// bad policy does not start.
+func Load(path string) ([]workflows.Rule, error) {
+	if path == "" {
+		return nil, nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("policy file: %w", err)
+	}
+	rules, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("policy file %s: %w", path, err)
+	}
+	return rules, nil
+}
+
+// Parse reads a policy. Rules come out in tool-name order.
+func Parse(data []byte) ([]workflows.Rule, error) {
+	var f file
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&f); err != nil {
+		return nil, err
+	}
+	var rules []workflows.Rule
+	var errs []error
+	for _, tool := range slices.Sorted(maps.Keys(f.Tools)) {
+		spec := f.Tools[tool]
+		r := workflows.Rule{Tool: tool, Require: spec.Require, When: spec.When}
+		if r.Require == "" && r.When != "" {
+			r.Require = workflows.RequireWhen
+		}
+		if spec.Timeout != "" {
+			d, err := time.ParseDuration(spec.Timeout)
+			if err != nil || d <= 0 {
+				errs = append(errs, fmt.Errorf("tool %s: timeout %q is not a positive duration (example: 10m)", tool, spec.Timeout))
+				continue
+			}
+			r.Timeout = d
+		}
+		if err := r.Validate(); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		rules = append(rules, r)
+	}
+	return rules, errors.Join(errs...)
+}

@@ -1,0 +1,48 @@
+package policy
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tollgate/tollgate/workflows"
+)
+
+func TestPolicyFileRulesAreReadInToolOrder(t *testing.T) {
+	rules, err := Parse([]byte(`
+tools:
+  Write:
+    require: always
+    timeout: 10m
+  Bash:
+    when: args.command.startsWith("rm ") || args.command.contains("sudo")
+  Read:
+    require: never
+`))
+	require.NoError(t, err)
+	require.Equal(t, []workflows.Rule{
+		{Tool: "Bash", Require: workflows.RequireWhen, When: `args.command.startsWith("rm ") || args.command.contains("sudo")`},
+		{Tool: "Read", Require: workflows.RequireNever},
+		{Tool: "Write", Require: workflows.RequireAlways, Timeout: 10 * time.Minute},
+	}, rules)
+}
+
+func TestRuleThatDoesNotCompileIsAnErrorNamingToolAndExpression(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "policy.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("tools:\n  Bash:\n    when: args.command.startsWith(\n  Edit:\n    require: often\n  Write:\n    require: always\n    timeout: soon\n"), 0o644))
+
+	_, err := Load(path)
+
+	require.ErrorContains(t, err, path)
+	require.ErrorContains(t, err, `tool Bash: when "args.command.startsWith("`)
+	require.ErrorContains(t, err, `tool Edit: require "often"`)
+	require.ErrorContains(t, err, `tool Write: timeout "soon"`)
+}
+
+func TestUnknownKeyInPolicyFileIsAnError(t *testing.T) {
+	_, err := Parse([]byte("tools:\n  Bash:\n    requires: always\n"))
+	require.ErrorContains(t, err, "field requires not found")
+}

@@ -1,0 +1,37 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestPolicyRuleThatDoesNotCompileStopsTheWorker(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "worker")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Stderr = os.Stderr
+	require.NoError(t, build.Run())
+	policyFile := filepath.Join(dir, "policy.yaml")
+	require.NoError(t, os.WriteFile(policyFile, []byte("tools:\n  Bash:\n    when: args.command.startsWith(\n"), 0o644))
+
+	cmd := exec.Command(bin)
+	// Nothing listens on this address: the worker must stop before dialing.
+	cmd.Env = append(os.Environ(), "TOLLGATE_POLICY_FILE="+policyFile, "TEMPORAL_ADDRESS=127.0.0.1:1",
+		"TOLLGATE_WORKSPACE="+filepath.Join(dir, "ws"))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+
+	var exit *exec.ExitError
+	require.True(t, errors.As(err, &exit), "the worker must exit with an error, got %v", err)
+	require.NotZero(t, exit.ExitCode())
+	require.Contains(t, stderr.String(), "TOLLGATE_POLICY_FILE")
+	require.Contains(t, stderr.String(), "tool Bash")
+	require.Contains(t, stderr.String(), `args.command.startsWith(`)
+}
