@@ -51,7 +51,7 @@ func (w *Workflows) Conversation(ctx workflow.Context, in ConversationInput) err
 			if strings.TrimSpace(m.Query) == "" {
 				return errors.New("the message is empty")
 			}
-			return nil
+			return validateClientTools(m.ClientTools, settings)
 		}},
 	); err != nil {
 		return fmt.Errorf("set %s update handler: %w", SendMessageUpdate, err)
@@ -138,6 +138,7 @@ func (c *conversation) runTurn(ctx workflow.Context, q QueuedMessage, upserts bo
 		Messages:       messages,
 		BypassApproval: q.Message.BypassApproval,
 		Grants:         c.grants,
+		ClientTools:    q.Message.ClientTools,
 	})
 	c.running, c.runningTurn = opts.WorkflowID, child
 	var out TurnOutput

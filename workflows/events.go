@@ -17,6 +17,9 @@ const (
 	EventHeartbeat        = "heartbeat"
 	EventFinish           = "finish"
 	EventError            = "error"
+	// EventClientToolCall asks the client to run one of its own tools and
+	// answer with POST /chat/tool-result.
+	EventClientToolCall = "client_tool_call"
 
 	// Events of a subagent as its parent's stream shows them, with Name.
 	EventSubagentStart  = "subagent_start"

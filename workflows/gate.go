@@ -52,8 +52,10 @@ type gate struct {
 	log            *eventLog
 	// all holds every request of the workflow in the order it was made;
 	// byID finds one by id (never ranged over).
-	all     []*approval
-	byID    map[string]*approval
+	all  []*approval
+	byID map[string]*approval
+	// clients are the calls of client-executed tools, in order.
+	clients []*clientCall
 	wake    workflow.Channel
 	upserts bool
 	notify  bool
@@ -107,6 +109,7 @@ func (g *gate) request(ctx workflow.Context, call activities.ToolCall, timeout t
 		ExpiresAt:  &expires,
 		Reason:     note,
 	})
+	countRequest(ctx)
 	g.sendNotice(ctx, a, activities.NoticeApprovalRequest)
 	return a
 }
@@ -168,6 +171,7 @@ func (g *gate) decide(ctx workflow.Context, a *approval, decision, reason, argum
 		Decision:   decision,
 		Reason:     reason,
 	})
+	countDecision(ctx, decision, a.RequestedAt)
 	g.wake.SendAsync(struct{}{})
 }
 
@@ -249,6 +253,13 @@ func (g *gate) upsertPending(ctx workflow.Context) {
 	for _, a := range g.all {
 		if !a.decided {
 			ids = append(ids, a.RequestID)
+		}
+	}
+	// A client tool call is listed as tool:<toolCallId>, so the API can
+	// find its turn from the tool call id alone.
+	for _, cc := range g.clients {
+		if !cc.answered {
+			ids = append(ids, ClientToolSearchValue(cc.Call.ID))
 		}
 	}
 	key := temporal.NewSearchAttributeKeyKeywordList(PendingApprovalsAttribute)

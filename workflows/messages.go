@@ -38,6 +38,9 @@ type Interrupt struct {
 type UserMessage struct {
 	Query          string `json:"query"`
 	BypassApproval bool   `json:"bypassApproval,omitempty"`
+	// ClientTools are tools the client runs itself, offered to the model
+	// for this turn.
+	ClientTools []activities.ToolSpec `json:"clientTools,omitempty"`
 }
 
 // TurnRef names the turn that runs (or will run) a user message.
@@ -89,6 +92,8 @@ type TurnInput struct {
 	// Grants are the conversation's remembered decisions when the turn
 	// starts.
 	Grants []Grant `json:"grants,omitempty"`
+	// ClientTools are the tools the client runs itself.
+	ClientTools []activities.ToolSpec `json:"clientTools,omitempty"`
 }
 
 // TurnOutput is a finished turn: why it finished, its final text, the

@@ -50,6 +50,10 @@ const (
 	// SubagentEventsSignal carries a subagent's events to its parent
 	// (SubagentEvents in), which adds them to its own stream.
 	SubagentEventsSignal = "subagentEvents"
+	// ClientToolResultUpdate answers a client-executed tool's call
+	// (ClientToolResult in); its validator rejects unknown, answered and
+	// expired calls.
+	ClientToolResultUpdate = "toolResult"
 	// PendingQuery returns the approvals the turn waits for
 	// ([]PendingApproval out).
 	PendingQuery = "pending"
@@ -79,6 +83,12 @@ const (
 	// (KeywordList); empty when it waits for none.
 	PendingApprovalsAttribute = "TollgatePendingApprovals"
 )
+
+// ClientToolSearchValue is how PendingApprovalsAttribute lists a client
+// tool call that waits for its result.
+func ClientToolSearchValue(toolCallID string) string {
+	return "tool:" + toolCallID
+}
 
 // workflowIDPrefix starts every workflow ID tollgate makes, so the API never
 // sends a message to a workflow that is not one of its own.

@@ -26,6 +26,8 @@ type turn struct {
 	bypass         bool
 	// depth is 0 for a turn and n for a subagent nested n deep.
 	depth int
+	// clientTools are run by the client, not the worker.
+	clientTools []activities.ToolSpec
 
 	log  eventLog
 	gate *gate
@@ -71,7 +73,8 @@ func (w *Workflows) ChatTurn(ctx workflow.Context, in TurnInput) (TurnOutput, er
 		conversationID: in.ConversationID,
 		input:          in.Messages,
 		system:         settings.SystemPrompt,
-		tools:          settings.toolsFor(nil, 0),
+		tools:          append(settings.toolsFor(nil, 0), in.ClientTools...),
+		clientTools:    in.ClientTools,
 		model:          settings.Model,
 		bypass:         in.BypassApproval,
 		grants:         slices.Clone(in.Grants),
@@ -138,6 +141,18 @@ func (t *turn) setHandlers(ctx workflow.Context) error {
 		}},
 	); err != nil {
 		return fmt.Errorf("set %s update handler: %w", ApprovalUpdate, err)
+	}
+
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, ClientToolResultUpdate,
+		func(ctx workflow.Context, r ClientToolResult) error {
+			t.gate.takeClientResult(r)
+			return nil
+		},
+		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, r ClientToolResult) error {
+			return t.gate.validateClientResult(ctx, r)
+		}},
+	); err != nil {
+		return fmt.Errorf("set %s update handler: %w", ClientToolResultUpdate, err)
 	}
 
 	approvals := workflow.GetSignalChannel(ctx, ApprovalSignal)
@@ -297,7 +312,8 @@ func (t *turn) runBatch(ctx workflow.Context, calls []activities.ToolCall) []Too
 			results[i].Result, results[i].Status = fmt.Sprintf("Error: there is no tool named %q.", call.Name), activities.StatusError
 		case !isJSONObject(call.Arguments):
 			results[i].Result, results[i].Status = fmt.Sprintf("Error: the arguments of %s are not a JSON object: %s", call.Name, call.Arguments), activities.StatusError
-		case t.bypass:
+		case t.bypass, offers(t.clientTools, call.Name):
+			// The client runs its own tools and asks its user itself.
 		default:
 			c := t.settings.check(call)
 			if !c.required {
@@ -352,6 +368,8 @@ func (t *turn) runBatch(ctx workflow.Context, calls []activities.ToolCall) []Too
 		var out activities.ToolOutput
 		if call.Name == TaskTool {
 			out = t.runSubagent(ctx, call)
+		} else if offers(t.clientTools, call.Name) {
+			out = t.gate.runClientTool(ctx, call, t.settings.check(call).timeout)
 		} else {
 			out = t.runTool(ctx, call)
 		}

@@ -20,6 +20,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/internal/metrics"
 )
 
 var testTools = []string{activities.ToolRead, activities.ToolWrite, activities.ToolEdit, activities.ToolBash}
@@ -41,6 +42,8 @@ func testSettings() Settings {
 type harness struct {
 	t   *testing.T
 	env *testsuite.TestWorkflowEnvironment
+	// metrics receives what the workflows emit.
+	metrics *metrics.Registry
 
 	mu          sync.Mutex
 	replies     []activities.ModelOutput
@@ -52,7 +55,9 @@ type harness struct {
 func newHarness(t *testing.T, settings Settings, replies ...activities.ModelOutput) *harness {
 	var suite testsuite.WorkflowTestSuite
 	suite.SetLogger(log.NewStructuredLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))))
-	h := &harness{t: t, env: suite.NewTestWorkflowEnvironment(), replies: replies}
+	reg := metrics.NewRegistry()
+	suite.SetMetricsHandler(reg.Handler())
+	h := &harness{t: t, env: suite.NewTestWorkflowEnvironment(), metrics: reg, replies: replies}
 	w := &Workflows{Settings: settings}
 	h.env.RegisterWorkflowWithOptions(w.ChatTurn, workflow.RegisterOptions{Name: ChatTurnWorkflow})
 	h.env.RegisterWorkflowWithOptions(w.Conversation, workflow.RegisterOptions{Name: ConversationWorkflow})

@@ -1,0 +1,137 @@
+package workflows
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"time"
+
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/tollgate/tollgate/activities"
+)
+
+// ClientToolResult is the payload of the toolResult Update: the answer of
+// a client-executed tool. RequestID (from the client_tool_call event) names
+// the call; ToolCallID alone does too, within one turn.
+type ClientToolResult struct {
+	RequestID  string `json:"requestId,omitempty"`
+	ToolCallID string `json:"toolCallId,omitempty"`
+	Result     string `json:"result"`
+	// IsError marks a result that reports the tool's failure.
+	IsError bool `json:"isError,omitempty"`
+}
+
+// clientCall is a call of a client-executed tool that waits for the
+// client's answer.
+type clientCall struct {
+	RequestID string
+	Call      activities.ToolCall
+	ExpiresAt time.Time
+
+	answered bool
+	result   ClientToolResult
+}
+
+// Tool responses for client-executed tools that got no answer.
+const clientTimeoutResponse = "The client did not return a result in time, so this tool was not executed."
+
+// validateClientResult says why r cannot be taken now, or nil.
+func (g *gate) validateClientResult(ctx workflow.Context, r ClientToolResult) error {
+	cc := g.findClientCall(r)
+	switch {
+	case cc == nil:
+		return fmt.Errorf("client tool call %q %q: %w", r.RequestID, r.ToolCallID, errUnknownRequest)
+	case cc.answered:
+		return fmt.Errorf("client tool call %q: %w", cc.Call.ID, errAlreadyDecided)
+	case !workflow.Now(ctx).Before(cc.ExpiresAt):
+		return fmt.Errorf("client tool call %q: %w", cc.Call.ID, errExpired)
+	}
+	return nil
+}
+
+// findClientCall finds the call r answers: by request id, or by tool call
+// id among those still waiting.
+func (g *gate) findClientCall(r ClientToolResult) *clientCall {
+	for _, cc := range g.clients {
+		if r.RequestID != "" && cc.RequestID == r.RequestID {
+			return cc
+		}
+		if r.RequestID == "" && r.ToolCallID != "" && cc.Call.ID == r.ToolCallID && !cc.answered {
+			return cc
+		}
+	}
+	return nil
+}
+
+// takeClientResult records a validated answer and wakes the waiting call.
+func (g *gate) takeClientResult(r ClientToolResult) {
+	cc := g.findClientCall(r)
+	cc.answered, cc.result = true, r
+	g.wake.SendAsync(struct{}{})
+}
+
+// runClientTool publishes a client_tool_call and waits for the client's
+// answer until timeout. No answer in time, or a cancelled turn, declines
+// the call, as for approvals.
+func (g *gate) runClientTool(ctx workflow.Context, call activities.ToolCall, timeout time.Duration) activities.ToolOutput {
+	var id string
+	if err := workflow.SideEffect(ctx, func(workflow.Context) any {
+		b := make([]byte, 16)
+		_, _ = rand.Read(b)
+		return NewRequestID(g.workflowID, hex.EncodeToString(b))
+	}).Get(&id); err != nil {
+		panic(fmt.Errorf("client tool request id for call %s: %w", call.ID, err))
+	}
+	cc := &clientCall{RequestID: id, Call: call, ExpiresAt: workflow.Now(ctx).Add(timeout)}
+	g.clients = append(g.clients, cc)
+	expires := cc.ExpiresAt
+	g.log.append(Event{
+		Type: EventClientToolCall, RequestID: id, ToolCallID: call.ID, ToolName: call.Name,
+		Arguments: call.Arguments, WorkflowID: g.workflowID, ExpiresAt: &expires,
+	})
+	g.upsertPending(ctx)
+	defer g.upsertPending(ctx)
+
+	timerCtx, cancelTimer := workflow.WithCancel(ctx)
+	defer cancelTimer()
+	expired, cancelled := false, false
+	sel := workflow.NewSelector(ctx)
+	sel.AddFuture(workflow.NewTimer(timerCtx, timeout), func(f workflow.Future) { expired = f.Get(ctx, nil) == nil })
+	sel.AddReceive(g.wake, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil) })
+	sel.AddReceive(ctx.Done(), func(workflow.ReceiveChannel, bool) { cancelled = true })
+	for !cc.answered && !expired && !cancelled {
+		sel.Select(ctx)
+	}
+	switch {
+	case cc.answered && cc.result.IsError:
+		return activities.ToolOutput{Status: activities.StatusError, Result: cc.result.Result}
+	case cc.answered:
+		return activities.ToolOutput{Status: activities.StatusOK, Result: cc.result.Result}
+	case cancelled:
+		cc.answered = true
+		return activities.ToolOutput{Status: activities.StatusDeclined, Result: declined(reasonCancelled)}
+	default:
+		cc.answered = true
+		return activities.ToolOutput{Status: activities.StatusTimeout, Result: clientTimeoutResponse}
+	}
+}
+
+// validateClientTools checks a request's client-executed tools: named,
+// unique, and not named like a tool the worker runs.
+func validateClientTools(tools []activities.ToolSpec, settings Settings) error {
+	var seen []string
+	for _, t := range tools {
+		switch {
+		case t.Name == "":
+			return fmt.Errorf("a client tool has no name")
+		case t.Name == TaskTool || offers(settings.Tools, t.Name):
+			return fmt.Errorf("client tool %q has the name of a tool the worker runs", t.Name)
+		case slices.Contains(seen, t.Name):
+			return fmt.Errorf("client tool %q is declared twice", t.Name)
+		}
+		seen = append(seen, t.Name)
+	}
+	return nil
+}

@@ -1,0 +1,73 @@
+package workflows
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/tollgate/tollgate/activities"
+)
+
+var pickColor = activities.ToolSpec{Name: "PickColor", Description: "asks the user for a color", Parameters: json.RawMessage(`{"type":"object"}`)}
+
+func clientTurn() TurnInput {
+	in := userTurn("paint it")
+	in.ClientTools = []activities.ToolSpec{pickColor}
+	return in
+}
+
+// answer sends the toolResult Update and records its rejection, if any.
+func (h *harness) answer(r ClientToolResult, rejected *error) {
+	h.env.UpdateWorkflow(ClientToolResultUpdate, "", &testsuite.TestUpdateCallback{
+		OnAccept: func() {}, OnReject: func(err error) { *rejected = err }, OnComplete: func(any, error) {},
+	}, r)
+}
+
+func TestClientToolAnsweredInTimeAnswersTheModel(t *testing.T) {
+	h := newHarness(t, testSettings(),
+		calls(call("c1", "PickColor", `{}`), call("r", "Read", `{"file_path":"a"}`)),
+		activities.ModelOutput{Content: "blue it is"},
+	)
+	var unknown, early, late error
+	h.env.RegisterDelayedCallback(func() {
+		e := findEvent(t, h.events(), EventClientToolCall)
+		require.Equal(t, "c1", e.ToolCallID)
+		require.Equal(t, "PickColor", e.ToolName)
+		h.answer(ClientToolResult{ToolCallID: "nope", Result: "x"}, &unknown)
+		// By tool call id alone, within the turn.
+		h.answer(ClientToolResult{ToolCallID: "c1", Result: "blue"}, &early)
+		h.answer(ClientToolResult{RequestID: e.RequestID, Result: "red"}, &late)
+	}, time.Second)
+
+	out := h.runTurn(clientTurn())
+
+	require.NoError(t, early)
+	require.ErrorContains(t, unknown, "unknown request")
+	require.ErrorContains(t, late, "already decided", "a second answer is not taken")
+	tools := toolMessages(h.modelInputs[1].Messages)
+	require.Equal(t, "blue", tools[0].Content)
+	require.Equal(t, []string{"Read"}, h.ranTools(), "the worker never runs a client tool")
+	require.Contains(t, toolNames(h.modelInputs[0].Tools), "PickColor")
+	require.NotContains(t, eventTypes(out.Events), EventApprovalRequest)
+}
+
+func TestClientToolWithoutAnswerTimesOutAsDecline(t *testing.T) {
+	settings := testSettings()
+	settings.ApprovalTimeout = time.Hour
+	h := newHarness(t, settings, calls(call("c1", "PickColor", `{}`)))
+
+	out := h.runTurn(clientTurn())
+
+	result := findEvent(t, out.Events, EventToolResult).ToolResults[0]
+	require.Equal(t, activities.StatusTimeout, result.Status)
+	require.Equal(t, clientTimeoutResponse, result.Result)
+}
+
+func TestClientToolNamedLikeAWorkerToolIsRejected(t *testing.T) {
+	require.ErrorContains(t, validateClientTools([]activities.ToolSpec{{Name: "Bash"}}, testSettings()), "tool the worker runs")
+	require.ErrorContains(t, validateClientTools([]activities.ToolSpec{pickColor, pickColor}, testSettings()), "twice")
+	require.NoError(t, validateClientTools([]activities.ToolSpec{pickColor}, testSettings()))
+}
