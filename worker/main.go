@@ -5,7 +5,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -17,6 +21,7 @@ import (
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/agents"
 	"github.com/tollgate/tollgate/internal/config"
+	"github.com/tollgate/tollgate/internal/metrics"
 	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/workflows"
 )
@@ -44,10 +49,16 @@ func run(ctx context.Context, cfg config.Config) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", config.EnvPolicyFile, err)
 	}
+	// The SDK's metrics and the workflows' own land in one registry.
+	reg := metrics.NewRegistry()
+	workflows.DescribeMetrics(reg)
+	_, stopMetrics := serveMetrics(cfg.MetricsAddr, reg, log)
+	defer stopMetrics()
 	c, err := client.Dial(client.Options{
-		HostPort:  cfg.TemporalAddress,
-		Namespace: cfg.TemporalNamespace,
-		Logger:    config.TemporalLogger(log),
+		HostPort:       cfg.TemporalAddress,
+		Namespace:      cfg.TemporalNamespace,
+		Logger:         config.TemporalLogger(log),
+		MetricsHandler: reg.Handler(),
 	})
 	if err != nil {
 		return fmt.Errorf("dial Temporal at %s: %w", cfg.TemporalAddress, err)
@@ -103,4 +114,29 @@ func run(ctx context.Context, cfg config.Config) error {
 	log.Info("worker stopping")
 	w.Stop()
 	return nil
+}
+
+// serveMetrics serves reg at GET /metrics on addr until stop is called and
+// returns the address it listens on; an empty addr serves nothing. A port
+// that cannot be had is logged and the worker runs on without metrics:
+// turns matter more than a scrape.
+func serveMetrics(addr string, reg *metrics.Registry, log *slog.Logger) (bound string, stop func()) {
+	if addr == "" {
+		return "", func() {}
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		log.Error("metrics endpoint unavailable; the worker runs without it", "variable", config.EnvMetricsAddr, "addr", addr, "error", err)
+		return "", func() {}
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", reg)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics endpoint stopped", "addr", addr, "error", err)
+		}
+	}()
+	log.Info("metrics listening", "addr", ln.Addr().String(), "path", "/metrics")
+	return ln.Addr().String(), func() { _ = srv.Close() }
 }

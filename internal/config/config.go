@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net"
 	neturl "net/url"
 	"os"
 	"path/filepath"
@@ -40,10 +41,15 @@ const (
 	EnvBashTimeout       = "TOLLGATE_BASH_TIMEOUT"
 	EnvStateDir          = "TOLLGATE_STATE_DIR"
 	EnvLogLevel          = "TOLLGATE_LOG_LEVEL"
+	EnvMetricsAddr       = "TOLLGATE_METRICS_ADDR"
 	// EnvConfigFile names a YAML file holding any of the variables above.
 	// It is read from the environment only.
 	EnvConfigFile = "TOLLGATE_CONFIG_FILE"
 )
+
+// MetricsOff is the value of TOLLGATE_METRICS_ADDR that turns the worker's metrics
+// endpoint off. An empty value means "unset" and so the default.
+const MetricsOff = "off"
 
 // NoRequiredTools is the value of TOLLGATE_REQUIRED_TOOLS that protects no
 // tool at all. An empty value means "unset" and so the default.
@@ -63,6 +69,7 @@ const (
 	DefaultMaxSteps          = 25
 	DefaultBashTimeout       = 2 * time.Minute
 	DefaultStateDir          = ".tollgate"
+	DefaultMetricsAddr       = "127.0.0.1:9090"
 )
 
 // Config is every setting of the worker and the API.
@@ -111,6 +118,9 @@ type Config struct {
 	StateDir string
 	// LogLevel is the lowest level that is logged.
 	LogLevel slog.Level
+	// MetricsAddr is where the worker serves its metrics (GET /metrics);
+	// empty when they are off.
+	MetricsAddr string
 	// ConfigFile is the YAML file the settings were read from, if any.
 	ConfigFile string
 }
@@ -122,6 +132,7 @@ var known = []string{
 	EnvOpenAIBaseURL, EnvOpenAIAPIKey, EnvOpenAIModel, EnvWorkspace,
 	EnvRequiredTools, EnvApprovalTimeout, EnvHeartbeatInterval, EnvAgentsDir, EnvPolicyFile, EnvNotifyURL,
 	EnvMaxSteps, EnvBashTimeout, EnvStateDir, EnvLogLevel,
+	EnvMetricsAddr,
 }
 
 // Load reads the configuration. getenv is usually os.Getenv; an empty value
@@ -162,6 +173,7 @@ func Load(getenv func(string) string) (Config, error) {
 	c.BashTimeout = r.duration(EnvBashTimeout, DefaultBashTimeout)
 	c.StateDir = r.str(EnvStateDir, DefaultStateDir)
 	c.LogLevel = r.level(EnvLogLevel, slog.LevelInfo)
+	c.MetricsAddr = r.listenAddr(EnvMetricsAddr, DefaultMetricsAddr)
 
 	if err := errors.Join(r.errs...); err != nil {
 		if c.ConfigFile != "" {
@@ -305,6 +317,24 @@ func (r *reader) positiveInt(name string, def int) int {
 		return def
 	}
 	return n
+}
+
+// listenAddr reads a host:port to listen on, or MetricsOff for none ("").
+func (r *reader) listenAddr(name, def string) string {
+	raw := r.str(name, def)
+	if strings.EqualFold(raw, MetricsOff) {
+		return ""
+	}
+	_, port, err := net.SplitHostPort(raw)
+	if err != nil {
+		r.fail(name, raw, "not a host:port to listen on (example: %s; %q for none)", def, MetricsOff)
+		return ""
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		r.fail(name, raw, "port %q is not a number from 0 to 65535 (example: %s)", port, def)
+		return ""
+	}
+	return raw
 }
 
 func (r *reader) level(name string, def slog.Level) slog.Level {

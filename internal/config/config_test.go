@@ -38,6 +38,7 @@ func TestLoadWithNothingSetGivesTheDesignDefaults(t *testing.T) {
 		BashTimeout:       2 * time.Minute,
 		StateDir:          ".tollgate",
 		LogLevel:          slog.LevelInfo,
+		MetricsAddr:       "127.0.0.1:9090",
 	}, c)
 }
 
@@ -59,6 +60,7 @@ func TestLoadTakesEveryVariableFromTheEnvironment(t *testing.T) {
 		"TOLLGATE_BASH_TIMEOUT":       "5s",
 		"TOLLGATE_STATE_DIR":          "/var/lib/tollgate",
 		"TOLLGATE_LOG_LEVEL":          "debug",
+		"TOLLGATE_METRICS_ADDR":       ":9464",
 	}))
 	require.NoError(t, err)
 	require.Equal(t, Config{
@@ -78,6 +80,7 @@ func TestLoadTakesEveryVariableFromTheEnvironment(t *testing.T) {
 		BashTimeout:       5 * time.Second,
 		StateDir:          "/var/lib/tollgate",
 		LogLevel:          slog.LevelDebug,
+		MetricsAddr:       ":9464",
 	}, c)
 }
 
@@ -85,6 +88,14 @@ func TestRequiredToolsNoneProtectsNothing(t *testing.T) {
 	c, err := Load(env(map[string]string{"TOLLGATE_REQUIRED_TOOLS": "none"}))
 	require.NoError(t, err)
 	require.Empty(t, c.RequiredTools)
+}
+
+func TestMetricsAddrOffTurnsTheWorkersMetricsEndpointOff(t *testing.T) {
+	for _, v := range []string{"off", "OFF"} {
+		c, err := Load(env(map[string]string{"TOLLGATE_METRICS_ADDR": v}))
+		require.NoError(t, err)
+		require.Empty(t, c.MetricsAddr)
+	}
 }
 
 func TestRelativeWorkspaceIsMadeAbsolute(t *testing.T) {
@@ -145,6 +156,9 @@ func TestEachBadVariableIsNamedWithItsValue(t *testing.T) {
 		{"TOLLGATE_MAX_STEPS", "0", `TOLLGATE_MAX_STEPS="0": must be at least 1 (example: 25)`},
 		{"TOLLGATE_REQUIRED_TOOLS", ",", `TOLLGATE_REQUIRED_TOOLS=",": no names in the list`},
 		{"TOLLGATE_LOG_LEVEL", "loud", `TOLLGATE_LOG_LEVEL="loud": not a log level`},
+		{"TOLLGATE_METRICS_ADDR", "9090", `TOLLGATE_METRICS_ADDR="9090": not a host:port to listen on (example: 127.0.0.1:9090; "off" for none)`},
+		{"TOLLGATE_METRICS_ADDR", "127.0.0.1:http", `TOLLGATE_METRICS_ADDR="127.0.0.1:http": port "http" is not a number from 0 to 65535`},
+		{"TOLLGATE_METRICS_ADDR", "127.0.0.1:70000", `TOLLGATE_METRICS_ADDR="127.0.0.1:70000": port "70000" is not a number from 0 to 65535`},
 	} {
 		t.Run(tc.name+"="+tc.value, func(t *testing.T) {
 			_, err := Load(env(map[string]string{tc.name: tc.value}))
