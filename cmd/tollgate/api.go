@@ -1,0 +1,162 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tollgate/tollgate/workflows"
+)
+
+// Response headers of POST /chat/stream that name the turn before its
+// turn_start event arrives.
+const (
+	headerConversationID = "X-Tollgate-Conversation-Id"
+	headerTurnID         = "X-Tollgate-Turn-Id"
+)
+
+// decisionTimeout bounds POST /chat/approval; the API itself gives up on
+// the turn after 30 s.
+const decisionTimeout = 45 * time.Second
+
+// apiClient speaks tollgate's HTTP API.
+type apiClient struct {
+	base string
+	http *http.Client
+}
+
+func newAPIClient(base string) *apiClient {
+	// No overall timeout: a stream lasts as long as its turn.
+	return &apiClient{base: strings.TrimRight(base, "/"), http: &http.Client{}}
+}
+
+// chatRequest is the body of POST /chat/stream.
+type chatRequest struct {
+	Query          string `json:"query"`
+	ConversationID string `json:"conversationId,omitempty"`
+	BypassApproval bool   `json:"bypassApproval,omitempty"`
+}
+
+// startChat sends a message and returns the open event stream of the turn
+// that runs it.
+func (c *apiClient) startChat(ctx context.Context, req chatRequest) (*http.Response, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	r, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/chat/stream", bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	r.Header.Set("Content-Type", "application/json")
+	r.Header.Set("Accept", "text/event-stream")
+	return c.stream(r)
+}
+
+// resume opens the turn's event stream after event number after.
+func (c *apiClient) resume(ctx context.Context, turnID string, after int) (*http.Response, error) {
+	r, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/chat/turns/"+url.PathEscape(turnID)+"/events", nil)
+	if err != nil {
+		return nil, err
+	}
+	r.Header.Set("Accept", "text/event-stream")
+	if after > 0 {
+		r.Header.Set("Last-Event-ID", strconv.Itoa(after))
+	}
+	return c.stream(r)
+}
+
+func (c *apiClient) stream(r *http.Request) (*http.Response, error) {
+	resp, err := c.http.Do(r)
+	if err != nil {
+		return nil, err // names the method and URL
+	}
+	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
+		return nil, apiError(r, resp)
+	}
+	return resp, nil
+}
+
+// decide sends a decision and reports whether the waiting turn took it.
+func (c *apiClient) decide(ctx context.Context, d workflows.ApprovalDecision) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, decisionTimeout)
+	defer cancel()
+	body, err := json.Marshal(d)
+	if err != nil {
+		return false, err
+	}
+	r, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/chat/approval", bytes.NewReader(body))
+	if err != nil {
+		return false, err
+	}
+	r.Header.Set("Content-Type", "application/json")
+	var res workflows.ApprovalResult
+	if err := c.doJSON(r, &res); err != nil {
+		return false, err
+	}
+	return res.Accepted, nil
+}
+
+// pending lists the approvals waiting across all conversations, optionally
+// only those of one conversation or one tool.
+func (c *apiClient) pending(ctx context.Context, conversationID, tool string) ([]workflows.PendingApproval, error) {
+	q := url.Values{}
+	if conversationID != "" {
+		q.Set("conversationId", conversationID)
+	}
+	if tool != "" {
+		q.Set("tool", tool)
+	}
+	u := c.base + "/approvals"
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	r, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, err
+	}
+	var res struct {
+		Approvals []workflows.PendingApproval `json:"approvals"`
+	}
+	if err := c.doJSON(r, &res); err != nil {
+		return nil, err
+	}
+	return res.Approvals, nil
+}
+
+func (c *apiClient) doJSON(r *http.Request, dst any) error {
+	resp, err := c.http.Do(r)
+	if err != nil {
+		return err // names the method and URL
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return apiError(r, resp)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(dst); err != nil {
+		return fmt.Errorf("%s %s: answer is not the JSON expected: %w", r.Method, r.URL.Path, err)
+	}
+	return nil
+}
+
+// apiError describes an answer other than 200, with the API's own message
+// when it sent one.
+func apiError(r *http.Request, resp *http.Response) error {
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	var e struct {
+		Error string `json:"error"`
+	}
+	msg := strings.TrimSpace(string(body))
+	if json.Unmarshal(body, &e) == nil && e.Error != "" {
+		msg = e.Error
+	}
+	return fmt.Errorf("%s %s: %s: %s", r.Method, r.URL.Path, resp.Status, msg)
+}

@@ -1,0 +1,297 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
+
+	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/internal/config"
+	"github.com/tollgate/tollgate/internal/devserver"
+	"github.com/tollgate/tollgate/internal/metrics"
+	"github.com/tollgate/tollgate/internal/scripted"
+	"github.com/tollgate/tollgate/workflows"
+)
+
+// realStack is a Temporal dev server, an in-process worker on the scripted
+// demo model with a metrics registry, and the real API as a process.
+type realStack struct {
+	api       string
+	workspace string
+	metrics   *metrics.Registry
+}
+
+func startRealStack(t *testing.T) *realStack {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a Temporal dev server and the API")
+	}
+	apiBin := buildAPI(t) // meanwhile nothing else runs: the build is the slow part when cold
+	srv := devserver.ForTest(t)
+
+	reg := metrics.NewRegistry()
+	workflows.DescribeMetrics(reg)
+	opts := srv.ClientOptions()
+	opts.MetricsHandler = reg.Handler()
+	c, err := client.Dial(opts)
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, workflows.EnsureSearchAttributes(ctx, c, srv.Namespace, slog.New(slog.DiscardHandler)))
+
+	model := httptest.NewServer(scripted.New(scripted.Demo()))
+	t.Cleanup(model.Close)
+	workspace := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(workspace, "README.md"), []byte("# the workspace readme\n"), 0o644))
+	tools := &activities.Tools{Workspace: workspace, BashTimeout: 10 * time.Second}
+	queue := "tollgate-cli-" + uuid.NewString()
+	w := worker.New(c, queue, worker.Options{})
+	workflows.Register(w, &workflows.Workflows{Settings: workflows.Settings{
+		RequiredTools:    []string{activities.ToolWrite, activities.ToolEdit, activities.ToolBash},
+		ApprovalTimeout:  5 * time.Minute,
+		MaxSteps:         5,
+		Tools:            tools.Specs(),
+		ToolTimeout:      30 * time.Second,
+		SearchAttributes: true,
+	}}, activities.NewModel(model.URL+"/v1", "test", scripted.ModelName, workflows.TokenSignaler{Client: c}), tools)
+	require.NoError(t, w.Start())
+	t.Cleanup(w.Stop)
+
+	addr := freeAddr(t)
+	runAPI(t, apiBin, append(environWithout("TOLLGATE_", "TEMPORAL_", "OPENAI_", "HTTP_ADDR"),
+		config.EnvHTTPAddr+"="+addr,
+		config.EnvTemporalAddress+"="+srv.HostPort,
+		config.EnvTemporalNamespace+"="+srv.Namespace,
+		config.EnvTaskQueue+"="+queue,
+		config.EnvHeartbeatInterval+"=1s",
+	))
+	return &realStack{api: "http://" + addr, workspace: workspace, metrics: reg}
+}
+
+// buildAPI builds the API binary into the test's temporary folder: the
+// API is package main, so the test runs it as the process it is.
+func buildAPI(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "api")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/tollgate/tollgate/api").CombinedOutput()
+	require.NoError(t, err, "go build ./api: %s", out)
+	return bin
+}
+
+// runAPI starts the API and waits until /healthz answers 200. Cleanup
+// kills it and shows its log when the test failed.
+func runAPI(t *testing.T, bin string, env []string) {
+	t.Helper()
+	logPath := filepath.Join(t.TempDir(), "api.log")
+	logFile, err := os.Create(logPath)
+	require.NoError(t, err)
+	cmd := exec.Command(bin)
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlives the test binary
+	require.NoError(t, cmd.Start())
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		logFile.Close()
+		close(exited)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+		if t.Failed() {
+			if log, err := os.ReadFile(logPath); err == nil {
+				t.Logf("api log:\n%s", log)
+			}
+		}
+	})
+
+	healthz := "http://" + addrFromEnv(env) + "/healthz"
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := http.Get(healthz)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		select {
+		case <-exited:
+			log, _ := os.ReadFile(logPath)
+			t.Fatalf("the API exited before it was healthy:\n%s", log)
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET %s: not 200 within 60s (last error: %v)", healthz, err)
+		}
+	}
+}
+
+func addrFromEnv(env []string) string {
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, config.EnvHTTPAddr+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// freeAddr returns a loopback address with a port that was free a moment
+// ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	return addr
+}
+
+// environWithout is this process's environment less the variables that
+// start with any of prefixes, so a developer's settings do not leak in.
+func environWithout(prefixes ...string) []string {
+	var env []string
+next:
+	for _, kv := range os.Environ() {
+		for _, p := range prefixes {
+			if strings.HasPrefix(kv, p) {
+				continue next
+			}
+		}
+		env = append(env, kv)
+	}
+	return env
+}
+
+func TestTerminalClientOnTheRealStack(t *testing.T) {
+	st := startRealStack(t)
+
+	t.Run("chat declines Write with a reason and approves Bash", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		var out, errOut strings.Builder
+		// The demo model asks for Read, Write and Bash at once; Write and
+		// Bash are protected and asked in that order.
+		code := run(ctx, []string{"chat", "tidy up the workspace", "--api", st.api}, noEnv,
+			strings.NewReader("r\nno notes today\ny\n"), &out, &errOut)
+		text := out.String()
+		require.Equal(t, exitOK, code, "stdout:\n%s\nstderr:\n%s", text, errOut.String())
+		t.Logf("tollgate chat printed:\n%s", text)
+
+		require.Regexp(t, `(?m)^conversation [0-9a-f-]{36}$`, text)
+		require.Contains(t, text, scripted.DemoIntro)
+		require.Contains(t, text, "→ Read ")
+		require.Contains(t, text, "→ Write ")
+		require.Contains(t, text, `→ Bash {"command":"ls -la"}`)
+		require.Less(t, strings.Index(text, "? Write wants to run:"), strings.Index(text, "? Bash wants to run:"))
+		require.Contains(t, text, "sent: decline Write (no notes today)\n")
+		require.Contains(t, text, "sent: approve Bash\n")
+		require.Contains(t, text, "declined Write: no notes today\n")
+		require.Contains(t, text, "approved Bash\n")
+		require.Contains(t, text, "← Read ok: ")
+		require.Contains(t, text, "← Write declined: The user declined this tool. It was not executed.")
+		require.Contains(t, text, "← Bash ok: ")
+		require.Contains(t, text, "finish: stop\n")
+		require.Regexp(t, `continue with: tollgate chat --conversation [0-9a-f-]{36} "..."`, text)
+		require.NoFileExists(t, filepath.Join(st.workspace, scripted.DemoNotePath))
+
+		// The worker's registry saw one request per protected call and one
+		// decision of each kind, from the turn's workflow code.
+		turn := map[string]string{"workflow_type": workflows.ChatTurnWorkflow}
+		require.Equal(t, 2.0, st.metrics.Sum(workflows.ApprovalRequestsMetric, turn))
+		require.Equal(t, 1.0, st.metrics.Sum(workflows.ApprovalDecisionsMetric, map[string]string{"workflow_type": workflows.ChatTurnWorkflow, workflows.MetricTagDecision: workflows.DecisionApprove}))
+		require.Equal(t, 1.0, st.metrics.Sum(workflows.ApprovalDecisionsMetric, map[string]string{"workflow_type": workflows.ChatTurnWorkflow, workflows.MetricTagDecision: workflows.DecisionDecline}))
+		require.EqualValues(t, 1, st.metrics.Count(workflows.ApprovalDecisionLatencyMetric, map[string]string{workflows.MetricTagDecision: workflows.DecisionApprove}))
+		// The SDK's own metrics name each tool's activity.
+		require.GreaterOrEqual(t, st.metrics.Count("temporal_activity_execution_latency", map[string]string{"activity_type": activities.ToolBash}), uint64(1))
+		require.GreaterOrEqual(t, st.metrics.Count("temporal_activity_execution_latency", map[string]string{"activity_type": activities.ModelActivity}), uint64(2))
+		var text2 strings.Builder
+		_, err := st.metrics.WriteTo(&text2)
+		require.NoError(t, err)
+		require.Contains(t, text2.String(), "\ntollgate_approvals_pending 0\n")
+
+		// The API counted the two decisions it delivered.
+		apiMetrics := get(t, st.api+"/metrics")
+		require.Contains(t, apiMetrics, `tollgate_api_approval_decisions_total{decision="approve",outcome="accepted"} 1`+"\n")
+		require.Contains(t, apiMetrics, `tollgate_api_approval_decisions_total{decision="decline",outcome="accepted"} 1`+"\n")
+	})
+
+	t.Run("approvals lists a waiting turn's calls and --decide decides them", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		conv := "cli-" + uuid.NewString()
+		api := newAPIClient(st.api)
+		resp, err := api.startChat(ctx, chatRequest{Query: "tidy up again", ConversationID: conv})
+		require.NoError(t, err)
+		finished := make(chan string, 1)
+		go func() {
+			defer resp.Body.Close()
+			reason := ""
+			_ = readSSE(resp.Body, func(m sseMessage) error {
+				if e, _, err := decodeEvent(m); err == nil && e.Type == workflows.EventFinish {
+					reason = e.Reason
+					return errFinished
+				}
+				return nil
+			})
+			finished <- reason
+		}()
+		require.Eventually(t, func() bool {
+			list, err := api.pending(ctx, conv, "")
+			return err == nil && len(list) == 2
+		}, 30*time.Second, 50*time.Millisecond)
+
+		var out, errOut strings.Builder
+		require.Equal(t, exitOK, run(ctx, []string{"approvals", "--conversation", conv, "--api", st.api}, noEnv, strings.NewReader(""), &out, &errOut), errOut.String())
+		require.Regexp(t, `(?m)^AGE +EXPIRES +TOOL +ARGUMENTS +REQUEST$`, out.String())
+		require.Regexp(t, `(?m)^\d+s +in 4m +Bash +\{"command":"ls -la"\} +tollgate-conv-`+conv+`-turn-1/apr-[0-9a-f]{32}$`, out.String())
+		require.Regexp(t, `(?m)^\d+s +in 4m +Write +\{"file_path":"notes/tollgate.txt",.*$`, out.String())
+
+		// One tool at a time, so the answers meet the calls they are for.
+		out.Reset()
+		require.Equal(t, exitOK, run(ctx, []string{"approvals", "--decide", "--conversation", conv, "--tool", "Write", "--api", st.api}, noEnv,
+			strings.NewReader("r\nnot again\n"), &out, &errOut), errOut.String())
+		require.Contains(t, out.String(), "sent: decline Write (not again)\n")
+		require.Equal(t, exitOK, run(ctx, []string{"approvals", "--decide", "--conversation", conv, "--tool", "Bash", "--api", st.api}, noEnv,
+			strings.NewReader("y\n"), &out, &errOut), errOut.String())
+		require.Contains(t, out.String(), "sent: approve Bash\n")
+
+		select {
+		case reason := <-finished:
+			require.Equal(t, workflows.FinishStop, reason)
+		case <-ctx.Done():
+			t.Fatal("the turn did not finish after both decisions")
+		}
+	})
+}
+
+func get(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "GET %s: %s", url, body)
+	return string(body)
+}

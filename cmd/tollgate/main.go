@@ -1,0 +1,139 @@
+// Command tollgate is tollgate's terminal client: it chats with an agent
+// and decides its approvals from a terminal, over the HTTP API.
+//
+//	tollgate chat "tidy up the workspace" [--conversation ID] [--bypass]
+//	tollgate approvals [--decide] [--conversation ID] [--tool NAME]
+//
+// Every command takes --api URL (default $TOLLGATE_API, else
+// http://127.0.0.1:8080).
+package main
+
+import (
+	"cmp"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/tollgate/tollgate/workflows"
+)
+
+// EnvAPI names the variable that holds the API's URL.
+const EnvAPI = "TOLLGATE_API"
+
+// defaultAPI is the API's address when neither --api nor TOLLGATE_API say.
+const defaultAPI = "http://127.0.0.1:8080"
+
+// Exit codes.
+const (
+	exitOK    = 0
+	exitFail  = 1 // the turn did not finish with stop, or a request failed
+	exitUsage = 2
+)
+
+const usage = `tollgate: chat with an agent and decide its approvals from a terminal.
+
+Usage:
+  tollgate chat "MESSAGE" [--conversation ID] [--bypass] [--api URL]
+      Send MESSAGE (in a new conversation unless --conversation names one),
+      print the turn as it streams and ask about each approval:
+        approve? [y/N/e=edit/r=reason]
+      y approves, N or Enter declines, e approves with edited arguments
+      (one line of JSON), r declines with a reason. --bypass runs protected
+      tools without asking. Exits 0 when the turn finishes with stop.
+
+  tollgate approvals [--decide] [--conversation ID] [--tool NAME] [--api URL]
+      List the approvals waiting across all conversations; with --decide,
+      ask about each in turn.
+
+The API is at --api, else $TOLLGATE_API, else ` + defaultAPI + `.
+`
+
+func main() {
+	os.Exit(run(context.Background(), os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr))
+}
+
+// run runs the command in args and returns the exit code. Answers to
+// approval prompts are read from in.
+func run(ctx context.Context, args []string, getenv func(string) string, in io.Reader, out, errOut io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(errOut, usage)
+		return exitUsage
+	}
+	cmd, rest := args[0], args[1:]
+	fs := flag.NewFlagSet("tollgate "+cmd, flag.ContinueOnError)
+	fs.SetOutput(errOut)
+	fs.Usage = func() { fmt.Fprint(errOut, usage) }
+	api := fs.String("api", cmp.Or(getenv(EnvAPI), defaultAPI), "tollgate API `URL`")
+	conv := fs.String("conversation", "", "conversation `ID`")
+
+	switch cmd {
+	case "chat":
+		bypass := fs.Bool("bypass", false, "run protected tools without asking")
+		words, err := parseInterspersed(fs, rest)
+		if err != nil {
+			return exitUsage
+		}
+		query := strings.TrimSpace(strings.Join(words, " "))
+		if query == "" {
+			fmt.Fprint(errOut, "tollgate chat: no message\n\n"+usage)
+			return exitUsage
+		}
+		reason, err := chat(ctx, newAPIClient(*api), chatOptions{Query: query, ConversationID: *conv, Bypass: *bypass}, in, out)
+		if err != nil {
+			fmt.Fprintf(errOut, "tollgate chat: %v\n", err)
+			return exitFail
+		}
+		if reason != workflows.FinishStop {
+			return exitFail
+		}
+		return exitOK
+	case "approvals":
+		decide := fs.Bool("decide", false, "ask about each pending approval")
+		tool := fs.String("tool", "", "only approvals of tool `NAME`")
+		words, err := parseInterspersed(fs, rest)
+		if err != nil {
+			return exitUsage
+		}
+		if len(words) > 0 {
+			fmt.Fprintf(errOut, "tollgate approvals: unexpected %q\n\n%s", words, usage)
+			return exitUsage
+		}
+		opts := approvalsOptions{ConversationID: *conv, Tool: *tool, Decide: *decide}
+		if err := approvals(ctx, newAPIClient(*api), opts, in, out); err != nil {
+			fmt.Fprintf(errOut, "tollgate approvals: %v\n", err)
+			return exitFail
+		}
+		return exitOK
+	case "help", "-h", "--help":
+		fmt.Fprint(out, usage)
+		return exitOK
+	default:
+		fmt.Fprintf(errOut, "tollgate: unknown command %q\n\n%s", cmd, usage)
+		return exitUsage
+	}
+}
+
+// parseInterspersed parses flags wherever they stand among the words, as
+// in `tollgate chat "hi" --bypass`, and returns the words. "--" ends the
+// flags.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var words []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err // fs has printed what is wrong
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return words, nil
+		}
+		// fs.Parse stops at the first word, or after "--".
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			return append(words, rest...), nil
+		}
+		words = append(words, rest[0])
+		args = rest[1:]
+	}
+}

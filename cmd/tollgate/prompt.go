@@ -1,0 +1,189 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/tollgate/tollgate/workflows"
+)
+
+// promptLine is the question asked for every approval request.
+const promptLine = "approve? [y/N/e=edit/r=reason] "
+
+// request is what a person is asked to decide: an approval_request (or
+// subagent_approval_request) event, or a pending approval from the inbox.
+type request struct {
+	RequestID string
+	ToolName  string
+	Arguments string
+	// Subagent is the name of the subagent that asks, "" for the turn.
+	Subagent  string
+	ExpiresAt time.Time
+	// Note is the policy's note on why the call needs approval, if any.
+	Note string
+}
+
+// decider sends a decision to tollgate; the API client is one.
+type decider interface {
+	decide(ctx context.Context, d workflows.ApprovalDecision) (bool, error)
+}
+
+// asker reads a person's answers, one line each, from in and asks on out.
+type asker struct {
+	in  *bufio.Reader
+	out io.Writer
+	now func() time.Time
+}
+
+func newAsker(in io.Reader, out io.Writer) *asker {
+	return &asker{in: bufio.NewReader(in), out: out, now: time.Now}
+}
+
+// line reads one answer without its line end. ok is false when the input
+// has ended with nothing more to read.
+func (a *asker) line() (text string, ok bool) {
+	s, err := a.in.ReadString('\n')
+	s = strings.TrimRight(s, "\r\n")
+	return s, err == nil || s != ""
+}
+
+// ask shows req and asks until it has an answer: y approves; n or an empty
+// line declines; e reads edited arguments (one line of JSON, an object)
+// and approves with them; r reads a reason and declines with it. When the
+// input ends, the answer is a decline, as no answer is.
+func (a *asker) ask(req request) workflows.ApprovalDecision {
+	d := workflows.ApprovalDecision{RequestID: req.RequestID, Decision: workflows.DecisionDecline}
+	a.show(req)
+	for {
+		fmt.Fprint(a.out, promptLine)
+		answer, ok := a.line()
+		if !ok {
+			fmt.Fprintln(a.out, "\n(no answer: declining)")
+			return d
+		}
+		switch strings.ToLower(strings.TrimSpace(answer)) {
+		case "y", "yes":
+			d.Decision = workflows.DecisionApprove
+			return d
+		case "", "n", "no":
+			return d
+		case "r", "reason":
+			fmt.Fprint(a.out, "reason: ")
+			reason, _ := a.line()
+			d.Reason = strings.TrimSpace(reason)
+			return d
+		case "e", "edit":
+			fmt.Fprintf(a.out, "now:  %s\nedit: ", compact(req.Arguments))
+			edited, ok := a.line()
+			if !ok {
+				fmt.Fprintln(a.out, "\n(no arguments: declining)")
+				return d
+			}
+			args, err := jsonObject(edited)
+			if err != nil {
+				fmt.Fprintf(a.out, "%v; answer again\n", err)
+				continue
+			}
+			d.Decision, d.Arguments = workflows.DecisionApprove, args
+			return d
+		default:
+			fmt.Fprintln(a.out, "answer y (approve), n or nothing (decline), e (edit the arguments and approve) or r (decline with a reason)")
+		}
+	}
+}
+
+// show prints what req asks to run.
+func (a *asker) show(req request) {
+	who := ""
+	if req.Subagent != "" {
+		who = " (subagent " + req.Subagent + ")"
+	}
+	fmt.Fprintf(a.out, "\n? %s%s wants to run:\n%s\n", req.ToolName, who, indent(pretty(req.Arguments), "    "))
+	if req.Note != "" {
+		fmt.Fprintf(a.out, "  note: %s\n", req.Note)
+	}
+	if !req.ExpiresAt.IsZero() {
+		fmt.Fprintf(a.out, "  request %s, %s\n", req.RequestID, expiry(req.ExpiresAt, a.now()))
+	} else {
+		fmt.Fprintf(a.out, "  request %s\n", req.RequestID)
+	}
+}
+
+// askAndDecide asks about req and sends the answer with d, then says on
+// out what became of it. It returns the decision sent.
+func askAndDecide(ctx context.Context, a *asker, d decider, req request) (workflows.ApprovalDecision, error) {
+	dec := a.ask(req)
+	accepted, err := d.decide(ctx, dec)
+	if err != nil {
+		return dec, fmt.Errorf("send %s of %s: %w", dec.Decision, req.RequestID, err)
+	}
+	if !accepted {
+		fmt.Fprintf(a.out, "not taken: %s is unknown, expired or already decided\n", req.RequestID)
+		return dec, nil
+	}
+	switch {
+	case dec.Decision == workflows.DecisionApprove && dec.Arguments != "":
+		fmt.Fprintf(a.out, "sent: approve %s with edited arguments\n", req.ToolName)
+	case dec.Reason != "":
+		fmt.Fprintf(a.out, "sent: %s %s (%s)\n", dec.Decision, req.ToolName, dec.Reason)
+	default:
+		fmt.Fprintf(a.out, "sent: %s %s\n", dec.Decision, req.ToolName)
+	}
+	return dec, nil
+}
+
+// expiry says when a request expires, relative to now.
+func expiry(at, now time.Time) string {
+	left := at.Sub(now).Round(time.Second)
+	if left <= 0 {
+		return "expired " + at.Local().Format(time.TimeOnly)
+	}
+	return fmt.Sprintf("expires %s (in %s)", at.Local().Format(time.TimeOnly), left)
+}
+
+// jsonObject checks that s is one JSON object and returns it compact.
+func jsonObject(s string) (string, error) {
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(s), &obj); err != nil || obj == nil {
+		return "", errors.New("not a JSON object")
+	}
+	return compact(s), nil
+}
+
+// compact returns JSON text on one line, or s as it is when it is not JSON.
+func compact(s string) string {
+	var b bytes.Buffer
+	if json.Compact(&b, []byte(s)) != nil {
+		return s
+	}
+	return b.String()
+}
+
+// pretty indents JSON text for reading, or returns s as it is.
+func pretty(s string) string {
+	var b bytes.Buffer
+	if json.Indent(&b, []byte(s), "", "  ") != nil {
+		return s
+	}
+	return b.String()
+}
+
+func indent(s, prefix string) string {
+	return prefix + strings.ReplaceAll(s, "\n", "\n"+prefix)
+}
+
+// truncate shortens s to at most n runes, marking the cut.
+func truncate(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n-1]) + "…"
+}

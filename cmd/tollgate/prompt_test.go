@@ -1,0 +1,157 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tollgate/tollgate/workflows"
+)
+
+// fakeDecider records decisions and answers with accepted (or err).
+type fakeDecider struct {
+	mu        sync.Mutex
+	decisions []workflows.ApprovalDecision
+	accepted  bool
+	err       error
+}
+
+func (f *fakeDecider) decide(_ context.Context, d workflows.ApprovalDecision) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.decisions = append(f.decisions, d)
+	return f.accepted, f.err
+}
+
+var bashRequest = request{
+	RequestID: "tollgate-conv-c-turn-1/apr-1",
+	ToolName:  "Bash",
+	Arguments: `{"command": "ls -la"}`,
+	ExpiresAt: time.Date(2030, 1, 1, 12, 3, 0, 0, time.UTC),
+}
+
+func TestPromptTurnsEachAnswerIntoADecision(t *testing.T) {
+	id := bashRequest.RequestID
+	approve := workflows.ApprovalDecision{RequestID: id, Decision: workflows.DecisionApprove}
+	decline := workflows.ApprovalDecision{RequestID: id, Decision: workflows.DecisionDecline}
+	for _, tc := range []struct {
+		name, input string
+		want        workflows.ApprovalDecision
+		wantOut     string
+	}{
+		{"y approves", "y\n", approve, ""},
+		{"yes approves", "YES\n", approve, ""},
+		{"an empty line declines", "\n", decline, ""},
+		{"n declines", "n\n", decline, ""},
+		{"N declines", "N\n", decline, ""},
+		{"r declines with a reason", "r\n  not in my workspace \n", workflows.ApprovalDecision{RequestID: id, Decision: workflows.DecisionDecline, Reason: "not in my workspace"}, "reason: "},
+		{"e approves with edited arguments", "e\n{ \"command\": \"ls\" }\n", workflows.ApprovalDecision{RequestID: id, Decision: workflows.DecisionApprove, Arguments: `{"command":"ls"}`}, `now:  {"command":"ls -la"}`},
+		{"e with arguments that are not an object asks again", "e\n[1]\ny\n", approve, "not a JSON object; answer again"},
+		{"an unknown answer asks again", "maybe\nn\n", decline, "answer y (approve)"},
+		{"windows line ends", "y\r\n", approve, ""},
+		{"the last line may lack its newline", "y", approve, ""},
+		{"no answer at all declines", "", decline, "(no answer: declining)"},
+		{"no edited arguments declines", "e\n", decline, "(no arguments: declining)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out strings.Builder
+			a := newAsker(strings.NewReader(tc.input), &out)
+			a.now = func() time.Time { return bashRequest.ExpiresAt.Add(-3 * time.Minute) }
+			require.Equal(t, tc.want, a.ask(bashRequest))
+			require.Contains(t, out.String(), "? Bash wants to run:\n    {\n      \"command\": \"ls -la\"\n    }\n")
+			require.Contains(t, out.String(), "request "+id+", expires ")
+			require.Contains(t, out.String(), "(in 3m0s)")
+			require.Contains(t, out.String(), promptLine)
+			require.Contains(t, out.String(), tc.wantOut)
+		})
+	}
+}
+
+func TestPromptNamesTheSubagentThatAsks(t *testing.T) {
+	var out strings.Builder
+	req := bashRequest
+	req.Subagent, req.Note = "notetaker", "rule: commands outside the workspace"
+	newAsker(strings.NewReader("y\n"), &out).ask(req)
+	require.Contains(t, out.String(), "? Bash (subagent notetaker) wants to run:")
+	require.Contains(t, out.String(), "note: rule: commands outside the workspace")
+}
+
+func TestAskAndDecideSendsTheAnswerAndSaysWhatBecameOfIt(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		decider  *fakeDecider
+		input    string
+		wantOut  string
+		wantFail bool
+	}{
+		{"approved", &fakeDecider{accepted: true}, "y\n", "sent: approve Bash\n", false},
+		{"declined with a reason", &fakeDecider{accepted: true}, "r\nnot now\n", "sent: decline Bash (not now)\n", false},
+		{"edited", &fakeDecider{accepted: true}, "e\n{\"command\":\"ls\"}\n", "sent: approve Bash with edited arguments\n", false},
+		{"too late", &fakeDecider{accepted: false}, "y\n", "not taken: " + bashRequest.RequestID + " is unknown, expired or already decided\n", false},
+		{"API down", &fakeDecider{err: errors.New("connection refused")}, "y\n", "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out strings.Builder
+			d, err := askAndDecide(context.Background(), newAsker(strings.NewReader(tc.input), &out), tc.decider, bashRequest)
+			if tc.wantFail {
+				require.ErrorContains(t, err, "connection refused")
+			} else {
+				require.NoError(t, err)
+			}
+			require.Equal(t, []workflows.ApprovalDecision{d}, tc.decider.decisions)
+			require.Contains(t, out.String(), tc.wantOut)
+		})
+	}
+}
+
+func TestRequestsOfOneBatchAreAskedOneAfterTheOther(t *testing.T) {
+	expires := time.Now().Add(time.Minute)
+	items := make(chan streamItem, 16)
+	for _, e := range []workflows.Event{
+		{Seq: 1, Type: workflows.EventToolCall},
+		{Seq: 2, Type: workflows.EventApprovalRequest, RequestID: "r-write", ToolName: "Write", Arguments: `{"file_path":"a"}`, ExpiresAt: &expires},
+		{Seq: 3, Type: workflows.EventApprovalRequest, RequestID: "r-bash", ToolName: "Bash", Arguments: `{"command":"ls"}`, ExpiresAt: &expires},
+		{Seq: 4, Type: "subagent_approval_request", Name: "notetaker", RequestID: "r-sub", ToolName: "Write", Arguments: `{}`, ExpiresAt: &expires},
+		{Seq: 5, Type: workflows.EventHeartbeat},
+		{Seq: 6, Type: workflows.EventFinish, Reason: workflows.FinishStop},
+	} {
+		items <- streamItem{event: e}
+	}
+	close(items)
+	var out strings.Builder
+	d := &fakeDecider{accepted: true}
+	p := &printer{out: &out, ask: newAsker(strings.NewReader("r\nnot that file\ny\n\n"), &out), decider: d, tools: map[string]string{}}
+
+	reason, err := p.consume(context.Background(), items)
+	require.NoError(t, err)
+	require.Equal(t, workflows.FinishStop, reason)
+	require.Equal(t, []workflows.ApprovalDecision{
+		{RequestID: "r-write", Decision: workflows.DecisionDecline, Reason: "not that file"},
+		{RequestID: "r-bash", Decision: workflows.DecisionApprove},
+		{RequestID: "r-sub", Decision: workflows.DecisionDecline},
+	}, d.decisions)
+	require.Less(t, strings.Index(out.String(), "? Write wants"), strings.Index(out.String(), "? Bash wants"))
+	require.Contains(t, out.String(), "? Write (subagent notetaker) wants to run:")
+}
+
+func TestARequestDecidedElsewhereIsNotAsked(t *testing.T) {
+	items := make(chan streamItem, 4)
+	items <- streamItem{event: workflows.Event{Seq: 1, Type: workflows.EventApprovalRequest, RequestID: "r1", ToolName: "Bash"}}
+	items <- streamItem{event: workflows.Event{Seq: 2, Type: workflows.EventApprovalDecision, RequestID: "r1", Decision: workflows.DecisionApprove}}
+	items <- streamItem{event: workflows.Event{Seq: 3, Type: workflows.EventFinish, Reason: workflows.FinishStop}}
+	close(items)
+	var out strings.Builder
+	d := &fakeDecider{accepted: true}
+	p := &printer{out: &out, ask: newAsker(strings.NewReader(""), &out), decider: d, tools: map[string]string{}}
+
+	_, err := p.consume(context.Background(), items)
+	require.NoError(t, err)
+	require.Empty(t, d.decisions)
+	require.Contains(t, out.String(), "? Bash was decided elsewhere\napproved Bash\n")
+	require.NotContains(t, out.String(), promptLine)
+}

@@ -1,0 +1,61 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"strings"
+)
+
+// sseMessage is one Server-Sent Events message.
+type sseMessage struct {
+	// ID is the message's id line, "" when it had none (the API's
+	// keep-alives and its own errors carry none).
+	ID   string
+	Data string
+}
+
+// readSSE reads messages from r and hands each to fn until r ends or fn
+// fails. It follows the SSE format: "field: value" lines, data lines joined
+// with newlines, comments starting with ':', a blank line ending a message.
+// A message cut off by the end of r is not handed on: it may be partial.
+func readSSE(r io.Reader, fn func(sseMessage) error) error {
+	br := bufio.NewReader(r)
+	var (
+		msg     sseMessage
+		data    []string
+		started bool
+	)
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return io.EOF
+			}
+			return err
+		}
+		line = strings.TrimSuffix(strings.TrimSuffix(line, "\n"), "\r")
+		if line == "" {
+			if started && len(data) > 0 {
+				msg.Data = strings.Join(data, "\n")
+				if err := fn(msg); err != nil {
+					return err
+				}
+			}
+			msg, data, started = sseMessage{}, nil, false
+			continue
+		}
+		if strings.HasPrefix(line, ":") {
+			continue
+		}
+		field, value, _ := strings.Cut(line, ":")
+		value = strings.TrimPrefix(value, " ")
+		started = true
+		switch field {
+		case "data":
+			data = append(data, value)
+		case "id":
+			msg.ID = value
+		}
+	}
+}
