@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
-	"go.temporal.io/sdk/client"
 
 	"github.com/tollgate/tollgate/workflows"
 )
@@ -29,10 +28,12 @@ const decisionTimeout = 30 * time.Second
 // raw so that it may be sent either as a JSON object or as a string holding
 // one.
 type approvalBody struct {
-	RequestID string          `json:"requestId"`
-	Decision  string          `json:"decision"`
-	Reason    string          `json:"reason"`
-	Arguments json.RawMessage `json:"arguments"`
+	RequestID     string          `json:"requestId"`
+	Decision      string          `json:"decision"`
+	Reason        string          `json:"reason"`
+	Arguments     json.RawMessage `json:"arguments"`
+	Remember      string          `json:"remember"`
+	SameArguments bool            `json:"sameArguments"`
 }
 
 // parseApproval reads and checks a decision. Its errors are badRequestErrors
@@ -56,7 +57,13 @@ func parseApproval(r io.Reader) (workflows.ApprovalDecision, error) {
 	if err != nil {
 		return workflows.ApprovalDecision{}, err
 	}
-	return workflows.ApprovalDecision{RequestID: b.RequestID, Decision: b.Decision, Reason: b.Reason, Arguments: args}, nil
+	if b.Remember != "" && b.Remember != workflows.RememberConversation {
+		return workflows.ApprovalDecision{}, badRequest("remember %q is not %q", b.Remember, workflows.RememberConversation)
+	}
+	return workflows.ApprovalDecision{
+		RequestID: b.RequestID, Decision: b.Decision, Reason: b.Reason, Arguments: args,
+		Remember: b.Remember, SameArguments: b.SameArguments,
+	}, nil
 }
 
 // editedArguments returns the edited tool arguments as compact JSON text, or
@@ -185,9 +192,15 @@ func (s *Server) approve(c *gin.Context) {
 	}
 	accepted, err := s.decide(c.Request.Context(), d)
 	if err != nil {
+		s.metrics.decision(d.Decision, outcomeError)
 		writeError(c, s.log, err)
 		return
 	}
+	outcome := outcomeRejected
+	if accepted {
+		outcome = outcomeAccepted
+	}
+	s.metrics.decision(d.Decision, outcome)
 	c.JSON(http.StatusOK, gin.H{"accepted": accepted})
 }
 
@@ -200,29 +213,11 @@ func (s *Server) decide(ctx context.Context, d workflows.ApprovalDecision) (bool
 		s.log.Info("approval not taken: not a tollgate request id", "requestId", d.RequestID)
 		return false, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, decisionTimeout)
-	defer cancel()
 	var res workflows.ApprovalResult
-	h, err := s.client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
-		WorkflowID:   wid,
-		UpdateName:   workflows.ApprovalUpdate,
-		Args:         []any{d},
-		WaitForStage: client.WorkflowUpdateStageCompleted,
-	})
-	if err == nil {
-		err = h.Get(ctx, &res)
+	taken, err := s.offer(ctx, wid, workflows.ApprovalUpdate, d, &res)
+	if err != nil {
+		return false, fmt.Errorf("request %s: %w", d.RequestID, err)
 	}
-	switch {
-	case err == nil:
-		s.log.Info("approval decided", "requestId", d.RequestID, "decision", d.Decision, "accepted", res.Accepted)
-		return res.Accepted, nil
-	case isUnavailable(err):
-		return false, fmt.Errorf("send %s of request %s to %s: %w", workflows.ApprovalUpdate, d.RequestID, wid, err)
-	case isRejectedDecision(err):
-		// Unknown, expired, already decided or forged; or the turn is gone.
-		s.log.Info("approval not taken", "requestId", d.RequestID, "workflowId", wid, "reason", err)
-		return false, nil
-	default:
-		return false, fmt.Errorf("send %s of request %s to %s: %w", workflows.ApprovalUpdate, d.RequestID, wid, err)
-	}
+	s.log.Info("approval", "requestId", d.RequestID, "decision", d.Decision, "accepted", taken && res.Accepted)
+	return taken && res.Accepted, nil
 }

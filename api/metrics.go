@@ -3,11 +3,16 @@ package main
 import (
 	"fmt"
 	"io"
+	"strconv"
+	"sync"
 	"sync/atomic"
+
+	tgmetrics "github.com/tollgate/tollgate/internal/metrics"
 )
 
 // metrics are the API's counters. They show that streaming costs what it
-// should: one poller per watched turn, however many clients watch it.
+// should (one poller per watched turn, however many clients watch it), what
+// the API answers, and how the decisions it delivers fare.
 type metrics struct {
 	// pollersStarted counts the turn pollers ever started.
 	pollersStarted atomic.Int64
@@ -17,10 +22,42 @@ type metrics struct {
 	eventQueries atomic.Int64
 	// openStreams is the number of SSE streams open now.
 	openStreams atomic.Int64
+	// labelled holds the counters with labels: requests and decisions.
+	labelled tgmetrics.Registry
+	describe sync.Once
 }
 
+// Names and labels of the API's labelled counters.
+const (
+	requestsMetric  = "tollgate_api_requests_total"
+	decisionsMetric = "tollgate_api_approval_decisions_total"
+
+	// Outcomes of a decision sent with POST /chat/approval.
+	outcomeAccepted = "accepted" // the waiting turn took it
+	outcomeRejected = "rejected" // unknown, expired, already decided or forged
+	outcomeError    = "error"    // Temporal could not be asked
+)
+
 // metricsContentType is the Prometheus text exposition format.
-const metricsContentType = "text/plain; version=0.0.4; charset=utf-8"
+const metricsContentType = tgmetrics.ContentType
+
+// request counts one answered request by route (the route pattern, so turn
+// ids do not make a series each), method and status.
+func (m *metrics) request(route, method string, status int) {
+	if route == "" {
+		route = "unmatched"
+	}
+	m.labelled.Handler().WithTags(map[string]string{
+		"route": route, "method": method, "status": strconv.Itoa(status),
+	}).Counter(requestsMetric).Inc(1)
+}
+
+// decision counts one decision sent to a turn, by decision and outcome.
+func (m *metrics) decision(decision, outcome string) {
+	m.labelled.Handler().WithTags(map[string]string{
+		"decision": decision, "outcome": outcome,
+	}).Counter(decisionsMetric).Inc(1)
+}
 
 // writeTo writes the metrics in the Prometheus text format.
 func (m *metrics) writeTo(w io.Writer) error {
@@ -37,5 +74,10 @@ func (m *metrics) writeTo(w io.Writer) error {
 			return err
 		}
 	}
-	return nil
+	m.describe.Do(func() {
+		m.labelled.Describe(requestsMetric, "Requests answered, by route, method and status; a stream counts when it ends.")
+		m.labelled.Describe(decisionsMetric, "Approval decisions sent to turns, by decision and outcome (accepted, rejected, error).")
+	})
+	_, err := m.labelled.WriteTo(w)
+	return err
 }

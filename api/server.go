@@ -22,6 +22,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
+	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/workflows"
 )
 
@@ -117,9 +118,13 @@ func newServer(o Options, src eventSource, settings hubSettings) *Server {
 	r.POST("/chat/stream", s.chatStream)
 	r.GET("/chat/turns/:turnId/events", s.turnEvents)
 	r.POST("/chat/approval", s.approve)
+	r.POST("/chat/tool-result", s.toolResult)
+	r.GET("/conversations/:conversationId/grants", s.grants)
+	r.DELETE("/conversations/:conversationId/grants/:grantId", s.revokeGrant)
 	r.GET("/approvals", s.listApprovals)
 	r.GET("/healthz", s.healthz)
 	r.GET("/metrics", s.serveMetrics)
+	registerWeb(r)
 	r.NoRoute(func(c *gin.Context) {
 		c.JSON(http.StatusNotFound, gin.H{"error": "no such endpoint: " + c.Request.Method + " " + c.Request.URL.Path})
 	})
@@ -140,6 +145,9 @@ type chatRequest struct {
 	Query          string `json:"query"`
 	ConversationID string `json:"conversationId"`
 	BypassApproval bool   `json:"bypassApproval"`
+	// ClientTools are tools the client runs itself; the turn asks for
+	// their results with client_tool_call events.
+	ClientTools []activities.ToolSpec `json:"clientTools"`
 }
 
 // chatStream handles POST /chat/stream: it hands the message to its
@@ -161,7 +169,7 @@ func (s *Server) chatStream(c *gin.Context) {
 		writeError(c, s.log, badRequest("conversationId %.80q is not valid: use up to 128 letters, digits, '.', '_', ':' or '-'", conv))
 		return
 	}
-	ref, err := s.send(c.Request.Context(), conv, workflows.UserMessage{Query: req.Query, BypassApproval: req.BypassApproval})
+	ref, err := s.send(c.Request.Context(), conv, workflows.UserMessage{Query: req.Query, BypassApproval: req.BypassApproval, ClientTools: req.ClientTools})
 	if err != nil {
 		writeError(c, s.log, err)
 		return
@@ -418,10 +426,12 @@ func (s *Server) serveMetrics(c *gin.Context) {
 	}
 }
 
-// logRequests logs one line per request, at debug level.
+// logRequests counts every request and logs one line for it, at debug
+// level.
 func (s *Server) logRequests(c *gin.Context) {
 	start := time.Now()
 	c.Next()
+	s.metrics.request(c.FullPath(), c.Request.Method, c.Writer.Status())
 	s.log.Debug("request",
 		"method", c.Request.Method, "path", c.Request.URL.Path, "status", c.Writer.Status(),
 		"duration", time.Since(start), "remote", c.ClientIP())

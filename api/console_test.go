@@ -1,0 +1,546 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/worker"
+
+	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/internal/scripted"
+	"github.com/tollgate/tollgate/workflows"
+)
+
+// The console and inbox tests drive the pages in real headless Chromium
+// (Debian's chromium package) against a real Temporal dev server, worker
+// and API.
+
+// browserWait bounds each wait for the page.
+const browserWait = 15 * time.Second
+
+// screenshotEnv names a folder where the tests leave screenshots of the
+// console and the inbox mid-approval, for a person to look at.
+const screenshotEnv = "TOLLGATE_SCREENSHOT_DIR"
+
+// browser is one headless Chromium with one tab.
+type browser struct {
+	t   *testing.T
+	ctx context.Context
+
+	mu sync.Mutex
+	// jsErrors are the page's uncaught exceptions and console.error calls.
+	jsErrors []string
+}
+
+// newBrowser starts headless Chromium with a fresh profile. A machine
+// without chromium fails the test: the console is part of what tollgate
+// ships.
+func newBrowser(t *testing.T) *browser {
+	t.Helper()
+	exe, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Fatalf("the console tests need headless Chromium, and chromium is not installed: " +
+			"install it with `apt-get install -y chromium` (Debian; .ci/run installs it when missing)")
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(exe),
+		chromedp.Headless,
+		chromedp.NoSandbox, // tests run as root
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1100, 1000),
+	)
+	ctx, cancel := chromedp.NewContext(actx)
+	b := &browser{t: t, ctx: ctx}
+	t.Cleanup(func() {
+		b.mu.Lock()
+		errs := b.jsErrors
+		b.mu.Unlock()
+		for _, e := range errs {
+			t.Errorf("the page reported an error: %s", e)
+		}
+		cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
+		defer ccancel()
+		_ = chromedp.Cancel(cctx)
+		cancel()
+		cancelAlloc()
+	})
+	// The first Run starts the browser; it must not have a timeout, which
+	// would stop the browser with it.
+	require.NoError(t, chromedp.Do(ctx), "start chromium")
+
+	exceptions := chromedp.Events(ctx, runtime.ExceptionThrown)
+	console := chromedp.Events(ctx, runtime.ConsoleAPICalled)
+	go func() {
+		for ev, err := range exceptions {
+			if err != nil {
+				return
+			}
+			d := ev.ExceptionDetails
+			text := d.Text
+			if d.Exception != nil {
+				text += " " + d.Exception.Description
+			}
+			b.jsError(fmt.Sprintf("%s (%s:%d)", text, d.URL, d.LineNumber+1))
+		}
+	}()
+	go func() {
+		for ev, err := range console {
+			if err != nil {
+				return
+			}
+			if ev.Type != runtime.ConsoleAPICalledTypeError {
+				continue
+			}
+			var parts []string
+			for _, a := range ev.Args {
+				parts = append(parts, cmpOr(a.Description, string(a.Value)))
+			}
+			b.jsError("console.error: " + strings.Join(parts, " "))
+		}
+	}()
+	return b
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+func (b *browser) jsError(s string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.jsErrors = append(b.jsErrors, s)
+}
+
+// do runs steps, each wait bounded by browserWait.
+func (b *browser) do(steps ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, browserWait)
+	defer cancel()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		b.t.Fatalf("browser: %v\n%s", err, b.pageText())
+	}
+}
+
+// eval returns the value of a JavaScript expression in the page.
+func eval[T any](b *browser, expr string) T {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, browserWait)
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr))
+	require.NoError(b.t, err, "evaluate %s", expr)
+	return v
+}
+
+// waitUntil waits until a JavaScript expression is truthy in the page.
+func (b *browser) waitUntil(expr string) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, browserWait+time.Second)
+	defer cancel()
+	_, err := chromedp.Run(ctx, chromedp.Poll[chromedp.Void](`!!(`+expr+`) || undefined`,
+		chromedp.WithPollingInterval(20*time.Millisecond), chromedp.WithPollingTimeout(browserWait)))
+	if err != nil {
+		b.t.Fatalf("page: waited %s for %s: %v\n%s", browserWait, expr, err, b.pageText())
+	}
+}
+
+// pageText is what the page shows, for failure messages.
+func (b *browser) pageText() string {
+	ctx, cancel := context.WithTimeout(b.ctx, 2*time.Second)
+	defer cancel()
+	text, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body ? document.body.innerText : ''`))
+	if err != nil {
+		return "(page text not available: " + err.Error() + ")"
+	}
+	if len(text) > 4000 {
+		text = text[:4000] + "…"
+	}
+	return "page text:\n" + text
+}
+
+// screenshot saves the page as name.png in $TOLLGATE_SCREENSHOT_DIR, when set.
+func (b *browser) screenshot(name string) {
+	b.t.Helper()
+	dir := os.Getenv(screenshotEnv)
+	if dir == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(b.ctx, browserWait)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	require.NoError(b.t, err)
+	require.NoError(b.t, os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644))
+}
+
+// Selectors of the console's parts.
+const (
+	consoleTurn = `#turns > [data-testid="turn"]`
+	anyEvent    = `[data-seq]`
+)
+
+// nthTurn selects the console's n-th turn, from 1.
+func nthTurn(n int) string { return fmt.Sprintf(`%s:nth-child(%d)`, consoleTurn, n) }
+
+// callIn selects the card of the tool call of tool in the turn sel.
+func callIn(sel, tool string) string { return fmt.Sprintf(`%s .call[data-tool=%q]`, sel, tool) }
+
+// jsQuote makes s a JavaScript string literal.
+func jsQuote(s string) string { return strconv.Quote(s) }
+
+// count is the number of elements that match sel.
+func count(sel string) string {
+	return fmt.Sprintf(`document.querySelectorAll(%s).length`, jsQuote(sel))
+}
+
+// pageSeqs returns the sequence numbers of the events the page shows for
+// the turn sel, in document order.
+func pageSeqs(b *browser, sel string) []int {
+	b.t.Helper()
+	return eval[[]int](b, fmt.Sprintf(`[...document.querySelectorAll(%s)].map((e) => Number(e.dataset.seq))`,
+		jsQuote(sel+" "+anyEvent)))
+}
+
+// requireEachEventOnce checks that the page shows events 1..n of a turn,
+// each exactly once.
+func requireEachEventOnce(t *testing.T, seqs []int, n int) {
+	t.Helper()
+	sorted := slices.Clone(seqs)
+	slices.Sort(sorted)
+	want := make([]int, n)
+	for i := range want {
+		want[i] = i + 1
+	}
+	require.Equal(t, want, sorted, "every event of the turn, each once")
+}
+
+// serverEvents reads a turn's log from the API from its start, up to the
+// first event of type until (or the stream's end when until is "").
+func serverEvents(t *testing.T, apiURL, turnID, until string) []workflows.Event {
+	t.Helper()
+	_, msgs, cancel := openStream(t, apiURL+"/chat/turns/"+turnID+"/events?after=0", nil)
+	defer cancel()
+	var got []workflows.Event
+	for {
+		m, ok := nextMessage(t, msgs)
+		if !ok {
+			require.Empty(t, until, "the stream ended before %s", until)
+			return got
+		}
+		if !m.HasID {
+			continue
+		}
+		e := decodeEvent(t, m)
+		got = append(got, e)
+		if until != "" && e.Type == until {
+			return got
+		}
+	}
+}
+
+// sendFromConsole types a message into the console and sends it.
+func sendFromConsole(b *browser, text string) {
+	b.t.Helper()
+	b.do(
+		chromedp.WaitVisible(chromedp.CSS(`[data-testid="query"]`)),
+		chromedp.SendKeys(chromedp.CSS(`[data-testid="query"]`), text),
+		chromedp.Click(chromedp.CSS(`[data-testid="send"]`)),
+	)
+}
+
+// turnIDOf returns the turn id the page shows for the turn sel.
+func turnIDOf(b *browser, sel string) string {
+	b.t.Helper()
+	b.waitUntil(fmt.Sprintf(`document.querySelector(%s)`, jsQuote(sel)))
+	return eval[string](b, fmt.Sprintf(`document.querySelector(%s).dataset.turnId`, jsQuote(sel)))
+}
+
+func TestConsoleApprovesAndDeclinesByClickAndShowsTheResults(t *testing.T) {
+	env := newConsoleEnv(t, newStack(t))
+	b := newBrowser(t)
+	b.do(chromedp.Navigate(env.api.URL + "/"))
+
+	sendFromConsole(b, "tidy up, please")
+	turn := nthTurn(1)
+	b.do(chromedp.WaitVisible(chromedp.CSS(callIn(turn, "Bash") + ` [data-testid="approve"]`)))
+	b.waitUntil(count(turn+` [data-testid="approval-request"]`) + ` === 2`)
+
+	// Each call shows its arguments as indented JSON; the Write its content
+	// as added lines.
+	args := eval[string](b, fmt.Sprintf(`document.querySelector(%s).textContent`, jsQuote(callIn(turn, "Write")+` [data-testid="tool-args"]`)))
+	require.Contains(t, args, "\n  \"file_path\": \""+scripted.DemoNotePath+"\"")
+	added := eval[[]string](b, fmt.Sprintf(`[...document.querySelectorAll(%s)].map((e) => e.textContent)`, jsQuote(callIn(turn, "Write")+` [data-testid="diff-add"]`)))
+	require.Equal(t, []string{"+ A note from tollgate's demo model.", "+ You asked: tidy up, please"}, added)
+	require.Equal(t, "Read", eval[string](b, `document.querySelector('.call .tool-name').textContent`))
+	b.screenshot("console-mid-approval")
+
+	// Approve the Write, decline the Bash with a reason.
+	b.do(
+		chromedp.Click(chromedp.CSS(callIn(turn, "Write")+` [data-testid="approve"]`)),
+		chromedp.SendKeys(chromedp.CSS(callIn(turn, "Bash")+` [data-testid="decline-reason"]`), "not on a Friday"),
+		chromedp.Click(chromedp.CSS(callIn(turn, "Bash")+` [data-testid="decline"]`)),
+	)
+	b.do(chromedp.WaitVisible(chromedp.CSS(turn + ` [data-testid="finish"][data-reason="stop"]`)))
+	b.waitUntil(count(callIn(turn, "Write")+` [data-testid="tool-result"][data-status="ok"]`) + ` === 1`)
+	b.waitUntil(count(callIn(turn, "Bash")+` [data-testid="tool-result"][data-status="declined"]`) + ` === 1`)
+	b.waitUntil(count(callIn(turn, "Read")+` [data-testid="tool-result"][data-status="ok"]`) + ` === 1`)
+	reason := eval[string](b, fmt.Sprintf(`document.querySelector(%s).textContent`, jsQuote(callIn(turn, "Bash")+` [data-testid="decision-reason"]`)))
+	require.Equal(t, "not on a Friday", reason)
+	results := eval[string](b, fmt.Sprintf(`document.querySelector(%s).textContent`, jsQuote(turn+` [data-type="tool_result"]`)))
+	require.Equal(t, "results: Read ok · Write ok · Bash declined", results)
+	answer := eval[string](b, fmt.Sprintf(`[...document.querySelectorAll(%s)].map((e) => e.textContent).join("|")`, jsQuote(turn+` [data-testid="answer"]`)))
+	require.Contains(t, answer, `Bash was declined, with the reason "not on a Friday"`)
+	require.Equal(t, 0, eval[int](b, count(turn+` [data-testid="approval-actions"]:not([hidden])`)), "no decision is left to make")
+	note, err := os.ReadFile(filepath.Join(env.workspace, scripted.DemoNotePath))
+	require.NoError(t, err, "the approved Write ran")
+	require.Contains(t, string(note), "You asked: tidy up, please")
+	turnID := turnIDOf(b, turn)
+	requireEachEventOnce(t, pageSeqs(b, turn), len(serverEvents(t, env.api.URL, turnID, "")))
+	b.screenshot("console-finished")
+
+	// The next message continues the conversation. Decline the Write
+	// without a reason; edit the Bash command, then approve it.
+	sendFromConsole(b, "once more")
+	turn2 := nthTurn(2)
+	require.Equal(t, strings.TrimSuffix(turnID, "1")+"2", turnIDOf(b, turn2), "the same conversation's next turn")
+	b.do(
+		chromedp.WaitVisible(chromedp.CSS(callIn(turn2, "Bash")+` [data-testid="edit"]`)),
+		chromedp.Click(chromedp.CSS(callIn(turn2, "Write")+` [data-testid="decline"]`)),
+		chromedp.Click(chromedp.CSS(callIn(turn2, "Bash")+` [data-testid="edit"]`)),
+		chromedp.WaitVisible(chromedp.CSS(callIn(turn2, "Bash")+` [data-testid="edit-args"]`)),
+	)
+	prefilled := eval[string](b, fmt.Sprintf(`document.querySelector(%s).value`, jsQuote(callIn(turn2, "Bash")+` [data-testid="edit-args"]`)))
+	require.Equal(t, "{\n  \"command\": \"ls -la\"\n}", prefilled)
+	b.do(
+		chromedp.SetValue(chromedp.CSS(callIn(turn2, "Bash")+` [data-testid="edit-args"]`), `{"command": "echo edited in the console"}`),
+		chromedp.Click(chromedp.CSS(callIn(turn2, "Bash")+` [data-testid="approve-edited"]`)),
+		chromedp.WaitVisible(chromedp.CSS(turn2+` [data-testid="finish"]`)),
+	)
+	b.waitUntil(count(callIn(turn2, "Write")+` [data-testid="tool-result"][data-status="declined"]`) + ` === 1`)
+	result := eval[string](b, fmt.Sprintf(`document.querySelector(%s).textContent`, jsQuote(callIn(turn2, "Bash")+` [data-testid="tool-result"][data-status="ok"] [data-testid="result-text"]`)))
+	require.Contains(t, result, "edited in the console")
+}
+
+func TestConsoleShowsEveryEventOnceAfterADroppedConnectionAndAReload(t *testing.T) {
+	env := newConsoleEnv(t, newStack(t))
+	b := newBrowser(t)
+	b.do(chromedp.Navigate(env.api.URL + "/"))
+	sendFromConsole(b, "survive a reload")
+	turn := nthTurn(1)
+	b.do(chromedp.WaitVisible(chromedp.CSS(callIn(turn, "Bash") + ` [data-testid="approve"]`)))
+	b.waitUntil(count(turn+` [data-type="heartbeat"]`) + ` === 1`)
+	turnID := turnIDOf(b, turn)
+	waiting := serverEvents(t, env.api.URL, turnID, workflows.EventHeartbeat)
+	requireEachEventOnce(t, pageSeqs(b, turn), len(waiting))
+
+	// The API drops the stream: the page resumes after the last event it
+	// has, and shows nothing twice.
+	env.api.CloseClientConnections()
+	b.waitUntil(`Number(document.querySelector('[data-testid="connection"]').dataset.reconnects) >= 1`)
+	b.waitUntil(`document.querySelector('[data-testid="connection"]').dataset.state === "live"`)
+	requireEachEventOnce(t, pageSeqs(b, turn), len(waiting))
+
+	// A reload rebuilds the turn from the API's log: every event once.
+	b.do(chromedp.Reload())
+	b.do(chromedp.WaitVisible(chromedp.CSS(callIn(turn, "Bash") + ` [data-testid="approve"]`)))
+	b.waitUntil(count(turn+` [data-type="heartbeat"]`) + ` === 1`)
+	require.Equal(t, 1, eval[int](b, count(consoleTurn)))
+	require.Equal(t, "survive a reload", eval[string](b, `document.querySelector('[data-testid="user-message"]').textContent`))
+	requireEachEventOnce(t, pageSeqs(b, turn), len(waiting))
+	require.Equal(t, 2, eval[int](b, count(turn+` [data-testid="approval-actions"]:not([hidden])`)))
+
+	// Deciding still works after the reload.
+	b.do(
+		chromedp.Click(chromedp.CSS(callIn(turn, "Write")+` [data-testid="approve"]`)),
+		chromedp.Click(chromedp.CSS(callIn(turn, "Bash")+` [data-testid="approve"]`)),
+		chromedp.WaitVisible(chromedp.CSS(turn+` [data-testid="finish"][data-reason="stop"]`)),
+	)
+	b.waitUntil(count(turn+` [data-testid="tool-result"][data-status="ok"]`) + ` === 3`)
+	all := serverEvents(t, env.api.URL, turnID, "")
+	require.Equal(t, workflows.EventFinish, all[len(all)-1].Type)
+	requireEachEventOnce(t, pageSeqs(b, turn), len(all))
+
+	// And a reload of the finished turn shows it whole, once.
+	b.do(chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS(turn+` [data-testid="finish"]`)))
+	requireEachEventOnce(t, pageSeqs(b, turn), len(all))
+}
+
+func TestInboxListsPendingApprovalsAndDecidingThereFinishesTheTurn(t *testing.T) {
+	st := newStack(t)
+	resp, msgs := st.chat(t, `{"query": "inbox please", "conversationId": "inbox-1"}`)
+	turnID := resp.Header.Get(headerTurnID)
+	seq := 0
+	untilEvent(t, msgs, &seq, workflows.EventApprovalRequest, 2)
+
+	b := newBrowser(t)
+	b.do(chromedp.Navigate(st.api.URL + "/inbox"))
+	row := func(tool string) string { return fmt.Sprintf(`[data-testid="approval"][data-tool=%q]`, tool) }
+	b.do(chromedp.WaitVisible(chromedp.CSS(row("Write"))), chromedp.WaitVisible(chromedp.CSS(row("Bash"))))
+	require.Equal(t, "inbox-1", eval[string](b, `document.querySelector('[data-testid="approval"]').dataset.conversationId`))
+	// Age and expiry count live; the timeout is a minute.
+	b.waitUntil(`/^expires in 0:[0-5]\d$/.test(document.querySelector('[data-testid="expires"]').textContent)`)
+	b.waitUntil(`/^waiting 0:0\d$/.test(document.querySelector('[data-testid="age"]').textContent)`)
+	b.screenshot("inbox")
+
+	// Filters: by tool, and by conversation.
+	setFilter := func(id, value string) {
+		b.t.Helper()
+		eval[bool](b, fmt.Sprintf(`(() => { const el = document.getElementById(%s); el.value = %s; el.dispatchEvent(new Event('input')); return true })()`,
+			jsQuote(id), jsQuote(value)))
+	}
+	setFilter("filter-tool", "Bash")
+	b.waitUntil(count(`[data-testid="approval"]`) + ` === 1 && ` + count(row("Bash")) + ` === 1`)
+	setFilter("filter-conversation", "someone-else")
+	b.waitUntil(count(`[data-testid="approval"]`) + ` === 0 && !document.querySelector('[data-testid="inbox-empty"]').hidden`)
+	setFilter("filter-conversation", "inbox-1")
+	b.do(chromedp.WaitVisible(chromedp.CSS(row("Bash"))))
+
+	// Approve the Bash; then decline the Write with a reason.
+	b.do(chromedp.Click(chromedp.CSS(row("Bash") + ` [data-testid="approve"]`)))
+	b.waitUntil(count(`[data-testid="approval"]`) + ` === 0`)
+	setFilter("filter-tool", "")
+	b.do(
+		chromedp.WaitVisible(chromedp.CSS(row("Write"))),
+		chromedp.SendKeys(chromedp.CSS(row("Write")+` [data-testid="decline-reason"]`), "not from the inbox"),
+		chromedp.Click(chromedp.CSS(row("Write")+` [data-testid="decline"]`)),
+	)
+	b.waitUntil(count(`[data-testid="approval"]`) + ` === 0 && !document.querySelector('[data-testid="inbox-empty"]').hidden`)
+
+	// The turn took both decisions and finished.
+	rest := untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
+	decisions := map[string]workflows.Event{}
+	var results []workflows.ToolResult
+	for _, e := range rest {
+		switch e.Type {
+		case workflows.EventApprovalDecision:
+			decisions[e.Decision] = e
+		case workflows.EventToolResult:
+			results = e.ToolResults
+		}
+	}
+	require.Equal(t, "not from the inbox", decisions[workflows.DecisionDecline].Reason)
+	require.Contains(t, decisions, workflows.DecisionApprove)
+	require.Equal(t, workflows.FinishStop, rest[len(rest)-1].Reason)
+	statuses := map[string]string{}
+	for _, r := range results {
+		statuses[r.Name] = r.Status
+	}
+	require.Equal(t, map[string]string{"Read": "ok", "Write": "declined", "Bash": "ok"}, statuses)
+	require.Equal(t, workflows.TurnWorkflowID("inbox-1", 1), turnID)
+	require.Empty(t, st.approvals(t, ""))
+}
+
+func TestConsoleNestsSubagentEventsUnderTheirTaskCall(t *testing.T) {
+	env := newConsoleEnv(t, newStack(t), notetaker)
+	b := newBrowser(t)
+	b.do(chromedp.Navigate(env.api.URL + "/"))
+	sendFromConsole(b, "use a subagent to take notes")
+
+	task := nthTurn(1) + ` .call[data-tool="Task"][data-subagent="notetaker"]`
+	sub := task + ` [data-testid="subagent"][data-name="notetaker"]`
+	b.do(chromedp.WaitVisible(chromedp.CSS(sub + ` .call[data-tool="Write"] [data-testid="approve"]`)))
+	require.Equal(t, 1, eval[int](b, count(sub+` .call[data-tool="Read"]`)), "the subagent's calls are nested under the Task call")
+	require.Equal(t, 1, eval[int](b, count(sub+` [data-testid="diff"]`)))
+	b.screenshot("console-subagent")
+
+	b.do(
+		chromedp.Click(chromedp.CSS(sub+` .call[data-tool="Write"] [data-testid="approve"]`)),
+		chromedp.WaitVisible(chromedp.CSS(sub+` [data-testid="subagent-finish"]`)),
+		chromedp.WaitVisible(chromedp.CSS(nthTurn(1)+` [data-testid="finish"][data-reason="stop"]`)),
+	)
+	b.waitUntil(count(sub+` .call[data-tool="Write"] [data-testid="tool-result"][data-status="ok"]`) + ` === 1`)
+	b.waitUntil(count(task+` > .result-slot [data-testid="tool-result"][data-status="ok"]`) + ` === 1`)
+	turnID := turnIDOf(b, nthTurn(1))
+	requireEachEventOnce(t, pageSeqs(b, nthTurn(1)), len(serverEvents(t, env.api.URL, turnID, "")))
+}
+
+// consoleEnv is an API on st's Temporal with a worker of its own, which
+// offers the given subagents, with its own scripted demo model and
+// workspace, on its own task queue.
+type consoleEnv struct {
+	api       *httptest.Server
+	workspace string
+}
+
+func newConsoleEnv(t *testing.T, st *stack, agents ...workflows.AgentDef) *consoleEnv {
+	t.Helper()
+	const queue = "tollgate-console-test"
+	model := httptest.NewServer(scripted.New(scripted.Demo()))
+	t.Cleanup(model.Close)
+	env := &consoleEnv{workspace: t.TempDir()}
+	require.NoError(t, os.WriteFile(filepath.Join(env.workspace, "README.md"), []byte("# demo\n"), 0o644))
+	tools := &activities.Tools{Workspace: env.workspace, BashTimeout: 10 * time.Second}
+	wf := &workflows.Workflows{Settings: workflows.Settings{
+		RequiredTools:    []string{activities.ToolWrite, activities.ToolEdit, activities.ToolBash},
+		ApprovalTimeout:  time.Minute,
+		Tools:            tools.Specs(),
+		SearchAttributes: true,
+		Agents:           agents,
+	}}
+	w := worker.New(st.client, queue, worker.Options{})
+	workflows.Register(w, wf,
+		activities.NewModel(model.URL+"/v1", "test", scripted.ModelName, workflows.TokenSignaler{Client: st.client}), tools)
+	require.NoError(t, w.Start())
+	t.Cleanup(w.Stop)
+
+	srv := NewServer(Options{Client: st.client, TaskQueue: queue, HeartbeatInterval: 200 * time.Millisecond})
+	env.api = httptest.NewServer(srv.Handler())
+	t.Cleanup(func() {
+		srv.Close()
+		env.api.Close()
+	})
+	return env
+}
+
+// notetaker is the example subagent of agents/.
+var notetaker = workflows.AgentDef{
+	Name:        "notetaker",
+	Description: "Reads files in the workspace and writes short notes about them.",
+	Tools:       []string{activities.ToolRead, activities.ToolWrite},
+	Prompt:      "You are a careful note-taker.",
+}
+
+func TestWebPagesAreServedWithTheirTypesAndAStrictPolicy(t *testing.T) {
+	_, ts := newTestServer(t, newFakeSource(), time.Hour)
+	for path, typ := range map[string]string{
+		"/":              "text/html",
+		"/inbox":         "text/html",
+		"/web/common.js": "text/javascript",
+		"/web/style.css": "text/css",
+	} {
+		resp, err := http.Get(ts.URL + path)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode, path)
+		require.Contains(t, resp.Header.Get("Content-Type"), typ, path)
+		require.Contains(t, resp.Header.Get("Content-Security-Policy"), "script-src 'self'", path)
+	}
+	for _, path := range []string{"/web/nope.js", "/web/index.html", "/web/"} {
+		resp, err := http.Get(ts.URL + path)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusNotFound, resp.StatusCode, path)
+	}
+}

@@ -1,0 +1,190 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"regexp"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+
+	"github.com/tollgate/tollgate/workflows"
+)
+
+// toolCallIDPattern is what a tool call id may look like when it is used
+// alone to find its turn through visibility.
+var toolCallIDPattern = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,128}$`)
+
+// toolResultLookup bounds how long POST /chat/tool-result looks for the turn
+// of a tool call id: visibility may lag the event by a moment.
+const toolResultLookup = 3 * time.Second
+
+// toolResultBody is POST /chat/tool-result's body.
+type toolResultBody struct {
+	RequestID  string          `json:"requestId"`
+	ToolCallID string          `json:"toolCallId"`
+	TurnID     string          `json:"turnId"`
+	Result     json.RawMessage `json:"result"`
+	IsError    bool            `json:"isError"`
+}
+
+// toolResult handles POST /chat/tool-result: a client's answer to a
+// client_tool_call. The call is named by the event's requestId, or by its
+// toolCallId (with the turnId, or alone: then visibility finds the turn).
+func (s *Server) toolResult(c *gin.Context) {
+	var b toolResultBody
+	if err := decodeJSON(http.MaxBytesReader(c.Writer, c.Request.Body, maxBodyBytes), &b); err != nil {
+		writeError(c, s.log, err)
+		return
+	}
+	if b.RequestID == "" && b.ToolCallID == "" {
+		writeError(c, s.log, badRequest("toolCallId (or requestId) is missing"))
+		return
+	}
+	if len(b.Result) == 0 {
+		writeError(c, s.log, badRequest("result is missing"))
+		return
+	}
+	r := workflows.ClientToolResult{RequestID: b.RequestID, ToolCallID: b.ToolCallID, IsError: b.IsError}
+	// A JSON string is the result's text; any other JSON value is passed on
+	// as JSON text.
+	if err := json.Unmarshal(b.Result, &r.Result); err != nil {
+		r.Result = compactJSON(b.Result)
+	}
+
+	wid, err := s.clientToolWorkflow(c.Request.Context(), b)
+	if err != nil {
+		writeError(c, s.log, err)
+		return
+	}
+	if wid == "" {
+		c.JSON(http.StatusOK, gin.H{"accepted": false})
+		return
+	}
+	var none struct{}
+	accepted, err := s.offer(c.Request.Context(), wid, workflows.ClientToolResultUpdate, r, &none)
+	if err != nil {
+		writeError(c, s.log, err)
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"accepted": accepted})
+}
+
+// clientToolWorkflow finds the workflow waiting for a client tool's result,
+// or "" when none does.
+func (s *Server) clientToolWorkflow(ctx context.Context, b toolResultBody) (string, error) {
+	switch {
+	case b.RequestID != "":
+		wid, _ := workflows.RequestWorkflowID(b.RequestID)
+		return wid, nil
+	case b.TurnID != "":
+		if !workflows.IsTollgateWorkflowID(b.TurnID) {
+			return "", nil
+		}
+		return b.TurnID, nil
+	case !toolCallIDPattern.MatchString(b.ToolCallID):
+		return "", badRequest("toolCallId %.80q is not valid: use up to 128 letters, digits, '.', '_', ':' or '-', or send requestId", b.ToolCallID)
+	}
+	query := fmt.Sprintf("%s = '%s' AND ExecutionStatus = 'Running'",
+		workflows.PendingApprovalsAttribute, workflows.ClientToolSearchValue(b.ToolCallID))
+	ctx, cancel := context.WithTimeout(ctx, toolResultLookup)
+	defer cancel()
+	for wait := 50 * time.Millisecond; ; wait *= 2 {
+		resp, err := s.client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: query, PageSize: 2})
+		if err != nil {
+			return "", fmt.Errorf("find the turn of tool call %s: %w", b.ToolCallID, err)
+		}
+		switch n := len(resp.GetExecutions()); {
+		case n == 1:
+			return resp.GetExecutions()[0].GetExecution().GetWorkflowId(), nil
+		case n > 1:
+			return "", badRequest("toolCallId %q waits in more than one turn: send requestId or turnId as well", b.ToolCallID)
+		}
+		select {
+		case <-ctx.Done():
+			return "", nil // no turn waits for it
+		case <-time.After(wait):
+		}
+	}
+}
+
+// grants handles GET /conversations/:conversationId/grants.
+func (s *Server) grants(c *gin.Context) {
+	conv := c.Param("conversationId")
+	if !conversationIDPattern.MatchString(conv) {
+		writeError(c, s.log, badRequest("conversationId %.80q is not valid", conv))
+		return
+	}
+	ctx, cancel := context.WithTimeout(c.Request.Context(), sendTimeout)
+	defer cancel()
+	v, err := s.client.QueryWorkflow(ctx, workflows.ConversationWorkflowID(conv), "", workflows.GrantsQuery)
+	var grants []workflows.Grant
+	if err == nil {
+		err = v.Get(&grants)
+	}
+	if err != nil {
+		writeError(c, s.log, fmt.Errorf("grants of conversation %s: %w", conv, err))
+		return
+	}
+	if grants == nil {
+		grants = []workflows.Grant{}
+	}
+	c.JSON(http.StatusOK, gin.H{"grants": grants})
+}
+
+// revokeGrant handles DELETE /conversations/:conversationId/grants/:grantId.
+func (s *Server) revokeGrant(c *gin.Context) {
+	conv := c.Param("conversationId")
+	if !conversationIDPattern.MatchString(conv) {
+		writeError(c, s.log, badRequest("conversationId %.80q is not valid", conv))
+		return
+	}
+	var none struct{}
+	revoked, err := s.offer(c.Request.Context(), workflows.ConversationWorkflowID(conv), workflows.RevokeGrantUpdate,
+		workflows.RevokeGrant{GrantID: c.Param("grantId")}, &none)
+	if err != nil {
+		writeError(c, s.log, err)
+		return
+	}
+	if !revoked {
+		writeError(c, s.log, fmt.Errorf("grant %q of conversation %s: %w", c.Param("grantId"), conv, errUnknownGrant))
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"revoked": true})
+}
+
+// errUnknownGrant answers a revoke of a grant the conversation does not have.
+var errUnknownGrant = errors.New("no such grant")
+
+// offer sends an Update to wid and reports whether the workflow took it. A
+// rejection by its validator, or a workflow that is gone, is false, not an
+// error: only a failure to reach Temporal is.
+func (s *Server) offer(ctx context.Context, wid, update string, arg, result any) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, decisionTimeout)
+	defer cancel()
+	h, err := s.client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+		WorkflowID:   wid,
+		UpdateName:   update,
+		Args:         []any{arg},
+		WaitForStage: client.WorkflowUpdateStageCompleted,
+	})
+	if err == nil {
+		err = h.Get(ctx, result)
+	}
+	switch {
+	case err == nil:
+		return true, nil
+	case isUnavailable(err):
+		return false, fmt.Errorf("send %s to %s: %w", update, wid, err)
+	case isRejectedDecision(err):
+		s.log.Info("update not taken", "update", update, "workflowId", wid, "reason", err)
+		return false, nil
+	default:
+		return false, fmt.Errorf("send %s to %s: %w", update, wid, err)
+	}
+}

@@ -1,0 +1,269 @@
+// Helpers shared by the console (/) and the inbox (/inbox): building DOM
+// nodes, pretty JSON, the diff of a Write or Edit call, the live clock and
+// the approve / decline / edit panel. Plain JavaScript, no build step.
+'use strict';
+
+const TG = (() => {
+  // h builds an element. attrs: class, dataset via "data-*", testid, and
+  // any other attribute; children: nodes or strings (as text, never HTML).
+  function h(tag, attrs, ...children) {
+    const el = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === undefined || v === null || v === false) continue;
+      if (k === 'class') el.className = v;
+      else if (k === 'testid') el.dataset.testid = v;
+      else if (k === 'text') el.textContent = v;
+      else if (k.startsWith('on') && typeof v === 'function') el.addEventListener(k.slice(2), v);
+      else el.setAttribute(k, v === true ? '' : String(v));
+    }
+    for (const c of children.flat(Infinity)) {
+      if (c === undefined || c === null || c === false) continue;
+      el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+    }
+    return el;
+  }
+
+  // parseObject returns the JSON object in text, or null.
+  function parseObject(text) {
+    try {
+      const v = JSON.parse(text);
+      return v && typeof v === 'object' && !Array.isArray(v) ? v : null;
+    } catch {
+      return null;
+    }
+  }
+
+  // pretty indents JSON text; text that is not JSON comes back as it is.
+  function pretty(text) {
+    try {
+      return JSON.stringify(JSON.parse(text), null, 2);
+    } catch {
+      return String(text ?? '');
+    }
+  }
+
+  // summary is the one-line gist of a tool call for its header.
+  function summary(tool, args) {
+    const a = parseObject(args) || {};
+    switch (tool) {
+      case 'Read':
+      case 'Write':
+      case 'Edit':
+        return a.file_path || '';
+      case 'Bash':
+        return a.command || '';
+      case 'Task':
+        return [a.subagent_type, a.description].filter(Boolean).join(': ');
+      default:
+        return '';
+    }
+  }
+
+  const maxDiffCells = 250000;
+
+  // lineDiff returns the lines of a and b as a shortest edit script:
+  // [{op: ' ' | '-' | '+', text}], by the longest common subsequence of
+  // lines. Very long inputs fall back to all removed, then all added.
+  function lineDiff(a, b) {
+    const x = a === '' ? [] : a.split('\n');
+    const y = b === '' ? [] : b.split('\n');
+    if (x.length * y.length > maxDiffCells) {
+      return [...x.map((text) => ({ op: '-', text })), ...y.map((text) => ({ op: '+', text }))];
+    }
+    // lcs[i][j]: length of the LCS of x[i:] and y[j:].
+    const lcs = Array.from({ length: x.length + 1 }, () => new Uint32Array(y.length + 1));
+    for (let i = x.length - 1; i >= 0; i--) {
+      for (let j = y.length - 1; j >= 0; j--) {
+        lcs[i][j] = x[i] === y[j] ? lcs[i + 1][j + 1] + 1 : Math.max(lcs[i + 1][j], lcs[i][j + 1]);
+      }
+    }
+    const out = [];
+    let i = 0;
+    let j = 0;
+    while (i < x.length && j < y.length) {
+      if (x[i] === y[j]) {
+        out.push({ op: ' ', text: x[i] });
+        i++;
+        j++;
+      } else if (lcs[i + 1][j] >= lcs[i][j + 1]) {
+        out.push({ op: '-', text: x[i++] });
+      } else {
+        out.push({ op: '+', text: y[j++] });
+      }
+    }
+    while (i < x.length) out.push({ op: '-', text: x[i++] });
+    while (j < y.length) out.push({ op: '+', text: y[j++] });
+    return out;
+  }
+
+  // diffView shows the change a Write or Edit call would make, or returns
+  // null for other tools. Write: its content as added lines (tollgate does
+  // not read the file it would replace). Edit: old_string → new_string.
+  function diffView(tool, args) {
+    const a = parseObject(args);
+    if (!a) return null;
+    let title;
+    let lines;
+    if (tool === 'Write' && typeof a.content === 'string') {
+      title = `write ${a.file_path || '?'} (whole new content)`;
+      lines = lineDiff('', a.content.replace(/\n$/, ''));
+    } else if (tool === 'Edit' && (typeof a.old_string === 'string' || typeof a.new_string === 'string')) {
+      title = `edit ${a.file_path || '?'}${a.replace_all ? ' (every occurrence)' : ''}`;
+      lines = lineDiff(a.old_string || '', a.new_string || '');
+    } else {
+      return null;
+    }
+    const added = lines.filter((l) => l.op === '+').length;
+    const removed = lines.filter((l) => l.op === '-').length;
+    return h('div', { class: 'diff', testid: 'diff' },
+      h('div', { class: 'diff-head' }, title, ' ',
+        h('span', { class: 'diff-add' }, `+${added}`), ' ',
+        h('span', { class: 'diff-del' }, `−${removed}`)),
+      h('pre', { class: 'diff-body' },
+        lines.map((l) => h('span', {
+          class: l.op === '+' ? 'dl add' : l.op === '-' ? 'dl del' : 'dl ctx',
+          testid: l.op === '+' ? 'diff-add' : l.op === '-' ? 'diff-del' : 'diff-ctx',
+        }, `${l.op} ${l.text}`))));
+  }
+
+  // argsView shows a call's arguments as indented JSON.
+  function argsView(args) {
+    return h('pre', { class: 'json', testid: 'tool-args' }, pretty(args));
+  }
+
+  // clock formats a duration in milliseconds as 0:07, 2:41, 1:02:03 or 3d 4h.
+  function clock(ms) {
+    const s = Math.max(0, Math.floor(ms / 1000));
+    const d = Math.floor(s / 86400);
+    const hh = Math.floor((s % 86400) / 3600);
+    const mm = Math.floor((s % 3600) / 60);
+    const ss = String(s % 60).padStart(2, '0');
+    if (d > 0) return `${d}d ${hh}h`;
+    if (hh > 0) return `${hh}:${String(mm).padStart(2, '0')}:${ss}`;
+    return `${mm}:${ss}`;
+  }
+
+  // tick updates every live time on the page: data-expires-at counts down,
+  // data-since counts up.
+  function tick() {
+    const now = Date.now();
+    for (const el of document.querySelectorAll('[data-expires-at]')) {
+      const left = Date.parse(el.dataset.expiresAt) - now;
+      if (Number.isNaN(left)) continue;
+      el.textContent = left > 0 ? `expires in ${clock(left)}` : 'expired';
+      el.classList.toggle('soon', left > 0 && left < 30000);
+      el.classList.toggle('expired', left <= 0);
+    }
+    for (const el of document.querySelectorAll('[data-since]')) {
+      const age = now - Date.parse(el.dataset.since);
+      if (!Number.isNaN(age)) el.textContent = `waiting ${clock(age)}`;
+    }
+  }
+
+  function startClock() {
+    tick();
+    setInterval(tick, 1000);
+  }
+
+  // expiry is a live countdown to t.
+  function expiry(t) {
+    const el = h('span', { class: 'expires', testid: 'expires', 'data-expires-at': t, title: t ? `expires at ${new Date(t).toLocaleString()}` : '' });
+    if (t) setTimeout(tick, 0);
+    return el;
+  }
+
+  // age is a live count of the time since t.
+  function age(t) {
+    const el = h('span', { class: 'age', testid: 'age', 'data-since': t, title: t ? `requested at ${new Date(t).toLocaleString()}` : '' });
+    if (t) setTimeout(tick, 0);
+    return el;
+  }
+
+  // decide sends a decision to POST /chat/approval and returns its answer,
+  // {accepted} or throws with the API's error.
+  async function decide(body) {
+    const resp = await fetch('/chat/approval', {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify(body),
+    });
+    const out = await resp.json().catch(() => ({}));
+    if (!resp.ok) throw new Error(out.error || `HTTP ${resp.status}`);
+    return out;
+  }
+
+  // decisionPanel is the approve / decline (with a reason) / edit the
+  // arguments and approve panel of one approval request. onSent(decision,
+  // accepted) is called once the API answered.
+  function decisionPanel({ requestId, arguments: args, onSent }) {
+    const status = h('span', { class: 'decision-status', testid: 'approval-status', role: 'status' });
+    const reason = h('input', { type: 'text', class: 'reason', testid: 'decline-reason', placeholder: 'reason (optional)', 'aria-label': 'reason for declining' });
+    const editor = h('textarea', { class: 'json edit-args', testid: 'edit-args', rows: 8, spellcheck: 'false', 'aria-label': 'edited arguments' });
+    editor.value = pretty(args);
+    const editBox = h('div', { class: 'edit-box', hidden: true });
+    const buttons = [];
+    const button = (label, cls, testid, onclick) => {
+      const b = h('button', { type: 'button', class: cls, testid, onclick });
+      b.textContent = label;
+      buttons.push(b);
+      return b;
+    };
+    const setBusy = (busy) => {
+      for (const b of buttons) b.disabled = busy;
+      reason.disabled = busy;
+      editor.disabled = busy;
+    };
+    const send = async (body) => {
+      setBusy(true);
+      status.className = 'decision-status';
+      status.textContent = 'sending…';
+      try {
+        const out = await decide({ requestId, ...body });
+        if (out.accepted) {
+          status.textContent = body.decision === 'approve' ? 'approved; waiting for the turn…' : 'declined; waiting for the turn…';
+          status.classList.add('ok');
+        } else {
+          status.textContent = 'not accepted: this request expired, was decided already, or is unknown';
+          status.classList.add('bad');
+        }
+        panel.dataset.sent = body.decision;
+        if (onSent) onSent(body.decision, !!out.accepted);
+      } catch (err) {
+        status.textContent = `could not send: ${err.message}`;
+        status.classList.add('bad');
+        setBusy(false);
+      }
+    };
+    const approveEdited = () => {
+      const edited = parseObject(editor.value);
+      if (!edited) {
+        status.className = 'decision-status bad';
+        status.textContent = 'the edited arguments must be a JSON object';
+        return;
+      }
+      send({ decision: 'approve', arguments: JSON.stringify(edited) });
+    };
+    editBox.append(editor, h('div', { class: 'row' },
+      button('Approve with these arguments', 'approve', 'approve-edited', approveEdited)));
+    const panel = h('div', { class: 'decision-panel', testid: 'approval-actions', 'data-request-id': requestId },
+      h('div', { class: 'row' },
+        button('Approve', 'approve', 'approve', () => send({ decision: 'approve' })),
+        reason,
+        button('Decline', 'decline', 'decline', () => send({ decision: 'decline', reason: reason.value.trim() })),
+        button('Edit arguments', 'secondary', 'edit', () => {
+          editBox.hidden = !editBox.hidden;
+          if (!editBox.hidden) editor.focus();
+        }),
+        status),
+      editBox);
+    reason.addEventListener('keydown', (e) => {
+      if (e.key === 'Enter') {
+        e.preventDefault();
+        send({ decision: 'decline', reason: reason.value.trim() });
+      }
+    });
+    return panel;
+  }
+
+  return { h, parseObject, pretty, summary, lineDiff, diffView, argsView, clock, tick, startClock, expiry, age, decide, decisionPanel };
+})();

@@ -1,0 +1,589 @@
+// The web console: starts or continues a conversation with POST
+// /chat/stream, renders each turn's events as they stream in, and decides
+// approvals with POST /chat/approval.
+//
+// Reconnection and no event twice:
+//   - Every numbered event has a seq, per turn, from 1, without gaps. A turn
+//     view keeps the last seq it rendered and drops any event at or below it;
+//     an event past lastSeq+1 (a gap, which the API never sends) makes it
+//     reconnect after lastSeq.
+//   - A stream that ends before `finish` (dropped connection, API restart)
+//     is resumed with GET /chat/turns/{turnId}/events?after=lastSeq, with
+//     backoff, for as long as the turn has not finished.
+//   - localStorage keeps the conversation id and its recent turns (turnId,
+//     query, lastEventId, finished). A reload rebuilds every kept turn from
+//     scratch: a fresh view with lastSeq 0 streams ?after=0, which for an
+//     unfinished turn then simply goes on live. The server's log is the only
+//     source of truth, so nothing can be rendered twice.
+'use strict';
+
+(() => {
+  const { h } = TG;
+  const storeKey = 'tollgate.console.v1';
+  const keptTurns = 10;
+  const maxBackoff = 10000;
+  const maxAttempts = 8;
+
+  // ---- storage ---------------------------------------------------------
+
+  function load() {
+    try {
+      const s = JSON.parse(localStorage.getItem(storeKey));
+      if (s && Array.isArray(s.turns)) return s;
+    } catch {
+      // a broken entry starts afresh
+    }
+    return { conversationId: null, turns: [] };
+  }
+
+  const state = load();
+
+  function save() {
+    state.turns = state.turns.slice(-keptTurns);
+    try {
+      localStorage.setItem(storeKey, JSON.stringify(state));
+    } catch {
+      // storage full or denied: the console works, it just forgets on reload
+    }
+  }
+
+  // ---- connection indicator -------------------------------------------
+
+  const conn = document.getElementById('connection');
+  let reconnects = 0;
+  const live = new Set();
+
+  function showConnection() {
+    const retrying = [...views.values()].some((v) => v.retrying);
+    const stateName = retrying ? 'reconnecting' : live.size > 0 ? 'live' : 'idle';
+    conn.dataset.state = stateName;
+    conn.dataset.reconnects = String(reconnects);
+    conn.textContent = stateName === 'live' ? `live · ${live.size} stream${live.size === 1 ? '' : 's'}` : stateName;
+  }
+
+  // ---- SSE over fetch ---------------------------------------------------
+
+  // readSSE reads a text/event-stream body and calls onMessage({id, data})
+  // per message; id is null for messages without an id line (keep-alives,
+  // the API's own errors). It returns when the body ends.
+  async function readSSE(body, onMessage) {
+    const reader = body.pipeThrough(new TextDecoderStream()).getReader();
+    let buf = '';
+    let id = null;
+    let data = [];
+    const line = (l) => {
+      if (l === '') {
+        if (data.length > 0) onMessage({ id, data: data.join('\n') });
+        id = null;
+        data = [];
+        return;
+      }
+      if (l.startsWith(':')) return;
+      const i = l.indexOf(':');
+      const field = i < 0 ? l : l.slice(0, i);
+      let value = i < 0 ? '' : l.slice(i + 1);
+      if (value.startsWith(' ')) value = value.slice(1);
+      if (field === 'id') id = value;
+      else if (field === 'data') data.push(value);
+    };
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return;
+      buf += value;
+      for (;;) {
+        const m = /\r\n|\n|\r/.exec(buf);
+        // A lone \r at the end may be the first half of \r\n.
+        if (!m || (m[0] === '\r' && m.index === buf.length - 1)) break;
+        line(buf.slice(0, m.index));
+        buf = buf.slice(m.index + m[0].length);
+      }
+    }
+  }
+
+  // ---- a turn -----------------------------------------------------------
+
+  const turnsEl = document.getElementById('turns');
+  const views = new Map(); // turnId → TurnView
+
+  // A scope is where events of the turn itself, or of one subagent, go.
+  function newScope(container) {
+    return { container, cards: new Map(), answer: null };
+  }
+
+  class TurnView {
+    constructor(rec) {
+      this.rec = rec;
+      this.lastSeq = 0;
+      this.finished = false;
+      this.retrying = false;
+      this.attempt = 0;
+      this.subs = new Map(); // subagent name → scope
+      this.statusEl = h('span', { class: 'turn-status', testid: 'turn-status', 'data-state': 'connecting' }, 'connecting');
+      this.timeline = h('div', { class: 'timeline' });
+      this.root = newScope(this.timeline);
+      this.el = h('section', { class: 'turn', testid: 'turn', 'data-turn-id': rec.turnId },
+        h('div', { class: 'turn-head' },
+          h('div', { class: 'user-msg', testid: 'user-message' }, rec.query || '(a message sent elsewhere)'),
+          h('div', { class: 'turn-meta' }, h('code', { class: 'turn-id' }, rec.turnId), this.statusEl)),
+        this.timeline);
+      turnsEl.append(this.el);
+    }
+
+    setStatus(s, text) {
+      this.statusEl.dataset.state = s;
+      this.statusEl.textContent = text || s;
+    }
+
+    // watch streams the turn until its finish, resuming after lastSeq each
+    // time the stream ends early. first is the POST /chat/stream response.
+    async watch(first) {
+      if (this.watching) return;
+      this.watching = true;
+      let resp = first;
+      while (!this.finished && !this.stopped) {
+        const ctrl = new AbortController();
+        this.abort = () => ctrl.abort();
+        try {
+          if (!resp) {
+            resp = await fetch(`/chat/turns/${encodeURIComponent(this.rec.turnId)}/events?after=${this.lastSeq}`, {
+              signal: ctrl.signal,
+              headers: { Accept: 'text/event-stream' },
+            });
+          }
+          if (!resp.ok) {
+            const out = await resp.json().catch(() => ({}));
+            throw new Error(out.error || `HTTP ${resp.status}`);
+          }
+          live.add(this);
+          this.retrying = false;
+          if (!this.finished) this.updateStatus({ type: '' });
+          showConnection();
+          await readSSE(resp.body, (m) => this.onMessage(m));
+        } catch (err) {
+          if (!ctrl.signal.aborted) this.note(`connection lost: ${err.message}`);
+        } finally {
+          live.delete(this);
+          resp = null;
+        }
+        if (this.finished || this.stopped) break;
+        if (this.attempt >= maxAttempts) {
+          this.giveUp();
+          break;
+        }
+        this.retrying = true;
+        reconnects++;
+        const wait = Math.min(maxBackoff, 250 * 2 ** this.attempt++);
+        this.setStatus('reconnecting', `reconnecting after #${this.lastSeq}…`);
+        showConnection();
+        await new Promise((r) => setTimeout(r, wait));
+      }
+      this.retrying = false;
+      this.watching = false;
+      showConnection();
+    }
+
+    // giveUp stops retrying a turn that has made no progress for a while
+    // (say, one that Temporal no longer keeps) and offers to try again.
+    giveUp() {
+      this.setStatus('disconnected');
+      const retry = h('button', { type: 'button', class: 'secondary', testid: 'reconnect' }, 'Reconnect');
+      const el = h('div', { class: 'note' }, `no progress after ${maxAttempts} tries `, retry);
+      retry.addEventListener('click', () => {
+        el.remove();
+        this.attempt = 0;
+        this.watch();
+      });
+      this.timeline.append(el);
+    }
+
+    onMessage(m) {
+      let ev;
+      try {
+        ev = JSON.parse(m.data);
+      } catch {
+        return;
+      }
+      if (m.id === null || m.id === '') {
+        // Keep-alives and the API's own errors are not part of the log.
+        if (ev.type === 'error') this.note(ev.message || 'error');
+        return;
+      }
+      const seq = Number(m.id);
+      if (!(seq > this.lastSeq)) return; // seen already
+      if (seq !== this.lastSeq + 1) {
+        // A gap: ask again from what we have.
+        if (this.abort) this.abort();
+        return;
+      }
+      this.lastSeq = seq;
+      this.attempt = 0;
+      this.lastNote = null;
+      ev.seq = seq;
+      try {
+        this.render(ev);
+      } catch (err) {
+        console.error('render event', ev, err);
+      }
+      this.rec.lastEventId = seq;
+      if (ev.type === 'finish') {
+        this.finished = true;
+        this.rec.finished = true;
+      }
+      save();
+    }
+
+    // note shows something about the connection (not a turn event).
+    // Repeats of the same note while reconnecting are shown once.
+    note(text) {
+      if (text === this.lastNote) return;
+      this.lastNote = text;
+      this.timeline.append(h('div', { class: 'note', testid: 'note' }, text));
+    }
+
+    scopeFor(ev) {
+      if (!ev.type.startsWith('subagent_')) return this.root;
+      let scope = this.subs.get(ev.name);
+      if (ev.type === 'subagent_start' || !scope) {
+        scope = this.openSubagent(ev.name);
+        this.subs.set(ev.name, scope);
+      }
+      return scope;
+    }
+
+    // openSubagent nests a subagent under the first Task call for it that
+    // has neither a subagent nor a result yet (Task calls run in order).
+    openSubagent(name) {
+      const card = [...this.el.querySelectorAll('.call[data-tool="Task"]')].find(
+        (c) => c.dataset.subagent === name && !('subBound' in c.dataset) && !('hasResult' in c.dataset));
+      const box = h('div', { class: 'subagent', testid: 'subagent', 'data-name': name },
+        h('div', { class: 'subagent-head' }, 'subagent ', h('strong', {}, name)));
+      if (card) {
+        card.dataset.subBound = '';
+        card.querySelector(':scope > .subagent-slot').append(box);
+      } else {
+        this.timeline.append(box);
+      }
+      return newScope(box);
+    }
+
+    render(ev) {
+      const scope = this.scopeFor(ev);
+      const type = ev.type.startsWith('subagent_') ? ev.type.slice('subagent_'.length) : ev.type;
+      const el = this.renderIn(scope, type, ev);
+      el.classList.add('event');
+      if (!el.dataset.testid) el.dataset.testid = 'event';
+      el.dataset.seq = String(ev.seq);
+      el.dataset.type = ev.type;
+      if (type !== 'token') scope.answer = null;
+      if (ev.type === 'subagent_finish') this.subs.delete(ev.name);
+      this.updateStatus(ev);
+      followBottom();
+    }
+
+    updateStatus(ev) {
+      switch (ev.type) {
+        case 'finish':
+          this.setStatus(`finished-${ev.reason || 'stop'}`, `finished · ${ev.reason || 'stop'}`);
+          break;
+        case 'approval_request':
+        case 'subagent_approval_request':
+          this.setStatus('waiting', 'waiting for approval');
+          break;
+        default:
+          if (this.el.querySelector('.decision-panel:not([data-closed])')) this.setStatus('waiting', 'waiting for approval');
+          else this.setStatus('running');
+      }
+    }
+
+    renderIn(scope, type, ev) {
+      const sub = ev.type.startsWith('subagent_');
+      switch (type) {
+        case 'turn_start':
+        case 'start': {
+          // The turn's id is in its header; a subagent's workflow is new.
+          const el = h('div', { class: 'meta' },
+            sub ? `subagent ${ev.name} started · workflow ` : 'turn started',
+            sub && ev.workflowId ? h('code', {}, ev.workflowId) : null);
+          scope.container.append(el);
+          return el;
+        }
+        case 'token': {
+          if (!scope.answer || scope.answer !== scope.container.lastElementChild) {
+            scope.answer = h('div', { class: 'answer', testid: 'answer' });
+            scope.container.append(scope.answer);
+          }
+          const el = h('span', { class: 'token' }, ev.data || '');
+          scope.answer.append(el);
+          return el;
+        }
+        case 'tool_call': {
+          const el = h('div', { class: 'calls' });
+          for (const call of ev.toolCalls || []) el.append(this.card(scope, call));
+          scope.container.append(el);
+          return el;
+        }
+        case 'approval_request':
+          return this.approvalRequest(scope, ev);
+        case 'approval_decision':
+          return this.approvalDecision(scope, ev);
+        case 'tool_result':
+          return this.toolResult(scope, ev);
+        case 'client_tool_call': {
+          // A tool the client that started the turn runs itself.
+          const el = h('div', { class: 'meta client-call', testid: 'client-tool-call' },
+            `waiting for the client that started this turn to run ${ev.toolName} · `, TG.expiry(ev.expiresAt));
+          const card = scope.cards.get(ev.toolCallId);
+          if (card) {
+            card.querySelector(':scope > .approval-slot').append(el);
+            this.setCardStatus(card, 'waiting', 'client runs it');
+          } else {
+            scope.container.append(el);
+          }
+          return el;
+        }
+        case 'heartbeat': {
+          // Published with approval requests; nothing to see.
+          const el = h('span', { class: 'heartbeat', hidden: true });
+          scope.container.append(el);
+          return el;
+        }
+        case 'finish': {
+          const reason = ev.reason || 'stop';
+          const el = h('div', { class: `finish reason-${reason}`, testid: sub ? 'subagent-finish' : 'finish', 'data-reason': reason },
+            sub ? `subagent ${ev.name} finished · ${reason}` : `finished · ${reason}`,
+            ev.message ? ` — ${ev.message}` : null);
+          scope.container.append(el);
+          return el;
+        }
+        case 'error': {
+          const el = h('div', { class: 'error', testid: 'error' }, ev.message || 'error');
+          scope.container.append(el);
+          return el;
+        }
+        default: {
+          const el = h('pre', { class: 'json unknown' }, JSON.stringify(ev, null, 2));
+          scope.container.append(el);
+          return el;
+        }
+      }
+    }
+
+    // card is one tool call: its name and gist, arguments, the diff of a
+    // Write or Edit, and slots for its approval, result and subagent.
+    card(scope, call) {
+      const args = TG.parseObject(call.arguments) || {};
+      const badge = h('span', { class: 'badge', testid: 'call-status', 'data-status': 'called' }, 'called');
+      const el = h('div', {
+        class: 'call', testid: 'tool-call', 'data-call-id': call.id, 'data-tool': call.name,
+        'data-subagent': call.name === 'Task' ? args.subagent_type || '' : null,
+      },
+      h('div', { class: 'call-head' },
+        h('span', { class: 'tool-name', testid: 'tool-name' }, call.name),
+        h('span', { class: 'call-summary' }, TG.summary(call.name, call.arguments)),
+        badge),
+      h('details', { class: 'args', open: true }, h('summary', {}, 'arguments'), TG.argsView(call.arguments)),
+      TG.diffView(call.name, call.arguments),
+      h('div', { class: 'approval-slot' }),
+      h('div', { class: 'result-slot' }),
+      call.name === 'Task' ? h('div', { class: 'subagent-slot' }) : null);
+      scope.cards.set(call.id, el);
+      return el;
+    }
+
+    setCardStatus(card, status, text) {
+      const b = card.querySelector(':scope > .call-head > .badge');
+      b.dataset.status = status;
+      b.textContent = text || status;
+    }
+
+    approvalRequest(scope, ev) {
+      const panel = TG.decisionPanel({ requestId: ev.requestId, arguments: ev.arguments });
+      const el = h('div', { class: 'approval', testid: 'approval-request', 'data-request-id': ev.requestId, 'data-tool': ev.toolName },
+        h('div', { class: 'approval-head' }, 'Approval needed for ', h('strong', {}, ev.toolName), ' · ', TG.expiry(ev.expiresAt)),
+        panel);
+      const card = scope.cards.get(ev.toolCallId);
+      if (card) {
+        card.querySelector(':scope > .approval-slot').append(el);
+        card.classList.add('needs-approval');
+        this.setCardStatus(card, 'waiting', 'waiting for approval');
+      } else {
+        el.prepend(h('div', { class: 'call-head' }, h('span', { class: 'tool-name' }, ev.toolName), TG.argsView(ev.arguments)));
+        scope.container.append(el);
+      }
+      return el;
+    }
+
+    approvalDecision(scope, ev) {
+      const d = ev.decision || 'decline';
+      const text = { approve: 'approved', decline: 'declined', timeout: 'no decision in time' }[d] || d;
+      const el = h('div', { class: `decision decision-${d}`, testid: 'approval-decision', 'data-decision': d },
+        h('span', { class: 'badge', 'data-status': d }, text),
+        ev.reason ? h('span', { class: 'reason-text', testid: 'decision-reason' }, ev.reason) : null,
+        ev.grant ? h('span', { class: 'meta' }, `by a remembered decision: ${ev.grant}`) : null);
+      const req = this.el.querySelector(`.approval[data-request-id="${CSS.escape(ev.requestId || '')}"]`);
+      const card = scope.cards.get(ev.toolCallId);
+      if (req) {
+        const panel = req.querySelector('.decision-panel');
+        if (panel) {
+          panel.dataset.closed = '';
+          panel.hidden = true;
+        }
+        req.classList.add('decided');
+        req.querySelector('.approval-head').replaceChildren('Approval of ', h('strong', {}, req.dataset.tool || 'this call'), ':');
+        req.append(el);
+      } else if (card) {
+        card.querySelector(':scope > .approval-slot').append(el);
+      } else {
+        scope.container.append(el);
+      }
+      if (card) {
+        card.classList.remove('needs-approval');
+        this.setCardStatus(card, d === 'approve' ? 'approved' : d, text);
+      }
+      return el;
+    }
+
+    toolResult(scope, ev) {
+      const results = ev.toolResults || [];
+      const el = h('div', { class: 'results-line' }, 'results: ',
+        results.map((r, i) => [i ? ' · ' : '', r.name, ' ', h('span', { class: 'badge', 'data-status': r.status }, r.status)]));
+      for (const r of results) {
+        const card = scope.cards.get(r.id);
+        const res = h('div', { class: `result status-${r.status}`, testid: 'tool-result', 'data-status': r.status },
+          h('span', { class: 'badge', 'data-status': r.status }, r.status),
+          h('pre', { class: 'result-text', testid: 'result-text' }, r.result || ''));
+        if (card) {
+          card.dataset.hasResult = '';
+          for (const e of card.querySelectorAll(':scope > .approval-slot .client-call [data-expires-at]')) e.remove();
+          card.querySelector(':scope > .result-slot').append(res);
+          this.setCardStatus(card, r.status);
+        } else {
+          el.append(res);
+        }
+      }
+      scope.container.append(el);
+      return el;
+    }
+  }
+
+  // followBottom keeps the newest event in view while the reader is at the
+  // bottom of the page, and leaves them alone when they scrolled up.
+  let atBottom = true;
+  window.addEventListener('scroll', () => {
+    atBottom = window.innerHeight + window.scrollY >= document.body.scrollHeight - 80;
+  }, { passive: true });
+  function followBottom() {
+    if (atBottom) window.scrollTo(0, document.body.scrollHeight);
+  }
+
+  // ---- conversation and composer -----------------------------------------
+
+  const convEl = document.getElementById('conversation-id');
+  const form = document.getElementById('composer');
+  const query = document.getElementById('query');
+  const sendBtn = document.getElementById('send');
+  const formError = document.getElementById('composer-error');
+
+  function showConversation() {
+    convEl.textContent = state.conversationId || 'new';
+    convEl.dataset.conversationId = state.conversationId || '';
+  }
+
+  function open(rec, first) {
+    let view = views.get(rec.turnId);
+    if (view) return view;
+    view = new TurnView(rec);
+    views.set(rec.turnId, view);
+    view.watch(first);
+    return view;
+  }
+
+  async function send(text) {
+    const body = { query: text };
+    if (state.conversationId) body.conversationId = state.conversationId;
+    formError.textContent = '';
+    sendBtn.disabled = true;
+    let resp;
+    try {
+      resp = await fetch('/chat/stream', {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json', Accept: 'text/event-stream' },
+        body: JSON.stringify(body),
+      });
+    } catch (err) {
+      formError.textContent = `could not reach the API: ${err.message}`;
+      sendBtn.disabled = false;
+      return;
+    }
+    sendBtn.disabled = false;
+    if (!resp.ok) {
+      const out = await resp.json().catch(() => ({}));
+      formError.textContent = out.error || `HTTP ${resp.status}`;
+      return;
+    }
+    const rec = {
+      turnId: resp.headers.get('X-Tollgate-Turn-Id'),
+      query: text,
+      lastEventId: 0,
+      finished: false,
+    };
+    state.conversationId = resp.headers.get('X-Tollgate-Conversation-Id') || state.conversationId;
+    state.turns.push(rec);
+    save();
+    showConversation();
+    query.value = '';
+    atBottom = true;
+    open(rec, resp);
+  }
+
+  form.addEventListener('submit', (e) => {
+    e.preventDefault();
+    const text = query.value.trim();
+    if (text) send(text);
+  });
+  query.addEventListener('keydown', (e) => {
+    if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) {
+      e.preventDefault();
+      form.requestSubmit();
+    }
+  });
+  document.getElementById('new-conversation').addEventListener('click', () => {
+    for (const v of views.values()) {
+      v.stopped = true; // ends its reconnect loop
+      if (v.abort) v.abort();
+    }
+    views.clear();
+    turnsEl.replaceChildren();
+    state.conversationId = null;
+    state.turns = [];
+    save();
+    showConversation();
+    showConnection();
+    query.focus();
+  });
+
+  // ---- start -------------------------------------------------------------
+
+  // /?turn=<turnId>&conversation=<id> (the inbox links here) opens that
+  // turn, in its conversation.
+  const params = new URLSearchParams(location.search);
+  const wanted = params.get('turn');
+  if (wanted) {
+    const conv = params.get('conversation');
+    if (conv && conv !== state.conversationId) {
+      state.conversationId = conv;
+      state.turns = [];
+    }
+    if (!state.turns.some((t) => t.turnId === wanted)) {
+      state.turns.push({ turnId: wanted, query: '', lastEventId: 0, finished: false });
+    }
+    save();
+    history.replaceState(null, '', location.pathname);
+  }
+
+  showConversation();
+  showConnection();
+  TG.startClock();
+  for (const rec of state.turns) open(rec);
+  if (state.turns.length === 0) query.focus();
+})();

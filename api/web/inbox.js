@@ -1,0 +1,149 @@
+// The approvals inbox: every pending approval across all conversations,
+// from GET /approvals, decided with POST /chat/approval.
+//
+// It stays current by polling GET /approvals every 2 seconds (and at once
+// after a decision or a filter change), only while the page is visible.
+// GET /approvals reads Temporal visibility and asks each waiting turn, so
+// the list is the same from any API instance; a 2-second poll of one
+// request per open inbox is cheap next to that, and needs no extra stream.
+// Rows are kept by request id, so a reason being typed survives a refresh.
+'use strict';
+
+(() => {
+  const { h } = TG;
+  const pollEvery = 2000;
+  const filterDelay = 300;
+
+  const list = document.getElementById('approvals');
+  const empty = document.getElementById('inbox-empty');
+  const count = document.getElementById('inbox-count');
+  const statusEl = document.getElementById('inbox-status');
+  const errorEl = document.getElementById('inbox-error');
+  const convInput = document.getElementById('filter-conversation');
+  const toolInput = document.getElementById('filter-tool');
+  const rows = new Map(); // requestId → row element
+
+  // The filters live in the address, so a filtered inbox can be shared.
+  const params = new URLSearchParams(location.search);
+  convInput.value = params.get('conversationId') || '';
+  toolInput.value = params.get('tool') || '';
+
+  function filterQuery() {
+    const q = new URLSearchParams();
+    if (convInput.value.trim()) q.set('conversationId', convInput.value.trim());
+    if (toolInput.value.trim()) q.set('tool', toolInput.value.trim());
+    return q.toString();
+  }
+
+  // turnOf is the turn a waiting workflow belongs to: a subagent's id is
+  // its turn's id with -sub-<n> parts added.
+  function turnOf(workflowId) {
+    return workflowId.replace(/(-sub-\d+)+$/, '');
+  }
+
+  function row(a) {
+    const consoleLink = `/?conversation=${encodeURIComponent(a.conversationId)}&turn=${encodeURIComponent(turnOf(a.workflowId))}`;
+    const el = h('article', {
+      class: 'approval-row', testid: 'approval', 'data-request-id': a.requestId,
+      'data-tool': a.toolName, 'data-conversation-id': a.conversationId,
+    },
+    h('div', { class: 'call-head' },
+      h('span', { class: 'tool-name', testid: 'tool-name' }, a.toolName),
+      h('span', { class: 'call-summary' }, TG.summary(a.toolName, a.arguments)),
+      h('span', { class: 'times' }, TG.age(a.requestedAt), ' · ', TG.expiry(a.expiresAt))),
+    h('div', { class: 'where' },
+      'conversation ', h('a', { href: consoleLink, testid: 'open-in-console', title: 'open this turn in the console' }, a.conversationId),
+      ' · ', h('code', {}, a.workflowId)),
+    h('details', { class: 'args', open: true }, h('summary', {}, 'arguments'), TG.argsView(a.arguments)),
+    TG.diffView(a.toolName, a.arguments),
+    TG.decisionPanel({
+      requestId: a.requestId,
+      arguments: a.arguments,
+      onSent: (decision, accepted) => {
+        el.classList.add(accepted ? `decided-${decision}` : 'not-accepted');
+        refresh();
+      },
+    }));
+    return el;
+  }
+
+  // show makes the list match approvals (in their order), keeping the rows
+  // that stay.
+  function show(approvals) {
+    const want = new Set(approvals.map((a) => a.requestId));
+    for (const [id, el] of rows) {
+      if (!want.has(id)) {
+        el.remove();
+        rows.delete(id);
+      }
+    }
+    approvals.forEach((a, i) => {
+      let el = rows.get(a.requestId);
+      if (!el) {
+        el = row(a);
+        rows.set(a.requestId, el);
+      }
+      if (list.children[i] !== el) list.insertBefore(el, list.children[i] || null);
+    });
+    empty.hidden = approvals.length > 0;
+    count.textContent = `${approvals.length} pending`;
+    document.title = approvals.length ? `(${approvals.length}) tollgate inbox` : 'tollgate inbox';
+    TG.tick();
+  }
+
+  let generation = 0;
+  let timer = null;
+
+  // refresh asks GET /approvals now and schedules the next poll. A slower
+  // answer to an older filter is dropped.
+  async function refresh() {
+    clearTimeout(timer);
+    const gen = ++generation;
+    const q = filterQuery();
+    try {
+      const resp = await fetch(`/approvals${q ? `?${q}` : ''}`, { headers: { Accept: 'application/json' } });
+      const out = await resp.json().catch(() => ({}));
+      if (gen !== generation) return;
+      if (!resp.ok) throw new Error(out.error || `HTTP ${resp.status}`);
+      errorEl.textContent = '';
+      show(out.approvals || []);
+      statusEl.dataset.state = 'live';
+      statusEl.textContent = `updated ${new Date().toLocaleTimeString()}`;
+    } catch (err) {
+      if (gen !== generation) return;
+      errorEl.textContent = `could not load approvals: ${err.message}`;
+      statusEl.dataset.state = 'reconnecting';
+      statusEl.textContent = 'retrying';
+    }
+    if (gen === generation) schedule();
+  }
+
+  function schedule() {
+    clearTimeout(timer);
+    if (document.visibilityState !== 'hidden') timer = setTimeout(refresh, pollEvery);
+  }
+
+  document.addEventListener('visibilitychange', () => {
+    if (document.visibilityState === 'visible') refresh();
+    else clearTimeout(timer);
+  });
+
+  let filterTimer = null;
+  const onFilter = () => {
+    clearTimeout(filterTimer);
+    filterTimer = setTimeout(() => {
+      const q = filterQuery();
+      history.replaceState(null, '', q ? `?${q}` : location.pathname);
+      refresh();
+    }, filterDelay);
+  };
+  convInput.addEventListener('input', onFilter);
+  toolInput.addEventListener('input', onFilter);
+  document.getElementById('filters').addEventListener('submit', (e) => {
+    e.preventDefault();
+    refresh();
+  });
+
+  TG.startClock();
+  refresh();
+})();
