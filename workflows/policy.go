@@ -139,3 +139,10 @@ func evalWhen(expr, arguments string) (bool, error) {
 	}
 	return b, nil
 }
+
+// RequiresApproval reports whether settings' policy requires approval of a
+// call of tool with the given arguments, for tools that check a policy
+// outside a workflow.
+func RequiresApproval(settings Settings, tool, arguments string) bool {
+	return settings.check(activities.ToolCall{Name: tool, Arguments: arguments}).required
+}
