@@ -25,57 +25,104 @@ import (
 )
 
 // stack is a real Temporal dev server, a worker in this process with the
-// scripted demo model, and the API over real HTTP.
+// scripted demo model (unless withoutWorker), and the API over real HTTP.
 type stack struct {
 	temporal *devserver.Server
 	client   client.Client
-	worker   worker.Worker
-	api      *httptest.Server
+	// worker is nil withoutWorker.
+	worker worker.Worker
+	api    *httptest.Server
+	// model serves the stack's script as an OpenAI-compatible server.
+	model *httptest.Server
+	// workspace is the folder the tools work in.
+	workspace string
+	// queue is the task queue of the stack's conversations.
+	queue string
+	log   *slog.Logger
 }
 
-func newStack(t *testing.T) *stack {
+// stackOptions change what newStack builds.
+type stackOptions struct {
+	script          scripted.Script
+	approvalTimeout time.Duration
+	noWorker        bool
+}
+
+// stackOption is one change to the stack newStack builds.
+type stackOption func(*stackOptions)
+
+// withScript makes the model answer with script instead of scripted.Demo.
+func withScript(script scripted.Script) stackOption {
+	return func(o *stackOptions) { o.script = script }
+}
+
+// withApprovalTimeout sets how long a call waits for a decision (default a
+// minute).
+func withApprovalTimeout(d time.Duration) stackOption {
+	return func(o *stackOptions) { o.approvalTimeout = d }
+}
+
+// withoutWorker leaves the worker to the test, which may run it as a
+// separate process on st.queue with st.workspace and st.model.
+func withoutWorker() stackOption {
+	return func(o *stackOptions) { o.noWorker = true }
+}
+
+func newStack(t *testing.T, opts ...stackOption) *stack {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("starts a Temporal dev server")
 	}
-	st := &stack{temporal: devserver.ForTest(t)}
+	o := stackOptions{script: scripted.Demo(), approvalTimeout: time.Minute}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	st := &stack{temporal: devserver.ForTest(t), queue: "tollgate-api-test"}
 	c, err := st.temporal.Dial()
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
 	st.client = c
-	log := slog.New(slog.DiscardHandler)
+	st.log = slog.New(slog.DiscardHandler)
 	if testing.Verbose() {
-		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		st.log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
-	require.NoError(t, workflows.EnsureSearchAttributes(ctx, c, st.temporal.Namespace, log))
+	require.NoError(t, workflows.EnsureSearchAttributes(ctx, c, st.temporal.Namespace, st.log))
 
-	model := httptest.NewServer(scripted.New(scripted.Demo()))
-	t.Cleanup(model.Close)
-	workspace := t.TempDir()
-	require.NoError(t, os.WriteFile(filepath.Join(workspace, "README.md"), []byte("# demo\n"), 0o644))
-	tools := &activities.Tools{Workspace: workspace, BashTimeout: 10 * time.Second}
-	wf := &workflows.Workflows{Settings: workflows.Settings{
-		RequiredTools:    []string{activities.ToolWrite, activities.ToolEdit, activities.ToolBash},
-		ApprovalTimeout:  time.Minute,
-		Tools:            tools.Specs(),
-		SearchAttributes: true,
-	}}
-	const queue = "tollgate-api-test"
-	st.worker = worker.New(c, queue, worker.Options{})
-	workflows.Register(st.worker, wf,
-		activities.NewModel(model.URL+"/v1", "test", scripted.ModelName, workflows.TokenSignaler{Client: c}), tools)
-	require.NoError(t, st.worker.Start())
-	t.Cleanup(st.worker.Stop)
+	st.model = httptest.NewServer(scripted.New(o.script))
+	t.Cleanup(st.model.Close)
+	st.workspace = t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(st.workspace, "README.md"), []byte("# demo\n"), 0o644))
+	if !o.noWorker {
+		tools := &activities.Tools{Workspace: st.workspace, BashTimeout: 10 * time.Second}
+		wf := &workflows.Workflows{Settings: workflows.Settings{
+			RequiredTools:    []string{activities.ToolWrite, activities.ToolEdit, activities.ToolBash},
+			ApprovalTimeout:  o.approvalTimeout,
+			Tools:            tools.Specs(),
+			SearchAttributes: true,
+		}}
+		st.worker = worker.New(c, st.queue, worker.Options{})
+		workflows.Register(st.worker, wf,
+			activities.NewModel(st.model.URL+"/v1", "test", scripted.ModelName, workflows.TokenSignaler{Client: c}), tools)
+		require.NoError(t, st.worker.Start())
+		t.Cleanup(st.worker.Stop)
+	}
+	st.api = st.newAPI(t)
+	return st
+}
 
-	srv := NewServer(Options{Client: c, TaskQueue: queue, HeartbeatInterval: 200 * time.Millisecond, Logger: log})
-	st.api = httptest.NewServer(srv.Handler())
+// newAPI starts another API instance on the stack's Temporal: it shares
+// nothing with the others but Temporal.
+func (st *stack) newAPI(t *testing.T) *httptest.Server {
+	t.Helper()
+	srv := NewServer(Options{Client: st.client, TaskQueue: st.queue, HeartbeatInterval: 200 * time.Millisecond, Logger: st.log})
+	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(func() {
 		srv.Close()
-		st.api.Close()
+		ts.Close()
 	})
-	return st
+	return ts
 }
 
 // chat posts a message and returns the stream's response and messages.

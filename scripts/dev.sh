@@ -75,6 +75,13 @@ port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 # ---- Temporal -------------------------------------------------------------
 port_free $TEMPORAL_PORT || die "port $TEMPORAL_PORT is in use: is another Temporal server running?"
+# A port taken by someone else would pass wait_port below and show their
+# server as ours; fail now instead, with the port's name.
+ports=("$UI_PORT:the Temporal Web UI" "${HTTP_ADDR##*:}:the API ($HTTP_ADDR)")
+[ -n "${OPENAI_API_KEY:-}" ] || ports+=("${MODEL_ADDR##*:}:the scripted model")
+for p in "${ports[@]}"; do
+	port_free "${p%%:*}" || die "port ${p%%:*}, for ${p#*:}, is in use: is another tollgate running?"
+done
 namespace_flag=()
 [ "$TEMPORAL_NAMESPACE" = default ] || namespace_flag=(--namespace "$TEMPORAL_NAMESPACE")
 # Tuned for one machine; see "A Temporal server here" in the design.

@@ -1,0 +1,516 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/internal/config"
+	"github.com/tollgate/tollgate/internal/devserver"
+	"github.com/tollgate/tollgate/internal/scripted"
+	"github.com/tollgate/tollgate/workflows"
+)
+
+// End-to-end proofs of the HTTP contract: a real Temporal dev server, real
+// HTTP, the real tool activities, and a scripted model.
+
+// declinedPrefix starts the tool response of every declined call (design,
+// "The approval protocol", step 4).
+const declinedPrefix = "The user declined this tool. It was not executed."
+
+func TestReadWriteBashBatchStreamsFullSequenceOverHTTP(t *testing.T) {
+	st := newStack(t)
+	resp, msgs := st.chat(t, `{"query": "take a note", "conversationId": "e2e-seq"}`)
+	require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
+	require.Equal(t, "no", resp.Header.Get("X-Accel-Buffering"))
+	turnID := resp.Header.Get(headerTurnID)
+	require.Equal(t, workflows.TurnWorkflowID("e2e-seq", 1), turnID)
+
+	seq := 0
+	first := untilEvent(t, msgs, &seq, workflows.EventHeartbeat, 1)
+	require.Equal(t, []string{
+		workflows.EventTurnStart, workflows.EventToken, workflows.EventToolCall,
+		workflows.EventApprovalRequest, workflows.EventApprovalRequest, workflows.EventHeartbeat,
+	}, shape(first))
+
+	start := first[0]
+	require.Equal(t, "e2e-seq", start.ConversationID)
+	require.Equal(t, turnID, start.TurnID)
+	require.Equal(t, turnID, start.WorkflowID)
+	require.NotEmpty(t, start.RunID)
+	require.Equal(t, scripted.DemoIntro, tokenText(first))
+
+	calls := ofType(first, workflows.EventToolCall)[0].ToolCalls
+	require.Equal(t, []string{"Read call_0_0", "Write call_0_1", "Bash call_0_2"}, callNames(calls))
+	require.JSONEq(t, `{"file_path":"README.md"}`, calls[0].Arguments)
+	require.JSONEq(t, `{"command":"ls -la"}`, calls[2].Arguments)
+
+	requests := ofType(first, workflows.EventApprovalRequest)
+	write, bash := requests[0], requests[1]
+	for i, r := range requests {
+		call := calls[i+1]
+		require.Equal(t, call.Name, r.ToolName)
+		require.Equal(t, call.ID, r.ToolCallID)
+		require.Equal(t, call.Arguments, r.Arguments)
+		require.Equal(t, turnID, r.WorkflowID)
+		require.True(t, strings.HasPrefix(r.RequestID, turnID+"/apr-"), r.RequestID)
+		require.NotNil(t, r.ExpiresAt)
+		require.True(t, r.ExpiresAt.After(time.Now()), "expires in the future: %s", r.ExpiresAt)
+	}
+	require.NotEqual(t, write.RequestID, bash.RequestID)
+
+	// Decided in the opposite order to the calls: the results still come
+	// in the calls' order.
+	const reason = "no notes today"
+	postDecision(t, st.api, bash.RequestID, workflows.DecisionApprove, "", true)
+	postDecision(t, st.api, write.RequestID, workflows.DecisionDecline, reason, true)
+
+	rest := untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
+	require.Equal(t, []string{
+		workflows.EventApprovalDecision, workflows.EventApprovalDecision,
+		workflows.EventToolResult, workflows.EventToken, workflows.EventFinish,
+	}, shape(rest))
+	decisions := ofType(rest, workflows.EventApprovalDecision)
+	require.Equal(t, bash.RequestID, decisions[0].RequestID)
+	require.Equal(t, "call_0_2", decisions[0].ToolCallID)
+	require.Equal(t, workflows.DecisionApprove, decisions[0].Decision)
+	require.Equal(t, write.RequestID, decisions[1].RequestID)
+	require.Equal(t, "call_0_1", decisions[1].ToolCallID)
+	require.Equal(t, workflows.DecisionDecline, decisions[1].Decision)
+	require.Equal(t, reason, decisions[1].Reason)
+
+	results := ofType(rest, workflows.EventToolResult)[0].ToolResults
+	require.Equal(t, []string{"call_0_0 Read ok", "call_0_1 Write declined", "call_0_2 Bash ok"}, resultStatuses(results))
+	require.Contains(t, results[0].Result, "# demo", "Read returned the workspace's README")
+	require.True(t, strings.HasPrefix(results[1].Result, declinedPrefix), results[1].Result)
+	require.Contains(t, results[1].Result, reason)
+	require.Contains(t, results[2].Result, "README.md", "ls -la ran in the workspace")
+
+	finish := rest[len(rest)-1]
+	require.Equal(t, workflows.FinishStop, finish.Reason)
+	require.Equal(t, finish.Text, tokenText(rest), "the final answer streamed as tokens")
+	require.Contains(t, finish.Text, reason, "the model read the decline's reason")
+
+	_, ok := nextMessage(t, msgs)
+	require.False(t, ok, "the stream closes after finish")
+	require.NoFileExists(t, filepath.Join(st.workspace, scripted.DemoNotePath), "the declined Write did not run")
+}
+
+func TestApprovalByTemporalCLISignal(t *testing.T) {
+	st := newStack(t)
+	bin, err := devserver.Binary()
+	require.NoError(t, err)
+	_, msgs := st.chat(t, `{"query": "approved from the shell", "conversationId": "e2e-cli"}`)
+	seq := 0
+	requests := ofType(untilEvent(t, msgs, &seq, workflows.EventApprovalRequest, 2), workflows.EventApprovalRequest)
+
+	for _, r := range requests {
+		// The command line of the design's "From the command line", with
+		// the server's address and namespace.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		out, err := exec.CommandContext(ctx, bin, "workflow", "signal",
+			"--address", st.temporal.HostPort, "--namespace", st.temporal.Namespace,
+			"--workflow-id", r.WorkflowID, "--name", "approval",
+			"--input", `{"requestId":"`+r.RequestID+`","decision":"approve"}`,
+		).CombinedOutput()
+		cancel()
+		require.NoError(t, err, "temporal workflow signal: %s", out)
+	}
+
+	rest := untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
+	decisions := ofType(rest, workflows.EventApprovalDecision)
+	require.Len(t, decisions, 2)
+	for i, d := range decisions {
+		require.Equal(t, requests[i].RequestID, d.RequestID)
+		require.Equal(t, workflows.DecisionApprove, d.Decision)
+	}
+	results := ofType(rest, workflows.EventToolResult)[0].ToolResults
+	require.Equal(t, []string{"call_0_0 Read ok", "call_0_1 Write ok", "call_0_2 Bash ok"}, resultStatuses(results))
+	require.Equal(t, workflows.FinishStop, rest[len(rest)-1].Reason)
+	note, err := os.ReadFile(filepath.Join(st.workspace, scripted.DemoNotePath))
+	require.NoError(t, err, "the approved Write ran")
+	require.Contains(t, string(note), "You asked: approved from the shell")
+}
+
+func TestResumeAfterDroppedConnectionHasNoGapNoDuplicate(t *testing.T) {
+	st := newStack(t)
+	other := st.newAPI(t) // a second API instance: it shares only Temporal
+
+	ctx, drop := context.WithCancel(context.Background())
+	defer drop()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, st.api.URL+"/chat/stream",
+		strings.NewReader(`{"query": "resume me", "conversationId": "e2e-resume"}`))
+	require.NoError(t, err)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	t.Cleanup(func() { resp.Body.Close() })
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	turnID := resp.Header.Get(headerTurnID)
+
+	seq := 0
+	before := untilEvent(t, readSSE(resp.Body), &seq, workflows.EventApprovalRequest, 2)
+	requests := ofType(before, workflows.EventApprovalRequest)
+	n := seq
+	drop()
+	require.Eventually(t, func() bool {
+		return metric(t, st.api, "tollgate_api_open_streams") == 0 &&
+			metric(t, st.api, "tollgate_api_pollers_running") == 0
+	}, waitFor, 10*time.Millisecond, "the dropped client stops costing anything")
+
+	// Decided while nobody watches: the events after n pile up in Temporal.
+	postDecision(t, other, requests[0].RequestID, workflows.DecisionDecline, "not now", true)
+	postDecision(t, st.api, requests[1].RequestID, workflows.DecisionApprove, "", true)
+
+	last := strconv.Itoa(n)
+	_, byHeader, _ := openStream(t, eventsURL(st.api, turnID), http.Header{"Last-Event-ID": {last}})
+	_, byQuery, _ := openStream(t, eventsURL(other, turnID)+"?after="+last, nil)
+	resumed := streamToEnd(t, byHeader)
+	requireSeqs(t, n+1, resumed)
+	require.Equal(t, resumed, streamToEnd(t, byQuery), "another API instance resumes the same")
+
+	all := append(append([]workflows.Event{}, before...), resumed...)
+	requireSeqs(t, 1, all)
+	require.Equal(t, workflows.FinishStop, all[len(all)-1].Reason)
+
+	// The turn has ended: both instances still resume it, from its result,
+	// and a stream from the start is the same log.
+	for _, api := range []*httptest.Server{st.api, other} {
+		_, again, _ := openStream(t, eventsURL(api, turnID), http.Header{"Last-Event-ID": {last}})
+		require.Equal(t, resumed, streamToEnd(t, again))
+		_, whole, _ := openStream(t, eventsURL(api, turnID)+"?after=0", nil)
+		require.Equal(t, all, streamToEnd(t, whole))
+	}
+	_, tail, _ := openStream(t, eventsURL(other, turnID), http.Header{"Last-Event-ID": {strconv.Itoa(len(all) - 1)}})
+	require.Equal(t, all[len(all)-1:], streamToEnd(t, tail))
+}
+
+func TestLateUnknownAndForgedRequestIDsAreNotAccepted(t *testing.T) {
+	// The model asks for a Write, which times out; its next answer waits
+	// for the test, so the turn is still running when the Write's request
+	// is late; then it asks for a Bash call, which is declined.
+	thinking, answer := make(chan struct{}), make(chan struct{})
+	var thought, release sync.Once
+	script := func(req openai.ChatCompletionRequest) scripted.Reply {
+		switch countRole(req.Messages, openai.ChatMessageRoleTool) {
+		case 0:
+			return scripted.Reply{Content: "A note first.", ToolCalls: []activities.ToolCall{
+				{ID: "call_write", Name: activities.ToolWrite, Arguments: `{"file_path":"late.txt","content":"late"}`},
+			}}
+		case 1:
+			thought.Do(func() { close(thinking) })
+			<-answer
+			return scripted.Reply{Content: "Then a listing.", ToolCalls: []activities.ToolCall{
+				{ID: "call_bash", Name: activities.ToolBash, Arguments: `{"command":"ls"}`},
+			}}
+		default:
+			return scripted.Reply{Content: "Done."}
+		}
+	}
+	st := newStack(t, withScript(script), withApprovalTimeout(2*time.Second))
+	// Registered after newStack's, so it runs before the model server's
+	// Close, which would otherwise wait for the held answer forever.
+	t.Cleanup(func() { release.Do(func() { close(answer) }) })
+	resp, msgs := st.chat(t, `{"query": "be late", "conversationId": "e2e-late"}`)
+	turnID := resp.Header.Get(headerTurnID)
+
+	seq := 0
+	write := lastOf(untilEvent(t, msgs, &seq, workflows.EventApprovalRequest, 1))
+	upToResult := untilEvent(t, msgs, &seq, workflows.EventToolResult, 1)
+	timedOut := ofType(upToResult, workflows.EventApprovalDecision)
+	require.Len(t, timedOut, 1)
+	require.Equal(t, write.RequestID, timedOut[0].RequestID)
+	require.Equal(t, workflows.DecisionTimeout, timedOut[0].Decision)
+	require.Equal(t, []string{"call_write Write timeout"}, resultStatuses(lastOf(upToResult).ToolResults))
+	select {
+	case <-thinking:
+	case <-time.After(waitFor):
+		t.Fatal("the turn did not call the model again")
+	}
+
+	// The turn runs (it waits for the model), and none of these is taken.
+	for _, id := range []string{
+		write.RequestID, // late: it timed out
+		workflows.NewRequestID(turnID, "00000000000000000000000000000000"),        // forged: the turn's prefix, a wrong secret
+		workflows.NewRequestID(workflows.TurnWorkflowID("e2e-nobody", 1), "0123"), // unknown: no such turn
+	} {
+		for _, decision := range []string{workflows.DecisionApprove, workflows.DecisionDecline} {
+			postDecision(t, st.api, id, decision, "", false)
+		}
+	}
+	release.Do(func() { close(answer) })
+
+	// The same turn still takes a fresh request's decision, once.
+	bash := lastOf(untilEvent(t, msgs, &seq, workflows.EventApprovalRequest, 1))
+	postDecision(t, st.api, bash.RequestID, workflows.DecisionDecline, "", true)
+	postDecision(t, st.api, bash.RequestID, workflows.DecisionApprove, "", false) // repeated
+
+	rest := untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
+	require.Equal(t, []string{"call_bash Bash declined"}, resultStatuses(ofType(rest, workflows.EventToolResult)[0].ToolResults))
+	require.Equal(t, workflows.FinishStop, lastOf(rest).Reason)
+	require.NoFileExists(t, filepath.Join(st.workspace, "late.txt"))
+}
+
+func TestWorkerKilledWhileApprovalPendingResumesAndRunsToolOnce(t *testing.T) {
+	script := func(req openai.ChatCompletionRequest) scripted.Reply {
+		if countRole(req.Messages, openai.ChatMessageRoleTool) > 0 {
+			return scripted.Reply{Content: "Counted."}
+		}
+		return scripted.Reply{ToolCalls: []activities.ToolCall{
+			{ID: "call_count", Name: activities.ToolBash, Arguments: `{"command":"echo ran >> count.txt"}`},
+		}}
+	}
+	if testing.Short() {
+		t.Skip("builds the worker and starts a Temporal dev server")
+	}
+	waitForBuild := buildWorker(t) // while the dev server starts
+	st := newStack(t, withScript(script), withoutWorker())
+	bin := waitForBuild()
+	env := append(environWithout("TOLLGATE_", "TEMPORAL_", "OPENAI_"),
+		config.EnvTemporalAddress+"="+st.temporal.HostPort,
+		config.EnvTemporalNamespace+"="+st.temporal.Namespace,
+		config.EnvTaskQueue+"="+st.queue,
+		config.EnvWorkspace+"="+st.workspace,
+		config.EnvOpenAIBaseURL+"="+st.model.URL+"/v1",
+		config.EnvOpenAIAPIKey+"=test",
+		config.EnvOpenAIModel+"="+scripted.ModelName,
+		config.EnvApprovalTimeout+"=10m",
+		config.EnvLogLevel+"=debug",
+		config.EnvMetricsAddr+"=127.0.0.1:0", // no fixed port: two workers overlap, and make dev may run
+	)
+
+	first := startWorker(t, bin, env, "worker-1")
+	_, msgs := st.chat(t, `{"query": "count", "conversationId": "e2e-kill"}`)
+	seq := 0
+	request := lastOf(untilEvent(t, msgs, &seq, workflows.EventApprovalRequest, 1))
+	require.Equal(t, "call_count", request.ToolCallID)
+	first.kill(t)
+	status := first.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	require.True(t, status.Signaled() && status.Signal() == syscall.SIGKILL, "worker-1 died of SIGKILL: %s", first.cmd.ProcessState)
+
+	startWorker(t, bin, env, "worker-2")
+	postDecision(t, st.api, request.RequestID, workflows.DecisionApprove, "", true)
+
+	rest := untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
+	results := ofType(rest, workflows.EventToolResult)[0].ToolResults
+	require.Equal(t, []string{"call_count Bash ok"}, resultStatuses(results))
+	require.Equal(t, workflows.FinishStop, rest[len(rest)-1].Reason)
+	count, err := os.ReadFile(filepath.Join(st.workspace, "count.txt"))
+	require.NoError(t, err)
+	require.Equal(t, "ran\n", string(count), "the approved Bash call ran exactly once")
+}
+
+// postDecision posts a decision to api's POST /chat/approval and requires it
+// to be answered 200 with accepted as given.
+func postDecision(t *testing.T, api *httptest.Server, requestID, decision, reason string, accepted bool) {
+	t.Helper()
+	body := fmt.Sprintf(`{"requestId":%q,"decision":%q,"reason":%q}`, requestID, decision, reason)
+	resp, err := http.Post(api.URL+"/chat/approval", "application/json", strings.NewReader(body))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	got, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s → %s", body, got)
+	require.JSONEq(t, fmt.Sprintf(`{"accepted":%t}`, accepted), string(got), body)
+}
+
+// streamToEnd reads numbered events until the stream closes, which it must
+// do right after a finish event. Keep-alives are checked and skipped.
+func streamToEnd(t *testing.T, msgs <-chan sseMessage) []workflows.Event {
+	t.Helper()
+	var events []workflows.Event
+	for _, m := range drain(t, msgs) {
+		if !m.HasID {
+			require.JSONEq(t, `{"type":"heartbeat"}`, m.Data, "only keep-alives go without an id")
+			continue
+		}
+		e := decodeEvent(t, m)
+		require.Equal(t, strconv.Itoa(e.Seq), m.ID)
+		events = append(events, e)
+	}
+	require.NotEmpty(t, events)
+	require.Equal(t, workflows.EventFinish, events[len(events)-1].Type, "the stream ends after finish")
+	return events
+}
+
+// requireSeqs requires events to be numbered from, from+1, … with no gap.
+func requireSeqs(t *testing.T, from int, events []workflows.Event) {
+	t.Helper()
+	for i, e := range events {
+		require.Equal(t, from+i, e.Seq, "event %d of %d (%s)", i+1, len(events), e.Type)
+	}
+}
+
+// shape lists the events' types, a run of tokens as one token.
+func shape(events []workflows.Event) []string {
+	var types []string
+	for _, e := range events {
+		if e.Type == workflows.EventToken && len(types) > 0 && types[len(types)-1] == workflows.EventToken {
+			continue
+		}
+		types = append(types, e.Type)
+	}
+	return types
+}
+
+func ofType(events []workflows.Event, typ string) []workflows.Event {
+	var out []workflows.Event
+	for _, e := range events {
+		if e.Type == typ {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func lastOf(events []workflows.Event) workflows.Event { return events[len(events)-1] }
+
+// tokenText joins the text of the token events.
+func tokenText(events []workflows.Event) string {
+	var b strings.Builder
+	for _, e := range ofType(events, workflows.EventToken) {
+		b.WriteString(e.Data)
+	}
+	return b.String()
+}
+
+func callNames(calls []activities.ToolCall) []string {
+	var out []string
+	for _, c := range calls {
+		out = append(out, c.Name+" "+c.ID)
+	}
+	return out
+}
+
+func resultStatuses(results []workflows.ToolResult) []string {
+	var out []string
+	for _, r := range results {
+		out = append(out, r.ID+" "+r.Name+" "+r.Status)
+	}
+	return out
+}
+
+func countRole(msgs []openai.ChatCompletionMessage, role string) int {
+	n := 0
+	for _, m := range msgs {
+		if m.Role == role {
+			n++
+		}
+	}
+	return n
+}
+
+// workerProcess is the worker binary running as a process of its own, in
+// its own process group.
+type workerProcess struct {
+	name   string
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+// buildWorker starts building ./worker into the test's temporary folder and
+// returns a function that waits for the build and gives the binary.
+func buildWorker(t *testing.T) func() string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "worker")
+	built := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/tollgate/tollgate/worker").CombinedOutput()
+		if err != nil {
+			err = fmt.Errorf("go build ./worker: %w\n%s", err, out)
+		}
+		built <- err
+	}()
+	wait := sync.OnceValue(func() error { return <-built })
+	t.Cleanup(func() { _ = wait() }) // the build writes into a folder cleanup removes
+	return func() string {
+		t.Helper()
+		require.NoError(t, wait())
+		return bin
+	}
+}
+
+// startWorker runs bin with env. Cleanup kills its process group, waits for
+// it, and shows its log when the test failed.
+func startWorker(t *testing.T, bin string, env []string, name string) *workerProcess {
+	t.Helper()
+	logPath := filepath.Join(t.TempDir(), name+".log")
+	logFile, err := os.Create(logPath)
+	require.NoError(t, err)
+	cmd := exec.Command(bin)
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	// Its own group, so a kill reaches whatever it started (a Bash tool's
+	// shell); and killed with the test binary, so nothing outlives a test
+	// that times out.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		require.NoError(t, err, "start %s", name)
+	}
+	w := &workerProcess{name: name, cmd: cmd, exited: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		logFile.Close()
+		close(w.exited)
+	}()
+	t.Cleanup(func() {
+		w.kill(t)
+		if t.Failed() {
+			out, _ := os.ReadFile(logPath)
+			t.Logf("--- %s log ---\n%s", name, out)
+		}
+	})
+	return w
+}
+
+// kill sends SIGKILL to the worker's process group and waits until the
+// worker has been reaped and no process of its group is left. It may be
+// called again.
+func (w *workerProcess) kill(t *testing.T) {
+	t.Helper()
+	pgid := w.cmd.Process.Pid
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	select {
+	case <-w.exited:
+	case <-time.After(waitFor):
+		t.Errorf("%s (pid %d) survived SIGKILL", w.name, pgid)
+		return
+	}
+	require.Eventually(t, func() bool {
+		return errors.Is(syscall.Kill(-pgid, 0), syscall.ESRCH)
+	}, waitFor, 10*time.Millisecond, "%s's process group is gone", w.name)
+}
+
+// environWithout is this process's environment without the variables whose
+// names start with one of prefixes.
+func environWithout(prefixes ...string) []string {
+	var env []string
+next:
+	for _, kv := range os.Environ() {
+		for _, p := range prefixes {
+			if strings.HasPrefix(kv, p) {
+				continue next
+			}
+		}
+		env = append(env, kv)
+	}
+	return env
+}
