@@ -135,7 +135,7 @@ tollgate is running.
   Web UI   http://127.0.0.1:$UI_PORT
   Model    $model
   Logs     $LOGS/ (${names[*]/%/.log})
-  Try      curl -N http://$api/chat/stream -H 'Content-Type: application/json' -d '{"query":"Create hello.txt that says hi"}'
+  Try      curl -N http://$api/chat/stream -H 'Content-Type: application/json' -d '{"query":"tidy up the workspace"}'
 Ctrl-C stops everything.
 
 EOF
