@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,7 +17,6 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
-	"go.temporal.io/sdk/worker"
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/scripted"
@@ -278,7 +276,7 @@ func turnIDOf(b *browser, sel string) string {
 }
 
 func TestConsoleApprovesAndDeclinesByClickAndShowsTheResults(t *testing.T) {
-	env := newConsoleEnv(t, newStack(t))
+	env := newStack(t)
 	b := newBrowser(t)
 	b.do(chromedp.Navigate(env.api.URL + "/"))
 
@@ -344,7 +342,7 @@ func TestConsoleApprovesAndDeclinesByClickAndShowsTheResults(t *testing.T) {
 }
 
 func TestConsoleShowsEveryEventOnceAfterADroppedConnectionAndAReload(t *testing.T) {
-	env := newConsoleEnv(t, newStack(t))
+	env := newStack(t)
 	b := newBrowser(t)
 	b.do(chromedp.Navigate(env.api.URL + "/"))
 	sendFromConsole(b, "survive a reload")
@@ -453,7 +451,7 @@ func TestInboxListsPendingApprovalsAndDecidingThereFinishesTheTurn(t *testing.T)
 }
 
 func TestConsoleNestsSubagentEventsUnderTheirTaskCall(t *testing.T) {
-	env := newConsoleEnv(t, newStack(t), notetaker)
+	env := newStack(t, withSettings(func(s *workflows.Settings) { s.Agents = []workflows.AgentDef{notetaker} }))
 	b := newBrowser(t)
 	b.do(chromedp.Navigate(env.api.URL + "/"))
 	sendFromConsole(b, "use a subagent to take notes")
@@ -474,44 +472,6 @@ func TestConsoleNestsSubagentEventsUnderTheirTaskCall(t *testing.T) {
 	b.waitUntil(count(task+` > .result-slot [data-testid="tool-result"][data-status="ok"]`) + ` === 1`)
 	turnID := turnIDOf(b, nthTurn(1))
 	requireEachEventOnce(t, pageSeqs(b, nthTurn(1)), len(serverEvents(t, env.api.URL, turnID, "")))
-}
-
-// consoleEnv is an API on st's Temporal with a worker of its own, which
-// offers the given subagents, with its own scripted demo model and
-// workspace, on its own task queue.
-type consoleEnv struct {
-	api       *httptest.Server
-	workspace string
-}
-
-func newConsoleEnv(t *testing.T, st *stack, agents ...workflows.AgentDef) *consoleEnv {
-	t.Helper()
-	const queue = "tollgate-console-test"
-	model := httptest.NewServer(scripted.New(scripted.Demo()))
-	t.Cleanup(model.Close)
-	env := &consoleEnv{workspace: t.TempDir()}
-	require.NoError(t, os.WriteFile(filepath.Join(env.workspace, "README.md"), []byte("# demo\n"), 0o644))
-	tools := &activities.Tools{Workspace: env.workspace, BashTimeout: 10 * time.Second}
-	wf := &workflows.Workflows{Settings: workflows.Settings{
-		RequiredTools:    []string{activities.ToolWrite, activities.ToolEdit, activities.ToolBash},
-		ApprovalTimeout:  time.Minute,
-		Tools:            tools.Specs(),
-		SearchAttributes: true,
-		Agents:           agents,
-	}}
-	w := worker.New(st.client, queue, worker.Options{})
-	workflows.Register(w, wf,
-		activities.NewModel(model.URL+"/v1", "test", scripted.ModelName, workflows.TokenSignaler{Client: st.client}), tools)
-	require.NoError(t, w.Start())
-	t.Cleanup(w.Stop)
-
-	srv := NewServer(Options{Client: st.client, TaskQueue: queue, HeartbeatInterval: 200 * time.Millisecond})
-	env.api = httptest.NewServer(srv.Handler())
-	t.Cleanup(func() {
-		srv.Close()
-		env.api.Close()
-	})
-	return env
 }
 
 // notetaker is the example subagent of agents/.

@@ -42,7 +42,7 @@ func errorStatus(err error) (int, string) {
 	switch {
 	case errors.As(err, &bad):
 		return http.StatusBadRequest, bad.msg
-	case errors.Is(err, errUnknownTurn):
+	case errors.Is(err, errUnknownTurn), errors.Is(err, errUnknownGrant):
 		return http.StatusNotFound, err.Error()
 	case errors.Is(err, context.Canceled):
 		// The client left; nobody reads the answer.

@@ -46,6 +46,7 @@ type stackOptions struct {
 	script          scripted.Script
 	approvalTimeout time.Duration
 	noWorker        bool
+	settings        []func(*workflows.Settings)
 }
 
 // stackOption is one change to the stack newStack builds.
@@ -60,6 +61,11 @@ func withScript(script scripted.Script) stackOption {
 // minute).
 func withApprovalTimeout(d time.Duration) stackOption {
 	return func(o *stackOptions) { o.approvalTimeout = d }
+}
+
+// withSettings changes the worker's settings (subagents, policy rules, ...).
+func withSettings(change func(*workflows.Settings)) stackOption {
+	return func(o *stackOptions) { o.settings = append(o.settings, change) }
 }
 
 // withoutWorker leaves the worker to the test, which may run it as a
@@ -102,6 +108,9 @@ func newStack(t *testing.T, opts ...stackOption) *stack {
 			Tools:            tools.Specs(),
 			SearchAttributes: true,
 		}}
+		for _, change := range o.settings {
+			change(&wf.Settings)
+		}
 		st.worker = worker.New(c, st.queue, worker.Options{})
 		workflows.Register(st.worker, wf,
 			activities.NewModel(st.model.URL+"/v1", "test", scripted.ModelName, workflows.TokenSignaler{Client: c}), tools)
