@@ -182,7 +182,13 @@ func (st *stack) postJSON(t *testing.T, path, body string) (int, map[string]any)
 
 func (st *stack) approvals(t *testing.T, query string) []workflows.PendingApproval {
 	t.Helper()
-	resp, err := http.Get(st.api.URL + "/approvals" + query)
+	return approvalsAt(t, st.api.URL, query)
+}
+
+// approvalsAt lists the pending approvals of the API at baseURL.
+func approvalsAt(t *testing.T, baseURL, query string) []workflows.PendingApproval {
+	t.Helper()
+	resp, err := http.Get(baseURL + "/approvals" + query)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
