@@ -178,7 +178,7 @@ func (s *Server) Stop() error {
 	s.mu.Lock()
 	s.stopped = true
 	s.mu.Unlock()
-	err := s.halt()
+	err := s.halt(true)
 	s.removeTempDir()
 	return err
 }
@@ -187,20 +187,7 @@ func (s *Server) Stop() error {
 // until Restart. Nothing acknowledged is lost: the server commits before it
 // answers, and a killed process keeps SQLite's write-ahead log.
 func (s *Server) Crash() error {
-	s.mu.Lock()
-	cmd, exited := s.cmd, s.exited
-	s.cmd = nil
-	s.mu.Unlock()
-	if cmd == nil {
-		return nil
-	}
-	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	select {
-	case <-exited:
-		return nil
-	case <-time.After(stopTimeout):
-		return fmt.Errorf("devserver: %s (pid %d) survived SIGKILL", s.HostPort, cmd.Process.Pid)
-	}
+	return s.halt(false)
 }
 
 // Restart stops the server gracefully, if it runs, and starts it again on
@@ -212,7 +199,7 @@ func (s *Server) Restart() error {
 	if stopped {
 		return errors.New("devserver: restart after Stop")
 	}
-	if err := s.halt(); err != nil {
+	if err := s.halt(true); err != nil {
 		return err
 	}
 	return s.start()
@@ -335,7 +322,7 @@ func (s *Server) start() error {
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
 	if err := s.waitReady(ctx, exited); err != nil {
-		_ = s.halt()
+		_ = s.halt(false)
 		return fmt.Errorf("devserver: %s on %s: %w\n--- last output (%s) ---\n%s",
 			s.binary, s.HostPort, err, s.LogFile, tail(s.LogFile, tailBytes))
 	}
@@ -404,9 +391,9 @@ func (s *Server) probe(ctx context.Context, c client.Client) error {
 	return nil
 }
 
-// halt stops the running process, if any: SIGTERM to the group, SIGKILL
-// after stopTimeout.
-func (s *Server) halt() error {
+// halt stops the running process, if any: gracefully with SIGTERM to the
+// group and SIGKILL after stopTimeout, or at once with SIGKILL.
+func (s *Server) halt(graceful bool) error {
 	s.mu.Lock()
 	cmd, exited := s.cmd, s.exited
 	s.cmd = nil
@@ -415,16 +402,20 @@ func (s *Server) halt() error {
 		return nil
 	}
 	pgid := cmd.Process.Pid
-	_ = syscall.Kill(-pgid, syscall.SIGTERM)
-	select {
-	case <-exited:
-		return nil
-	case <-time.After(stopTimeout):
+	var err error
+	if graceful {
+		_ = syscall.Kill(-pgid, syscall.SIGTERM)
+		select {
+		case <-exited:
+			return nil
+		case <-time.After(stopTimeout):
+		}
+		err = fmt.Errorf("devserver: %s did not exit within %s of SIGTERM; killed", s.HostPort, stopTimeout)
 	}
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
 	select {
 	case <-exited:
-		return fmt.Errorf("devserver: %s did not exit within %s of SIGTERM; killed", s.HostPort, stopTimeout)
+		return err
 	case <-time.After(stopTimeout):
 		return fmt.Errorf("devserver: %s (pid %d) survived SIGKILL", s.HostPort, pgid)
 	}
