@@ -190,6 +190,8 @@ func (s *Server) approve(c *gin.Context) {
 		writeError(c, s.log, err)
 		return
 	}
+	// Who decides is the token's principal, never what the body says.
+	d.Principal = principal(c)
 	accepted, err := s.decide(c.Request.Context(), d)
 	if err != nil {
 		s.metrics.decision(d.Decision, outcomeError)
@@ -218,6 +220,6 @@ func (s *Server) decide(ctx context.Context, d workflows.ApprovalDecision) (bool
 	if err != nil {
 		return false, fmt.Errorf("request %s: %w", d.RequestID, err)
 	}
-	s.log.Info("approval", "requestId", d.RequestID, "decision", d.Decision, "accepted", taken && res.Accepted)
+	s.log.Info("approval", "requestId", d.RequestID, "decision", d.Decision, "by", d.Principal, "accepted", taken && res.Accepted)
 	return taken && res.Accepted, nil
 }

@@ -42,6 +42,8 @@ func errorStatus(err error) (int, string) {
 	switch {
 	case errors.As(err, &bad):
 		return http.StatusBadRequest, bad.msg
+	case isUnauthorized(err):
+		return http.StatusUnauthorized, err.Error()
 	case errors.Is(err, errUnknownTurn), errors.Is(err, errUnknownGrant):
 		return http.StatusNotFound, err.Error()
 	case errors.Is(err, context.Canceled):

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 	"time"
 
@@ -51,11 +52,18 @@ func run() error {
 	}
 	defer c.Close()
 
+	tokens := map[string]string{}
+	var principals []string
+	for _, t := range cfg.APITokens {
+		tokens[t.Token] = t.Principal
+		principals = append(principals, t.Principal)
+	}
 	srv := NewServer(Options{
 		Client:            c,
 		TaskQueue:         cfg.TaskQueue,
 		HeartbeatInterval: cfg.HeartbeatInterval,
 		Logger:            log,
+		Tokens:            tokens,
 	})
 	httpSrv := &http.Server{
 		Handler:           srv.Handler(),
@@ -72,7 +80,8 @@ func run() error {
 	served := make(chan error, 1)
 	go func() { served <- httpSrv.Serve(ln) }()
 	log.Info("api listening", "addr", ln.Addr().String(), "temporal", cfg.TemporalAddress,
-		"namespace", cfg.TemporalNamespace, "taskQueue", cfg.TaskQueue)
+		"namespace", cfg.TemporalNamespace, "taskQueue", cfg.TaskQueue,
+		"auth", len(tokens) > 0, "principals", slices.Compact(slices.Sorted(slices.Values(principals))))
 
 	select {
 	case err := <-served:

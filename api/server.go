@@ -36,6 +36,9 @@ type Options struct {
 	HeartbeatInterval time.Duration
 	// Logger receives the server's logs; nil discards them.
 	Logger *slog.Logger
+	// Tokens maps each bearer token the API accepts to the principal it
+	// names. With none, the API asks for no token.
+	Tokens map[string]string
 }
 
 // Timeouts of the server's Temporal calls. Each is derived from the
@@ -82,6 +85,9 @@ type Server struct {
 	// ctx ends when the server closes; it ends open streams and pollers.
 	ctx    context.Context
 	cancel context.CancelFunc
+
+	// auth checks bearer tokens; nil when the API asks for none.
+	auth *authenticator
 }
 
 // NewServer builds the API on Temporal.
@@ -102,6 +108,7 @@ func newServer(o Options, src eventSource, settings hubSettings) *Server {
 		heartbeat: o.HeartbeatInterval,
 		log:       o.Logger,
 		metrics:   &metrics{},
+		auth:      newAuthenticator(o.Tokens),
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -114,7 +121,7 @@ func newServer(o Options, src eventSource, settings hubSettings) *Server {
 
 	r := gin.New()
 	_ = r.SetTrustedProxies(nil) // ClientIP is the peer; nil never fails
-	r.Use(s.recoverPanics, s.logRequests)
+	r.Use(s.recoverPanics, s.logRequests, s.authenticate)
 	r.POST("/chat/stream", s.chatStream)
 	r.GET("/chat/turns/:turnId/events", s.turnEvents)
 	r.POST("/chat/approval", s.approve)
@@ -434,7 +441,7 @@ func (s *Server) logRequests(c *gin.Context) {
 	s.metrics.request(c.FullPath(), c.Request.Method, c.Writer.Status())
 	s.log.Debug("request",
 		"method", c.Request.Method, "path", c.Request.URL.Path, "status", c.Writer.Status(),
-		"duration", time.Since(start), "remote", c.ClientIP())
+		"duration", time.Since(start), "remote", c.ClientIP(), "principal", principal(c))
 }
 
 // recoverPanics turns a handler's panic into a logged 500 instead of a

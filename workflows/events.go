@@ -71,6 +71,10 @@ type Event struct {
 	Decision   string     `json:"decision,omitempty"`
 	// Grant names the remembered decision that decided a call.
 	Grant string `json:"grant,omitempty"`
+	// By names who decided: the principal of the API caller's token, a
+	// signal's principal (or "temporal"), or a grant's maker; empty for a
+	// timeout, a cancellation, or the API without tokens.
+	By string `json:"by,omitempty"`
 
 	// tool_result
 	ToolResults []ToolResult `json:"toolResults,omitempty"`

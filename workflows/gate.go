@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -27,6 +28,11 @@ const (
 	reasonNewMessage = "the user sent a new message"
 )
 
+// PrincipalTemporal is who a decision that came by signal without a
+// principal is recorded as: whoever may signal a workflow has Temporal
+// access, which tollgate trusts (the API's tokens do not cover it).
+const PrincipalTemporal = "temporal"
+
 // approval is one call waiting for a person's decision.
 type approval struct {
 	RequestID   string
@@ -39,6 +45,8 @@ type approval struct {
 	reason    string
 	arguments string
 	decidedAt time.Time
+	// by names who decided: the API's principal, a signal's, or none.
+	by string
 	// remember and sameArguments ask for a grant from this decision.
 	remember      bool
 	sameArguments bool
@@ -73,17 +81,17 @@ func newGate(ctx workflow.Context, log *eventLog, conversationID string, setting
 	}
 }
 
-// request publishes an approval request for call and returns it. The id is
-// random, made once and recorded in history, and names the workflow so the
-// API can find it from the id alone.
+// request publishes an approval request for call and returns it. Its id
+// names the workflow, so the API can find it from the id alone, and is bound
+// to the call (see boundRequestID); it is made once and recorded in history.
 func (g *gate) request(ctx workflow.Context, call activities.ToolCall, timeout time.Duration, note string) *approval {
-	// The whole id is recorded, not only its random part, so a replay under
-	// another workflow ID (the replayer's) still matches recorded decisions.
+	// The whole id is recorded, not its secret, so a replay under another
+	// workflow ID (the replayer's) still matches recorded decisions.
 	var id string
 	err := workflow.SideEffect(ctx, func(workflow.Context) any {
-		b := make([]byte, 16)
-		_, _ = rand.Read(b) // crypto/rand.Read never fails on supported platforms
-		return NewRequestID(g.workflowID, hex.EncodeToString(b))
+		secret := make([]byte, requestSecretBytes)
+		_, _ = rand.Read(secret) // crypto/rand.Read never fails on supported platforms
+		return boundRequestID(g.workflowID, secret, call)
 	}).Get(&id)
 	if err != nil {
 		// A SideEffect result only fails to decode on a corrupt history.
@@ -112,6 +120,25 @@ func (g *gate) request(ctx workflow.Context, call activities.ToolCall, timeout t
 	countRequest(ctx)
 	g.sendNotice(ctx, a, activities.NoticeApprovalRequest)
 	return a
+}
+
+// requestSecretBytes is the size of the random secret in a request id.
+const requestSecretBytes = 16
+
+// boundRequestID makes the id of the approval request for call in workflow
+// workflowID: the workflow's ID, then hex(sha256(secret || call ID ||
+// sha256(arguments))) cut to 128 bits. The secret makes the id unguessable
+// and unique even when a model repeats a call id with the same arguments;
+// the call id and the digest of its arguments make it name one call, the
+// one a person is shown. The secret and the digest have fixed sizes, so the
+// call id between them is never ambiguous.
+func boundRequestID(workflowID string, secret []byte, call activities.ToolCall) string {
+	args := sha256.Sum256([]byte(call.Arguments))
+	h := sha256.New()
+	h.Write(secret)
+	h.Write([]byte(call.ID))
+	h.Write(args[:])
+	return NewRequestID(workflowID, hex.EncodeToString(h.Sum(nil))[:2*requestSecretBytes])
 }
 
 // validate says why decision d cannot be taken now, or nil when it can.
@@ -148,19 +175,28 @@ var (
 	errUnknownGrant   = errors.New("unknown grant")
 )
 
-// take records a validated decision from a person.
-func (g *gate) take(ctx workflow.Context, d ApprovalDecision) {
+// take records decision d, made by by, when it can still be taken, and
+// otherwise says why not. It validates again because an Update's validator
+// and its handler do not run at the same instant: a signal, or the timer,
+// may decide the request in between, and then the Update must not say it
+// was taken.
+func (g *gate) take(ctx workflow.Context, d ApprovalDecision, by string) error {
+	if err := g.validate(ctx, d); err != nil {
+		return err
+	}
 	a := g.byID[d.RequestID]
 	a.remember, a.sameArguments = d.Remember == RememberConversation, d.SameArguments
-	g.decide(ctx, a, d.Decision, d.Reason, d.Arguments)
+	g.decide(ctx, a, d.Decision, d.Reason, d.Arguments, by)
+	return nil
 }
 
-// decide records the decision on a, publishes it and wakes the batch.
-func (g *gate) decide(ctx workflow.Context, a *approval, decision, reason, arguments string) {
+// decide records the decision on a, publishes it and wakes the batch. The
+// first decision wins; any later one is dropped.
+func (g *gate) decide(ctx workflow.Context, a *approval, decision, reason, arguments, by string) {
 	if a.decided {
 		return
 	}
-	a.decided, a.decision, a.reason, a.decidedAt = true, decision, reason, workflow.Now(ctx)
+	a.decided, a.decision, a.reason, a.decidedAt, a.by = true, decision, reason, workflow.Now(ctx), by
 	if decision == DecisionApprove {
 		a.arguments = arguments
 	}
@@ -170,6 +206,7 @@ func (g *gate) decide(ctx workflow.Context, a *approval, decision, reason, argum
 		ToolCallID: a.Call.ID,
 		Decision:   decision,
 		Reason:     reason,
+		By:         by,
 	})
 	countDecision(ctx, decision, a.RequestedAt)
 	g.wake.SendAsync(struct{}{})
@@ -179,7 +216,7 @@ func (g *gate) decide(ctx workflow.Context, a *approval, decision, reason, argum
 func (g *gate) declinePending(ctx workflow.Context, reason string) {
 	for _, a := range g.all {
 		if !a.decided {
-			g.decide(ctx, a, DecisionDecline, reason, "")
+			g.decide(ctx, a, DecisionDecline, reason, "", "")
 		}
 	}
 }
@@ -218,7 +255,7 @@ func (g *gate) await(ctx workflow.Context, reqs []*approval) {
 		timer := workflow.NewTimer(timerCtx, a.ExpiresAt.Sub(workflow.Now(ctx)))
 		sel.AddFuture(timer, func(f workflow.Future) {
 			if f.Get(ctx, nil) == nil {
-				g.decide(ctx, a, DecisionTimeout, reasonTimeout, "")
+				g.decide(ctx, a, DecisionTimeout, reasonTimeout, "", "")
 			}
 		})
 		if g.notify {

@@ -29,6 +29,9 @@ type Grant struct {
 	Reason    string    `json:"reason,omitempty"`
 	TurnID    string    `json:"turnId"`
 	CreatedAt time.Time `json:"createdAt"`
+	// By names who made the decision the grant remembers; every decision
+	// the grant makes is recorded as theirs.
+	By string `json:"by,omitempty"`
 }
 
 // RevokeGrant is the payload of the conversation's revokeGrant Update.
@@ -59,6 +62,7 @@ func grantFrom(a *approval, turnID string) Grant {
 		Reason:    a.reason,
 		TurnID:    turnID,
 		CreatedAt: a.decidedAt,
+		By:        a.by,
 	}
 	if a.sameArguments {
 		args := a.Call.Arguments

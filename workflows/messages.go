@@ -22,6 +22,11 @@ type ApprovalDecision struct {
 	// with the same arguments.
 	Remember      string `json:"remember,omitempty"`
 	SameArguments bool   `json:"sameArguments,omitempty"`
+	// Principal names who decided. The API sets it from the caller's bearer
+	// token and overwrites whatever a body said; a client with Temporal
+	// access (the CLI's signal or Update) is trusted to say who it is, and a
+	// signal without one is recorded as PrincipalTemporal.
+	Principal string `json:"principal,omitempty"`
 }
 
 // ApprovalResult answers the approval Update.

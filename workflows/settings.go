@@ -12,6 +12,13 @@ const DefaultSystemPrompt = "You are an agent working in a workspace folder with
 	"Some tool calls need a person's approval before they run; a declined call was not executed, " +
 	"so do not assume its effect happened. Answer briefly when you are done."
 
+// Heartbeat timeouts of the tool and model activities when Settings leave
+// them zero (as the settings recorded by turns of older workers do).
+const (
+	DefaultToolHeartbeatTimeout  = 30 * time.Second
+	DefaultModelHeartbeatTimeout = time.Minute
+)
+
 // Settings are the worker's choices that a turn follows. A turn records them
 // in its history once, at its start (SideEffect), so a turn that a worker
 // with other settings replays or resumes keeps the settings it began with.
@@ -38,6 +45,14 @@ type Settings struct {
 	Tools []activities.ToolSpec `json:"tools"`
 	// ToolTimeout bounds one tool activity (the Bash time limit plus margin).
 	ToolTimeout time.Duration `json:"toolTimeout"`
+	// ToolHeartbeatTimeout is how long a running tool may go without a
+	// heartbeat (Bash sends them while its command runs) before its worker
+	// counts as lost and the call answers the model with an error.
+	ToolHeartbeatTimeout time.Duration `json:"toolHeartbeatTimeout,omitempty"`
+	// ModelHeartbeatTimeout is how long a model call may go without a chunk
+	// from the model server, or without its worker, before the attempt is
+	// given up and retried.
+	ModelHeartbeatTimeout time.Duration `json:"modelHeartbeatTimeout,omitempty"`
 	// SearchAttributes is true when the worker made sure the custom search
 	// attributes exist, so workflows may set them.
 	SearchAttributes bool `json:"searchAttributes"`
@@ -71,6 +86,12 @@ func (s Settings) withDefaults() Settings {
 	}
 	if s.ToolTimeout <= 0 {
 		s.ToolTimeout = 3 * time.Minute
+	}
+	if s.ToolHeartbeatTimeout <= 0 {
+		s.ToolHeartbeatTimeout = DefaultToolHeartbeatTimeout
+	}
+	if s.ModelHeartbeatTimeout <= 0 {
+		s.ModelHeartbeatTimeout = DefaultModelHeartbeatTimeout
 	}
 	return s
 }

@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -133,7 +134,11 @@ func (t *turn) setHandlers(ctx workflow.Context) error {
 	}
 	if err := workflow.SetUpdateHandlerWithOptions(ctx, ApprovalUpdate,
 		func(ctx workflow.Context, d ApprovalDecision) (ApprovalResult, error) {
-			t.gate.take(ctx, d)
+			// The principal is the API's, from the caller's token, or
+			// whatever a trusted Temporal client sent.
+			if err := t.gate.take(ctx, d, d.Principal); err != nil {
+				return ApprovalResult{}, err
+			}
 			return ApprovalResult{Accepted: true}, nil
 		},
 		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, d ApprovalDecision) error {
@@ -164,11 +169,11 @@ func (t *turn) setHandlers(ctx workflow.Context) error {
 		sel.AddReceive(approvals, func(c workflow.ReceiveChannel, _ bool) {
 			var d ApprovalDecision
 			c.Receive(ctx, &d)
-			if err := t.gate.validate(ctx, d); err != nil {
+			// A signal comes from someone with Temporal access: trusted,
+			// and recorded as who they say they are.
+			if err := t.gate.take(ctx, d, cmp.Or(d.Principal, PrincipalTemporal)); err != nil {
 				workflow.GetLogger(ctx).Info("approval signal ignored", "requestId", d.RequestID, "error", err)
-				return
 			}
-			t.gate.take(ctx, d)
 		})
 		sel.AddReceive(tokens, func(c workflow.ReceiveChannel, _ bool) {
 			var b activities.TokenBatch
@@ -271,7 +276,7 @@ func (t *turn) callModel(ctx workflow.Context, messages []activities.Message) (a
 		},
 	}
 	var out activities.ModelOutput
-	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, modelActivityOptions), activities.ModelActivity, in).Get(ctx, &out)
+	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, modelActivityOptions(t.settings)), activities.ModelActivity, in).Get(ctx, &out)
 	t.modelRunning = false
 	if err != nil {
 		return out, err
@@ -283,16 +288,21 @@ func (t *turn) callModel(ctx workflow.Context, messages []activities.Message) (a
 }
 
 // modelActivityOptions retry 429s, 5xx and network errors with backoff; the
-// model activity marks other 4xx answers non-retryable.
-var modelActivityOptions = workflow.ActivityOptions{
-	StartToCloseTimeout: 5 * time.Minute,
-	HeartbeatTimeout:    time.Minute,
-	RetryPolicy: &temporal.RetryPolicy{
-		InitialInterval:    time.Second,
-		BackoffCoefficient: 2,
-		MaximumInterval:    30 * time.Second,
-		MaximumAttempts:    8,
-	},
+// model activity marks other 4xx answers non-retryable. The model activity
+// heartbeats with every chunk, so the heartbeat timeout is the longest
+// silence of the model server (or a lost worker) before an attempt is
+// given up and retried.
+func modelActivityOptions(s Settings) workflow.ActivityOptions {
+	return workflow.ActivityOptions{
+		StartToCloseTimeout: 5 * time.Minute,
+		HeartbeatTimeout:    cmp.Or(s.ModelHeartbeatTimeout, DefaultModelHeartbeatTimeout),
+		RetryPolicy: &temporal.RetryPolicy{
+			InitialInterval:    time.Second,
+			BackoffCoefficient: 2,
+			MaximumInterval:    30 * time.Second,
+			MaximumAttempts:    8,
+		},
+	}
 }
 
 // runBatch passes one batch of tool calls through the approval protocol and
@@ -320,7 +330,7 @@ func (t *turn) runBatch(ctx workflow.Context, calls []activities.ToolCall) []Too
 				break
 			}
 			if g := grantFor(t.grants, call); g != nil {
-				t.log.append(Event{Type: EventApprovalDecision, ToolCallID: call.ID, Decision: g.Decision, Reason: reasonRemembered, Grant: g.ID})
+				t.log.append(Event{Type: EventApprovalDecision, ToolCallID: call.ID, Decision: g.Decision, Reason: reasonRemembered, Grant: g.ID, By: g.By})
 				if g.Decision != DecisionApprove {
 					results[i].Result, results[i].Status = declined(reasonRemembered), activities.StatusDeclined
 				}
@@ -387,7 +397,7 @@ func (t *turn) runBatch(ctx workflow.Context, calls []activities.ToolCall) []Too
 func (t *turn) runTool(ctx workflow.Context, call activities.ToolCall) activities.ToolOutput {
 	opts := workflow.ActivityOptions{
 		StartToCloseTimeout: t.settings.ToolTimeout,
-		HeartbeatTimeout:    30 * time.Second,
+		HeartbeatTimeout:    cmp.Or(t.settings.ToolHeartbeatTimeout, DefaultToolHeartbeatTimeout),
 		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
 		Summary:             call.Name + " " + truncate(call.Arguments, 120),
 	}

@@ -179,12 +179,47 @@ const TG = (() => {
     return el;
   }
 
+  // The API's bearer token, when it asks for one, as typed into the top
+  // bar's token field; kept in localStorage and sent with every API call.
+  const tokenKey = 'tollgate.apiToken';
+
+  function token() {
+    try {
+      return localStorage.getItem(tokenKey) || '';
+    } catch {
+      return '';
+    }
+  }
+
+  // authHeaders returns headers plus Authorization when a token is set.
+  function authHeaders(headers) {
+    const t = token();
+    return t ? { ...headers, Authorization: `Bearer ${t}` } : headers;
+  }
+
+  // The token field: a change is kept and announced as 'tollgate-token',
+  // so a page can ask again at once.
+  const tokenInput = document.getElementById('api-token');
+  if (tokenInput) {
+    tokenInput.value = token();
+    tokenInput.addEventListener('change', () => {
+      try {
+        const v = tokenInput.value.trim();
+        if (v) localStorage.setItem(tokenKey, v);
+        else localStorage.removeItem(tokenKey);
+      } catch {
+        // storage denied: the token lasts until the page is left
+      }
+      document.dispatchEvent(new Event('tollgate-token'));
+    });
+  }
+
   // decide sends a decision to POST /chat/approval and returns its answer,
   // {accepted} or throws with the API's error.
   async function decide(body) {
     const resp = await fetch('/chat/approval', {
       method: 'POST',
-      headers: { 'Content-Type': 'application/json' },
+      headers: authHeaders({ 'Content-Type': 'application/json' }),
       body: JSON.stringify(body),
     });
     const out = await resp.json().catch(() => ({}));
@@ -265,5 +300,5 @@ const TG = (() => {
     return panel;
   }
 
-  return { h, parseObject, pretty, summary, lineDiff, diffView, argsView, clock, tick, startClock, expiry, age, decide, decisionPanel };
+  return { h, parseObject, pretty, summary, lineDiff, diffView, argsView, clock, tick, startClock, expiry, age, authHeaders, decide, decisionPanel };
 })();

@@ -147,7 +147,7 @@
           if (!resp) {
             resp = await fetch(`/chat/turns/${encodeURIComponent(this.rec.turnId)}/events?after=${this.lastSeq}`, {
               signal: ctrl.signal,
-              headers: { Accept: 'text/event-stream' },
+              headers: TG.authHeaders({ Accept: 'text/event-stream' }),
             });
           }
           if (!resp.ok) {
@@ -507,7 +507,7 @@
     try {
       resp = await fetch('/chat/stream', {
         method: 'POST',
-        headers: { 'Content-Type': 'application/json', Accept: 'text/event-stream' },
+        headers: TG.authHeaders({ 'Content-Type': 'application/json', Accept: 'text/event-stream' }),
         body: JSON.stringify(body),
       });
     } catch (err) {

@@ -101,7 +101,7 @@
     const gen = ++generation;
     const q = filterQuery();
     try {
-      const resp = await fetch(`/approvals${q ? `?${q}` : ''}`, { headers: { Accept: 'application/json' } });
+      const resp = await fetch(`/approvals${q ? `?${q}` : ''}`, { headers: TG.authHeaders({ Accept: 'application/json' }) });
       const out = await resp.json().catch(() => ({}));
       if (gen !== generation) return;
       if (!resp.ok) throw new Error(out.error || `HTTP ${resp.status}`);
@@ -143,6 +143,8 @@
     e.preventDefault();
     refresh();
   });
+
+  document.addEventListener('tollgate-token', refresh);
 
   TG.startClock();
   refresh();

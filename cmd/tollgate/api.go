@@ -30,6 +30,8 @@ const decisionTimeout = 45 * time.Second
 type apiClient struct {
 	base string
 	http *http.Client
+	// token, when set, is sent as the bearer token of every request.
+	token string
 }
 
 func newAPIClient(base string) *apiClient {
@@ -74,7 +76,7 @@ func (c *apiClient) resume(ctx context.Context, turnID string, after int) (*http
 }
 
 func (c *apiClient) stream(r *http.Request) (*http.Response, error) {
-	resp, err := c.http.Do(r)
+	resp, err := c.do(r)
 	if err != nil {
 		return nil, err // names the method and URL
 	}
@@ -132,8 +134,16 @@ func (c *apiClient) pending(ctx context.Context, conversationID, tool string) ([
 	return res.Approvals, nil
 }
 
+// do sends r with the client's token, if any.
+func (c *apiClient) do(r *http.Request) (*http.Response, error) {
+	if c.token != "" {
+		r.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	return c.http.Do(r)
+}
+
 func (c *apiClient) doJSON(r *http.Request, dst any) error {
-	resp, err := c.http.Do(r)
+	resp, err := c.do(r)
 	if err != nil {
 		return err // names the method and URL
 	}
@@ -157,6 +167,9 @@ func apiError(r *http.Request, resp *http.Response) error {
 	msg := strings.TrimSpace(string(body))
 	if json.Unmarshal(body, &e) == nil && e.Error != "" {
 		msg = e.Error
+	}
+	if resp.StatusCode == http.StatusUnauthorized {
+		msg += " (give the token with --token or $" + EnvToken + ")"
 	}
 	return fmt.Errorf("%s %s: %s: %s", r.Method, r.URL.Path, resp.Status, msg)
 }

@@ -5,7 +5,8 @@
 //	tollgate approvals [--decide] [--conversation ID] [--tool NAME]
 //
 // Every command takes --api URL (default $TOLLGATE_API, else
-// http://127.0.0.1:8080).
+// http://127.0.0.1:8080) and --token TOKEN (default $TOLLGATE_API_TOKEN), the
+// bearer token of an API that asks for one.
 package main
 
 import (
@@ -23,6 +24,9 @@ import (
 // EnvAPI names the variable that holds the API's URL.
 const EnvAPI = "TOLLGATE_API"
 
+// EnvToken names the variable that holds the API's bearer token.
+const EnvToken = "TOLLGATE_API_TOKEN"
+
 // defaultAPI is the API's address when neither --api nor TOLLGATE_API say.
 const defaultAPI = "http://127.0.0.1:8080"
 
@@ -36,7 +40,7 @@ const (
 const usage = `tollgate: chat with an agent and decide its approvals from a terminal.
 
 Usage:
-  tollgate chat "MESSAGE" [--conversation ID] [--bypass] [--api URL]
+  tollgate chat "MESSAGE" [--conversation ID] [--bypass] [--api URL] [--token TOKEN]
       Send MESSAGE (in a new conversation unless --conversation names one),
       print the turn as it streams and ask about each approval:
         approve? [y/N/e=edit/r=reason]
@@ -44,11 +48,12 @@ Usage:
       (one line of JSON), r declines with a reason. --bypass runs protected
       tools without asking. Exits 0 when the turn finishes with stop.
 
-  tollgate approvals [--decide] [--conversation ID] [--tool NAME] [--api URL]
+  tollgate approvals [--decide] [--conversation ID] [--tool NAME] [--api URL] [--token TOKEN]
       List the approvals waiting across all conversations; with --decide,
       ask about each in turn.
 
 The API is at --api, else $TOLLGATE_API, else ` + defaultAPI + `.
+An API that asks for a bearer token gets --token, else $TOLLGATE_API_TOKEN.
 `
 
 func main() {
@@ -68,6 +73,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, in io.R
 	fs.Usage = func() { fmt.Fprint(errOut, usage) }
 	api := fs.String("api", cmp.Or(getenv(EnvAPI), defaultAPI), "tollgate API `URL`")
 	conv := fs.String("conversation", "", "conversation `ID`")
+	token := fs.String("token", getenv(EnvToken), "the API's bearer `TOKEN`")
+	newClient := func() *apiClient {
+		c := newAPIClient(*api)
+		c.token = strings.TrimSpace(*token)
+		return c
+	}
 
 	switch cmd {
 	case "chat":
@@ -81,7 +92,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, in io.R
 			fmt.Fprint(errOut, "tollgate chat: no message\n\n"+usage)
 			return exitUsage
 		}
-		reason, err := chat(ctx, newAPIClient(*api), chatOptions{Query: query, ConversationID: *conv, Bypass: *bypass}, in, out)
+		reason, err := chat(ctx, newClient(), chatOptions{Query: query, ConversationID: *conv, Bypass: *bypass}, in, out)
 		if err != nil {
 			fmt.Fprintf(errOut, "tollgate chat: %v\n", err)
 			return exitFail
@@ -102,7 +113,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, in io.R
 			return exitUsage
 		}
 		opts := approvalsOptions{ConversationID: *conv, Tool: *tool, Decide: *decide}
-		if err := approvals(ctx, newAPIClient(*api), opts, in, out); err != nil {
+		if err := approvals(ctx, newClient(), opts, in, out); err != nil {
 			fmt.Fprintf(errOut, "tollgate approvals: %v\n", err)
 			return exitFail
 		}

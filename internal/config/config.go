@@ -12,6 +12,7 @@ import (
 	neturl "net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -42,6 +43,9 @@ const (
 	EnvStateDir          = "TOLLGATE_STATE_DIR"
 	EnvLogLevel          = "TOLLGATE_LOG_LEVEL"
 	EnvMetricsAddr       = "TOLLGATE_METRICS_ADDR"
+	// EnvAPITokens holds the API's bearer tokens as comma-separated
+	// token:principal pairs; unset, the API asks for none.
+	EnvAPITokens = "TOLLGATE_API_TOKENS"
 	// EnvConfigFile names a YAML file holding any of the variables above.
 	// It is read from the environment only.
 	EnvConfigFile = "TOLLGATE_CONFIG_FILE"
@@ -121,9 +125,37 @@ type Config struct {
 	// MetricsAddr is where the worker serves its metrics (GET /metrics);
 	// empty when they are off.
 	MetricsAddr string
+	// APITokens are the bearer tokens the API accepts, each naming the
+	// principal its holder decides as; empty when the API asks for none.
+	APITokens []APIToken
 	// ConfigFile is the YAML file the settings were read from, if any.
 	ConfigFile string
 }
+
+// APIToken is one bearer token of the API and the principal it names.
+type APIToken struct {
+	Token     string
+	Principal string
+}
+
+// String shows the principal only, so that printing a Config, or a log
+// line, never shows a token.
+func (t APIToken) String() string { return t.Principal + ":<token>" }
+
+// GoString keeps %#v from showing the token, as String does for %v.
+func (t APIToken) GoString() string {
+	return "config.APIToken{Principal: " + strconv.Quote(t.Principal) + "}"
+}
+
+// MinTokenLength is the shortest bearer token TOLLGATE_API_TOKENS accepts.
+const MinTokenLength = 16
+
+// tokenPattern is the syntax of a bearer token (RFC 6750's b64token), so
+// that every accepted token can be sent in an Authorization header.
+var tokenPattern = regexp.MustCompile(`^[A-Za-z0-9._~+/-]+=*$`)
+
+// principalPattern is what a principal's name may look like.
+var principalPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$`)
 
 // known lists every key Load reads, so that a typo in the YAML file is an
 // error rather than a silently ignored setting.
@@ -132,7 +164,7 @@ var known = []string{
 	EnvOpenAIBaseURL, EnvOpenAIAPIKey, EnvOpenAIModel, EnvWorkspace,
 	EnvRequiredTools, EnvApprovalTimeout, EnvHeartbeatInterval, EnvAgentsDir, EnvPolicyFile, EnvNotifyURL,
 	EnvMaxSteps, EnvBashTimeout, EnvStateDir, EnvLogLevel,
-	EnvMetricsAddr,
+	EnvMetricsAddr, EnvAPITokens,
 }
 
 // Load reads the configuration. getenv is usually os.Getenv; an empty value
@@ -174,6 +206,7 @@ func Load(getenv func(string) string) (Config, error) {
 	c.StateDir = r.str(EnvStateDir, DefaultStateDir)
 	c.LogLevel = r.level(EnvLogLevel, slog.LevelInfo)
 	c.MetricsAddr = r.listenAddr(EnvMetricsAddr, DefaultMetricsAddr)
+	c.APITokens = r.tokens(EnvAPITokens)
 
 	if err := errors.Join(r.errs...); err != nil {
 		if c.ConfigFile != "" {
@@ -335,6 +368,53 @@ func (r *reader) listenAddr(name, def string) string {
 		return ""
 	}
 	return raw
+}
+
+// tokens reads comma-separated token:principal pairs. Its errors name the
+// variable and the entry by its position, and never show a token, nor a
+// principal, which may be a token written in the wrong place.
+func (r *reader) tokens(name string) []APIToken {
+	raw := r.lookup(name)
+	if strings.TrimSpace(raw) == "" {
+		return nil
+	}
+	var tokens []APIToken
+	seen := map[string]int{}
+	entry := 0
+	for _, item := range strings.Split(raw, ",") {
+		if item = strings.TrimSpace(item); item == "" {
+			continue
+		}
+		entry++
+		fail := func(format string, args ...any) {
+			r.errs = append(r.errs, fmt.Errorf("%s: entry %d (not shown): %s", name, entry, fmt.Sprintf(format, args...)))
+		}
+		token, principal, ok := strings.Cut(item, ":")
+		token, principal = strings.TrimSpace(token), strings.TrimSpace(principal)
+		switch {
+		case !ok:
+			fail("not a token:principal pair")
+		case token == "":
+			fail("the token before ':' is empty")
+		case principal == "":
+			fail("the principal after ':' is empty")
+		case len(token) < MinTokenLength:
+			fail("the token is %d characters long; it must have at least %d", len(token), MinTokenLength)
+		case !tokenPattern.MatchString(token):
+			fail("the token may hold only letters, digits and -._~+/ (then '=' padding)")
+		case !principalPattern.MatchString(principal):
+			fail("the principal must be a name: a letter or digit, then up to 63 letters, digits, '.', '_', '@' or '-'")
+		case seen[token] > 0:
+			fail("the same token as entry %d", seen[token])
+		default:
+			seen[token] = entry
+			tokens = append(tokens, APIToken{Token: token, Principal: principal})
+		}
+	}
+	if entry == 0 {
+		r.errs = append(r.errs, fmt.Errorf("%s: no token:principal pairs in the list", name))
+	}
+	return tokens
 }
 
 func (r *reader) level(name string, def slog.Level) slog.Level {
