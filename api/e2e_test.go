@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -413,104 +412,4 @@ func countRole(msgs []openai.ChatCompletionMessage, role string) int {
 		}
 	}
 	return n
-}
-
-// workerProcess is the worker binary running as a process of its own, in
-// its own process group.
-type workerProcess struct {
-	name   string
-	cmd    *exec.Cmd
-	exited chan struct{}
-}
-
-// buildWorker starts building ./worker into the test's temporary folder and
-// returns a function that waits for the build and gives the binary.
-func buildWorker(t *testing.T) func() string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "worker")
-	built := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/tollgate/tollgate/worker").CombinedOutput()
-		if err != nil {
-			err = fmt.Errorf("go build ./worker: %w\n%s", err, out)
-		}
-		built <- err
-	}()
-	wait := sync.OnceValue(func() error { return <-built })
-	t.Cleanup(func() { _ = wait() }) // the build writes into a folder cleanup removes
-	return func() string {
-		t.Helper()
-		require.NoError(t, wait())
-		return bin
-	}
-}
-
-// startWorker runs bin with env. Cleanup kills its process group, waits for
-// it, and shows its log when the test failed.
-func startWorker(t *testing.T, bin string, env []string, name string) *workerProcess {
-	t.Helper()
-	logPath := filepath.Join(t.TempDir(), name+".log")
-	logFile, err := os.Create(logPath)
-	require.NoError(t, err)
-	cmd := exec.Command(bin)
-	cmd.Env = env
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	// Its own group, so a kill reaches whatever it started (a Bash tool's
-	// shell); and killed with the test binary, so nothing outlives a test
-	// that times out.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		logFile.Close()
-		require.NoError(t, err, "start %s", name)
-	}
-	w := &workerProcess{name: name, cmd: cmd, exited: make(chan struct{})}
-	go func() {
-		_ = cmd.Wait()
-		logFile.Close()
-		close(w.exited)
-	}()
-	t.Cleanup(func() {
-		w.kill(t)
-		if t.Failed() {
-			out, _ := os.ReadFile(logPath)
-			t.Logf("--- %s log ---\n%s", name, out)
-		}
-	})
-	return w
-}
-
-// kill sends SIGKILL to the worker's process group and waits until the
-// worker has been reaped and no process of its group is left. It may be
-// called again.
-func (w *workerProcess) kill(t *testing.T) {
-	t.Helper()
-	pgid := w.cmd.Process.Pid
-	_ = syscall.Kill(-pgid, syscall.SIGKILL)
-	select {
-	case <-w.exited:
-	case <-time.After(waitFor):
-		t.Errorf("%s (pid %d) survived SIGKILL", w.name, pgid)
-		return
-	}
-	require.Eventually(t, func() bool {
-		return errors.Is(syscall.Kill(-pgid, 0), syscall.ESRCH)
-	}, waitFor, 10*time.Millisecond, "%s's process group is gone", w.name)
-}
-
-// environWithout is this process's environment without the variables whose
-// names start with one of prefixes.
-func environWithout(prefixes ...string) []string {
-	var env []string
-next:
-	for _, kv := range os.Environ() {
-		for _, p := range prefixes {
-			if strings.HasPrefix(kv, p) {
-				continue next
-			}
-		}
-		env = append(env, kv)
-	}
-	return env
 }

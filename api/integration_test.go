@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
 
@@ -34,6 +35,9 @@ type stack struct {
 	api    *httptest.Server
 	// model serves the stack's script as an OpenAI-compatible server.
 	model *httptest.Server
+	// replies is the scripted server behind model: the requests it got and
+	// when.
+	replies *scripted.Server
 	// workspace is the folder the tools work in.
 	workspace string
 	// queue is the task queue of the stack's conversations.
@@ -47,6 +51,7 @@ type stackOptions struct {
 	approvalTimeout time.Duration
 	noWorker        bool
 	settings        []func(*workflows.Settings)
+	activities      map[string]any
 }
 
 // stackOption is one change to the stack newStack builds.
@@ -66,6 +71,18 @@ func withApprovalTimeout(d time.Duration) stackOption {
 // withSettings changes the worker's settings (subagents, policy rules, ...).
 func withSettings(change func(*workflows.Settings)) stackOption {
 	return func(o *stackOptions) { o.settings = append(o.settings, change) }
+}
+
+// withActivity registers fn as an extra activity named name on the stack's
+// worker: with a ToolSpec of that name added by withSettings, a tool that
+// only tests have.
+func withActivity(name string, fn any) stackOption {
+	return func(o *stackOptions) {
+		if o.activities == nil {
+			o.activities = map[string]any{}
+		}
+		o.activities[name] = fn
+	}
 }
 
 // withoutWorker leaves the worker to the test, which may run it as a
@@ -96,29 +113,44 @@ func newStack(t *testing.T, opts ...stackOption) *stack {
 	defer cancel()
 	require.NoError(t, workflows.EnsureSearchAttributes(ctx, c, st.temporal.Namespace, st.log))
 
-	st.model = httptest.NewServer(scripted.New(o.script))
+	st.replies = scripted.New(o.script)
+	st.model = httptest.NewServer(st.replies)
 	t.Cleanup(st.model.Close)
 	st.workspace = t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(st.workspace, "README.md"), []byte("# demo\n"), 0o644))
 	if !o.noWorker {
-		tools := &activities.Tools{Workspace: st.workspace, BashTimeout: 10 * time.Second}
-		wf := &workflows.Workflows{Settings: workflows.Settings{
-			RequiredTools:    []string{activities.ToolWrite, activities.ToolEdit, activities.ToolBash},
-			ApprovalTimeout:  o.approvalTimeout,
-			Tools:            tools.Specs(),
-			SearchAttributes: true,
-		}}
+		tools := stackTools(st.workspace)
+		wf := &workflows.Workflows{Settings: stackSettings(tools, o.approvalTimeout)}
 		for _, change := range o.settings {
 			change(&wf.Settings)
 		}
 		st.worker = worker.New(c, st.queue, worker.Options{})
 		workflows.Register(st.worker, wf,
 			activities.NewModel(st.model.URL+"/v1", "test", scripted.ModelName, workflows.TokenSignaler{Client: c}), tools)
+		for name, fn := range o.activities {
+			st.worker.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name})
+		}
 		require.NoError(t, st.worker.Start())
 		t.Cleanup(st.worker.Stop)
 	}
 	st.api = st.newAPI(t)
 	return st
+}
+
+// stackTools are the tool activities of a stack's worker.
+func stackTools(workspace string) *activities.Tools {
+	return &activities.Tools{Workspace: workspace, BashTimeout: 10 * time.Second}
+}
+
+// stackSettings are the settings of a stack's worker before withSettings
+// changes them.
+func stackSettings(tools *activities.Tools, approvalTimeout time.Duration) workflows.Settings {
+	return workflows.Settings{
+		RequiredTools:    []string{activities.ToolWrite, activities.ToolEdit, activities.ToolBash},
+		ApprovalTimeout:  approvalTimeout,
+		Tools:            tools.Specs(),
+		SearchAttributes: true,
+	}
 }
 
 // newAPI starts another API instance on the stack's Temporal: it shares

@@ -33,6 +33,19 @@ type Reply struct {
 	Header map[string]string
 	// Style is how a streamed answer is cut into chunks.
 	Style ChunkStyle
+	// Hold, when not nil, keeps the answer back until Hold is closed or the
+	// client goes away: a model that thinks for long, or, with a channel
+	// that is never closed, a connection that hangs. A streamed answer
+	// sends HoldAfter chunks first (all of them when HoldAfter is larger,
+	// holding back only the end); with HoldAfter 0, and for any other
+	// answer, not even the status line goes out before Hold is closed.
+	Hold <-chan struct{}
+	// HoldAfter is how many chunks of a streamed answer Hold lets out.
+	HoldAfter int
+	// Corrupt, when not empty, is sent as the data of one more event right
+	// after the first chunk of a streamed answer: a server that breaks its
+	// wire format mid-answer. The rest of the answer follows it.
+	Corrupt string
 }
 
 // Script decides the reply to a request. It is called once per request, from
@@ -68,6 +81,7 @@ type Server struct {
 
 	mu       sync.Mutex
 	requests []openai.ChatCompletionRequest
+	times    []time.Time // when each of requests arrived
 }
 
 // New returns a Server that answers with script.
@@ -93,6 +107,14 @@ func (s *Server) Requests() []openai.ChatCompletionRequest {
 	return slices.Clone(s.requests)
 }
 
+// RequestTimes returns when each of the requests that Requests returns
+// arrived, in the same order. Tests measure retry delays with them.
+func (s *Server) RequestTimes() []time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.times)
+}
+
 func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	var req openai.ChatCompletionRequest
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
@@ -101,9 +123,13 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	s.requests = append(s.requests, req)
+	s.times = append(s.times, time.Now())
 	s.mu.Unlock()
 
 	reply := s.script(req)
+	if (reply.HoldAfter <= 0 || reply.Status != 0 || !req.Stream) && !held(r, reply.Hold) {
+		return
+	}
 	for k, v := range reply.Header {
 		w.Header().Set(k, v)
 	}
@@ -124,16 +150,41 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, c.whole(reply))
 }
 
+// held waits until hold is closed, or at once when hold is nil. It reports
+// false when the client went away first.
+func held(r *http.Request, hold <-chan struct{}) bool {
+	if hold == nil {
+		return true
+	}
+	select {
+	case <-hold:
+		return true
+	case <-r.Context().Done():
+		return false
+	}
+}
+
 // stream writes reply as server-sent events, one chunk per event, pausing
-// ChunkDelay between them, and ends with data: [DONE].
+// ChunkDelay between them, and ends with data: [DONE]. It holds the answer
+// after reply.HoldAfter chunks and sends reply.Corrupt after the first.
 func (s *Server) stream(w http.ResponseWriter, r *http.Request, c completion, reply Reply) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w) // finds Flush also behind wrappers
 
+	deltas := chunks(reply)
+	holdAt := min(reply.HoldAfter, len(deltas))
 	var timer *time.Timer
-	for i, delta := range chunks(reply) {
+	for i, delta := range deltas {
+		if i > 0 && i == holdAt && !held(r, reply.Hold) {
+			return
+		}
+		if i == 1 && reply.Corrupt != "" {
+			if _, err := fmt.Fprintf(w, "data: %s\n\n", reply.Corrupt); err != nil {
+				return
+			}
+		}
 		if i > 0 && s.chunkDelay > 0 {
 			if timer == nil {
 				timer = time.NewTimer(s.chunkDelay)
@@ -157,6 +208,9 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c completion, re
 		if err := rc.Flush(); err != nil {
 			return
 		}
+	}
+	if holdAt == len(deltas) && !held(r, reply.Hold) {
+		return
 	}
 	fmt.Fprint(w, "data: [DONE]\n\n")
 	_ = rc.Flush()

@@ -9,7 +9,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	openai "github.com/sashabaranov/go-openai"
 	"github.com/stretchr/testify/require"
@@ -269,4 +271,112 @@ func TestModelsListsTheScriptedModel(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, models.Models, 1)
 	require.Equal(t, scripted.ModelName, models.Models[0].ID)
+}
+
+// readEvents reads the data of a streamed answer's events as they come.
+func readEvents(t *testing.T, body io.Reader) <-chan string {
+	t.Helper()
+	out := make(chan string, 64)
+	go func() {
+		defer close(out)
+		sc := bufio.NewScanner(body)
+		for sc.Scan() {
+			if line := sc.Text(); line != "" {
+				out <- strings.TrimPrefix(line, "data: ")
+			}
+		}
+	}()
+	return out
+}
+
+func TestHoldLetsHoldAfterChunksOutAndTheRestOnlyOnRelease(t *testing.T) {
+	hold := make(chan struct{})
+	srv := httptest.NewServer(scripted.New(scripted.Always(scripted.Reply{
+		Content: "one two three four", Hold: hold, HoldAfter: 2,
+	})))
+	t.Cleanup(srv.Close)
+
+	resp, err := http.Post(srv.URL+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"m","stream":true,"messages":[]}`))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	events := readEvents(t, resp.Body)
+	for range 2 {
+		select {
+		case <-events:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the chunks before the hold did not come")
+		}
+	}
+	// The release comes a little later, so that an answer that was not
+	// held would be read before it.
+	var released atomic.Bool
+	time.AfterFunc(50*time.Millisecond, func() {
+		released.Store(true)
+		close(hold)
+	})
+	var rest []string
+	for e := range events {
+		require.True(t, released.Load(), "chunk %q came before the release", e)
+		rest = append(rest, e)
+	}
+	require.Equal(t, "[DONE]", rest[len(rest)-1])
+	require.Len(t, rest, 5, "three words and the finish, then [DONE]")
+}
+
+func TestHeldAnswerEndsWhenTheClientLeaves(t *testing.T) {
+	never := make(chan struct{})
+	s := scripted.New(scripted.Always(scripted.Reply{Content: "never", Hold: never}))
+	srv := httptest.NewServer(s)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/v1/chat/completions",
+			strings.NewReader(`{"model":"m","stream":true,"messages":[]}`))
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	require.Eventually(t, func() bool { return len(s.Requests()) == 1 }, 5*time.Second, 5*time.Millisecond)
+	select {
+	case err := <-done:
+		t.Fatalf("a held answer sent its status line: %v", err)
+	default:
+	}
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
+	srv.Close() // waits for the handler: it must have returned
+}
+
+func TestCorruptChunkBreaksTheStreamForTheClient(t *testing.T) {
+	client := start(t, scripted.New(scripted.Always(scripted.Reply{Content: "a b c", Corrupt: "{not json"})))
+	stream, err := client.CreateChatCompletionStream(context.Background(), openai.ChatCompletionRequest{Model: "m"})
+	require.NoError(t, err)
+	defer stream.Close()
+	first, err := stream.Recv()
+	require.NoError(t, err, "the first chunk is whole")
+	require.Equal(t, openai.ChatMessageRoleAssistant, first.Choices[0].Delta.Role)
+	_, err = stream.Recv()
+	require.Error(t, err)
+	require.NotErrorIs(t, err, io.EOF)
+}
+
+func TestRequestTimesSayWhenEachRequestArrived(t *testing.T) {
+	s := scripted.New(scripted.Always(scripted.Reply{Content: "ok"}))
+	client := start(t, s)
+	before := time.Now()
+	for range 2 {
+		_, err := client.CreateChatCompletion(context.Background(), openai.ChatCompletionRequest{Model: "m"})
+		require.NoError(t, err)
+	}
+	after := time.Now()
+	times := s.RequestTimes()
+	require.Len(t, times, len(s.Requests()))
+	require.Len(t, times, 2)
+	require.False(t, times[0].Before(before))
+	require.False(t, times[1].Before(times[0]))
+	require.False(t, after.Before(times[1]))
 }
