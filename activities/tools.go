@@ -369,8 +369,15 @@ func runBash(ctx context.Context, dir, command string, timeout time.Duration, ca
 	if err := cmd.Start(); err != nil {
 		return "", fmt.Errorf("cannot start bash: %w", err)
 	}
+	guard, err := guardGroup(cmd.Process.Pid)
+	if err != nil {
+		_ = cmd.Cancel()
+		_ = cmd.Wait()
+		return "", err
+	}
+	defer guard.release()
 	stopHeartbeat := heartbeat(ctx)
-	err := cmd.Wait()
+	err = cmd.Wait()
 	stopHeartbeat()
 
 	switch {

@@ -11,11 +11,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+	openai "github.com/sashabaranov/go-openai"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tollgate/tollgate/activities"
@@ -470,6 +472,38 @@ func TestConsoleNestsSubagentEventsUnderTheirTaskCall(t *testing.T) {
 	)
 	b.waitUntil(count(sub+` .call[data-tool="Write"] [data-testid="tool-result"][data-status="ok"]`) + ` === 1`)
 	b.waitUntil(count(task+` > .result-slot [data-testid="tool-result"][data-status="ok"]`) + ` === 1`)
+	turnID := turnIDOf(b, nthTurn(1))
+	requireEachEventOnce(t, pageSeqs(b, nthTurn(1)), len(serverEvents(t, env.api.URL, turnID, "")))
+}
+
+func TestConsoleStrikesThroughTheTextARetriedModelCallVoided(t *testing.T) {
+	// The first answer hangs after its first words; the retry, once the
+	// heartbeat timeout gives the first attempt up, words it otherwise.
+	never := make(chan struct{})
+	var asked atomic.Int32
+	script := func(req openai.ChatCompletionRequest) scripted.Reply {
+		if asked.Add(1) == 1 {
+			return scripted.Reply{Content: "I will count the lines.", Hold: never, HoldAfter: 3}
+		}
+		return scripted.Reply{Content: "Let me count them instead."}
+	}
+	env := newStack(t, withScript(script), withSettings(func(s *workflows.Settings) { s.ModelHeartbeatTimeout = 2 * time.Second }))
+	t.Cleanup(func() { close(never) })
+	b := newBrowser(t)
+	b.do(chromedp.Navigate(env.api.URL + "/"))
+	sendFromConsole(b, "count the lines")
+
+	answer := nthTurn(1) + ` [data-testid="answer"]`
+	b.do(chromedp.WaitVisible(chromedp.CSS(nthTurn(1) + ` [data-testid="finish"][data-reason="stop"]`)))
+	text := func(sel string) string {
+		return eval[string](b, fmt.Sprintf(`[...document.querySelectorAll(%s)].map((e) => e.textContent).join("")`, jsQuote(sel)))
+	}
+	require.Equal(t, "Let me count them instead.", text(answer+` .token:not(.void)`), "the answer kept reads whole")
+	void := text(answer + ` .token.void`)
+	require.NotEmpty(t, void)
+	require.True(t, strings.HasPrefix("I will count the lines.", void), "the void text is the given-up attempt's: %q", void)
+	require.Equal(t, "line-through", eval[string](b, `getComputedStyle(document.querySelector(`+jsQuote(answer+` .token.void`)+`)).textDecorationLine`))
+	require.Equal(t, "none", eval[string](b, `getComputedStyle(document.querySelector(`+jsQuote(answer+` .token:not(.void)`)+`)).textDecorationLine`))
 	turnID := turnIDOf(b, nthTurn(1))
 	requireEachEventOnce(t, pageSeqs(b, nthTurn(1)), len(serverEvents(t, env.api.URL, turnID, "")))
 }

@@ -380,12 +380,28 @@ func ofType(events []workflows.Event, typ string) []workflows.Event {
 func lastOf(events []workflows.Event) workflows.Event { return events[len(events)-1] }
 
 // tokenText joins the text of the token events.
+// tokenText is the answer text that the token events spell, as a client
+// shows it: applied in order, a reset one starting the text again.
 func tokenText(events []workflows.Event) string {
 	var b strings.Builder
 	for _, e := range ofType(events, workflows.EventToken) {
+		if e.Reset {
+			b.Reset()
+		}
 		b.WriteString(e.Data)
 	}
 	return b.String()
+}
+
+// resets counts the reset token events.
+func resets(events []workflows.Event) int {
+	n := 0
+	for _, e := range ofType(events, workflows.EventToken) {
+		if e.Reset {
+			n++
+		}
+	}
+	return n
 }
 
 func callNames(calls []activities.ToolCall) []string {

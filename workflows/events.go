@@ -56,8 +56,10 @@ type Event struct {
 	WorkflowID     string `json:"workflowId,omitempty"`
 	RunID          string `json:"runId,omitempty"`
 
-	// token
-	Data string `json:"data,omitempty"`
+	// token. Reset voids the text the call's earlier token events spelled:
+	// a retried model call answered otherwise, and Data starts it again.
+	Data  string `json:"data,omitempty"`
+	Reset bool   `json:"reset,omitempty"`
 
 	// tool_call
 	ToolCalls []activities.ToolCall `json:"toolCalls,omitempty"`

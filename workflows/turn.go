@@ -36,11 +36,10 @@ type turn struct {
 	messages []activities.Message
 
 	// step numbers the model calls; modelRunning is true while the model
-	// activity of that step runs and streamed counts the bytes of its text
-	// already published as token events.
+	// activity of that step runs, and answer publishes its text.
 	step         int
 	modelRunning bool
-	streamed     int
+	answer       answerStream
 
 	interrupted     bool
 	interruptReason string
@@ -197,19 +196,15 @@ func (t *turn) setHandlers(ctx workflow.Context) error {
 	return nil
 }
 
-// onTokens publishes the part of a token batch not yet published, while the
-// model call it belongs to runs. Batches of an earlier step, and overlap from
-// a retried attempt, are dropped.
+// onTokens publishes what a token batch adds to the answer, while the model
+// call it belongs to runs; batches of an earlier step are dropped.
 func (t *turn) onTokens(b activities.TokenBatch) {
 	if !t.modelRunning || b.Step != t.step {
 		return
 	}
-	end := b.Offset + len(b.Text)
-	if b.Offset > t.streamed || end <= t.streamed {
-		return
+	if e, ok := t.answer.take(b); ok {
+		t.log.append(e)
 	}
-	t.log.append(Event{Type: EventToken, Data: b.Text[t.streamed-b.Offset:]})
-	t.streamed = end
 }
 
 // interrupt declines every pending approval and makes the turn finish at its
@@ -262,7 +257,7 @@ func (t *turn) run(ctx workflow.Context) (string, string) {
 // what streamed in while it ran, then whatever the result adds.
 func (t *turn) callModel(ctx workflow.Context, messages []activities.Message) (activities.ModelOutput, error) {
 	t.step++
-	t.streamed = 0
+	t.answer = answerStream{}
 	t.modelRunning = true
 	info := workflow.GetInfo(ctx)
 	in := activities.ModelInput{
@@ -281,8 +276,8 @@ func (t *turn) callModel(ctx workflow.Context, messages []activities.Message) (a
 	if err != nil {
 		return out, err
 	}
-	if len(out.Content) > t.streamed {
-		t.log.append(Event{Type: EventToken, Data: out.Content[t.streamed:]})
+	if e, ok := t.answer.finish(out.Content); ok {
+		t.log.append(e)
 	}
 	return out, nil
 }

@@ -446,21 +446,110 @@ func TestRetryableModelErrorIsRetried(t *testing.T) {
 
 func TestTokensStreamedDuringModelCallArePublishedOnce(t *testing.T) {
 	tr := &turn{step: 2, modelRunning: true}
-	tr.onTokens(activities.TokenBatch{Step: 2, Offset: 0, Text: "Hel"})
-	tr.onTokens(activities.TokenBatch{Step: 1, Offset: 3, Text: "zzz"}) // an earlier call
-	tr.onTokens(activities.TokenBatch{Step: 2, Offset: 0, Text: "Hello"})
-	tr.onTokens(activities.TokenBatch{Step: 2, Offset: 9, Text: "gap"})
-	tr.onTokens(activities.TokenBatch{Step: 2, Offset: 5, Text: ", world"})
-	var text []string
-	for _, e := range tr.log.events {
-		text = append(text, e.Data)
-	}
-	require.Equal(t, []string{"Hel", "lo", ", world"}, text)
-	require.Equal(t, 12, tr.streamed)
+	tr.onTokens(activities.TokenBatch{Step: 2, Attempt: 1, Offset: 0, Text: "Hel"})
+	tr.onTokens(activities.TokenBatch{Step: 1, Attempt: 1, Offset: 3, Text: "zzz"}) // an earlier call
+	tr.onTokens(activities.TokenBatch{Step: 2, Attempt: 1, Offset: 0, Text: "Hello"})
+	tr.onTokens(activities.TokenBatch{Step: 2, Attempt: 1, Offset: 9, Text: "gap"})
+	tr.onTokens(activities.TokenBatch{Step: 2, Attempt: 1, Offset: 5, Text: ", world"})
+	require.Equal(t, []string{"Hel", "lo", ", world"}, tokenData(tr.log.events))
 
 	tr.modelRunning = false
-	tr.onTokens(activities.TokenBatch{Step: 2, Offset: 12, Text: "!"})
+	tr.onTokens(activities.TokenBatch{Step: 2, Attempt: 1, Offset: 12, Text: "!"})
 	require.Len(t, tr.log.events, 3, "no tokens once the call has returned")
+}
+
+func TestTokensOfARetriedModelCallSpellTheAnswerKept(t *testing.T) {
+	batch := func(attempt int32, offset int, text string) activities.TokenBatch {
+		return activities.TokenBatch{Step: 1, Attempt: attempt, Offset: offset, Text: text}
+	}
+	tests := []struct {
+		name    string
+		batches []activities.TokenBatch
+		final   string
+		// events are the token events, a reset one written "↺data".
+		events []string
+	}{
+		{
+			name:    "a retry that says the same goes on where the first attempt stopped",
+			batches: []activities.TokenBatch{batch(1, 0, "I will "), batch(2, 0, "I "), batch(2, 2, "will count")},
+			final:   "I will count.",
+			events:  []string{"I will ", "count", "."},
+		},
+		{
+			name:    "a retry worded otherwise starts the answer again",
+			batches: []activities.TokenBatch{batch(1, 0, "I will count"), batch(2, 0, "I "), batch(2, 2, "shall count")},
+			final:   "I shall count them.",
+			events:  []string{"I will count", "↺I shall count", " them."},
+		},
+		{
+			name:    "an answer shorter than what streamed is corrected at the end",
+			batches: []activities.TokenBatch{batch(1, 0, "I will count the lines")},
+			final:   "I will",
+			events:  []string{"I will count the lines", "↺I will"},
+		},
+		{
+			name:    "an answer with no text voids what streamed",
+			batches: []activities.TokenBatch{batch(1, 0, "I will")},
+			final:   "",
+			events:  []string{"I will", "↺"},
+		},
+		{
+			name:    "batches of an attempt given up are dropped",
+			batches: []activities.TokenBatch{batch(1, 0, "I "), batch(2, 0, "We "), batch(1, 2, "will")},
+			final:   "We count.",
+			events:  []string{"I ", "↺We ", "count."},
+		},
+		{
+			name:    "a batch repeated or out of order changes nothing",
+			batches: []activities.TokenBatch{batch(1, 0, "Hel"), batch(1, 3, "lo"), batch(1, 0, "Hel"), batch(1, 3, "lo")},
+			final:   "Hello",
+			events:  []string{"Hel", "lo"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var s answerStream
+			var events []Event
+			for _, b := range tt.batches {
+				if e, ok := s.take(b); ok {
+					events = append(events, e)
+				}
+			}
+			if e, ok := s.finish(tt.final); ok {
+				events = append(events, e)
+			}
+			var got []string
+			for _, e := range events {
+				require.Equal(t, EventToken, e.Type)
+				if e.Reset {
+					e.Data = "↺" + e.Data
+				}
+				got = append(got, e.Data)
+			}
+			require.Equal(t, tt.events, got)
+			require.Equal(t, tt.final, spell(events), "the events spell the answer")
+		})
+	}
+}
+
+// spell applies token events in order, as a client shows them.
+func spell(events []Event) string {
+	var text string
+	for _, e := range events {
+		if e.Reset {
+			text = ""
+		}
+		text += e.Data
+	}
+	return text
+}
+
+func tokenData(events []Event) []string {
+	var out []string
+	for _, e := range events {
+		out = append(out, e.Data)
+	}
+	return out
 }
 
 func TestEventsQueryReturnsEventsAfterCursor(t *testing.T) {

@@ -312,6 +312,14 @@
             scope.answer = h('div', { class: 'answer', testid: 'answer' });
             scope.container.append(scope.answer);
           }
+          // A reset token starts the answer again (a retried model call
+          // answered otherwise): the text before it stays, struck through.
+          if (ev.reset) {
+            for (const t of scope.answer.querySelectorAll('.token:not(.void)')) {
+              t.classList.add('void');
+              t.title = 'voided: the model call was retried and answered otherwise';
+            }
+          }
           const el = h('span', { class: 'token' }, ev.data || '');
           scope.answer.append(el);
           return el;

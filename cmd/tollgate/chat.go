@@ -263,7 +263,7 @@ func (p *printer) readAhead(items <-chan streamItem) {
 func (p *printer) handle(ctx context.Context, e workflows.Event, items <-chan streamItem) error {
 	base, sub := baseType(e)
 	if base == workflows.EventToken {
-		p.token(sub, e.Name, e.Data)
+		p.token(sub, e.Name, e.Data, e.Reset)
 		return nil
 	}
 	p.endLine()
@@ -325,11 +325,21 @@ func (p *printer) handle(ctx context.Context, e workflows.Event, items <-chan st
 }
 
 // token prints answer text, starting a new line tagged with the
-// subagent's name whenever the speaker changes.
-func (p *printer) token(sub bool, name, data string) {
+// subagent's name whenever the speaker changes. Text printed cannot be taken
+// back: a reset (a retried model call that answered otherwise) says so and
+// prints the answer again from the start.
+func (p *printer) token(sub bool, name, data string, reset bool) {
 	source := ""
 	if sub {
 		source = name
+	}
+	if reset {
+		p.endLine()
+		tag := ""
+		if sub {
+			tag = "[" + name + "] "
+		}
+		fmt.Fprintf(p.out, "%s(the model call was retried and answered otherwise; the answer again:)\n", tag)
 	}
 	if p.midLine && source != p.tokenSource {
 		p.endLine()

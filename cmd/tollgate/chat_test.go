@@ -226,3 +226,22 @@ func TestApprovalsSaysWhenNothingWaits(t *testing.T) {
 	require.Equal(t, exitOK, run(context.Background(), []string{"approvals", "--decide", "--api", ts.URL}, noEnv, strings.NewReader(""), &out, &errOut))
 	require.Equal(t, "no approvals are waiting\n", out.String())
 }
+
+func TestAResetTokenSaysTheAnswerStartsAgain(t *testing.T) {
+	var out strings.Builder
+	p := &printer{out: &out}
+	for _, e := range []workflows.Event{
+		{Type: workflows.EventToken, Data: "I will count "},
+		{Type: workflows.EventToken, Data: "Let me ", Reset: true},
+		{Type: workflows.EventToken, Data: "count."},
+		{Type: workflows.EventSubagentPrefix + workflows.EventToken, Name: "notes", Data: "Noted", Reset: true},
+	} {
+		require.NoError(t, p.handle(context.Background(), e, nil))
+	}
+	p.endLine()
+	require.Equal(t, "I will count \n"+
+		"(the model call was retried and answered otherwise; the answer again:)\n"+
+		"Let me count.\n"+
+		"[notes] (the model call was retried and answered otherwise; the answer again:)\n"+
+		"[notes] Noted\n", out.String())
+}
