@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -22,6 +21,7 @@ import (
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/internal/devserver"
+	"github.com/tollgate/tollgate/internal/proctest"
 	"github.com/tollgate/tollgate/internal/scripted"
 	"github.com/tollgate/tollgate/workflows"
 )
@@ -277,10 +277,10 @@ func TestWorkerKilledWhileApprovalPendingResumesAndRunsToolOnce(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the worker and starts a Temporal dev server")
 	}
-	waitForBuild := buildWorker(t) // while the dev server starts
+	waitForBuild := proctest.Build(t, "github.com/tollgate/tollgate/worker") // while the dev server starts
 	st := newStack(t, withScript(script), withoutWorker())
 	bin := waitForBuild()
-	env := append(environWithout("TOLLGATE_", "TEMPORAL_", "OPENAI_"),
+	env := append(proctest.EnvironWithout("TOLLGATE_", "TEMPORAL_", "OPENAI_"),
 		config.EnvTemporalAddress+"="+st.temporal.HostPort,
 		config.EnvTemporalNamespace+"="+st.temporal.Namespace,
 		config.EnvTaskQueue+"="+st.queue,
@@ -293,16 +293,14 @@ func TestWorkerKilledWhileApprovalPendingResumesAndRunsToolOnce(t *testing.T) {
 		config.EnvMetricsAddr+"=127.0.0.1:0", // no fixed port: two workers overlap, and make dev may run
 	)
 
-	first := startWorker(t, bin, env, "worker-1")
+	first := proctest.Start(t, "worker-1", bin, env)
 	_, msgs := st.chat(t, `{"query": "count", "conversationId": "e2e-kill"}`)
 	seq := 0
 	request := lastOf(untilEvent(t, msgs, &seq, workflows.EventApprovalRequest, 1))
 	require.Equal(t, "call_count", request.ToolCallID)
-	first.kill(t)
-	status := first.cmd.ProcessState.Sys().(syscall.WaitStatus)
-	require.True(t, status.Signaled() && status.Signal() == syscall.SIGKILL, "worker-1 died of SIGKILL: %s", first.cmd.ProcessState)
+	first.Crash(t)
 
-	startWorker(t, bin, env, "worker-2")
+	proctest.Start(t, "worker-2", bin, env)
 	postDecision(t, st.api, request.RequestID, workflows.DecisionApprove, "", true)
 
 	rest := untilEvent(t, msgs, &seq, workflows.EventFinish, 1)

@@ -69,7 +69,7 @@ func TestWorkerKilledDuringModelCallRetriesTheCallOnAnotherWorker(t *testing.T) 
 	turn := st.startTurn(t, `{"query": "count", "conversationId": "fault-model-kill"}`)
 	turn.until(workflows.EventToken, faultWait) // the answer has begun and is held
 	require.Len(t, st.replies.Requests(), 1)
-	killed := first.killed(t)
+	killed := first.Crash(t)
 	st.startTestWorker(t, "worker-2", settings)
 
 	request := turn.until(workflows.EventApprovalRequest, faultWait)
@@ -121,7 +121,7 @@ func TestWorkerKilledDuringToolCallAnswersTheModelThatItDidNotComplete(t *testin
 	// test. (readPID never gives 1 or less: kill(-1) would reach every
 	// process the test may signal.)
 	t.Cleanup(func() { _ = syscall.Kill(-bashPID, syscall.SIGKILL) })
-	killed := first.killed(t)
+	killed := first.Crash(t)
 	st.startTestWorker(t, "worker-2", settings)
 
 	results := turn.until(workflows.EventToolResult, faultWait).ToolResults
@@ -508,17 +508,6 @@ func (st *stack) requestTimes(query string) []time.Time {
 		}
 	}
 	return out
-}
-
-// killed kills the worker as a crash would (SIGKILL), requires that it died
-// of it, and returns when.
-func (w *workerProcess) killed(t *testing.T) time.Time {
-	t.Helper()
-	w.kill(t)
-	at := time.Now()
-	status := w.cmd.ProcessState.Sys().(syscall.WaitStatus)
-	require.True(t, status.Signaled() && status.Signal() == syscall.SIGKILL, "%s died of SIGKILL: %s", w.name, w.cmd.ProcessState)
-	return at
 }
 
 // fileText is the file's content, or "" when it cannot be read.

@@ -9,14 +9,13 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/tollgate/tollgate/internal/proctest"
 )
 
 func TestPolicyRuleThatDoesNotCompileStopsTheWorker(t *testing.T) {
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "worker")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	build.Stderr = os.Stderr
-	require.NoError(t, build.Run())
+	bin := proctest.Build(t, "github.com/tollgate/tollgate/worker")()
 	policyFile := filepath.Join(dir, "policy.yaml")
 	require.NoError(t, os.WriteFile(policyFile, []byte("tools:\n  Bash:\n    when: args.command.startsWith(\n"), 0o644))
 

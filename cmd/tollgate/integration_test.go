@@ -4,14 +4,11 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -24,6 +21,7 @@ import (
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/internal/devserver"
 	"github.com/tollgate/tollgate/internal/metrics"
+	"github.com/tollgate/tollgate/internal/proctest"
 	"github.com/tollgate/tollgate/internal/scripted"
 	"github.com/tollgate/tollgate/workflows"
 )
@@ -41,7 +39,9 @@ func startRealStack(t *testing.T) *realStack {
 	if testing.Short() {
 		t.Skip("starts a Temporal dev server and the API")
 	}
-	apiBin := buildAPI(t) // meanwhile nothing else runs: the build is the slow part when cold
+	// The API is package main: the test runs it as the process it is.
+	// Meanwhile nothing else runs: the build is the slow part when cold.
+	apiBin := proctest.Build(t, "github.com/tollgate/tollgate/api")()
 	srv := devserver.ForTest(t)
 
 	reg := metrics.NewRegistry()
@@ -73,8 +73,8 @@ func startRealStack(t *testing.T) *realStack {
 	require.NoError(t, w.Start())
 	t.Cleanup(w.Stop)
 
-	addr := freeAddr(t)
-	runAPI(t, apiBin, append(environWithout("TOLLGATE_", "TEMPORAL_", "OPENAI_", "HTTP_ADDR"),
+	addr := proctest.FreeAddr(t)
+	runAPI(t, apiBin, append(proctest.EnvironWithout("TOLLGATE_", "TEMPORAL_", "OPENAI_", "HTTP_ADDR"),
 		config.EnvHTTPAddr+"="+addr,
 		config.EnvTemporalAddress+"="+srv.HostPort,
 		config.EnvTemporalNamespace+"="+srv.Namespace,
@@ -84,46 +84,10 @@ func startRealStack(t *testing.T) *realStack {
 	return &realStack{api: "http://" + addr, workspace: workspace, metrics: reg}
 }
 
-// buildAPI builds the API binary into the test's temporary folder: the
-// API is package main, so the test runs it as the process it is.
-func buildAPI(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "api")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/tollgate/tollgate/api").CombinedOutput()
-	require.NoError(t, err, "go build ./api: %s", out)
-	return bin
-}
-
-// runAPI starts the API and waits until /healthz answers 200. Cleanup
-// kills it and shows its log when the test failed.
+// runAPI starts the API and waits until /healthz answers 200.
 func runAPI(t *testing.T, bin string, env []string) {
 	t.Helper()
-	logPath := filepath.Join(t.TempDir(), "api.log")
-	logFile, err := os.Create(logPath)
-	require.NoError(t, err)
-	cmd := exec.Command(bin)
-	cmd.Env = env
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlives the test binary
-	require.NoError(t, cmd.Start())
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		logFile.Close()
-		close(exited)
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-		if t.Failed() {
-			if log, err := os.ReadFile(logPath); err == nil {
-				t.Logf("api log:\n%s", log)
-			}
-		}
-	})
-
+	api := proctest.Start(t, "api", bin, env)
 	healthz := "http://" + addrFromEnv(env) + "/healthz"
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -136,9 +100,8 @@ func runAPI(t *testing.T, bin string, env []string) {
 			}
 		}
 		select {
-		case <-exited:
-			log, _ := os.ReadFile(logPath)
-			t.Fatalf("the API exited before it was healthy:\n%s", log)
+		case <-api.Exited:
+			t.Fatalf("the API exited before it was healthy:\n%s", api.Log())
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
@@ -154,33 +117,6 @@ func addrFromEnv(env []string) string {
 		}
 	}
 	return ""
-}
-
-// freeAddr returns a loopback address with a port that was free a moment
-// ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	return addr
-}
-
-// environWithout is this process's environment less the variables that
-// start with any of prefixes, so a developer's settings do not leak in.
-func environWithout(prefixes ...string) []string {
-	var env []string
-next:
-	for _, kv := range os.Environ() {
-		for _, p := range prefixes {
-			if strings.HasPrefix(kv, p) {
-				continue next
-			}
-		}
-		env = append(env, kv)
-	}
-	return env
 }
 
 func TestTerminalClientOnTheRealStack(t *testing.T) {

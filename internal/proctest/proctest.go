@@ -1,0 +1,158 @@
+// Package proctest runs tollgate's binaries as processes of their own, for
+// tests that cross a process boundary: build a package, start it with a
+// clean environment, kill it as a crash would, show its log when the test
+// failed.
+package proctest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// killWait bounds how long a killed process may take to be reaped, with
+// everything it started.
+const killWait = 10 * time.Second
+
+// Build starts building the Go package pkg (an import path) into the test's
+// temporary folder and returns a function that waits for the build and
+// gives the binary, so that a test can do other slow things meanwhile.
+func Build(t testing.TB, pkg string) (wait func() string) {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), filepath.Base(pkg))
+	built := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, pkg).CombinedOutput()
+		if err != nil {
+			err = fmt.Errorf("go build %s: %w\n%s", pkg, err, out)
+		}
+		built <- err
+	}()
+	result := sync.OnceValue(func() error { return <-built })
+	t.Cleanup(func() { _ = result() }) // the build writes into a folder cleanup removes
+	return func() string {
+		t.Helper()
+		require.NoError(t, result())
+		return bin
+	}
+}
+
+// Process is a binary running as a process of its own, in its own process
+// group, logging to a file.
+type Process struct {
+	Name string
+	Cmd  *exec.Cmd
+	// Exited is closed once the process has been reaped.
+	Exited <-chan struct{}
+
+	logPath string
+}
+
+// Start runs bin with env (and no other environment). The process has a
+// group of its own, so that a kill reaches whatever it started (a Bash
+// tool's shell), and dies with the test binary, so that nothing outlives a
+// test that times out. Cleanup kills its group, waits for it, and shows its
+// log when the test failed.
+func Start(t testing.TB, name, bin string, env []string) *Process {
+	t.Helper()
+	logPath := filepath.Join(t.TempDir(), name+".log")
+	logFile, err := os.Create(logPath)
+	require.NoError(t, err)
+	cmd := exec.Command(bin)
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		require.NoError(t, err, "start %s", name)
+	}
+	exited := make(chan struct{})
+	p := &Process{Name: name, Cmd: cmd, Exited: exited, logPath: logPath}
+	go func() {
+		_ = cmd.Wait()
+		logFile.Close()
+		close(exited)
+	}()
+	t.Cleanup(func() {
+		p.Kill(t)
+		if t.Failed() {
+			t.Logf("--- %s log ---\n%s", name, p.Log())
+		}
+	})
+	return p
+}
+
+// Log is what the process has written so far.
+func (p *Process) Log() string {
+	b, _ := os.ReadFile(p.logPath)
+	return string(b)
+}
+
+// Kill sends SIGKILL to the process group and waits until the process has
+// been reaped and no process of its group is left. It may be called again.
+func (p *Process) Kill(t testing.TB) {
+	t.Helper()
+	pgid := p.Cmd.Process.Pid
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	select {
+	case <-p.Exited:
+	case <-time.After(killWait):
+		t.Errorf("%s (pid %d) survived SIGKILL", p.Name, pgid)
+		return
+	}
+	require.Eventually(t, func() bool {
+		return errors.Is(syscall.Kill(-pgid, 0), syscall.ESRCH)
+	}, killWait, 10*time.Millisecond, "%s's process group is gone", p.Name)
+}
+
+// Crash kills the process as a crash would (SIGKILL), requires that it died
+// of it, and returns when.
+func (p *Process) Crash(t testing.TB) time.Time {
+	t.Helper()
+	p.Kill(t)
+	at := time.Now()
+	status := p.Cmd.ProcessState.Sys().(syscall.WaitStatus)
+	require.True(t, status.Signaled() && status.Signal() == syscall.SIGKILL, "%s died of SIGKILL: %s", p.Name, p.Cmd.ProcessState)
+	return at
+}
+
+// EnvironWithout is this process's environment less the variables whose
+// names start with one of prefixes, so that a developer's settings do not
+// leak into the process under test.
+func EnvironWithout(prefixes ...string) []string {
+	var env []string
+next:
+	for _, kv := range os.Environ() {
+		for _, p := range prefixes {
+			if strings.HasPrefix(kv, p) {
+				continue next
+			}
+		}
+		env = append(env, kv)
+	}
+	return env
+}
+
+// FreeAddr returns a loopback address with a port that was free a moment
+// ago.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	return addr
+}
