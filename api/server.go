@@ -186,23 +186,24 @@ func (s *Server) chatStream(c *gin.Context) {
 	s.stream(c, ref.TurnID, 0)
 }
 
-// send starts the conversation unless it runs already, and hands it msg.
+// send hands msg to its conversation, starting the conversation unless it
+// runs already, in one request (update-with-start): a new conversation gets
+// its first message with its first workflow task.
 func (s *Server) send(ctx context.Context, conv string, msg workflows.UserMessage) (workflows.TurnRef, error) {
 	ctx, cancel := context.WithTimeout(ctx, sendTimeout)
 	defer cancel()
-	wid := workflows.ConversationWorkflowID(conv)
-	if _, err := s.client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-		ID:                       wid,
+	start := s.client.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
+		ID:                       workflows.ConversationWorkflowID(conv),
 		TaskQueue:                s.taskQueue,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-	}, workflows.ConversationWorkflow, workflows.ConversationInput{ConversationID: conv}); err != nil {
-		return workflows.TurnRef{}, fmt.Errorf("start conversation %s: %w", conv, err)
-	}
-	h, err := s.client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
-		WorkflowID:   wid,
-		UpdateName:   workflows.SendMessageUpdate,
-		Args:         []any{msg},
-		WaitForStage: client.WorkflowUpdateStageCompleted,
+	}, workflows.ConversationWorkflow, workflows.ConversationInput{ConversationID: conv})
+	h, err := s.client.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
+		StartWorkflowOperation: start,
+		UpdateOptions: client.UpdateWorkflowOptions{
+			UpdateName:   workflows.SendMessageUpdate,
+			Args:         []any{msg},
+			WaitForStage: client.WorkflowUpdateStageCompleted,
+		},
 	})
 	var ref workflows.TurnRef
 	if err == nil {
