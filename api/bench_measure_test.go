@@ -430,7 +430,7 @@ func (e *benchEnv) approveWatched(ctx context.Context, turns []paused, perTurn i
 		// The turn goes on to its finish; wait for it, so that its queries
 		// are this approval's and its work does not overlap the next one.
 		if err := e.client.GetWorkflow(ctx, t.turnID, "").Get(ctx, nil); err != nil {
-			return st, fmt.Errorf("turn %s: %w", t.turnID, err)
+			return st, fmt.Errorf("turn %s: %w%s", t.turnID, err, whereStuck(e.client, t.turnID))
 		}
 		h, err := history(ctx, e.client, t.turnID)
 		if err != nil {

@@ -24,6 +24,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -98,6 +99,11 @@ func BenchmarkTollgate(b *testing.B) {
 	}
 	rep := &benchReport{Date: time.Now(), Runs: runs, LoadBefore: loadAverage()}
 	env := startBenchEnv(b)
+	b.Cleanup(func() {
+		if n := env.floorQueryErrors.Load(); n > 0 {
+			b.Logf("the floor's events queries failed %d times, each read again; the last: %v", n, env.lastFloorQueryErr.Load())
+		}
+	})
 	ctx := context.Background()
 
 	b.Log("warming up")
@@ -215,6 +221,10 @@ type benchEnv struct {
 	// serverPID is the dev server's process, for its CPU time; 0 when it
 	// cannot be found.
 	serverPID int
+	// floorQueryErrors counts the floor's events queries that failed (and
+	// were read again, as the hub does); lastFloorQueryErr is the last.
+	floorQueryErrors  atomic.Int64
+	lastFloorQueryErr atomic.Value
 }
 
 func startBenchEnv(tb testing.TB) *benchEnv {
@@ -428,7 +438,7 @@ func (e *benchEnv) tollgateTurn(ctx context.Context, name string) (turnSample, e
 	events := readStamped(resp.Body)
 	ev, err := awaitEvent(ctx, events, workflows.EventApprovalRequest)
 	if err != nil {
-		return s, fmt.Errorf("turn %s: %w", s.workflowID, err)
+		return s, fmt.Errorf("turn %s: %w%s", s.workflowID, err, whereStuck(e.client, s.workflowID))
 	}
 	s.request = ev.at
 
@@ -452,14 +462,14 @@ func (e *benchEnv) tollgateTurn(ctx context.Context, name string) (turnSample, e
 
 	ev, err = awaitEvent(ctx, events, workflows.EventToolResult)
 	if err != nil {
-		return s, fmt.Errorf("turn %s: %w", s.workflowID, err)
+		return s, fmt.Errorf("turn %s: %w%s", s.workflowID, err, whereStuck(e.client, s.workflowID))
 	}
 	if st := ev.ToolResults[0].Status; st != activities.StatusOK {
 		return s, fmt.Errorf("turn %s: tool result %s: %s", s.workflowID, st, ev.ToolResults[0].Result)
 	}
 	s.result = ev.at
 	if ev, err = awaitEvent(ctx, events, workflows.EventFinish); err != nil {
-		return s, fmt.Errorf("turn %s: %w", s.workflowID, err)
+		return s, fmt.Errorf("turn %s: %w%s", s.workflowID, err, whereStuck(e.client, s.workflowID))
 	}
 	s.finish = ev.at
 	s.total = time.Since(s.start)
@@ -483,7 +493,7 @@ func (e *benchEnv) floorTurn(ctx context.Context, name string) (turnSample, erro
 	events := e.watchFloor(watchCtx, s.workflowID)
 	ev, err := awaitEvent(ctx, events, workflows.EventApprovalRequest)
 	if err != nil {
-		return s, fmt.Errorf("floor %s: %w", s.workflowID, err)
+		return s, fmt.Errorf("floor %s: %w%s", s.workflowID, err, whereStuck(e.client, s.workflowID))
 	}
 	s.request = ev.at
 	s.decide = time.Now()
@@ -493,7 +503,7 @@ func (e *benchEnv) floorTurn(ctx context.Context, name string) (turnSample, erro
 	}
 	s.decided = time.Now()
 	if ev, err = awaitEvent(ctx, events, workflows.EventToolResult); err != nil {
-		return s, fmt.Errorf("floor %s: %w", s.workflowID, err)
+		return s, fmt.Errorf("floor %s: %w%s", s.workflowID, err, whereStuck(e.client, s.workflowID))
 	}
 	s.result = ev.at
 	stopWatching()
@@ -530,8 +540,26 @@ func (e *benchEnv) watchFloor(ctx context.Context, workflowID string) <-chan sta
 				return
 			case <-wake:
 			}
-			resp, err := src.Events(ctx, workflowID, after, false)
+			qctx, qcancel := context.WithTimeout(ctx, defaultHubSettings.queryTimeout)
+			resp, err := src.Events(qctx, workflowID, after, false)
+			qcancel()
+			if err != nil && ctx.Err() == nil {
+				e.floorQueryErrors.Add(1)
+				e.lastFloorQueryErr.Store(err.Error())
+			}
 			if err != nil {
+				// As the hub does: read again after a pause. Waiting for the
+				// next history event instead would wait forever on a floor
+				// that waits for its signal.
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(defaultHubSettings.minBackoff):
+				}
+				select {
+				case wake <- struct{}{}:
+				default:
+				}
 				continue
 			}
 			now := time.Now()
@@ -677,6 +705,37 @@ func history(ctx context.Context, c client.Client, workflowID string) ([]*histor
 		all = append(all, ev)
 	}
 	return all, nil
+}
+
+// whereStuck says what a workflow that did not get on is doing: its last
+// history events and its pending activities and workflow task, for the
+// error of a benchmark that waited in vain.
+func whereStuck(c client.Client, workflowID string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n  %s at %s:", workflowID, time.Now().Format("15:04:05.000"))
+	if h, err := history(ctx, c, workflowID); err != nil {
+		fmt.Fprintf(&b, "\n    history: %v", err)
+	} else {
+		for _, ev := range h[max(0, len(h)-8):] {
+			fmt.Fprintf(&b, "\n    %s %s", ev.GetEventTime().AsTime().Format("15:04:05.000"), ev.GetEventType())
+		}
+	}
+	d, err := c.DescribeWorkflowExecution(ctx, workflowID, "")
+	if err != nil {
+		fmt.Fprintf(&b, "\n    describe: %v", err)
+		return b.String()
+	}
+	for _, a := range d.GetPendingActivities() {
+		fmt.Fprintf(&b, "\n    pending activity %s: %s, attempt %d, last started %s, last heartbeat %s, last failure %v",
+			a.GetActivityType().GetName(), a.GetState(), a.GetAttempt(),
+			a.GetLastStartedTime().AsTime().Format("15:04:05.000"), a.GetLastHeartbeatTime().AsTime().Format("15:04:05.000"), a.GetLastFailure().GetMessage())
+	}
+	if wt := d.GetPendingWorkflowTask(); wt != nil {
+		fmt.Fprintf(&b, "\n    pending workflow task: %s, attempt %d, scheduled %s", wt.GetState(), wt.GetAttempt(), wt.GetScheduledTime().AsTime().Format("15:04:05.000"))
+	}
+	return b.String()
 }
 
 func historyLength(ctx context.Context, c client.Client, workflowID string) (int, error) {
