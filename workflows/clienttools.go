@@ -1,8 +1,6 @@
 package workflows
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"slices"
 	"time"
@@ -32,6 +30,9 @@ type clientCall struct {
 
 	answered bool
 	result   ClientToolResult
+	// declined is the reason the call was declined before an answer came
+	// (a new message); empty otherwise.
+	declined string
 }
 
 // Tool responses for client-executed tools that got no answer.
@@ -73,17 +74,10 @@ func (g *gate) takeClientResult(r ClientToolResult) {
 }
 
 // runClientTool publishes a client_tool_call and waits for the client's
-// answer until timeout. No answer in time, or a cancelled turn, declines
-// the call, as for approvals.
+// answer until timeout. No answer in time is a timeout; a cancelled turn,
+// or a new message (declinePending), declines the call.
 func (g *gate) runClientTool(ctx workflow.Context, call activities.ToolCall, timeout time.Duration) activities.ToolOutput {
-	var id string
-	if err := workflow.SideEffect(ctx, func(workflow.Context) any {
-		b := make([]byte, 16)
-		_, _ = rand.Read(b)
-		return NewRequestID(g.workflowID, hex.EncodeToString(b))
-	}).Get(&id); err != nil {
-		panic(fmt.Errorf("client tool request id for call %s: %w", call.ID, err))
-	}
+	id := g.newRequestID(ctx, call)
 	cc := &clientCall{RequestID: id, Call: call, ExpiresAt: workflow.Now(ctx).Add(timeout)}
 	g.clients = append(g.clients, cc)
 	expires := cc.ExpiresAt
@@ -105,6 +99,8 @@ func (g *gate) runClientTool(ctx workflow.Context, call activities.ToolCall, tim
 		sel.Select(ctx)
 	}
 	switch {
+	case cc.declined != "":
+		return activities.ToolOutput{Status: activities.StatusDeclined, Result: declined(cc.declined)}
 	case cc.answered && cc.result.IsError:
 		return activities.ToolOutput{Status: activities.StatusError, Result: cc.result.Result}
 	case cc.answered:

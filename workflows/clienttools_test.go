@@ -71,3 +71,20 @@ func TestClientToolNamedLikeAWorkerToolIsRejected(t *testing.T) {
 	require.ErrorContains(t, validateClientTools([]activities.ToolSpec{pickColor, pickColor}, testSettings()), "twice")
 	require.NoError(t, validateClientTools([]activities.ToolSpec{pickColor}, testSettings()))
 }
+
+func TestNewMessageDeclinesAClientToolCallThatWaits(t *testing.T) {
+	settings := testSettings()
+	settings.ApprovalTimeout = time.Hour
+	h := newHarness(t, settings, calls(call("c1", "PickColor", `{}`)))
+	h.env.RegisterDelayedCallback(func() {
+		h.env.SignalWorkflow(InterruptSignal, Interrupt{Reason: reasonNewMessage})
+	}, time.Minute)
+
+	out := h.runTurn(clientTurn())
+
+	require.Equal(t, FinishCancelled, out.FinishReason)
+	result := findEvent(t, out.Events, EventToolResult).ToolResults[0]
+	require.Equal(t, activities.StatusDeclined, result.Status, "declined at once, not left to time out")
+	require.Equal(t, declined(reasonNewMessage), result.Result)
+	require.Equal(t, declined(reasonNewMessage), toolMessages(out.Messages)[0].Content)
+}

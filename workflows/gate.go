@@ -85,18 +85,7 @@ func newGate(ctx workflow.Context, log *eventLog, conversationID string, setting
 // names the workflow, so the API can find it from the id alone, and is bound
 // to the call (see boundRequestID); it is made once and recorded in history.
 func (g *gate) request(ctx workflow.Context, call activities.ToolCall, timeout time.Duration, note string) *approval {
-	// The whole id is recorded, not its secret, so a replay under another
-	// workflow ID (the replayer's) still matches recorded decisions.
-	var id string
-	err := workflow.SideEffect(ctx, func(workflow.Context) any {
-		secret := make([]byte, requestSecretBytes)
-		_, _ = rand.Read(secret) // crypto/rand.Read never fails on supported platforms
-		return boundRequestID(g.workflowID, secret, call)
-	}).Get(&id)
-	if err != nil {
-		// A SideEffect result only fails to decode on a corrupt history.
-		panic(fmt.Errorf("approval request id for call %s: %w", call.ID, err))
-	}
+	id := g.newRequestID(ctx, call)
 	now := workflow.Now(ctx)
 	a := &approval{
 		RequestID:   id,
@@ -120,6 +109,24 @@ func (g *gate) request(ctx workflow.Context, call activities.ToolCall, timeout t
 	countRequest(ctx)
 	g.sendNotice(ctx, a, activities.NoticeApprovalRequest)
 	return a
+}
+
+// newRequestID makes the id of a request about call, an approval's or a
+// client tool's (see boundRequestID), once. The whole id is recorded, not
+// its secret, so a replay under another workflow ID (the replayer's) still
+// matches recorded decisions.
+func (g *gate) newRequestID(ctx workflow.Context, call activities.ToolCall) string {
+	var id string
+	err := workflow.SideEffect(ctx, func(workflow.Context) any {
+		secret := make([]byte, requestSecretBytes)
+		_, _ = rand.Read(secret) // crypto/rand.Read never fails on supported platforms
+		return boundRequestID(g.workflowID, secret, call)
+	}).Get(&id)
+	if err != nil {
+		// A SideEffect result only fails to decode on a corrupt history.
+		panic(fmt.Errorf("request id for call %s: %w", call.ID, err))
+	}
+	return id
 }
 
 // requestSecretBytes is the size of the random secret in a request id.
@@ -212,11 +219,18 @@ func (g *gate) decide(ctx workflow.Context, a *approval, decision, reason, argum
 	g.wake.SendAsync(struct{}{})
 }
 
-// declinePending declines every undecided request with reason.
+// declinePending declines every undecided request with reason, and every
+// client tool call still waiting for its answer.
 func (g *gate) declinePending(ctx workflow.Context, reason string) {
 	for _, a := range g.all {
 		if !a.decided {
 			g.decide(ctx, a, DecisionDecline, reason, "", "")
+		}
+	}
+	for _, cc := range g.clients {
+		if !cc.answered {
+			cc.answered, cc.declined = true, reason
+			g.wake.SendAsync(struct{}{})
 		}
 	}
 }
