@@ -117,6 +117,12 @@ func TestRememberedApprovalSkipsTheNextAskUntilRevokedOverHTTP(t *testing.T) {
 	decide(write, `"decision":"decline"`)
 	untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
 
+	// Another conversation, while the grant holds: it asks for both.
+	_, other := st.chat(t, `{"query":"one","conversationId":"grants-other"}`)
+	otherSeq := 0
+	require.Len(t, requests(untilEvent(t, other, &otherSeq, workflows.EventApprovalRequest, 2)), 2)
+	require.Empty(t, st.grants(t, "grants-other"), "another conversation has none")
+
 	// The grant is listed, revoked once, and then gone.
 	grants := st.grants(t, conv)
 	require.Len(t, grants, 1)
@@ -125,7 +131,6 @@ func TestRememberedApprovalSkipsTheNextAskUntilRevokedOverHTTP(t *testing.T) {
 	require.Equal(t, http.StatusOK, st.delete(t, "/conversations/"+conv+"/grants/"+grants[0].ID))
 	require.Equal(t, http.StatusNotFound, st.delete(t, "/conversations/"+conv+"/grants/"+grants[0].ID))
 	require.Empty(t, st.grants(t, conv))
-	require.Empty(t, st.grants(t, "grants-other"), "another conversation has none")
 
 	// Turn 3: Bash asks again.
 	_, msgs = st.chat(t, `{"query":"three","conversationId":"`+conv+`"}`)

@@ -1,14 +1,11 @@
 package workflows
 
 import (
-	"errors"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/testsuite"
-	"go.temporal.io/sdk/workflow"
 
 	"github.com/tollgate/tollgate/activities"
 )
@@ -95,11 +92,7 @@ func TestConversationContinuesAsNewCarryingFullMessageLog(t *testing.T) {
 
 	h.env.ExecuteWorkflow(ConversationWorkflow, ConversationInput{ConversationID: "c3"})
 
-	err := h.env.GetWorkflowError()
-	var can *workflow.ContinueAsNewError
-	require.True(t, errors.As(err, &can), "want continue-as-new, got %v", err)
-	var next ConversationInput
-	require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(can.Input, &next))
+	next := continuedAs(t, h.env)
 	require.Equal(t, "c3", next.ConversationID)
 	require.Equal(t, 3, next.Turns)
 	require.Equal(t, []string{"q1", "a1", "q2", "a2"}, contents(next.Messages))

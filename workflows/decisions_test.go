@@ -351,19 +351,7 @@ func requestIn(t *testing.T, env *testsuite.TestWorkflowEnvironment, workflowID 
 func updateByID(t *testing.T, env *testsuite.TestWorkflowEnvironment, workflowID, updateID string, d ApprovalDecision) *updateOutcome {
 	t.Helper()
 	o := &updateOutcome{}
-	require.NoError(t, env.UpdateWorkflowByID(workflowID, ApprovalUpdate, updateID, &testsuite.TestUpdateCallback{
-		OnAccept: func() {},
-		OnReject: func(err error) { o.rejected, o.done = err, true },
-		OnComplete: func(v any, err error) {
-			o.done = true
-			if r, ok := v.(ApprovalResult); ok {
-				o.result = r
-			}
-			if err != nil {
-				o.rejected = err
-			}
-		},
-	}, d))
+	require.NoError(t, env.UpdateWorkflowByID(workflowID, ApprovalUpdate, updateID, o.callback(), d))
 	return o
 }
 

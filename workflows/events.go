@@ -81,7 +81,8 @@ type Event struct {
 	// tool_result
 	ToolResults []ToolResult `json:"toolResults,omitempty"`
 
-	// approval_decision, finish and error
+	// Reason: approval_decision's, approval_request's policy note, and
+	// finish's; Text: finish's; Message: error's and finish's.
 	Reason  string `json:"reason,omitempty"`
 	Text    string `json:"text,omitempty"`
 	Message string `json:"message,omitempty"`
@@ -117,13 +118,12 @@ type eventLog struct {
 }
 
 // append numbers e and adds it to the log.
-func (l *eventLog) append(e Event) Event {
+func (l *eventLog) append(e Event) {
 	e.Seq = len(l.events) + 1
 	l.events = append(l.events, e)
 	if l.onAppend != nil {
 		l.onAppend(e)
 	}
-	return e
 }
 
 // after returns the events with a sequence number greater than seq.

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/tollgate/tollgate/activities"
@@ -41,12 +40,13 @@ type RevokeGrant struct {
 
 // grantFor returns the newest grant that covers call, or nil.
 func grantFor(grants []Grant, call activities.ToolCall) *Grant {
+	if len(grants) == 0 {
+		return nil
+	}
+	args := canonicalJSON(call.Arguments)
 	for i := len(grants) - 1; i >= 0; i-- {
 		g := &grants[i]
-		if g.Tool != call.Name {
-			continue
-		}
-		if g.Arguments == "" || g.Arguments == canonicalJSON(call.Arguments) {
+		if g.Tool == call.Name && (g.Arguments == "" || g.Arguments == args) {
 			return g
 		}
 	}
@@ -56,7 +56,7 @@ func grantFor(grants []Grant, call activities.ToolCall) *Grant {
 // grantFrom makes the grant a remembered decision on a asks for.
 func grantFrom(a *approval, turnID string) Grant {
 	g := Grant{
-		ID:        "grant-" + a.RequestID[strings.LastIndex(a.RequestID, requestIDSeparator)+len(requestIDSeparator):],
+		ID:        "grant-" + requestSecret(a.RequestID),
 		Tool:      a.Call.Name,
 		Decision:  a.decision,
 		Reason:    a.reason,

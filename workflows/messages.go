@@ -10,7 +10,7 @@ import (
 // body of POST /chat/approval.
 type ApprovalDecision struct {
 	RequestID string `json:"requestId"`
-	// Decision is "approve" or "decline"; anything else declines.
+	// Decision is "approve" or "decline"; any other value is rejected.
 	Decision string `json:"decision"`
 	// Reason is shown to the model with a decline.
 	Reason string `json:"reason,omitempty"`

@@ -119,6 +119,11 @@ func NewRequestID(workflowID, secret string) string {
 	return workflowID + requestIDSeparator + secret
 }
 
+// requestSecret returns the part of a request id after its workflow's ID.
+func requestSecret(requestID string) string {
+	return requestID[strings.LastIndex(requestID, requestIDSeparator)+len(requestIDSeparator):]
+}
+
 // RequestWorkflowID returns the workflow that waits for an approval request
 // id, or false when the id is not of tollgate's form. It does not prove the
 // id is genuine: only the workflow's validator can.

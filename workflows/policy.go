@@ -141,8 +141,9 @@ func evalWhen(expr, arguments string) (bool, error) {
 }
 
 // RequiresApproval reports whether settings' policy requires approval of a
-// call of tool with the given arguments, for tools that check a policy
-// outside a workflow.
+// call of tool with the given arguments, as the gate decides it: for code
+// outside a workflow that checks a policy (the README's example policies are
+// tested with it).
 func RequiresApproval(settings Settings, tool, arguments string) bool {
 	return settings.check(activities.ToolCall{Name: tool, Arguments: arguments}).required
 }

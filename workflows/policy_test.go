@@ -118,25 +118,14 @@ func TestRememberedApprovalSkipsLaterApprovalsInTheConversationUntilRevoked(t *t
 	require.Contains(t, toolMessages(h.modelInputs[3].Messages)[1].Content, "Bash ran with")
 }
 
-func TestGrantNeverCrossesConversationsAndCanCoverOnlyTheSameArguments(t *testing.T) {
+// A grant lives in its conversation's state, so it cannot reach another
+// conversation; api's TestRememberedApprovalSkipsTheNextAskUntilRevokedOverHTTP
+// shows that on a real server.
+func TestGrantCoversOnlyItsToolWithTheSameArguments(t *testing.T) {
 	g := Grant{ID: "g", Tool: "Bash", Decision: DecisionApprove, Arguments: canonicalJSON(`{"command": "make"}`)}
 	require.NotNil(t, grantFor([]Grant{g}, call("x", "Bash", `{ "command":"make" }`)))
 	require.Nil(t, grantFor([]Grant{g}, call("x", "Bash", `{"command":"make deploy"}`)))
 	require.Nil(t, grantFor([]Grant{g}, call("x", "Write", `{"command":"make"}`)))
-
-	// A new conversation starts with no grants, so it asks.
-	h := newHarness(t, testSettings(), calls(call("b", "Bash", `{"command":"make"}`)))
-	var r TurnRef
-	var pending []PendingApproval
-	h.env.RegisterDelayedCallback(func() { h.send("one", &r) }, time.Second)
-	h.env.RegisterDelayedCallback(func() {
-		v, err := h.env.QueryWorkflowByID(r.TurnID, PendingQuery)
-		require.NoError(t, err)
-		require.NoError(t, v.Get(&pending))
-		h.env.CancelWorkflow()
-	}, time.Minute)
-	h.env.ExecuteWorkflow(ConversationWorkflow, ConversationInput{ConversationID: "other"})
-	require.Len(t, pending, 1)
 }
 
 func TestRememberedDeclineDeclinesWithoutAsking(t *testing.T) {

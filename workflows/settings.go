@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"slices"
 	"time"
 
 	"github.com/tollgate/tollgate/activities"
@@ -98,22 +99,12 @@ func (s Settings) withDefaults() Settings {
 
 // requires reports whether a call of the named tool waits for approval.
 func (s Settings) requires(tool string) bool {
-	for _, t := range s.RequiredTools {
-		if t == tool {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(s.RequiredTools, tool)
 }
 
 // offers reports whether the named tool is among tools.
 func offers(tools []activities.ToolSpec, name string) bool {
-	for _, t := range tools {
-		if t.Name == name {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(tools, func(t activities.ToolSpec) bool { return t.Name == name })
 }
 
 // Workflows holds the workflow implementations and the settings they start

@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -247,12 +248,9 @@ func (t *turn) onSubagentEvents(in SubagentEvents) {
 // limits, and its events forwarded to the parent's stream.
 func (w *Workflows) Subagent(ctx workflow.Context, in SubagentInput) (SubagentOutput, error) {
 	def := in.Agent
-	model := in.Settings.Model
-	if def.Model != "" {
-		model = def.Model
-	}
+	model := cmp.Or(def.Model, in.Settings.Model)
 	t := &turn{
-		settings:       in.Settings,
+		settings:       in.Settings.withDefaults(), // an older parent's may lack newer fields
 		conversationID: in.ConversationID,
 		input:          []activities.Message{{Role: activities.RoleUser, Content: in.Prompt}},
 		system:         def.Prompt,

@@ -118,15 +118,14 @@ func TestSubagentProtectedCallTimesOut(t *testing.T) {
 }
 
 func TestSubagentToolsFollowToolsAndDisallowedTools(t *testing.T) {
-	h := newHarness(t, subagentSettings(), task("auditor", "look"))
+	h := newHarness(t, subagentSettings(), task("auditor", "look"), calls(call("b", "Bash", `{"command":"ls"}`)))
 
 	h.runTurn(userTurn("delegate"))
 
 	require.Equal(t, []string{"Read"}, toolNames(h.modelInputs[1].Tools))
 	// A tool it was not given is refused even when the model asks for it.
-	s := subagentSettings()
-	def := s.Agents[1]
-	require.False(t, offers(s.withDefaults().toolsFor(&def, 1), "Bash"))
+	require.Empty(t, h.ranTools())
+	require.Contains(t, toolMessages(h.modelInputs[2].Messages)[0].Content, `there is no tool named "Bash"`)
 }
 
 func TestSubagentInheritsBypassApproval(t *testing.T) {

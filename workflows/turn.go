@@ -68,6 +68,8 @@ func (w *Workflows) ChatTurn(ctx workflow.Context, in TurnInput) (TurnOutput, er
 	}).Get(&settings); err != nil {
 		return TurnOutput{}, fmt.Errorf("turn %d of conversation %s: settings: %w", in.Turn, in.ConversationID, err)
 	}
+	// Settings recorded by an older worker may lack fields added since.
+	settings = settings.withDefaults()
 	t := &turn{
 		settings:       settings,
 		conversationID: in.ConversationID,
@@ -290,7 +292,7 @@ func (t *turn) callModel(ctx workflow.Context, messages []activities.Message) (a
 func modelActivityOptions(s Settings) workflow.ActivityOptions {
 	return workflow.ActivityOptions{
 		StartToCloseTimeout: 5 * time.Minute,
-		HeartbeatTimeout:    cmp.Or(s.ModelHeartbeatTimeout, DefaultModelHeartbeatTimeout),
+		HeartbeatTimeout:    s.ModelHeartbeatTimeout,
 		RetryPolicy: &temporal.RetryPolicy{
 			InitialInterval:    time.Second,
 			BackoffCoefficient: 2,
@@ -392,7 +394,7 @@ func (t *turn) runBatch(ctx workflow.Context, calls []activities.ToolCall) []Too
 func (t *turn) runTool(ctx workflow.Context, call activities.ToolCall) activities.ToolOutput {
 	opts := workflow.ActivityOptions{
 		StartToCloseTimeout: t.settings.ToolTimeout,
-		HeartbeatTimeout:    cmp.Or(t.settings.ToolHeartbeatTimeout, DefaultToolHeartbeatTimeout),
+		HeartbeatTimeout:    t.settings.ToolHeartbeatTimeout,
 		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
 		Summary:             call.Name + " " + truncate(call.Arguments, 120),
 	}

@@ -145,11 +145,10 @@ type updateOutcome struct {
 	done     bool
 }
 
-// decide sends d as the approval Update; the outcome fills in as the
-// workflow handles it.
-func (h *harness) decide(d ApprovalDecision) *updateOutcome {
-	o := &updateOutcome{}
-	h.env.UpdateWorkflow(ApprovalUpdate, "", &testsuite.TestUpdateCallback{
+// callback fills o in as the workflow handles the Update: a rejection, or
+// an error of the handler, is in rejected.
+func (o *updateOutcome) callback() *testsuite.TestUpdateCallback {
+	return &testsuite.TestUpdateCallback{
 		OnAccept: func() {},
 		OnReject: func(err error) { o.rejected, o.done = err, true },
 		OnComplete: func(v any, err error) {
@@ -157,8 +156,18 @@ func (h *harness) decide(d ApprovalDecision) *updateOutcome {
 			if r, ok := v.(ApprovalResult); ok {
 				o.result = r
 			}
+			if err != nil {
+				o.rejected = err
+			}
 		},
-	}, d)
+	}
+}
+
+// decide sends d as the approval Update; the outcome fills in as the
+// workflow handles it.
+func (h *harness) decide(d ApprovalDecision) *updateOutcome {
+	o := &updateOutcome{}
+	h.env.UpdateWorkflow(ApprovalUpdate, "", o.callback(), d)
 	return o
 }
 
