@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tollgate/tollgate/workflows"
@@ -13,23 +14,19 @@ func TestPendingApprovalIsListedByASecondAPIInstance(t *testing.T) {
 	st := newStack(t)
 	_, msgs := st.chat(t, `{"query":"hello","conversationId":"inbox-2"}`)
 	seq := 0
-	events := untilEvent(t, msgs, &seq, workflows.EventHeartbeat, 1)
 	var asked []string
-	for _, e := range events {
-		if e.Type == workflows.EventApprovalRequest {
-			asked = append(asked, e.RequestID)
-		}
+	for _, e := range ofType(untilEvent(t, msgs, &seq, workflows.EventApprovalRequest, 2), workflows.EventApprovalRequest) {
+		asked = append(asked, e.RequestID)
 	}
+	require.Len(t, asked, 2)
 
 	// The second instance has never seen this turn: it reads Temporal.
 	other := st.newAPI(t)
-	var listed []string
-	require.Eventually(t, func() bool {
-		listed = nil
-		for _, a := range approvalsAt(t, other.URL, "?conversationId=inbox-2") {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		var listed []string
+		for _, a := range approvalsAt(c, other.URL, "?conversationId=inbox-2") {
 			listed = append(listed, a.RequestID)
 		}
-		return len(listed) == len(asked)
+		require.ElementsMatch(c, asked, listed)
 	}, waitFor, 20*time.Millisecond)
-	require.ElementsMatch(t, asked, listed)
 }

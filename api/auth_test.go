@@ -159,9 +159,11 @@ func TestTheDecisionsPrincipalIsTheTokensNeverTheBodys(t *testing.T) {
 				sent = args.Get(1).(client.UpdateWorkflowOptions).Args[0].(workflows.ApprovalDecision)
 			}).Return(h, nil)
 			h.On("Get", mock.Anything, mock.Anything).Return(nil)
-			ts := newMockedServer(t, c)
+			var ts *httptest.Server
 			if tc.tokens {
 				ts = newAuthedServer(t, c)
+			} else {
+				ts = newMockedServer(t, c)
 			}
 
 			resp, body := send(t, http.MethodPost, ts.URL+"/chat/approval", tc.authorization,
@@ -289,16 +291,10 @@ func TestConsoleAndInboxSendTheTokenTypedIntoThem(t *testing.T) {
 
 	conv := eval[string](b, `JSON.parse(localStorage.getItem('tollgate.console.v1')).conversationId`)
 	turnID := workflows.TurnWorkflowID(conv, 1)
-	resp, body := send(t, http.MethodGet, api.URL+"/chat/turns/"+turnID+"/events?after=0", "Bearer "+bobToken, "")
-	require.Equal(t, http.StatusOK, resp.StatusCode)
+	_, msgs, _ := openStream(t, eventsURL(api, turnID)+"?after=0", http.Header{"Authorization": {"Bearer " + bobToken}})
 	var by []string
-	for _, m := range drainString(t, body) {
-		if !m.HasID {
-			continue
-		}
-		if e := decodeEvent(t, m); e.Type == workflows.EventApprovalDecision {
-			by = append(by, e.Decision+" by "+e.By)
-		}
+	for _, e := range ofType(streamToEnd(t, msgs), workflows.EventApprovalDecision) {
+		by = append(by, e.Decision+" by "+e.By)
 	}
 	require.ElementsMatch(t, []string{"approve by alice", "decline by alice"}, by)
 }

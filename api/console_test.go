@@ -242,19 +242,21 @@ func serverEvents(t *testing.T, apiURL, turnID, until string) []workflows.Event 
 	t.Helper()
 	_, msgs, cancel := openStream(t, apiURL+"/chat/turns/"+turnID+"/events?after=0", nil)
 	defer cancel()
+	if until == "" {
+		return streamToEnd(t, msgs)
+	}
 	var got []workflows.Event
 	for {
 		m, ok := nextMessage(t, msgs)
 		if !ok {
-			require.Empty(t, until, "the stream ended before %s", until)
-			return got
+			t.Fatalf("the stream ended before %s", until)
 		}
 		if !m.HasID {
 			continue
 		}
 		e := decodeEvent(t, m)
 		got = append(got, e)
-		if until != "" && e.Type == until {
+		if e.Type == until {
 			return got
 		}
 	}
@@ -361,19 +363,24 @@ func TestConsoleShowsEveryEventOnceAfterADroppedConnectionAndAReload(t *testing.
 	b.waitUntil(`Number(document.querySelector('[data-testid="connection"]').dataset.reconnects) >= 1`)
 	b.waitUntil(`document.querySelector('[data-testid="connection"]').dataset.state === "live"`)
 	requireEachEventOnce(t, pageSeqs(b, turn), len(waiting))
+	// What happens after the drop reaches the resumed stream, once.
+	write := requestsByTool(waiting)[activities.ToolWrite].RequestID
+	postDecision(t, env.api, write, workflows.DecisionApprove, "", true)
+	b.waitUntil(count(turn+` [data-type="approval_decision"]`) + ` === 1`)
+	decided := serverEvents(t, env.api.URL, turnID, workflows.EventApprovalDecision)
+	requireEachEventOnce(t, pageSeqs(b, turn), len(decided))
 
 	// A reload rebuilds the turn from the API's log: every event once.
 	b.do(chromedp.Reload())
 	b.do(chromedp.WaitVisible(chromedp.CSS(callIn(turn, "Bash") + ` [data-testid="approve"]`)))
-	b.waitUntil(count(turn+` [data-type="heartbeat"]`) + ` === 1`)
+	b.waitUntil(count(turn+` [data-type="approval_decision"]`) + ` === 1`)
 	require.Equal(t, 1, eval[int](b, count(consoleTurn)))
 	require.Equal(t, "survive a reload", eval[string](b, `document.querySelector('[data-testid="user-message"]').textContent`))
-	requireEachEventOnce(t, pageSeqs(b, turn), len(waiting))
-	require.Equal(t, 2, eval[int](b, count(turn+` [data-testid="approval-actions"]:not([hidden])`)))
+	requireEachEventOnce(t, pageSeqs(b, turn), len(decided))
+	require.Equal(t, 1, eval[int](b, count(turn+` [data-testid="approval-actions"]:not([hidden])`)), "only Bash still waits")
 
 	// Deciding still works after the reload.
 	b.do(
-		chromedp.Click(chromedp.CSS(callIn(turn, "Write")+` [data-testid="approve"]`)),
 		chromedp.Click(chromedp.CSS(callIn(turn, "Bash")+` [data-testid="approve"]`)),
 		chromedp.WaitVisible(chromedp.CSS(turn+` [data-testid="finish"][data-reason="stop"]`)),
 	)
@@ -400,8 +407,14 @@ func TestInboxListsPendingApprovalsAndDecidingThereFinishesTheTurn(t *testing.T)
 	b.do(chromedp.WaitVisible(chromedp.CSS(row("Write"))), chromedp.WaitVisible(chromedp.CSS(row("Bash"))))
 	require.Equal(t, "inbox-1", eval[string](b, `document.querySelector('[data-testid="approval"]').dataset.conversationId`))
 	// Age and expiry count live; the timeout is a minute.
-	b.waitUntil(`/^expires in 0:[0-5]\d$/.test(document.querySelector('[data-testid="expires"]').textContent)`)
-	b.waitUntil(`/^waiting 0:0\d$/.test(document.querySelector('[data-testid="age"]').textContent)`)
+	text := func(testid string) string {
+		return fmt.Sprintf(`document.querySelector('[data-testid=%q]').textContent`, testid)
+	}
+	age, expires := eval[string](b, text("age")), eval[string](b, text("expires"))
+	require.Regexp(t, `^waiting \d+:\d\d$`, age)
+	require.Regexp(t, `^expires in 0:[0-5]\d$`, expires)
+	b.waitUntil(text("age") + ` !== ` + jsQuote(age))
+	b.waitUntil(text("expires") + ` !== ` + jsQuote(expires))
 	b.screenshot("inbox")
 
 	// Filters: by tool, and by conversation.

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	openai "github.com/sashabaranov/go-openai"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tollgate/tollgate/activities"
@@ -167,9 +168,9 @@ func TestResumeAfterDroppedConnectionHasNoGapNoDuplicate(t *testing.T) {
 	requests := ofType(before, workflows.EventApprovalRequest)
 	n := seq
 	drop()
-	require.Eventually(t, func() bool {
-		return metric(t, st.api, "tollgate_api_open_streams") == 0 &&
-			metric(t, st.api, "tollgate_api_pollers_running") == 0
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		require.Zero(c, metric(c, st.api, "tollgate_api_open_streams"))
+		require.Zero(c, metric(c, st.api, "tollgate_api_pollers_running"))
 	}, waitFor, 10*time.Millisecond, "the dropped client stops costing anything")
 
 	// Decided while nobody watches: the events after n pile up in Temporal.
@@ -377,7 +378,6 @@ func ofType(events []workflows.Event, typ string) []workflows.Event {
 
 func lastOf(events []workflows.Event) workflows.Event { return events[len(events)-1] }
 
-// tokenText joins the text of the token events.
 // tokenText is the answer text that the token events spell, as a client
 // shows it: applied in order, a reset one starting the text again.
 func tokenText(events []workflows.Event) string {

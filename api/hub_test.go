@@ -117,6 +117,8 @@ func TestPollerStopsWhenLastSubscriberLeaves(t *testing.T) {
 	require.Eventually(t, func() bool { return src.watching.Load() == 1 }, waitFor, time.Millisecond)
 
 	h.unsubscribe(a)
+	src.publish("t", workflows.EventToken)
+	require.Eventually(t, func() bool { return b.feed.last() == 2 }, waitFor, time.Millisecond, "b still gets events")
 	require.EqualValues(t, 1, m.pollersRunning.Load(), "b still watches")
 	h.unsubscribe(b)
 	require.Eventually(t, func() bool {

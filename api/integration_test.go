@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
@@ -217,9 +218,12 @@ func (st *stack) approvals(t *testing.T, query string) []workflows.PendingApprov
 	return approvalsAt(t, st.api.URL, query)
 }
 
-// approvalsAt lists the pending approvals of the API at baseURL.
-func approvalsAt(t *testing.T, baseURL, query string) []workflows.PendingApproval {
-	t.Helper()
+// approvalsAt lists the pending approvals of the API at baseURL. t may be
+// an Eventually's *assert.CollectT.
+func approvalsAt(t require.TestingT, baseURL, query string) []workflows.PendingApproval {
+	if h, ok := t.(interface{ Helper() }); ok {
+		h.Helper()
+	}
 	resp, err := http.Get(baseURL + "/approvals" + query)
 	require.NoError(t, err)
 	defer resp.Body.Close()
@@ -241,12 +245,7 @@ func TestTurnStreamsThroughApprovalsToFinishOnRealTemporal(t *testing.T) {
 	events := untilEvent(t, msgs, &seq, workflows.EventApprovalRequest, 2)
 	require.Equal(t, workflows.EventTurnStart, events[0].Type)
 	require.Equal(t, turnID, events[0].TurnID)
-	requests := map[string]string{} // tool name → request id
-	for _, e := range events {
-		if e.Type == workflows.EventApprovalRequest {
-			requests[e.ToolName] = e.RequestID
-		}
-	}
+	requests := requestsByTool(events)
 	require.Len(t, requests, 2)
 
 	// A second client on the same turn shares the poller.
@@ -256,32 +255,23 @@ func TestTurnStreamsThroughApprovalsToFinishOnRealTemporal(t *testing.T) {
 	require.Equal(t, "2", m.ID)
 	require.EqualValues(t, 1, metric(t, st.api, "tollgate_api_pollers_started_total"))
 
-	require.Eventually(t, func() bool { return len(st.approvals(t, "")) == 2 }, waitFor, 20*time.Millisecond)
+	require.EventuallyWithT(t, func(c *assert.CollectT) { require.Len(c, approvalsAt(c, st.api.URL, ""), 2) }, waitFor, 20*time.Millisecond)
 	require.Len(t, st.approvals(t, "?tool="+activities.ToolBash), 1)
 	require.Len(t, st.approvals(t, "?conversationId=it-1"), 2)
 	require.Empty(t, st.approvals(t, "?conversationId=other"))
 
-	status, out := st.postJSON(t, "/chat/approval", `{"requestId":"`+requests[activities.ToolWrite]+`","decision":"approve"}`)
-	require.Equal(t, http.StatusOK, status)
-	require.Equal(t, true, out["accepted"])
-	status, out = st.postJSON(t, "/chat/approval", `{"requestId":"`+requests[activities.ToolWrite]+`","decision":"approve"}`)
-	require.Equal(t, http.StatusOK, status)
-	require.Equal(t, false, out["accepted"], "already decided")
-	status, out = st.postJSON(t, "/chat/approval", `{"requestId":"`+requests[activities.ToolWrite]+`x","decision":"approve"}`)
-	require.Equal(t, http.StatusOK, status)
-	require.Equal(t, false, out["accepted"], "forged")
+	write, bash := requests[activities.ToolWrite].RequestID, requests[activities.ToolBash].RequestID
+	postDecision(t, st.api, write, workflows.DecisionApprove, "", true)
+	postDecision(t, st.api, write, workflows.DecisionApprove, "", false)     // already decided
+	postDecision(t, st.api, write+"x", workflows.DecisionApprove, "", false) // forged
 	forged := workflows.NewRequestID(workflows.ConversationWorkflowID("it-1"), "x")
-	status, out = st.postJSON(t, "/chat/approval", `{"requestId":"`+forged+`","decision":"approve"}`)
-	require.Equal(t, http.StatusOK, status)
-	require.Equal(t, false, out["accepted"], "a workflow with no approval update")
-	status, out = st.postJSON(t, "/chat/approval", `{"requestId":"`+requests[activities.ToolBash]+`","decision":"decline","reason":"not now"}`)
-	require.Equal(t, http.StatusOK, status)
-	require.Equal(t, true, out["accepted"])
+	postDecision(t, st.api, forged, workflows.DecisionApprove, "", false) // a workflow with no approval update
+	postDecision(t, st.api, bash, workflows.DecisionDecline, "not now", true)
 
 	rest := untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
 	finish := rest[len(rest)-1]
 	require.Equal(t, workflows.FinishStop, finish.Reason)
-	_, ok = <-msgs
+	_, ok = nextMessage(t, msgs)
 	require.False(t, ok, "the stream ends after finish")
 	require.Empty(t, st.approvals(t, ""))
 
@@ -303,19 +293,12 @@ func TestApprovalOfAnEndedTurnIsNotAccepted(t *testing.T) {
 	_, msgs := st.chat(t, `{"query": "hi", "conversationId": "it-2"}`)
 	seq := 0
 	events := untilEvent(t, msgs, &seq, workflows.EventApprovalRequest, 2)
-	var ids []string
-	for _, e := range events {
-		if e.Type == workflows.EventApprovalRequest {
-			ids = append(ids, e.RequestID)
-		}
-	}
+	requests := ofType(events, workflows.EventApprovalRequest)
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	require.NoError(t, st.client.TerminateWorkflow(ctx, workflows.TurnWorkflowID("it-2", 1), "", "test"))
 
-	status, out := st.postJSON(t, "/chat/approval", `{"requestId":"`+ids[0]+`","decision":"approve"}`)
-	require.Equal(t, http.StatusOK, status)
-	require.Equal(t, false, out["accepted"])
+	postDecision(t, st.api, requests[0].RequestID, workflows.DecisionApprove, "", false)
 }
 
 func TestHealthzAnswersOKWithTemporalUp(t *testing.T) {
@@ -340,10 +323,8 @@ func TestNewMessageInTheSameConversationStreamsTheNextTurn(t *testing.T) {
 	// The new message declines what the first turn waits for, and it ends.
 	rest := untilEvent(t, first, &seq1, workflows.EventFinish, 1)
 	var decisions []string
-	for _, e := range rest {
-		if e.Type == workflows.EventApprovalDecision {
-			decisions = append(decisions, e.Decision)
-		}
+	for _, e := range ofType(rest, workflows.EventApprovalDecision) {
+		decisions = append(decisions, e.Decision)
 	}
 	require.Equal(t, []string{workflows.DecisionDecline, workflows.DecisionDecline}, decisions)
 

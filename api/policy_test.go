@@ -87,20 +87,11 @@ func TestRememberedApprovalSkipsTheNextAskUntilRevokedOverHTTP(t *testing.T) {
 		_, out := st.postJSON(t, "/chat/approval", `{"requestId":"`+e.RequestID+`",`+body+`}`)
 		require.Equal(t, true, out["accepted"])
 	}
-	requests := func(events []workflows.Event) map[string]workflows.Event {
-		out := map[string]workflows.Event{}
-		for _, e := range events {
-			if e.Type == workflows.EventApprovalRequest {
-				out[e.ToolName] = e
-			}
-		}
-		return out
-	}
 
 	// Turn 1: Bash approved and remembered; Write declined.
 	_, msgs := st.chat(t, `{"query":"one","conversationId":"`+conv+`"}`)
 	seq := 0
-	asked := requests(untilEvent(t, msgs, &seq, workflows.EventApprovalRequest, 2))
+	asked := requestsByTool(untilEvent(t, msgs, &seq, workflows.EventApprovalRequest, 2))
 	decide(asked["Bash"], `"decision":"approve","remember":"conversation"`)
 	decide(asked["Write"], `"decision":"decline"`)
 	untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
@@ -109,8 +100,8 @@ func TestRememberedApprovalSkipsTheNextAskUntilRevokedOverHTTP(t *testing.T) {
 	_, msgs = st.chat(t, `{"query":"two","conversationId":"`+conv+`"}`)
 	seq = 0
 	events := untilEvent(t, msgs, &seq, workflows.EventHeartbeat, 1)
-	require.Len(t, requests(events), 1)
-	write := requests(events)["Write"]
+	require.Len(t, requestsByTool(events), 1)
+	write := requestsByTool(events)["Write"]
 	grantUsed := findType(events, workflows.EventApprovalDecision)
 	require.NotEmpty(t, grantUsed.Grant)
 	require.Equal(t, workflows.DecisionApprove, grantUsed.Decision)
@@ -120,7 +111,7 @@ func TestRememberedApprovalSkipsTheNextAskUntilRevokedOverHTTP(t *testing.T) {
 	// Another conversation, while the grant holds: it asks for both.
 	_, other := st.chat(t, `{"query":"one","conversationId":"grants-other"}`)
 	otherSeq := 0
-	require.Len(t, requests(untilEvent(t, other, &otherSeq, workflows.EventApprovalRequest, 2)), 2)
+	require.Len(t, requestsByTool(untilEvent(t, other, &otherSeq, workflows.EventApprovalRequest, 2)), 2)
 	require.Empty(t, st.grants(t, "grants-other"), "another conversation has none")
 
 	// The grant is listed, revoked once, and then gone.
@@ -135,7 +126,7 @@ func TestRememberedApprovalSkipsTheNextAskUntilRevokedOverHTTP(t *testing.T) {
 	// Turn 3: Bash asks again.
 	_, msgs = st.chat(t, `{"query":"three","conversationId":"`+conv+`"}`)
 	seq = 0
-	require.Contains(t, requests(untilEvent(t, msgs, &seq, workflows.EventApprovalRequest, 2)), "Bash")
+	require.Contains(t, requestsByTool(untilEvent(t, msgs, &seq, workflows.EventApprovalRequest, 2)), "Bash")
 }
 
 func (st *stack) grants(t *testing.T, conv string) []workflows.Grant {

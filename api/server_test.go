@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tollgate/tollgate/workflows"
@@ -36,8 +37,12 @@ func eventsURL(ts *httptest.Server, turnID string) string {
 }
 
 // metric reads one value from GET /metrics.
-func metric(t *testing.T, ts *httptest.Server, name string) int64 {
-	t.Helper()
+// metric reads a gauge or counter from the API's /metrics. t may be an
+// Eventually's *assert.CollectT.
+func metric(t require.TestingT, ts *httptest.Server, name string) int64 {
+	if h, ok := t.(interface{ Helper() }); ok {
+		h.Helper()
+	}
 	resp, err := http.Get(ts.URL + "/metrics")
 	require.NoError(t, err)
 	defer resp.Body.Close()
@@ -191,13 +196,17 @@ func TestTwoClientsOnOneTurnCauseOnePollerThatStopsWhenBothLeave(t *testing.T) {
 	require.EqualValues(t, 2, metric(t, ts, "tollgate_api_open_streams"))
 
 	cancelA()
-	require.Eventually(t, func() bool { return metric(t, ts, "tollgate_api_open_streams") == 1 }, waitFor, 5*time.Millisecond)
+	require.EventuallyWithT(t, func(c *assert.CollectT) { require.EqualValues(c, 1, metric(c, ts, "tollgate_api_open_streams")) }, waitFor, 5*time.Millisecond)
+	src.publish(testTurn, workflows.EventToken)
+	m, ok := nextMessage(t, b)
+	require.True(t, ok)
+	require.Equal(t, "2", m.ID, "b still gets events")
 	require.EqualValues(t, 1, metric(t, ts, "tollgate_api_pollers_running"), "b still watches")
 	cancelB()
-	require.Eventually(t, func() bool {
-		return metric(t, ts, "tollgate_api_open_streams") == 0 &&
-			metric(t, ts, "tollgate_api_pollers_running") == 0 &&
-			src.watching.Load() == 0
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		require.Zero(c, metric(c, ts, "tollgate_api_open_streams"))
+		require.Zero(c, metric(c, ts, "tollgate_api_pollers_running"))
+		require.Zero(c, src.watching.Load())
 	}, waitFor, 5*time.Millisecond, "a client that leaves stops costing anything")
 }
 

@@ -28,6 +28,7 @@ func TestKeepAliveIsAHeartbeatWithoutID(t *testing.T) {
 	rec := httptest.NewRecorder()
 	out, err := startSSE(rec)
 	require.NoError(t, err)
+	rec.Flushed = false // startSSE flushed the headers
 	require.NoError(t, out.keepAlive())
 	require.Equal(t, "data: {\"type\":\"heartbeat\"}\n\n", rec.Body.String())
 	require.True(t, rec.Flushed)
