@@ -9,20 +9,15 @@ import (
 	"io"
 	"net/http"
 	"reflect"
-	"time"
 
 	"github.com/gin-gonic/gin"
+	"go.temporal.io/sdk/client"
 
 	"github.com/tollgate/tollgate/workflows"
 )
 
 // maxBodyBytes bounds every request body.
 const maxBodyBytes = 64 << 10
-
-// decisionTimeout bounds how long POST /chat/approval waits for the turn to
-// take a decision. The Update completes as soon as a worker runs it; without
-// a worker the caller hears 503 rather than hanging.
-const decisionTimeout = 30 * time.Second
 
 // approvalBody is POST /chat/approval's body as it arrives. Arguments stays
 // raw so that it may be sent either as a JSON object or as a string holding
@@ -46,24 +41,21 @@ func parseApproval(r io.Reader) (workflows.ApprovalDecision, error) {
 	if b.RequestID == "" {
 		return workflows.ApprovalDecision{}, badRequest("requestId is missing")
 	}
-	switch b.Decision {
-	case workflows.DecisionApprove, workflows.DecisionDecline:
-	case "":
+	if b.Decision == "" {
 		return workflows.ApprovalDecision{}, badRequest("decision is missing: use %q or %q", workflows.DecisionApprove, workflows.DecisionDecline)
-	default:
-		return workflows.ApprovalDecision{}, badRequest("decision %q is neither %q nor %q", b.Decision, workflows.DecisionApprove, workflows.DecisionDecline)
 	}
 	args, err := editedArguments(b.Arguments)
 	if err != nil {
 		return workflows.ApprovalDecision{}, err
 	}
-	if b.Remember != "" && b.Remember != workflows.RememberConversation {
-		return workflows.ApprovalDecision{}, badRequest("remember %q is not %q", b.Remember, workflows.RememberConversation)
-	}
-	return workflows.ApprovalDecision{
+	d := workflows.ApprovalDecision{
 		RequestID: b.RequestID, Decision: b.Decision, Reason: b.Reason, Arguments: args,
 		Remember: b.Remember, SameArguments: b.SameArguments,
-	}, nil
+	}
+	if err := d.Check(); err != nil {
+		return workflows.ApprovalDecision{}, badRequest("%s", err)
+	}
+	return d, nil
 }
 
 // editedArguments returns the edited tool arguments as compact JSON text, or
@@ -101,6 +93,12 @@ func compactJSON(valid []byte) string {
 		return string(valid) // cannot happen: the decoder checked it
 	}
 	return buf.String()
+}
+
+// decodeBody reads a request's body, at most maxBodyBytes, as one JSON
+// object into dst (see decodeJSON).
+func decodeBody(c *gin.Context, dst any) error {
+	return decodeJSON(http.MaxBytesReader(c.Writer, c.Request.Body, maxBodyBytes), dst)
 }
 
 // decodeJSON reads exactly one JSON object from r into dst. Its errors are
@@ -222,4 +220,30 @@ func (s *Server) decide(ctx context.Context, d workflows.ApprovalDecision) (bool
 	}
 	s.log.Info("approval", "requestId", d.RequestID, "decision", d.Decision, "by", d.Principal, "accepted", taken && res.Accepted)
 	return taken && res.Accepted, nil
+}
+
+// offer sends an Update to wid and reports whether the workflow took it. A
+// rejection by its validator, or a workflow that is gone, is false, not an
+// error: only a failure to reach Temporal is.
+func (s *Server) offer(ctx context.Context, wid, update string, arg, result any) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, updateTimeout)
+	defer cancel()
+	h, err := s.client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+		WorkflowID:   wid,
+		UpdateName:   update,
+		Args:         []any{arg},
+		WaitForStage: client.WorkflowUpdateStageCompleted,
+	})
+	if err == nil {
+		err = h.Get(ctx, result)
+	}
+	switch {
+	case err == nil:
+		return true, nil
+	case isRejectedUpdate(err):
+		s.log.Info("update not taken", "update", update, "workflowId", wid, "reason", err)
+		return false, nil
+	default:
+		return false, fmt.Errorf("send %s to %s: %w", update, wid, err)
+	}
 }

@@ -72,8 +72,6 @@ func writeError(c *gin.Context, log *slog.Logger, err error) {
 		level = slog.LevelWarn
 	case status >= http.StatusInternalServerError:
 		level = slog.LevelError
-	case status == statusClientClosedRequest:
-		level = slog.LevelDebug
 	case status == http.StatusConflict:
 		level = slog.LevelInfo
 	}
@@ -96,6 +94,14 @@ func isNotReady(err error) bool {
 	return errors.As(err, &nr)
 }
 
+// isQueryFailed reports whether the workflow itself failed the query: it
+// has no such query (it is not a turn, such as a conversation, whose ids
+// look alike) or its code failed, which waiting does not mend.
+func isQueryFailed(err error) bool {
+	var qf *serviceerror.QueryFailed
+	return errors.As(err, &qf)
+}
+
 // isUnavailable reports whether err means Temporal could not be reached or
 // did not answer in time: the client may try again.
 func isUnavailable(err error) bool {
@@ -111,11 +117,12 @@ func isUnavailable(err error) bool {
 		errors.As(err, &updateWait) || errors.Is(err, context.DeadlineExceeded)
 }
 
-// isRejectedDecision reports whether an approval Update failed because the
-// workflow did not take it: the validator rejected it (unknown, decided or
-// expired request), the workflow is gone or closed, or the id was garbage
-// the server refused. All of these answer {"accepted": false}.
-func isRejectedDecision(err error) bool {
+// isRejectedUpdate reports whether an Update failed because the workflow
+// did not take it: the validator rejected it (an unknown, decided or expired
+// request; an unknown grant), the workflow is gone or closed, or the id was
+// garbage the server refused. A decision or a client tool's result then
+// answers {"accepted": false}, a revoke 404.
+func isRejectedUpdate(err error) bool {
 	var (
 		app     *temporal.ApplicationError
 		invalid *serviceerror.InvalidArgument

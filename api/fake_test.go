@@ -112,7 +112,7 @@ func (f *fakeSource) Events(ctx context.Context, turnID string, after int, _ boo
 	if f.ignoreAfter {
 		after = 0
 	}
-	return eventsAfter(t.events, after), nil
+	return workflows.EventsAfter(t.events, after), nil
 }
 
 func (f *fakeSource) Watch(ctx context.Context, turnID string, changed func()) error {
@@ -215,15 +215,22 @@ func nextMessage(t *testing.T, msgs <-chan sseMessage) (sseMessage, bool) {
 	}
 }
 
-// drain collects messages until the stream ends.
+// drain collects messages until the stream ends, which must be within
+// waitFor: keep-alives do not keep it waiting.
 func drain(t *testing.T, msgs <-chan sseMessage) []sseMessage {
 	t.Helper()
+	deadline := time.NewTimer(waitFor)
+	defer deadline.Stop()
 	var all []sseMessage
 	for {
-		m, ok := nextMessage(t, msgs)
-		if !ok {
-			return all
+		select {
+		case m, ok := <-msgs:
+			if !ok {
+				return all
+			}
+			all = append(all, m)
+		case <-deadline.C:
+			t.Fatalf("the stream did not end within %s; %d messages so far", waitFor, len(all))
 		}
-		all = append(all, m)
 	}
 }

@@ -176,10 +176,7 @@ func (f *feed) last() int {
 	return len(f.events)
 }
 
-func (f *feed) finishedLocked() bool {
-	n := len(f.events)
-	return n > 0 && f.events[n-1].Type == workflows.EventFinish
-}
+func (f *feed) finishedLocked() bool { return workflows.Finished(f.events) }
 
 func (f *feed) finished() bool {
 	f.mu.Lock()
@@ -250,16 +247,15 @@ func (h *hub) poll(ctx context.Context, f *feed) {
 		}
 	}
 	changed() // read once at start: the turn may have events already
-	// closedCtx ends when the watcher sees the workflow close: a query in
-	// flight then (which, without a worker, would only time out) gives way
-	// to a read of the final log.
+	// closedCtx ends when the watcher sees the workflow close (or ctx ends,
+	// which returns first): a query in flight then (which, without a worker,
+	// would only time out) gives way to a read of the final log.
 	closedCtx, markClosed := context.WithCancel(ctx)
 	defer markClosed()
-	var closed atomic.Bool
+	closed := func() bool { return closedCtx.Err() != nil }
 	watchFailed := make(chan error, 1)
 	go func() {
 		err := h.watch(ctx, f.turnID, func() {
-			closed.Store(true)
 			markClosed()
 			changed()
 		}, changed, log)
@@ -282,7 +278,7 @@ func (h *hub) poll(ctx context.Context, f *feed) {
 		case <-retry:
 		}
 		retry = nil
-		ended := closed.Load()
+		ended := closed()
 		after := f.last()
 		readCtx := closedCtx
 		if ended {
@@ -295,7 +291,7 @@ func (h *hub) poll(ctx context.Context, f *feed) {
 		if ctx.Err() != nil {
 			return
 		}
-		if err != nil && !ended && closed.Load() {
+		if err != nil && !ended && closed() {
 			// The workflow closed during the read; the watcher has woken us
 			// to read the final log.
 			continue
@@ -306,6 +302,10 @@ func (h *hub) poll(ctx context.Context, f *feed) {
 				// the watcher wakes us when it has.
 				log.Debug("turn not started yet", "error", err)
 				continue
+			}
+			if !ended && isQueryFailed(err) {
+				f.fail(fmt.Errorf("%s cannot be streamed as a turn: %w", f.turnID, err))
+				return
 			}
 			if ended {
 				if closedFailures++; closedFailures >= h.settings.closedRetries {
@@ -392,7 +392,7 @@ func (s temporalSource) Events(ctx context.Context, turnID string, after int, cl
 		var out workflows.TurnOutput
 		err := s.client.GetWorkflow(ctx, turnID, "").Get(ctx, &out)
 		if err == nil {
-			return eventsAfter(out.Events, after), nil
+			return workflows.EventsAfter(out.Events, after), nil
 		}
 		s.log.Debug("ended turn has no result; querying its events", "turnId", turnID, "error", err)
 	}
@@ -430,17 +430,4 @@ func (s temporalSource) Watch(ctx context.Context, turnID string, changed func()
 		}
 	}
 	return nil
-}
-
-// eventsAfter answers an events read from a whole log.
-func eventsAfter(log []workflows.Event, after int) workflows.EventsResponse {
-	resp := workflows.EventsResponse{Events: []workflows.Event{}}
-	for _, e := range log {
-		if e.Seq > after {
-			resp.Events = append(resp.Events, e)
-		}
-	}
-	n := len(log)
-	resp.Finished = n > 0 && log[n-1].Type == workflows.EventFinish
-	return resp
 }

@@ -301,6 +301,24 @@ func TestApprovalOfAnEndedTurnIsNotAccepted(t *testing.T) {
 	postDecision(t, st.api, requests[0].RequestID, workflows.DecisionApprove, "", false)
 }
 
+func TestStreamOfAConversationsWorkflowEndsWithAnError(t *testing.T) {
+	// A conversation's workflow id passes as a tollgate id, but it has no
+	// events: the stream ends with an error instead of asking again forever.
+	st := newStack(t)
+	_, msgs := st.chat(t, `{"query": "hi", "conversationId": "it-4"}`)
+	seq := 0
+	untilEvent(t, msgs, &seq, workflows.EventApprovalRequest, 1)
+
+	_, conv, _ := openStream(t, eventsURL(st.api, workflows.ConversationWorkflowID("it-4")), nil)
+	got := drain(t, conv)
+	require.NotEmpty(t, got)
+	last := got[len(got)-1]
+	require.False(t, last.HasID)
+	e := decodeEvent(t, last)
+	require.Equal(t, workflows.EventError, e.Type)
+	require.Contains(t, e.Message, "cannot be streamed as a turn")
+}
+
 func TestHealthzAnswersOKWithTemporalUp(t *testing.T) {
 	st := newStack(t)
 	resp, err := http.Get(st.api.URL + "/healthz")

@@ -23,6 +23,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/workflows"
 )
 
@@ -49,8 +50,14 @@ const (
 	sendTimeout = 30 * time.Second
 	// healthTimeout bounds GET /healthz.
 	healthTimeout = 3 * time.Second
-	// pendingQueryTimeout bounds the pending query of one turn.
-	pendingQueryTimeout = 5 * time.Second
+	// updateTimeout bounds an Update the API offers a workflow (a
+	// decision, a client tool's result, a revoke): it completes as soon as
+	// a worker runs it; without a worker the caller hears 503 rather than
+	// hanging.
+	updateTimeout = 30 * time.Second
+	// queryTimeout bounds one query of a workflow: a turn's pending
+	// requests, a conversation's grants.
+	queryTimeout = 5 * time.Second
 )
 
 // pendingQueryConcurrency bounds the pending queries GET /approvals runs at
@@ -70,6 +77,14 @@ const (
 // conversationIDPattern is what a client-chosen conversation id may look
 // like: it becomes part of workflow ids and visibility queries.
 var conversationIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
+
+// checkConversationID says what is wrong with a client's conversation id.
+func checkConversationID(conv string) error {
+	if !conversationIDPattern.MatchString(conv) {
+		return badRequest("conversationId %.80q is not valid: use up to 128 letters, digits, '.', '_', ':' or '-', starting with a letter or digit", conv)
+	}
+	return nil
+}
 
 // Server is tollgate's HTTP API. It holds no state of its own beyond the
 // in-memory buffers of the turns being streamed: any instance can serve any
@@ -114,7 +129,7 @@ func newServer(o Options, src eventSource, settings hubSettings) *Server {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	if s.heartbeat <= 0 {
-		s.heartbeat = 15 * time.Second
+		s.heartbeat = config.DefaultHeartbeatInterval
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.hub = newHub(s.ctx, src, s.log, s.metrics, settings)
@@ -161,7 +176,7 @@ type chatRequest struct {
 // conversation (starting it if new) and streams the turn that runs it.
 func (s *Server) chatStream(c *gin.Context) {
 	var req chatRequest
-	if err := decodeJSON(http.MaxBytesReader(c.Writer, c.Request.Body, maxBodyBytes), &req); err != nil {
+	if err := decodeBody(c, &req); err != nil {
 		writeError(c, s.log, err)
 		return
 	}
@@ -172,8 +187,8 @@ func (s *Server) chatStream(c *gin.Context) {
 	conv := req.ConversationID
 	if conv == "" {
 		conv = uuid.NewString()
-	} else if !conversationIDPattern.MatchString(conv) {
-		writeError(c, s.log, badRequest("conversationId %.80q is not valid: use up to 128 letters, digits, '.', '_', ':' or '-'", conv))
+	} else if err := checkConversationID(conv); err != nil {
+		writeError(c, s.log, err)
 		return
 	}
 	ref, err := s.send(c.Request.Context(), conv, workflows.UserMessage{Query: req.Query, BypassApproval: req.BypassApproval, ClientTools: req.ClientTools})
@@ -304,9 +319,11 @@ func (s *Server) stream(c *gin.Context, turnID string, after int) {
 func (s *Server) listApprovals(c *gin.Context) {
 	ctx := c.Request.Context()
 	conv, tool := c.Query("conversationId"), c.Query("tool")
-	if conv != "" && !conversationIDPattern.MatchString(conv) {
-		writeError(c, s.log, badRequest("conversationId %.80q is not valid: use up to 128 letters, digits, '.', '_', ':' or '-'", conv))
-		return
+	if conv != "" {
+		if err := checkConversationID(conv); err != nil {
+			writeError(c, s.log, err)
+			return
+		}
 	}
 	turns, err := s.waitingTurns(ctx, conv)
 	if err != nil {
@@ -389,7 +406,7 @@ func (s *Server) pendingOf(ctx context.Context, turnIDs []string) []workflows.Pe
 			case <-ctx.Done():
 				return
 			}
-			qctx, cancel := context.WithTimeout(ctx, pendingQueryTimeout)
+			qctx, cancel := context.WithTimeout(ctx, queryTimeout)
 			defer cancel()
 			var pending []workflows.PendingApproval
 			v, err := s.client.QueryWorkflow(qctx, id, "", workflows.PendingQuery)

@@ -127,15 +127,21 @@ func (l *eventLog) append(e Event) {
 }
 
 // after returns the events with a sequence number greater than seq.
-func (l *eventLog) after(seq int) EventsResponse {
-	if seq < 0 {
-		seq = 0
+func (l *eventLog) after(seq int) EventsResponse { return EventsAfter(l.events, seq) }
+
+// EventsAfter answers an events read from a turn's whole log (numbered from
+// 1 without gaps, as a turn's is): the events after seq.
+func EventsAfter(log []Event, seq int) EventsResponse {
+	seq = max(seq, 0)
+	resp := EventsResponse{Events: []Event{}, Finished: Finished(log)}
+	if seq < len(log) {
+		resp.Events = append(resp.Events, log[seq:]...)
 	}
-	resp := EventsResponse{Events: []Event{}}
-	if seq < len(l.events) {
-		resp.Events = append(resp.Events, l.events[seq:]...)
-	}
-	n := len(l.events)
-	resp.Finished = n > 0 && l.events[n-1].Type == EventFinish
 	return resp
+}
+
+// Finished reports whether a turn's log is complete: its last event is
+// finish.
+func Finished(log []Event) bool {
+	return len(log) > 0 && log[len(log)-1].Type == EventFinish
 }

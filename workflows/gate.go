@@ -159,18 +159,8 @@ func (g *gate) validate(ctx workflow.Context, d ApprovalDecision) error {
 	case !workflow.Now(ctx).Before(a.ExpiresAt):
 		return fmt.Errorf("approval request %q: %w", d.RequestID, errExpired)
 	}
-	switch d.Decision {
-	case DecisionApprove:
-		if d.Arguments != "" && !isJSONObject(d.Arguments) {
-			return fmt.Errorf("approval request %q: edited arguments are not a JSON object", d.RequestID)
-		}
-	case DecisionDecline:
-	default:
-		return fmt.Errorf("approval request %q: decision %q is neither %q nor %q",
-			d.RequestID, d.Decision, DecisionApprove, DecisionDecline)
-	}
-	if d.Remember != "" && d.Remember != RememberConversation {
-		return fmt.Errorf("approval request %q: remember %q is not %q", d.RequestID, d.Remember, RememberConversation)
+	if err := d.Check(); err != nil {
+		return fmt.Errorf("approval request %q: %w", d.RequestID, err)
 	}
 	return nil
 }

@@ -1,6 +1,8 @@
 package workflows
 
 import (
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/tollgate/tollgate/activities"
@@ -27,6 +29,26 @@ type ApprovalDecision struct {
 	// access (the CLI's signal or Update) is trusted to say who it is, and a
 	// signal without one is recorded as PrincipalTemporal.
 	Principal string `json:"principal,omitempty"`
+}
+
+// Check says what is wrong with d itself, whatever request it names: a
+// decision other than approve or decline, edited arguments that are not a
+// JSON object, a remember other than conversation. The API and the gate
+// both ask it.
+func (d ApprovalDecision) Check() error {
+	switch d.Decision {
+	case DecisionApprove:
+		if d.Arguments != "" && !isJSONObject(d.Arguments) {
+			return errors.New("edited arguments are not a JSON object")
+		}
+	case DecisionDecline:
+	default:
+		return fmt.Errorf("decision %q is neither %q nor %q", d.Decision, DecisionApprove, DecisionDecline)
+	}
+	if d.Remember != "" && d.Remember != RememberConversation {
+		return fmt.Errorf("remember %q is not %q", d.Remember, RememberConversation)
+	}
+	return nil
 }
 
 // ApprovalResult answers the approval Update.

@@ -300,5 +300,5 @@ const TG = (() => {
     return panel;
   }
 
-  return { h, parseObject, pretty, summary, lineDiff, diffView, argsView, clock, tick, startClock, expiry, age, authHeaders, decide, decisionPanel };
+  return { h, parseObject, summary, diffView, argsView, tick, startClock, expiry, age, authHeaders, decisionPanel };
 })();

@@ -11,7 +11,7 @@
 //     is resumed with GET /chat/turns/{turnId}/events?after=lastSeq, with
 //     backoff, for as long as the turn has not finished.
 //   - localStorage keeps the conversation id and its recent turns (turnId,
-//     query, lastEventId, finished). A reload rebuilds every kept turn from
+//     query), written when a turn is added. A reload rebuilds every kept turn from
 //     scratch: a fresh view with lastSeq 0 streams ?after=0, which for an
 //     unfinished turn then simply goes on live. The server's log is the only
 //     source of truth, so nothing can be rendered twice.
@@ -224,12 +224,7 @@
       } catch (err) {
         console.error('render event', ev, err);
       }
-      this.rec.lastEventId = seq;
-      if (ev.type === 'finish') {
-        this.finished = true;
-        this.rec.finished = true;
-      }
-      save();
+      if (ev.type === 'finish') this.finished = true;
     }
 
     // note shows something about the connection (not a turn event).
@@ -532,8 +527,6 @@
     const rec = {
       turnId: resp.headers.get('X-Tollgate-Turn-Id'),
       query: text,
-      lastEventId: 0,
-      finished: false,
     };
     state.conversationId = resp.headers.get('X-Tollgate-Conversation-Id') || state.conversationId;
     state.turns.push(rec);
@@ -583,7 +576,7 @@
       state.turns = [];
     }
     if (!state.turns.some((t) => t.turnId === wanted)) {
-      state.turns.push({ turnId: wanted, query: '', lastEventId: 0, finished: false });
+      state.turns.push({ turnId: wanted, query: '' });
     }
     save();
     history.replaceState(null, '', location.pathname);

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"regexp"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"go.temporal.io/api/workflowservice/v1"
-	"go.temporal.io/sdk/client"
 
 	"github.com/tollgate/tollgate/workflows"
 )
@@ -38,7 +36,7 @@ type toolResultBody struct {
 // toolCallId (with the turnId, or alone: then visibility finds the turn).
 func (s *Server) toolResult(c *gin.Context) {
 	var b toolResultBody
-	if err := decodeJSON(http.MaxBytesReader(c.Writer, c.Request.Body, maxBodyBytes), &b); err != nil {
+	if err := decodeBody(c, &b); err != nil {
 		writeError(c, s.log, err)
 		return
 	}
@@ -110,81 +108,5 @@ func (s *Server) clientToolWorkflow(ctx context.Context, b toolResultBody) (stri
 			return "", nil // no turn waits for it
 		case <-time.After(wait):
 		}
-	}
-}
-
-// grants handles GET /conversations/:conversationId/grants.
-func (s *Server) grants(c *gin.Context) {
-	conv := c.Param("conversationId")
-	if !conversationIDPattern.MatchString(conv) {
-		writeError(c, s.log, badRequest("conversationId %.80q is not valid", conv))
-		return
-	}
-	ctx, cancel := context.WithTimeout(c.Request.Context(), sendTimeout)
-	defer cancel()
-	v, err := s.client.QueryWorkflow(ctx, workflows.ConversationWorkflowID(conv), "", workflows.GrantsQuery)
-	var grants []workflows.Grant
-	if err == nil {
-		err = v.Get(&grants)
-	}
-	if err != nil {
-		writeError(c, s.log, fmt.Errorf("grants of conversation %s: %w", conv, err))
-		return
-	}
-	if grants == nil {
-		grants = []workflows.Grant{}
-	}
-	c.JSON(http.StatusOK, gin.H{"grants": grants})
-}
-
-// revokeGrant handles DELETE /conversations/:conversationId/grants/:grantId.
-func (s *Server) revokeGrant(c *gin.Context) {
-	conv := c.Param("conversationId")
-	if !conversationIDPattern.MatchString(conv) {
-		writeError(c, s.log, badRequest("conversationId %.80q is not valid", conv))
-		return
-	}
-	var none struct{}
-	revoked, err := s.offer(c.Request.Context(), workflows.ConversationWorkflowID(conv), workflows.RevokeGrantUpdate,
-		workflows.RevokeGrant{GrantID: c.Param("grantId")}, &none)
-	if err != nil {
-		writeError(c, s.log, err)
-		return
-	}
-	if !revoked {
-		writeError(c, s.log, fmt.Errorf("grant %q of conversation %s: %w", c.Param("grantId"), conv, errUnknownGrant))
-		return
-	}
-	c.JSON(http.StatusOK, gin.H{"revoked": true})
-}
-
-// errUnknownGrant answers a revoke of a grant the conversation does not have.
-var errUnknownGrant = errors.New("no such grant")
-
-// offer sends an Update to wid and reports whether the workflow took it. A
-// rejection by its validator, or a workflow that is gone, is false, not an
-// error: only a failure to reach Temporal is.
-func (s *Server) offer(ctx context.Context, wid, update string, arg, result any) (bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, decisionTimeout)
-	defer cancel()
-	h, err := s.client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
-		WorkflowID:   wid,
-		UpdateName:   update,
-		Args:         []any{arg},
-		WaitForStage: client.WorkflowUpdateStageCompleted,
-	})
-	if err == nil {
-		err = h.Get(ctx, result)
-	}
-	switch {
-	case err == nil:
-		return true, nil
-	case isUnavailable(err):
-		return false, fmt.Errorf("send %s to %s: %w", update, wid, err)
-	case isRejectedDecision(err):
-		s.log.Info("update not taken", "update", update, "workflowId", wid, "reason", err)
-		return false, nil
-	default:
-		return false, fmt.Errorf("send %s to %s: %w", update, wid, err)
 	}
 }

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/tollgate/tollgate/workflows"
+)
+
+// grants handles GET /conversations/:conversationId/grants.
+func (s *Server) grants(c *gin.Context) {
+	conv := c.Param("conversationId")
+	if err := checkConversationID(conv); err != nil {
+		writeError(c, s.log, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(c.Request.Context(), queryTimeout)
+	defer cancel()
+	v, err := s.client.QueryWorkflow(ctx, workflows.ConversationWorkflowID(conv), "", workflows.GrantsQuery)
+	var grants []workflows.Grant
+	if err == nil {
+		err = v.Get(&grants)
+	}
+	if err != nil {
+		writeError(c, s.log, fmt.Errorf("grants of conversation %s: %w", conv, err))
+		return
+	}
+	if grants == nil {
+		grants = []workflows.Grant{}
+	}
+	c.JSON(http.StatusOK, gin.H{"grants": grants})
+}
+
+// revokeGrant handles DELETE /conversations/:conversationId/grants/:grantId.
+func (s *Server) revokeGrant(c *gin.Context) {
+	conv := c.Param("conversationId")
+	if err := checkConversationID(conv); err != nil {
+		writeError(c, s.log, err)
+		return
+	}
+	var none struct{}
+	revoked, err := s.offer(c.Request.Context(), workflows.ConversationWorkflowID(conv), workflows.RevokeGrantUpdate,
+		workflows.RevokeGrant{GrantID: c.Param("grantId")}, &none)
+	if err != nil {
+		writeError(c, s.log, err)
+		return
+	}
+	if !revoked {
+		writeError(c, s.log, fmt.Errorf("grant %q of conversation %s: %w", c.Param("grantId"), conv, errUnknownGrant))
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"revoked": true})
+}
+
+// errUnknownGrant answers a revoke of a grant the conversation does not have.
+var errUnknownGrant = errors.New("no such grant")
