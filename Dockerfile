@@ -35,7 +35,6 @@ WORKDIR /workspace
 ENV HTTP_ADDR=0.0.0.0:8080 \
     TOLLGATE_METRICS_ADDR=0.0.0.0:9090 \
     TOLLGATE_WORKSPACE=/workspace \
-    TOLLGATE_AGENTS_DIR=/etc/tollgate/agents \
-    TOLLGATE_STATE_DIR=/tmp/tollgate
+    TOLLGATE_AGENTS_DIR=/etc/tollgate/agents
 EXPOSE 8080 9090
 CMD ["api"]

@@ -92,12 +92,10 @@ func NewModel(baseURL, apiKey, model string, sink TokenSink) *Model {
 	// writes, and the activity's context bounds the call.
 	cfg.HTTPClient = requestTracker{next: &http.Client{}}
 	return &Model{
-		Client:        openai.NewClientWithConfig(cfg),
-		DefaultModel:  model,
-		Tokens:        sink,
-		FlushInterval: DefaultFlushInterval,
-		MaxBatches:    DefaultMaxBatches,
-		tracked:       true,
+		Client:       openai.NewClientWithConfig(cfg),
+		DefaultModel: model,
+		Tokens:       sink,
+		tracked:      true,
 	}
 }
 
@@ -106,9 +104,11 @@ func NewModel(baseURL, apiKey, model string, sink TokenSink) *Model {
 // it finished. While the answer streams, Chat heartbeats and, when in.Tokens
 // is set, sends the text to the turn workflow in at most MaxBatches batches.
 //
-// A 429, a 5xx, a 408 or 409, or a connection that fails is a plain error
-// that Temporal retries; any other 4xx is a non-retryable application error
-// of type ModelRequestRejectedError.
+// A 5xx, a 408 or 409, a 429 without Retry-After, or a connection that
+// fails is a plain error that Temporal retries; a 429 with Retry-After is a
+// ModelRateLimitedError that tells Temporal when to retry; any other 4xx,
+// and a request the client refuses to send, is a non-retryable application
+// error of type ModelRequestRejectedError.
 func (m *Model) Chat(ctx context.Context, in ModelInput) (ModelOutput, error) {
 	req, err := chatRequest(in, cmp.Or(in.Model, m.DefaultModel))
 	if err != nil {
@@ -218,6 +218,14 @@ func (m *Model) classify(ctx context.Context, model string, err error, state *re
 		status, detail = apiErr.HTTPStatusCode, apiErr.Message
 	case errors.As(err, &reqErr):
 		status, detail = reqErr.HTTPStatusCode, truncate(strings.TrimSpace(string(reqErr.Body)), 500)
+		// The raw body goes no further, in any failure made from err: it
+		// may be long, and need not be UTF-8.
+		clean := *reqErr
+		clean.Body = []byte(detail)
+		if reqErr.Err != nil {
+			clean.Err = errors.New(truncate(reqErr.Err.Error(), 500))
+		}
+		err = &clean
 	}
 
 	switch {
@@ -253,11 +261,16 @@ func (m *Model) classify(ctx context.Context, model string, err error, state *re
 	}
 }
 
+// truncate cuts s to at most n bytes of valid UTF-8, marking a cut with
+// "…". A model server's error body may hold any bytes (an HTML page from a
+// proxy, a body cut mid-character), and a Temporal failure's message must
+// be UTF-8 or the failure cannot be sent at all.
 func truncate(s string, n int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
 	if len(s) <= n {
 		return s
 	}
-	return s[:n] + "…"
+	return cutUTF8([]byte(s), n) + "…"
 }
 
 // tokenStream returns the batcher of one call's answer text, or nil when

@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	openai "github.com/sashabaranov/go-openai"
 	"github.com/stretchr/testify/require"
@@ -18,6 +20,7 @@ import (
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/scripted"
@@ -276,6 +279,30 @@ func TestRejectedRequestIsNonRetryable(t *testing.T) {
 	require.Equal(t, activities.ModelRequestRejectedError, appErr.Type())
 	require.Contains(t, appErr.Error(), "400")
 	require.Contains(t, appErr.Error(), "context length exceeded")
+}
+
+func TestAnErrorBodyThatIsNotUTF8StillMakesAFailureTemporalCanSend(t *testing.T) {
+	// Not a JSON error (a proxy's page), cut at 500 bytes in the middle of
+	// "é", with a byte that is no UTF-8 at all before it.
+	body := "\xff" + strings.Repeat("x", 498) + "é and more"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = io.WriteString(w, body)
+	}))
+	t.Cleanup(srv.Close)
+	m := activities.NewModel(srv.URL+"/v1", "", "test-model", nil)
+
+	_, err := m.Chat(context.Background(), userAsks("hi"))
+
+	var appErr *temporal.ApplicationError
+	require.ErrorAs(t, err, &appErr)
+	require.True(t, appErr.NonRetryable())
+	require.True(t, utf8.ValidString(appErr.Error()), "%q", appErr.Error())
+	require.Contains(t, appErr.Error(), "xxx…", "cut at 500 bytes")
+	require.NotContains(t, appErr.Error(), "and more")
+	failure := temporal.GetDefaultFailureConverter().ErrorToFailure(err)
+	_, err = proto.Marshal(failure)
+	require.NoError(t, err, "the failure can be sent to Temporal")
 }
 
 func TestRateLimitIsRetryable(t *testing.T) {

@@ -248,10 +248,8 @@ func (t *Tools) Write(ctx context.Context, in ToolInput) (ToolOutput, error) {
 			return "", err
 		}
 		verb := "Updated"
-		if info, err := ws.root.Stat(rel); errors.Is(err, fs.ErrNotExist) {
+		if _, err := ws.root.Stat(rel); errors.Is(err, fs.ErrNotExist) {
 			verb = "Created"
-		} else if err == nil && info.IsDir() {
-			return "", fmt.Errorf("%q is a directory, not a file", *args.FilePath)
 		}
 		if dir := filepath.Dir(rel); dir != "." {
 			if err := ws.root.MkdirAll(dir, 0o755); err != nil {
@@ -294,10 +292,7 @@ func (t *Tools) Edit(ctx context.Context, in ToolInput) (ToolOutput, error) {
 		if err != nil {
 			return "", err
 		}
-		if info, err := ws.root.Stat(rel); err == nil && info.IsDir() {
-			return "", fmt.Errorf("%q is a directory, not a file", *args.FilePath)
-		}
-		data, err := ws.root.ReadFile(rel)
+		data, err := ws.root.ReadFile(rel) // a directory is EISDIR: see fileErr
 		if err != nil {
 			return "", fileErr("read", *args.FilePath, err)
 		}

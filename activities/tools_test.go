@@ -154,12 +154,13 @@ func TestToolsReadOfMissingFileIsError(t *testing.T) {
 		`Edit: "nope.txt" does not exist`)
 }
 
-func TestToolsWriteOverDirectoryIsError(t *testing.T) {
+func TestToolsWriteOrEditOfADirectoryIsError(t *testing.T) {
 	ws, _ := newWorkspace(t)
 	tools := &Tools{Workspace: ws}
 	require.NoError(t, os.Mkdir(filepath.Join(ws, "sub"), 0o755))
 
 	requireToolError(t, call(t, tools.Write, map[string]any{"file_path": "sub", "content": "x"}), `Write: "sub" is a directory, not a file`)
+	requireToolError(t, call(t, tools.Edit, map[string]any{"file_path": "sub", "old_string": "a", "new_string": "b"}), `Edit: "sub" is a directory, not a file`)
 }
 
 func TestToolsAcceptRelativeAndAbsolutePathsInsideWorkspace(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -27,18 +28,19 @@ import (
 const shutdownTimeout = 10 * time.Second
 
 func main() {
-	if err := run(); err != nil {
-		config.NewLogger(os.Stderr).Error("api stopped", "error", err)
+	cfg, err := config.Load(os.Getenv)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "api: bad configuration:\n"+err.Error())
+		os.Exit(2)
+	}
+	log := cfg.Logger(os.Stderr)
+	if err := run(cfg, log); err != nil {
+		log.Error("api stopped", "error", err)
 		os.Exit(1)
 	}
 }
 
-func run() error {
-	cfg, err := config.Load(os.Getenv)
-	if err != nil {
-		return err
-	}
-	log := cfg.Logger(os.Stderr)
+func run(cfg config.Config, log *slog.Logger) error {
 
 	// A lazy client connects on first use, so the API starts (and /healthz
 	// answers 503) while Temporal is still coming up.

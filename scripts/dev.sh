@@ -15,7 +15,6 @@ export TEMPORAL_NAMESPACE=${TEMPORAL_NAMESPACE:-default}
 export HTTP_ADDR=${HTTP_ADDR:-127.0.0.1:8080}
 export TOLLGATE_WORKSPACE=${TOLLGATE_WORKSPACE:-./workspace}
 export TOLLGATE_AGENTS_DIR=${TOLLGATE_AGENTS_DIR:-./agents}
-export TOLLGATE_STATE_DIR=$STATE_DIR
 
 say() { printf 'dev: %s\n' "$*"; }
 die() { say "$*" >&2; exit 1; }

@@ -35,14 +35,13 @@ func main() {
 	log := cfg.Logger(os.Stderr)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, cfg); err != nil {
+	if err := run(ctx, cfg, log); err != nil {
 		log.Error("worker stopped", "error", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, cfg config.Config) error {
-	log := cfg.Logger(os.Stderr)
+func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	// The policy is checked before anything else: a rule that does not
 	// compile stops the worker.
 	rules, err := policy.Load(cfg.PolicyFile)

@@ -21,7 +21,7 @@ func TestPolicyRuleThatDoesNotCompileStopsTheWorker(t *testing.T) {
 
 	cmd := exec.Command(bin)
 	// Nothing listens on this address: the worker must stop before dialing.
-	cmd.Env = append(os.Environ(), "TOLLGATE_POLICY_FILE="+policyFile, "TEMPORAL_ADDRESS=127.0.0.1:1",
+	cmd.Env = append(proctest.EnvironWithout("TOLLGATE_", "TEMPORAL_", "OPENAI_"), "TOLLGATE_POLICY_FILE="+policyFile, "TEMPORAL_ADDRESS=127.0.0.1:1",
 		"TOLLGATE_WORKSPACE="+filepath.Join(dir, "ws"))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

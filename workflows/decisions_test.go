@@ -275,7 +275,7 @@ func TestDecisionForAnEarlierRunIsNotTakenAfterContinueAsNew(t *testing.T) {
 	for _, m := range toolMessages(next2.Messages) {
 		tools = append(tools, m.Content)
 	}
-	require.Equal(t, []string{"Write ran with {\"file_path\":\"a\",\"content\":\"b\"}", timeoutResponse}, tools)
+	require.Equal(t, []string{"Write ran with {\"file_path\":\"a\",\"content\":\"b\"}", TimeoutResponse}, tools)
 }
 
 func TestDecisionRecordsWhoDecided(t *testing.T) {

@@ -15,10 +15,11 @@ import (
 	"github.com/tollgate/tollgate/activities"
 )
 
-// Tool responses the model reads for calls that did not run.
+// Tool responses the model reads for calls that did not run (a decline's
+// reason follows DeclinedResponse).
 const (
-	declinedResponse = "The user declined this tool. It was not executed."
-	timeoutResponse  = "No decision came in time, so this tool was not executed."
+	DeclinedResponse = "The user declined this tool. It was not executed."
+	TimeoutResponse  = "No decision came in time, so this tool was not executed."
 )
 
 // Reasons for declines that no person typed.

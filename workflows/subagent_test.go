@@ -111,7 +111,7 @@ func TestSubagentProtectedCallTimesOut(t *testing.T) {
 	out := h.runTurn(userTurn("delegate"))
 
 	require.Empty(t, h.ranTools())
-	require.Equal(t, timeoutResponse, toolMessages(h.modelInputs[2].Messages)[0].Content)
+	require.Equal(t, TimeoutResponse, toolMessages(h.modelInputs[2].Messages)[0].Content)
 	decision := findEvent(t, out.Events, "subagent_approval_decision")
 	require.Equal(t, DecisionTimeout, decision.Decision)
 	require.Equal(t, "writer", decision.Name)

@@ -359,7 +359,7 @@ func (t *turn) runBatch(ctx workflow.Context, calls []activities.ToolCall) []Too
 		switch {
 		case a == nil:
 		case a.decision == DecisionTimeout:
-			results[i].Result, results[i].Status = timeoutResponse, activities.StatusTimeout
+			results[i].Result, results[i].Status = TimeoutResponse, activities.StatusTimeout
 			continue
 		case a.decision != DecisionApprove:
 			results[i].Result, results[i].Status = declined(a.reason), activities.StatusDeclined
@@ -412,9 +412,9 @@ func (t *turn) runTool(ctx workflow.Context, call activities.ToolCall) activitie
 // declined is the tool response of a declined call.
 func declined(reason string) string {
 	if reason == "" {
-		return declinedResponse
+		return DeclinedResponse
 	}
-	return declinedResponse + " Reason: " + reason
+	return DeclinedResponse + " Reason: " + reason
 }
 
 // isCancelled reports whether err comes from the cancellation of ctx.

@@ -270,7 +270,7 @@ func TestUndecidedCallTimesOutAsDecline(t *testing.T) {
 	require.Empty(t, h.ranTools())
 	tools := toolMessages(out.Messages)
 	require.Len(t, tools, 1)
-	require.Equal(t, timeoutResponse, tools[0].Content)
+	require.Equal(t, TimeoutResponse, tools[0].Content)
 	decision := findEvent(t, out.Events, EventApprovalDecision)
 	require.Equal(t, DecisionTimeout, decision.Decision)
 	require.Equal(t, activities.StatusTimeout, findEvent(t, out.Events, EventToolResult).ToolResults[0].Status)

@@ -41,8 +41,8 @@ func approvals(ctx context.Context, api *apiClient, opts approvalsOptions, in io
 	return nil
 }
 
-// writeApprovals prints pending approvals as a table, oldest request
-// first as the API sorts them (soonest to expire).
+// writeApprovals prints pending approvals as a table, in the API's order:
+// soonest to expire first.
 func writeApprovals(out io.Writer, list []workflows.PendingApproval, now time.Time) {
 	if len(list) == 0 {
 		fmt.Fprintln(out, "no approvals are waiting")

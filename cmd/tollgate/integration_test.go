@@ -74,7 +74,7 @@ func startRealStack(t *testing.T) *realStack {
 	t.Cleanup(w.Stop)
 
 	addr := proctest.FreeAddr(t)
-	runAPI(t, apiBin, append(proctest.EnvironWithout("TOLLGATE_", "TEMPORAL_", "OPENAI_", "HTTP_ADDR"),
+	runAPI(t, apiBin, addr, append(proctest.EnvironWithout("TOLLGATE_", "TEMPORAL_", "OPENAI_", "HTTP_ADDR"),
 		config.EnvHTTPAddr+"="+addr,
 		config.EnvTemporalAddress+"="+srv.HostPort,
 		config.EnvTemporalNamespace+"="+srv.Namespace,
@@ -84,11 +84,12 @@ func startRealStack(t *testing.T) *realStack {
 	return &realStack{api: "http://" + addr, workspace: workspace, metrics: reg}
 }
 
-// runAPI starts the API and waits until /healthz answers 200.
-func runAPI(t *testing.T, bin string, env []string) {
+// runAPI starts the API, listening on addr, and waits until /healthz
+// answers 200.
+func runAPI(t *testing.T, bin, addr string, env []string) {
 	t.Helper()
 	api := proctest.Start(t, "api", bin, env)
-	healthz := "http://" + addrFromEnv(env) + "/healthz"
+	healthz := "http://" + addr + "/healthz"
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		resp, err := http.Get(healthz)
@@ -108,15 +109,6 @@ func runAPI(t *testing.T, bin string, env []string) {
 			t.Fatalf("GET %s: not 200 within 60s (last error: %v)", healthz, err)
 		}
 	}
-}
-
-func addrFromEnv(env []string) string {
-	for _, kv := range env {
-		if v, ok := strings.CutPrefix(kv, config.EnvHTTPAddr+"="); ok {
-			return v
-		}
-	}
-	return ""
 }
 
 func TestTerminalClientOnTheRealStack(t *testing.T) {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"errors"
 	"io"
 	"strings"
 )
@@ -22,27 +21,23 @@ type sseMessage struct {
 func readSSE(r io.Reader, fn func(sseMessage) error) error {
 	br := bufio.NewReader(r)
 	var (
-		msg     sseMessage
-		data    []string
-		started bool
+		msg  sseMessage
+		data []string
 	)
 	for {
 		line, err := br.ReadString('\n')
 		if err != nil {
-			if errors.Is(err, io.EOF) {
-				return io.EOF
-			}
-			return err
+			return err // io.EOF at the end of r
 		}
 		line = strings.TrimSuffix(strings.TrimSuffix(line, "\n"), "\r")
 		if line == "" {
-			if started && len(data) > 0 {
+			if len(data) > 0 {
 				msg.Data = strings.Join(data, "\n")
 				if err := fn(msg); err != nil {
 					return err
 				}
 			}
-			msg, data, started = sseMessage{}, nil, false
+			msg, data = sseMessage{}, nil
 			continue
 		}
 		if strings.HasPrefix(line, ":") {
@@ -50,7 +45,6 @@ func readSSE(r io.Reader, fn func(sseMessage) error) error {
 		}
 		field, value, _ := strings.Cut(line, ":")
 		value = strings.TrimPrefix(value, " ")
-		started = true
 		switch field {
 		case "data":
 			data = append(data, value)

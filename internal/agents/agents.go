@@ -60,30 +60,31 @@ func Load(dir string) ([]workflows.AgentDef, error) {
 	if dir == "" {
 		return nil, nil
 	}
-	files, err := filepath.Glob(filepath.Join(dir, "*.md"))
+	entries, err := os.ReadDir(dir) // sorted by name
 	if err != nil {
 		return nil, fmt.Errorf("agents folder %s: %w", dir, err)
 	}
-	if _, err := os.Stat(dir); err != nil {
-		return nil, fmt.Errorf("agents folder %s: %w", dir, err)
-	}
-	slices.Sort(files)
 	var defs []workflows.AgentDef
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		def := workflows.AgentDef{Name: strings.TrimSuffix(filepath.Base(f), ".md")}
+	for _, e := range entries {
+		file := e.Name()
+		stem, ok := strings.CutSuffix(file, ".md")
+		if !ok || e.IsDir() {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(dir, file))
+		def := workflows.AgentDef{Name: stem}
 		if err == nil {
 			def, err = Parse(data)
 		}
 		if err != nil {
-			def.Error = fmt.Sprintf("%s: %v", filepath.Base(f), err)
+			def.Error = fmt.Sprintf("%s: %v", file, err)
 			if def.Name == "" {
-				def.Name = strings.TrimSuffix(filepath.Base(f), ".md")
+				def.Name = stem
 			}
 		}
 		if slices.ContainsFunc(defs, func(d workflows.AgentDef) bool { return d.Name == def.Name }) {
-			def.Error = fmt.Sprintf("%s: a subagent named %q is defined twice", filepath.Base(f), def.Name)
-			def.Name += "@" + filepath.Base(f)
+			def.Error = fmt.Sprintf("%s: a subagent named %q is defined twice", file, def.Name)
+			def.Name += "@" + file
 		}
 		defs = append(defs, def)
 	}

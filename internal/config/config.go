@@ -40,7 +40,6 @@ const (
 	EnvNotifyURL         = "TOLLGATE_NOTIFY_URL"
 	EnvMaxSteps          = "TOLLGATE_MAX_STEPS"
 	EnvBashTimeout       = "TOLLGATE_BASH_TIMEOUT"
-	EnvStateDir          = "TOLLGATE_STATE_DIR"
 	EnvLogLevel          = "TOLLGATE_LOG_LEVEL"
 	EnvMetricsAddr       = "TOLLGATE_METRICS_ADDR"
 	// EnvAPITokens holds the API's bearer tokens as comma-separated
@@ -72,7 +71,6 @@ const (
 	DefaultHeartbeatInterval = 15 * time.Second
 	DefaultMaxSteps          = 25
 	DefaultBashTimeout       = 2 * time.Minute
-	DefaultStateDir          = ".tollgate"
 	DefaultMetricsAddr       = "127.0.0.1:9090"
 )
 
@@ -118,8 +116,6 @@ type Config struct {
 	MaxSteps int
 	// BashTimeout is the default and the upper limit of one Bash call.
 	BashTimeout time.Duration
-	// StateDir holds local state: the dev server's database and logs.
-	StateDir string
 	// LogLevel is the lowest level that is logged.
 	LogLevel slog.Level
 	// MetricsAddr is where the worker serves its metrics (GET /metrics);
@@ -163,7 +159,7 @@ var known = []string{
 	EnvTemporalAddress, EnvTemporalNamespace, EnvTaskQueue, EnvHTTPAddr,
 	EnvOpenAIBaseURL, EnvOpenAIAPIKey, EnvOpenAIModel, EnvWorkspace,
 	EnvRequiredTools, EnvApprovalTimeout, EnvHeartbeatInterval, EnvAgentsDir, EnvPolicyFile, EnvNotifyURL,
-	EnvMaxSteps, EnvBashTimeout, EnvStateDir, EnvLogLevel,
+	EnvMaxSteps, EnvBashTimeout, EnvLogLevel,
 	EnvMetricsAddr, EnvAPITokens,
 }
 
@@ -203,7 +199,6 @@ func Load(getenv func(string) string) (Config, error) {
 	c.NotifyURL = r.url(EnvNotifyURL)
 	c.MaxSteps = r.positiveInt(EnvMaxSteps, DefaultMaxSteps)
 	c.BashTimeout = r.duration(EnvBashTimeout, DefaultBashTimeout)
-	c.StateDir = r.str(EnvStateDir, DefaultStateDir)
 	c.LogLevel = r.level(EnvLogLevel, slog.LevelInfo)
 	c.MetricsAddr = r.listenAddr(EnvMetricsAddr, DefaultMetricsAddr)
 	c.APITokens = r.tokens(EnvAPITokens)

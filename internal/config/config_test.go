@@ -36,7 +36,6 @@ func TestLoadWithNothingSetGivesTheDesignDefaults(t *testing.T) {
 		HeartbeatInterval: 15 * time.Second,
 		MaxSteps:          25,
 		BashTimeout:       2 * time.Minute,
-		StateDir:          ".tollgate",
 		LogLevel:          slog.LevelInfo,
 		MetricsAddr:       "127.0.0.1:9090",
 	}, c)
@@ -58,7 +57,6 @@ func TestLoadTakesEveryVariableFromTheEnvironment(t *testing.T) {
 		"TOLLGATE_AGENTS_DIR":         "/srv/agents",
 		"TOLLGATE_MAX_STEPS":          "3",
 		"TOLLGATE_BASH_TIMEOUT":       "5s",
-		"TOLLGATE_STATE_DIR":          "/var/lib/tollgate",
 		"TOLLGATE_LOG_LEVEL":          "debug",
 		"TOLLGATE_METRICS_ADDR":       ":9464",
 	}))
@@ -78,7 +76,6 @@ func TestLoadTakesEveryVariableFromTheEnvironment(t *testing.T) {
 		AgentsDir:         "/srv/agents",
 		MaxSteps:          3,
 		BashTimeout:       5 * time.Second,
-		StateDir:          "/var/lib/tollgate",
 		LogLevel:          slog.LevelDebug,
 		MetricsAddr:       ":9464",
 	}, c)
@@ -189,13 +186,6 @@ func TestLoggerHonoursTheConfiguredLevel(t *testing.T) {
 	require.NotContains(t, buf.String(), "hidden")
 	require.Contains(t, buf.String(), "shown")
 	require.Contains(t, buf.String(), "workflowId=w1")
-}
-
-func TestNewLoggerReadsTheLevelFromTheEnvironment(t *testing.T) {
-	t.Setenv("TOLLGATE_LOG_LEVEL", "debug")
-	var buf bytes.Buffer
-	NewLogger(&buf).Debug("details")
-	require.Contains(t, buf.String(), "details")
 }
 
 func writeFile(t *testing.T, content string) string {

@@ -44,10 +44,11 @@ const (
 	tailBytes = 4 << 10
 )
 
-// TunedFlags are the dev server flags that bring task dispatch from about
+// tunedFlags are the dev server flags that bring task dispatch from about
 // 50 ms to about 12 ms on one machine (see the design, "A Temporal server
-// here"). They suit a single-machine dev server only.
-var TunedFlags = []string{
+// here"). They suit a single-machine dev server only. scripts/dev.sh gives
+// `make dev`'s server the same (TestMakeDevTunesItsServerAlike).
+var tunedFlags = []string{
 	"--log-level", "warn",
 	"--sqlite-pragma", "journal_mode=wal",
 	"--sqlite-pragma", "synchronous=normal",
@@ -270,7 +271,7 @@ func (s *Server) pickPorts(ui bool) error {
 	if s.Namespace != "default" {
 		args = append(args, "--namespace", s.Namespace)
 	}
-	s.args = append(args, TunedFlags...)
+	s.args = append(args, tunedFlags...)
 	return nil
 }
 

@@ -3,6 +3,7 @@ package devserver
 import (
 	"context"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -110,7 +111,18 @@ func TestBinaryNamesMakeTemporalWhenMissing(t *testing.T) {
 
 func TestServerOutputGoesToTheLogFile(t *testing.T) {
 	s := ForTest(t)
+	require.NoError(t, s.Stop())
 	data, err := os.ReadFile(s.LogFile)
 	require.NoError(t, err)
-	require.Contains(t, string(data), "start-dev", "the log starts with the command line")
+	header, rest, _ := strings.Cut(string(data), "\n")
+	require.Contains(t, header, "start-dev", "the log starts with the command line")
+	require.NotEmpty(t, strings.TrimSpace(rest), "then comes what the server printed")
+}
+
+func TestMakeDevTunesItsServerAlike(t *testing.T) {
+	script, err := os.ReadFile("../../scripts/dev.sh")
+	require.NoError(t, err)
+	for i := 0; i < len(tunedFlags); i += 2 {
+		require.Contains(t, string(script), tunedFlags[i]+" "+tunedFlags[i+1], "scripts/dev.sh starts its dev server with it")
+	}
 }

@@ -9,6 +9,7 @@ import (
 	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/workflows"
 )
 
 // DemoIntro is the text of the demo model's answer to a user message.
@@ -16,13 +17,6 @@ const DemoIntro = "I'll read the README, write a note and list the workspace."
 
 // DemoNotePath is the file the demo model asks to write.
 const DemoNotePath = "notes/tollgate.txt"
-
-// Tool responses the workflow gives for calls that did not run; the demo
-// model recognises them to tell declined calls from timed-out ones.
-const (
-	declinedPrefix = "The user declined this tool. It was not executed."
-	timeoutPrefix  = "No decision came in time"
-)
 
 // Demo returns the built-in model of `make dev`. To a user message it answers
 // DemoIntro and asks for three calls at once: Read README.md (unprotected),
@@ -86,7 +80,7 @@ func offered(tools []openai.Tool) func(string) bool {
 // or "" when it offers no Task tool.
 func firstSubagent(tools []openai.Tool) string {
 	for _, t := range tools {
-		if t.Function == nil || t.Function.Name != "Task" {
+		if t.Function == nil || t.Function.Name != workflows.TaskTool {
 			continue
 		}
 		var schema struct {
@@ -110,7 +104,7 @@ func demoTask(msgs []openai.ChatCompletionMessage, agent, query string) Reply {
 		Content: "I'll hand this to the " + agent + " subagent.",
 		ToolCalls: []activities.ToolCall{{
 			ID:   fmt.Sprintf("call_%d_0", demoTurn(msgs)),
-			Name: "Task",
+			Name: workflows.TaskTool,
 			Arguments: marshal(struct {
 				SubagentType string `json:"subagent_type"`
 				Description  string `json:"description"`
@@ -129,14 +123,14 @@ func demoCalls(msgs []openai.ChatCompletionMessage, query string, offers func(st
 		name string
 		args any
 	}{
-		{"Read", struct {
+		{activities.ToolRead, struct {
 			FilePath string `json:"file_path"`
 		}{"README.md"}},
-		{"Write", struct {
+		{activities.ToolWrite, struct {
 			FilePath string `json:"file_path"`
 			Content  string `json:"content"`
 		}{DemoNotePath, note}},
-		{"Bash", struct {
+		{activities.ToolBash, struct {
 			Command string `json:"command"`
 		}{"ls -la"}},
 	}
@@ -182,16 +176,16 @@ func demoSummary(msgs []openai.ChatCompletionMessage) string {
 		}
 		content := strings.TrimSpace(r.Content)
 		switch {
-		case strings.HasPrefix(content, declinedPrefix):
+		case strings.HasPrefix(content, workflows.DeclinedResponse):
 			declined++
-			reason := strings.TrimSpace(strings.TrimPrefix(content, declinedPrefix))
+			reason := strings.TrimSpace(strings.TrimPrefix(content, workflows.DeclinedResponse))
 			reason = strings.TrimSpace(strings.TrimPrefix(reason, "Reason:"))
 			if reason != "" {
 				fmt.Fprintf(&b, " %s was declined, with the reason %q, so it did not run.", name, reason)
 			} else {
 				fmt.Fprintf(&b, " %s was declined, so it did not run.", name)
 			}
-		case strings.HasPrefix(content, timeoutPrefix):
+		case strings.HasPrefix(content, workflows.TimeoutResponse):
 			declined++
 			fmt.Fprintf(&b, " %s got no decision in time, so it did not run.", name)
 		case strings.HasPrefix(strings.ToLower(content), "error"):

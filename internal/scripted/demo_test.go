@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tollgate/tollgate/internal/scripted"
+	"github.com/tollgate/tollgate/workflows"
 )
 
 func userTurn(query string) []openai.ChatCompletionMessage {
@@ -68,8 +69,8 @@ func TestDemoSummarizesEachToolResult(t *testing.T) {
 	}
 	msgs := append(userTurn("hello"), assistant,
 		openai.ChatCompletionMessage{Role: "tool", ToolCallID: "call_0_0", Name: "Read", Content: "# tollgate\n\nRuns agents."},
-		openai.ChatCompletionMessage{Role: "tool", ToolCallID: "call_0_1", Content: "The user declined this tool. It was not executed. Reason: not in my repo"},
-		openai.ChatCompletionMessage{Role: "tool", ToolCallID: "call_0_2", Name: "Bash", Content: "No decision came in time, so this tool was not executed."},
+		openai.ChatCompletionMessage{Role: "tool", ToolCallID: "call_0_1", Content: workflows.DeclinedResponse + " Reason: not in my repo"},
+		openai.ChatCompletionMessage{Role: "tool", ToolCallID: "call_0_2", Name: "Bash", Content: workflows.TimeoutResponse},
 	)
 	req := openai.ChatCompletionRequest{Messages: msgs}
 	reply := scripted.Demo()(req)
