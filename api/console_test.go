@@ -406,6 +406,8 @@ func TestInboxListsPendingApprovalsAndDecidingThereFinishesTheTurn(t *testing.T)
 	row := func(tool string) string { return fmt.Sprintf(`[data-testid="approval"][data-tool=%q]`, tool) }
 	b.do(chromedp.WaitVisible(chromedp.CSS(row("Write"))), chromedp.WaitVisible(chromedp.CSS(row("Bash"))))
 	require.Equal(t, "inbox-1", eval[string](b, `document.querySelector('[data-testid="approval"]').dataset.conversationId`))
+	require.Equal(t, "/?conversation=inbox-1&turn="+turnID,
+		eval[string](b, `document.querySelector('[data-testid="open-in-console"]').getAttribute('href')`))
 	// Age and expiry count live; the timeout is a minute.
 	text := func(testid string) string {
 		return fmt.Sprintf(`document.querySelector('[data-testid=%q]').textContent`, testid)

@@ -7,8 +7,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	openai "github.com/sashabaranov/go-openai"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tollgate/tollgate/activities"
@@ -32,11 +34,17 @@ func TestSubagentEventsReachTheParentStreamAndItsApprovalIsDecidedByRequestIDAlo
 	}
 	require.Equal(t, []string{"subagent_start", "subagent_token", "subagent_tool_call", "subagent_approval_request"}, dedupe(sub))
 	require.Equal(t, activities.ToolWrite, req.ToolName)
-	require.NotEqual(t, findType(events, workflows.EventTurnStart).WorkflowID, req.WorkflowID, "the subagent waits in its own workflow")
+	turnID := findType(events, workflows.EventTurnStart).TurnID
+	require.NotEqual(t, turnID, req.WorkflowID, "the subagent waits in its own workflow")
+	// GET /approvals names the subagent's turn, for the inbox's link.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		pending := approvalsAt(c, st.api.URL, "")
+		require.Len(c, pending, 1)
+		require.Equal(c, req.WorkflowID, pending[0].WorkflowID)
+		require.Equal(c, turnID, pending[0].TurnID)
+	}, waitFor, 20*time.Millisecond)
 
-	status, body := st.postJSON(t, "/chat/approval", `{"requestId":"`+req.RequestID+`","decision":"approve"}`)
-	require.Equal(t, http.StatusOK, status)
-	require.Equal(t, true, body["accepted"])
+	postDecision(t, st.api, req.RequestID, workflows.DecisionApprove, "", true)
 
 	rest := untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
 	require.Equal(t, "notetaker", findType(rest, "subagent_finish").Name)

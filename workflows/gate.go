@@ -236,6 +236,7 @@ func (g *gate) pending() []PendingApproval {
 		out = append(out, PendingApproval{
 			RequestID:      a.RequestID,
 			WorkflowID:     g.workflowID,
+			TurnID:         TurnOfWorkflowID(g.workflowID),
 			ConversationID: g.conversationID,
 			ToolCallID:     a.Call.ID,
 			ToolName:       a.Call.Name,

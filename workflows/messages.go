@@ -139,8 +139,11 @@ type TurnOutput struct {
 // PendingApproval is one approval a turn waits for, as the pending query
 // and GET /approvals show it.
 type PendingApproval struct {
-	RequestID      string    `json:"requestId"`
-	WorkflowID     string    `json:"workflowId"`
+	RequestID  string `json:"requestId"`
+	WorkflowID string `json:"workflowId"`
+	// TurnID is the turn the waiting workflow belongs to: WorkflowID for a
+	// turn, the turn that started it for a subagent.
+	TurnID         string    `json:"turnId"`
 	ConversationID string    `json:"conversationId"`
 	ToolCallID     string    `json:"toolCallId"`
 	ToolName       string    `json:"toolName"`

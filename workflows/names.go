@@ -5,6 +5,7 @@ package workflows
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -102,6 +103,31 @@ func ConversationWorkflowID(conversationID string) string {
 // TurnWorkflowID is the workflow ID of turn n (from 1) of a conversation.
 func TurnWorkflowID(conversationID string, n int) string {
 	return fmt.Sprintf("%sconv-%s-turn-%d", workflowIDPrefix, conversationID, n)
+}
+
+// SubagentWorkflowID is the workflow ID of the n-th subagent (from 1) that
+// the workflow parentID (a turn or a subagent) starts.
+func SubagentWorkflowID(parentID string, n int) string {
+	return fmt.Sprintf("%s%s%d", parentID, subagentIDSeparator, n)
+}
+
+// subagentIDSeparator joins a subagent's number to its parent's ID. A turn's
+// ID ends in -turn-<n>, so what follows it can only be subagents'.
+const subagentIDSeparator = "-sub-"
+
+// TurnOfWorkflowID returns the turn a workflow ID belongs to: the ID
+// itself for a turn, the turn that started it for a subagent.
+func TurnOfWorkflowID(id string) string {
+	for {
+		i := strings.LastIndex(id, subagentIDSeparator)
+		if i < 0 {
+			return id
+		}
+		if _, err := strconv.Atoi(id[i+len(subagentIDSeparator):]); err != nil {
+			return id
+		}
+		id = id[:i]
+	}
 }
 
 // IsTollgateWorkflowID reports whether id is one that tollgate makes.

@@ -164,7 +164,7 @@ func (t *turn) runSubagent(ctx workflow.Context, call activities.ToolCall) activ
 	t.subagents.started++
 	parentID := workflow.GetInfo(ctx).WorkflowExecution.ID
 	opts := workflow.ChildWorkflowOptions{
-		WorkflowID:        fmt.Sprintf("%s-sub-%d", parentID, t.subagents.started),
+		WorkflowID:        SubagentWorkflowID(parentID, t.subagents.started),
 		ParentClosePolicy: enumspb.PARENT_CLOSE_POLICY_REQUEST_CANCEL,
 		StaticSummary:     truncate("subagent "+def.Name+": "+args.Description, 200),
 		// A cancelled parent waits for the subagent to decline its pending

@@ -601,3 +601,11 @@ func TestRequestIDNamesItsWorkflow(t *testing.T) {
 		require.False(t, ok, bad)
 	}
 }
+
+func TestASubagentsWorkflowIDNamesItsTurn(t *testing.T) {
+	turn := TurnWorkflowID("c-sub-1", 3) // a conversation id may look like anything
+	nested := SubagentWorkflowID(SubagentWorkflowID(turn, 2), 1)
+	require.Equal(t, turn+"-sub-2-sub-1", nested)
+	require.Equal(t, turn, TurnOfWorkflowID(nested))
+	require.Equal(t, turn, TurnOfWorkflowID(turn))
+}

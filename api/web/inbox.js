@@ -35,14 +35,8 @@
     return q.toString();
   }
 
-  // turnOf is the turn a waiting workflow belongs to: a subagent's id is
-  // its turn's id with -sub-<n> parts added.
-  function turnOf(workflowId) {
-    return workflowId.replace(/(-sub-\d+)+$/, '');
-  }
-
   function row(a) {
-    const consoleLink = `/?conversation=${encodeURIComponent(a.conversationId)}&turn=${encodeURIComponent(turnOf(a.workflowId))}`;
+    const consoleLink = `/?conversation=${encodeURIComponent(a.conversationId)}&turn=${encodeURIComponent(a.turnId)}`;
     const el = h('article', {
       class: 'approval-row', testid: 'approval', 'data-request-id': a.requestId,
       'data-tool': a.toolName, 'data-conversation-id': a.conversationId,
