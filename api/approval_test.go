@@ -147,13 +147,7 @@ func TestHealthzFollowsTemporal(t *testing.T) {
 // newMockedServer serves the API over a mocked Temporal client.
 func newMockedServer(t *testing.T, c client.Client) *httptest.Server {
 	t.Helper()
-	s := newServer(Options{Client: c}, newFakeSource(), fastSettings)
-	ts := httptest.NewServer(s.Handler())
-	t.Cleanup(func() {
-		s.Close()
-		ts.Close()
-	})
-	return ts
+	return serveAPI(t, newServer(Options{Client: c}, newFakeSource(), fastSettings))
 }
 
 func postApproval(t *testing.T, ts *httptest.Server, body string) (int, string) {

@@ -9,7 +9,6 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/mock"
@@ -35,13 +34,7 @@ var testTokens = map[string]string{aliceToken: "alice", bobToken: "bob"}
 // never reaches Temporal) and a fake event source.
 func newAuthedServer(t *testing.T, c client.Client) *httptest.Server {
 	t.Helper()
-	s := newServer(Options{Client: c, Tokens: testTokens}, newFakeSource(), fastSettings)
-	ts := httptest.NewServer(s.Handler())
-	t.Cleanup(func() {
-		s.Close()
-		ts.Close()
-	})
-	return ts
+	return serveAPI(t, newServer(Options{Client: c, Tokens: testTokens}, newFakeSource(), fastSettings))
 }
 
 // send sends a request with body (none when "") and the Authorization
@@ -179,13 +172,9 @@ func TestTheDecisionsPrincipalIsTheTokensNeverTheBodys(t *testing.T) {
 // asks for testTokens.
 func (st *stack) newAuthedAPI(t *testing.T) *httptest.Server {
 	t.Helper()
-	srv := NewServer(Options{Client: st.client, TaskQueue: st.queue, HeartbeatInterval: 200 * time.Millisecond, Logger: st.log, Tokens: testTokens})
-	ts := httptest.NewServer(srv.Handler())
-	t.Cleanup(func() {
-		srv.Close()
-		ts.Close()
-	})
-	return ts
+	o := st.apiOptions()
+	o.Tokens = testTokens
+	return serveAPI(t, NewServer(o))
 }
 
 // chatAs posts a message with token and returns the turn id and stream.

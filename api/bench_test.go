@@ -262,12 +262,8 @@ func startBenchEnv(tb testing.TB) *benchEnv {
 	if err := os.WriteFile(filepath.Join(workspace, "README.md"), []byte("# bench\n"), 0o644); err != nil {
 		tb.Fatal(err)
 	}
-	tools := &activities.Tools{Workspace: workspace, BashTimeout: 10 * time.Second}
-	wf := &workflows.Workflows{Settings: workflows.Settings{
-		RequiredTools:    []string{activities.ToolWrite, activities.ToolEdit, activities.ToolBash},
-		Tools:            tools.Specs(),
-		SearchAttributes: true,
-	}}
+	tools := stackTools(workspace)
+	wf := &workflows.Workflows{Settings: stackSettings(tools, 0)}
 	env := &benchEnv{tb: tb, client: c, queue: "tollgate-bench", run: strconv.FormatInt(time.Now().UnixNano()%1e9, 36),
 		serverPID: findServerPID(ts.HostPort)}
 	// The worker's options are main's: the defaults.
@@ -283,11 +279,7 @@ func startBenchEnv(tb testing.TB) *benchEnv {
 	tb.Cleanup(w.Stop)
 
 	env.srv = NewServer(Options{Client: c, TaskQueue: env.queue, Logger: log})
-	env.api = httptest.NewServer(env.srv.Handler())
-	tb.Cleanup(func() {
-		env.srv.Close()
-		env.api.Close()
-	})
+	env.api = serveAPI(tb, env.srv)
 	env.http = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	return env
 }

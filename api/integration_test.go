@@ -158,13 +158,12 @@ func stackSettings(tools *activities.Tools, approvalTimeout time.Duration) workf
 // nothing with the others but Temporal.
 func (st *stack) newAPI(t *testing.T) *httptest.Server {
 	t.Helper()
-	srv := NewServer(Options{Client: st.client, TaskQueue: st.queue, HeartbeatInterval: 200 * time.Millisecond, Logger: st.log})
-	ts := httptest.NewServer(srv.Handler())
-	t.Cleanup(func() {
-		srv.Close()
-		ts.Close()
-	})
-	return ts
+	return serveAPI(t, NewServer(st.apiOptions()))
+}
+
+// apiOptions are the options of the stack's API instances.
+func (st *stack) apiOptions() Options {
+	return Options{Client: st.client, TaskQueue: st.queue, HeartbeatInterval: 200 * time.Millisecond, Logger: st.log}
 }
 
 // chat posts a message and returns the stream's response and messages.

@@ -20,16 +20,22 @@ import (
 // testTurn is a turn id of tollgate's form.
 var testTurn = workflows.TurnWorkflowID("c1", 1)
 
-// newTestServer serves the API over a fake event source, with no Temporal.
-func newTestServer(t *testing.T, src eventSource, heartbeat time.Duration) (*Server, *httptest.Server) {
+// serveAPI serves s over HTTP until the test ends.
+func serveAPI(t testing.TB, s *Server) *httptest.Server {
 	t.Helper()
-	s := newServer(Options{HeartbeatInterval: heartbeat}, src, fastSettings)
 	ts := httptest.NewServer(s.Handler())
 	t.Cleanup(func() {
 		s.Close()
 		ts.Close()
 	})
-	return s, ts
+	return ts
+}
+
+// newTestServer serves the API over a fake event source, with no Temporal.
+func newTestServer(t *testing.T, src eventSource, heartbeat time.Duration) (*Server, *httptest.Server) {
+	t.Helper()
+	s := newServer(Options{HeartbeatInterval: heartbeat}, src, fastSettings)
+	return s, serveAPI(t, s)
 }
 
 func eventsURL(ts *httptest.Server, turnID string) string {
