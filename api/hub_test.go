@@ -16,7 +16,7 @@ func newTestHub(t *testing.T, src eventSource) (*hub, *metrics) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	m := &metrics{}
+	m := newMetrics()
 	return newHub(ctx, src, slog.New(slog.DiscardHandler), m, fastSettings), m
 }
 

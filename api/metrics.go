@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"sync"
 	"sync/atomic"
 
 	tgmetrics "github.com/tollgate/tollgate/internal/metrics"
@@ -24,7 +23,13 @@ type metrics struct {
 	openStreams atomic.Int64
 	// labelled holds the counters with labels: requests and decisions.
 	labelled tgmetrics.Registry
-	describe sync.Once
+}
+
+func newMetrics() *metrics {
+	m := &metrics{}
+	m.labelled.Describe(requestsMetric, "Requests answered, by route, method and status; a stream counts when it ends.")
+	m.labelled.Describe(decisionsMetric, "Approval decisions sent to turns, by decision and outcome (accepted, rejected, error).")
+	return m
 }
 
 // Names and labels of the API's labelled counters.
@@ -37,9 +42,6 @@ const (
 	outcomeRejected = "rejected" // unknown, expired, already decided or forged
 	outcomeError    = "error"    // Temporal could not be asked
 )
-
-// metricsContentType is the Prometheus text exposition format.
-const metricsContentType = tgmetrics.ContentType
 
 // request counts one answered request by route (the route pattern, so turn
 // ids do not make a series each), method and status.
@@ -74,10 +76,6 @@ func (m *metrics) writeTo(w io.Writer) error {
 			return err
 		}
 	}
-	m.describe.Do(func() {
-		m.labelled.Describe(requestsMetric, "Requests answered, by route, method and status; a stream counts when it ends.")
-		m.labelled.Describe(decisionsMetric, "Approval decisions sent to turns, by decision and outcome (accepted, rejected, error).")
-	})
 	_, err := m.labelled.WriteTo(w)
 	return err
 }

@@ -24,6 +24,7 @@ import (
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/config"
+	tgmetrics "github.com/tollgate/tollgate/internal/metrics"
 	"github.com/tollgate/tollgate/workflows"
 )
 
@@ -122,7 +123,7 @@ func newServer(o Options, src eventSource, settings hubSettings) *Server {
 		taskQueue: cmp.Or(o.TaskQueue, workflows.DefaultTaskQueue),
 		heartbeat: o.HeartbeatInterval,
 		log:       o.Logger,
-		metrics:   &metrics{},
+		metrics:   newMetrics(),
 		auth:      newAuthenticator(o.Tokens),
 	}
 	if s.log == nil {
@@ -444,7 +445,7 @@ func (s *Server) healthz(c *gin.Context) {
 
 // serveMetrics handles GET /metrics in the Prometheus text format.
 func (s *Server) serveMetrics(c *gin.Context) {
-	c.Header("Content-Type", metricsContentType)
+	c.Header("Content-Type", tgmetrics.ContentType)
 	c.Status(http.StatusOK)
 	if err := s.metrics.writeTo(c.Writer); err != nil {
 		s.log.Debug("write metrics", "error", err)

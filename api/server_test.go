@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	tgmetrics "github.com/tollgate/tollgate/internal/metrics"
 	"github.com/tollgate/tollgate/workflows"
 )
 
@@ -234,7 +235,7 @@ func TestMetricsAreInPrometheusTextFormat(t *testing.T) {
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
-	require.Equal(t, metricsContentType, resp.Header.Get("Content-Type"))
+	require.Equal(t, tgmetrics.ContentType, resp.Header.Get("Content-Type"))
 	body, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
 	for _, name := range []string{"tollgate_api_pollers_started_total", "tollgate_api_event_queries_total", "tollgate_api_open_streams"} {
