@@ -6,7 +6,7 @@ BINARIES := ./worker ./api ./cmd/scripted-model ./cmd/tollgate
 # The race detector is on by default; `make test RACE=` turns it off.
 RACE ?= -race
 
-.PHONY: all temporal build test lint bench dev
+.PHONY: all temporal build test lint bench dev corpus
 
 all: lint test
 
@@ -35,6 +35,13 @@ lint:
 bench: $(TEMPORAL)
 	TOLLGATE_BENCH_OUT=$(CURDIR)/bench/RESULTS.md \
 		go test -run '^$$' -bench '^BenchmarkTollgate$$' -benchtime 1x -timeout 10m ./api/
+
+# Records the replay corpus of a release from a run of today's workflow
+# code on a dev server: `make corpus RELEASE=v0.2.0` writes
+# workflows/testdata/replay/v0.2.0 (see docs/versioning.md).
+corpus: $(TEMPORAL)
+	@test -n "$(RELEASE)" || { echo "usage: make corpus RELEASE=vX.Y.Z"; exit 2; }
+	TOLLGATE_RECORD_CORPUS=$(RELEASE) go test -count=1 -run '^TestRecordReplayCorpus$$' ./workflows/
 
 dev: $(TEMPORAL)
 	scripts/dev.sh

@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -20,11 +19,6 @@ import (
 	"github.com/tollgate/tollgate/internal/scripted"
 	"github.com/tollgate/tollgate/workflows"
 )
-
-// recordedHistory is the history the replay test replays. Set
-// TOLLGATE_RECORD_HISTORY=1 when running the integration test to record it
-// anew after a deliberate change of the workflow's shape.
-const recordedHistory = "testdata/chat_turn_approvals.json"
 
 // TestTurnWithApprovalsBySignalOnRealTemporal runs the Read / Write / Bash
 // batch of the scripted demo model on a real dev server with the real tool and
@@ -117,17 +111,6 @@ func TestTurnWithApprovalsBySignalOnRealTemporal(t *testing.T) {
 	// final answer streamed in more than one token event.
 	require.Equal(t, out.Messages[0].Content+out.Text, tokens.String())
 	require.Greater(t, countType(out.Events, workflows.EventToken), 2)
-
-	if os.Getenv("TOLLGATE_RECORD_HISTORY") != "" {
-		bin, err := devserver.Binary()
-		require.NoError(t, err)
-		cmd := exec.Command(bin, "workflow", "show", "--address", srv.HostPort, "--namespace", srv.Namespace,
-			"--workflow-id", run.GetID(), "--output", "json")
-		cmd.Stderr = os.Stderr
-		history, err := cmd.Output()
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(recordedHistory, history, 0o644))
-	}
 }
 
 func queryEvents(t *testing.T, c client.Client, workflowID string) []workflows.Event {

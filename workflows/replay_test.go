@@ -1,21 +1,135 @@
 package workflows_test
 
 import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/tollgate/tollgate/workflows"
 )
 
-// TestRecordedTurnHistoryReplays replays a turn recorded on a real server
-// (two approvals by signal, token batches, three tools) against today's
-// code. A change that alters the commands a recorded turn makes fails here:
-// such a change needs workflow.GetVersion, or a new workflow type.
-func TestRecordedTurnHistoryReplays(t *testing.T) {
-	replayer := worker.NewWorkflowReplayer()
-	replayer.RegisterWorkflowWithOptions((&workflows.Workflows{}).ChatTurn, workflow.RegisterOptions{Name: workflows.ChatTurnWorkflow})
-	require.NoError(t, replayer.ReplayWorkflowHistoryFromJSONFile(nil, recordedHistory))
+// The replay corpus: one folder per release (testdata/replay/v0.1.0), each
+// holding histories recorded by that release's workflow code
+// (<scenario>.<workflow>.json), the events each recorded turn or subagent
+// served (<scenario>.<workflow>.events.json), and the commit it was
+// recorded at (COMMIT). `make corpus RELEASE=vX.Y.Z` records one.
+const (
+	corpusDir        = "testdata/replay"
+	corpusCommitFile = "COMMIT"
+	eventsSuffix     = ".events.json"
+)
+
+// TestReplayCorpus replays every recorded history of every release against
+// today's workflow code. A change to the commands a workflow issues, made
+// without workflow.GetVersion, fails here for each history it would strand;
+// so does a change that renumbers the events a recorded turn had served,
+// which Temporal alone would not notice.
+func TestReplayCorpus(t *testing.T) {
+	histories, err := filepath.Glob(filepath.Join(corpusDir, "*", "*.json"))
+	require.NoError(t, err)
+	types := map[string]int{}
+	for _, path := range histories {
+		if strings.HasSuffix(path, eventsSuffix) {
+			continue
+		}
+		rel, _ := filepath.Rel(corpusDir, path)
+		t.Run(rel, func(t *testing.T) { types[replayCorpusHistory(t, path)]++ })
+	}
+	for _, typ := range []string{workflows.ChatTurnWorkflow, workflows.ConversationWorkflow, workflows.SubagentWorkflow} {
+		require.NotZero(t, types[typ], "the corpus has no %s history", typ)
+	}
+}
+
+// replayCorpusHistory replays the history at path and checks the events
+// it serves against the recorded ones; it returns the workflow type.
+func replayCorpusHistory(t *testing.T, path string) string {
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	history, err := client.HistoryFromJSON(f, client.HistoryJSONOptions{})
+	require.NoError(t, err, "read history %s", path)
+	start := history.GetEvents()[0].GetWorkflowExecutionStartedEventAttributes()
+	typ, id := start.GetWorkflowType().GetName(), start.GetWorkflowId()
+
+	capture := &eventsCapture{}
+	replayer, err := worker.NewWorkflowReplayerWithOptions(worker.WorkflowReplayerOptions{
+		Interceptors: []interceptor.WorkerInterceptor{capture},
+	})
+	require.NoError(t, err)
+	w := &workflows.Workflows{}
+	replayer.RegisterWorkflowWithOptions(w.ChatTurn, workflow.RegisterOptions{Name: workflows.ChatTurnWorkflow})
+	replayer.RegisterWorkflowWithOptions(w.Conversation, workflow.RegisterOptions{Name: workflows.ConversationWorkflow})
+	replayer.RegisterWorkflowWithOptions(w.Subagent, workflow.RegisterOptions{Name: workflows.SubagentWorkflow})
+	// Replayed under its own workflow ID, as a worker replays it: the ids
+	// of a turn's subagents derive from it.
+	execution := workflow.Execution{ID: id, RunID: start.GetOriginalExecutionRunId()}
+	require.NoError(t, replayer.ReplayWorkflowHistoryWithOptions(nil, history, worker.ReplayWorkflowHistoryOptions{OriginalExecution: execution}),
+		"%s workflow %s, recorded in %s, does not replay on today's code: a change to the commands it issues needs workflow.GetVersion (docs/versioning.md)",
+		typ, id, path)
+
+	recorded, err := os.ReadFile(strings.TrimSuffix(path, ".json") + eventsSuffix)
+	if os.IsNotExist(err) {
+		return typ
+	}
+	require.NoError(t, err)
+	var want []workflows.Event
+	require.NoError(t, json.Unmarshal(recorded, &want))
+	require.NotNil(t, capture.events, "%s workflow %s set no %s query handler", typ, id, workflows.EventsQuery)
+	got, err := capture.events(workflows.EventsRequest{})
+	require.NoError(t, err)
+	require.Equal(t, eventIDs(want), eventIDs(got.Events),
+		"%s workflow %s, recorded in %s, serves its events under other ids on today's code: a change to the events a turn publishes needs workflow.GetVersion (docs/versioning.md)",
+		typ, id, path)
+	return typ
+}
+
+// eventIDs lists what a client holds of each event by its SSE id: its
+// type, and what names a request or carries answer text.
+func eventIDs(events []workflows.Event) []string {
+	out := make([]string, len(events))
+	for i, e := range events {
+		out[i] = fmt.Sprintf("%d %s %s %s %q", e.Seq, e.Type, e.RequestID, e.ToolCallID, e.Data)
+	}
+	return out
+}
+
+// eventsCapture keeps the events query handler of the workflow a replayer
+// replays, so a test can ask what the replayed turn would serve.
+type eventsCapture struct {
+	interceptor.WorkerInterceptorBase
+	events func(workflows.EventsRequest) (workflows.EventsResponse, error)
+}
+
+func (c *eventsCapture) InterceptWorkflow(_ workflow.Context, next interceptor.WorkflowInboundInterceptor) interceptor.WorkflowInboundInterceptor {
+	return &captureInbound{WorkflowInboundInterceptorBase: interceptor.WorkflowInboundInterceptorBase{Next: next}, capture: c}
+}
+
+type captureInbound struct {
+	interceptor.WorkflowInboundInterceptorBase
+	capture *eventsCapture
+}
+
+func (i *captureInbound) Init(outbound interceptor.WorkflowOutboundInterceptor) error {
+	return i.Next.Init(&captureOutbound{WorkflowOutboundInterceptorBase: interceptor.WorkflowOutboundInterceptorBase{Next: outbound}, capture: i.capture})
+}
+
+type captureOutbound struct {
+	interceptor.WorkflowOutboundInterceptorBase
+	capture *eventsCapture
+}
+
+func (o *captureOutbound) SetQueryHandler(ctx workflow.Context, name string, handler any) error {
+	if h, ok := handler.(func(workflows.EventsRequest) (workflows.EventsResponse, error)); ok && name == workflows.EventsQuery {
+		o.capture.events = h
+	}
+	return o.Next.SetQueryHandler(ctx, name, handler)
 }

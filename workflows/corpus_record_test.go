@@ -1,0 +1,510 @@
+package workflows_test
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/api/temporalproto"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
+
+	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/internal/devserver"
+	"github.com/tollgate/tollgate/internal/scripted"
+	"github.com/tollgate/tollgate/workflows"
+)
+
+// envRecordCorpus names the release whose replay corpus
+// TestRecordReplayCorpus records (`make corpus RELEASE=v0.2.0`); unset, the
+// test is skipped.
+const envRecordCorpus = "TOLLGATE_RECORD_CORPUS"
+
+// corpusWait bounds every wait of the recorder for a workflow to reach a
+// state.
+const corpusWait = 30 * time.Second
+
+// TestRecordReplayCorpus runs every path of ChatTurn, Conversation and
+// Subagent on a real dev server and writes their histories, and the event
+// logs their turns served, into testdata/replay/<release>. Paused turns are
+// recorded while they wait, as a deployment finds them.
+func TestRecordReplayCorpus(t *testing.T) {
+	release := os.Getenv(envRecordCorpus)
+	if release == "" {
+		t.Skip("set " + envRecordCorpus + "=<release> (make corpus) to record a replay corpus")
+	}
+	dir := filepath.Join(corpusDir, release)
+	require.NoError(t, os.RemoveAll(dir))
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	r := newRecorder(t, dir)
+
+	r.recordDecisionsByUpdate()
+	r.recordDecisionsBySignal()
+	r.recordTimeoutWithNotices()
+	r.recordInterruptByNewMessage()
+	r.recordCancel()
+	r.recordClientTool()
+	r.recordSubagent()
+	r.recordContinueAsNew()
+	r.recordPolicyRules()
+	r.recordPausedTurn()
+	r.recordPausedSubagent()
+
+	commit, err := exec.Command("git", "rev-parse", release+"^{commit}").Output()
+	if err != nil {
+		commit, err = exec.Command("git", "rev-parse", "HEAD").Output()
+		require.NoError(t, err)
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(dir, corpusCommitFile), commit, 0o644))
+}
+
+// Task queues of the recorder's workers, one per set of settings.
+const (
+	queueDefault  = "corpus"
+	queueTimeout  = "corpus-timeout"
+	queueAgents   = "corpus-agents"
+	queueContinue = "corpus-continue"
+	queuePolicy   = "corpus-policy"
+)
+
+// recorder is a dev server with workers of today's code, a scripted model
+// that answers by the user message, and the folder it records into.
+type recorder struct {
+	t   *testing.T
+	c   client.Client
+	dir string
+}
+
+func newRecorder(t *testing.T, dir string) *recorder {
+	srv := devserver.ForTest(t)
+	c, err := srv.Dial()
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), corpusWait)
+	defer cancel()
+	require.NoError(t, workflows.EnsureSearchAttributes(ctx, c, srv.Namespace, slog.New(slog.DiscardHandler)))
+
+	// Small chunks with pauses, so that answers reach turns as token
+	// batches while the model still answers.
+	model := httptest.NewServer(scripted.New(corpusScript, scripted.ChunkDelay(10*time.Millisecond)))
+	t.Cleanup(model.Close)
+	notices := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	t.Cleanup(notices.Close)
+	workspace := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(workspace, "README.md"), []byte("# corpus\n"), 0o644))
+	tools := &activities.Tools{Workspace: workspace, BashTimeout: 10 * time.Second}
+	base := workflows.Settings{
+		RequiredTools:    []string{activities.ToolWrite, activities.ToolEdit, activities.ToolBash},
+		ApprovalTimeout:  time.Hour,
+		Tools:            tools.Specs(),
+		SearchAttributes: true,
+	}
+	start := func(queue string, change func(*workflows.Settings)) {
+		s := base
+		if change != nil {
+			change(&s)
+		}
+		w := worker.New(c, queue, worker.Options{})
+		m := activities.NewModel(model.URL+"/v1", "test", scripted.ModelName, workflows.TokenSignaler{Client: c})
+		m.FlushInterval = 20 * time.Millisecond
+		workflows.Register(w, &workflows.Workflows{Settings: s}, m, tools)
+		if s.Notify {
+			workflows.RegisterNotifier(w, &activities.Notifier{URL: notices.URL})
+		}
+		require.NoError(t, w.Start())
+		t.Cleanup(w.Stop)
+	}
+	start(queueDefault, nil)
+	start(queueTimeout, func(s *workflows.Settings) { s.ApprovalTimeout, s.Notify = 3*time.Second, true })
+	start(queueAgents, func(s *workflows.Settings) {
+		s.Agents = []workflows.AgentDef{{
+			Name: "helper", Description: "writes notes", Tools: []string{activities.ToolRead, activities.ToolWrite},
+			Prompt: "You write the notes you are asked for.",
+		}}
+	})
+	start(queueContinue, func(s *workflows.Settings) { s.TurnsPerRun = 1 })
+	start(queuePolicy, func(s *workflows.Settings) {
+		s.Rules = []workflows.Rule{
+			{Tool: activities.ToolBash, Require: workflows.RequireWhen, When: `args.command.startsWith("rm")`},
+			{Tool: activities.ToolWrite, Require: workflows.RequireNever},
+		}
+	})
+	return &recorder{t: t, c: c, dir: dir}
+}
+
+// corpusReplies are the model's answers by the user message (a turn's, or
+// a subagent's prompt), one per step.
+var corpusReplies = map[string][]scripted.Reply{
+	"update: write and run": {
+		{Content: "Reading, writing and running.", ToolCalls: []activities.ToolCall{
+			readCall("u1r"), writeCall("u1w", "notes/a.txt"), bashCall("u1b", "echo one"),
+		}},
+		{Content: "Done."},
+	},
+	"update: again": {
+		{ToolCalls: []activities.ToolCall{writeCall("u2w", "notes/b.txt"), bashCall("u2b", "echo two")}},
+		{Content: "Done again."},
+	},
+	"signal: write and run": {
+		{Content: "Writing and running.", ToolCalls: []activities.ToolCall{writeCall("s1w", "notes/s.txt"), bashCall("s1b", "echo signal")}},
+		{Content: "One ran, one did not."},
+	},
+	"timeout: write": {
+		{ToolCalls: []activities.ToolCall{writeCall("t1w", "notes/t.txt")}},
+		{Content: "Nobody answered."},
+	},
+	"interrupt: first":   {{ToolCalls: []activities.ToolCall{writeCall("i1w", "notes/i.txt")}}, {Content: "Never read."}},
+	"interrupt: second":  {{Content: "The second message's answer."}},
+	"cancel: write":      {{ToolCalls: []activities.ToolCall{writeCall("c1w", "notes/c.txt")}}, {Content: "Never read."}},
+	"client: pay":        {{ToolCalls: []activities.ToolCall{{ID: "p1", Name: "Pay", Arguments: `{"amount":5}`}}}, {Content: "Paid."}},
+	"subagent: delegate": {{ToolCalls: []activities.ToolCall{taskCall("d1", "subagent prompt: write")}}, {Content: "The helper wrote it."}},
+	"subagent prompt: write": {
+		{ToolCalls: []activities.ToolCall{writeCall("h1w", "notes/helper.txt")}},
+		{Content: "Written by the helper."},
+	},
+	"continue: first":  {{Content: "First."}},
+	"continue: second": {{Content: "Second."}},
+	"policy: calls": {
+		{ToolCalls: []activities.ToolCall{bashCall("r1a", "ls"), bashCall("r1b", "rm -f nothing.txt"), writeCall("r1c", "notes/r.txt")}},
+		{Content: "Policy done."},
+	},
+	"paused: write and run": {
+		{Content: "Writing and running.", ToolCalls: []activities.ToolCall{writeCall("w1w", "notes/p.txt"), bashCall("w1b", "echo paused")}},
+		{Content: "Both decided."},
+	},
+	"subagent: paused":       {{ToolCalls: []activities.ToolCall{taskCall("d2", "subagent prompt: pause")}}, {Content: "The helper is done."}},
+	"subagent prompt: pause": {{ToolCalls: []activities.ToolCall{writeCall("h2w", "notes/paused.txt")}}, {Content: "Paused and done."}},
+}
+
+// corpusScript answers with corpusReplies: the reply for the last user
+// message, at the step that the assistant messages after it count.
+func corpusScript(req openai.ChatCompletionRequest) scripted.Reply {
+	query, step := "", 0
+	for _, m := range req.Messages {
+		switch m.Role {
+		case openai.ChatMessageRoleUser:
+			query, step = m.Content, 0
+		case openai.ChatMessageRoleAssistant:
+			step++
+		}
+	}
+	replies, ok := corpusReplies[query]
+	if !ok {
+		return scripted.Reply{Status: http.StatusBadRequest, Content: "the corpus script has no reply to " + query}
+	}
+	return replies[min(step, len(replies)-1)]
+}
+
+func readCall(id string) activities.ToolCall {
+	return activities.ToolCall{ID: id, Name: activities.ToolRead, Arguments: `{"file_path":"README.md"}`}
+}
+
+func writeCall(id, path string) activities.ToolCall {
+	args, _ := json.Marshal(map[string]string{"file_path": path, "content": "a note\n"})
+	return activities.ToolCall{ID: id, Name: activities.ToolWrite, Arguments: string(args)}
+}
+
+func bashCall(id, command string) activities.ToolCall {
+	args, _ := json.Marshal(map[string]string{"command": command})
+	return activities.ToolCall{ID: id, Name: activities.ToolBash, Arguments: string(args)}
+}
+
+func taskCall(id, prompt string) activities.ToolCall {
+	args, _ := json.Marshal(map[string]string{"subagent_type": "helper", "description": "write a note", "prompt": prompt})
+	return activities.ToolCall{ID: id, Name: workflows.TaskTool, Arguments: string(args)}
+}
+
+func (r *recorder) recordDecisionsByUpdate() {
+	const conv = "corpus-update"
+	turn1 := r.send(queueDefault, conv, workflows.UserMessage{Query: "update: write and run"})
+	reqs := r.requests(turn1.TurnID, 2)
+	r.decideByUpdate(reqs[0], workflows.ApprovalDecision{Decision: workflows.DecisionApprove, Remember: workflows.RememberConversation})
+	r.decideByUpdate(reqs[1], workflows.ApprovalDecision{Decision: workflows.DecisionDecline, Reason: "not now"})
+	r.finished(turn1.TurnID)
+
+	// The Write grant decides the next Write; the Bash call is approved
+	// with edited arguments.
+	turn2 := r.send(queueDefault, conv, workflows.UserMessage{Query: "update: again"})
+	reqs = r.requests(turn2.TurnID, 1)
+	r.decideByUpdate(reqs[0], workflows.ApprovalDecision{Decision: workflows.DecisionApprove, Arguments: `{"command":"echo edited"}`})
+	r.finished(turn2.TurnID)
+
+	r.record("update.conversation", workflows.ConversationWorkflowID(conv), "")
+	r.record("update.turn-1", turn1.TurnID, "")
+	r.record("update.turn-2", turn2.TurnID, "")
+}
+
+func (r *recorder) recordDecisionsBySignal() {
+	turn := r.send(queueDefault, "corpus-signal", workflows.UserMessage{Query: "signal: write and run"})
+	reqs := r.requests(turn.TurnID, 2)
+	r.decideBySignal(reqs[1], workflows.ApprovalDecision{Decision: workflows.DecisionApprove})
+	r.decideBySignal(reqs[0], workflows.ApprovalDecision{Decision: workflows.DecisionDecline, Reason: "no notes today"})
+	r.finished(turn.TurnID)
+	r.record("signal.turn-1", turn.TurnID, "")
+}
+
+func (r *recorder) recordTimeoutWithNotices() {
+	turn := r.send(queueTimeout, "corpus-timeout", workflows.UserMessage{Query: "timeout: write"})
+	r.requests(turn.TurnID, 1)
+	r.finished(turn.TurnID)
+	r.record("timeout.turn-1", turn.TurnID, "")
+}
+
+func (r *recorder) recordInterruptByNewMessage() {
+	const conv = "corpus-interrupt"
+	turn1 := r.send(queueDefault, conv, workflows.UserMessage{Query: "interrupt: first"})
+	r.requests(turn1.TurnID, 1)
+	turn2 := r.send(queueDefault, conv, workflows.UserMessage{Query: "interrupt: second"})
+	r.finished(turn1.TurnID)
+	r.finished(turn2.TurnID)
+	r.record("interrupt.conversation", workflows.ConversationWorkflowID(conv), "")
+	r.record("interrupt.turn-1", turn1.TurnID, "")
+	r.record("interrupt.turn-2", turn2.TurnID, "")
+}
+
+func (r *recorder) recordCancel() {
+	const conv = "corpus-cancel"
+	turn := r.send(queueDefault, conv, workflows.UserMessage{Query: "cancel: write"})
+	r.requests(turn.TurnID, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), corpusWait)
+	defer cancel()
+	require.NoError(r.t, r.c.CancelWorkflow(ctx, turn.TurnID, ""))
+	r.finished(turn.TurnID)
+	r.record("cancel.conversation", workflows.ConversationWorkflowID(conv), "")
+	r.record("cancel.turn-1", turn.TurnID, "")
+}
+
+func (r *recorder) recordClientTool() {
+	pay := activities.ToolSpec{Name: "Pay", Description: "Pay an amount.", Parameters: json.RawMessage(
+		`{"type":"object","properties":{"amount":{"type":"number"}},"required":["amount"]}`)}
+	turn := r.send(queueDefault, "corpus-client", workflows.UserMessage{Query: "client: pay", ClientTools: []activities.ToolSpec{pay}})
+	call := r.until(turn.TurnID, func(events []workflows.Event) bool {
+		return len(ofType(events, workflows.EventClientToolCall)) == 1
+	})
+	req := ofType(call, workflows.EventClientToolCall)[0]
+	r.update(req.WorkflowID, workflows.ClientToolResultUpdate, workflows.ClientToolResult{RequestID: req.RequestID, Result: "paid 5"}, nil)
+	r.finished(turn.TurnID)
+	r.record("client-tool.turn-1", turn.TurnID, "")
+}
+
+func (r *recorder) recordSubagent() {
+	const conv = "corpus-subagent"
+	turn := r.send(queueAgents, conv, workflows.UserMessage{Query: "subagent: delegate"})
+	reqs := r.requests(turn.TurnID, 1)
+	require.Equal(r.t, workflows.SubagentWorkflowID(turn.TurnID, 1), reqs[0].WorkflowID, "the subagent asks")
+	r.decideByUpdate(reqs[0], workflows.ApprovalDecision{Decision: workflows.DecisionApprove})
+	r.finished(turn.TurnID)
+	r.record("subagent.conversation", workflows.ConversationWorkflowID(conv), "")
+	r.record("subagent.turn-1", turn.TurnID, "")
+	r.record("subagent.subagent-1", reqs[0].WorkflowID, "")
+}
+
+func (r *recorder) recordContinueAsNew() {
+	const conv = "corpus-continue"
+	id := workflows.ConversationWorkflowID(conv)
+	turn1 := r.send(queueContinue, conv, workflows.UserMessage{Query: "continue: first"})
+	firstRun := r.describe(id).GetWorkflowExecutionInfo().GetExecution().GetRunId()
+	r.finished(turn1.TurnID)
+	var secondRun string
+	require.EventuallyWithT(r.t, func(c *assert.CollectT) {
+		secondRun = r.describe(id).GetWorkflowExecutionInfo().GetExecution().GetRunId()
+		assert.NotEqual(c, firstRun, secondRun, "the conversation continued as new")
+	}, corpusWait, 20*time.Millisecond)
+	turn2 := r.send(queueContinue, conv, workflows.UserMessage{Query: "continue: second"})
+	r.finished(turn2.TurnID)
+	// The second run continues as new after its turn too.
+	require.EventuallyWithT(r.t, func(c *assert.CollectT) {
+		assert.NotEqual(c, secondRun, r.describe(id).GetWorkflowExecutionInfo().GetExecution().GetRunId())
+	}, corpusWait, 20*time.Millisecond)
+	r.record("continue-as-new.conversation-run-1", id, firstRun)
+	r.record("continue-as-new.conversation-run-2", id, secondRun)
+	r.record("continue-as-new.turn-2", turn2.TurnID, "")
+}
+
+func (r *recorder) recordPolicyRules() {
+	turn := r.send(queuePolicy, "corpus-policy", workflows.UserMessage{Query: "policy: calls"})
+	reqs := r.requests(turn.TurnID, 1)
+	require.Equal(r.t, "r1b", reqs[0].ToolCallID, "only rm asks")
+	r.decideByUpdate(reqs[0], workflows.ApprovalDecision{Decision: workflows.DecisionApprove})
+	r.finished(turn.TurnID)
+	r.record("policy.turn-1", turn.TurnID, "")
+}
+
+// recordPausedTurn leaves a turn as a deployment finds it: one call of its
+// batch decided, the other waiting.
+func (r *recorder) recordPausedTurn() {
+	const conv = "corpus-paused"
+	turn := r.send(queueDefault, conv, workflows.UserMessage{Query: "paused: write and run"})
+	reqs := r.requests(turn.TurnID, 2)
+	r.decideByUpdate(reqs[0], workflows.ApprovalDecision{Decision: workflows.DecisionApprove})
+	r.until(turn.TurnID, func(events []workflows.Event) bool {
+		return len(ofType(events, workflows.EventApprovalDecision)) == 1
+	})
+	r.record("paused.conversation", workflows.ConversationWorkflowID(conv), "")
+	r.record("paused.turn-1", turn.TurnID, "")
+}
+
+func (r *recorder) recordPausedSubagent() {
+	const conv = "corpus-paused-subagent"
+	turn := r.send(queueAgents, conv, workflows.UserMessage{Query: "subagent: paused"})
+	reqs := r.requests(turn.TurnID, 1)
+	r.record("paused-subagent.conversation", workflows.ConversationWorkflowID(conv), "")
+	r.record("paused-subagent.turn-1", turn.TurnID, "")
+	r.record("paused-subagent.subagent-1", reqs[0].WorkflowID, "")
+}
+
+// send hands msg to the conversation as the API does: update-with-start.
+func (r *recorder) send(queue, conv string, msg workflows.UserMessage) workflows.TurnRef {
+	r.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), corpusWait)
+	defer cancel()
+	start := r.c.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
+		ID:                       workflows.ConversationWorkflowID(conv),
+		TaskQueue:                queue,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+	}, workflows.ConversationWorkflow, workflows.ConversationInput{ConversationID: conv})
+	h, err := r.c.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
+		StartWorkflowOperation: start,
+		UpdateOptions: client.UpdateWorkflowOptions{
+			UpdateName: workflows.SendMessageUpdate, Args: []any{msg}, WaitForStage: client.WorkflowUpdateStageCompleted,
+		},
+	})
+	require.NoError(r.t, err)
+	var ref workflows.TurnRef
+	require.NoError(r.t, h.Get(ctx, &ref))
+	return ref
+}
+
+// until polls the events of workflow id until done holds for them.
+func (r *recorder) until(id string, done func([]workflows.Event) bool) []workflows.Event {
+	r.t.Helper()
+	var events []workflows.Event
+	require.Eventually(r.t, func() bool {
+		events = queryEvents(r.t, r.c, id)
+		return done(events)
+	}, corpusWait, 20*time.Millisecond, "workflow %s did not reach the state the recorder waits for", id)
+	return events
+}
+
+// requests waits for n approval requests in the turn's stream (a
+// subagent's included) and returns them.
+func (r *recorder) requests(turnID string, n int) []workflows.Event {
+	r.t.Helper()
+	events := r.until(turnID, func(events []workflows.Event) bool { return len(approvalRequests(events)) >= n })
+	return approvalRequests(events)
+}
+
+func approvalRequests(events []workflows.Event) []workflows.Event {
+	var reqs []workflows.Event
+	for _, e := range events {
+		if e.Type == workflows.EventApprovalRequest || e.Type == workflows.EventSubagentPrefix+workflows.EventApprovalRequest {
+			reqs = append(reqs, e)
+		}
+	}
+	return reqs
+}
+
+func ofType(events []workflows.Event, typ string) []workflows.Event {
+	var out []workflows.Event
+	for _, e := range events {
+		if e.Type == typ {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func (r *recorder) decideByUpdate(req workflows.Event, d workflows.ApprovalDecision) {
+	r.t.Helper()
+	d.RequestID = req.RequestID
+	var res workflows.ApprovalResult
+	r.update(req.WorkflowID, workflows.ApprovalUpdate, d, &res)
+	require.True(r.t, res.Accepted)
+}
+
+func (r *recorder) decideBySignal(req workflows.Event, d workflows.ApprovalDecision) {
+	r.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), corpusWait)
+	defer cancel()
+	d.RequestID = req.RequestID
+	require.NoError(r.t, r.c.SignalWorkflow(ctx, req.WorkflowID, "", workflows.ApprovalSignal, d))
+}
+
+func (r *recorder) update(id, name string, arg, result any) {
+	r.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), corpusWait)
+	defer cancel()
+	h, err := r.c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+		WorkflowID: id, UpdateName: name, Args: []any{arg}, WaitForStage: client.WorkflowUpdateStageCompleted,
+	})
+	require.NoError(r.t, err)
+	require.NoError(r.t, h.Get(ctx, result))
+}
+
+// finished waits for the turn to close.
+func (r *recorder) finished(id string) {
+	r.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), corpusWait)
+	defer cancel()
+	require.NoError(r.t, r.c.GetWorkflow(ctx, id, "").Get(ctx, nil), "turn %s", id)
+}
+
+func (r *recorder) describe(id string) *workflowservice.DescribeWorkflowExecutionResponse {
+	r.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), corpusWait)
+	defer cancel()
+	resp, err := r.c.DescribeWorkflowExecution(ctx, id, "")
+	require.NoError(r.t, err)
+	return resp
+}
+
+// record writes the history of workflow id (its latest run unless runID
+// says otherwise) to <name>.json, once no workflow task is pending, and,
+// for a turn or a subagent, the events its query serves to
+// <name>.events.json.
+func (r *recorder) record(name, id, runID string) {
+	r.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), corpusWait)
+	defer cancel()
+	if runID == "" {
+		require.EventuallyWithT(r.t, func(c *assert.CollectT) {
+			resp, err := r.c.DescribeWorkflowExecution(ctx, id, "")
+			require.NoError(c, err)
+			assert.Nil(c, resp.GetPendingWorkflowTask(), "workflow %s is between tasks", id)
+		}, corpusWait, 20*time.Millisecond)
+	}
+	history := &historypb.History{}
+	iter := r.c.GetWorkflowHistory(ctx, id, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for iter.HasNext() {
+		e, err := iter.Next()
+		require.NoError(r.t, err)
+		history.Events = append(history.Events, e)
+	}
+	b, err := temporalproto.CustomJSONMarshalOptions{Indent: "  "}.Marshal(history)
+	require.NoError(r.t, err)
+	require.NoError(r.t, os.WriteFile(filepath.Join(r.dir, name+".json"), b, 0o644))
+
+	if strings.Contains(name, ".turn-") || strings.Contains(name, ".subagent-") {
+		v, err := r.c.QueryWorkflow(ctx, id, runID, workflows.EventsQuery, workflows.EventsRequest{})
+		require.NoError(r.t, err)
+		var resp workflows.EventsResponse
+		require.NoError(r.t, v.Get(&resp))
+		b, err := json.MarshalIndent(resp.Events, "", "  ")
+		require.NoError(r.t, err)
+		require.NoError(r.t, os.WriteFile(filepath.Join(r.dir, name+eventsSuffix), b, 0o644))
+	}
+}
