@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/sse"
 	"github.com/tollgate/tollgate/workflows"
 )
 
@@ -65,7 +66,7 @@ func (f *follower) run(ctx context.Context, first *http.Response, items chan<- s
 		}
 		progress := false
 		if err == nil {
-			err = readSSE(resp.Body, func(m sseMessage) error {
+			err = sse.Read(resp.Body, func(m sse.Message) error {
 				e, numbered, derr := decodeEvent(m)
 				if derr != nil {
 					return derr
@@ -124,7 +125,7 @@ func (f *follower) run(ctx context.Context, first *http.Response, items chan<- s
 
 // decodeEvent reads one SSE message as an event; numbered tells whether it
 // had an id line.
-func decodeEvent(m sseMessage) (workflows.Event, bool, error) {
+func decodeEvent(m sse.Message) (workflows.Event, bool, error) {
 	var e workflows.Event
 	if err := json.Unmarshal([]byte(m.Data), &e); err != nil {
 		return e, false, fmt.Errorf("event %q is not JSON: %w", m.ID, err)

@@ -23,6 +23,7 @@ import (
 	"github.com/tollgate/tollgate/internal/metrics"
 	"github.com/tollgate/tollgate/internal/proctest"
 	"github.com/tollgate/tollgate/internal/scripted"
+	"github.com/tollgate/tollgate/internal/sse"
 	"github.com/tollgate/tollgate/workflows"
 )
 
@@ -175,7 +176,7 @@ func TestTerminalClientOnTheRealStack(t *testing.T) {
 		go func() {
 			defer resp.Body.Close()
 			reason := ""
-			_ = readSSE(resp.Body, func(m sseMessage) error {
+			_ = sse.Read(resp.Body, func(m sse.Message) error {
 				if e, _, err := decodeEvent(m); err == nil && e.Type == workflows.EventFinish {
 					reason = e.Reason
 					return errFinished

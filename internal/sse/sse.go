@@ -1,4 +1,6 @@
-package main
+// Package sse reads Server-Sent Events streams, as the API writes them: the
+// terminal client and the tests that watch a turn over HTTP read with it.
+package sse
 
 import (
 	"bufio"
@@ -6,22 +8,22 @@ import (
 	"strings"
 )
 
-// sseMessage is one Server-Sent Events message.
-type sseMessage struct {
+// Message is one Server-Sent Events message.
+type Message struct {
 	// ID is the message's id line, "" when it had none (the API's
 	// keep-alives and its own errors carry none).
 	ID   string
 	Data string
 }
 
-// readSSE reads messages from r and hands each to fn until r ends or fn
+// Read reads messages from r and hands each to fn until r ends or fn
 // fails. It follows the SSE format: "field: value" lines, data lines joined
 // with newlines, comments starting with ':', a blank line ending a message.
 // A message cut off by the end of r is not handed on: it may be partial.
-func readSSE(r io.Reader, fn func(sseMessage) error) error {
+func Read(r io.Reader, fn func(Message) error) error {
 	br := bufio.NewReader(r)
 	var (
-		msg  sseMessage
+		msg  Message
 		data []string
 	)
 	for {
@@ -37,7 +39,7 @@ func readSSE(r io.Reader, fn func(sseMessage) error) error {
 					return err
 				}
 			}
-			msg, data = sseMessage{}, nil
+			msg, data = Message{}, nil
 			continue
 		}
 		if strings.HasPrefix(line, ":") {

@@ -1,4 +1,4 @@
-package main
+package sse
 
 import (
 	"errors"
@@ -16,13 +16,13 @@ func TestReadSSEFollowsTheFormat(t *testing.T) {
 		"id:2\r\ndata: first\r\ndata: second\r\n\r\n" +
 		"event: ignored\n\n" + // no data: nothing to hand on
 		"id: 3\ndata: cut off" // the connection dropped mid-message
-	var got []sseMessage
-	err := readSSE(strings.NewReader(stream), func(m sseMessage) error {
+	var got []Message
+	err := Read(strings.NewReader(stream), func(m Message) error {
 		got = append(got, m)
 		return nil
 	})
 	require.ErrorIs(t, err, io.EOF)
-	require.Equal(t, []sseMessage{
+	require.Equal(t, []Message{
 		{ID: "1", Data: `{"type":"turn_start"}`},
 		{Data: `{"type":"heartbeat"}`},
 		{ID: "2", Data: "first\nsecond"},
@@ -32,7 +32,7 @@ func TestReadSSEFollowsTheFormat(t *testing.T) {
 func TestReadSSEStopsWhenTheHandlerFails(t *testing.T) {
 	stop := errors.New("stop")
 	n := 0
-	err := readSSE(strings.NewReader("data: a\n\ndata: b\n\n"), func(sseMessage) error {
+	err := Read(strings.NewReader("data: a\n\ndata: b\n\n"), func(Message) error {
 		n++
 		return stop
 	})
