@@ -118,6 +118,19 @@ func (p *Process) Kill(t testing.TB) {
 	}, killWait, 10*time.Millisecond, "%s's process group is gone", p.Name)
 }
 
+// Stop asks the process to stop (SIGTERM), as a deployment does, waits for
+// it to exit, and kills its group when it does not in time.
+func (p *Process) Stop(t testing.TB) {
+	t.Helper()
+	_ = p.Cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.Exited:
+	case <-time.After(killWait):
+		t.Errorf("%s (pid %d) did not stop within %s of SIGTERM", p.Name, p.Cmd.Process.Pid, killWait)
+	}
+	p.Kill(t)
+}
+
 // Crash kills the process as a crash would (SIGKILL), requires that it died
 // of it, and returns when.
 func (p *Process) Crash(t testing.TB) time.Time {

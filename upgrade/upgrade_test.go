@@ -1,0 +1,333 @@
+// Package upgrade_test carries a turn paused by the previous release of
+// tollgate across a deployment of today's build: the previous release is
+// built from the repository's own history, and both builds run as
+// processes on one real dev server.
+package upgrade_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/internal/config"
+	"github.com/tollgate/tollgate/internal/devserver"
+	"github.com/tollgate/tollgate/internal/proctest"
+	"github.com/tollgate/tollgate/internal/scripted"
+	"github.com/tollgate/tollgate/internal/sse"
+	"github.com/tollgate/tollgate/workflows"
+)
+
+// previousRelease is the release whose paused turns today's build must
+// carry on. Raise it with each release (docs/versioning.md, "Releasing").
+const previousRelease = "v0.1.0"
+
+// wait bounds each wait for a turn or a process to reach a state.
+const wait = 60 * time.Second
+
+func TestTurnPausedByThePreviousReleaseFinishesOnTodaysBuild(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds two releases and starts a Temporal dev server")
+	}
+	root := moduleRoot(t)
+	oldBuild := buildRelease(t, root, previousRelease)
+	newWorker := proctest.Build(t, "github.com/tollgate/tollgate/worker")
+	newAPI := proctest.Build(t, "github.com/tollgate/tollgate/api")
+
+	srv := devserver.ForTest(t)
+	model := httptest.NewServer(scripted.New(scripted.Demo()))
+	t.Cleanup(model.Close)
+	workspace := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(workspace, "README.md"), []byte("# upgrade\n"), 0o644))
+	env := func(httpAddr string) []string {
+		return append(proctest.EnvironWithout("TOLLGATE_", "TEMPORAL_", "OPENAI_", "HTTP_ADDR"),
+			"TEMPORAL_ADDRESS="+srv.HostPort,
+			"TEMPORAL_NAMESPACE="+srv.Namespace,
+			"TOLLGATE_TASK_QUEUE=upgrade",
+			"HTTP_ADDR="+httpAddr,
+			"TOLLGATE_METRICS_ADDR="+config.MetricsOff,
+			"OPENAI_BASE_URL="+model.URL+"/v1",
+			"OPENAI_API_KEY=test",
+			"OPENAI_MODEL="+scripted.ModelName,
+			"TOLLGATE_WORKSPACE="+workspace,
+			"TOLLGATE_APPROVAL_TIMEOUT=10m",
+			"TOLLGATE_HEARTBEAT_INTERVAL=1s",
+		)
+	}
+
+	// The previous release starts the turn; it pauses at its two
+	// approvals, and one of them is decided.
+	oldWorkerBin, oldAPIBin := oldBuild()
+	oldAddr := proctest.FreeAddr(t)
+	oldWorker := proctest.Start(t, "worker-"+previousRelease, oldWorkerBin, env(proctest.FreeAddr(t)))
+	oldAPI := proctest.Start(t, "api-"+previousRelease, oldAPIBin, env(oldAddr))
+	waitHealthy(t, oldAddr)
+	const conv = "upgrade"
+	first := chat(t, oldAddr, conv, "tidy up")
+	before := first.until(t, func(events []workflows.Event) bool {
+		return len(ofType(events, workflows.EventApprovalRequest)) == 2
+	})
+	requests := ofType(before, workflows.EventApprovalRequest)
+	require.Equal(t, []string{activities.ToolWrite, activities.ToolBash}, []string{requests[0].ToolName, requests[1].ToolName})
+	approve(t, oldAddr, requests[0].RequestID)
+	before = first.until(t, func(events []workflows.Event) bool {
+		return len(ofType(events, workflows.EventApprovalDecision)) == 1
+	})
+	first.close()
+	turnID := before[0].TurnID
+	lastSeen := before[len(before)-1].Seq
+
+	// A deployment: both stop, today's build starts.
+	oldAPI.Stop(t)
+	oldWorker.Stop(t)
+	proctest.Start(t, "worker-today", newWorker(), env(proctest.FreeAddr(t)))
+	newAddr := proctest.FreeAddr(t)
+	proctest.Start(t, "api-today", newAPI(), env(newAddr))
+	waitHealthy(t, newAddr)
+
+	// The other call is decided through today's API, and the stream
+	// resumes where the previous release's left off.
+	approve(t, newAddr, requests[1].RequestID)
+	resumed := resume(t, newAddr, turnID, lastSeen)
+	after := resumed.until(t, workflows.Finished)
+	require.Equal(t, lastSeen+1, after[0].Seq, "the resumed stream starts right after the last event seen")
+	whole := append(append([]workflows.Event{}, before...), after...)
+	for i, e := range whole {
+		require.Equal(t, i+1, e.Seq, "event %d (%s) arrives once, in order", i+1, e.Type)
+	}
+	finish := whole[len(whole)-1]
+	require.Equal(t, workflows.FinishStop, finish.Reason)
+	results := ofType(whole, workflows.EventToolResult)
+	require.Len(t, results, 1)
+	require.Equal(t, []string{"Read ok", "Write ok", "Bash ok"}, statuses(results[0].ToolResults),
+		"the call approved on %s and the one approved today both ran", previousRelease)
+	require.FileExists(t, filepath.Join(workspace, scripted.DemoNotePath))
+
+	// Today's build serves the turn's whole log under the ids the
+	// previous release gave it.
+	replayed := resume(t, newAddr, turnID, 0).until(t, workflows.Finished)
+	require.Equal(t, eventIDs(whole), eventIDs(replayed))
+
+	// The conversation the previous release started takes its next turn.
+	next := chat(t, newAddr, conv, "once more")
+	events := next.until(t, func(events []workflows.Event) bool {
+		return len(ofType(events, workflows.EventApprovalRequest)) == 2
+	})
+	require.Equal(t, workflows.TurnWorkflowID(conv, 2), events[0].TurnID)
+	for _, r := range ofType(events, workflows.EventApprovalRequest) {
+		approve(t, newAddr, r.RequestID)
+	}
+	events = next.until(t, workflows.Finished)
+	require.Equal(t, workflows.FinishStop, events[len(events)-1].Reason)
+	require.Equal(t, []string{"Read ok", "Write ok", "Bash ok"}, statuses(ofType(events, workflows.EventToolResult)[0].ToolResults))
+}
+
+// moduleRoot is the folder of the repository this test belongs to.
+func moduleRoot(t *testing.T) string {
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
+	require.NoError(t, err)
+	return strings.TrimSpace(string(out))
+}
+
+// buildRelease starts building the worker and the API of release from
+// the repository's history and returns a function that waits for the
+// build and gives the two binaries. The release's commit is its tag's
+// or, where tags were not fetched, the one its replay corpus records.
+func buildRelease(t *testing.T, root, release string) (wait func() (worker, api string)) {
+	t.Helper()
+	commit := releaseCommit(t, root, release)
+	dir := filepath.Join(t.TempDir(), release)
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	built := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		extract := exec.CommandContext(ctx, "sh", "-c", `git -C "$1" archive "$2" | tar -x -C "$3"`, "sh", root, commit, dir)
+		if out, err := extract.CombinedOutput(); err != nil {
+			built <- fmt.Errorf("extract %s (%s): %w\n%s", release, commit, err, out)
+			return
+		}
+		build := exec.CommandContext(ctx, "go", "build", "-o", "bin/", "./worker", "./api")
+		build.Dir = dir
+		if out, err := build.CombinedOutput(); err != nil {
+			built <- fmt.Errorf("build %s (%s): %w\n%s", release, commit, err, out)
+			return
+		}
+		built <- nil
+	}()
+	result := sync.OnceValue(func() error { return <-built })
+	t.Cleanup(func() { _ = result() }) // the build writes into a folder cleanup removes
+	return func() (string, string) {
+		t.Helper()
+		require.NoError(t, result())
+		return filepath.Join(dir, "bin", "worker"), filepath.Join(dir, "bin", "api")
+	}
+}
+
+// releaseCommit resolves release to a commit of this repository.
+func releaseCommit(t *testing.T, root, release string) string {
+	t.Helper()
+	commit := ""
+	if out, err := exec.Command("git", "-C", root, "rev-parse", "--verify", "--quiet", release+"^{commit}").Output(); err == nil {
+		commit = strings.TrimSpace(string(out))
+	} else {
+		b, err := os.ReadFile(filepath.Join(root, "workflows", "testdata", "replay", release, "COMMIT"))
+		require.NoError(t, err, "release %s has neither a tag nor a recorded commit", release)
+		commit = strings.TrimSpace(string(b))
+	}
+	err := exec.Command("git", "-C", root, "cat-file", "-e", commit+"^{commit}").Run()
+	require.NoError(t, err, "this checkout lacks commit %s of release %s (a shallow clone? git fetch --unshallow)", commit, release)
+	return commit
+}
+
+// waitHealthy waits until the API at addr answers GET /healthz with 200.
+func waitHealthy(t *testing.T, addr string) {
+	t.Helper()
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		resp, err := http.Get("http://" + addr + "/healthz")
+		require.NoError(c, err)
+		resp.Body.Close()
+		assert.Equal(c, http.StatusOK, resp.StatusCode)
+	}, wait, 50*time.Millisecond, "the API at %s is healthy", addr)
+}
+
+// stream is a turn's SSE stream being read: the numbered events so far.
+type stream struct {
+	resp   *http.Response
+	events chan workflows.Event
+	seen   []workflows.Event
+}
+
+// chat posts a message to the conversation and reads the turn's stream.
+func chat(t *testing.T, addr, conv, query string) *stream {
+	t.Helper()
+	body, err := json.Marshal(map[string]string{"query": query, "conversationId": conv})
+	require.NoError(t, err)
+	req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/chat/stream", bytes.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	return open(t, req)
+}
+
+// resume reads the turn's stream after event lastSeen, by Last-Event-ID.
+func resume(t *testing.T, addr, turnID string, lastSeen int) *stream {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, "http://"+addr+"/chat/turns/"+turnID+"/events", nil)
+	require.NoError(t, err)
+	req.Header.Set("Last-Event-ID", strconv.Itoa(lastSeen))
+	return open(t, req)
+}
+
+func open(t *testing.T, req *http.Request) *stream {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	t.Cleanup(func() { resp.Body.Close() })
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s %s", req.Method, req.URL)
+	s := &stream{resp: resp, events: make(chan workflows.Event, 256)}
+	go func() {
+		defer close(s.events)
+		_ = sse.Read(resp.Body, func(m sse.Message) error {
+			if m.ID == "" {
+				return nil // a keep-alive
+			}
+			var e workflows.Event
+			if err := json.Unmarshal([]byte(m.Data), &e); err != nil {
+				return err
+			}
+			if strconv.Itoa(e.Seq) != m.ID {
+				return fmt.Errorf("event %s carries seq %d", m.ID, e.Seq)
+			}
+			s.events <- e
+			return nil
+		})
+	}()
+	return s
+}
+
+// until reads events until done holds for those read so far, and returns
+// them.
+func (s *stream) until(t *testing.T, done func([]workflows.Event) bool) []workflows.Event {
+	t.Helper()
+	deadline := time.After(wait)
+	for !done(s.seen) {
+		select {
+		case e, ok := <-s.events:
+			require.True(t, ok, "the stream ended after %d events: %v", len(s.seen), types(s.seen))
+			s.seen = append(s.seen, e)
+		case <-deadline:
+			require.Fail(t, "no such event in time", "after %d events: %v", len(s.seen), types(s.seen))
+		}
+	}
+	return s.seen
+}
+
+func (s *stream) close() { s.resp.Body.Close() }
+
+// approve approves request through the API at addr.
+func approve(t *testing.T, addr, requestID string) {
+	t.Helper()
+	body, err := json.Marshal(map[string]string{"requestId": requestID, "decision": workflows.DecisionApprove})
+	require.NoError(t, err)
+	resp, err := http.Post("http://"+addr+"/chat/approval", "application/json", bytes.NewReader(body))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	answer, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "approve %s through %s: %s", requestID, addr, answer)
+	var out struct {
+		Accepted bool `json:"accepted"`
+	}
+	require.NoError(t, json.Unmarshal(answer, &out))
+	require.True(t, out.Accepted, "approval of %s accepted", requestID)
+}
+
+func ofType(events []workflows.Event, typ string) []workflows.Event {
+	var out []workflows.Event
+	for _, e := range events {
+		if e.Type == typ {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func types(events []workflows.Event) []string {
+	out := make([]string, len(events))
+	for i, e := range events {
+		out[i] = e.Type
+	}
+	return out
+}
+
+// eventIDs lists each event by its id and what a client holds of it.
+func eventIDs(events []workflows.Event) []string {
+	out := make([]string, len(events))
+	for i, e := range events {
+		out[i] = fmt.Sprintf("%d %s %s %s %q", e.Seq, e.Type, e.RequestID, e.ToolCallID, e.Data)
+	}
+	return out
+}
+
+func statuses(results []workflows.ToolResult) []string {
+	out := make([]string, len(results))
+	for i, r := range results {
+		out[i] = r.Name + " " + r.Status
+	}
+	return out
+}
