@@ -23,6 +23,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/config"
@@ -135,6 +138,36 @@ func TestTurnPausedByThePreviousReleaseFinishesOnTodaysBuild(t *testing.T) {
 	events = next.until(t, workflows.Finished)
 	require.Equal(t, workflows.FinishStop, events[len(events)-1].Reason)
 	require.Equal(t, []string{"Read ok", "Write ok", "Bash ok"}, statuses(ofType(events, workflows.EventToolResult)[0].ToolResults))
+
+	// The turn that began on the previous release kept its code paths to
+	// the end; the next one took today's (docs/versioning.md).
+	c, err := srv.Dial()
+	require.NoError(t, err)
+	defer c.Close()
+	require.Empty(t, patches(t, c, turnID), "the turn paused on %s", previousRelease)
+	require.Contains(t, patches(t, c, events[0].TurnID), "policy-recorded", "the turn started on today's build")
+}
+
+// patches lists the change ids of the version markers in the history of
+// workflow id: the patched code paths it took.
+func patches(t *testing.T, c client.Client, id string) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	var ids []string
+	iter := c.GetWorkflowHistory(ctx, id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for iter.HasNext() {
+		e, err := iter.Next()
+		require.NoError(t, err)
+		marker := e.GetMarkerRecordedEventAttributes()
+		if marker.GetMarkerName() != "Version" {
+			continue
+		}
+		var changeID string
+		require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(marker.GetDetails()["change-id"], &changeID))
+		ids = append(ids, changeID)
+	}
+	return ids
 }
 
 // moduleRoot is the folder of the repository this test belongs to.

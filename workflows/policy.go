@@ -53,18 +53,19 @@ func (r Rule) Validate() error {
 	return nil
 }
 
-// check is what policy says of one call.
+// check is what policy says of one call. Its fields are exported for the
+// history: a turn records the checks of each batch (see turn.checkBatch).
 type check struct {
-	required bool
-	timeout  time.Duration
-	// problem says why a rule could not decide, so approval is required.
-	problem string
+	Required bool          `json:"required"`
+	Timeout  time.Duration `json:"timeout"`
+	// Problem says why a rule could not decide, so approval is required.
+	Problem string `json:"problem,omitempty"`
 }
 
 // check applies the policy to call. A rule that fails at run time (a
 // missing argument, say) requires approval: policy errors fail closed.
 func (s Settings) check(call activities.ToolCall) check {
-	c := check{timeout: s.ApprovalTimeout}
+	c := check{Timeout: s.ApprovalTimeout}
 	var rule *Rule
 	for i := range s.Rules {
 		if s.Rules[i].Tool == call.Name {
@@ -72,23 +73,23 @@ func (s Settings) check(call activities.ToolCall) check {
 		}
 	}
 	if rule == nil {
-		c.required = s.requires(call.Name)
+		c.Required = s.requires(call.Name)
 		return c
 	}
 	if rule.Timeout > 0 {
-		c.timeout = rule.Timeout
+		c.Timeout = rule.Timeout
 	}
 	switch rule.Require {
 	case RequireNever:
 	case RequireWhen:
 		required, err := evalWhen(rule.When, call.Arguments)
 		if err != nil {
-			c.required, c.problem = true, fmt.Sprintf("policy rule for %s could not decide (%v), so approval is required", call.Name, err)
+			c.Required, c.Problem = true, fmt.Sprintf("policy rule for %s could not decide (%v), so approval is required", call.Name, err)
 		} else {
-			c.required = required
+			c.Required = required
 		}
 	default:
-		c.required = true
+		c.Required = true
 	}
 	return c
 }
@@ -145,5 +146,5 @@ func evalWhen(expr, arguments string) (bool, error) {
 // outside a workflow that checks a policy (the README's example policies are
 // tested with it).
 func RequiresApproval(settings Settings, tool, arguments string) bool {
-	return settings.check(activities.ToolCall{Name: tool, Arguments: arguments}).required
+	return settings.check(activities.ToolCall{Name: tool, Arguments: arguments}).Required
 }

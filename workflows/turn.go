@@ -307,6 +307,7 @@ func modelActivityOptions(s Settings) workflow.ActivityOptions {
 func (t *turn) runBatch(ctx workflow.Context, calls []activities.ToolCall) []ToolResult {
 	t.log.append(Event{Type: EventToolCall, ToolCalls: calls})
 
+	checks := t.checkBatch(ctx, calls)
 	results := make([]ToolResult, len(calls))
 	approvals := make([]*approval, len(calls))
 	var waiting []*approval
@@ -322,8 +323,8 @@ func (t *turn) runBatch(ctx workflow.Context, calls []activities.ToolCall) []Too
 		case t.bypass, offers(t.clientTools, call.Name):
 			// The client runs its own tools and asks its user itself.
 		default:
-			c := t.settings.check(call)
-			if !c.required {
+			c := checks[i]
+			if !c.Required {
 				break
 			}
 			if g := grantFor(t.grants, call); g != nil {
@@ -333,10 +334,10 @@ func (t *turn) runBatch(ctx workflow.Context, calls []activities.ToolCall) []Too
 				}
 				break
 			}
-			if c.problem != "" {
-				workflow.GetLogger(ctx).Warn("policy fails closed", "toolCallId", call.ID, "problem", c.problem)
+			if c.Problem != "" {
+				workflow.GetLogger(ctx).Warn("policy fails closed", "toolCallId", call.ID, "problem", c.Problem)
 			}
-			approvals[i] = t.gate.request(ctx, call, c.timeout, c.problem)
+			approvals[i] = t.gate.request(ctx, call, c.Timeout, c.Problem)
 			waiting = append(waiting, approvals[i])
 		}
 	}
@@ -376,7 +377,7 @@ func (t *turn) runBatch(ctx workflow.Context, calls []activities.ToolCall) []Too
 		if call.Name == TaskTool {
 			out = t.runSubagent(ctx, call)
 		} else if offers(t.clientTools, call.Name) {
-			out = t.gate.runClientTool(ctx, call, t.settings.check(call).timeout)
+			out = t.gate.runClientTool(ctx, call, checks[i].Timeout)
 		} else {
 			out = t.runTool(ctx, call)
 		}
@@ -387,6 +388,34 @@ func (t *turn) runBatch(ctx workflow.Context, calls []activities.ToolCall) []Too
 	}
 	t.log.append(Event{Type: EventToolResult, ToolResults: results})
 	return results
+}
+
+// checkBatch is what the policy says of each call of a batch, in order.
+//
+// From patchPolicyRecorded on, a turn records the checks in its history
+// (one SideEffect per batch), so that a replay, or a worker of a later
+// build, never evaluates a rule again: a CEL expression's answer may change
+// with cel-go's version, or differ between evaluations (map iteration). A
+// turn recorded before the patch keeps evaluating them in the workflow, as
+// it did when it began. The rules themselves never change under a running
+// turn: they are part of the settings it recorded at its start.
+func (t *turn) checkBatch(ctx workflow.Context, calls []activities.ToolCall) []check {
+	evaluate := func() []check {
+		checks := make([]check, len(calls))
+		for i, call := range calls {
+			checks[i] = t.settings.check(call)
+		}
+		return checks
+	}
+	if workflow.GetVersion(ctx, patchPolicyRecorded, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return evaluate()
+	}
+	var checks []check
+	if err := workflow.SideEffect(ctx, func(workflow.Context) any { return evaluate() }).Get(&checks); err != nil {
+		// A SideEffect result only fails to decode on a corrupt history.
+		panic(fmt.Errorf("policy checks of %d calls: %w", len(calls), err))
+	}
+	return checks
 }
 
 // runTool runs one tool activity. A tool never runs twice: a failure of the

@@ -1,0 +1,12 @@
+package workflows
+
+// Patches: the change ids of workflow.GetVersion, one constant each, with
+// the release that added it. A change to the commands a workflow issues
+// goes behind a new one; docs/versioning.md says when, and when one may be
+// retired. The replay corpus (testdata/replay) holds histories of every
+// release, so a missing patch fails make test.
+const (
+	// patchPolicyRecorded (v0.2.0): a batch's policy checks are recorded in
+	// a SideEffect instead of evaluated on every replay (turn.checkBatch).
+	patchPolicyRecorded = "policy-recorded"
+)

@@ -1,0 +1,91 @@
+package workflows_test
+
+import (
+	"context"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/internal/devserver"
+	"github.com/tollgate/tollgate/internal/scripted"
+	"github.com/tollgate/tollgate/workflows"
+)
+
+// TestPolicyAnswersAreRecordedSoReplaysNeverEvaluateThemAgain runs a turn
+// under a rule whose answer changes from one evaluation to the next
+// (args.map(k, k) lists the keys in Go's random map order), then replays
+// its history many times. Evaluated on every replay, the rule would ask on
+// some replays and not on others, and those replays would fail.
+func TestPolicyAnswersAreRecordedSoReplaysNeverEvaluateThemAgain(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Temporal dev server")
+	}
+	srv := devserver.ForTest(t)
+	c, err := srv.Dial()
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	const args = `{"command":"echo hi","timeout":5,"a":1,"b":2,"c":3,"d":4,"e":5}`
+	model := httptest.NewServer(scripted.New(func(req openai.ChatCompletionRequest) scripted.Reply {
+		if req.Messages[len(req.Messages)-1].Role == openai.ChatMessageRoleTool {
+			return scripted.Reply{Content: "Done."}
+		}
+		return scripted.Reply{ToolCalls: []activities.ToolCall{{ID: "call_1", Name: activities.ToolBash, Arguments: args}}}
+	}))
+	t.Cleanup(model.Close)
+	tools := &activities.Tools{Workspace: t.TempDir(), BashTimeout: 10 * time.Second}
+	w := worker.New(c, "policy-recorded", worker.Options{})
+	workflows.Register(w, &workflows.Workflows{Settings: workflows.Settings{
+		ApprovalTimeout: time.Minute,
+		Tools:           tools.Specs(),
+		Rules:           []workflows.Rule{{Tool: activities.ToolBash, Require: workflows.RequireWhen, When: `args.map(k, k)[0] == "command"`}},
+	}}, activities.NewModel(model.URL+"/v1", "test", scripted.ModelName, workflows.TokenSignaler{Client: c}), tools)
+	require.NoError(t, w.Start())
+	t.Cleanup(w.Stop)
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID: workflows.TurnWorkflowID("policy-recorded", 1), TaskQueue: "policy-recorded",
+	}, workflows.ChatTurnWorkflow, workflows.TurnInput{
+		ConversationID: "policy-recorded", Turn: 1,
+		Messages: []activities.Message{{Role: activities.RoleUser, Content: "say hi"}},
+	})
+	require.NoError(t, err)
+	// Whatever the rule said this time: approve if it asked.
+	var events []workflows.Event
+	require.Eventually(t, func() bool {
+		events = queryEvents(t, c, run.GetID())
+		return len(ofType(events, workflows.EventApprovalRequest)) == 1 || len(ofType(events, workflows.EventToolResult)) == 1
+	}, 30*time.Second, 20*time.Millisecond)
+	if reqs := ofType(events, workflows.EventApprovalRequest); len(reqs) == 1 {
+		require.NoError(t, c.SignalWorkflow(ctx, run.GetID(), "", workflows.ApprovalSignal,
+			workflows.ApprovalDecision{RequestID: reqs[0].RequestID, Decision: workflows.DecisionApprove}))
+	}
+	var out workflows.TurnOutput
+	require.NoError(t, run.Get(ctx, &out))
+	require.Equal(t, workflows.FinishStop, out.FinishReason)
+
+	history := &historypb.History{}
+	iter := c.GetWorkflowHistory(ctx, run.GetID(), run.GetRunID(), false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for iter.HasNext() {
+		e, err := iter.Next()
+		require.NoError(t, err)
+		history.Events = append(history.Events, e)
+	}
+	replayer := worker.NewWorkflowReplayer()
+	replayer.RegisterWorkflowWithOptions((&workflows.Workflows{}).ChatTurn, workflow.RegisterOptions{Name: workflows.ChatTurnWorkflow})
+	execution := workflow.Execution{ID: run.GetID(), RunID: run.GetRunID()}
+	for i := range 40 {
+		require.NoError(t, replayer.ReplayWorkflowHistoryWithOptions(nil, history, worker.ReplayWorkflowHistoryOptions{OriginalExecution: execution}),
+			"replay %d of the turn", i+1)
+	}
+}
