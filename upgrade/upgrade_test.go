@@ -1,7 +1,7 @@
-// Package upgrade_test carries a turn paused by the previous release of
-// tollgate across a deployment of today's build: the previous release is
-// built from the repository's own history, and both builds run as
-// processes on one real dev server.
+// Package upgrade_test carries turns paused by earlier releases of
+// tollgate across a deployment of today's build: each release is built from
+// the repository's own history, and both builds run as processes on one
+// real dev server.
 package upgrade_test
 
 import (
@@ -36,35 +36,50 @@ import (
 	"github.com/tollgate/tollgate/workflows"
 )
 
-// previousRelease is the release whose paused turns today's build must
-// carry on. Raise it with each release (docs/versioning.md, "Releasing").
-const previousRelease = "v0.1.0"
-
 // wait bounds each wait for a turn or a process to reach a state.
 const wait = 60 * time.Second
 
-func TestTurnPausedByThePreviousReleaseFinishesOnTodaysBuild(t *testing.T) {
+// TestTurnsPausedByEarlierReleasesFinishOnTodaysBuild carries a paused turn
+// of every release that has a replay corpus (workflows/testdata/replay:
+// the releases whose paused turns today's build must carry on) to its end
+// on today's build.
+func TestTurnsPausedByEarlierReleasesFinishOnTodaysBuild(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds two releases and starts a Temporal dev server")
+		t.Skip("builds earlier releases and starts a Temporal dev server")
 	}
 	root := moduleRoot(t)
-	oldBuild := buildRelease(t, root, previousRelease)
+	releases := corpusReleases(t, root)
+	require.NotEmpty(t, releases)
+	builds := map[string]func() (string, string){}
+	for _, r := range releases {
+		builds[r] = buildRelease(t, root, r)
+	}
 	newWorker := proctest.Build(t, "github.com/tollgate/tollgate/worker")
 	newAPI := proctest.Build(t, "github.com/tollgate/tollgate/api")
-
 	srv := devserver.ForTest(t)
 	model := httptest.NewServer(scripted.New(scripted.Demo()))
 	t.Cleanup(model.Close)
+	for _, r := range releases {
+		t.Run(r, func(t *testing.T) {
+			oldWorker, oldAPI := builds[r]()
+			upgradeFrom(t, r, srv, model.URL, oldWorker, oldAPI, newWorker(), newAPI())
+		})
+	}
+}
+
+// upgradeFrom pauses a turn on release's worker and API, with one call of
+// its batch decided, stops both, and finishes the turn on today's.
+func upgradeFrom(t *testing.T, release string, srv *devserver.Server, modelURL, oldWorkerBin, oldAPIBin, newWorkerBin, newAPIBin string) {
 	workspace := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(workspace, "README.md"), []byte("# upgrade\n"), 0o644))
 	env := func(httpAddr string) []string {
 		return append(proctest.EnvironWithout("TOLLGATE_", "TEMPORAL_", "OPENAI_", "HTTP_ADDR"),
 			"TEMPORAL_ADDRESS="+srv.HostPort,
 			"TEMPORAL_NAMESPACE="+srv.Namespace,
-			"TOLLGATE_TASK_QUEUE=upgrade",
+			"TOLLGATE_TASK_QUEUE=upgrade-"+release,
 			"HTTP_ADDR="+httpAddr,
 			"TOLLGATE_METRICS_ADDR="+config.MetricsOff,
-			"OPENAI_BASE_URL="+model.URL+"/v1",
+			"OPENAI_BASE_URL="+modelURL+"/v1",
 			"OPENAI_API_KEY=test",
 			"OPENAI_MODEL="+scripted.ModelName,
 			"TOLLGATE_WORKSPACE="+workspace,
@@ -72,15 +87,17 @@ func TestTurnPausedByThePreviousReleaseFinishesOnTodaysBuild(t *testing.T) {
 			"TOLLGATE_HEARTBEAT_INTERVAL=1s",
 		)
 	}
+	c, err := srv.Dial()
+	require.NoError(t, err)
+	defer c.Close()
 
-	// The previous release starts the turn; it pauses at its two
+	// The earlier release starts the turn; it pauses at its two
 	// approvals, and one of them is decided.
-	oldWorkerBin, oldAPIBin := oldBuild()
 	oldAddr := proctest.FreeAddr(t)
-	oldWorker := proctest.Start(t, "worker-"+previousRelease, oldWorkerBin, env(proctest.FreeAddr(t)))
-	oldAPI := proctest.Start(t, "api-"+previousRelease, oldAPIBin, env(oldAddr))
+	oldWorker := proctest.Start(t, "worker-"+release, oldWorkerBin, env(proctest.FreeAddr(t)))
+	oldAPI := proctest.Start(t, "api-"+release, oldAPIBin, env(oldAddr))
 	waitHealthy(t, oldAddr)
-	const conv = "upgrade"
+	conv := "upgrade-" + release
 	first := chat(t, oldAddr, conv, "tidy up")
 	before := first.until(t, func(events []workflows.Event) bool {
 		return len(ofType(events, workflows.EventApprovalRequest)) == 2
@@ -94,17 +111,18 @@ func TestTurnPausedByThePreviousReleaseFinishesOnTodaysBuild(t *testing.T) {
 	first.close()
 	turnID := before[0].TurnID
 	lastSeen := before[len(before)-1].Seq
+	pausedPatches := patches(t, c, turnID)
 
 	// A deployment: both stop, today's build starts.
 	oldAPI.Stop(t)
 	oldWorker.Stop(t)
-	proctest.Start(t, "worker-today", newWorker(), env(proctest.FreeAddr(t)))
+	proctest.Start(t, "worker-today", newWorkerBin, env(proctest.FreeAddr(t)))
 	newAddr := proctest.FreeAddr(t)
-	proctest.Start(t, "api-today", newAPI(), env(newAddr))
+	proctest.Start(t, "api-today", newAPIBin, env(newAddr))
 	waitHealthy(t, newAddr)
 
 	// The other call is decided through today's API, and the stream
-	// resumes where the previous release's left off.
+	// resumes where the earlier release's left off.
 	approve(t, newAddr, requests[1].RequestID)
 	resumed := resume(t, newAddr, turnID, lastSeen)
 	after := resumed.until(t, workflows.Finished)
@@ -118,15 +136,15 @@ func TestTurnPausedByThePreviousReleaseFinishesOnTodaysBuild(t *testing.T) {
 	results := ofType(whole, workflows.EventToolResult)
 	require.Len(t, results, 1)
 	require.Equal(t, []string{"Read ok", "Write ok", "Bash ok"}, statuses(results[0].ToolResults),
-		"the call approved on %s and the one approved today both ran", previousRelease)
+		"the call approved on %s and the one approved today both ran", release)
 	require.FileExists(t, filepath.Join(workspace, scripted.DemoNotePath))
 
 	// Today's build serves the turn's whole log under the ids the
-	// previous release gave it.
+	// earlier release gave it.
 	replayed := resume(t, newAddr, turnID, 0).until(t, workflows.Finished)
 	require.Equal(t, eventIDs(whole), eventIDs(replayed))
 
-	// The conversation the previous release started takes its next turn.
+	// The conversation the earlier release started takes its next turn.
 	next := chat(t, newAddr, conv, "once more")
 	events := next.until(t, func(events []workflows.Event) bool {
 		return len(ofType(events, workflows.EventApprovalRequest)) == 2
@@ -139,35 +157,23 @@ func TestTurnPausedByThePreviousReleaseFinishesOnTodaysBuild(t *testing.T) {
 	require.Equal(t, workflows.FinishStop, events[len(events)-1].Reason)
 	require.Equal(t, []string{"Read ok", "Write ok", "Bash ok"}, statuses(ofType(events, workflows.EventToolResult)[0].ToolResults))
 
-	// The turn that began on the previous release kept its code paths to
-	// the end; the next one took today's (docs/versioning.md).
-	c, err := srv.Dial()
-	require.NoError(t, err)
-	defer c.Close()
-	require.Empty(t, patches(t, c, turnID), "the turn paused on %s", previousRelease)
+	// The paused turn kept the code paths it had begun on (what it runs
+	// after its pause calls no GetVersion); the next turn took today's.
+	require.Equal(t, pausedPatches, patches(t, c, turnID), "the turn paused on %s took no patch of today's", release)
 	require.Contains(t, patches(t, c, events[0].TurnID), "policy-recorded", "the turn started on today's build")
 }
 
-// patches lists the change ids of the version markers in the history of
-// workflow id: the patched code paths it took.
-func patches(t *testing.T, c client.Client, id string) []string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	defer cancel()
-	var ids []string
-	iter := c.GetWorkflowHistory(ctx, id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-	for iter.HasNext() {
-		e, err := iter.Next()
-		require.NoError(t, err)
-		marker := e.GetMarkerRecordedEventAttributes()
-		if marker.GetMarkerName() != "Version" {
-			continue
+// corpusReleases lists the releases that have a replay corpus.
+func corpusReleases(t *testing.T, root string) []string {
+	entries, err := os.ReadDir(filepath.Join(root, "workflows", "testdata", "replay"))
+	require.NoError(t, err)
+	var releases []string
+	for _, e := range entries {
+		if e.IsDir() {
+			releases = append(releases, e.Name())
 		}
-		var changeID string
-		require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(marker.GetDetails()["change-id"], &changeID))
-		ids = append(ids, changeID)
 	}
-	return ids
+	return releases
 }
 
 // moduleRoot is the folder of the repository this test belongs to.
@@ -363,4 +369,26 @@ func statuses(results []workflows.ToolResult) []string {
 		out[i] = r.Name + " " + r.Status
 	}
 	return out
+}
+
+// patches lists the change ids of the version markers in the history of
+// workflow id: the patched code paths it took.
+func patches(t *testing.T, c client.Client, id string) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	var ids []string
+	iter := c.GetWorkflowHistory(ctx, id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for iter.HasNext() {
+		e, err := iter.Next()
+		require.NoError(t, err)
+		marker := e.GetMarkerRecordedEventAttributes()
+		if marker.GetMarkerName() != "Version" {
+			continue
+		}
+		var changeID string
+		require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(marker.GetDetails()["change-id"], &changeID))
+		ids = append(ids, changeID)
+	}
+	return ids
 }
