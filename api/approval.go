@@ -13,6 +13,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"go.temporal.io/sdk/client"
 
+	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/workflows"
 )
 
@@ -188,8 +189,9 @@ func (s *Server) approve(c *gin.Context) {
 		writeError(c, s.log, err)
 		return
 	}
-	// Who decides is the token's principal, never what the body says.
-	d.Principal = principal(c)
+	// Who decides is the token's principal, in the role that lets it,
+	// never what the body says.
+	d.Principal, d.Role = principal(c), callerRole(c, config.RoleApprove)
 	accepted, err := s.decide(c.Request.Context(), d)
 	if err != nil {
 		s.metrics.decision(d.Decision, outcomeError)

@@ -154,6 +154,7 @@ func postApproval(t *testing.T, ts *httptest.Server, body string) (int, string) 
 	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, ts.URL+"/chat/approval", strings.NewReader(body))
 	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
 	return doJSON(t, req)
 }
 

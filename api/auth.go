@@ -4,17 +4,19 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
-	"maps"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
 
 	"github.com/gin-gonic/gin"
+
+	"github.com/tollgate/tollgate/internal/config"
 )
 
-// principalKey is where authenticate leaves the caller's principal in the
-// request's gin context.
-const principalKey = "tollgate.principal"
+// callerKey is where authenticate leaves the caller's token (its
+// principal and roles) in the request's gin context.
+const callerKey = "tollgate.caller"
 
 // bearerChallenge is the WWW-Authenticate header of every 401 answer.
 const bearerChallenge = `Bearer realm="tollgate"`
@@ -24,20 +26,21 @@ const bearerChallenge = `Bearer realm="tollgate"`
 // digest, without stopping at a match, so the time an answer takes says
 // nothing about how close a guess came or which token matched.
 type authenticator struct {
-	digests    [][sha256.Size]byte
-	principals []string
+	digests [][sha256.Size]byte
+	callers []config.APIToken
 }
 
-// newAuthenticator returns the authenticator of tokens (token → principal),
-// or nil when there are none: then the API asks for no token.
-func newAuthenticator(tokens map[string]string) *authenticator {
+// newAuthenticator returns the authenticator of tokens, or nil when there
+// are none: then the API asks for no token.
+func newAuthenticator(tokens []config.APIToken) *authenticator {
 	if len(tokens) == 0 {
 		return nil
 	}
 	a := &authenticator{}
-	for _, tok := range slices.Sorted(maps.Keys(tokens)) {
-		a.digests = append(a.digests, sha256.Sum256([]byte(tok)))
-		a.principals = append(a.principals, tokens[tok])
+	for _, tok := range tokens {
+		a.digests = append(a.digests, sha256.Sum256([]byte(tok.Token)))
+		tok.Token = "" // only its digest is kept
+		a.callers = append(a.callers, tok)
 	}
 	return a
 }
@@ -49,20 +52,20 @@ var (
 	errBadToken = errors.New("the bearer token is not valid")
 )
 
-// principal returns the principal of the Authorization header's bearer
-// token. Its errors wrap errNoToken (nothing usable was sent: no header,
-// another scheme, no token) or errBadToken (an unknown token); neither
-// repeats what was sent.
-func (a *authenticator) principal(header string) (string, error) {
+// caller returns the token of the Authorization header's bearer token, its
+// secret left out. Its errors wrap errNoToken (nothing usable was sent: no
+// header, another scheme, no token) or errBadToken (an unknown token);
+// neither repeats what was sent.
+func (a *authenticator) caller(header string) (config.APIToken, error) {
 	scheme, token, _ := strings.Cut(strings.TrimSpace(header), " ")
 	token = strings.TrimSpace(token)
 	switch {
 	case header == "":
-		return "", errNoToken
+		return config.APIToken{}, errNoToken
 	case !strings.EqualFold(scheme, "Bearer"):
-		return "", &unauthorizedError{cause: errNoToken, msg: "the Authorization header is not a bearer token: send Authorization: Bearer <token>"}
+		return config.APIToken{}, &unauthorizedError{cause: errNoToken, msg: "the Authorization header is not a bearer token: send Authorization: Bearer <token>"}
 	case token == "":
-		return "", &unauthorizedError{cause: errNoToken, msg: "the Authorization header holds no token after Bearer"}
+		return config.APIToken{}, &unauthorizedError{cause: errNoToken, msg: "the Authorization header holds no token after Bearer"}
 	}
 	digest := sha256.Sum256([]byte(token))
 	found := -1
@@ -72,9 +75,9 @@ func (a *authenticator) principal(header string) (string, error) {
 		}
 	}
 	if found < 0 {
-		return "", errBadToken
+		return config.APIToken{}, errBadToken
 	}
-	return a.principals[found], nil
+	return a.callers[found], nil
 }
 
 // unauthorizedError is an authentication failure with a more precise
@@ -100,12 +103,12 @@ var publicRoutes = []string{"/healthz", consolePath, inboxPath, assetsPath + "*f
 
 // authenticate lets a request through when the API asks for no token, when
 // it is a GET of a public route, or when it carries a known bearer token,
-// whose principal it leaves in the context. Anything else is answered 401.
+// which it leaves in the context. Anything else is answered 401.
 func (s *Server) authenticate(c *gin.Context) {
 	if s.auth == nil || (c.Request.Method == http.MethodGet && slices.Contains(publicRoutes, c.FullPath())) {
 		return
 	}
-	p, err := s.auth.principal(c.GetHeader("Authorization"))
+	caller, err := s.auth.caller(c.GetHeader("Authorization"))
 	if err != nil {
 		challenge := bearerChallenge
 		if errors.Is(err, errBadToken) {
@@ -115,11 +118,66 @@ func (s *Server) authenticate(c *gin.Context) {
 		writeError(c, s.log, err)
 		return
 	}
-	c.Set(principalKey, p)
+	c.Set(callerKey, caller)
 }
 
 // principal is the caller's principal: the name of its token, or "" when
 // the API asks for none.
 func principal(c *gin.Context) string {
-	return c.GetString(principalKey)
+	caller, _ := c.Get(callerKey)
+	tok, _ := caller.(config.APIToken)
+	return tok.Principal
+}
+
+// callerRole is the role the caller acts in for something that needs
+// role: role itself, or admin when that is how the caller may; "" when the
+// API asks for no token.
+func callerRole(c *gin.Context, role string) string {
+	caller, ok := c.Get(callerKey)
+	if !ok {
+		return ""
+	}
+	if tok := caller.(config.APIToken); !slices.Contains(tok.Roles, role) && slices.Contains(tok.Roles, config.RoleAdmin) {
+		return config.RoleAdmin
+	}
+	return role
+}
+
+// errForbidden is the cause of every 403: the caller may not do this.
+var errForbidden = errors.New("forbidden")
+
+// forbidden returns an error wrapping errForbidden with a message that
+// says what was refused and why.
+func forbidden(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", errForbidden, fmt.Sprintf(format, args...))
+}
+
+// may reports whether the caller may act in one of roles. An API without
+// tokens lets every caller do everything but bypass (see mayBypass).
+func (s *Server) may(c *gin.Context, roles ...string) bool {
+	caller, ok := c.Get(callerKey)
+	if !ok {
+		return s.auth == nil
+	}
+	tok := caller.(config.APIToken)
+	return slices.ContainsFunc(roles, tok.Has)
+}
+
+// requireRole answers 403 to a caller that may act in none of roles.
+func (s *Server) requireRole(roles ...string) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		if !s.may(c, roles...) {
+			writeError(c, s.log, forbidden("%s %s needs a token with the role %s", c.Request.Method, c.FullPath(), strings.Join(roles, " or ")))
+		}
+	}
+}
+
+// mayBypass reports whether the caller may send bypassApproval: with
+// tokens, a token with the bypass role; without, only when the operator
+// allowed it (TOLLGATE_ALLOW_BYPASS).
+func (s *Server) mayBypass(c *gin.Context) bool {
+	if s.auth == nil {
+		return s.allowBypass
+	}
+	return s.may(c, config.RoleBypass)
 }

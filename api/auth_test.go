@@ -19,6 +19,7 @@ import (
 	"go.temporal.io/sdk/mocks"
 
 	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/workflows"
 )
 
@@ -28,7 +29,10 @@ const (
 	bobToken   = "bob-fedcba9876543210"
 )
 
-var testTokens = map[string]string{aliceToken: "alice", bobToken: "bob"}
+var testTokens = []config.APIToken{
+	{Token: aliceToken, Principal: "alice", Roles: config.DefaultRoles},
+	{Token: bobToken, Principal: "bob", Roles: config.DefaultRoles},
+}
 
 // newAuthedServer serves the API with testTokens over c (nil when the test
 // never reaches Temporal) and a fake event source.
@@ -182,6 +186,7 @@ func chatAs(t *testing.T, api *httptest.Server, token, body string) (string, <-c
 	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, api.URL+"/chat/stream", strings.NewReader(body))
 	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+token)
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)

@@ -461,6 +461,7 @@ func (e *benchEnv) pauseTurn(ctx context.Context, conv string) (turnID, requestI
 	if err != nil {
 		return "", "", err
 	}
+	req.Header.Set("Content-Type", "application/json")
 	resp, err := e.http.Do(req)
 	if err != nil {
 		return "", "", err
@@ -479,6 +480,7 @@ func (e *benchEnv) approve(ctx context.Context, requestID string) error {
 	if err != nil {
 		return err
 	}
+	req.Header.Set("Content-Type", "application/json")
 	resp, err := e.http.Do(req)
 	if err != nil {
 		return err
@@ -748,6 +750,7 @@ func (e *benchEnv) historyCost(ctx context.Context, query string) (historyCost, 
 	if err != nil {
 		return res, err
 	}
+	req.Header.Set("Content-Type", "application/json")
 	start := time.Now()
 	resp, err := e.http.Do(req)
 	if err != nil {

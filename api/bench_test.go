@@ -416,6 +416,7 @@ func (e *benchEnv) tollgateTurn(ctx context.Context, name string) (turnSample, e
 	if err != nil {
 		return s, err
 	}
+	req.Header.Set("Content-Type", "application/json")
 	s.start = time.Now()
 	resp, err := e.http.Do(req)
 	if err != nil {
@@ -440,6 +441,7 @@ func (e *benchEnv) tollgateTurn(ctx context.Context, name string) (turnSample, e
 	if err != nil {
 		return s, err
 	}
+	areq.Header.Set("Content-Type", "application/json")
 	aresp, err := e.http.Do(areq)
 	if err != nil {
 		return s, err

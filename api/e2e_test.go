@@ -157,6 +157,7 @@ func TestResumeAfterDroppedConnectionHasNoGapNoDuplicate(t *testing.T) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, st.api.URL+"/chat/stream",
 		strings.NewReader(`{"query": "resume me", "conversationId": "e2e-resume"}`))
 	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	t.Cleanup(func() { resp.Body.Close() })

@@ -44,6 +44,10 @@ func errorStatus(err error) (int, string) {
 		return http.StatusBadRequest, bad.msg
 	case isUnauthorized(err):
 		return http.StatusUnauthorized, err.Error()
+	case errors.Is(err, errForbidden):
+		return http.StatusForbidden, err.Error()
+	case errors.Is(err, errUnsupportedMediaType):
+		return http.StatusUnsupportedMediaType, err.Error()
 	case errors.Is(err, errUnknownTurn), errors.Is(err, errUnknownGrant):
 		return http.StatusNotFound, err.Error()
 	case errors.Is(err, context.Canceled):

@@ -300,7 +300,8 @@ func TestFailingToolsBecomeErrorResultsTheModelReads(t *testing.T) {
 				activities.ToolSpec{Name: "Explode", Description: "Panics.", Parameters: noArgs},
 				activities.ToolSpec{Name: "Stall", Description: "Never answers.", Parameters: noArgs})
 			s.ToolTimeout = time.Second
-		}))
+		}),
+		withBypassAllowed())
 
 	// fails runs a turn whose one tool call fails and requires the model to
 	// read the error and the turn to finish.

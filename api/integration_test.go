@@ -44,6 +44,8 @@ type stack struct {
 	// queue is the task queue of the stack's conversations.
 	queue string
 	log   *slog.Logger
+	// allowBypass is withBypassAllowed's.
+	allowBypass bool
 }
 
 // stackOptions change what newStack builds.
@@ -53,6 +55,7 @@ type stackOptions struct {
 	noWorker        bool
 	settings        []func(*workflows.Settings)
 	activities      map[string]any
+	allowBypass     bool
 }
 
 // stackOption is one change to the stack newStack builds.
@@ -86,6 +89,12 @@ func withActivity(name string, fn any) stackOption {
 	}
 }
 
+// withBypassAllowed lets the stack's API, which has no tokens, take
+// bypassApproval (TOLLGATE_ALLOW_BYPASS).
+func withBypassAllowed() stackOption {
+	return func(o *stackOptions) { o.allowBypass = true }
+}
+
 // withoutWorker leaves the worker to the test, which may run it as a
 // separate process on st.queue with st.workspace and st.model.
 func withoutWorker() stackOption {
@@ -101,7 +110,7 @@ func newStack(t *testing.T, opts ...stackOption) *stack {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	st := &stack{temporal: devserver.ForTest(t), queue: "tollgate-api-test"}
+	st := &stack{temporal: devserver.ForTest(t), queue: "tollgate-api-test", allowBypass: o.allowBypass}
 	c, err := st.temporal.Dial()
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
@@ -163,7 +172,7 @@ func (st *stack) newAPI(t *testing.T) *httptest.Server {
 
 // apiOptions are the options of the stack's API instances.
 func (st *stack) apiOptions() Options {
-	return Options{Client: st.client, TaskQueue: st.queue, HeartbeatInterval: 200 * time.Millisecond, Logger: st.log}
+	return Options{Client: st.client, TaskQueue: st.queue, HeartbeatInterval: 200 * time.Millisecond, Logger: st.log, AllowBypass: st.allowBypass}
 }
 
 // chat posts a message and returns the stream's response and messages.
@@ -171,6 +180,7 @@ func (st *stack) chat(t *testing.T, body string) (*http.Response, <-chan sseMess
 	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, st.api.URL+"/chat/stream", strings.NewReader(body))
 	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	t.Cleanup(func() { resp.Body.Close() })

@@ -54,18 +54,14 @@ func run(cfg config.Config, log *slog.Logger) error {
 	}
 	defer c.Close()
 
-	tokens := map[string]string{}
-	var principals []string
-	for _, t := range cfg.APITokens {
-		tokens[t.Token] = t.Principal
-		principals = append(principals, t.Principal)
-	}
 	srv := NewServer(Options{
 		Client:            c,
 		TaskQueue:         cfg.TaskQueue,
 		HeartbeatInterval: cfg.HeartbeatInterval,
 		Logger:            log,
-		Tokens:            tokens,
+		Tokens:            cfg.APITokens,
+		AllowBypass:       cfg.AllowBypass,
+		AllowedOrigins:    cfg.AllowedOrigins,
 	})
 	httpSrv := &http.Server{
 		Handler:           srv.Handler(),
@@ -76,14 +72,23 @@ func run(cfg config.Config, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s (%s): %w", cfg.HTTPAddr, config.EnvHTTPAddr, err)
 	}
+	if err := checkExposure(cfg, ln.Addr()); err != nil {
+		ln.Close()
+		return err
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	served := make(chan error, 1)
 	go func() { served <- httpSrv.Serve(ln) }()
+	var principals []string
+	for _, t := range cfg.APITokens {
+		principals = append(principals, t.Principal)
+	}
 	log.Info("api listening", "addr", ln.Addr().String(), "temporal", cfg.TemporalAddress,
 		"namespace", cfg.TemporalNamespace, "taskQueue", cfg.TaskQueue,
-		"auth", len(tokens) > 0, "principals", slices.Compact(slices.Sorted(slices.Values(principals))))
+		"auth", len(cfg.APITokens) > 0, "principals", slices.Compact(slices.Sorted(slices.Values(principals))),
+		"bypass", cfg.AllowBypass && len(cfg.APITokens) == 0, "allowedOrigins", cfg.AllowedOrigins)
 
 	select {
 	case err := <-served:
@@ -98,4 +103,17 @@ func run(cfg config.Config, log *slog.Logger) error {
 		return fmt.Errorf("shut down http: %w", err)
 	}
 	return nil
+}
+
+// checkExposure refuses to serve an API without tokens beyond loopback,
+// where anyone who reaches it could decide approvals, unless the operator
+// said so (TOLLGATE_ALLOW_UNAUTHENTICATED).
+func checkExposure(cfg config.Config, addr net.Addr) error {
+	tcp, ok := addr.(*net.TCPAddr)
+	if len(cfg.APITokens) > 0 || cfg.AllowUnauthenticated || (ok && tcp.IP.IsLoopback()) {
+		return nil
+	}
+	return fmt.Errorf("%s=%s listens beyond loopback (%s) and %s is empty: anyone who reaches the API could send messages and decide approvals; "+
+		"set %s, listen on 127.0.0.1, or set %s=true to serve it without tokens anyway",
+		config.EnvHTTPAddr, cfg.HTTPAddr, addr, config.EnvAPITokens, config.EnvAPITokens, config.EnvAllowUnauthenticated)
 }

@@ -38,9 +38,15 @@ type Options struct {
 	HeartbeatInterval time.Duration
 	// Logger receives the server's logs; nil discards them.
 	Logger *slog.Logger
-	// Tokens maps each bearer token the API accepts to the principal it
-	// names. With none, the API asks for no token.
-	Tokens map[string]string
+	// Tokens are the bearer tokens the API accepts, with the principal and
+	// the roles each carries. With none, the API asks for no token.
+	Tokens []config.APIToken
+	// AllowBypass lets callers of an API without tokens send
+	// bypassApproval; with tokens, the bypass role does.
+	AllowBypass bool
+	// AllowedOrigins are the browser origins, besides the API's own, that
+	// may send state-changing requests.
+	AllowedOrigins []string
 }
 
 // Timeouts of the server's Temporal calls. Each is derived from the
@@ -104,6 +110,9 @@ type Server struct {
 
 	// auth checks bearer tokens; nil when the API asks for none.
 	auth *authenticator
+	// allowBypass and allowedOrigins are Options'.
+	allowBypass    bool
+	allowedOrigins []string
 }
 
 // NewServer builds the API on Temporal.
@@ -125,6 +134,9 @@ func newServer(o Options, src eventSource, settings hubSettings) *Server {
 		log:       o.Logger,
 		metrics:   newMetrics(),
 		auth:      newAuthenticator(o.Tokens),
+
+		allowBypass:    o.AllowBypass,
+		allowedOrigins: o.AllowedOrigins,
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -137,14 +149,15 @@ func newServer(o Options, src eventSource, settings hubSettings) *Server {
 
 	r := gin.New()
 	_ = r.SetTrustedProxies(nil) // ClientIP is the peer; nil never fails
-	r.Use(s.recoverPanics, s.logRequests, s.authenticate)
-	r.POST("/chat/stream", s.chatStream)
-	r.GET("/chat/turns/:turnId/events", s.turnEvents)
-	r.POST("/chat/approval", s.approve)
-	r.POST("/chat/tool-result", s.toolResult)
-	r.GET("/conversations/:conversationId/grants", s.grants)
-	r.DELETE("/conversations/:conversationId/grants/:grantId", s.revokeGrant)
-	r.GET("/approvals", s.listApprovals)
+	r.Use(s.recoverPanics, s.logRequests, s.refuseCrossSite, s.authenticate)
+	chat, approve := s.requireRole(config.RoleChat), s.requireRole(config.RoleApprove)
+	r.POST("/chat/stream", chat, s.chatStream)
+	r.GET("/chat/turns/:turnId/events", s.requireRole(config.RoleChat, config.RoleApprove), s.turnEvents)
+	r.POST("/chat/approval", approve, s.approve)
+	r.POST("/chat/tool-result", chat, s.toolResult)
+	r.GET("/conversations/:conversationId/grants", approve, s.grants)
+	r.DELETE("/conversations/:conversationId/grants/:grantId", approve, s.revokeGrant)
+	r.GET("/approvals", approve, s.listApprovals)
 	r.GET("/healthz", s.healthz)
 	r.GET("/metrics", s.serveMetrics)
 	registerWeb(r)
@@ -183,6 +196,14 @@ func (s *Server) chatStream(c *gin.Context) {
 	}
 	if strings.TrimSpace(req.Query) == "" {
 		writeError(c, s.log, badRequest("query is empty"))
+		return
+	}
+	if req.BypassApproval && !s.mayBypass(c) {
+		if s.auth == nil {
+			writeError(c, s.log, forbidden("bypassApproval is off: the operator allows it with TOLLGATE_ALLOW_BYPASS=true"))
+		} else {
+			writeError(c, s.log, forbidden("bypassApproval needs a token with the role %s", config.RoleBypass))
+		}
 		return
 	}
 	conv := req.ConversationID

@@ -263,6 +263,7 @@ func TestChatStreamRejectsBadBodies(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			req, err := http.NewRequest(http.MethodPost, ts.URL+"/chat/stream", strings.NewReader(tc.body))
 			require.NoError(t, err)
+			req.Header.Set("Content-Type", "application/json")
 			status, msg := doJSON(t, req)
 			require.Equal(t, http.StatusBadRequest, status, msg)
 			require.Contains(t, msg, tc.want)

@@ -55,6 +55,9 @@ type Event struct {
 	TurnID         string `json:"turnId,omitempty"`
 	WorkflowID     string `json:"workflowId,omitempty"`
 	RunID          string `json:"runId,omitempty"`
+	// Bypass is true on turn_start when the turn runs with bypassApproval:
+	// no call asks, but those a rule requires always.
+	Bypass bool `json:"bypass,omitempty"`
 
 	// token. Reset voids the text the call's earlier token events spelled:
 	// a retried model call answered otherwise, and Data starts it again.
@@ -77,6 +80,9 @@ type Event struct {
 	// signal's principal (or "temporal"), or a grant's maker; empty for a
 	// timeout, a cancellation, or the API without tokens.
 	By string `json:"by,omitempty"`
+	// Role is the role of the API token By decided with (approve or
+	// admin); empty otherwise.
+	Role string `json:"role,omitempty"`
 
 	// tool_result
 	ToolResults []ToolResult `json:"toolResults,omitempty"`

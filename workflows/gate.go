@@ -46,8 +46,9 @@ type approval struct {
 	reason    string
 	arguments string
 	decidedAt time.Time
-	// by names who decided: the API's principal, a signal's, or none.
-	by string
+	// by names who decided: the API's principal, a signal's, or none;
+	// role is the role of the API token they decided with, if any.
+	by, role string
 	// remember and sameArguments ask for a grant from this decision.
 	remember      bool
 	sameArguments bool
@@ -184,6 +185,7 @@ func (g *gate) take(ctx workflow.Context, d ApprovalDecision, by string) error {
 	}
 	a := g.byID[d.RequestID]
 	a.remember, a.sameArguments = d.Remember == RememberConversation, d.SameArguments
+	a.role = d.Role
 	g.decide(ctx, a, d.Decision, d.Reason, d.Arguments, by)
 	return nil
 }
@@ -205,6 +207,7 @@ func (g *gate) decide(ctx workflow.Context, a *approval, decision, reason, argum
 		Decision:   decision,
 		Reason:     reason,
 		By:         by,
+		Role:       a.role,
 	})
 	countDecision(ctx, decision, a.RequestedAt)
 	g.wake.SendAsync(struct{}{})

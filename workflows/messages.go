@@ -29,6 +29,10 @@ type ApprovalDecision struct {
 	// access (the CLI's signal or Update) is trusted to say who it is, and a
 	// signal without one is recorded as PrincipalTemporal.
 	Principal string `json:"principal,omitempty"`
+	// Role is the role of the API token the principal decided with
+	// (approve or admin); empty for a decision by signal or by an API
+	// without tokens.
+	Role string `json:"role,omitempty"`
 }
 
 // Check says what is wrong with d itself, whatever request it names: a

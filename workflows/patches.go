@@ -9,4 +9,8 @@ const (
 	// patchPolicyRecorded (v0.2.0): a batch's policy checks are recorded in
 	// a SideEffect instead of evaluated on every replay (turn.checkBatch).
 	patchPolicyRecorded = "policy-recorded"
+	// patchStrictGate (v0.3.0): a bypassed turn still asks where a rule
+	// requires a tool always, and client tools follow the policy
+	// (turn.strictGate).
+	patchStrictGate = "strict-gate"
 )

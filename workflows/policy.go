@@ -60,6 +60,9 @@ type check struct {
 	Timeout  time.Duration `json:"timeout"`
 	// Problem says why a rule could not decide, so approval is required.
 	Problem string `json:"problem,omitempty"`
+	// Always is true when a rule requires approval of the tool always:
+	// then even a bypassed turn asks.
+	Always bool `json:"always,omitempty"`
 }
 
 // check applies the policy to call. A rule that fails at run time (a
@@ -89,7 +92,7 @@ func (s Settings) check(call activities.ToolCall) check {
 			c.Required = required
 		}
 	default:
-		c.Required = true
+		c.Required, c.Always = true, true
 	}
 	return c
 }

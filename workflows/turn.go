@@ -102,6 +102,7 @@ func (t *turn) start(ctx workflow.Context) error {
 		TurnID:         info.WorkflowExecution.ID,
 		WorkflowID:     info.WorkflowExecution.ID,
 		RunID:          info.WorkflowExecution.RunID,
+		Bypass:         t.bypass,
 	})
 	return nil
 }
@@ -308,6 +309,7 @@ func (t *turn) runBatch(ctx workflow.Context, calls []activities.ToolCall) []Too
 	t.log.append(Event{Type: EventToolCall, ToolCalls: calls})
 
 	checks := t.checkBatch(ctx, calls)
+	strict := t.strictGate(ctx, calls)
 	results := make([]ToolResult, len(calls))
 	approvals := make([]*approval, len(calls))
 	var waiting []*approval
@@ -320,8 +322,11 @@ func (t *turn) runBatch(ctx workflow.Context, calls []activities.ToolCall) []Too
 			results[i].Result, results[i].Status = fmt.Sprintf("Error: there is no tool named %q.", call.Name), activities.StatusError
 		case !isJSONObject(call.Arguments):
 			results[i].Result, results[i].Status = fmt.Sprintf("Error: the arguments of %s are not a JSON object: %s", call.Name, call.Arguments), activities.StatusError
-		case t.bypass, offers(t.clientTools, call.Name):
-			// The client runs its own tools and asks its user itself.
+		case !strict && (t.bypass || offers(t.clientTools, call.Name)):
+			// Before patchStrictGate: a bypassed turn asked for nothing,
+			// and the client asked its user about its own tools itself.
+		case t.bypass && !checks[i].Always:
+			// Bypassed: only a rule that requires a tool always still asks.
 		default:
 			c := checks[i]
 			if !c.Required {
@@ -416,6 +421,17 @@ func (t *turn) checkBatch(ctx workflow.Context, calls []activities.ToolCall) []c
 		panic(fmt.Errorf("policy checks of %d calls: %w", len(calls), err))
 	}
 	return checks
+}
+
+// strictGate reports whether this batch follows patchStrictGate: a
+// bypassed turn still asks where a rule says always, and client tools
+// follow the policy like the worker's. Only batches it can change ask for
+// the patch, so other turns carry no marker for it.
+func (t *turn) strictGate(ctx workflow.Context, calls []activities.ToolCall) bool {
+	if !t.bypass && !slices.ContainsFunc(calls, func(c activities.ToolCall) bool { return offers(t.clientTools, c.Name) }) {
+		return true // nothing in the batch that the patch changes
+	}
+	return workflow.GetVersion(ctx, patchStrictGate, workflow.DefaultVersion, 1) != workflow.DefaultVersion
 }
 
 // runTool runs one tool activity. A tool never runs twice: a failure of the

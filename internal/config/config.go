@@ -43,8 +43,18 @@ const (
 	EnvLogLevel          = "TOLLGATE_LOG_LEVEL"
 	EnvMetricsAddr       = "TOLLGATE_METRICS_ADDR"
 	// EnvAPITokens holds the API's bearer tokens as comma-separated
-	// token:principal pairs; unset, the API asks for none.
+	// token:principal[:role+role...] entries; unset, the API asks for none.
 	EnvAPITokens = "TOLLGATE_API_TOKENS"
+	// EnvAllowBypass, true, lets callers of an API without tokens send
+	// bypassApproval (with tokens, the bypass role decides). Default false.
+	EnvAllowBypass = "TOLLGATE_ALLOW_BYPASS"
+	// EnvAllowUnauthenticated, true, lets an API without tokens listen on
+	// an address other than loopback. Default false: it refuses to start.
+	EnvAllowUnauthenticated = "TOLLGATE_ALLOW_UNAUTHENTICATED"
+	// EnvAllowedOrigins lists, comma-separated, the browser origins
+	// (scheme://host[:port]) besides the API's own that may send
+	// state-changing requests. Default none.
+	EnvAllowedOrigins = "TOLLGATE_ALLOWED_ORIGINS"
 	// EnvConfigFile names a YAML file holding any of the variables above.
 	// It is read from the environment only.
 	EnvConfigFile = "TOLLGATE_CONFIG_FILE"
@@ -122,16 +132,55 @@ type Config struct {
 	// empty when they are off.
 	MetricsAddr string
 	// APITokens are the bearer tokens the API accepts, each naming the
-	// principal its holder decides as; empty when the API asks for none.
+	// principal its holder decides as and its roles; empty when the API
+	// asks for none.
 	APITokens []APIToken
+	// AllowBypass lets callers of an API without tokens send
+	// bypassApproval.
+	AllowBypass bool
+	// AllowUnauthenticated lets an API without tokens listen beyond
+	// loopback.
+	AllowUnauthenticated bool
+	// AllowedOrigins are the browser origins besides the API's own that may
+	// send state-changing requests.
+	AllowedOrigins []string
 	// ConfigFile is the YAML file the settings were read from, if any.
 	ConfigFile string
 }
 
-// APIToken is one bearer token of the API and the principal it names.
+// APIToken is one bearer token of the API, the principal it names and
+// the roles it carries.
 type APIToken struct {
 	Token     string
 	Principal string
+	// Roles are what the holder may do (RoleChat, ...), sorted; a token
+	// written without roles has DefaultRoles.
+	Roles []string
+}
+
+// Roles a token may carry.
+const (
+	// RoleChat sends messages, reads turns and answers client tools.
+	RoleChat = "chat"
+	// RoleApprove decides approvals, lists them, and reads and revokes
+	// grants.
+	RoleApprove = "approve"
+	// RoleBypass may send bypassApproval.
+	RoleBypass = "bypass"
+	// RoleAdmin may do everything.
+	RoleAdmin = "admin"
+)
+
+// AllRoles are the roles a token may carry, and DefaultRoles those of a
+// token written without any.
+var (
+	AllRoles     = []string{RoleChat, RoleApprove, RoleBypass, RoleAdmin}
+	DefaultRoles = []string{RoleApprove, RoleChat}
+)
+
+// Has reports whether the token carries role, or admin.
+func (t APIToken) Has(role string) bool {
+	return slices.Contains(t.Roles, role) || slices.Contains(t.Roles, RoleAdmin)
 }
 
 // String shows the principal only, so that printing a Config, or a log
@@ -160,7 +209,7 @@ var known = []string{
 	EnvOpenAIBaseURL, EnvOpenAIAPIKey, EnvOpenAIModel, EnvWorkspace,
 	EnvRequiredTools, EnvApprovalTimeout, EnvHeartbeatInterval, EnvAgentsDir, EnvPolicyFile, EnvNotifyURL,
 	EnvMaxSteps, EnvBashTimeout, EnvLogLevel,
-	EnvMetricsAddr, EnvAPITokens,
+	EnvMetricsAddr, EnvAPITokens, EnvAllowBypass, EnvAllowUnauthenticated, EnvAllowedOrigins,
 }
 
 // Load reads the configuration. getenv is usually os.Getenv; an empty value
@@ -202,6 +251,9 @@ func Load(getenv func(string) string) (Config, error) {
 	c.LogLevel = r.level(EnvLogLevel, slog.LevelInfo)
 	c.MetricsAddr = r.listenAddr(EnvMetricsAddr, DefaultMetricsAddr)
 	c.APITokens = r.tokens(EnvAPITokens)
+	c.AllowBypass = r.boolean(EnvAllowBypass)
+	c.AllowUnauthenticated = r.boolean(EnvAllowUnauthenticated)
+	c.AllowedOrigins = r.origins(EnvAllowedOrigins)
 
 	if err := errors.Join(r.errs...); err != nil {
 		if c.ConfigFile != "" {
@@ -385,7 +437,9 @@ func (r *reader) tokens(name string) []APIToken {
 			r.errs = append(r.errs, fmt.Errorf("%s: entry %d (not shown): %s", name, entry, fmt.Sprintf(format, args...)))
 		}
 		token, principal, ok := strings.Cut(item, ":")
+		principal, rolesText, hasRoles := strings.Cut(principal, ":")
 		token, principal = strings.TrimSpace(token), strings.TrimSpace(principal)
+		roles, rolesOK := parseRoles(rolesText, hasRoles)
 		switch {
 		case !ok:
 			fail("not a token:principal pair")
@@ -399,17 +453,65 @@ func (r *reader) tokens(name string) []APIToken {
 			fail("the token may hold only letters, digits and -._~+/ (then '=' padding)")
 		case !principalPattern.MatchString(principal):
 			fail("the principal must be a name: a letter or digit, then up to 63 letters, digits, '.', '_', '@' or '-'")
+		case !rolesOK:
+			// Not shown either: a token written in the wrong place would be.
+			fail("the roles after the second ':' must be %s, joined by '+'", strings.Join(AllRoles, ", "))
 		case seen[token] > 0:
 			fail("the same token as entry %d", seen[token])
 		default:
 			seen[token] = entry
-			tokens = append(tokens, APIToken{Token: token, Principal: principal})
+			tokens = append(tokens, APIToken{Token: token, Principal: principal, Roles: roles})
 		}
 	}
 	if entry == 0 {
 		r.errs = append(r.errs, fmt.Errorf("%s: no token:principal pairs in the list", name))
 	}
 	return tokens
+}
+
+// parseRoles reads a token's roles, role+role...; none written are
+// DefaultRoles.
+func parseRoles(text string, written bool) ([]string, bool) {
+	if !written {
+		return slices.Clone(DefaultRoles), true
+	}
+	var roles []string
+	for _, role := range strings.Split(text, "+") {
+		role = strings.TrimSpace(role)
+		if !slices.Contains(AllRoles, role) {
+			return nil, false
+		}
+		roles = append(roles, role)
+	}
+	slices.Sort(roles)
+	return slices.Compact(roles), true
+}
+
+// boolean reads true or false; unset is false.
+func (r *reader) boolean(name string) bool {
+	v := r.str(name, "false")
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		r.fail(name, v, "not true or false")
+	}
+	return b
+}
+
+// origins reads a list of browser origins, scheme://host[:port] each.
+func (r *reader) origins(name string) []string {
+	var out []string
+	for _, o := range strings.Split(r.str(name, ""), ",") {
+		if o = strings.TrimSpace(o); o == "" {
+			continue
+		}
+		u, err := neturl.Parse(o)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil {
+			r.fail(name, o, "not an origin: scheme://host[:port], without a path (example: https://console.example.com)")
+			continue
+		}
+		out = append(out, u.Scheme+"://"+u.Host)
+	}
+	return out
 }
 
 func (r *reader) level(name string, def slog.Level) slog.Level {

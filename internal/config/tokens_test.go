@@ -14,10 +14,49 @@ func TestAPITokensAreReadAsTokenPrincipalPairs(t *testing.T) {
 	}))
 	require.NoError(t, err)
 	require.Equal(t, []APIToken{
-		{Token: "aaaaaaaaaaaaaaaa1", Principal: "alice"},
-		{Token: "bbbbbbbbbbbbbbbb-_.~+/==", Principal: "ops-bot@example.com"},
-		{Token: "cccccccccccccccc", Principal: "alice"}, // a second token for alice, as in a rotation
+		{Token: "aaaaaaaaaaaaaaaa1", Principal: "alice", Roles: DefaultRoles},
+		{Token: "bbbbbbbbbbbbbbbb-_.~+/==", Principal: "ops-bot@example.com", Roles: DefaultRoles},
+		{Token: "cccccccccccccccc", Principal: "alice", Roles: DefaultRoles}, // a second token for alice, as in a rotation
 	}, c.APITokens)
+}
+
+func TestAPITokensCarryRolesAndDefaultToChatAndApprove(t *testing.T) {
+	c, err := Load(env(map[string]string{
+		"TOLLGATE_API_TOKENS": "aaaaaaaaaaaaaaaa:alice:approve, bbbbbbbbbbbbbbbb:ci:chat+bypass+chat, cccccccccccccccc:root:admin, dddddddddddddddd:bob",
+	}))
+	require.NoError(t, err)
+	require.Equal(t, []APIToken{
+		{Token: "aaaaaaaaaaaaaaaa", Principal: "alice", Roles: []string{RoleApprove}},
+		{Token: "bbbbbbbbbbbbbbbb", Principal: "ci", Roles: []string{RoleBypass, RoleChat}},
+		{Token: "cccccccccccccccc", Principal: "root", Roles: []string{RoleAdmin}},
+		{Token: "dddddddddddddddd", Principal: "bob", Roles: []string{RoleApprove, RoleChat}},
+	}, c.APITokens)
+	require.False(t, c.APITokens[0].Has(RoleChat))
+	require.True(t, c.APITokens[1].Has(RoleBypass))
+	require.True(t, c.APITokens[2].Has(RoleBypass), "admin may do everything")
+	require.False(t, c.APITokens[3].Has(RoleBypass))
+}
+
+func TestAPISafetySwitchesDefaultOffAndOriginsAreChecked(t *testing.T) {
+	c, err := Load(env(nil))
+	require.NoError(t, err)
+	require.False(t, c.AllowBypass)
+	require.False(t, c.AllowUnauthenticated)
+	require.Empty(t, c.AllowedOrigins)
+
+	c, err = Load(env(map[string]string{
+		"TOLLGATE_ALLOW_BYPASS": "true", "TOLLGATE_ALLOW_UNAUTHENTICATED": "1",
+		"TOLLGATE_ALLOWED_ORIGINS": "https://console.example.com, http://127.0.0.1:3000/",
+	}))
+	require.NoError(t, err)
+	require.True(t, c.AllowBypass)
+	require.True(t, c.AllowUnauthenticated)
+	require.Equal(t, []string{"https://console.example.com", "http://127.0.0.1:3000"}, c.AllowedOrigins)
+
+	_, err = Load(env(map[string]string{"TOLLGATE_ALLOW_BYPASS": "yes please", "TOLLGATE_ALLOWED_ORIGINS": "https://example.com/app,*"}))
+	require.ErrorContains(t, err, `TOLLGATE_ALLOW_BYPASS="yes please": not true or false`)
+	require.ErrorContains(t, err, `TOLLGATE_ALLOWED_ORIGINS="https://example.com/app": not an origin`)
+	require.ErrorContains(t, err, `TOLLGATE_ALLOWED_ORIGINS="*": not an origin`)
 }
 
 func TestAPITokensUnsetMeansNone(t *testing.T) {
@@ -32,7 +71,7 @@ func TestAPITokensInTheConfigFileMayBeAList(t *testing.T) {
 	file := writeFile(t, "TOLLGATE_API_TOKENS: [\"aaaaaaaaaaaaaaaa:alice\", \"bbbbbbbbbbbbbbbb:bob\"]\n")
 	c, err := Load(env(map[string]string{"TOLLGATE_CONFIG_FILE": file}))
 	require.NoError(t, err)
-	require.Equal(t, []APIToken{{"aaaaaaaaaaaaaaaa", "alice"}, {"bbbbbbbbbbbbbbbb", "bob"}}, c.APITokens)
+	require.Equal(t, []APIToken{{"aaaaaaaaaaaaaaaa", "alice", DefaultRoles}, {"bbbbbbbbbbbbbbbb", "bob", DefaultRoles}}, c.APITokens)
 }
 
 func TestBadAPITokensAreNamedByPositionAndNeverShown(t *testing.T) {
@@ -49,7 +88,9 @@ func TestBadAPITokensAreNamedByPositionAndNeverShown(t *testing.T) {
 		// Written the wrong way round, the principal is the token: it is
 		// not shown either.
 		{"swapped", "alice:" + secret, "entry 1 (not shown): the token is 5 characters long"},
-		{"principal with a colon", secret + ":a:" + secret, "the principal must be a name"},
+		{"a token where the roles go", "aaaaaaaaaaaaaaaa:a:" + secret, "entry 1 (not shown): the roles after the second ':' must be chat, approve, bypass, admin, joined by '+'"},
+		{"an unknown role", secret + ":alice:chat+root", "the roles after the second ':' must be"},
+		{"no role after the colon", secret + ":alice:", "the roles after the second ':' must be"},
 		{"same token twice", secret + ":alice," + secret + ":bob", "entry 2 (not shown): the same token as entry 1"},
 		{"only commas", " , ,", "TOLLGATE_API_TOKENS: no token:principal pairs in the list"},
 	} {
