@@ -2,7 +2,10 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -182,7 +185,9 @@ func jsonKindOf(raw []byte) string {
 	}
 }
 
-// approve handles POST /chat/approval.
+// approve handles POST /chat/approval. It answers {"accepted": true} when
+// the waiting workflow took the decision, and {"accepted": false, "reason":
+// ...} (a workflows.Reject reason) when it did not.
 func (s *Server) approve(c *gin.Context) {
 	d, err := parseApproval(http.MaxBytesReader(c.Writer, c.Request.Body, maxBodyBytes))
 	if err != nil {
@@ -192,45 +197,63 @@ func (s *Server) approve(c *gin.Context) {
 	// Who decides is the token's principal, in the role that lets it,
 	// never what the body says.
 	d.Principal, d.Role = principal(c), callerRole(c, config.RoleApprove)
-	accepted, err := s.decide(c.Request.Context(), d)
+	reason, err := s.decide(c.Request.Context(), d)
 	if err != nil {
 		s.metrics.decision(d.Decision, outcomeError)
 		writeError(c, s.log, err)
 		return
 	}
-	outcome := outcomeRejected
-	if accepted {
-		outcome = outcomeAccepted
+	if reason != "" {
+		s.metrics.decision(d.Decision, outcomeRejected)
+		c.JSON(http.StatusOK, gin.H{"accepted": false, "reason": reason})
+		return
 	}
-	s.metrics.decision(d.Decision, outcome)
-	c.JSON(http.StatusOK, gin.H{"accepted": accepted})
+	s.metrics.decision(d.Decision, outcomeAccepted)
+	c.JSON(http.StatusOK, gin.H{"accepted": true})
 }
 
-// decide sends d to the turn that waits for it and reports whether the turn
-// took it. The request id names its workflow, so any API instance can
-// deliver any decision; only the workflow's validator can tell a genuine id.
-func (s *Server) decide(ctx context.Context, d workflows.ApprovalDecision) (bool, error) {
+// decide sends d to the turn that waits for it and says why the turn did
+// not take it, or "" when it did. The request id names its workflow, so any
+// API instance can deliver any decision; only the workflow's validator can
+// tell a genuine id.
+func (s *Server) decide(ctx context.Context, d workflows.ApprovalDecision) (string, error) {
 	wid, ok := workflows.RequestWorkflowID(d.RequestID)
 	if !ok {
 		s.log.Info("approval not taken: not a tollgate request id", "requestId", d.RequestID)
-		return false, nil
+		return workflows.RejectUnknown, nil
 	}
 	var res workflows.ApprovalResult
-	taken, err := s.offer(ctx, wid, workflows.ApprovalUpdate, d, &res)
+	reason, err := s.offer(ctx, wid, workflows.ApprovalUpdate, decisionUpdateID(d), d, &res)
 	if err != nil {
-		return false, fmt.Errorf("request %s: %w", d.RequestID, err)
+		return "", fmt.Errorf("request %s: %w", d.RequestID, err)
 	}
-	s.log.Info("approval", "requestId", d.RequestID, "decision", d.Decision, "by", d.Principal, "accepted", taken && res.Accepted)
-	return taken && res.Accepted, nil
+	if reason == "" && !res.Accepted {
+		reason = workflows.RejectDecided
+	}
+	s.log.Info("approval", "requestId", d.RequestID, "decision", d.Decision, "by", d.Principal, "role", d.Role, "accepted", reason == "", "reason", reason)
+	return reason, nil
 }
 
-// offer sends an Update to wid and reports whether the workflow took it. A
-// rejection by its validator, or a workflow that is gone, is false, not an
-// error: only a failure to reach Temporal is.
-func (s *Server) offer(ctx context.Context, wid, update string, arg, result any) (bool, error) {
+// decisionUpdateID names the Update that carries d: the same decision on
+// the same request, by the same caller, always gets the same id, so a
+// client that retries (its answer lost, say) is told the outcome of the
+// first attempt, which Temporal keeps, instead of "decided" by itself.
+func decisionUpdateID(d workflows.ApprovalDecision) string {
+	b, _ := json.Marshal(d) // a struct of strings and bools: cannot fail
+	sum := sha256.Sum256(b)
+	return "decision-" + hex.EncodeToString(sum[:16])
+}
+
+// offer sends an Update to wid and says why the workflow did not take it:
+// a workflows.Reject reason (unknown also for a workflow that is gone or
+// closed), or "" when it did. Only a failure to reach Temporal is an error.
+// An updateID, when not "", makes a retried Update get the first one's
+// outcome.
+func (s *Server) offer(ctx context.Context, wid, update, updateID string, arg, result any) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, updateTimeout)
 	defer cancel()
 	h, err := s.client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+		UpdateID:     updateID,
 		WorkflowID:   wid,
 		UpdateName:   update,
 		Args:         []any{arg},
@@ -241,11 +264,11 @@ func (s *Server) offer(ctx context.Context, wid, update string, arg, result any)
 	}
 	switch {
 	case err == nil:
-		return true, nil
+		return "", nil
 	case isRejectedUpdate(err):
 		s.log.Info("update not taken", "update", update, "workflowId", wid, "reason", err)
-		return false, nil
+		return cmp.Or(workflows.RejectionReason(err), workflows.RejectUnknown), nil
 	default:
-		return false, fmt.Errorf("send %s to %s: %w", update, wid, err)
+		return "", fmt.Errorf("send %s to %s: %w", update, wid, err)
 	}
 }

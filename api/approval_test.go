@@ -75,17 +75,19 @@ func TestApprovalForARequestIDTollgateNeverMadeIsNotAccepted(t *testing.T) {
 	_, ts := newTestServer(t, newFakeSource(), time.Hour) // no client: it must not be reached
 	for _, id := range []string{"r", "other-wf/apr-x", testTurn + "/apr-"} {
 		resp := postApprovalResult(t, ts, `{"requestId":"`+id+`","decision":"approve"}`)
-		require.Equal(t, `{"accepted":false}`, resp, id)
+		require.Equal(t, `{"accepted":false,"reason":"unknown"}`, resp, id)
 	}
 }
 
 func TestApprovalIsSentToTheWaitingTurnAsAnUpdate(t *testing.T) {
 	c := mocks.NewClient(t)
 	h := mocks.NewWorkflowUpdateHandle(t)
+	decision := workflows.ApprovalDecision{RequestID: testRequestID, Decision: workflows.DecisionDecline, Reason: "no"}
 	c.On("UpdateWorkflow", mock.Anything, client.UpdateWorkflowOptions{
+		UpdateID:     decisionUpdateID(decision),
 		WorkflowID:   testTurn,
 		UpdateName:   workflows.ApprovalUpdate,
-		Args:         []any{workflows.ApprovalDecision{RequestID: testRequestID, Decision: workflows.DecisionDecline, Reason: "no"}},
+		Args:         []any{decision},
 		WaitForStage: client.WorkflowUpdateStageCompleted,
 	}).Return(h, nil)
 	h.On("Get", mock.Anything, mock.Anything).Run(func(args mock.Arguments) {
@@ -100,10 +102,13 @@ func TestApprovalIsSentToTheWaitingTurnAsAnUpdate(t *testing.T) {
 func TestApprovalTheTurnDidNotTakeIsNotAccepted(t *testing.T) {
 	for name, tc := range map[string]struct {
 		updateErr, getErr error
+		reason            string
 	}{
-		"validator rejects (unknown, decided or expired)": {getErr: temporal.NewApplicationError("approval request already decided", "")},
-		"turn does not exist":                             {updateErr: serviceerror.NewNotFound("workflow not found")},
-		"turn has ended":                                  {updateErr: serviceerror.NewNotFound("workflow execution already completed")},
+		"validator: decided":  {getErr: temporal.NewApplicationError("approval request already decided", workflows.RejectDecided), reason: workflows.RejectDecided},
+		"validator: expired":  {getErr: temporal.NewApplicationError("approval request expired", workflows.RejectExpired), reason: workflows.RejectExpired},
+		"validator: unknown":  {getErr: temporal.NewApplicationError("unknown request", workflows.RejectUnknown), reason: workflows.RejectUnknown},
+		"turn does not exist": {updateErr: serviceerror.NewNotFound("workflow not found"), reason: workflows.RejectUnknown},
+		"turn has ended":      {updateErr: serviceerror.NewNotFound("workflow execution already completed"), reason: workflows.RejectUnknown},
 	} {
 		t.Run(name, func(t *testing.T) {
 			c := mocks.NewClient(t)
@@ -116,7 +121,7 @@ func TestApprovalTheTurnDidNotTakeIsNotAccepted(t *testing.T) {
 			}
 			ts := newMockedServer(t, c)
 			resp := postApprovalResult(t, ts, `{"requestId":"`+testRequestID+`","decision":"approve"}`)
-			require.Equal(t, `{"accepted":false}`, resp)
+			require.Equal(t, `{"accepted":false,"reason":"`+tc.reason+`"}`, resp)
 		})
 	}
 }

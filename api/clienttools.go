@@ -61,16 +61,20 @@ func (s *Server) toolResult(c *gin.Context) {
 		return
 	}
 	if wid == "" {
-		c.JSON(http.StatusOK, gin.H{"accepted": false})
+		c.JSON(http.StatusOK, gin.H{"accepted": false, "reason": workflows.RejectUnknown})
 		return
 	}
 	var none struct{}
-	accepted, err := s.offer(c.Request.Context(), wid, workflows.ClientToolResultUpdate, r, &none)
+	reason, err := s.offer(c.Request.Context(), wid, workflows.ClientToolResultUpdate, "", r, &none)
 	if err != nil {
 		writeError(c, s.log, err)
 		return
 	}
-	c.JSON(http.StatusOK, gin.H{"accepted": accepted})
+	if reason != "" {
+		c.JSON(http.StatusOK, gin.H{"accepted": false, "reason": reason})
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"accepted": true})
 }
 
 // clientToolWorkflow finds the workflow waiting for a client tool's result,

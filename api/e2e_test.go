@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -245,13 +246,13 @@ func TestLateUnknownAndForgedRequestIDsAreNotAccepted(t *testing.T) {
 	}
 
 	// The turn runs (it waits for the model), and none of these is taken.
-	for _, id := range []string{
-		write.RequestID, // late: it timed out
-		workflows.NewRequestID(turnID, "00000000000000000000000000000000"),        // forged: the turn's prefix, a wrong secret
-		workflows.NewRequestID(workflows.TurnWorkflowID("e2e-nobody", 1), "0123"), // unknown: no such turn
+	for id, reason := range map[string]string{
+		write.RequestID: workflows.RejectDecided, // late: it timed out
+		workflows.NewRequestID(turnID, "00000000000000000000000000000000"):        workflows.RejectUnknown, // forged: the turn's prefix, a wrong secret
+		workflows.NewRequestID(workflows.TurnWorkflowID("e2e-nobody", 1), "0123"): workflows.RejectUnknown, // unknown: no such turn
 	} {
 		for _, decision := range []string{workflows.DecisionApprove, workflows.DecisionDecline} {
-			postDecision(t, st.api, id, decision, "", false)
+			require.Equal(t, reason, postDecision(t, st.api, id, decision, "", false), id)
 		}
 	}
 	release.Do(func() { close(answer) })
@@ -259,7 +260,7 @@ func TestLateUnknownAndForgedRequestIDsAreNotAccepted(t *testing.T) {
 	// The same turn still takes a fresh request's decision, once.
 	bash := lastOf(untilEvent(t, msgs, &seq, workflows.EventApprovalRequest, 1))
 	postDecision(t, st.api, bash.RequestID, workflows.DecisionDecline, "", true)
-	postDecision(t, st.api, bash.RequestID, workflows.DecisionApprove, "", false) // repeated
+	require.Equal(t, workflows.RejectDecided, postDecision(t, st.api, bash.RequestID, workflows.DecisionApprove, "", false)) // the other way
 
 	rest := untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
 	require.Equal(t, []string{"call_bash Bash declined"}, resultStatuses(ofType(rest, workflows.EventToolResult)[0].ToolResults))
@@ -316,7 +317,7 @@ func TestWorkerKilledWhileApprovalPendingResumesAndRunsToolOnce(t *testing.T) {
 
 // postDecision posts a decision to api's POST /chat/approval and requires it
 // to be answered 200 with accepted as given.
-func postDecision(t *testing.T, api *httptest.Server, requestID, decision, reason string, accepted bool) {
+func postDecision(t *testing.T, api *httptest.Server, requestID, decision, reason string, accepted bool) (refusal string) {
 	t.Helper()
 	body := fmt.Sprintf(`{"requestId":%q,"decision":%q,"reason":%q}`, requestID, decision, reason)
 	resp, err := http.Post(api.URL+"/chat/approval", "application/json", strings.NewReader(body))
@@ -325,7 +326,14 @@ func postDecision(t *testing.T, api *httptest.Server, requestID, decision, reaso
 	got, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, resp.StatusCode, "%s → %s", body, got)
-	require.JSONEq(t, fmt.Sprintf(`{"accepted":%t}`, accepted), string(got), body)
+	var out struct {
+		Accepted bool   `json:"accepted"`
+		Reason   string `json:"reason"`
+	}
+	require.NoError(t, json.Unmarshal(got, &out))
+	require.Equal(t, accepted, out.Accepted, "%s → %s", body, got)
+	require.Equal(t, accepted, out.Reason == "", "a refusal, and only a refusal, says why: %s", got)
+	return out.Reason
 }
 
 // streamToEnd reads numbered events until the stream closes, which it must

@@ -43,13 +43,13 @@ func (s *Server) revokeGrant(c *gin.Context) {
 		return
 	}
 	var none struct{}
-	revoked, err := s.offer(c.Request.Context(), workflows.ConversationWorkflowID(conv), workflows.RevokeGrantUpdate,
+	reason, err := s.offer(c.Request.Context(), workflows.ConversationWorkflowID(conv), workflows.RevokeGrantUpdate, "",
 		workflows.RevokeGrant{GrantID: c.Param("grantId")}, &none)
 	if err != nil {
 		writeError(c, s.log, err)
 		return
 	}
-	if !revoked {
+	if reason != "" {
 		writeError(c, s.log, fmt.Errorf("grant %q of conversation %s: %w", c.Param("grantId"), conv, errUnknownGrant))
 		return
 	}

@@ -143,9 +143,10 @@ func TestAfterContinueAsNewTheOldRunAndItsTurnsTakeNoDecision(t *testing.T) {
 		WaitForStage: client.WorkflowUpdateStageCompleted,
 	})
 	require.Error(t, err)
-	// The old turn's request ids, again: their turn has ended.
+	// The old turn's request ids, decided the other way: their turn has
+	// ended. (The same approve again is a retry, told the first outcome.)
 	for _, id := range old {
-		postDecision(t, st.api, id, workflows.DecisionApprove, "", false)
+		postDecision(t, st.api, id, workflows.DecisionDecline, "", false)
 	}
 
 	// Turn 2 runs in the new run; the old ids decide none of its calls.
@@ -154,7 +155,7 @@ func TestAfterContinueAsNewTheOldRunAndItsTurnsTakeNoDecision(t *testing.T) {
 	seq = 0
 	events := untilEvent(t, msgs, &seq, workflows.EventApprovalRequest, 2)
 	for _, id := range old {
-		postDecision(t, st.api, id, workflows.DecisionApprove, "", false)
+		postDecision(t, st.api, id, workflows.DecisionDecline, "", false)
 	}
 	decideAll(events, workflows.DecisionDecline)
 	rest := untilEvent(t, msgs, &seq, workflows.EventFinish, 1)

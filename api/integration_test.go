@@ -271,8 +271,11 @@ func TestTurnStreamsThroughApprovalsToFinishOnRealTemporal(t *testing.T) {
 
 	write, bash := requests[activities.ToolWrite].RequestID, requests[activities.ToolBash].RequestID
 	postDecision(t, st.api, write, workflows.DecisionApprove, "", true)
-	postDecision(t, st.api, write, workflows.DecisionApprove, "", false)     // already decided
-	postDecision(t, st.api, write+"x", workflows.DecisionApprove, "", false) // forged
+	// A retry of the same decision (its answer lost, say) is told the
+	// first attempt's outcome; another decision is told why not.
+	postDecision(t, st.api, write, workflows.DecisionApprove, "", true)
+	require.Equal(t, workflows.RejectDecided, postDecision(t, st.api, write, workflows.DecisionDecline, "", false))
+	require.Equal(t, workflows.RejectUnknown, postDecision(t, st.api, write+"x", workflows.DecisionApprove, "", false)) // forged
 	forged := workflows.NewRequestID(workflows.ConversationWorkflowID("it-1"), "x")
 	postDecision(t, st.api, forged, workflows.DecisionApprove, "", false) // a workflow with no approval update
 	postDecision(t, st.api, bash, workflows.DecisionDecline, "not now", true)

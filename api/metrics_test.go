@@ -24,7 +24,7 @@ func TestMetricsCountDecisionsByOutcomeAndRequestsByRoute(t *testing.T) {
 	ts := newMockedServer(t, c)
 
 	require.Equal(t, `{"accepted":true}`, postApprovalResult(t, ts, `{"requestId":"`+testRequestID+`","decision":"approve"}`))
-	require.Equal(t, `{"accepted":false}`, postApprovalResult(t, ts, `{"requestId":"not-ours","decision":"decline"}`))
+	require.Equal(t, `{"accepted":false,"reason":"unknown"}`, postApprovalResult(t, ts, `{"requestId":"not-ours","decision":"decline"}`))
 	status, _ := postApproval(t, ts, `{"requestId":"`+testRequestID+`","decision":"approve"}`)
 	require.Equal(t, http.StatusServiceUnavailable, status)
 	status, _ = postApproval(t, ts, `{"decision":"approve"}`)

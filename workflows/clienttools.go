@@ -43,11 +43,11 @@ func (g *gate) validateClientResult(ctx workflow.Context, r ClientToolResult) er
 	cc := g.findClientCall(r)
 	switch {
 	case cc == nil:
-		return fmt.Errorf("client tool call %q %q: %w", r.RequestID, r.ToolCallID, errUnknownRequest)
+		return rejection(RejectUnknown, fmt.Errorf("client tool call %q %q: %w", r.RequestID, r.ToolCallID, errUnknownRequest))
 	case cc.answered:
-		return fmt.Errorf("client tool call %q: %w", cc.Call.ID, errAlreadyDecided)
+		return rejection(RejectDecided, fmt.Errorf("client tool call %q: %w", cc.Call.ID, errAlreadyDecided))
 	case !workflow.Now(ctx).Before(cc.ExpiresAt):
-		return fmt.Errorf("client tool call %q: %w", cc.Call.ID, errExpired)
+		return rejection(RejectExpired, fmt.Errorf("client tool call %q: %w", cc.Call.ID, errExpired))
 	}
 	return nil
 }

@@ -155,16 +155,48 @@ func (g *gate) validate(ctx workflow.Context, d ApprovalDecision) error {
 	a := g.byID[d.RequestID]
 	switch {
 	case a == nil:
-		return fmt.Errorf("approval request %q: %w", d.RequestID, errUnknownRequest)
+		return rejection(RejectUnknown, fmt.Errorf("approval request %q: %w", d.RequestID, errUnknownRequest))
 	case a.decided:
-		return fmt.Errorf("approval request %q: %w", d.RequestID, errAlreadyDecided)
+		return rejection(RejectDecided, fmt.Errorf("approval request %q: %w", d.RequestID, errAlreadyDecided))
 	case !workflow.Now(ctx).Before(a.ExpiresAt):
-		return fmt.Errorf("approval request %q: %w", d.RequestID, errExpired)
+		return rejection(RejectExpired, fmt.Errorf("approval request %q: %w", d.RequestID, errExpired))
 	}
 	if err := d.Check(); err != nil {
 		return fmt.Errorf("approval request %q: %w", d.RequestID, err)
 	}
 	return nil
+}
+
+// Reasons a decision, or a client tool's result, is not taken: the type of
+// the ApplicationError its validator returns, and what the API answers in
+// {"accepted": false, "reason": ...}.
+const (
+	// RejectUnknown: no such request in the workflow (a forged or mistyped
+	// id, or one of another workflow).
+	RejectUnknown = "unknown"
+	// RejectDecided: the request was decided already, by someone else, a
+	// grant, the clock or a cancellation.
+	RejectDecided = "decided"
+	// RejectExpired: the request's time ran out.
+	RejectExpired = "expired"
+)
+
+// rejection makes err the validator's answer for reason.
+func rejection(reason string, err error) error {
+	return temporal.NewApplicationErrorWithOptions(err.Error(), reason, temporal.ApplicationErrorOptions{NonRetryable: true, Cause: err})
+}
+
+// RejectionReason says why an Update's validator refused, when it is one
+// of the Reject reasons, or "".
+func RejectionReason(err error) string {
+	var app *temporal.ApplicationError
+	if errors.As(err, &app) {
+		switch t := app.Type(); t {
+		case RejectUnknown, RejectDecided, RejectExpired:
+			return t
+		}
+	}
+	return ""
 }
 
 var (

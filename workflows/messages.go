@@ -55,9 +55,12 @@ func (d ApprovalDecision) Check() error {
 	return nil
 }
 
-// ApprovalResult answers the approval Update.
+// ApprovalResult answers the approval Update, and POST /chat/approval.
 type ApprovalResult struct {
 	Accepted bool `json:"accepted"`
+	// Reason says why a decision was not taken (a Reject reason); only the
+	// API fills it in, from the validator's refusal.
+	Reason string `json:"reason,omitempty"`
 }
 
 // Interrupt is the payload of the interrupt signal.

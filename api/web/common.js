@@ -258,7 +258,7 @@ const TG = (() => {
           status.textContent = body.decision === 'approve' ? 'approved; waiting for the turn…' : 'declined; waiting for the turn…';
           status.classList.add('ok');
         } else {
-          status.textContent = 'not accepted: this request expired, was decided already, or is unknown';
+          status.textContent = `not accepted: ${({ decided: 'this request was decided already', expired: 'this request has expired', unknown: 'this request is unknown' })[out.reason] || 'this request expired, was decided already, or is unknown'}`;
           status.classList.add('bad');
         }
         panel.dataset.sent = body.decision;

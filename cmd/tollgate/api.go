@@ -87,24 +87,25 @@ func (c *apiClient) stream(r *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
-// decide sends a decision and reports whether the waiting turn took it.
-func (c *apiClient) decide(ctx context.Context, d workflows.ApprovalDecision) (bool, error) {
+// decide sends a decision and returns the API's answer: whether the
+// waiting turn took it, and if not, why.
+func (c *apiClient) decide(ctx context.Context, d workflows.ApprovalDecision) (workflows.ApprovalResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, decisionTimeout)
 	defer cancel()
 	body, err := json.Marshal(d)
 	if err != nil {
-		return false, err
+		return workflows.ApprovalResult{}, err
 	}
 	r, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/chat/approval", bytes.NewReader(body))
 	if err != nil {
-		return false, err
+		return workflows.ApprovalResult{}, err
 	}
 	r.Header.Set("Content-Type", "application/json")
 	var res workflows.ApprovalResult
 	if err := c.doJSON(r, &res); err != nil {
-		return false, err
+		return workflows.ApprovalResult{}, err
 	}
-	return res.Accepted, nil
+	return res, nil
 }
 
 // pending lists the approvals waiting across all conversations, optionally

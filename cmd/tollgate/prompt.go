@@ -32,7 +32,7 @@ type request struct {
 
 // decider sends a decision to tollgate; the API client is one.
 type decider interface {
-	decide(ctx context.Context, d workflows.ApprovalDecision) (bool, error)
+	decide(ctx context.Context, d workflows.ApprovalDecision) (workflows.ApprovalResult, error)
 }
 
 // asker reads a person's answers, one line each, from in and asks on out.
@@ -120,12 +120,12 @@ func (a *asker) show(req request) {
 // out what became of it. It returns the decision sent.
 func askAndDecide(ctx context.Context, a *asker, d decider, req request) (workflows.ApprovalDecision, error) {
 	dec := a.ask(req)
-	accepted, err := d.decide(ctx, dec)
+	res, err := d.decide(ctx, dec)
 	if err != nil {
 		return dec, fmt.Errorf("send %s of %s: %w", dec.Decision, req.RequestID, err)
 	}
-	if !accepted {
-		fmt.Fprintf(a.out, "not taken: %s is unknown, expired or already decided\n", req.RequestID)
+	if !res.Accepted {
+		fmt.Fprintf(a.out, "not taken: %s %s\n", req.RequestID, refusal(res.Reason))
 		return dec, nil
 	}
 	switch {
@@ -186,4 +186,18 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return string(r[:n-1]) + "…"
+}
+
+// refusal says in words why the API did not take a decision.
+func refusal(reason string) string {
+	switch reason {
+	case workflows.RejectDecided:
+		return "was decided already (by someone else, a remembered decision, or the clock)"
+	case workflows.RejectExpired:
+		return "has expired"
+	case workflows.RejectUnknown:
+		return "is unknown"
+	default:
+		return "is unknown, expired or already decided"
+	}
 }

@@ -18,14 +18,15 @@ type fakeDecider struct {
 	mu        sync.Mutex
 	decisions []workflows.ApprovalDecision
 	accepted  bool
+	reason    string
 	err       error
 }
 
-func (f *fakeDecider) decide(_ context.Context, d workflows.ApprovalDecision) (bool, error) {
+func (f *fakeDecider) decide(_ context.Context, d workflows.ApprovalDecision) (workflows.ApprovalResult, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.decisions = append(f.decisions, d)
-	return f.accepted, f.err
+	return workflows.ApprovalResult{Accepted: f.accepted, Reason: f.reason}, f.err
 }
 
 var bashRequest = request{
@@ -92,7 +93,8 @@ func TestAskAndDecideSendsTheAnswerAndSaysWhatBecameOfIt(t *testing.T) {
 		{"approved", &fakeDecider{accepted: true}, "y\n", "sent: approve Bash\n", false},
 		{"declined with a reason", &fakeDecider{accepted: true}, "r\nnot now\n", "sent: decline Bash (not now)\n", false},
 		{"edited", &fakeDecider{accepted: true}, "e\n{\"command\":\"ls\"}\n", "sent: approve Bash with edited arguments\n", false},
-		{"too late", &fakeDecider{accepted: false}, "y\n", "not taken: " + bashRequest.RequestID + " is unknown, expired or already decided\n", false},
+		{"too late", &fakeDecider{reason: workflows.RejectDecided}, "y\n", "not taken: " + bashRequest.RequestID + " was decided already (by someone else, a remembered decision, or the clock)\n", false},
+		{"expired", &fakeDecider{reason: workflows.RejectExpired}, "y\n", "not taken: " + bashRequest.RequestID + " has expired\n", false},
 		{"API down", &fakeDecider{err: errors.New("connection refused")}, "y\n", "", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
