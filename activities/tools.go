@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -96,6 +97,7 @@ func (t *Tools) Specs() []ToolSpec {
 				"offset":    {Type: "integer", Description: "Line number to start reading at, from 1.", Minimum: 1},
 				"limit":     {Type: "integer", Description: "Number of lines to read.", Minimum: 1},
 			}),
+			WorkspacePaths: []string{"file_path"},
 		},
 		{
 			Name:        ToolWrite,
@@ -104,6 +106,7 @@ func (t *Tools) Specs() []ToolSpec {
 				"file_path": {Type: "string", Description: "Path of the file, relative to the workspace or absolute inside it."},
 				"content":   {Type: "string", Description: "The complete new content of the file."},
 			}),
+			WorkspacePaths: []string{"file_path"},
 		},
 		{
 			Name: ToolEdit,
@@ -115,6 +118,7 @@ func (t *Tools) Specs() []ToolSpec {
 				"new_string":  {Type: "string", Description: "The text to put in its place."},
 				"replace_all": {Type: "boolean", Description: "Replace every occurrence of old_string instead of exactly one."},
 			}),
+			WorkspacePaths: []string{"file_path"},
 		},
 		{
 			Name: ToolBash,
@@ -124,6 +128,7 @@ func (t *Tools) Specs() []ToolSpec {
 				"command": {Type: "string", Description: "The command to run."},
 				"timeout": {Type: "integer", Description: fmt.Sprintf("Milliseconds after which the command is killed; "+
 					"the default and maximum is %d.", t.bashTimeout().Milliseconds()), Minimum: 1},
+				"description": {Type: "string", Description: "What the command does, in a few words, for the person who approves it."},
 			}),
 		},
 	}
@@ -132,7 +137,7 @@ func (t *Tools) Specs() []ToolSpec {
 // Read answers the numbered lines of a file, from line offset on, at most
 // limit lines and at most OutputCap bytes.
 func (t *Tools) Read(ctx context.Context, in ToolInput) (ToolOutput, error) {
-	return t.run(ctx, ToolRead, in, func(ws *workspace) (string, error) {
+	return t.run(ctx, ToolRead, in, func(ws *workspace, in ToolInput) (string, error) {
 		var args struct {
 			FilePath *string `json:"file_path"`
 			Offset   *int    `json:"offset"`
@@ -229,7 +234,7 @@ func readLines(r io.Reader, name string, offset, limit, capBytes int) (string, e
 // Write replaces or creates a file with the given content, creating missing
 // parent folders inside the workspace.
 func (t *Tools) Write(ctx context.Context, in ToolInput) (ToolOutput, error) {
-	return t.run(ctx, ToolWrite, in, func(ws *workspace) (string, error) {
+	return t.run(ctx, ToolWrite, in, func(ws *workspace, in ToolInput) (string, error) {
 		var args struct {
 			FilePath *string `json:"file_path"`
 			Content  *string `json:"content"`
@@ -266,7 +271,7 @@ func (t *Tools) Write(ctx context.Context, in ToolInput) (ToolOutput, error) {
 // Edit replaces old_string with new_string in a file: exactly one occurrence,
 // or every one when replace_all is set.
 func (t *Tools) Edit(ctx context.Context, in ToolInput) (ToolOutput, error) {
-	return t.run(ctx, ToolEdit, in, func(ws *workspace) (string, error) {
+	return t.run(ctx, ToolEdit, in, func(ws *workspace, in ToolInput) (string, error) {
 		var args struct {
 			FilePath   *string `json:"file_path"`
 			OldString  *string `json:"old_string"`
@@ -316,7 +321,7 @@ func (t *Tools) Edit(ctx context.Context, in ToolInput) (ToolOutput, error) {
 // output. Its process group is killed when the command times out or the
 // activity is cancelled.
 func (t *Tools) Bash(ctx context.Context, in ToolInput) (ToolOutput, error) {
-	return t.run(ctx, ToolBash, in, func(ws *workspace) (string, error) {
+	return t.run(ctx, ToolBash, in, func(ws *workspace, in ToolInput) (string, error) {
 		var args struct {
 			Command *string  `json:"command"`
 			Timeout *float64 `json:"timeout"`
@@ -469,7 +474,7 @@ func (w *capWriter) String() string {
 // run is what every tool has in common: it opens the workspace, runs the
 // tool and turns a tool's failure into an error result for the model. Only
 // the cancellation of the activity fails the activity.
-func (t *Tools) run(ctx context.Context, tool string, in ToolInput, fn func(*workspace) (string, error)) (ToolOutput, error) {
+func (t *Tools) run(ctx context.Context, tool string, in ToolInput, fn func(*workspace, ToolInput) (string, error)) (ToolOutput, error) {
 	if err := ctx.Err(); err != nil {
 		return ToolOutput{}, err
 	}
@@ -479,7 +484,18 @@ func (t *Tools) run(ctx context.Context, tool string, in ToolInput, fn func(*wor
 			return "", err
 		}
 		defer ws.Close()
-		return fn(ws)
+		// The tool runs the call the policy saw: the same normalized view
+		// of its arguments (a no-op for a call the turn has normalized).
+		spec, ok := t.spec(tool)
+		if !ok {
+			return "", fmt.Errorf("no such tool")
+		}
+		args, err := NormalizeArguments(spec, ws.roots(), in.Call.Arguments)
+		if err != nil {
+			return "", err
+		}
+		in.Call.Arguments = args
+		return fn(ws, in)
 	}()
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		return ToolOutput{}, ctxErr
@@ -488,6 +504,16 @@ func (t *Tools) run(ctx context.Context, tool string, in ToolInput, fn func(*wor
 		return ToolOutput{Status: StatusError, Result: tool + ": " + err.Error()}, nil
 	}
 	return ToolOutput{Status: StatusOK, Result: result}, nil
+}
+
+// spec is the ToolSpec of the named tool.
+func (t *Tools) spec(name string) (ToolSpec, bool) {
+	specs := t.Specs()
+	i := slices.IndexFunc(specs, func(s ToolSpec) bool { return s.Name == name })
+	if i < 0 {
+		return ToolSpec{}, false
+	}
+	return specs[i], true
 }
 
 func (t *Tools) bashTimeout() time.Duration {

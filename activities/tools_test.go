@@ -294,7 +294,7 @@ func TestToolsMalformedArgumentsAreErrorResults(t *testing.T) {
 	for name, tool := range tools.Activities() {
 		fn := tool.(func(context.Context, ToolInput) (ToolOutput, error))
 		requireToolError(t, callRaw(t, fn, `{"file_path": "a.txt", "command": `), name+": arguments are not valid JSON")
-		requireToolError(t, callRaw(t, fn, `["a.txt"]`), name+": arguments must be a JSON object, not array")
+		requireToolError(t, callRaw(t, fn, `["a.txt"]`), name+": arguments must be a JSON object, not an array")
 	}
 }
 
@@ -314,11 +314,11 @@ func TestToolsWrongArgumentTypeIsErrorResult(t *testing.T) {
 	ws, _ := newWorkspace(t)
 	tools := &Tools{Workspace: ws}
 
-	requireToolError(t, callRaw(t, tools.Read, `{"file_path": "a.txt", "offset": "2"}`), "Read: offset must be an integer, not string")
-	requireToolError(t, callRaw(t, tools.Write, `{"file_path": 7, "content": "x"}`), "Write: file_path must be a string, not number")
+	requireToolError(t, callRaw(t, tools.Read, `{"file_path": "a.txt", "offset": "2"}`), "Read: offset must be an integer, not a string")
+	requireToolError(t, callRaw(t, tools.Write, `{"file_path": 7, "content": "x"}`), "Write: file_path must be a string, not a number")
 	requireToolError(t, callRaw(t, tools.Edit, `{"file_path": "a", "old_string": "x", "new_string": "y", "replace_all": "yes"}`),
-		"Edit: replace_all must be a boolean, not string")
-	requireToolError(t, callRaw(t, tools.Bash, `{"command": "true", "timeout": "5s"}`), "Bash: timeout must be a number, not string")
+		"Edit: replace_all must be a boolean, not a string")
+	requireToolError(t, callRaw(t, tools.Bash, `{"command": "true", "timeout": "5s"}`), "Bash: timeout must be an integer, not a string")
 }
 
 func TestToolsWithoutUsableWorkspaceAnswerError(t *testing.T) {

@@ -38,6 +38,10 @@ type ToolSpec struct {
 	Name        string          `json:"name"`
 	Description string          `json:"description"`
 	Parameters  json.RawMessage `json:"parameters"`
+	// WorkspacePaths are the arguments that name a file in the workspace:
+	// NormalizeArguments cleans them and makes them relative to it. The
+	// model is not shown them.
+	WorkspacePaths []string `json:"workspacePaths,omitempty"`
 }
 
 // TokenTarget names where streamed answer text is delivered while the model

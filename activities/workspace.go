@@ -48,6 +48,19 @@ func openWorkspace(dir string) (*workspace, error) {
 
 func (w *workspace) Close() error { return w.root.Close() }
 
+// roots are the workspace's spellings: as configured and as resolved.
+func (w *workspace) roots() []string { return WorkspaceRoots(w.given, w.real) }
+
+// WorkspaceRoots lists the spellings of a workspace folder, as configured
+// (given) and as resolved (real), without repeating one: what
+// NormalizeArguments takes paths inside of.
+func WorkspaceRoots(given, real string) []string {
+	if given == real || real == "" {
+		return []string{given}
+	}
+	return []string{given, real}
+}
+
 // resolve turns path, the value of the argument named arg, into a path
 // relative to the real workspace that contains no symbolic links, for use
 // with w.root. A relative path is relative to the workspace; an absolute one

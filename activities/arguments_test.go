@@ -1,0 +1,163 @@
+package activities
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// specOf is the spec of one of the built-in tools.
+func specOf(t testing.TB, name string) ToolSpec {
+	spec, ok := (&Tools{}).spec(name)
+	require.True(t, ok, name)
+	return spec
+}
+
+func TestArgumentsThatCouldShowOneCallAndRunAnotherAreRefused(t *testing.T) {
+	roots := []string{"/srv/ws"}
+	for _, tc := range []struct {
+		name, tool, args, want string
+	}{
+		{"a case variant of the policy's key", ToolBash, `{"command":"echo hi","Command":"rm -f src/main.go && echo DELETED"}`,
+			`arguments "command" and "Command" differ only in case`},
+		{"a case variant of a path", ToolWrite, `{"file_path":"docs/a.md","FILE_PATH":"src/main.go","content":"x"}`,
+			`arguments "file_path" and "FILE_PATH" differ only in case`},
+		{"the same key twice", ToolBash, `{"command":"echo hi","command":"rm -rf ."}`, `argument "command" is given twice`},
+		{"a key the schema does not know", ToolBash, `{"command":"ls","Command":"rm"}`, `differ only in case`},
+		{"a misspelt key", ToolWrite, `{"File_Path":"a.txt","content":"x"}`, `unknown argument "File_Path" (did you mean "file_path"?)`},
+		{"an unknown key", ToolRead, `{"file_path":"a.txt","sudo":true}`, `unknown argument "sudo"; the arguments of Read are file_path, limit, offset`},
+		{"a traversal", ToolWrite, `{"file_path":"docs/../../etc/passwd","content":"x"}`, `file_path "docs/../../etc/passwd" is outside the workspace`},
+		{"an absolute path elsewhere", ToolRead, `{"file_path":"/etc/passwd"}`, `file_path "/etc/passwd" is outside the workspace`},
+		{"a sibling that shares a prefix", ToolRead, `{"file_path":"/srv/ws-other/a"}`, `is outside the workspace`},
+		{"not an object", ToolBash, `["ls"]`, `arguments must be a JSON object, not an array`},
+		{"two values", ToolBash, `{"command":"ls"} {"command":"rm"}`, `more than one JSON value`},
+		{"a wrong type", ToolBash, `{"command":["rm","-rf"]}`, `command must be a string, not an array`},
+		{"a fraction for an integer", ToolBash, `{"command":"ls","timeout":1.5}`, `timeout must be an integer, not a number`},
+		{"a required key missing", ToolWrite, `{"file_path":"a.txt"}`, `content is required`},
+		{"an empty path", ToolRead, `{"file_path":""}`, `file_path "" is empty`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := NormalizeArguments(specOf(t, tc.tool), roots, tc.args)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+}
+
+func TestPathsAreGivenRelativeToTheWorkspaceWhateverFormTheModelSent(t *testing.T) {
+	roots := []string{"/home/dev/ws", "/mnt/disk/ws"} // as configured, and as resolved
+	for sent, want := range map[string]string{
+		"docs/a.md":                 "docs/a.md",
+		"./docs//a.md":              "docs/a.md",
+		"docs/../src/main.go":       "src/main.go",
+		"/home/dev/ws/docs/a.md":    "docs/a.md",
+		"/mnt/disk/ws/docs/a.md":    "docs/a.md",
+		"/home/dev/ws/../ws/notes/": "notes",
+	} {
+		got, err := NormalizeArguments(specOf(t, ToolWrite), roots, `{"content":"x","file_path":`+quote(sent)+`}`)
+		require.NoError(t, err, sent)
+		require.JSONEq(t, `{"content":"x","file_path":`+quote(want)+`}`, got, sent)
+	}
+}
+
+func TestNormalizedArgumentsAreCompactWithSortedKeysAndKeepTheirValues(t *testing.T) {
+	got, err := NormalizeArguments(specOf(t, ToolBash), nil, "{\n  \"timeout\": 120000,\n  \"command\": \"printf '%s\\\\n' \\\"a  b\\\"\", \"description\": \"print\"\n}")
+	require.NoError(t, err)
+	require.Equal(t, `{"command":"printf '%s\\n' \"a  b\"","description":"print","timeout":120000}`, got)
+	again, err := NormalizeArguments(specOf(t, ToolBash), nil, got)
+	require.NoError(t, err)
+	require.Equal(t, got, again, "normalizing is idempotent")
+}
+
+func TestASchemaThatAllowsOtherKeysTakesThemButNotTheirCaseVariants(t *testing.T) {
+	open := ToolSpec{Name: "Pay", Parameters: json.RawMessage(`{"type":"object","properties":{"amount":{"type":"number"}},"additionalProperties":true}`)}
+	got, err := NormalizeArguments(open, nil, `{"amount":5,"memo":"rent"}`)
+	require.NoError(t, err)
+	require.Equal(t, `{"amount":5,"memo":"rent"}`, got)
+	_, err = NormalizeArguments(open, nil, `{"amount":5,"Amount":500}`)
+	require.ErrorContains(t, err, "differ only in case")
+	_, err = NormalizeArguments(open, nil, `{"amount":5,"secret":1,"ſecret":2}`)
+	require.ErrorContains(t, err, "differ only in case", "folded as encoding/json folds them")
+	_, err = NormalizeArguments(open, nil, `{"amount":"5"}`)
+	require.ErrorContains(t, err, "amount must be a number, not a string")
+	none := ToolSpec{Name: "Anything"}
+	_, err = NormalizeArguments(none, nil, `{"x":1}`)
+	require.NoError(t, err, "a tool without a schema takes any object")
+}
+
+func TestBashRunsNoCommandWhoseArgumentsCouldReadTwoWays(t *testing.T) {
+	ws, _ := newWorkspace(t)
+	tools := &Tools{Workspace: ws}
+	out := callRaw(t, tools.Bash, `{"command":"echo hi","Command":"touch pwned"}`)
+	requireToolError(t, out, `arguments "command" and "Command" differ only in case`)
+	out = callRaw(t, tools.Write, `{"file_path":"docs/a.md","FILE_PATH":"src/main.go","content":"x"}`)
+	requireToolError(t, out, "differ only in case")
+	require.NoFileExists(t, filepath.Join(ws, "pwned"))
+	require.NoFileExists(t, filepath.Join(ws, "src", "main.go"))
+	require.NoFileExists(t, filepath.Join(ws, "docs", "a.md"))
+	entries, err := os.ReadDir(ws)
+	require.NoError(t, err)
+	require.Empty(t, entries)
+}
+
+// FuzzPolicyAndToolSeeTheSameCall checks, for any arguments a model may
+// send, that what the policy reads (the normalized JSON as a map, with exact
+// keys) is what the tool runs (the same JSON decoded into its arguments, as
+// encoding/json does: case-insensitively, the last key winning), and that
+// the tool, normalizing again, changes nothing.
+func FuzzPolicyAndToolSeeTheSameCall(f *testing.F) {
+	for _, seed := range []string{
+		`{"command":"echo hi","Command":"rm -f src/main.go"}`,
+		`{"file_path":"docs/a.md","FILE_PATH":"src/main.go","content":"x"}`,
+		`{"file_path":"docs/../src/main.go","content":"x"}`,
+		`{"file_path":"/ws/docs/a.md","content":"x"}`,
+		`{"command":"ls","timeout":5}`,
+		`{"command":"ls","description":"list"}`,
+		`{"command":"a","command":"b"}`,
+		`{"file_path":"a","content":"\u0000\ud800"}`,
+		`{"ﬁle_path":"a","file_path":"b","content":"c"}`,
+		`{"command":"a","\u212aey":1}`,
+	} {
+		f.Add(seed)
+	}
+	roots := []string{"/ws"}
+	bash, write := specOf(f, ToolBash), specOf(f, ToolWrite)
+	f.Fuzz(func(t *testing.T, arguments string) {
+		if norm, err := NormalizeArguments(bash, roots, arguments); err == nil {
+			var policy map[string]any
+			require.NoError(t, json.Unmarshal([]byte(norm), &policy))
+			var tool struct {
+				Command *string `json:"command"`
+			}
+			require.NoError(t, decodeArgs(norm, &tool))
+			require.NotNil(t, tool.Command)
+			require.Equal(t, policy["command"], *tool.Command)
+			again, err := NormalizeArguments(bash, roots, norm)
+			require.NoError(t, err)
+			require.Equal(t, norm, again)
+		}
+		if norm, err := NormalizeArguments(write, roots, arguments); err == nil {
+			var policy map[string]any
+			require.NoError(t, json.Unmarshal([]byte(norm), &policy))
+			var tool struct {
+				FilePath *string `json:"file_path"`
+				Content  *string `json:"content"`
+			}
+			require.NoError(t, decodeArgs(norm, &tool))
+			require.Equal(t, policy["file_path"], *tool.FilePath)
+			require.Equal(t, policy["content"], *tool.Content)
+			p := *tool.FilePath
+			require.False(t, filepath.IsAbs(p) || p == ".." || len(p) > 2 && p[:3] == "../", "the path %q stays in the workspace", p)
+			again, err := NormalizeArguments(write, roots, norm)
+			require.NoError(t, err)
+			require.Equal(t, norm, again)
+		}
+	})
+}
+
+func quote(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
