@@ -13,8 +13,8 @@ import (
 // NormalizeArguments is the one view of a call's arguments that the
 // approval policy, the approval request a person reads, a remembered
 // decision and the tool itself all see. It takes the arguments as the model
-// wrote them and gives them back as a compact JSON object with its keys
-// sorted, or refuses them with an error the model can act on:
+// wrote them and gives them back as a compact JSON object, its keys in the
+// model's order, or refuses them with an error the model can act on:
 //
 //   - not a JSON object;
 //   - a key given twice, or two keys that differ only in case (encoding/json
@@ -45,7 +45,7 @@ func NormalizeArguments(spec ToolSpec, workspace []string, arguments string) (st
 	if strings.TrimSpace(arguments) == "" {
 		arguments = "{}"
 	}
-	values, err := objectMembers(arguments)
+	values, names, err := objectMembers(arguments)
 	if err != nil {
 		return "", err
 	}
@@ -80,11 +80,23 @@ func NormalizeArguments(spec ToolSpec, workspace []string, arguments string) (st
 		}
 		values[name], _ = json.Marshal(clean) // a string always marshals
 	}
-	out, err := json.Marshal(values) // sorts the keys, compacts the values
-	if err != nil {
-		return "", fmt.Errorf("arguments cannot be written back: %w", err)
+	// The keys stay in the order the model wrote them (a person reads
+	// file_path before content); each value is compacted.
+	var out bytes.Buffer
+	out.WriteByte('{')
+	for i, name := range names {
+		if i > 0 {
+			out.WriteByte(',')
+		}
+		key, _ := json.Marshal(name) // a string always marshals
+		out.Write(key)
+		out.WriteByte(':')
+		if err := json.Compact(&out, values[name]); err != nil {
+			return "", fmt.Errorf("arguments cannot be written back: %w", err)
+		}
 	}
-	return string(out), nil
+	out.WriteByte('}')
+	return out.String(), nil
 }
 
 // errOutsideWorkspace ends the message of a path that leaves the workspace.
@@ -117,49 +129,49 @@ func workspacePath(roots []string, p string) (string, error) {
 	return filepath.ToSlash(p), nil
 }
 
-// objectMembers reads a JSON object's members by key, refusing keys given
-// twice, or twice but for case.
-func objectMembers(arguments string) (map[string]json.RawMessage, error) {
+// objectMembers reads a JSON object's members by key, and its keys in
+// order, refusing keys given twice, or twice but for case.
+func objectMembers(arguments string) (map[string]json.RawMessage, []string, error) {
 	dec := json.NewDecoder(strings.NewReader(arguments))
 	dec.UseNumber()
 	tok, err := dec.Token()
 	if err != nil {
-		return nil, fmt.Errorf("arguments are not valid JSON: %w", err)
+		return nil, nil, fmt.Errorf("arguments are not valid JSON: %w", err)
 	}
 	if d, ok := tok.(json.Delim); !ok || d != '{' {
-		return nil, fmt.Errorf("arguments must be a JSON object, not %s", jsonKindOfToken(tok))
+		return nil, nil, fmt.Errorf("arguments must be a JSON object, not %s", jsonKindOfToken(tok))
 	}
 	values := map[string]json.RawMessage{}
 	var names []string
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
-			return nil, fmt.Errorf("arguments are not valid JSON: %w", err)
+			return nil, nil, fmt.Errorf("arguments are not valid JSON: %w", err)
 		}
 		name := tok.(string) // inside an object, a token before a value is its key
 		var v json.RawMessage
 		if err := dec.Decode(&v); err != nil {
-			return nil, fmt.Errorf("arguments are not valid JSON: %w", err)
+			return nil, nil, fmt.Errorf("arguments are not valid JSON: %w", err)
 		}
 		if _, dup := values[name]; dup {
-			return nil, fmt.Errorf("argument %q is given twice", name)
+			return nil, nil, fmt.Errorf("argument %q is given twice", name)
 		}
 		// EqualFold is the folding encoding/json matches keys with (so
 		// "ſ" is "s", and the Kelvin sign "k"), not just upper and lower
 		// case.
 		if i := slices.IndexFunc(names, func(n string) bool { return strings.EqualFold(n, name) }); i >= 0 {
-			return nil, fmt.Errorf("arguments %q and %q differ only in case: send one", names[i], name)
+			return nil, nil, fmt.Errorf("arguments %q and %q differ only in case: send one", names[i], name)
 		}
 		values[name] = v
 		names = append(names, name)
 	}
 	if _, err := dec.Token(); err != nil { // the closing brace
-		return nil, fmt.Errorf("arguments are not valid JSON: %w", err)
+		return nil, nil, fmt.Errorf("arguments are not valid JSON: %w", err)
 	}
 	if _, err := dec.Token(); err == nil {
-		return nil, errors.New("arguments hold more than one JSON value: send one object")
+		return nil, nil, errors.New("arguments hold more than one JSON value: send one object")
 	}
-	return values, nil
+	return values, names, nil
 }
 
 // schema is what NormalizeArguments reads of a tool's JSON schema.

@@ -62,10 +62,10 @@ func TestPathsAreGivenRelativeToTheWorkspaceWhateverFormTheModelSent(t *testing.
 	}
 }
 
-func TestNormalizedArgumentsAreCompactWithSortedKeysAndKeepTheirValues(t *testing.T) {
+func TestNormalizedArgumentsAreCompactInTheModelsOrderAndKeepTheirValues(t *testing.T) {
 	got, err := NormalizeArguments(specOf(t, ToolBash), nil, "{\n  \"timeout\": 120000,\n  \"command\": \"printf '%s\\\\n' \\\"a  b\\\"\", \"description\": \"print\"\n}")
 	require.NoError(t, err)
-	require.Equal(t, `{"command":"printf '%s\\n' \"a  b\"","description":"print","timeout":120000}`, got)
+	require.Equal(t, `{"timeout":120000,"command":"printf '%s\\n' \"a  b\"","description":"print"}`, got)
 	again, err := NormalizeArguments(specOf(t, ToolBash), nil, got)
 	require.NoError(t, err)
 	require.Equal(t, got, again, "normalizing is idempotent")

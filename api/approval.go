@@ -15,6 +15,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/workflows"
@@ -267,7 +268,12 @@ func (s *Server) offer(ctx context.Context, wid, update, updateID string, arg, r
 		return "", nil
 	case isRejectedUpdate(err):
 		s.log.Info("update not taken", "update", update, "workflowId", wid, "reason", err)
-		return cmp.Or(workflows.RejectionReason(err), workflows.RejectUnknown), nil
+		reason := cmp.Or(workflows.RejectionReason(err), workflows.RejectUnknown)
+		var app *temporal.ApplicationError
+		if reason == workflows.RejectInvalid && errors.As(err, &app) {
+			return "", badRequest("%s", app.Message())
+		}
+		return reason, nil
 	default:
 		return "", fmt.Errorf("send %s to %s: %w", update, wid, err)
 	}

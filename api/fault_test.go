@@ -246,7 +246,7 @@ func TestModelServerFaultsAreRetriedOrEndTheTurnWithAnError(t *testing.T) {
 		require.Empty(t, ofType(turn.events, workflows.EventApprovalRequest), "nothing to approve")
 		results := ofType(turn.events, workflows.EventToolResult)[0].ToolResults
 		require.Equal(t, []string{"call_bad Write error"}, resultStatuses(results))
-		require.Contains(t, results[0].Result, "not a JSON object")
+		require.Contains(t, results[0].Result, "arguments are not valid JSON")
 		reqs := st.requestsOf("arguments")
 		require.Len(t, reqs, 2)
 		toolMsg := reqs[1].Messages[len(reqs[1].Messages)-1]

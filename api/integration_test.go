@@ -159,6 +159,7 @@ func stackSettings(tools *activities.Tools, approvalTimeout time.Duration) workf
 		RequiredTools:    []string{activities.ToolWrite, activities.ToolEdit, activities.ToolBash},
 		ApprovalTimeout:  approvalTimeout,
 		Tools:            tools.Specs(),
+		WorkspaceRoots:   []string{tools.Workspace},
 		SearchAttributes: true,
 	}
 }

@@ -160,7 +160,7 @@ func upgradeFrom(t *testing.T, release string, srv *devserver.Server, modelURL, 
 	// The paused turn kept the code paths it had begun on (what it runs
 	// after its pause calls no GetVersion); the next turn took today's.
 	require.Equal(t, pausedPatches, patches(t, c, turnID), "the turn paused on %s took no patch of today's", release)
-	require.Contains(t, patches(t, c, events[0].TurnID), "policy-recorded", "the turn started on today's build")
+	require.Contains(t, patches(t, c, events[0].TurnID), "normalized-calls", "the turn started on today's build")
 }
 
 // corpusReleases lists the releases that have a replay corpus.

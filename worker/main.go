@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -74,6 +75,10 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err := os.MkdirAll(cfg.Workspace, 0o755); err != nil {
 		return fmt.Errorf("create workspace %s: %w", cfg.Workspace, err)
 	}
+	realWorkspace, err := filepath.EvalSymlinks(cfg.Workspace)
+	if err != nil {
+		return fmt.Errorf("workspace %s: %w", cfg.Workspace, err)
+	}
 
 	agentDefs, err := agents.Load(cfg.AgentsDir)
 	if err != nil {
@@ -92,6 +97,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		ApprovalTimeout:  cfg.ApprovalTimeout,
 		MaxSteps:         cfg.MaxSteps,
 		Tools:            tools.Specs(),
+		WorkspaceRoots:   activities.WorkspaceRoots(cfg.Workspace, realWorkspace),
 		ToolTimeout:      cfg.BashTimeout + 30*time.Second,
 		SearchAttributes: searchAttributes,
 		Agents:           agentDefs,

@@ -111,6 +111,7 @@ func newRecorder(t *testing.T, dir string) *recorder {
 		RequiredTools:    []string{activities.ToolWrite, activities.ToolEdit, activities.ToolBash},
 		ApprovalTimeout:  time.Hour,
 		Tools:            tools.Specs(),
+		WorkspaceRoots:   []string{workspace},
 		SearchAttributes: true,
 	}
 	start := func(queue string, change func(*workflows.Settings)) {

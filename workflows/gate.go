@@ -179,6 +179,9 @@ const (
 	RejectDecided = "decided"
 	// RejectExpired: the request's time ran out.
 	RejectExpired = "expired"
+	// RejectInvalid: the decision itself is not valid (edited arguments
+	// the tool would refuse); the API answers it 400.
+	RejectInvalid = "invalid"
 )
 
 // rejection makes err the validator's answer for reason.
@@ -192,7 +195,7 @@ func RejectionReason(err error) string {
 	var app *temporal.ApplicationError
 	if errors.As(err, &app) {
 		switch t := app.Type(); t {
-		case RejectUnknown, RejectDecided, RejectExpired:
+		case RejectUnknown, RejectDecided, RejectExpired, RejectInvalid:
 			return t
 		}
 	}

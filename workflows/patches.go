@@ -13,4 +13,8 @@ const (
 	// requires a tool always, and client tools follow the policy
 	// (turn.strictGate).
 	patchStrictGate = "strict-gate"
+	// patchNormalizedCalls (v0.3.0): a batch's arguments are normalized
+	// before the policy reads them, and refused ones never run
+	// (turn.vetBatch).
+	patchNormalizedCalls = "normalized-calls"
 )

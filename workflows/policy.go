@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -145,9 +146,19 @@ func evalWhen(expr, arguments string) (bool, error) {
 }
 
 // RequiresApproval reports whether settings' policy requires approval of a
-// call of tool with the given arguments, as the gate decides it: for code
+// call of tool with the given arguments, as the gate decides it: on the
+// arguments normalized for the tool when settings.Tools describes it (a
+// call whose arguments are refused never asks: it never runs). For code
 // outside a workflow that checks a policy (the README's example policies are
 // tested with it).
 func RequiresApproval(settings Settings, tool, arguments string) bool {
-	return settings.check(activities.ToolCall{Name: tool, Arguments: arguments}).Required
+	call := activities.ToolCall{Name: tool, Arguments: arguments}
+	if i := slices.IndexFunc(settings.Tools, func(s activities.ToolSpec) bool { return s.Name == tool }); i >= 0 {
+		args, err := activities.NormalizeArguments(settings.Tools[i], settings.WorkspaceRoots, arguments)
+		if err != nil {
+			return false
+		}
+		call.Arguments = args
+	}
+	return settings.check(call).Required
 }

@@ -44,6 +44,10 @@ type Settings struct {
 	// Tools are the tools offered to the model; each is an activity of the
 	// same name.
 	Tools []activities.ToolSpec `json:"tools"`
+	// WorkspaceRoots are the spellings of the tools' workspace folder (as
+	// configured, and as resolved), for paths the model sends absolute
+	// (activities.WorkspaceRoots).
+	WorkspaceRoots []string `json:"workspaceRoots,omitempty"`
 	// ToolTimeout bounds one tool activity (the Bash time limit plus margin).
 	ToolTimeout time.Duration `json:"toolTimeout"`
 	// ToolHeartbeatTimeout is how long a running tool may go without a

@@ -144,7 +144,10 @@ func (t *turn) setHandlers(ctx workflow.Context) error {
 			return ApprovalResult{Accepted: true}, nil
 		},
 		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, d ApprovalDecision) error {
-			return t.gate.validate(ctx, d)
+			if err := t.gate.validate(ctx, d); err != nil {
+				return err
+			}
+			return t.checkEdit(d)
 		}},
 	); err != nil {
 		return fmt.Errorf("set %s update handler: %w", ApprovalUpdate, err)
@@ -308,7 +311,7 @@ func modelActivityOptions(s Settings) workflow.ActivityOptions {
 func (t *turn) runBatch(ctx workflow.Context, calls []activities.ToolCall) []ToolResult {
 	t.log.append(Event{Type: EventToolCall, ToolCalls: calls})
 
-	checks := t.checkBatch(ctx, calls)
+	calls, vetted, normalized := t.vetBatch(ctx, calls)
 	strict := t.strictGate(ctx, calls)
 	results := make([]ToolResult, len(calls))
 	approvals := make([]*approval, len(calls))
@@ -320,15 +323,17 @@ func (t *turn) runBatch(ctx workflow.Context, calls []activities.ToolCall) []Too
 			results[i].Result, results[i].Status = declined(t.interruptReason), activities.StatusDeclined
 		case !offers(t.tools, call.Name):
 			results[i].Result, results[i].Status = fmt.Sprintf("Error: there is no tool named %q.", call.Name), activities.StatusError
+		case vetted[i].Refused != "":
+			results[i].Result, results[i].Status = fmt.Sprintf("Error: %s was not run: %s.", call.Name, vetted[i].Refused), activities.StatusError
 		case !isJSONObject(call.Arguments):
 			results[i].Result, results[i].Status = fmt.Sprintf("Error: the arguments of %s are not a JSON object: %s", call.Name, call.Arguments), activities.StatusError
 		case !strict && (t.bypass || offers(t.clientTools, call.Name)):
 			// Before patchStrictGate: a bypassed turn asked for nothing,
 			// and the client asked its user about its own tools itself.
-		case t.bypass && !checks[i].Always:
+		case t.bypass && !vetted[i].Check.Always:
 			// Bypassed: only a rule that requires a tool always still asks.
 		default:
-			c := checks[i]
+			c := vetted[i].Check
 			if !c.Required {
 				break
 			}
@@ -372,6 +377,14 @@ func (t *turn) runBatch(ctx workflow.Context, calls []activities.ToolCall) []Too
 			continue
 		case a.arguments != "":
 			call.Arguments = a.arguments
+			if normalized {
+				// What runs is the normalized view of what the person
+				// approved; edits the tool would refuse reach it as they
+				// are, and it refuses them.
+				if args, err := t.normalize(call); err == nil {
+					call.Arguments = args
+				}
+			}
 		}
 		if ctx.Err() != nil || t.interrupted {
 			// A call approved before the turn was stopped does not start now.
@@ -382,7 +395,7 @@ func (t *turn) runBatch(ctx workflow.Context, calls []activities.ToolCall) []Too
 		if call.Name == TaskTool {
 			out = t.runSubagent(ctx, call)
 		} else if offers(t.clientTools, call.Name) {
-			out = t.gate.runClientTool(ctx, call, checks[i].Timeout)
+			out = t.gate.runClientTool(ctx, call, vetted[i].Check.Timeout)
 		} else {
 			out = t.runTool(ctx, call)
 		}
@@ -393,6 +406,94 @@ func (t *turn) runBatch(ctx workflow.Context, calls []activities.ToolCall) []Too
 	}
 	t.log.append(Event{Type: EventToolResult, ToolResults: results})
 	return results
+}
+
+// vetting is what a turn records of a call before the gate looks at it:
+// why its arguments were refused, or what the policy says of it.
+type vetting struct {
+	Refused string `json:"refused,omitempty"`
+	Check   check  `json:"check"`
+}
+
+// vetBatch gives the calls of a batch as the gate, the policy, a grant and
+// the tool will all see them, and what is known of each before the gate.
+//
+// From patchNormalizedCalls on, every call's arguments are normalized
+// (activities.NormalizeArguments: one exact view, workspace paths relative
+// to the workspace) before the policy reads them, and a call whose
+// arguments are refused answers the model with why and never runs; the
+// refusals and the checks are recorded in one SideEffect, so a replay (or a
+// stricter normalizer in a later build) never changes which calls ask or
+// run. The normalized arguments themselves are made again on replay rather
+// than recorded, keeping large arguments (a Write's content) out of
+// history; a call that the recorded answer let through but today's
+// normalizer refuses keeps its arguments as sent, and the tool, which
+// normalizes too, refuses it. Turns recorded before the patch see the
+// arguments as the model sent them, as they did (normalized reports which).
+func (t *turn) vetBatch(ctx workflow.Context, calls []activities.ToolCall) (out []activities.ToolCall, vetted []vetting, normalized bool) {
+	if workflow.GetVersion(ctx, patchNormalizedCalls, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		checks := t.checkBatch(ctx, calls)
+		vetted = make([]vetting, len(calls))
+		for i := range checks {
+			vetted[i].Check = checks[i]
+		}
+		return calls, vetted, false
+	}
+	vet := func() ([]activities.ToolCall, []vetting) {
+		out := slices.Clone(calls)
+		vetted := make([]vetting, len(calls))
+		for i := range out {
+			if !offers(t.tools, out[i].Name) {
+				continue // answered as an unknown tool
+			}
+			args, err := t.normalize(out[i])
+			if err != nil {
+				vetted[i].Refused = err.Error()
+				continue
+			}
+			out[i].Arguments = args
+			vetted[i].Check = t.settings.check(out[i])
+		}
+		return out, vetted
+	}
+	if err := workflow.SideEffect(ctx, func(workflow.Context) any { _, v := vet(); return v }).Get(&vetted); err != nil {
+		// A SideEffect result only fails to decode on a corrupt history.
+		panic(fmt.Errorf("vetting of %d calls: %w", len(calls), err))
+	}
+	out, _ = vet()
+	for i := range out {
+		if vetted[i].Refused != "" {
+			out[i] = calls[i]
+		}
+	}
+	return out, vetted, true
+}
+
+// checkEdit refuses an approval whose edited arguments the tool would
+// refuse, so the person hears why at once instead of the model later. Only
+// the Update's validator asks it (a validator never runs on replay); a
+// signal's edits are refused by the tool.
+func (t *turn) checkEdit(d ApprovalDecision) error {
+	a := t.gate.byID[d.RequestID]
+	if d.Decision != DecisionApprove || d.Arguments == "" || a == nil {
+		return nil
+	}
+	call := a.Call
+	call.Arguments = d.Arguments
+	if _, err := t.normalize(call); err != nil {
+		return rejection(RejectInvalid, fmt.Errorf("the edited arguments of %s: %w", call.Name, err))
+	}
+	return nil
+}
+
+// normalize gives call's arguments as NormalizeArguments makes them for the
+// tool the loop offers under its name.
+func (t *turn) normalize(call activities.ToolCall) (string, error) {
+	i := slices.IndexFunc(t.tools, func(s activities.ToolSpec) bool { return s.Name == call.Name })
+	if i < 0 {
+		return "", fmt.Errorf("there is no tool named %q", call.Name)
+	}
+	return activities.NormalizeArguments(t.tools[i], t.settings.WorkspaceRoots, call.Arguments)
 }
 
 // checkBatch is what the policy says of each call of a batch, in order.

@@ -408,7 +408,7 @@ func TestMalformedArgumentsAndUnknownToolsAnswerTheModelWithoutAsking(t *testing
 	require.Empty(t, h.ranTools())
 	require.NotContains(t, eventTypes(out.Events), EventApprovalRequest)
 	tools := toolMessages(out.Messages)
-	require.Contains(t, tools[0].Content, "arguments of Write are not a JSON object")
+	require.Contains(t, tools[0].Content, "Write was not run: arguments are not valid JSON")
 	require.Contains(t, tools[1].Content, `no tool named "Delete"`)
 	require.Len(t, h.modelInputs, 2, "the model reads the errors and answers")
 }

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"encoding/json"
 	"os"
 	"regexp"
 	"strings"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/workflows"
 )
 
@@ -28,14 +30,23 @@ func TestREADMEPolicyExamplesCompileAndDecideAsTheyClaim(t *testing.T) {
 		require.NoError(t, err, b[1])
 		policies = append(policies, rules)
 	}
+	// The worker's tools in a workspace, and a client's Pay, as a real
+	// model sees them; models send absolute paths as often as relative ones.
+	const ws = "/home/dev/project"
+	pay := activities.ToolSpec{Name: "Pay", Parameters: json.RawMessage(`{"type":"object","properties":{"amount":{"type":"number"}},"required":["amount"]}`)}
+	tools := append((&activities.Tools{Workspace: ws}).Specs(), pay)
 	requires := func(rules []workflows.Rule, tool, args string) bool {
-		s := workflows.Settings{Rules: rules}
+		s := workflows.Settings{Rules: rules, Tools: tools, WorkspaceRoots: []string{ws}}
 		return workflows.RequiresApproval(s, tool, args)
 	}
 	require.True(t, requires(policies[0], "Bash", `{"command":"sudo apt-get install x"}`))
 	require.False(t, requires(policies[0], "Bash", `{"command":"ls -la"}`))
 	require.False(t, requires(policies[0], "Write", `{"file_path":"a","content":"b"}`))
 	require.False(t, requires(policies[1], "Edit", `{"file_path":"docs/x.md","old_string":"a","new_string":"b"}`))
+	require.False(t, requires(policies[1], "Write", `{"file_path":"`+ws+`/docs/guide.md","content":"x"}`), "an absolute path inside docs/")
+	require.False(t, requires(policies[1], "Write", `{"file_path":"./docs//guide.md","content":"x"}`))
+	require.True(t, requires(policies[1], "Write", `{"file_path":"docs/../main.go","content":"x"}`), "a path that only starts with docs/")
+	require.True(t, requires(policies[1], "Write", `{"file_path":"`+ws+`/src/main.go","content":"x"}`))
 	require.True(t, requires(policies[1], "Edit", `{"file_path":"docs/x.md","old_string":"a","new_string":"b","replace_all":true}`))
 	require.True(t, requires(policies[1], "Write", `{"file_path":"main.go","content":""}`))
 	require.True(t, requires(policies[2], "Pay", `{"amount":12.5}`))

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	openai "github.com/sashabaranov/go-openai"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/internal/scripted"
+	"github.com/tollgate/tollgate/workflows"
+)
+
+// TestACraftedCallCannotShowThePolicyOneThingAndRunAnother sends, over
+// HTTP against a real dev server, the calls that once walked around the
+// README's policies: keys that differ only in case (the policy read one, the
+// tool the other), a path that only starts with docs/, and an absolute path
+// a real model sends for a file the policy lets through.
+func TestACraftedCallCannotShowThePolicyOneThingAndRunAnother(t *testing.T) {
+	var workspace string
+	script := func(req openai.ChatCompletionRequest) scripted.Reply {
+		if countRole(req.Messages, openai.ChatMessageRoleTool) > 0 {
+			return scripted.Reply{Content: "Done."}
+		}
+		abs, _ := json.Marshal(map[string]string{"file_path": filepath.Join(workspace, "docs", "b.md"), "content": "fine"})
+		return scripted.Reply{ToolCalls: []activities.ToolCall{
+			{ID: "c1", Name: activities.ToolBash, Arguments: `{"command":"echo hi","Command":"rm -f src/main.go && echo DELETED > deleted.txt"}`},
+			{ID: "c2", Name: activities.ToolWrite, Arguments: `{"file_path":"docs/a.md","FILE_PATH":"src/main.go","content":"pwned"}`},
+			{ID: "c3", Name: activities.ToolWrite, Arguments: `{"file_path":"docs/../src/main.go","content":"pwned"}`},
+			{ID: "c4", Name: activities.ToolWrite, Arguments: string(abs)},
+		}}
+	}
+	st := newStack(t, withScript(script), withSettings(func(s *workflows.Settings) {
+		// The README's policies 1 and 2, in part.
+		s.Rules = []workflows.Rule{
+			{Tool: activities.ToolBash, Require: workflows.RequireWhen, When: `args.command.startsWith("rm ") || args.command.contains(" rm -")`},
+			{Tool: activities.ToolWrite, Require: workflows.RequireWhen, When: `!args.file_path.startsWith("docs/")`},
+		}
+	}))
+	workspace = st.workspace
+	mainGo := filepath.Join(st.workspace, "src", "main.go")
+	require.NoError(t, os.MkdirAll(filepath.Dir(mainGo), 0o755))
+	require.NoError(t, os.WriteFile(mainGo, []byte("package main\n"), 0o644))
+
+	_, msgs := st.chat(t, `{"query": "crafted", "conversationId": "crafted"}`)
+	seq := 0
+	events := untilEvent(t, msgs, &seq, workflows.EventApprovalRequest, 1)
+	request := ofType(events, workflows.EventApprovalRequest)[0]
+	require.Equal(t, "c3", request.ToolCallID, "the write outside docs/ asks, whatever its path says first")
+	require.JSONEq(t, `{"file_path":"src/main.go","content":"pwned"}`, request.Arguments, "the person sees the file that would be written")
+	postDecision(t, st.api, request.RequestID, workflows.DecisionDecline, "", true)
+
+	events = append(events, untilEvent(t, msgs, &seq, workflows.EventFinish, 1)...)
+	require.Len(t, ofType(events, workflows.EventApprovalRequest), 1, "nothing else asked")
+	results := ofType(events, workflows.EventToolResult)[0].ToolResults
+	require.Equal(t, []string{"c1 Bash error", "c2 Write error", "c3 Write declined", "c4 Write ok"}, resultStatuses(results))
+	require.Contains(t, results[0].Result, `arguments "command" and "Command" differ only in case`)
+	require.Contains(t, results[1].Result, `arguments "file_path" and "FILE_PATH" differ only in case`)
+	require.Equal(t, "package main\n", fileText(mainGo), "src/main.go untouched")
+	require.NoFileExists(t, filepath.Join(st.workspace, "deleted.txt"))
+	require.NoFileExists(t, filepath.Join(st.workspace, "docs", "a.md"))
+	require.Equal(t, "fine", fileText(filepath.Join(st.workspace, "docs", "b.md")), "the absolute path inside docs/ ran without asking")
+}
