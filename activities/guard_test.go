@@ -1,49 +1,92 @@
 package activities
 
 import (
+	"bytes"
+	"context"
 	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 )
 
-// startGroup starts a command that runs until killed, in a process group of
-// its own, as runBash does; the test kills the group when it ends.
-func startGroup(t *testing.T) *exec.Cmd {
+// startGuardedIn starts command under its guard in a new workspace, and
+// kills what is left of it when the test ends.
+func startGuardedIn(t *testing.T, command string) (g *guardedCommand, ws string, out *bytes.Buffer) {
 	t.Helper()
-	cmd := exec.Command("bash", "-c", "sleep 60 & wait")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	require.NoError(t, cmd.Start())
-	waited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(waited) }()
+	ws, _ = newWorkspace(t)
+	out = &bytes.Buffer{}
+	g, err := startGuarded(context.Background(), ws, command, out)
+	require.NoError(t, err)
 	t.Cleanup(func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-waited
+		_ = g.stop.Close()
+		_, _, _ = g.wait()
 	})
-	return cmd
+	return g, ws, out
 }
 
-func TestGuardKillsTheGroupWhenItsWorkerGoes(t *testing.T) {
-	cmd := startGroup(t)
-	g, err := guardGroup(cmd.Process.Pid)
-	require.NoError(t, err)
+func TestGuardKillsEverythingWhenItsWorkerGoes(t *testing.T) {
+	g, ws, _ := startGuardedIn(t, escapeCommand)
+	escapees := escapeesStarted(t, ws)
 
 	// What a dying worker does: its end of the pipe closes, with no word.
-	require.NoError(t, g.done.Close())
-	require.NoError(t, g.cmd.Wait())
+	require.NoError(t, g.stop.Close())
+	status, reported, err := g.wait()
 
-	require.Eventually(t, func() bool { return processGone(cmd.Process.Pid) }, 5*time.Second, 10*time.Millisecond,
-		"the command's group is killed")
+	require.Error(t, err)
+	require.True(t, reported, "the guard reports bash's status")
+	require.True(t, status.Signaled())
+	require.Equal(t, syscall.SIGKILL, status.Signal())
+	requireTreeGone(t, ws, escapees)
 }
 
-func TestGuardReleasedLeavesTheGroupAlone(t *testing.T) {
-	cmd := startGroup(t)
-	g, err := guardGroup(cmd.Process.Pid)
+func TestGuardReportsTheCommandsOwnEnd(t *testing.T) {
+	for _, tc := range []struct {
+		command  string
+		exited   bool
+		code     int
+		signal   syscall.Signal
+		guardErr bool
+	}{
+		{command: "echo out; echo err >&2", exited: true},
+		{command: "exit 3", exited: true, code: 3, guardErr: true},
+		{command: "kill -TERM $$", signal: syscall.SIGTERM, guardErr: true},
+	} {
+		g, _, out := startGuardedIn(t, tc.command)
+		status, reported, err := g.wait()
+		require.True(t, reported, tc.command)
+		require.Equal(t, tc.exited, status.Exited(), tc.command)
+		if tc.exited {
+			require.Equal(t, tc.code, status.ExitStatus(), tc.command)
+		} else {
+			require.Equal(t, tc.signal, status.Signal(), tc.command)
+		}
+		require.Equal(t, tc.guardErr, err != nil, "the guard fails only when bash did: %s, %v", tc.command, err)
+		if tc.command == "echo out; echo err >&2" {
+			require.Equal(t, "out\nerr\n", out.String(), "bash writes to the guard's output")
+		}
+	}
+}
+
+func TestGuardLeavesWhatACommandThatEndedLeftRunning(t *testing.T) {
+	g, ws, _ := startGuardedIn(t, "sleep 30 & echo $! > bg.pid")
+	var pid int
+	t.Cleanup(func() {
+		if pid > 1 {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+
+	status, reported, err := g.wait()
+	require.ErrorIs(t, err, exec.ErrWaitDelay, "the background sleep held the output open")
+	require.True(t, reported)
+	require.True(t, status.Exited())
+	require.Zero(t, status.ExitStatus())
+
+	pid, err = strconv.Atoi(strings.TrimSpace(readFile(t, filepath.Join(ws, "bg.pid"))))
 	require.NoError(t, err)
-
-	g.release() // returns once the guard has exited
-
-	require.False(t, processGone(cmd.Process.Pid), "a released guard kills nothing")
+	require.False(t, processGone(pid), "a command that ended by itself keeps its background processes, as before")
 }

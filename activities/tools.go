@@ -318,8 +318,8 @@ func (t *Tools) Edit(ctx context.Context, in ToolInput) (ToolOutput, error) {
 }
 
 // Bash runs a command with bash -c in the workspace and answers its combined
-// output. Its process group is killed when the command times out or the
-// activity is cancelled.
+// output. The command and every process it started are killed when it
+// times out, when the activity is cancelled and when the worker dies.
 func (t *Tools) Bash(ctx context.Context, in ToolInput) (ToolOutput, error) {
 	return t.run(ctx, ToolBash, in, func(ws *workspace, in ToolInput) (string, error) {
 		var args struct {
@@ -349,35 +349,19 @@ func (t *Tools) Bash(ctx context.Context, in ToolInput) (ToolOutput, error) {
 }
 
 // runBash runs command in dir. A command that fails, is killed or times out
-// is an error whose message carries the output.
+// is an error whose message carries the output. When it times out or ctx
+// ends, its guard kills it and everything it started (see guard.go).
 func runBash(ctx context.Context, dir, command string, timeout time.Duration, capBytes int) (string, error) {
 	runCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 
 	out := &capWriter{max: capBytes}
-	cmd := exec.CommandContext(runCtx, "bash", "-c", command)
-	cmd.Dir = dir
-	// The same writer for both streams: exec then uses one pipe, so the
-	// output keeps its order and Write is never called concurrently.
-	cmd.Stdout, cmd.Stderr = out, out
-	// Its own process group, so that a timeout kills everything the command
-	// started, not only bash.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = pipeGrace
-
-	if err := cmd.Start(); err != nil {
-		return "", fmt.Errorf("cannot start bash: %w", err)
-	}
-	guard, err := guardGroup(cmd.Process.Pid)
+	g, err := startGuarded(runCtx, dir, command, out)
 	if err != nil {
-		_ = cmd.Cancel()
-		_ = cmd.Wait()
 		return "", err
 	}
-	defer guard.release()
 	stopHeartbeat := heartbeat(ctx)
-	err = cmd.Wait()
+	status, reported, err := g.wait()
 	stopHeartbeat()
 
 	switch {
@@ -390,15 +374,12 @@ func runBash(ctx context.Context, dir, command string, timeout time.Duration, ca
 		// bash succeeded but left processes running that hold its output open;
 		// they keep running, and their later output is not shown.
 		return out.String() + "\n(the command left processes running in the background; their later output is not shown)", nil
-	}
-	var exit *exec.ExitError
-	if errors.As(err, &exit) {
-		if code := exit.ExitCode(); code >= 0 {
-			return "", fmt.Errorf("command failed with exit code %d\n\n%s", code, out)
-		}
-		return "", fmt.Errorf("command was terminated (%s)\n\n%s", exit, out)
-	}
-	if err != nil {
+	case reported && status.Signaled():
+		return "", fmt.Errorf("command was terminated (signal: %s)\n\n%s", status.Signal(), out)
+	case reported && status.ExitStatus() != 0:
+		return "", fmt.Errorf("command failed with exit code %d\n\n%s", status.ExitStatus(), out)
+	case err != nil:
+		// The guard failed (it says why in the output) or was killed.
 		return "", fmt.Errorf("command failed: %w\n\n%s", err, out)
 	}
 	if out.Len() == 0 {
