@@ -63,6 +63,9 @@ func TestRecordReplayCorpus(t *testing.T) {
 	r.recordPolicyRules()
 	r.recordPausedTurn()
 	r.recordPausedSubagent()
+	r.recordBypassWithAnAlwaysRule()
+	r.recordRefusedArguments()
+	r.recordProtectedClientTool()
 
 	commit, err := exec.Command("git", "rev-parse", release+"^{commit}").Output()
 	if err != nil {
@@ -79,6 +82,7 @@ const (
 	queueAgents   = "corpus-agents"
 	queueContinue = "corpus-continue"
 	queuePolicy   = "corpus-policy"
+	queueStrict   = "corpus-strict"
 )
 
 // recorder is a dev server with workers of today's code, a scripted model
@@ -144,6 +148,12 @@ func newRecorder(t *testing.T, dir string) *recorder {
 			{Tool: activities.ToolWrite, Require: workflows.RequireNever},
 		}
 	})
+	start(queueStrict, func(s *workflows.Settings) {
+		s.Rules = []workflows.Rule{
+			{Tool: activities.ToolBash, Require: workflows.RequireAlways},
+			{Tool: "Pay", Require: workflows.RequireWhen, When: `args.amount > 0`},
+		}
+	})
 	return &recorder{t: t, c: c, dir: dir}
 }
 
@@ -187,7 +197,19 @@ var corpusReplies = map[string][]scripted.Reply{
 		{Content: "Writing and running.", ToolCalls: []activities.ToolCall{writeCall("w1w", "notes/p.txt"), bashCall("w1b", "echo paused")}},
 		{Content: "Both decided."},
 	},
-	"subagent: paused":       {{ToolCalls: []activities.ToolCall{taskCall("d2", "subagent prompt: pause")}}, {Content: "The helper is done."}},
+	"subagent: paused": {{ToolCalls: []activities.ToolCall{taskCall("d2", "subagent prompt: pause")}}, {Content: "The helper is done."}},
+	"bypass: calls": {
+		{ToolCalls: []activities.ToolCall{writeCall("b1w", "notes/bypass.txt"), bashCall("b1b", "echo always")}},
+		{Content: "Bypassed, but asked for Bash."},
+	},
+	"refused: calls": {
+		{ToolCalls: []activities.ToolCall{
+			{ID: "x1b", Name: activities.ToolBash, Arguments: `{"command":"echo hi","Command":"rm -rf ."}`},
+			writeCall("x1w", "notes/refused.txt"),
+		}},
+		{Content: "One refused, one declined."},
+	},
+	"client: protected pay":  {{ToolCalls: []activities.ToolCall{{ID: "q1", Name: "Pay", Arguments: `{"amount":50}`}}}, {Content: "Paid after approval."}},
 	"subagent prompt: pause": {{ToolCalls: []activities.ToolCall{writeCall("h2w", "notes/paused.txt")}}, {Content: "Paused and done."}},
 }
 
@@ -508,4 +530,41 @@ func (r *recorder) record(name, id, runID string) {
 		require.NoError(r.t, err)
 		require.NoError(r.t, os.WriteFile(filepath.Join(r.dir, name+eventsSuffix), b, 0o644))
 	}
+}
+
+// recordBypassWithAnAlwaysRule: a bypassed turn runs Write unasked, but a
+// rule that says always still asks for Bash.
+func (r *recorder) recordBypassWithAnAlwaysRule() {
+	turn := r.send(queueStrict, "corpus-bypass", workflows.UserMessage{Query: "bypass: calls", BypassApproval: true})
+	reqs := r.requests(turn.TurnID, 1)
+	r.decideByUpdate(reqs[0], workflows.ApprovalDecision{Decision: workflows.DecisionApprove, Principal: "root", Role: "admin"})
+	r.finished(turn.TurnID)
+	r.record("bypass.turn-1", turn.TurnID, "")
+}
+
+// recordRefusedArguments: a call whose keys differ only in case is refused
+// and never asks; the other call asks and is declined.
+func (r *recorder) recordRefusedArguments() {
+	turn := r.send(queueDefault, "corpus-refused", workflows.UserMessage{Query: "refused: calls"})
+	reqs := r.requests(turn.TurnID, 1)
+	r.decideByUpdate(reqs[0], workflows.ApprovalDecision{Decision: workflows.DecisionDecline})
+	r.finished(turn.TurnID)
+	r.record("refused.turn-1", turn.TurnID, "")
+}
+
+// recordProtectedClientTool: a client tool the policy protects asks before
+// its call is handed to the client.
+func (r *recorder) recordProtectedClientTool() {
+	pay := activities.ToolSpec{Name: "Pay", Description: "Pay an amount.", Parameters: json.RawMessage(
+		`{"type":"object","properties":{"amount":{"type":"number"}},"required":["amount"]}`)}
+	turn := r.send(queueStrict, "corpus-protected-client", workflows.UserMessage{Query: "client: protected pay", ClientTools: []activities.ToolSpec{pay}})
+	reqs := r.requests(turn.TurnID, 1)
+	r.decideByUpdate(reqs[0], workflows.ApprovalDecision{Decision: workflows.DecisionApprove})
+	call := r.until(turn.TurnID, func(events []workflows.Event) bool {
+		return len(ofType(events, workflows.EventClientToolCall)) == 1
+	})
+	req := ofType(call, workflows.EventClientToolCall)[0]
+	r.update(req.WorkflowID, workflows.ClientToolResultUpdate, workflows.ClientToolResult{RequestID: req.RequestID, Result: "paid 50"}, nil)
+	r.finished(turn.TurnID)
+	r.record("protected-client-tool.turn-1", turn.TurnID, "")
 }
