@@ -213,7 +213,9 @@ func (s *Server) chatStream(c *gin.Context) {
 		writeError(c, s.log, err)
 		return
 	}
-	ref, err := s.send(c.Request.Context(), conv, workflows.UserMessage{Query: req.Query, BypassApproval: req.BypassApproval, ClientTools: req.ClientTools})
+	ref, err := s.send(c.Request.Context(), conv, workflows.UserMessage{
+		Query: req.Query, Sender: principal(c), BypassApproval: req.BypassApproval, ClientTools: req.ClientTools,
+	})
 	if err != nil {
 		writeError(c, s.log, err)
 		return

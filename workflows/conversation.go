@@ -137,6 +137,7 @@ func (c *conversation) runTurn(ctx workflow.Context, q QueuedMessage, upserts bo
 		Turn:           q.Turn,
 		Messages:       messages,
 		BypassApproval: q.Message.BypassApproval,
+		Sender:         q.Message.Sender,
 		Grants:         c.grants,
 		ClientTools:    q.Message.ClientTools,
 	})

@@ -69,9 +69,13 @@ type gate struct {
 	wake    workflow.Channel
 	upserts bool
 	notify  bool
+	// settings hold the policy's rules, which may say who decides; sender
+	// is the principal who sent the message the loop runs for.
+	settings Settings
+	sender   string
 }
 
-func newGate(ctx workflow.Context, log *eventLog, conversationID string, settings Settings) *gate {
+func newGate(ctx workflow.Context, log *eventLog, conversationID, sender string, settings Settings) *gate {
 	return &gate{
 		workflowID:     workflow.GetInfo(ctx).WorkflowExecution.ID,
 		conversationID: conversationID,
@@ -80,6 +84,8 @@ func newGate(ctx workflow.Context, log *eventLog, conversationID string, setting
 		wake:           workflow.NewBufferedChannel(ctx, 1),
 		upserts:        settings.SearchAttributes,
 		notify:         settings.Notify,
+		settings:       settings,
+		sender:         sender,
 	}
 }
 
@@ -161,6 +167,11 @@ func (g *gate) validate(ctx workflow.Context, d ApprovalDecision) error {
 	case !workflow.Now(ctx).Before(a.ExpiresAt):
 		return rejection(RejectExpired, fmt.Errorf("approval request %q: %w", d.RequestID, errExpired))
 	}
+	// Rules recorded before deciders existed name none: nothing changes
+	// for them on replay.
+	if err := g.settings.rule(a.Call.Name).mayDecide(d.Principal, d.Role, g.sender); err != nil {
+		return rejection(RejectForbidden, fmt.Errorf("approval request %q: %w", d.RequestID, err))
+	}
 	if err := d.Check(); err != nil {
 		return fmt.Errorf("approval request %q: %w", d.RequestID, err)
 	}
@@ -179,6 +190,9 @@ const (
 	RejectDecided = "decided"
 	// RejectExpired: the request's time ran out.
 	RejectExpired = "expired"
+	// RejectForbidden: the policy says someone else must decide (its
+	// deciders, or a second person).
+	RejectForbidden = "forbidden"
 	// RejectInvalid: the decision itself is not valid (edited arguments
 	// the tool would refuse); the API answers it 400.
 	RejectInvalid = "invalid"
@@ -195,7 +209,7 @@ func RejectionReason(err error) string {
 	var app *temporal.ApplicationError
 	if errors.As(err, &app) {
 		switch t := app.Type(); t {
-		case RejectUnknown, RejectDecided, RejectExpired, RejectInvalid:
+		case RejectUnknown, RejectDecided, RejectExpired, RejectForbidden, RejectInvalid:
 			return t
 		}
 	}

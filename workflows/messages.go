@@ -70,7 +70,11 @@ type Interrupt struct {
 
 // UserMessage is the payload of the conversation's message Update.
 type UserMessage struct {
-	Query          string `json:"query"`
+	Query string `json:"query"`
+	// Sender is the principal of the API token the message came with
+	// (the API sets it; a body cannot), for rules that want a second
+	// person to decide.
+	Sender         string `json:"sender,omitempty"`
 	BypassApproval bool   `json:"bypassApproval,omitempty"`
 	// ClientTools are tools the client runs itself, offered to the model
 	// for this turn.
@@ -123,6 +127,8 @@ type TurnInput struct {
 	// Messages is the conversation so far, ending with the new user message.
 	Messages       []activities.Message `json:"messages"`
 	BypassApproval bool                 `json:"bypassApproval,omitempty"`
+	// Sender is the principal who sent the message.
+	Sender string `json:"sender,omitempty"`
 	// Grants are the conversation's remembered decisions when the turn
 	// starts.
 	Grants []Grant `json:"grants,omitempty"`

@@ -1,10 +1,12 @@
 package workflows
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -31,6 +33,49 @@ type Rule struct {
 	When string `json:"when,omitempty"`
 	// Timeout, when set, replaces the approval timeout for this tool.
 	Timeout time.Duration `json:"timeout,omitempty"`
+	// Deciders, when set, are who may decide this tool's calls: principals
+	// (an API token's, or the one a Temporal client names), and roles
+	// written role:NAME (the role of the API token decided with). Anyone
+	// else's decision is refused as forbidden.
+	Deciders []string `json:"deciders,omitempty"`
+	// SecondPerson, true, refuses a decision by the principal who sent the
+	// message that led to the call, and one by nobody in particular (an
+	// API without tokens): a second person must decide.
+	SecondPerson bool `json:"secondPerson,omitempty"`
+}
+
+// DeciderRolePrefix starts a Deciders entry that names a role.
+const DeciderRolePrefix = "role:"
+
+// mayDecide says why principal, deciding with role, may not decide a call
+// of this rule's tool that sender's message led to, or nil when they may.
+func (r *Rule) mayDecide(principal, role, sender string) error {
+	if r == nil {
+		return nil
+	}
+	if len(r.Deciders) > 0 && !slices.ContainsFunc(r.Deciders, func(d string) bool {
+		return (principal != "" && d == principal) || (role != "" && d == DeciderRolePrefix+role)
+	}) {
+		return fmt.Errorf("%s calls are decided only by %s, not by %q", r.Tool, strings.Join(r.Deciders, ", "), cmp.Or(principal, "an unnamed caller"))
+	}
+	if r.SecondPerson && (principal == "" || principal == sender) {
+		if principal == "" {
+			return fmt.Errorf("%s calls need a second person's decision, and this one names nobody: decide with an API token", r.Tool)
+		}
+		return fmt.Errorf("%s calls need a second person: %q sent the message that led to this call", r.Tool, principal)
+	}
+	return nil
+}
+
+// rule is the policy's rule for tool, or nil.
+func (s Settings) rule(tool string) *Rule {
+	var rule *Rule
+	for i := range s.Rules {
+		if s.Rules[i].Tool == tool {
+			rule = &s.Rules[i]
+		}
+	}
+	return rule
 }
 
 // Validate checks r, compiling its expression; the error names the tool
@@ -70,12 +115,7 @@ type check struct {
 // missing argument, say) requires approval: policy errors fail closed.
 func (s Settings) check(call activities.ToolCall) check {
 	c := check{Timeout: s.ApprovalTimeout}
-	var rule *Rule
-	for i := range s.Rules {
-		if s.Rules[i].Tool == call.Name {
-			rule = &s.Rules[i]
-		}
-	}
+	rule := s.rule(call.Name)
 	if rule == nil {
 		c.Required = s.requires(call.Name)
 		return c

@@ -36,6 +36,8 @@ type SubagentInput struct {
 	Description      string   `json:"description"`
 	Prompt           string   `json:"prompt"`
 	BypassApproval   bool     `json:"bypassApproval,omitempty"`
+	// Sender is the principal who sent the message the parent runs for.
+	Sender string `json:"sender,omitempty"`
 	// Depth is 1 for a subagent of a turn, 2 for one of a subagent, ...
 	Depth int `json:"depth"`
 	// Settings are the parent's: the same policy, timeouts and limits.
@@ -182,6 +184,7 @@ func (t *turn) runSubagent(ctx workflow.Context, call activities.ToolCall) activ
 		Description:      args.Description,
 		Prompt:           args.Prompt,
 		BypassApproval:   t.bypass,
+		Sender:           t.sender,
 		Depth:            t.depth + 1,
 		Settings:         t.settings,
 		Grants:           t.grants,
@@ -257,6 +260,7 @@ func (w *Workflows) Subagent(ctx workflow.Context, in SubagentInput) (SubagentOu
 		tools:          in.Settings.toolsFor(&def, in.Depth),
 		model:          model,
 		bypass:         in.BypassApproval,
+		sender:         in.Sender,
 		depth:          in.Depth,
 		grants:         slices.Clone(in.Grants),
 	}

@@ -25,6 +25,8 @@ type turn struct {
 	tools          []activities.ToolSpec
 	model          string
 	bypass         bool
+	// sender is the principal who sent the message the loop runs for.
+	sender string
 	// depth is 0 for a turn and n for a subagent nested n deep.
 	depth int
 	// clientTools are run by the client, not the worker.
@@ -79,6 +81,7 @@ func (w *Workflows) ChatTurn(ctx workflow.Context, in TurnInput) (TurnOutput, er
 		clientTools:    in.ClientTools,
 		model:          settings.Model,
 		bypass:         in.BypassApproval,
+		sender:         in.Sender,
 		grants:         slices.Clone(in.Grants),
 	}
 	if err := t.start(ctx); err != nil {
@@ -91,7 +94,7 @@ func (w *Workflows) ChatTurn(ctx workflow.Context, in TurnInput) (TurnOutput, er
 
 // start sets the loop's handlers and publishes turn_start.
 func (t *turn) start(ctx workflow.Context) error {
-	t.gate = newGate(ctx, &t.log, t.conversationID, t.settings)
+	t.gate = newGate(ctx, &t.log, t.conversationID, t.sender, t.settings)
 	if err := t.setHandlers(ctx); err != nil {
 		return err
 	}
@@ -176,7 +179,8 @@ func (t *turn) setHandlers(ctx workflow.Context) error {
 			c.Receive(ctx, &d)
 			// A signal comes from someone with Temporal access: trusted,
 			// and recorded as who they say they are.
-			if err := t.gate.take(ctx, d, cmp.Or(d.Principal, PrincipalTemporal)); err != nil {
+			d.Principal = cmp.Or(d.Principal, PrincipalTemporal)
+			if err := t.gate.take(ctx, d, d.Principal); err != nil {
 				workflow.GetLogger(ctx).Info("approval signal ignored", "requestId", d.RequestID, "error", err)
 			}
 		})

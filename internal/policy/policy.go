@@ -23,11 +23,17 @@ import (
 //	    require: when
 //	    when: args.command.startsWith("rm ") || args.command.contains("sudo")
 //	    timeout: 10m
+//	    deciders: [alice, "role:admin"]
+//	    second_person: true
 type file struct {
 	Tools map[string]struct {
 		Require string `yaml:"require"`
 		When    string `yaml:"when"`
 		Timeout string `yaml:"timeout"`
+		// Deciders are who may decide: principals, or role:NAME.
+		Deciders []string `yaml:"deciders"`
+		// SecondPerson refuses the decision of whoever sent the message.
+		SecondPerson bool `yaml:"second_person"`
 	} `yaml:"tools"`
 }
 
@@ -61,7 +67,7 @@ func Parse(data []byte) ([]workflows.Rule, error) {
 	var errs []error
 	for _, tool := range slices.Sorted(maps.Keys(f.Tools)) {
 		spec := f.Tools[tool]
-		r := workflows.Rule{Tool: tool, Require: spec.Require, When: spec.When}
+		r := workflows.Rule{Tool: tool, Require: spec.Require, When: spec.When, Deciders: spec.Deciders, SecondPerson: spec.SecondPerson}
 		if r.Require == "" && r.When != "" {
 			r.Require = workflows.RequireWhen
 		}
