@@ -4,10 +4,12 @@ import (
 	"net/http"
 	"testing"
 
+	openai "github.com/sashabaranov/go-openai"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/config"
+	"github.com/tollgate/tollgate/internal/scripted"
 	"github.com/tollgate/tollgate/workflows"
 )
 
@@ -42,4 +44,29 @@ func TestASecondPersonMustApproveWhatTheSenderAsked(t *testing.T) {
 	require.Equal(t, "lead", d.By)
 	require.Equal(t, config.RoleApprove, d.Role)
 	require.Equal(t, []string{"call_0_0 Read ok", "call_0_1 Write ok", "call_0_2 Bash ok"}, resultStatuses(ofType(events, workflows.EventToolResult)[0].ToolResults))
+}
+
+func TestAClientToolThePolicyProtectsAsksBeforeTheClientIsToldToRunIt(t *testing.T) {
+	script := func(req openai.ChatCompletionRequest) scripted.Reply {
+		if countRole(req.Messages, openai.ChatMessageRoleTool) > 0 {
+			return scripted.Reply{Content: "Paid."}
+		}
+		return scripted.Reply{ToolCalls: []activities.ToolCall{{ID: "call_pay", Name: "Pay", Arguments: `{"amount":12.5}`}}}
+	}
+	// The README's policy 3: every payment asks.
+	st := newStack(t, withScript(script), withSettings(func(s *workflows.Settings) {
+		s.Rules = []workflows.Rule{{Tool: "Pay", Require: workflows.RequireWhen, When: "args.amount > 0"}}
+	}))
+	_, msgs := st.chat(t, `{"query":"pay the invoice","clientTools":[{"name":"Pay","description":"pays","parameters":{"type":"object","properties":{"amount":{"type":"number"}}}}]}`)
+	seq := 0
+	events := untilEvent(t, msgs, &seq, workflows.EventApprovalRequest, 1)
+	require.Empty(t, ofType(events, workflows.EventClientToolCall), "the client is not asked to pay before a person approves")
+	postDecision(t, st.api, ofType(events, workflows.EventApprovalRequest)[0].RequestID, workflows.DecisionApprove, "", true)
+	call := untilEvent(t, msgs, &seq, workflows.EventClientToolCall, 1)
+	require.Equal(t, "call_pay", call[len(call)-1].ToolCallID)
+	status, body := st.postJSON(t, "/chat/tool-result", `{"toolCallId":"call_pay","result":"paid 12.50"}`)
+	require.Equal(t, http.StatusOK, status)
+	require.Equal(t, true, body["accepted"])
+	rest := untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
+	require.Equal(t, "Paid.", rest[len(rest)-1].Text)
 }
