@@ -51,4 +51,6 @@ func TestREADMEPolicyExamplesCompileAndDecideAsTheyClaim(t *testing.T) {
 	require.True(t, requires(policies[1], "Write", `{"file_path":"main.go","content":""}`))
 	require.True(t, requires(policies[2], "Pay", `{"amount":12.5}`))
 	require.False(t, requires(policies[2], "Pay", `{"amount":0}`))
+	require.Equal(t, []string{"finance-lead", "role:admin"}, policies[2][1].Deciders)
+	require.True(t, policies[2][1].SecondPerson)
 }
