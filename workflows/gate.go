@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -344,19 +345,21 @@ func (g *gate) upsertPending(ctx workflow.Context) {
 	if !g.upserts {
 		return
 	}
-	ids := []string{}
-	for _, a := range g.all {
-		if !a.decided {
-			ids = append(ids, a.RequestID)
-		}
-	}
 	// A client tool call is listed as tool:<toolCallId>, so the API can
-	// find its turn from the tool call id alone.
+	// find its turn from the tool call id alone; it goes first, since only
+	// it is looked up by value. Request ids follow while they fit.
+	ids := []string{}
 	for _, cc := range g.clients {
 		if !cc.answered {
 			ids = append(ids, ClientToolSearchValue(cc.Call.ID))
 		}
 	}
+	for _, a := range g.all {
+		if !a.decided {
+			ids = append(ids, a.RequestID)
+		}
+	}
+	ids = boundedKeywords(ids, pendingAttributeBudget)
 	key := temporal.NewSearchAttributeKeyKeywordList(PendingApprovalsAttribute)
 	update := key.ValueSet(ids)
 	if len(ids) == 0 {
@@ -368,6 +371,30 @@ func (g *gate) upsertPending(ctx workflow.Context) {
 	if err := workflow.UpsertTypedSearchAttributes(ctx, update); err != nil {
 		workflow.GetLogger(ctx).Warn("upsert pending approvals", "error", err)
 	}
+}
+
+// pendingAttributeBudget bounds the bytes of the values upsertPending
+// writes: Temporal refuses a search attribute value past 2 KB by default,
+// and terminates the workflow that sets one (a batch of 22 protected calls
+// did). The attribute only has to say that a turn waits, and name its
+// client tool call; GET /approvals asks each waiting turn for the rest.
+const pendingAttributeBudget = 1024
+
+// PendingMoreValue ends the pending-approvals attribute when more requests
+// wait than it lists.
+const PendingMoreValue = "more"
+
+// boundedKeywords keeps the first values of ids whose JSON fits in budget
+// bytes, and PendingMoreValue after them when some did not fit.
+func boundedKeywords(ids []string, budget int) []string {
+	used := len(`[""]`) + len(PendingMoreValue) + 3
+	for i, id := range ids {
+		used += len(id) + 3 // quotes and a comma
+		if used > budget {
+			return append(slices.Clip(ids[:i]), PendingMoreValue)
+		}
+	}
+	return ids
 }
 
 // noticeOptions retry a notice a few times; nothing waits for it.

@@ -1,6 +1,8 @@
 package workflows
 
 import (
+	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -75,4 +77,18 @@ func TestDecisionRecordsTheRoleOfTheTokenItCameWith(t *testing.T) {
 	require.Equal(t, "root", d.By)
 	require.Equal(t, "admin", d.Role)
 	require.False(t, findEvent(t, out.Events, EventTurnStart).Bypass)
+}
+
+func TestThePendingApprovalsAttributeStaysUnderItsBudgetAndSaysWhenItListsFewer(t *testing.T) {
+	var ids []string
+	for i := range 100 {
+		ids = append(ids, fmt.Sprintf("tollgate-conv-a-long-conversation-id-turn-1/apr-%032d", i))
+	}
+	got := boundedKeywords(append([]string{ClientToolSearchValue("call_pay")}, ids...), pendingAttributeBudget)
+	b, err := json.Marshal(got)
+	require.NoError(t, err)
+	require.LessOrEqual(t, len(b), pendingAttributeBudget)
+	require.Equal(t, ClientToolSearchValue("call_pay"), got[0], "the client tool call is always listed")
+	require.Equal(t, PendingMoreValue, got[len(got)-1])
+	require.Equal(t, ids[:3], boundedKeywords(ids[:3], pendingAttributeBudget), "what fits is listed whole")
 }
