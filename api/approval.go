@@ -124,6 +124,9 @@ func decodeJSON(r io.Reader, dst any) error {
 	}
 }
 
+// errBodyTooLarge answers a body past maxBodyBytes with 413.
+var errBodyTooLarge = fmt.Errorf("body larger than the API's limit of %d KiB: send less (a message's text, a tool result), or split it", maxBodyBytes>>10)
+
 func isTooLarge(err error) bool {
 	var tooLarge *http.MaxBytesError
 	return errors.As(err, &tooLarge)
@@ -137,7 +140,7 @@ func describeJSONError(err error) error {
 	)
 	switch {
 	case isTooLarge(err):
-		return badRequest("body larger than %d KiB", maxBodyBytes>>10)
+		return errBodyTooLarge
 	case errors.Is(err, io.EOF):
 		return badRequest("body is empty: expected a JSON object")
 	case errors.Is(err, io.ErrUnexpectedEOF):

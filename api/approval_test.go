@@ -40,12 +40,16 @@ func TestApprovalBodyThatIsNotValidIsRejectedWithWhatIsWrong(t *testing.T) {
 		{"arguments a number", `{"requestId":"r","decision":"approve","arguments":3}`, "arguments must be a JSON object (or a string holding one), not a number"},
 		{"arguments a string without an object", `{"requestId":"r","decision":"approve","arguments":"rm -rf"}`, "arguments must be a JSON object"},
 		{"arguments a string with broken JSON", `{"requestId":"r","decision":"approve","arguments":"{\"a\":"}`, "arguments must be a JSON object"},
-		{"too large", `{"requestId":"r","decision":"approve","reason":"` + strings.Repeat("x", maxBodyBytes) + `"}`, "body larger than 64 KiB"},
+		{"too large", `{"requestId":"r","decision":"approve","reason":"` + strings.Repeat("x", maxBodyBytes) + `"}`, "body larger than the API's limit of 64 KiB"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, ts := newTestServer(t, newFakeSource(), time.Hour) // no client: it must not be reached
 			status, msg := postApproval(t, ts, tc.body)
-			require.Equal(t, http.StatusBadRequest, status)
+			want := http.StatusBadRequest
+			if tc.name == "too large" {
+				want = http.StatusRequestEntityTooLarge
+			}
+			require.Equal(t, want, status)
 			require.Contains(t, msg, tc.want)
 		})
 	}

@@ -46,6 +46,8 @@ func errorStatus(err error) (int, string) {
 		return http.StatusUnauthorized, err.Error()
 	case errors.Is(err, errForbidden):
 		return http.StatusForbidden, err.Error()
+	case errors.Is(err, errBodyTooLarge):
+		return http.StatusRequestEntityTooLarge, err.Error()
 	case errors.Is(err, errUnsupportedMediaType):
 		return http.StatusUnsupportedMediaType, err.Error()
 	case errors.Is(err, errUnknownTurn), errors.Is(err, errUnknownGrant):

@@ -258,14 +258,18 @@ func TestChatStreamRejectsBadBodies(t *testing.T) {
 		{"bypass not a boolean", `{"query": "hi", "bypassApproval": "yes"}`, "bypassApproval must be true or false"},
 		{"bad conversation id", `{"query": "hi", "conversationId": "a'b"}`, "conversationId"},
 		{"two values", `{"query": "hi"} {}`, "more than one JSON value"},
-		{"too large", `{"query": "` + strings.Repeat("x", maxBodyBytes) + `"}`, "body larger than 64 KiB"},
+		{"too large", `{"query": "` + strings.Repeat("x", maxBodyBytes) + `"}`, "body larger than the API's limit of 64 KiB"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req, err := http.NewRequest(http.MethodPost, ts.URL+"/chat/stream", strings.NewReader(tc.body))
 			require.NoError(t, err)
 			req.Header.Set("Content-Type", "application/json")
 			status, msg := doJSON(t, req)
-			require.Equal(t, http.StatusBadRequest, status, msg)
+			want := http.StatusBadRequest
+			if tc.name == "too large" {
+				want = http.StatusRequestEntityTooLarge
+			}
+			require.Equal(t, want, status, msg)
 			require.Contains(t, msg, tc.want)
 		})
 	}
