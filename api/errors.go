@@ -27,6 +27,10 @@ func badRequest(format string, args ...any) error {
 // errUnknownTurn answers a stream request for a turn id tollgate never makes.
 var errUnknownTurn = errors.New("unknown turn: not a tollgate turn id")
 
+// errConversationEnded answers a message to a conversation whose workflow
+// has closed: it takes no more, and its id starts no new one.
+var errConversationEnded = errors.New("has ended (terminated, failed or cancelled) and takes no more messages; its id cannot start a new conversation: send without a conversationId, or with a new one")
+
 // errTurnNotFound ends a stream whose turn never appeared in Temporal.
 var errTurnNotFound = errors.New("turn not found")
 
@@ -46,6 +50,8 @@ func errorStatus(err error) (int, string) {
 		return http.StatusUnauthorized, err.Error()
 	case errors.Is(err, errForbidden):
 		return http.StatusForbidden, err.Error()
+	case errors.Is(err, errConversationEnded):
+		return http.StatusConflict, err.Error()
 	case errors.Is(err, errBodyTooLarge):
 		return http.StatusRequestEntityTooLarge, err.Error()
 	case errors.Is(err, errUnsupportedMediaType):

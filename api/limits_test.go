@@ -1,13 +1,16 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"net/http"
 	"testing"
 	"time"
 
 	openai "github.com/sashabaranov/go-openai"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/scripted"
@@ -50,4 +53,24 @@ func TestABatchOfAHundredProtectedCallsWaitsAndRuns(t *testing.T) {
 		require.Equal(t, activities.StatusOK, r.Status, r.Result)
 		require.Contains(t, r.Result, fmt.Sprint(i))
 	}
+}
+
+func TestAConversationThatEndedIsNeverReplacedByAnEmptyOneUnderItsID(t *testing.T) {
+	st := newStack(t, withScript(scripted.Always(scripted.Reply{Content: "Hello."})))
+	_, msgs := st.chat(t, `{"query": "hi", "conversationId": "ended"}`)
+	seq := 0
+	untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	id := workflows.ConversationWorkflowID("ended")
+	require.NoError(t, st.client.TerminateWorkflow(ctx, id, "", "an operator ended it"))
+
+	status, msg := post(t, st.api.URL+"/chat/stream", "application/json", "", `{"query": "again", "conversationId": "ended"}`)
+	require.Equal(t, http.StatusConflict, status, msg)
+	require.Contains(t, msg, "conversation ended has ended")
+	desc, err := st.client.DescribeWorkflowExecution(ctx, id, "")
+	require.NoError(t, err)
+	require.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED, desc.GetWorkflowExecutionInfo().GetStatus(), "no new run under its id")
+	_, err = st.client.DescribeWorkflowExecution(ctx, workflows.TurnWorkflowID("ended", 1), "")
+	require.NoError(t, err, "turn 1 is still the first conversation's")
 }

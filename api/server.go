@@ -235,6 +235,10 @@ func (s *Server) send(ctx context.Context, conv string, msg workflows.UserMessag
 		ID:                       workflows.ConversationWorkflowID(conv),
 		TaskQueue:                s.taskQueue,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		// A conversation that ended (terminated, failed, cancelled) is
+		// never replaced by an empty one under its id: its turn ids and
+		// grants would be reused.
+		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
 	}, workflows.ConversationWorkflow, workflows.ConversationInput{ConversationID: conv})
 	h, err := s.client.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
 		StartWorkflowOperation: start,
@@ -247,6 +251,10 @@ func (s *Server) send(ctx context.Context, conv string, msg workflows.UserMessag
 	var ref workflows.TurnRef
 	if err == nil {
 		err = h.Get(ctx, &ref)
+	}
+	var ended *serviceerror.WorkflowExecutionAlreadyStarted
+	if errors.As(err, &ended) {
+		return workflows.TurnRef{}, fmt.Errorf("conversation %s %w", conv, errConversationEnded)
 	}
 	if err != nil {
 		return workflows.TurnRef{}, fmt.Errorf("send message to conversation %s: %w", conv, err)
