@@ -2,11 +2,13 @@
 
 TEMPORAL_CLI_VERSION := v1.5.1
 TEMPORAL := bin/temporal
+VERSITYGW_VERSION := v1.8.0
+VERSITYGW := bin/versitygw
 BINARIES := ./worker ./api ./cmd/scripted-model ./cmd/tollgate
 # The race detector is on by default; `make test RACE=` turns it off.
 RACE ?= -race
 
-.PHONY: all temporal build test lint bench dev corpus
+.PHONY: all temporal versitygw build test lint bench dev corpus
 
 all: lint test
 
@@ -17,11 +19,19 @@ temporal: $(TEMPORAL)
 $(TEMPORAL):
 	GOBIN=$(CURDIR)/bin go install github.com/temporalio/cli/cmd/temporal@$(TEMPORAL_CLI_VERSION)
 
+# A real S3 server (versitygw) for the payload store's tests; about a
+# minute to build the first time, then cached in bin/.
+versitygw: $(VERSITYGW)
+
+$(VERSITYGW):
+	GOBIN=$(CURDIR)/bin go install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION)
+
 build:
 	go build -o bin/ $(BINARIES)
 
-# Integration tests start their own Temporal dev server from bin/temporal.
-test: $(TEMPORAL)
+# Integration tests start their own Temporal dev server from bin/temporal,
+# and S3 server from bin/versitygw.
+test: $(TEMPORAL) $(VERSITYGW)
 	go test $(RACE) -count=1 -timeout 14m ./...
 
 # gofmt skips the agent's workspace and hidden folders: they are not ours.

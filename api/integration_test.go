@@ -22,6 +22,7 @@ import (
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/devserver"
+	"github.com/tollgate/tollgate/internal/payloads"
 	"github.com/tollgate/tollgate/internal/scripted"
 	"github.com/tollgate/tollgate/workflows"
 )
@@ -46,6 +47,8 @@ type stack struct {
 	log   *slog.Logger
 	// allowBypass is withBypassAllowed's.
 	allowBypass bool
+	// payloadDir holds the payloads withPayloadStore keeps out of history.
+	payloadDir string
 }
 
 // stackOptions change what newStack builds.
@@ -56,6 +59,7 @@ type stackOptions struct {
 	settings        []func(*workflows.Settings)
 	activities      map[string]any
 	allowBypass     bool
+	payloads        bool
 }
 
 // stackOption is one change to the stack newStack builds.
@@ -95,6 +99,13 @@ func withBypassAllowed() stackOption {
 	return func(o *stackOptions) { o.allowBypass = true }
 }
 
+// withPayloadStore gives the stack's worker and API a payload store (a
+// local folder, st.payloadDir): payloads past the default threshold leave
+// history, as they do for make dev.
+func withPayloadStore() stackOption {
+	return func(o *stackOptions) { o.payloads = true }
+}
+
 // withoutWorker leaves the worker to the test, which may run it as a
 // separate process on st.queue with st.workspace and st.model.
 func withoutWorker() stackOption {
@@ -111,7 +122,12 @@ func newStack(t *testing.T, opts ...stackOption) *stack {
 		opt(&o)
 	}
 	st := &stack{temporal: devserver.ForTest(t), queue: "tollgate-api-test", allowBypass: o.allowBypass}
-	c, err := st.temporal.Dial()
+	clientOpts := st.temporal.ClientOptions()
+	if o.payloads {
+		st.payloadDir = t.TempDir()
+		clientOpts.ExternalStorage, _, _ = payloads.Storage(payloads.Config{Dir: st.payloadDir})
+	}
+	c, err := client.Dial(clientOpts)
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
 	st.client = c

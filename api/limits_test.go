@@ -2,8 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/scripted"
@@ -73,4 +78,53 @@ func TestAConversationThatEndedIsNeverReplacedByAnEmptyOneUnderItsID(t *testing.
 	require.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED, desc.GetWorkflowExecutionInfo().GetStatus(), "no new run under its id")
 	_, err = st.client.DescribeWorkflowExecution(ctx, workflows.TurnWorkflowID("ended", 1), "")
 	require.NoError(t, err, "turn 1 is still the first conversation's")
+}
+
+// TestAWriteOfThreeMegabytesPassesThroughThePayloadStore goes past
+// Temporal's 2 MB payload limit in one turn: the model asks to write 3 MB
+// (its answer, the approval request, the tool's input, the next model
+// call's input and the turn's result all carry it). With the payload store,
+// history holds claims, not content, and the content is stored once.
+func TestAWriteOfThreeMegabytesPassesThroughThePayloadStore(t *testing.T) {
+	content := strings.Repeat("a line of a very large generated file\n", 3<<20/38)
+	args, err := json.Marshal(map[string]string{"file_path": "big.txt", "content": content})
+	require.NoError(t, err)
+	script := func(req openai.ChatCompletionRequest) scripted.Reply {
+		if countRole(req.Messages, openai.ChatMessageRoleTool) > 0 {
+			return scripted.Reply{Content: "Wrote it."}
+		}
+		return scripted.Reply{ToolCalls: []activities.ToolCall{{ID: "call_big", Name: activities.ToolWrite, Arguments: string(args)}}}
+	}
+	st := newStack(t, withScript(script), withPayloadStore())
+	_, msgs := st.chat(t, `{"query": "write it", "conversationId": "big-write"}`)
+	seq := 0
+	request := ofType(untilEvent(t, msgs, &seq, workflows.EventApprovalRequest, 1), workflows.EventApprovalRequest)[0]
+	require.Len(t, request.Arguments, len(args), "the person sees the whole call")
+	postDecision(t, st.api, request.RequestID, workflows.DecisionApprove, "", true)
+	events := untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
+	finish := events[len(events)-1]
+	require.Equal(t, workflows.FinishStop, finish.Reason, finish.Message)
+	require.Equal(t, "Wrote it.", finish.Text)
+	require.Equal(t, content, fileText(filepath.Join(st.workspace, "big.txt")))
+
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	size := 0
+	iter := st.client.GetWorkflowHistory(ctx, workflows.TurnWorkflowID("big-write", 1), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for iter.HasNext() {
+		e, err := iter.Next()
+		require.NoError(t, err)
+		size += proto.Size(e)
+	}
+	require.Less(t, size, 256<<10, "the turn's history holds claims, not megabytes")
+	stored := 0
+	require.NoError(t, filepath.WalkDir(st.payloadDir, func(_ string, e os.DirEntry, err error) error {
+		if err == nil && !e.IsDir() {
+			info, _ := e.Info()
+			stored += int(info.Size())
+		}
+		return err
+	}))
+	require.Greater(t, stored, len(content), "the content is in the store")
+	t.Logf("turn history %d KiB; payload store %d KiB for %d KiB of content", size>>10, stored>>10, len(content)>>10)
 }

@@ -20,6 +20,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/tollgate/tollgate/internal/config"
+	"github.com/tollgate/tollgate/internal/payloads"
 )
 
 // shutdownTimeout bounds how long the API waits for requests in flight when
@@ -44,10 +45,16 @@ func run(cfg config.Config, log *slog.Logger) error {
 
 	// A lazy client connects on first use, so the API starts (and /healthz
 	// answers 503) while Temporal is still coming up.
+	// The API reads what the worker stored: query and update results.
+	storage, _, err := payloads.Storage(cfg.Payloads)
+	if err != nil {
+		return err
+	}
 	c, err := client.NewLazyClient(client.Options{
-		HostPort:  cfg.TemporalAddress,
-		Namespace: cfg.TemporalNamespace,
-		Logger:    config.TemporalLogger(log),
+		HostPort:        cfg.TemporalAddress,
+		Namespace:       cfg.TemporalNamespace,
+		Logger:          config.TemporalLogger(log),
+		ExternalStorage: storage,
 	})
 	if err != nil {
 		return fmt.Errorf("temporal client for %s: %w", cfg.TemporalAddress, err)

@@ -15,6 +15,8 @@ export TEMPORAL_NAMESPACE=${TEMPORAL_NAMESPACE:-default}
 export HTTP_ADDR=${HTTP_ADDR:-127.0.0.1:8080}
 export TOLLGATE_WORKSPACE=${TOLLGATE_WORKSPACE:-./workspace}
 export TOLLGATE_AGENTS_DIR=${TOLLGATE_AGENTS_DIR:-./agents}
+# Payloads too large for history, shared by the worker and the API.
+export TOLLGATE_PAYLOAD_DIR=${TOLLGATE_PAYLOAD_DIR:-$STATE_DIR/payloads}
 
 say() { printf 'dev: %s\n' "$*"; }
 die() { say "$*" >&2; exit 1; }

@@ -70,7 +70,7 @@ func TestTurnsPausedByEarlierReleasesFinishOnTodaysBuild(t *testing.T) {
 // upgradeFrom pauses a turn on release's worker and API, with one call of
 // its batch decided, stops both, and finishes the turn on today's.
 func upgradeFrom(t *testing.T, release string, srv *devserver.Server, modelURL, oldWorkerBin, oldAPIBin, newWorkerBin, newAPIBin string) {
-	workspace := t.TempDir()
+	workspace, payloadDir := t.TempDir(), t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(workspace, "README.md"), []byte("# upgrade\n"), 0o644))
 	env := func(httpAddr string) []string {
 		return append(proctest.EnvironWithout("TOLLGATE_", "TEMPORAL_", "OPENAI_", "HTTP_ADDR"),
@@ -83,6 +83,7 @@ func upgradeFrom(t *testing.T, release string, srv *devserver.Server, modelURL, 
 			"OPENAI_API_KEY=test",
 			"OPENAI_MODEL="+scripted.ModelName,
 			"TOLLGATE_WORKSPACE="+workspace,
+			"TOLLGATE_PAYLOAD_DIR="+payloadDir,
 			"TOLLGATE_APPROVAL_TIMEOUT=10m",
 			"TOLLGATE_HEARTBEAT_INTERVAL=1s",
 		)

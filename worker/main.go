@@ -23,6 +23,7 @@ import (
 	"github.com/tollgate/tollgate/internal/agents"
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/internal/metrics"
+	"github.com/tollgate/tollgate/internal/payloads"
 	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/workflows"
 )
@@ -54,11 +55,19 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	workflows.DescribeMetrics(reg)
 	_, stopMetrics := serveMetrics(cfg.MetricsAddr, reg, log)
 	defer stopMetrics()
+	if err := payloads.Check(ctx, cfg.Payloads); err != nil {
+		return err
+	}
+	storage, _, err := payloads.Storage(cfg.Payloads)
+	if err != nil {
+		return err
+	}
 	c, err := client.Dial(client.Options{
-		HostPort:       cfg.TemporalAddress,
-		Namespace:      cfg.TemporalNamespace,
-		Logger:         config.TemporalLogger(log),
-		MetricsHandler: reg.Handler(),
+		HostPort:        cfg.TemporalAddress,
+		Namespace:       cfg.TemporalNamespace,
+		Logger:          config.TemporalLogger(log),
+		MetricsHandler:  reg.Handler(),
+		ExternalStorage: storage,
 	})
 	if err != nil {
 		return fmt.Errorf("dial Temporal at %s: %w", cfg.TemporalAddress, err)

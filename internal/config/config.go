@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/tollgate/tollgate/internal/payloads"
 )
 
 // Names of the variables tollgate reads. A YAML configuration file uses the
@@ -55,6 +57,18 @@ const (
 	// (scheme://host[:port]) besides the API's own that may send
 	// state-changing requests. Default none.
 	EnvAllowedOrigins = "TOLLGATE_ALLOWED_ORIGINS"
+	// Payloads past EnvPayloadThreshold bytes are kept out of history: in
+	// EnvPayloadDir, or with EnvPayloadS3Endpoint set in an S3 bucket. The
+	// worker and the API must use the same store.
+	EnvPayloadDir         = "TOLLGATE_PAYLOAD_DIR"
+	EnvPayloadThreshold   = "TOLLGATE_PAYLOAD_THRESHOLD"
+	EnvPayloadS3Endpoint  = "TOLLGATE_PAYLOAD_S3_ENDPOINT"
+	EnvPayloadS3Secure    = "TOLLGATE_PAYLOAD_S3_SECURE"
+	EnvPayloadS3Bucket    = "TOLLGATE_PAYLOAD_S3_BUCKET"
+	EnvPayloadS3Prefix    = "TOLLGATE_PAYLOAD_S3_PREFIX"
+	EnvPayloadS3Region    = "TOLLGATE_PAYLOAD_S3_REGION"
+	EnvPayloadS3AccessKey = "TOLLGATE_PAYLOAD_S3_ACCESS_KEY"
+	EnvPayloadS3SecretKey = "TOLLGATE_PAYLOAD_S3_SECRET_KEY"
 	// EnvConfigFile names a YAML file holding any of the variables above.
 	// It is read from the environment only.
 	EnvConfigFile = "TOLLGATE_CONFIG_FILE"
@@ -82,6 +96,7 @@ const (
 	DefaultMaxSteps          = 25
 	DefaultBashTimeout       = 2 * time.Minute
 	DefaultMetricsAddr       = "127.0.0.1:9090"
+	DefaultPayloadDir        = ".tollgate/payloads"
 )
 
 // Config is every setting of the worker and the API.
@@ -144,6 +159,8 @@ type Config struct {
 	// AllowedOrigins are the browser origins besides the API's own that may
 	// send state-changing requests.
 	AllowedOrigins []string
+	// Payloads says where payloads too large for history go.
+	Payloads payloads.Config
 	// ConfigFile is the YAML file the settings were read from, if any.
 	ConfigFile string
 }
@@ -210,6 +227,8 @@ var known = []string{
 	EnvRequiredTools, EnvApprovalTimeout, EnvHeartbeatInterval, EnvAgentsDir, EnvPolicyFile, EnvNotifyURL,
 	EnvMaxSteps, EnvBashTimeout, EnvLogLevel,
 	EnvMetricsAddr, EnvAPITokens, EnvAllowBypass, EnvAllowUnauthenticated, EnvAllowedOrigins,
+	EnvPayloadDir, EnvPayloadThreshold, EnvPayloadS3Endpoint, EnvPayloadS3Secure, EnvPayloadS3Bucket,
+	EnvPayloadS3Prefix, EnvPayloadS3Region, EnvPayloadS3AccessKey, EnvPayloadS3SecretKey,
 }
 
 // Load reads the configuration. getenv is usually os.Getenv; an empty value
@@ -254,6 +273,20 @@ func Load(getenv func(string) string) (Config, error) {
 	c.AllowBypass = r.boolean(EnvAllowBypass)
 	c.AllowUnauthenticated = r.boolean(EnvAllowUnauthenticated)
 	c.AllowedOrigins = r.origins(EnvAllowedOrigins)
+	c.Payloads = payloads.Config{
+		Dir:         r.path(EnvPayloadDir, DefaultPayloadDir),
+		Threshold:   r.positiveInt(EnvPayloadThreshold, payloads.DefaultThreshold),
+		S3Endpoint:  r.str(EnvPayloadS3Endpoint, ""),
+		S3Secure:    r.boolean(EnvPayloadS3Secure),
+		S3Bucket:    r.str(EnvPayloadS3Bucket, ""),
+		S3Prefix:    r.str(EnvPayloadS3Prefix, ""),
+		S3Region:    r.str(EnvPayloadS3Region, ""),
+		S3AccessKey: r.str(EnvPayloadS3AccessKey, ""),
+		S3SecretKey: r.str(EnvPayloadS3SecretKey, ""),
+	}
+	if c.Payloads.S3Endpoint != "" && c.Payloads.S3Bucket == "" {
+		r.fail(EnvPayloadS3Bucket, "", "required with %s", EnvPayloadS3Endpoint)
+	}
 
 	if err := errors.Join(r.errs...); err != nil {
 		if c.ConfigFile != "" {

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/tollgate/tollgate/internal/payloads"
 )
 
 // env returns a getenv over a fixed map, so tests never see the real
@@ -38,27 +40,37 @@ func TestLoadWithNothingSetGivesTheDesignDefaults(t *testing.T) {
 		BashTimeout:       2 * time.Minute,
 		LogLevel:          slog.LevelInfo,
 		MetricsAddr:       "127.0.0.1:9090",
+		Payloads:          payloads.Config{Dir: filepath.Join(wd, ".tollgate", "payloads"), Threshold: payloads.DefaultThreshold},
 	}, c)
 }
 
 func TestLoadTakesEveryVariableFromTheEnvironment(t *testing.T) {
 	c, err := Load(env(map[string]string{
-		"TEMPORAL_ADDRESS":            "temporal:7233",
-		"TEMPORAL_NAMESPACE":          "agents",
-		"TOLLGATE_TASK_QUEUE":         "q",
-		"HTTP_ADDR":                   ":9000",
-		"OPENAI_BASE_URL":             "http://127.0.0.1:8090/v1",
-		"OPENAI_API_KEY":              "sk-test",
-		"OPENAI_MODEL":                "scripted",
-		"TOLLGATE_WORKSPACE":          "/srv/ws",
-		"TOLLGATE_REQUIRED_TOOLS":     " Bash , Task ,",
-		"TOLLGATE_APPROVAL_TIMEOUT":   "90s",
-		"TOLLGATE_HEARTBEAT_INTERVAL": "1s",
-		"TOLLGATE_AGENTS_DIR":         "/srv/agents",
-		"TOLLGATE_MAX_STEPS":          "3",
-		"TOLLGATE_BASH_TIMEOUT":       "5s",
-		"TOLLGATE_LOG_LEVEL":          "debug",
-		"TOLLGATE_METRICS_ADDR":       ":9464",
+		"TEMPORAL_ADDRESS":               "temporal:7233",
+		"TEMPORAL_NAMESPACE":             "agents",
+		"TOLLGATE_TASK_QUEUE":            "q",
+		"HTTP_ADDR":                      ":9000",
+		"OPENAI_BASE_URL":                "http://127.0.0.1:8090/v1",
+		"OPENAI_API_KEY":                 "sk-test",
+		"OPENAI_MODEL":                   "scripted",
+		"TOLLGATE_WORKSPACE":             "/srv/ws",
+		"TOLLGATE_REQUIRED_TOOLS":        " Bash , Task ,",
+		"TOLLGATE_APPROVAL_TIMEOUT":      "90s",
+		"TOLLGATE_HEARTBEAT_INTERVAL":    "1s",
+		"TOLLGATE_AGENTS_DIR":            "/srv/agents",
+		"TOLLGATE_MAX_STEPS":             "3",
+		"TOLLGATE_BASH_TIMEOUT":          "5s",
+		"TOLLGATE_LOG_LEVEL":             "debug",
+		"TOLLGATE_METRICS_ADDR":          ":9464",
+		"TOLLGATE_PAYLOAD_DIR":           "/srv/payloads",
+		"TOLLGATE_PAYLOAD_THRESHOLD":     "1000",
+		"TOLLGATE_PAYLOAD_S3_ENDPOINT":   "s3:9000",
+		"TOLLGATE_PAYLOAD_S3_SECURE":     "true",
+		"TOLLGATE_PAYLOAD_S3_BUCKET":     "payloads",
+		"TOLLGATE_PAYLOAD_S3_PREFIX":     "tg/",
+		"TOLLGATE_PAYLOAD_S3_REGION":     "eu-1",
+		"TOLLGATE_PAYLOAD_S3_ACCESS_KEY": "ak",
+		"TOLLGATE_PAYLOAD_S3_SECRET_KEY": "sk",
 	}))
 	require.NoError(t, err)
 	require.Equal(t, Config{
@@ -78,6 +90,10 @@ func TestLoadTakesEveryVariableFromTheEnvironment(t *testing.T) {
 		BashTimeout:       5 * time.Second,
 		LogLevel:          slog.LevelDebug,
 		MetricsAddr:       ":9464",
+		Payloads: payloads.Config{
+			Dir: "/srv/payloads", Threshold: 1000, S3Endpoint: "s3:9000", S3Secure: true, S3Bucket: "payloads",
+			S3Prefix: "tg/", S3Region: "eu-1", S3AccessKey: "ak", S3SecretKey: "sk",
+		},
 	}, c)
 }
 

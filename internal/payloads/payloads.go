@@ -1,0 +1,306 @@
+// Package payloads keeps large Temporal payloads (messages, tool outputs,
+// answers) out of workflow histories, with the Go SDK's External Storage:
+// a payload past a size threshold is stored by a driver and history holds
+// a claim to it. Two drivers: a local folder, for one machine (make dev),
+// and S3-compatible object storage, for several. Both address content by
+// its SHA-256, so the same content is stored once however often it travels
+// (a conversation's messages ride in every model call of a turn).
+//
+// The SDK has no local-folder driver and its S3 driver is a contrib module
+// that is not served here; the two below are small, and use the minio-go
+// client for S3.
+package payloads
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+	commonpb "go.temporal.io/api/common/v1"
+	"go.temporal.io/sdk/converter"
+	"google.golang.org/protobuf/proto"
+)
+
+// DefaultThreshold is the serialized size from which a payload is stored
+// outside history: well below Temporal's 2 MB payload limit, so that a
+// workflow task carrying several payloads stays far from the 4 MB gRPC
+// limit too.
+const DefaultThreshold = 64 << 10
+
+// claimKey is the claim's field that names the content: its SHA-256, hex.
+const claimKey = "sha256"
+
+// Config says where payloads go. With S3Endpoint set, S3-compatible storage;
+// otherwise Dir; with neither, none (every payload stays inline).
+type Config struct {
+	Dir string
+	// S3Endpoint is host:port of the S3 server; S3Secure uses https.
+	S3Endpoint  string
+	S3Secure    bool
+	S3Bucket    string
+	S3Prefix    string
+	S3Region    string
+	S3AccessKey string
+	S3SecretKey string
+	// Threshold is the payload size from which payloads are stored; 0 is
+	// DefaultThreshold.
+	Threshold int
+}
+
+// Storage returns the External Storage of c for client.Options and
+// worker.WorkflowReplayerOptions, and false when c configures none.
+func Storage(c Config) (converter.ExternalStorage, bool, error) {
+	var d converter.StorageDriver
+	switch {
+	case c.S3Endpoint != "":
+		s, err := NewS3(c)
+		if err != nil {
+			return converter.ExternalStorage{}, false, err
+		}
+		d = s
+	case c.Dir != "":
+		d = Dir(c.Dir)
+	default:
+		return converter.ExternalStorage{}, false, nil
+	}
+	threshold := c.Threshold
+	if threshold <= 0 {
+		threshold = DefaultThreshold
+	}
+	return converter.ExternalStorage{Drivers: []converter.StorageDriver{d}, PayloadSizeThreshold: threshold}, true, nil
+}
+
+// Check reaches the store c configures, so that a worker or an API with a
+// store it cannot use stops at start with an error that says so, rather
+// than failing turns later.
+func Check(ctx context.Context, c Config) error {
+	switch {
+	case c.S3Endpoint != "":
+		s, err := NewS3(c)
+		if err != nil {
+			return err
+		}
+		return s.Check(ctx)
+	case c.Dir != "":
+		if err := os.MkdirAll(c.Dir, 0o755); err != nil {
+			return fmt.Errorf("payload folder %s: %w", c.Dir, err)
+		}
+	}
+	return nil
+}
+
+// key is the content address of a payload: the SHA-256 of its serialized
+// form (metadata and data), hex.
+func key(p *commonpb.Payload) (string, []byte, error) {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(p)
+	if err != nil {
+		return "", nil, fmt.Errorf("serialize payload: %w", err)
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:]), b, nil
+}
+
+// claimed returns the content address a claim holds.
+func claimed(c converter.StorageDriverClaim) (string, error) {
+	k := c.ClaimData[claimKey]
+	if len(k) != 2*sha256.Size {
+		return "", fmt.Errorf("a payload claim without a %s key: %v", claimKey, c.ClaimData)
+	}
+	if _, err := hex.DecodeString(k); err != nil {
+		return "", fmt.Errorf("a payload claim whose key is not hex: %q", k)
+	}
+	return k, nil
+}
+
+// decode reads a stored payload back and checks it is what its key says.
+func decode(k string, b []byte) (*commonpb.Payload, error) {
+	sum := sha256.Sum256(b)
+	if hex.EncodeToString(sum[:]) != k {
+		return nil, fmt.Errorf("stored payload %s does not match its key: the store is corrupt", k)
+	}
+	p := &commonpb.Payload{}
+	if err := proto.Unmarshal(b, p); err != nil {
+		return nil, fmt.Errorf("stored payload %s: %w", k, err)
+	}
+	return p, nil
+}
+
+// Dir is the local-folder driver: payloads live in files named by their
+// key, under two-character subfolders. Any process on the machine that
+// uses the same folder (the worker, the API) reads them.
+type Dir string
+
+// Name and Type identify the driver; the name is recorded with each claim.
+func (Dir) Name() string { return "tollgate-dir" }
+func (Dir) Type() string { return "tollgate-dir" }
+
+func (d Dir) path(k string) string { return filepath.Join(string(d), k[:2], k) }
+
+// Store writes each payload not stored yet, through a temporary file and a
+// rename, so a reader never sees half of one.
+func (d Dir) Store(ctx converter.StorageDriverStoreContext, payloads []*commonpb.Payload) ([]converter.StorageDriverClaim, error) {
+	claims := make([]converter.StorageDriverClaim, len(payloads))
+	for i, p := range payloads {
+		err := ctx.GetLimiter().Permit(ctx.Context, p, func() error {
+			k, b, err := key(p)
+			if err != nil {
+				return err
+			}
+			claims[i] = converter.StorageDriverClaim{ClaimData: map[string]string{claimKey: k}}
+			final := d.path(k)
+			if _, err := os.Stat(final); err == nil {
+				return nil // the same content is stored once
+			}
+			if err := os.MkdirAll(filepath.Dir(final), 0o755); err != nil {
+				return fmt.Errorf("payload folder: %w", err)
+			}
+			tmp, err := os.CreateTemp(filepath.Dir(final), k+".*.tmp")
+			if err != nil {
+				return fmt.Errorf("store payload %s: %w", k, err)
+			}
+			defer os.Remove(tmp.Name()) // gone after the rename
+			if _, err := tmp.Write(b); err != nil {
+				tmp.Close()
+				return fmt.Errorf("store payload %s: %w", k, err)
+			}
+			if err := tmp.Close(); err != nil {
+				return fmt.Errorf("store payload %s: %w", k, err)
+			}
+			return os.Rename(tmp.Name(), final)
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return claims, nil
+}
+
+// Retrieve reads the payloads the claims name.
+func (d Dir) Retrieve(ctx converter.StorageDriverRetrieveContext, claims []converter.StorageDriverClaim) ([]*commonpb.Payload, error) {
+	out := make([]*commonpb.Payload, len(claims))
+	for i, c := range claims {
+		err := ctx.GetLimiter().Permit(ctx.Context, c, func() error {
+			k, err := claimed(c)
+			if err != nil {
+				return err
+			}
+			b, err := os.ReadFile(d.path(k))
+			if errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("payload %s is not in %s: is this process using the worker's payload folder (TOLLGATE_PAYLOAD_DIR)?", k, string(d))
+			}
+			if err != nil {
+				return fmt.Errorf("payload %s: %w", k, err)
+			}
+			out[i], err = decode(k, b)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// S3 is the S3-compatible object storage driver.
+type S3 struct {
+	client *minio.Client
+	bucket string
+	prefix string
+}
+
+// NewS3 connects to the S3 server c names. The bucket must exist.
+func NewS3(c Config) (*S3, error) {
+	if c.S3Bucket == "" {
+		return nil, errors.New("S3 payload storage needs a bucket")
+	}
+	client, err := minio.New(c.S3Endpoint, &minio.Options{
+		Creds:  credentials.NewStaticV4(c.S3AccessKey, c.S3SecretKey, ""),
+		Secure: c.S3Secure,
+		Region: c.S3Region,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("S3 payload storage at %s: %w", c.S3Endpoint, err)
+	}
+	return &S3{client: client, bucket: c.S3Bucket, prefix: c.S3Prefix}, nil
+}
+
+// Name and Type identify the driver; the name is recorded with each claim.
+func (*S3) Name() string { return "tollgate-s3" }
+func (*S3) Type() string { return "tollgate-s3" }
+
+func (s *S3) object(k string) string { return s.prefix + k }
+
+// Check says whether the bucket can be reached, for a clear error at start.
+func (s *S3) Check(ctx context.Context) error {
+	ok, err := s.client.BucketExists(ctx, s.bucket)
+	switch {
+	case err != nil:
+		return fmt.Errorf("S3 payload storage: bucket %s: %w", s.bucket, err)
+	case !ok:
+		return fmt.Errorf("S3 payload storage: bucket %s does not exist", s.bucket)
+	}
+	return nil
+}
+
+// Store puts each payload not stored yet.
+func (s *S3) Store(ctx converter.StorageDriverStoreContext, payloads []*commonpb.Payload) ([]converter.StorageDriverClaim, error) {
+	claims := make([]converter.StorageDriverClaim, len(payloads))
+	for i, p := range payloads {
+		err := ctx.GetLimiter().Permit(ctx.Context, p, func() error {
+			k, b, err := key(p)
+			if err != nil {
+				return err
+			}
+			claims[i] = converter.StorageDriverClaim{ClaimData: map[string]string{claimKey: k}}
+			if _, err := s.client.StatObject(ctx.Context, s.bucket, s.object(k), minio.StatObjectOptions{}); err == nil {
+				return nil // the same content is stored once
+			}
+			_, err = s.client.PutObject(ctx.Context, s.bucket, s.object(k), bytes.NewReader(b), int64(len(b)),
+				minio.PutObjectOptions{ContentType: "application/x-protobuf"})
+			if err != nil {
+				return fmt.Errorf("store payload %s in bucket %s: %w", k, s.bucket, err)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return claims, nil
+}
+
+// Retrieve gets the payloads the claims name.
+func (s *S3) Retrieve(ctx converter.StorageDriverRetrieveContext, claims []converter.StorageDriverClaim) ([]*commonpb.Payload, error) {
+	out := make([]*commonpb.Payload, len(claims))
+	for i, c := range claims {
+		err := ctx.GetLimiter().Permit(ctx.Context, c, func() error {
+			k, err := claimed(c)
+			if err != nil {
+				return err
+			}
+			obj, err := s.client.GetObject(ctx.Context, s.bucket, s.object(k), minio.GetObjectOptions{})
+			if err != nil {
+				return fmt.Errorf("payload %s in bucket %s: %w", k, s.bucket, err)
+			}
+			defer obj.Close()
+			b, err := io.ReadAll(obj)
+			if err != nil {
+				return fmt.Errorf("payload %s in bucket %s: %w", k, s.bucket, err)
+			}
+			out[i], err = decode(k, b)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}

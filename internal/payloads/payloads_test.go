@@ -1,0 +1,146 @@
+package payloads
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/stretchr/testify/require"
+	commonpb "go.temporal.io/api/common/v1"
+	"go.temporal.io/sdk/converter"
+	"google.golang.org/protobuf/proto"
+)
+
+func payload(t *testing.T, v any) *commonpb.Payload {
+	p, err := converter.GetDefaultDataConverter().ToPayload(v)
+	require.NoError(t, err)
+	return p
+}
+
+func storeCtx() converter.StorageDriverStoreContext {
+	return converter.StorageDriverStoreContext{Context: context.Background()}
+}
+
+func retrieveCtx() converter.StorageDriverRetrieveContext {
+	return converter.StorageDriverRetrieveContext{Context: context.Background()}
+}
+
+// roundTrip stores the same large payload twice and another once, reads
+// them back, and returns the claims.
+func roundTrip(t *testing.T, d converter.StorageDriver) []converter.StorageDriverClaim {
+	big := payload(t, strings.Repeat("a long tool output\n", 1<<16))
+	other := payload(t, "another")
+	claims, err := d.Store(storeCtx(), []*commonpb.Payload{big, other, big})
+	require.NoError(t, err)
+	require.Len(t, claims, 3)
+	require.Equal(t, claims[0], claims[2], "the same content has one address")
+	require.NotEqual(t, claims[0], claims[1])
+	got, err := d.Retrieve(retrieveCtx(), claims)
+	require.NoError(t, err)
+	for i, want := range []*commonpb.Payload{big, other, big} {
+		require.True(t, proto.Equal(want, got[i]), "payload %d comes back as it went", i)
+	}
+	return claims
+}
+
+func TestDirStoresContentOnceAndReadsItBack(t *testing.T) {
+	dir := t.TempDir()
+	roundTrip(t, Dir(dir))
+	var files []string
+	require.NoError(t, filepath.WalkDir(dir, func(p string, e os.DirEntry, err error) error {
+		if err == nil && !e.IsDir() {
+			files = append(files, p)
+		}
+		return err
+	}))
+	require.Len(t, files, 2, "two contents, two files, nothing left half-written")
+}
+
+func TestDirSaysWhichPayloadIsMissingOrCorrupt(t *testing.T) {
+	dir := t.TempDir()
+	claims := roundTrip(t, Dir(dir))
+	k := claims[1].ClaimData[claimKey]
+	require.NoError(t, os.WriteFile(Dir(dir).path(k), []byte("tampered"), 0o644))
+	_, err := Dir(dir).Retrieve(retrieveCtx(), claims[1:2])
+	require.ErrorContains(t, err, "does not match its key")
+	_, err = Dir(t.TempDir()).Retrieve(retrieveCtx(), claims[:1])
+	require.ErrorContains(t, err, "TOLLGATE_PAYLOAD_DIR")
+	_, err = Dir(dir).Retrieve(retrieveCtx(), []converter.StorageDriverClaim{{ClaimData: map[string]string{"key": "x"}}})
+	require.ErrorContains(t, err, "without a sha256 key")
+}
+
+func TestS3StoresContentOnceAndReadsItBackOnARealServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an S3 server")
+	}
+	cfg := startVersityGW(t)
+	s, err := NewS3(cfg)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	require.ErrorContains(t, s.Check(ctx), "does not exist")
+	require.NoError(t, s.client.MakeBucket(ctx, cfg.S3Bucket, minio.MakeBucketOptions{}))
+	require.NoError(t, s.Check(ctx))
+
+	roundTrip(t, s)
+	n := 0
+	for obj := range s.client.ListObjects(ctx, cfg.S3Bucket, minio.ListObjectsOptions{Prefix: cfg.S3Prefix, Recursive: true}) {
+		require.NoError(t, obj.Err)
+		n++
+	}
+	require.Equal(t, 2, n, "two contents, two objects")
+
+	storage, ok, err := Storage(cfg)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, DefaultThreshold, storage.PayloadSizeThreshold)
+	require.Equal(t, "tollgate-s3", storage.Drivers[0].Name())
+}
+
+// startVersityGW runs a real S3 server (versitygw, built into bin/ by make
+// test) on a free loopback port over a temporary folder, and returns the
+// configuration that reaches it.
+func startVersityGW(t *testing.T) Config {
+	t.Helper()
+	bin := os.Getenv("TOLLGATE_VERSITYGW_BIN")
+	if bin == "" {
+		bin = filepath.Join("..", "..", "bin", "versitygw")
+	}
+	_, err := os.Stat(bin)
+	require.NoError(t, err, "versitygw is missing: make versitygw builds it into bin/")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	cmd := exec.Command(bin, "--access", "tollgate-test", "--secret", "tollgate-test-secret", "--port", addr, "posix", t.TempDir())
+	logs, err := os.Create(filepath.Join(t.TempDir(), "versitygw.log"))
+	require.NoError(t, err)
+	cmd.Stdout, cmd.Stderr = logs, logs
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if t.Failed() {
+			b, _ := os.ReadFile(logs.Name())
+			t.Logf("--- versitygw log ---\n%s", b)
+		}
+	})
+	require.Eventually(t, func() bool {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	}, 30*time.Second, 20*time.Millisecond, "versitygw listens on %s", addr)
+	return Config{
+		S3Endpoint: addr, S3Bucket: fmt.Sprintf("tollgate-%d", time.Now().UnixNano()), S3Prefix: "payloads/",
+		S3AccessKey: "tollgate-test", S3SecretKey: "tollgate-test-secret", S3Region: "us-east-1",
+	}
+}
