@@ -108,6 +108,9 @@ func (s *Server) authenticate(c *gin.Context) {
 	if s.auth == nil || (c.Request.Method == http.MethodGet && slices.Contains(publicRoutes, c.FullPath())) {
 		return
 	}
+	if c.Request.Method == http.MethodOptions {
+		return // a CORS preflight carries no credentials; its answer grants nothing
+	}
 	caller, err := s.auth.caller(c.GetHeader("Authorization"))
 	if err != nil {
 		challenge := bearerChallenge

@@ -6,6 +6,7 @@ import (
 	"mime"
 	"net/http"
 	"slices"
+	"strings"
 
 	"github.com/gin-gonic/gin"
 )
@@ -27,7 +28,8 @@ func (s *Server) refuseCrossSite(c *gin.Context) {
 	case http.MethodGet, http.MethodHead, http.MethodOptions:
 		return
 	}
-	if origin := c.GetHeader("Origin"); origin != "" && !s.originAllowed(c.Request, origin) {
+	if origin := c.GetHeader("Origin"); origin != "" && !s.originAllowed(c.Request, origin) &&
+		!(strings.HasPrefix(c.Request.URL.Path, codecPath+"/") && slices.Contains(s.codecOrigins, origin)) {
 		writeError(c, s.log, forbidden("a request from origin %.100q may not change anything here: only the API's own origin, or one listed in TOLLGATE_ALLOWED_ORIGINS, may", origin))
 		return
 	}

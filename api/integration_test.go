@@ -99,6 +99,9 @@ func withBypassAllowed() stackOption {
 	return func(o *stackOptions) { o.allowBypass = true }
 }
 
+// testWebUIOrigin is where the tests' Web UI would be served from.
+const testWebUIOrigin = "http://127.0.0.1:8233"
+
 // withPayloadStore gives the stack's worker and API a payload store (a
 // local folder, st.payloadDir): payloads past the default threshold leave
 // history, as they do for make dev.
@@ -189,7 +192,12 @@ func (st *stack) newAPI(t *testing.T) *httptest.Server {
 
 // apiOptions are the options of the stack's API instances.
 func (st *stack) apiOptions() Options {
-	return Options{Client: st.client, TaskQueue: st.queue, HeartbeatInterval: 200 * time.Millisecond, Logger: st.log, AllowBypass: st.allowBypass}
+	o := Options{Client: st.client, TaskQueue: st.queue, HeartbeatInterval: 200 * time.Millisecond, Logger: st.log, AllowBypass: st.allowBypass}
+	if st.payloadDir != "" {
+		storage, _, _ := payloads.Storage(payloads.Config{Dir: st.payloadDir})
+		o.Codec, o.CodecOrigins = payloads.Codec(storage), []string{testWebUIOrigin}
+	}
+	return o
 }
 
 // chat posts a message and returns the stream's response and messages.

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,10 +17,14 @@ import (
 	openai "github.com/sashabaranov/go-openai"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/converter"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/internal/devserver"
 	"github.com/tollgate/tollgate/internal/scripted"
 	"github.com/tollgate/tollgate/workflows"
 )
@@ -127,4 +134,62 @@ func TestAWriteOfThreeMegabytesPassesThroughThePayloadStore(t *testing.T) {
 	}))
 	require.Greater(t, stored, len(content), "the content is in the store")
 	t.Logf("turn history %d KiB; payload store %d KiB for %d KiB of content", size>>10, stored>>10, len(content)>>10)
+
+	// What the Web UI does with the history: it asks the API's codec
+	// endpoint, from its own origin, to resolve the references.
+	var result *commonpb.Payloads
+	iter = st.client.GetWorkflowHistory(ctx, workflows.TurnWorkflowID("big-write", 1), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_CLOSE_EVENT)
+	for iter.HasNext() {
+		e, err := iter.Next()
+		require.NoError(t, err)
+		result = e.GetWorkflowExecutionCompletedEventAttributes().GetResult()
+	}
+	require.NotNil(t, result)
+	require.Less(t, proto.Size(result), 4<<10, "history holds a reference to the turn's result")
+	body, err := protojson.Marshal(result)
+	require.NoError(t, err)
+	req, err := http.NewRequest(http.MethodOptions, st.api.URL+"/codec/decode", nil)
+	require.NoError(t, err)
+	req.Header.Set("Origin", testWebUIOrigin)
+	req.Header.Set("Access-Control-Request-Method", "POST")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusNoContent, resp.StatusCode, "the preflight passes")
+	require.Equal(t, testWebUIOrigin, resp.Header.Get("Access-Control-Allow-Origin"))
+	req, err = http.NewRequest(http.MethodPost, st.api.URL+"/codec/decode", bytes.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Origin", testWebUIOrigin)
+	req.Header.Set("X-Namespace", st.temporal.Namespace)
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, testWebUIOrigin, resp.Header.Get("Access-Control-Allow-Origin"))
+	decoded, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	var payloadsOut commonpb.Payloads
+	require.NoError(t, protojson.Unmarshal(decoded, &payloadsOut))
+	var out workflows.TurnOutput
+	require.NoError(t, converter.GetDefaultDataConverter().FromPayload(payloadsOut.GetPayloads()[0], &out))
+	require.Equal(t, "Wrote it.", out.Text, "the Web UI shows the turn's result, not a storage key")
+
+	// What the Temporal CLI does with --codec-endpoint.
+	temporal, err := devserver.Binary()
+	require.NoError(t, err)
+	cli, err := exec.CommandContext(ctx, temporal, "workflow", "result", "--address", st.temporal.HostPort, "--namespace", st.temporal.Namespace,
+		"--workflow-id", workflows.TurnWorkflowID("big-write", 1), "--codec-endpoint", st.api.URL+"/codec", "--output", "json").CombinedOutput()
+	require.NoError(t, err, "%s", cli)
+	require.Contains(t, string(cli), `"text": "Wrote it."`)
+
+	// Another site may not read it.
+	req, err = http.NewRequest(http.MethodPost, st.api.URL+"/codec/decode", bytes.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Origin", "https://evil.example")
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusForbidden, resp.StatusCode)
 }

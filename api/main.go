@@ -46,7 +46,7 @@ func run(cfg config.Config, log *slog.Logger) error {
 	// A lazy client connects on first use, so the API starts (and /healthz
 	// answers 503) while Temporal is still coming up.
 	// The API reads what the worker stored: query and update results.
-	storage, _, err := payloads.Storage(cfg.Payloads)
+	storage, stored, err := payloads.Storage(cfg.Payloads)
 	if err != nil {
 		return err
 	}
@@ -61,7 +61,7 @@ func run(cfg config.Config, log *slog.Logger) error {
 	}
 	defer c.Close()
 
-	srv := NewServer(Options{
+	opts := Options{
 		Client:            c,
 		TaskQueue:         cfg.TaskQueue,
 		HeartbeatInterval: cfg.HeartbeatInterval,
@@ -69,7 +69,12 @@ func run(cfg config.Config, log *slog.Logger) error {
 		Tokens:            cfg.APITokens,
 		AllowBypass:       cfg.AllowBypass,
 		AllowedOrigins:    cfg.AllowedOrigins,
-	})
+		CodecOrigins:      cfg.CodecOrigins,
+	}
+	if stored {
+		opts.Codec = payloads.Codec(storage)
+	}
+	srv := NewServer(opts)
 	httpSrv := &http.Server{
 		Handler:           srv.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,

@@ -21,6 +21,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/config"
@@ -47,6 +48,12 @@ type Options struct {
 	// AllowedOrigins are the browser origins, besides the API's own, that
 	// may send state-changing requests.
 	AllowedOrigins []string
+	// Codec, when set, is served at /codec for the Web UI and the CLI: it
+	// resolves the payload store's references (payloads.Codec).
+	Codec converter.PayloadCodec
+	// CodecOrigins are the browser origins (the Web UI's) that may call
+	// the codec endpoint.
+	CodecOrigins []string
 }
 
 // Timeouts of the server's Temporal calls. Each is derived from the
@@ -113,6 +120,7 @@ type Server struct {
 	// allowBypass and allowedOrigins are Options'.
 	allowBypass    bool
 	allowedOrigins []string
+	codecOrigins   []string
 }
 
 // NewServer builds the API on Temporal.
@@ -137,6 +145,7 @@ func newServer(o Options, src eventSource, settings hubSettings) *Server {
 
 		allowBypass:    o.AllowBypass,
 		allowedOrigins: o.AllowedOrigins,
+		codecOrigins:   o.CodecOrigins,
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -160,6 +169,9 @@ func newServer(o Options, src eventSource, settings hubSettings) *Server {
 	r.GET("/approvals", approve, s.listApprovals)
 	r.GET("/healthz", s.healthz)
 	r.GET("/metrics", s.serveMetrics)
+	if o.Codec != nil {
+		s.serveCodec(r, o.Codec)
+	}
 	registerWeb(r)
 	r.NoRoute(func(c *gin.Context) {
 		c.JSON(http.StatusNotFound, gin.H{"error": "no such endpoint: " + c.Request.Method + " " + c.Request.URL.Path})

@@ -17,6 +17,8 @@ export TOLLGATE_WORKSPACE=${TOLLGATE_WORKSPACE:-./workspace}
 export TOLLGATE_AGENTS_DIR=${TOLLGATE_AGENTS_DIR:-./agents}
 # Payloads too large for history, shared by the worker and the API.
 export TOLLGATE_PAYLOAD_DIR=${TOLLGATE_PAYLOAD_DIR:-$STATE_DIR/payloads}
+# The Web UI reads those payloads through the API's codec endpoint.
+export TOLLGATE_CODEC_ORIGINS=${TOLLGATE_CODEC_ORIGINS:-http://127.0.0.1:8233,http://localhost:8233}
 
 say() { printf 'dev: %s\n' "$*"; }
 die() { say "$*" >&2; exit 1; }
@@ -88,6 +90,7 @@ namespace_flag=()
 # Tuned for one machine; see "A Temporal server here" in the design.
 start temporal bin/temporal server start-dev --ip 127.0.0.1 --port $TEMPORAL_PORT \
 	--ui-port $UI_PORT --log-level warn \
+	--ui-codec-endpoint "http://${HTTP_ADDR/#:/127.0.0.1:}/codec" \
 	--db-filename "$STATE_DIR/temporal.db" "${namespace_flag[@]}" \
 	--sqlite-pragma journal_mode=wal --sqlite-pragma synchronous=normal \
 	--dynamic-config-value history.transferProcessorMaxPollRPS=1000 \

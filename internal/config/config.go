@@ -57,6 +57,9 @@ const (
 	// (scheme://host[:port]) besides the API's own that may send
 	// state-changing requests. Default none.
 	EnvAllowedOrigins = "TOLLGATE_ALLOWED_ORIGINS"
+	// EnvCodecOrigins lists the browser origins (the Temporal Web UI's) that
+	// may call the API's codec endpoint. Default none.
+	EnvCodecOrigins = "TOLLGATE_CODEC_ORIGINS"
 	// Payloads past EnvPayloadThreshold bytes are kept out of history: in
 	// EnvPayloadDir, or with EnvPayloadS3Endpoint set in an S3 bucket. The
 	// worker and the API must use the same store.
@@ -159,6 +162,9 @@ type Config struct {
 	// AllowedOrigins are the browser origins besides the API's own that may
 	// send state-changing requests.
 	AllowedOrigins []string
+	// CodecOrigins are the browser origins that may call the codec
+	// endpoint.
+	CodecOrigins []string
 	// Payloads says where payloads too large for history go.
 	Payloads payloads.Config
 	// ConfigFile is the YAML file the settings were read from, if any.
@@ -227,7 +233,7 @@ var known = []string{
 	EnvRequiredTools, EnvApprovalTimeout, EnvHeartbeatInterval, EnvAgentsDir, EnvPolicyFile, EnvNotifyURL,
 	EnvMaxSteps, EnvBashTimeout, EnvLogLevel,
 	EnvMetricsAddr, EnvAPITokens, EnvAllowBypass, EnvAllowUnauthenticated, EnvAllowedOrigins,
-	EnvPayloadDir, EnvPayloadThreshold, EnvPayloadS3Endpoint, EnvPayloadS3Secure, EnvPayloadS3Bucket,
+	EnvCodecOrigins, EnvPayloadDir, EnvPayloadThreshold, EnvPayloadS3Endpoint, EnvPayloadS3Secure, EnvPayloadS3Bucket,
 	EnvPayloadS3Prefix, EnvPayloadS3Region, EnvPayloadS3AccessKey, EnvPayloadS3SecretKey,
 }
 
@@ -273,6 +279,7 @@ func Load(getenv func(string) string) (Config, error) {
 	c.AllowBypass = r.boolean(EnvAllowBypass)
 	c.AllowUnauthenticated = r.boolean(EnvAllowUnauthenticated)
 	c.AllowedOrigins = r.origins(EnvAllowedOrigins)
+	c.CodecOrigins = r.origins(EnvCodecOrigins)
 	c.Payloads = payloads.Config{
 		Dir:         r.path(EnvPayloadDir, DefaultPayloadDir),
 		Threshold:   r.positiveInt(EnvPayloadThreshold, payloads.DefaultThreshold),

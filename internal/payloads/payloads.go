@@ -21,11 +21,14 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 	commonpb "go.temporal.io/api/common/v1"
+	sdkpb "go.temporal.io/api/sdk/v1"
 	"go.temporal.io/sdk/converter"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -301,6 +304,48 @@ func (s *S3) Retrieve(ctx converter.StorageDriverRetrieveContext, claims []conve
 		if err != nil {
 			return nil, err
 		}
+	}
+	return out, nil
+}
+
+// Codec resolves storage references for a remote codec endpoint (the
+// Temporal Web UI's and CLI's --codec-endpoint): Decode swaps each payload
+// that is a reference to one of storage's drivers for the payload it
+// names; every other payload, and Encode, pass through unchanged. History
+// keeps the references; a person reading it sees the messages.
+func Codec(storage converter.ExternalStorage) converter.PayloadCodec {
+	return codec{drivers: storage.Drivers}
+}
+
+type codec struct{ drivers []converter.StorageDriver }
+
+// referenceType is the message type of a storage reference payload.
+var referenceType = string((&sdkpb.ExternalStorageReference{}).ProtoReflect().Descriptor().FullName())
+
+func (codec) Encode(payloads []*commonpb.Payload) ([]*commonpb.Payload, error) { return payloads, nil }
+
+func (c codec) Decode(payloads []*commonpb.Payload) ([]*commonpb.Payload, error) {
+	out := make([]*commonpb.Payload, len(payloads))
+	for i, p := range payloads {
+		out[i] = p
+		if string(p.GetMetadata()[converter.MetadataEncoding]) != converter.MetadataEncodingProtoJSON ||
+			string(p.GetMetadata()["messageType"]) != referenceType {
+			continue
+		}
+		ref := &sdkpb.ExternalStorageReference{}
+		if err := protojson.Unmarshal(p.GetData(), ref); err != nil {
+			return nil, fmt.Errorf("payload %d: a storage reference that cannot be read: %w", i, err)
+		}
+		j := slices.IndexFunc(c.drivers, func(d converter.StorageDriver) bool { return d.Name() == ref.GetDriverName() })
+		if j < 0 {
+			return nil, fmt.Errorf("payload %d: stored by driver %q, which this API does not have", i, ref.GetDriverName())
+		}
+		got, err := c.drivers[j].Retrieve(converter.StorageDriverRetrieveContext{Context: context.Background()},
+			[]converter.StorageDriverClaim{{ClaimData: ref.GetClaimData()}})
+		if err != nil {
+			return nil, fmt.Errorf("payload %d: %w", i, err)
+		}
+		out[i] = got[0]
 	}
 	return out, nil
 }

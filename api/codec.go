@@ -1,0 +1,55 @@
+package main
+
+import (
+	"net/http"
+	"slices"
+
+	"github.com/gin-gonic/gin"
+	"go.temporal.io/sdk/converter"
+)
+
+// codecPath is where the API serves Temporal's remote codec protocol
+// (POST codecPath+"/decode" and "/encode"): the Web UI and the CLI
+// (--codec-endpoint) read through it what the payload store keeps out of
+// history.
+const codecPath = "/codec"
+
+// serveCodec registers the codec endpoint, and the CORS preflight a browser
+// sends before the Web UI, served from another origin, may call it.
+func (s *Server) serveCodec(r *gin.Engine, codec converter.PayloadCodec) {
+	h := converter.NewPayloadCodecHTTPHandler(codec)
+	serve := func(c *gin.Context) {
+		s.allowCodecOrigin(c)
+		h.ServeHTTP(c.Writer, c.Request)
+	}
+	read := s.requireRole(codecRoles...)
+	r.POST(codecPath+"/decode", read, serve)
+	r.POST(codecPath+"/encode", read, serve)
+	r.OPTIONS(codecPath+"/*op", func(c *gin.Context) {
+		if !s.allowCodecOrigin(c) {
+			c.AbortWithStatus(http.StatusForbidden)
+			return
+		}
+		c.Header("Access-Control-Allow-Methods", "POST")
+		c.Header("Access-Control-Allow-Headers", "Content-Type, X-Namespace, Authorization")
+		c.Header("Access-Control-Max-Age", "600")
+		c.Status(http.StatusNoContent)
+	})
+}
+
+// codecRoles may read payloads through the codec endpoint: whoever may read
+// a turn.
+var codecRoles = []string{"chat", "approve"}
+
+// allowCodecOrigin answers CORS for the codec endpoint: a browser origin
+// listed in TOLLGATE_CODEC_ORIGINS (the Web UI's) may read its answers.
+func (s *Server) allowCodecOrigin(c *gin.Context) bool {
+	origin := c.GetHeader("Origin")
+	if origin == "" || !slices.Contains(s.codecOrigins, origin) {
+		return false
+	}
+	c.Header("Access-Control-Allow-Origin", origin)
+	c.Header("Access-Control-Allow-Credentials", "true")
+	c.Header("Vary", "Origin")
+	return true
+}
