@@ -44,7 +44,7 @@ lint:
 # minute. The figures go to bench/RESULTS.md, never into a test's verdict.
 bench: $(TEMPORAL)
 	TOLLGATE_BENCH_OUT=$(CURDIR)/bench/RESULTS.md \
-		go test -run '^$$' -bench '^BenchmarkTollgate$$' -benchtime 1x -timeout 10m ./api/
+		go test -run '^$$' -bench '^Benchmark(Tollgate|LongTurnHistory)$$' -benchtime 1x -timeout 10m ./api/
 
 # Records the replay corpus of a release from a run of today's workflow
 # code on a dev server: `make corpus RELEASE=v0.2.0` writes

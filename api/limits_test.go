@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -93,7 +94,12 @@ func TestAConversationThatEndedIsNeverReplacedByAnEmptyOneUnderItsID(t *testing.
 // call's input and the turn's result all carry it). With the payload store,
 // history holds claims, not content, and the content is stored once.
 func TestAWriteOfThreeMegabytesPassesThroughThePayloadStore(t *testing.T) {
-	content := strings.Repeat("a line of a very large generated file\n", 3<<20/38)
+	var generated strings.Builder
+	for line := 0; generated.Len() < 3<<20; line++ {
+		sum := sha256.Sum256(fmt.Appendf(nil, "%d", line))
+		fmt.Fprintf(&generated, "%7d  %x\n", line, sum[:24])
+	}
+	content := generated.String()
 	args, err := json.Marshal(map[string]string{"file_path": "big.txt", "content": content})
 	require.NoError(t, err)
 	script := func(req openai.ChatCompletionRequest) scripted.Reply {
@@ -133,6 +139,7 @@ func TestAWriteOfThreeMegabytesPassesThroughThePayloadStore(t *testing.T) {
 		return err
 	}))
 	require.Greater(t, stored, len(content), "the content is in the store")
+	require.Less(t, stored, 2*len(content), "once, though six payloads carry it")
 	t.Logf("turn history %d KiB; payload store %d KiB for %d KiB of content", size>>10, stored>>10, len(content)>>10)
 
 	// What the Web UI does with the history: it asks the API's codec

@@ -36,7 +36,7 @@ import (
 // outside history: well below Temporal's 2 MB payload limit, so that a
 // workflow task carrying several payloads stays far from the 4 MB gRPC
 // limit too.
-const DefaultThreshold = 64 << 10
+const DefaultThreshold = 16 << 10
 
 // claimKey is the claim's field that names the content: its SHA-256, hex.
 const claimKey = "sha256"
@@ -136,20 +136,38 @@ func decode(k string, b []byte) (*commonpb.Payload, error) {
 	return p, nil
 }
 
-// Dir is the local-folder driver: payloads live in files named by their
-// key, under two-character subfolders. Any process on the machine that
-// uses the same folder (the worker, the API) reads them.
-type Dir string
+// store is a StorageDriver over a blob store: a local folder or an S3
+// bucket. A payload is kept as a manifest, named by the payload's key, that
+// lists the content-defined chunks its bytes are cut into (chunks.go), each
+// kept once under its own SHA-256. The chunks are what makes each tool
+// output stored once: a turn's model calls carry the conversation so far,
+// so payload n+1 repeats payload n and adds to it, and the repeated bytes
+// cut into the same chunks.
+type store struct {
+	name  string
+	blobs blobs
+	// where names the store in errors.
+	where string
+}
+
+// blobs is where a store keeps manifests and chunks, by name.
+type blobs interface {
+	has(ctx context.Context, name string) (bool, error)
+	put(ctx context.Context, name string, b []byte) error
+	// get returns the blob, or an error wrapping os.ErrNotExist.
+	get(ctx context.Context, name string) ([]byte, error)
+}
 
 // Name and Type identify the driver; the name is recorded with each claim.
-func (Dir) Name() string { return "tollgate-dir" }
-func (Dir) Type() string { return "tollgate-dir" }
+func (s *store) Name() string { return s.name }
+func (s *store) Type() string { return s.name }
 
-func (d Dir) path(k string) string { return filepath.Join(string(d), k[:2], k) }
+func manifestName(k string) string { return "payloads/" + k[:2] + "/" + k }
+func chunkName(k string) string    { return "chunks/" + k[:2] + "/" + k }
 
-// Store writes each payload not stored yet, through a temporary file and a
-// rename, so a reader never sees half of one.
-func (d Dir) Store(ctx converter.StorageDriverStoreContext, payloads []*commonpb.Payload) ([]converter.StorageDriverClaim, error) {
+// Store keeps each payload not kept yet: its chunks that are new, then its
+// manifest, so a manifest never names a chunk that is not there.
+func (s *store) Store(ctx converter.StorageDriverStoreContext, payloads []*commonpb.Payload) ([]converter.StorageDriverClaim, error) {
 	claims := make([]converter.StorageDriverClaim, len(payloads))
 	for i, p := range payloads {
 		err := ctx.GetLimiter().Permit(ctx.Context, p, func() error {
@@ -158,26 +176,27 @@ func (d Dir) Store(ctx converter.StorageDriverStoreContext, payloads []*commonpb
 				return err
 			}
 			claims[i] = converter.StorageDriverClaim{ClaimData: map[string]string{claimKey: k}}
-			final := d.path(k)
-			if _, err := os.Stat(final); err == nil {
-				return nil // the same content is stored once
+			if ok, err := s.blobs.has(ctx.Context, manifestName(k)); err != nil || ok {
+				return err // kept already: the same content is stored once
 			}
-			if err := os.MkdirAll(filepath.Dir(final), 0o755); err != nil {
-				return fmt.Errorf("payload folder: %w", err)
+			var manifest bytes.Buffer
+			manifest.WriteString(manifestHeader)
+			for _, c := range cutChunks(b) {
+				sum := sha256.Sum256(c)
+				ck := hex.EncodeToString(sum[:])
+				if ok, err := s.blobs.has(ctx.Context, chunkName(ck)); err != nil {
+					return err
+				} else if !ok {
+					if err := s.blobs.put(ctx.Context, chunkName(ck), c); err != nil {
+						return fmt.Errorf("store payload %s in %s: %w", k, s.where, err)
+					}
+				}
+				manifest.Write(sum[:]) // a manifest lists the chunks' sums, 32 bytes each
 			}
-			tmp, err := os.CreateTemp(filepath.Dir(final), k+".*.tmp")
-			if err != nil {
-				return fmt.Errorf("store payload %s: %w", k, err)
+			if err := s.blobs.put(ctx.Context, manifestName(k), manifest.Bytes()); err != nil {
+				return fmt.Errorf("store payload %s in %s: %w", k, s.where, err)
 			}
-			defer os.Remove(tmp.Name()) // gone after the rename
-			if _, err := tmp.Write(b); err != nil {
-				tmp.Close()
-				return fmt.Errorf("store payload %s: %w", k, err)
-			}
-			if err := tmp.Close(); err != nil {
-				return fmt.Errorf("store payload %s: %w", k, err)
-			}
-			return os.Rename(tmp.Name(), final)
+			return nil
 		})
 		if err != nil {
 			return nil, err
@@ -186,8 +205,8 @@ func (d Dir) Store(ctx converter.StorageDriverStoreContext, payloads []*commonpb
 	return claims, nil
 }
 
-// Retrieve reads the payloads the claims name.
-func (d Dir) Retrieve(ctx converter.StorageDriverRetrieveContext, claims []converter.StorageDriverClaim) ([]*commonpb.Payload, error) {
+// Retrieve reads the payloads the claims name back from their chunks.
+func (s *store) Retrieve(ctx converter.StorageDriverRetrieveContext, claims []converter.StorageDriverClaim) ([]*commonpb.Payload, error) {
 	out := make([]*commonpb.Payload, len(claims))
 	for i, c := range claims {
 		err := ctx.GetLimiter().Permit(ctx.Context, c, func() error {
@@ -195,12 +214,28 @@ func (d Dir) Retrieve(ctx converter.StorageDriverRetrieveContext, claims []conve
 			if err != nil {
 				return err
 			}
-			b, err := os.ReadFile(d.path(k))
+			manifest, err := s.blobs.get(ctx.Context, manifestName(k))
 			if errors.Is(err, os.ErrNotExist) {
-				return fmt.Errorf("payload %s is not in %s: is this process using the worker's payload folder (TOLLGATE_PAYLOAD_DIR)?", k, string(d))
+				return fmt.Errorf("payload %s is not in %s: do the worker and this process use the same payload store (TOLLGATE_PAYLOAD_DIR, TOLLGATE_PAYLOAD_S3_*)?", k, s.where)
 			}
 			if err != nil {
-				return fmt.Errorf("payload %s: %w", k, err)
+				return fmt.Errorf("payload %s in %s: %w", k, s.where, err)
+			}
+			rest, ok := bytes.CutPrefix(manifest, []byte(manifestHeader))
+			if !ok {
+				return fmt.Errorf("payload %s in %s: not a manifest: the store is corrupt", k, s.where)
+			}
+			if len(rest)%sha256.Size != 0 {
+				return fmt.Errorf("payload %s in %s: a manifest cut short: the store is corrupt", k, s.where)
+			}
+			var b []byte
+			for ; len(rest) > 0; rest = rest[sha256.Size:] {
+				ck := hex.EncodeToString(rest[:sha256.Size])
+				chunk, err := s.blobs.get(ctx.Context, chunkName(ck))
+				if err != nil {
+					return fmt.Errorf("payload %s in %s: chunk %s: %w", k, s.where, ck, err)
+				}
+				b = append(b, chunk...)
 			}
 			out[i], err = decode(k, b)
 			return err
@@ -212,11 +247,58 @@ func (d Dir) Retrieve(ctx converter.StorageDriverRetrieveContext, claims []conve
 	return out, nil
 }
 
+// manifestHeader starts every manifest, so a change of format can be told.
+const manifestHeader = "tollgate-payload-chunks v1\n"
+
+// Dir returns the local-folder driver: manifests and chunks are files
+// under dir. Any process on the machine that uses the same folder (the
+// worker, the API) reads them.
+func Dir(dir string) converter.StorageDriver {
+	return &store{name: "tollgate-dir", blobs: dirBlobs(dir), where: "payload folder " + dir}
+}
+
+// dirBlobs keeps blobs as files; a blob is written to a temporary file and
+// renamed, so a reader never sees half of one.
+type dirBlobs string
+
+func (d dirBlobs) path(name string) string { return filepath.Join(string(d), filepath.FromSlash(name)) }
+
+func (d dirBlobs) has(_ context.Context, name string) (bool, error) {
+	_, err := os.Stat(d.path(name))
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+func (d dirBlobs) put(_ context.Context, name string, b []byte) error {
+	final := d.path(name)
+	if err := os.MkdirAll(filepath.Dir(final), 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(final), filepath.Base(final)+".*.tmp")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // gone after the rename
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), final)
+}
+
+func (d dirBlobs) get(_ context.Context, name string) ([]byte, error) {
+	return os.ReadFile(d.path(name))
+}
+
 // S3 is the S3-compatible object storage driver.
 type S3 struct {
-	client *minio.Client
-	bucket string
-	prefix string
+	store
+	s3 *s3Blobs
 }
 
 // NewS3 connects to the S3 server c names. The bucket must exist.
@@ -232,80 +314,57 @@ func NewS3(c Config) (*S3, error) {
 	if err != nil {
 		return nil, fmt.Errorf("S3 payload storage at %s: %w", c.S3Endpoint, err)
 	}
-	return &S3{client: client, bucket: c.S3Bucket, prefix: c.S3Prefix}, nil
+	b := &s3Blobs{client: client, bucket: c.S3Bucket, prefix: c.S3Prefix}
+	return &S3{store: store{name: "tollgate-s3", blobs: b, where: "bucket " + c.S3Bucket}, s3: b}, nil
 }
-
-// Name and Type identify the driver; the name is recorded with each claim.
-func (*S3) Name() string { return "tollgate-s3" }
-func (*S3) Type() string { return "tollgate-s3" }
-
-func (s *S3) object(k string) string { return s.prefix + k }
 
 // Check says whether the bucket can be reached, for a clear error at start.
 func (s *S3) Check(ctx context.Context) error {
-	ok, err := s.client.BucketExists(ctx, s.bucket)
+	ok, err := s.s3.client.BucketExists(ctx, s.s3.bucket)
 	switch {
 	case err != nil:
-		return fmt.Errorf("S3 payload storage: bucket %s: %w", s.bucket, err)
+		return fmt.Errorf("S3 payload storage: bucket %s: %w", s.s3.bucket, err)
 	case !ok:
-		return fmt.Errorf("S3 payload storage: bucket %s does not exist", s.bucket)
+		return fmt.Errorf("S3 payload storage: bucket %s does not exist", s.s3.bucket)
 	}
 	return nil
 }
 
-// Store puts each payload not stored yet.
-func (s *S3) Store(ctx converter.StorageDriverStoreContext, payloads []*commonpb.Payload) ([]converter.StorageDriverClaim, error) {
-	claims := make([]converter.StorageDriverClaim, len(payloads))
-	for i, p := range payloads {
-		err := ctx.GetLimiter().Permit(ctx.Context, p, func() error {
-			k, b, err := key(p)
-			if err != nil {
-				return err
-			}
-			claims[i] = converter.StorageDriverClaim{ClaimData: map[string]string{claimKey: k}}
-			if _, err := s.client.StatObject(ctx.Context, s.bucket, s.object(k), minio.StatObjectOptions{}); err == nil {
-				return nil // the same content is stored once
-			}
-			_, err = s.client.PutObject(ctx.Context, s.bucket, s.object(k), bytes.NewReader(b), int64(len(b)),
-				minio.PutObjectOptions{ContentType: "application/x-protobuf"})
-			if err != nil {
-				return fmt.Errorf("store payload %s in bucket %s: %w", k, s.bucket, err)
-			}
-			return nil
-		})
-		if err != nil {
-			return nil, err
-		}
-	}
-	return claims, nil
+// s3Blobs keeps blobs as objects of a bucket, under a prefix.
+type s3Blobs struct {
+	client *minio.Client
+	bucket string
+	prefix string
 }
 
-// Retrieve gets the payloads the claims name.
-func (s *S3) Retrieve(ctx converter.StorageDriverRetrieveContext, claims []converter.StorageDriverClaim) ([]*commonpb.Payload, error) {
-	out := make([]*commonpb.Payload, len(claims))
-	for i, c := range claims {
-		err := ctx.GetLimiter().Permit(ctx.Context, c, func() error {
-			k, err := claimed(c)
-			if err != nil {
-				return err
-			}
-			obj, err := s.client.GetObject(ctx.Context, s.bucket, s.object(k), minio.GetObjectOptions{})
-			if err != nil {
-				return fmt.Errorf("payload %s in bucket %s: %w", k, s.bucket, err)
-			}
-			defer obj.Close()
-			b, err := io.ReadAll(obj)
-			if err != nil {
-				return fmt.Errorf("payload %s in bucket %s: %w", k, s.bucket, err)
-			}
-			out[i], err = decode(k, b)
-			return err
-		})
-		if err != nil {
-			return nil, err
-		}
+func (s *s3Blobs) has(ctx context.Context, name string) (bool, error) {
+	_, err := s.client.StatObject(ctx, s.bucket, s.prefix+name, minio.StatObjectOptions{})
+	if err == nil {
+		return true, nil
 	}
-	return out, nil
+	if minio.ToErrorResponse(err).Code == "NoSuchKey" {
+		return false, nil
+	}
+	return false, err
+}
+
+func (s *s3Blobs) put(ctx context.Context, name string, b []byte) error {
+	_, err := s.client.PutObject(ctx, s.bucket, s.prefix+name, bytes.NewReader(b), int64(len(b)),
+		minio.PutObjectOptions{ContentType: "application/octet-stream"})
+	return err
+}
+
+func (s *s3Blobs) get(ctx context.Context, name string) ([]byte, error) {
+	obj, err := s.client.GetObject(ctx, s.bucket, s.prefix+name, minio.GetObjectOptions{})
+	if err != nil {
+		return nil, err
+	}
+	defer obj.Close()
+	b, err := io.ReadAll(obj)
+	if minio.ToErrorResponse(err).Code == "NoSuchKey" {
+		return nil, fmt.Errorf("%s: %w", name, os.ErrNotExist)
+	}
+	return b, err
 }
 
 // Codec resolves storage references for a remote codec endpoint (the

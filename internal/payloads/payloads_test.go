@@ -2,6 +2,7 @@ package payloads
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"net"
 	"os"
@@ -53,27 +54,81 @@ func roundTrip(t *testing.T, d converter.StorageDriver) []converter.StorageDrive
 func TestDirStoresContentOnceAndReadsItBack(t *testing.T) {
 	dir := t.TempDir()
 	roundTrip(t, Dir(dir))
-	var files []string
-	require.NoError(t, filepath.WalkDir(dir, func(p string, e os.DirEntry, err error) error {
-		if err == nil && !e.IsDir() {
-			files = append(files, p)
-		}
-		return err
-	}))
-	require.Len(t, files, 2, "two contents, two files, nothing left half-written")
+	require.Len(t, files(t, filepath.Join(dir, "payloads")), 2, "two contents, two manifests, nothing left half-written")
 }
 
-func TestDirSaysWhichPayloadIsMissingOrCorrupt(t *testing.T) {
+func TestContentThatPayloadsShareIsStoredOnce(t *testing.T) {
+	// A turn's model calls: each carries the conversation so far, four
+	// more tool outputs of 26 KB each time.
+	var outputs []string
+	for i := range 24 {
+		var out strings.Builder
+		for line := 0; out.Len() < 26<<10; line++ {
+			sum := sha256.Sum256(fmt.Appendf(nil, "%d/%d", i, line))
+			fmt.Fprintf(&out, "%5d  func f%x() { return %x }\n", line, sum[:3], sum[3:12])
+		}
+		outputs = append(outputs, out.String())
+	}
+	dir := t.TempDir()
+	d := Dir(dir)
+	sent := 0
+	for step := 1; step <= 6; step++ {
+		p := payload(t, outputs[:4*step])
+		sent += proto.Size(p)
+		_, err := d.Store(storeCtx(), []*commonpb.Payload{p})
+		require.NoError(t, err)
+	}
+	stored := 0
+	for _, f := range files(t, filepath.Join(dir, "chunks")) {
+		info, err := os.Stat(f)
+		require.NoError(t, err)
+		stored += int(info.Size())
+	}
+	last := proto.Size(payload(t, outputs))
+	t.Logf("sent %d KiB in 6 payloads; chunks hold %d KiB; the last payload alone is %d KiB", sent>>10, stored>>10, last>>10)
+	// Each payload adds a chunk or two of its own (where its bytes begin
+	// and end); the rest is shared.
+	require.Less(t, stored, last+last/3, "each tool output is stored about once, not once per payload that carries it")
+}
+
+func TestTheStoreSaysWhichPayloadIsMissingOrCorrupt(t *testing.T) {
 	dir := t.TempDir()
 	claims := roundTrip(t, Dir(dir))
-	k := claims[1].ClaimData[claimKey]
-	require.NoError(t, os.WriteFile(Dir(dir).path(k), []byte("tampered"), 0o644))
+	for _, f := range files(t, filepath.Join(dir, "chunks")) {
+		require.NoError(t, os.WriteFile(f, []byte("tampered"), 0o644))
+	}
 	_, err := Dir(dir).Retrieve(retrieveCtx(), claims[1:2])
 	require.ErrorContains(t, err, "does not match its key")
 	_, err = Dir(t.TempDir()).Retrieve(retrieveCtx(), claims[:1])
 	require.ErrorContains(t, err, "TOLLGATE_PAYLOAD_DIR")
 	_, err = Dir(dir).Retrieve(retrieveCtx(), []converter.StorageDriverClaim{{ClaimData: map[string]string{"key": "x"}}})
 	require.ErrorContains(t, err, "without a sha256 key")
+}
+
+func TestChunksConcatenateToTheBytesAndStayWithinTheirBounds(t *testing.T) {
+	b := []byte(strings.Repeat("abcdefghij0123456789", 40000))
+	var joined []byte
+	chunks := cutChunks(b)
+	for i, c := range chunks {
+		require.LessOrEqual(t, len(c), maxChunk)
+		if i < len(chunks)-1 {
+			require.GreaterOrEqual(t, len(c), minChunk)
+		}
+		joined = append(joined, c...)
+	}
+	require.Equal(t, b, joined)
+	require.Empty(t, cutChunks(nil))
+}
+
+func files(t *testing.T, dir string) []string {
+	var out []string
+	require.NoError(t, filepath.WalkDir(dir, func(p string, e os.DirEntry, err error) error {
+		if err == nil && !e.IsDir() {
+			out = append(out, p)
+		}
+		return err
+	}))
+	return out
 }
 
 func TestS3StoresContentOnceAndReadsItBackOnARealServer(t *testing.T) {
@@ -86,16 +141,18 @@ func TestS3StoresContentOnceAndReadsItBackOnARealServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	require.ErrorContains(t, s.Check(ctx), "does not exist")
-	require.NoError(t, s.client.MakeBucket(ctx, cfg.S3Bucket, minio.MakeBucketOptions{}))
+	require.NoError(t, s.s3.client.MakeBucket(ctx, cfg.S3Bucket, minio.MakeBucketOptions{}))
 	require.NoError(t, s.Check(ctx))
 
 	roundTrip(t, s)
 	n := 0
-	for obj := range s.client.ListObjects(ctx, cfg.S3Bucket, minio.ListObjectsOptions{Prefix: cfg.S3Prefix, Recursive: true}) {
+	for obj := range s.s3.client.ListObjects(ctx, cfg.S3Bucket, minio.ListObjectsOptions{Prefix: cfg.S3Prefix + "payloads/", Recursive: true}) {
 		require.NoError(t, obj.Err)
 		n++
 	}
-	require.Equal(t, 2, n, "two contents, two objects")
+	require.Equal(t, 2, n, "two contents, two manifests")
+	_, err = s.Retrieve(retrieveCtx(), []converter.StorageDriverClaim{{ClaimData: map[string]string{claimKey: strings.Repeat("0", 64)}}})
+	require.ErrorContains(t, err, "is not in bucket")
 
 	storage, ok, err := Storage(cfg)
 	require.NoError(t, err)
