@@ -31,7 +31,24 @@ const (
 	// ModelRateLimitedError marks a 429 that said when to come back
 	// (Retry-After); it is retried after that delay.
 	ModelRateLimitedError = "ModelRateLimited"
+	// ModelContextTooLongError marks a 400 that says the request does not
+	// fit the model's context window. It is not retried as it is: the turn
+	// compacts the conversation and asks once more.
+	ModelContextTooLongError = "ModelContextTooLong"
 )
+
+// contextTooLong reports whether a model server's rejection says the
+// request is longer than the model's context: OpenAI's code
+// context_length_exceeded, and the words other servers use for it.
+func contextTooLong(detail string) bool {
+	d := strings.ToLower(detail)
+	for _, w := range []string{"context_length_exceeded", "maximum context length", "context length", "context window", "too many tokens", "prompt is too long"} {
+		if strings.Contains(d, w) {
+			return true
+		}
+	}
+	return false
+}
 
 // Defaults of Model's token streaming.
 const (
@@ -255,6 +272,9 @@ func (m *Model) classify(ctx context.Context, model string, err error, state *re
 	case status >= 400:
 		msg := fmt.Sprintf("model %s: server rejected the request with %d %s: %s",
 			model, status, http.StatusText(status), detail)
+		if status == http.StatusBadRequest && (contextTooLong(detail) || contextTooLong(apiErrorCode(err))) {
+			return temporal.NewNonRetryableApplicationError(msg, ModelContextTooLongError, err)
+		}
 		return temporal.NewNonRetryableApplicationError(msg, ModelRequestRejectedError, err)
 	default:
 		return fmt.Errorf("model %s: unexpected status %d: %w", model, status, err)
@@ -383,4 +403,15 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 		return max(at.Sub(now), 0)
 	}
 	return 0
+}
+
+// apiErrorCode is the code of an OpenAI-style error, or "".
+func apiErrorCode(err error) string {
+	var apiErr *openai.APIError
+	if errors.As(err, &apiErr) {
+		if code, ok := apiErr.Code.(string); ok {
+			return code
+		}
+	}
+	return ""
 }

@@ -271,14 +271,28 @@ func TestServerErrorIsRetryableAndNotRetriedByTheClient(t *testing.T) {
 }
 
 func TestRejectedRequestIsNonRetryable(t *testing.T) {
-	m := serve(t, scripted.New(scripted.Always(scripted.Reply{Status: http.StatusBadRequest, Content: "context length exceeded"})), nil)
+	m := serve(t, scripted.New(scripted.Always(scripted.Reply{Status: http.StatusBadRequest, Content: "unknown parameter: frobnicate"})), nil)
 	_, err := m.Chat(context.Background(), userAsks("hi"))
 	var appErr *temporal.ApplicationError
 	require.ErrorAs(t, err, &appErr)
 	require.True(t, appErr.NonRetryable())
 	require.Equal(t, activities.ModelRequestRejectedError, appErr.Type())
 	require.Contains(t, appErr.Error(), "400")
-	require.Contains(t, appErr.Error(), "context length exceeded")
+	require.Contains(t, appErr.Error(), "unknown parameter: frobnicate")
+}
+
+func TestARequestLongerThanTheModelsContextIsToldApart(t *testing.T) {
+	for _, msg := range []string{
+		"This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens.",
+		"prompt is too long: 210000 tokens > 200000 maximum",
+	} {
+		m := serve(t, scripted.New(scripted.Always(scripted.Reply{Status: http.StatusBadRequest, Content: msg})), nil)
+		_, err := m.Chat(context.Background(), userAsks("hi"))
+		var appErr *temporal.ApplicationError
+		require.ErrorAs(t, err, &appErr)
+		require.True(t, appErr.NonRetryable())
+		require.Equal(t, activities.ModelContextTooLongError, appErr.Type(), msg)
+	}
 }
 
 func TestAnErrorBodyThatIsNotUTF8StillMakesAFailureTemporalCanSend(t *testing.T) {

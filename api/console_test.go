@@ -553,3 +553,27 @@ func TestWebPagesAreServedWithTheirTypesAndAStrictPolicy(t *testing.T) {
 		require.Equal(t, http.StatusNotFound, resp.StatusCode, path)
 	}
 }
+
+func TestConsoleSaysWhenTheContextWasCompacted(t *testing.T) {
+	script := func(req openai.ChatCompletionRequest) scripted.Reply {
+		if req.Messages[len(req.Messages)-1].Role == openai.ChatMessageRoleTool {
+			return scripted.Reply{Content: "Read it."}
+		}
+		if countRole(req.Messages, openai.ChatMessageRoleTool) == 0 {
+			return scripted.Reply{ToolCalls: []activities.ToolCall{{ID: "call_big", Name: activities.ToolRead, Arguments: `{"file_path":"big.txt"}`}}}
+		}
+		return scripted.Reply{Content: "It was long."}
+	}
+	env := newStack(t, withScript(script), withSettings(func(s *workflows.Settings) { s.ContextBudget = 20 << 10 }))
+	require.NoError(t, os.WriteFile(filepath.Join(env.workspace, "big.txt"), []byte(strings.Repeat("a line of the big file\n", 30<<10/23)), 0o644))
+	b := newBrowser(t)
+	b.do(chromedp.Navigate(env.api.URL + "/"))
+	sendFromConsole(b, "read the big file")
+	b.do(chromedp.WaitVisible(chromedp.CSS(nthTurn(1) + ` [data-testid="finish"][data-reason="stop"]`)))
+	sendFromConsole(b, "how long was it?")
+	note := nthTurn(2) + ` [data-testid="context-compacted"]`
+	b.do(chromedp.WaitVisible(chromedp.CSS(note)))
+	text := eval[string](b, `document.querySelector(`+jsQuote(note)+`).textContent`)
+	require.Contains(t, text, "1 old tool output left out")
+	require.Contains(t, text, "the whole conversation is kept")
+}

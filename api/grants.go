@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 
 	"github.com/gin-gonic/gin"
 
@@ -33,6 +34,40 @@ func (s *Server) grants(c *gin.Context) {
 		grants = []workflows.Grant{}
 	}
 	c.JSON(http.StatusOK, gin.H{"grants": grants})
+}
+
+// messages handles GET /conversations/:conversationId/messages?offset=&limit=:
+// a page of the conversation's whole transcript, as the model's view never
+// is once compacted.
+func (s *Server) messages(c *gin.Context) {
+	conv := c.Param("conversationId")
+	if err := checkConversationID(conv); err != nil {
+		writeError(c, s.log, err)
+		return
+	}
+	var req workflows.MessagesRequest
+	for name, dst := range map[string]*int{"offset": &req.Offset, "limit": &req.Limit} {
+		if v := c.Query(name); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				writeError(c, s.log, badRequest("%s %q is not a whole number of 0 or more", name, v))
+				return
+			}
+			*dst = n
+		}
+	}
+	ctx, cancel := context.WithTimeout(c.Request.Context(), queryTimeout)
+	defer cancel()
+	v, err := s.client.QueryWorkflow(ctx, workflows.ConversationWorkflowID(conv), "", workflows.MessagesQuery, req)
+	var page workflows.MessagesPage
+	if err == nil {
+		err = v.Get(&page)
+	}
+	if err != nil {
+		writeError(c, s.log, fmt.Errorf("messages of conversation %s: %w", conv, err))
+		return
+	}
+	c.JSON(http.StatusOK, page)
 }
 
 // revokeGrant handles DELETE /conversations/:conversationId/grants/:grantId.

@@ -200,3 +200,58 @@ func TestAWriteOfThreeMegabytesPassesThroughThePayloadStore(t *testing.T) {
 	resp.Body.Close()
 	require.Equal(t, http.StatusForbidden, resp.StatusCode)
 }
+
+// TestALongConversationIsCompactedForTheModelAndKeptWholeForPeople runs two
+// turns over HTTP: the first reads a file larger than the context budget,
+// the second sees it left out (context_compacted in its stream), and the
+// conversation's transcript still holds all of it.
+func TestALongConversationIsCompactedForTheModelAndKeptWholeForPeople(t *testing.T) {
+	script := func(req openai.ChatCompletionRequest) scripted.Reply {
+		last := req.Messages[len(req.Messages)-1]
+		switch {
+		case last.Role == openai.ChatMessageRoleTool:
+			return scripted.Reply{Content: "Read it."}
+		case last.Content == "read the big file":
+			return scripted.Reply{ToolCalls: []activities.ToolCall{{ID: "call_big", Name: activities.ToolRead, Arguments: `{"file_path":"big.txt"}`}}}
+		default:
+			for _, m := range req.Messages {
+				if m.Role == openai.ChatMessageRoleTool && m.Content == workflows.ElidedToolOutput {
+					return scripted.Reply{Content: "I no longer see the file; I would read it again."}
+				}
+			}
+			return scripted.Reply{Content: "I still see the file."}
+		}
+	}
+	st := newStack(t, withScript(script), withSettings(func(s *workflows.Settings) { s.ContextBudget = 20 << 10 }))
+	big := strings.Repeat("a line of the big file\n", 30<<10/23)
+	require.NoError(t, os.WriteFile(filepath.Join(st.workspace, "big.txt"), []byte(big), 0o644))
+
+	_, msgs := st.chat(t, `{"query": "read the big file", "conversationId": "compacted"}`)
+	seq := 0
+	first := untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
+	require.Empty(t, ofType(first, workflows.EventContextCompacted), "the first turn's view fits until it reads the file")
+
+	_, msgs = st.chat(t, `{"query": "what did it say?", "conversationId": "compacted"}`)
+	seq = 0
+	second := untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
+	compacted := ofType(second, workflows.EventContextCompacted)
+	require.Len(t, compacted, 1)
+	require.Equal(t, 1, compacted[0].Elided)
+	require.Greater(t, compacted[0].BytesBefore, 20<<10)
+	require.LessOrEqual(t, compacted[0].BytesAfter, 20<<10)
+	require.Equal(t, "I no longer see the file; I would read it again.", second[len(second)-1].Text)
+
+	resp, err := http.Get(st.api.URL + "/conversations/compacted/messages?offset=0&limit=3")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	var page workflows.MessagesPage
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&page))
+	require.Equal(t, 6, page.Total, "two turns: user, call, output, answer; user, answer")
+	require.Len(t, page.Messages, 3)
+	require.Contains(t, page.Messages[2].Content, "a line of the big file", "the transcript keeps the whole output")
+	_, msgs = st.chat(t, `{"query": "and now?", "conversationId": "compacted"}`)
+	seq = 0
+	third := untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
+	require.Equal(t, workflows.FinishStop, third[len(third)-1].Reason, "the conversation takes its next message")
+}

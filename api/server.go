@@ -165,6 +165,7 @@ func newServer(o Options, src eventSource, settings hubSettings) *Server {
 	r.POST("/chat/approval", approve, s.approve)
 	r.POST("/chat/tool-result", chat, s.toolResult)
 	r.GET("/conversations/:conversationId/grants", approve, s.grants)
+	r.GET("/conversations/:conversationId/messages", s.requireRole(config.RoleChat, config.RoleApprove), s.messages)
 	r.DELETE("/conversations/:conversationId/grants/:grantId", approve, s.revokeGrant)
 	r.GET("/approvals", approve, s.listApprovals)
 	r.GET("/healthz", s.healthz)

@@ -112,6 +112,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		Agents:           agentDefs,
 		Rules:            rules,
 		Notify:           cfg.NotifyURL != "",
+		ContextBudget:    cfg.ContextBudget,
 	}}
 
 	w := worker.New(c, cfg.TaskQueue, worker.Options{})

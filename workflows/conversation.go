@@ -56,6 +56,11 @@ func (w *Workflows) Conversation(ctx workflow.Context, in ConversationInput) err
 	); err != nil {
 		return fmt.Errorf("set %s update handler: %w", SendMessageUpdate, err)
 	}
+	if err := workflow.SetQueryHandler(ctx, MessagesQuery, func(req MessagesRequest) (MessagesPage, error) {
+		return page(c.messages, req), nil
+	}); err != nil {
+		return fmt.Errorf("set %s query handler: %w", MessagesQuery, err)
+	}
 	if err := workflow.SetQueryHandler(ctx, GrantsQuery, func() ([]Grant, error) {
 		return append([]Grant{}, c.grants...), nil
 	}); err != nil {

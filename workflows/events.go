@@ -87,6 +87,14 @@ type Event struct {
 	// tool_result
 	ToolResults []ToolResult `json:"toolResults,omitempty"`
 
+	// context_compacted: how many tool outputs were left out of the
+	// model's view and how many earlier messages summarized, and the
+	// view's size in bytes of text before and after.
+	Elided      int `json:"elided,omitempty"`
+	Summarized  int `json:"summarized,omitempty"`
+	BytesBefore int `json:"bytesBefore,omitempty"`
+	BytesAfter  int `json:"bytesAfter,omitempty"`
+
 	// Reason: approval_decision's, approval_request's policy note, and
 	// finish's; Text: finish's; Message: error's and finish's.
 	Reason  string `json:"reason,omitempty"`

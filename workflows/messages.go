@@ -164,3 +164,37 @@ type PendingApproval struct {
 	RequestedAt    time.Time `json:"requestedAt"`
 	ExpiresAt      time.Time `json:"expiresAt"`
 }
+
+// MessagesRequest asks for a page of a conversation's transcript: Limit
+// messages from Offset on (Limit 0 means DefaultMessagesPage, and at most
+// MaxMessagesPage).
+type MessagesRequest struct {
+	Offset int `json:"offset"`
+	Limit  int `json:"limit"`
+}
+
+// Page sizes of the messages query.
+const (
+	DefaultMessagesPage = 50
+	MaxMessagesPage     = 200
+)
+
+// MessagesPage is a page of a conversation's transcript: the messages, and
+// how many the conversation holds in all.
+type MessagesPage struct {
+	Offset   int                  `json:"offset"`
+	Total    int                  `json:"total"`
+	Messages []activities.Message `json:"messages"`
+}
+
+// page cuts the page req asks for out of msgs.
+func page(msgs []activities.Message, req MessagesRequest) MessagesPage {
+	limit := req.Limit
+	if limit <= 0 {
+		limit = DefaultMessagesPage
+	}
+	limit = min(limit, MaxMessagesPage)
+	from := min(max(req.Offset, 0), len(msgs))
+	to := min(from+limit, len(msgs))
+	return MessagesPage{Offset: from, Total: len(msgs), Messages: append([]activities.Message{}, msgs[from:to]...)}
+}

@@ -67,6 +67,9 @@ const (
 	SendMessageUpdate = "message"
 	// StateQuery returns the conversation's state (ConversationState out).
 	StateQuery = "state"
+	// MessagesQuery returns a page of the conversation's whole transcript
+	// (MessagesRequest in, MessagesPage out), compacted or not for the model.
+	MessagesQuery = "messages"
 	// GrantsQuery returns the conversation's remembered decisions ([]Grant
 	// out).
 	GrantsQuery = "grants"

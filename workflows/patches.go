@@ -17,4 +17,8 @@ const (
 	// before the policy reads them, and refused ones never run
 	// (turn.vetBatch).
 	patchNormalizedCalls = "normalized-calls"
+	// patchContextCompaction (v0.3.0): a turn whose view of the
+	// conversation passes the context budget compacts it, and a model that
+	// says it is too long gets one compacted retry (turn.modelView).
+	patchContextCompaction = "context-compaction"
 )

@@ -70,6 +70,9 @@ type Settings struct {
 	// MaxSubagentDepth bounds how deep subagents may nest: 1 lets a turn
 	// start subagents that cannot start their own.
 	MaxSubagentDepth int `json:"maxSubagentDepth"`
+	// ContextBudget is the bytes of message text a model call may carry
+	// before the turn compacts its view (DefaultContextBudget).
+	ContextBudget int `json:"contextBudget,omitempty"`
 }
 
 // withDefaults fills the zero fields of s.
@@ -97,6 +100,9 @@ func (s Settings) withDefaults() Settings {
 	}
 	if s.ModelHeartbeatTimeout <= 0 {
 		s.ModelHeartbeatTimeout = DefaultModelHeartbeatTimeout
+	}
+	if s.ContextBudget <= 0 {
+		s.ContextBudget = DefaultContextBudget
 	}
 	return s
 }

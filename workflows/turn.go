@@ -46,6 +46,9 @@ type turn struct {
 	interrupted     bool
 	interruptReason string
 
+	// compact is what the loop did to fit the model's context.
+	compact compaction
+
 	subagents subagentState
 
 	// grants are the conversation's remembered decisions, those made during
@@ -234,10 +237,30 @@ func (t *turn) run(ctx workflow.Context) (string, string) {
 		if t.interrupted {
 			return FinishCancelled, ""
 		}
-		history := make([]activities.Message, 0, 1+len(t.input)+len(t.messages))
-		history = append(history, activities.Message{Role: activities.RoleSystem, Content: t.system})
-		history = append(append(history, t.input...), t.messages...)
+		history, err := t.modelView(ctx)
+		if err != nil {
+			if isCancelled(ctx, err) {
+				return FinishCancelled, ""
+			}
+			t.log.append(Event{Type: EventError, Message: "the conversation no longer fits the model's context, and it could not be summarized: " + activityErrorMessage(err)})
+			return FinishError, ""
+		}
 		out, err := t.callModel(ctx, history)
+		if err != nil && isContextTooLong(err) && !t.compact.retried &&
+			workflow.GetVersion(ctx, patchContextCompaction, workflow.DefaultVersion, 1) != workflow.DefaultVersion {
+			// The model's window is smaller than the budget: compact to
+			// half of what it refused, and ask once more.
+			t.compact.retried = true
+			t.compact.budget = viewSize(history) / 2
+			if history, err = t.modelView(ctx); err == nil {
+				out, err = t.callModel(ctx, history)
+			}
+			if err != nil && isContextTooLong(err) {
+				t.log.append(Event{Type: EventError, Message: "the conversation no longer fits the model's context, even compacted: " + activityErrorMessage(err) +
+					". Start a new conversation, or lower TOLLGATE_CONTEXT_BUDGET for this model."})
+				return FinishError, ""
+			}
+		}
 		if err != nil {
 			if isCancelled(ctx, err) {
 				return FinishCancelled, ""

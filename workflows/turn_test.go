@@ -48,6 +48,9 @@ type harness struct {
 	mu          sync.Mutex
 	replies     []activities.ModelOutput
 	modelErr    error
+	// modelErrs, when set, answer the model calls in order (nil for a
+	// reply), before modelErr.
+	modelErrs []error
 	modelInputs []activities.ModelInput
 	toolCalls   []activities.ToolCall
 }
@@ -75,6 +78,13 @@ func (h *harness) model(_ context.Context, in activities.ModelInput) (activities
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.modelInputs = append(h.modelInputs, in)
+	if len(h.modelErrs) > 0 {
+		err := h.modelErrs[0]
+		h.modelErrs = h.modelErrs[1:]
+		if err != nil {
+			return activities.ModelOutput{}, err
+		}
+	}
 	if h.modelErr != nil {
 		return activities.ModelOutput{}, h.modelErr
 	}

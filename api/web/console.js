@@ -358,6 +358,16 @@
           scope.container.append(el);
           return el;
         }
+        case 'context_compacted': {
+          const what = [];
+          if (ev.elided) what.push(`${ev.elided} old tool output${ev.elided === 1 ? '' : 's'} left out`);
+          if (ev.summarized) what.push(`${ev.summarized} earlier message${ev.summarized === 1 ? '' : 's'} summarized`);
+          const kib = (n) => Math.round((n || 0) / 1024);
+          const el = h('div', { class: 'compacted', testid: 'context-compacted' },
+            `context compacted to fit the model: ${what.join(', ')} (${kib(ev.bytesBefore)} → ${kib(ev.bytesAfter)} KiB); the whole conversation is kept`);
+          scope.container.append(el);
+          return el;
+        }
         case 'error': {
           const el = h('div', { class: 'error', testid: 'error' }, ev.message || 'error');
           scope.container.append(el);

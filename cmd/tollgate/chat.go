@@ -318,6 +318,9 @@ func (p *printer) handle(ctx context.Context, e workflows.Event, items <-chan st
 		}
 	case workflows.EventError:
 		fmt.Fprintf(p.out, "%serror: %s\n", tag, e.Message)
+	case workflows.EventContextCompacted:
+		fmt.Fprintf(p.out, "%s(context compacted to fit the model: %s; %d → %d KiB; the whole conversation is kept)\n",
+			tag, compactedWhat(e), e.BytesBefore>>10, e.BytesAfter>>10)
 	case workflows.EventHeartbeat:
 	default:
 		fmt.Fprintf(p.out, "%s(%s event)\n", tag, e.Type)
@@ -400,4 +403,23 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// compactedWhat says what a context_compacted event left out.
+func compactedWhat(e workflows.Event) string {
+	var parts []string
+	if e.Elided > 0 {
+		parts = append(parts, fmt.Sprintf("%d old tool %s left out", e.Elided, plural(e.Elided, "output", "outputs")))
+	}
+	if e.Summarized > 0 {
+		parts = append(parts, fmt.Sprintf("%d earlier %s summarized", e.Summarized, plural(e.Summarized, "message", "messages")))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }

@@ -245,3 +245,16 @@ func TestAResetTokenSaysTheAnswerStartsAgain(t *testing.T) {
 		"[notes] (the model call was retried and answered otherwise; the answer again:)\n"+
 		"[notes] Noted\n", out.String())
 }
+
+func TestACompactedContextIsSaid(t *testing.T) {
+	var out strings.Builder
+	p := &printer{out: &out}
+	for _, e := range []workflows.Event{
+		{Type: workflows.EventContextCompacted, Elided: 3, Summarized: 12, BytesBefore: 500 << 10, BytesAfter: 90 << 10},
+		{Type: workflows.EventSubagentPrefix + workflows.EventContextCompacted, Name: "notes", Elided: 1, BytesBefore: 30 << 10, BytesAfter: 10 << 10},
+	} {
+		require.NoError(t, p.handle(context.Background(), e, nil))
+	}
+	require.Equal(t, "(context compacted to fit the model: 3 old tool outputs left out, 12 earlier messages summarized; 500 → 90 KiB; the whole conversation is kept)\n"+
+		"[notes] (context compacted to fit the model: 1 old tool output left out; 30 → 10 KiB; the whole conversation is kept)\n", out.String())
+}

@@ -57,6 +57,10 @@ const (
 	// (scheme://host[:port]) besides the API's own that may send
 	// state-changing requests. Default none.
 	EnvAllowedOrigins = "TOLLGATE_ALLOWED_ORIGINS"
+	// EnvContextBudget is the bytes of message text a model call may carry
+	// before a turn compacts its view of the conversation; unset, the
+	// workflows' default (about 100,000 tokens).
+	EnvContextBudget = "TOLLGATE_CONTEXT_BUDGET"
 	// EnvCodecOrigins lists the browser origins (the Temporal Web UI's) that
 	// may call the API's codec endpoint. Default none.
 	EnvCodecOrigins = "TOLLGATE_CODEC_ORIGINS"
@@ -162,6 +166,8 @@ type Config struct {
 	// AllowedOrigins are the browser origins besides the API's own that may
 	// send state-changing requests.
 	AllowedOrigins []string
+	// ContextBudget is EnvContextBudget's value; 0 when unset.
+	ContextBudget int
 	// CodecOrigins are the browser origins that may call the codec
 	// endpoint.
 	CodecOrigins []string
@@ -233,7 +239,7 @@ var known = []string{
 	EnvRequiredTools, EnvApprovalTimeout, EnvHeartbeatInterval, EnvAgentsDir, EnvPolicyFile, EnvNotifyURL,
 	EnvMaxSteps, EnvBashTimeout, EnvLogLevel,
 	EnvMetricsAddr, EnvAPITokens, EnvAllowBypass, EnvAllowUnauthenticated, EnvAllowedOrigins,
-	EnvCodecOrigins, EnvPayloadDir, EnvPayloadThreshold, EnvPayloadS3Endpoint, EnvPayloadS3Secure, EnvPayloadS3Bucket,
+	EnvCodecOrigins, EnvContextBudget, EnvPayloadDir, EnvPayloadThreshold, EnvPayloadS3Endpoint, EnvPayloadS3Secure, EnvPayloadS3Bucket,
 	EnvPayloadS3Prefix, EnvPayloadS3Region, EnvPayloadS3AccessKey, EnvPayloadS3SecretKey,
 }
 
@@ -280,6 +286,7 @@ func Load(getenv func(string) string) (Config, error) {
 	c.AllowUnauthenticated = r.boolean(EnvAllowUnauthenticated)
 	c.AllowedOrigins = r.origins(EnvAllowedOrigins)
 	c.CodecOrigins = r.origins(EnvCodecOrigins)
+	c.ContextBudget = r.positiveInt(EnvContextBudget, 0)
 	c.Payloads = payloads.Config{
 		Dir:         r.path(EnvPayloadDir, DefaultPayloadDir),
 		Threshold:   r.positiveInt(EnvPayloadThreshold, payloads.DefaultThreshold),
