@@ -45,12 +45,12 @@ type harness struct {
 	// metrics receives what the workflows emit.
 	metrics *metrics.Registry
 
-	mu          sync.Mutex
-	replies     []activities.ModelOutput
-	modelErr    error
+	mu       sync.Mutex
+	replies  []activities.ModelOutput
+	modelErr error
 	// modelErrs, when set, answer the model calls in order (nil for a
 	// reply), before modelErr.
-	modelErrs []error
+	modelErrs   []error
 	modelInputs []activities.ModelInput
 	toolCalls   []activities.ToolCall
 }
