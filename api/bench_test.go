@@ -267,7 +267,7 @@ func startBenchEnv(tb testing.TB) *benchEnv {
 	env := &benchEnv{tb: tb, client: c, queue: "tollgate-bench", run: strconv.FormatInt(time.Now().UnixNano()%1e9, 36),
 		serverPID: findServerPID(ts.HostPort)}
 	// The worker's options are main's: the defaults.
-	w := worker.New(c, env.queue, worker.Options{})
+	w := worker.New(c, env.queue, workflows.WorkerOptions())
 	workflows.Register(w, wf, activities.NewModel(model.URL+"/v1", "", scripted.ModelName, workflows.TokenSignaler{Client: c}), tools)
 	w.RegisterWorkflowWithOptions(floorWorkflow, workflow.RegisterOptions{Name: floorWorkflowName})
 	// The floor's one activity is the very tool the tollgate turns run, so

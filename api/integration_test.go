@@ -153,7 +153,7 @@ func newStack(t *testing.T, opts ...stackOption) *stack {
 		for _, change := range o.settings {
 			change(&wf.Settings)
 		}
-		st.worker = worker.New(c, st.queue, worker.Options{})
+		st.worker = worker.New(c, st.queue, workflows.WorkerOptions())
 		workflows.Register(st.worker, wf,
 			activities.NewModel(st.model.URL+"/v1", "test", scripted.ModelName, workflows.TokenSignaler{Client: c}), tools)
 		for name, fn := range o.activities {

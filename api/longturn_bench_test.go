@@ -138,7 +138,7 @@ func runLongTurn(b *testing.B, srv *devserver.Server, modelURL, workspace, store
 	defer c.Close()
 	queue := "long-turn-" + filepath.Base(storeDir)
 	tools := &activities.Tools{Workspace: workspace, BashTimeout: 10 * time.Second}
-	w := worker.New(c, queue, worker.Options{})
+	w := worker.New(c, queue, workflows.WorkerOptions())
 	workflows.Register(w, &workflows.Workflows{Settings: workflows.Settings{
 		ApprovalTimeout: time.Minute, MaxSteps: longTurnSteps + 1, Tools: tools.Specs(), WorkspaceRoots: []string{workspace},
 	}}, activities.NewModel(modelURL+"/v1", "test", scripted.ModelName, workflows.TokenSignaler{Client: c}), tools)

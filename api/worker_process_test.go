@@ -64,7 +64,7 @@ func runTestWorker(specJSON string) error {
 		return fmt.Errorf("dial Temporal at %s: %w", spec.HostPort, err)
 	}
 	defer c.Close()
-	w := worker.New(c, spec.TaskQueue, worker.Options{})
+	w := worker.New(c, spec.TaskQueue, workflows.WorkerOptions())
 	workflows.Register(w, &workflows.Workflows{Settings: spec.Settings},
 		activities.NewModel(spec.ModelURL, "test", scripted.ModelName, workflows.TokenSignaler{Client: c}),
 		stackTools(spec.Workspace))

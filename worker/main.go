@@ -115,7 +115,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		ContextBudget:    cfg.ContextBudget,
 	}}
 
-	w := worker.New(c, cfg.TaskQueue, worker.Options{})
+	w := worker.New(c, cfg.TaskQueue, workflows.WorkerOptions())
 	workflows.Register(w, wf, model, tools)
 	if cfg.NotifyURL != "" {
 		workflows.RegisterNotifier(w, &activities.Notifier{URL: cfg.NotifyURL})

@@ -147,7 +147,13 @@ func (c *conversation) runTurn(ctx workflow.Context, q QueuedMessage, upserts bo
 		ClientTools:    q.Message.ClientTools,
 	})
 	c.running, c.runningTurn = opts.WorkflowID, child
-	var out TurnOutput
+	// Only what the conversation keeps is decoded: a turn's result also
+	// holds its whole event log, which repeats every tool call and output,
+	// and decoding megabytes in workflow code holds up the workflow task.
+	var out struct {
+		Messages []activities.Message `json:"messages,omitempty"`
+		Grants   []Grant              `json:"grants,omitempty"`
+	}
 	err := child.Get(ctx, &out)
 	c.running, c.runningTurn = "", nil
 

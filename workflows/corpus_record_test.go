@@ -123,7 +123,7 @@ func newRecorder(t *testing.T, dir string) *recorder {
 		if change != nil {
 			change(&s)
 		}
-		w := worker.New(c, queue, worker.Options{})
+		w := worker.New(c, queue, workflows.WorkerOptions())
 		m := activities.NewModel(model.URL+"/v1", "test", scripted.ModelName, workflows.TokenSignaler{Client: c})
 		m.FlushInterval = 20 * time.Millisecond
 		workflows.Register(w, &workflows.Workflows{Settings: s}, m, tools)

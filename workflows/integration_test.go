@@ -41,7 +41,7 @@ func TestTurnWithApprovalsBySignalOnRealTemporal(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(workspace, "README.md"), []byte("# the workspace readme\n"), 0o644))
 
 	tools := &activities.Tools{Workspace: workspace, BashTimeout: 10 * time.Second}
-	w := worker.New(c, "turn-integration", worker.Options{})
+	w := worker.New(c, "turn-integration", workflows.WorkerOptions())
 	wf := &workflows.Workflows{Settings: workflows.Settings{
 		RequiredTools:   []string{activities.ToolWrite, activities.ToolEdit, activities.ToolBash},
 		ApprovalTimeout: time.Minute,

@@ -42,7 +42,7 @@ func TestPolicyAnswersAreRecordedSoReplaysNeverEvaluateThemAgain(t *testing.T) {
 	}))
 	t.Cleanup(model.Close)
 	tools := &activities.Tools{Workspace: t.TempDir(), BashTimeout: 10 * time.Second}
-	w := worker.New(c, "policy-recorded", worker.Options{})
+	w := worker.New(c, "policy-recorded", workflows.WorkerOptions())
 	workflows.Register(w, &workflows.Workflows{Settings: workflows.Settings{
 		ApprovalTimeout: time.Minute,
 		Tools:           tools.Specs(),

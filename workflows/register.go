@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/operatorservice/v1"
@@ -25,6 +26,16 @@ func Register(r worker.Registry, w *Workflows, model *activities.Model, tools *a
 	for name, fn := range tools.Activities() {
 		r.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name})
 	}
+}
+
+// WorkerOptions are the options of a worker that runs these workflows.
+// The deadlock detector allows a workflow task 5 s instead of the SDK's 1 s:
+// a turn or a conversation encodes and decodes payloads of megabytes in
+// workflow code (a conversation's messages, a turn's result), which is no
+// deadlock, and on a loaded machine (or under the race detector) takes
+// longer than a second.
+func WorkerOptions() worker.Options {
+	return worker.Options{DeadlockDetectionTimeout: 5 * time.Second}
 }
 
 // RegisterNotifier registers the notice activity, for a worker whose

@@ -62,7 +62,7 @@ func startRealStack(t *testing.T) *realStack {
 	require.NoError(t, os.WriteFile(filepath.Join(workspace, "README.md"), []byte("# the workspace readme\n"), 0o644))
 	tools := &activities.Tools{Workspace: workspace, BashTimeout: 10 * time.Second}
 	queue := "tollgate-cli-" + uuid.NewString()
-	w := worker.New(c, queue, worker.Options{})
+	w := worker.New(c, queue, workflows.WorkerOptions())
 	workflows.Register(w, &workflows.Workflows{Settings: workflows.Settings{
 		RequiredTools:    []string{activities.ToolWrite, activities.ToolEdit, activities.ToolBash},
 		ApprovalTimeout:  5 * time.Minute,
