@@ -66,6 +66,7 @@ func TestRecordReplayCorpus(t *testing.T) {
 	r.recordBypassWithAnAlwaysRule()
 	r.recordRefusedArguments()
 	r.recordProtectedClientTool()
+	r.recordCompaction()
 
 	commit, err := exec.Command("git", "rev-parse", release+"^{commit}").Output()
 	if err != nil {
@@ -83,6 +84,7 @@ const (
 	queueContinue = "corpus-continue"
 	queuePolicy   = "corpus-policy"
 	queueStrict   = "corpus-strict"
+	queueCompact  = "corpus-compact"
 )
 
 // recorder is a dev server with workers of today's code, a scripted model
@@ -148,6 +150,8 @@ func newRecorder(t *testing.T, dir string) *recorder {
 			{Tool: activities.ToolWrite, Require: workflows.RequireNever},
 		}
 	})
+	start(queueCompact, func(s *workflows.Settings) { s.ContextBudget = 4000 })
+	require.NoError(t, os.WriteFile(filepath.Join(workspace, "big.txt"), []byte(strings.Repeat("a line of a big file\n", 300)), 0o644))
 	start(queueStrict, func(s *workflows.Settings) {
 		s.Rules = []workflows.Rule{
 			{Tool: activities.ToolBash, Require: workflows.RequireAlways},
@@ -209,13 +213,21 @@ var corpusReplies = map[string][]scripted.Reply{
 		}},
 		{Content: "One refused, one declined."},
 	},
-	"client: protected pay":  {{ToolCalls: []activities.ToolCall{{ID: "q1", Name: "Pay", Arguments: `{"amount":50}`}}}, {Content: "Paid after approval."}},
+	"client: protected pay": {{ToolCalls: []activities.ToolCall{{ID: "q1", Name: "Pay", Arguments: `{"amount":50}`}}}, {Content: "Paid after approval."}},
+	"compaction: read": {
+		{ToolCalls: []activities.ToolCall{{ID: "k1", Name: activities.ToolRead, Arguments: `{"file_path":"big.txt"}`}}},
+		{Content: strings.Repeat("The file has many lines about a big file. ", 120)},
+	},
+	"compaction: again":      {{Content: "From the summary: it was a big file."}},
 	"subagent prompt: pause": {{ToolCalls: []activities.ToolCall{writeCall("h2w", "notes/paused.txt")}}, {Content: "Paused and done."}},
 }
 
 // corpusScript answers with corpusReplies: the reply for the last user
 // message, at the step that the assistant messages after it count.
 func corpusScript(req openai.ChatCompletionRequest) scripted.Reply {
+	if len(req.Messages) > 0 && strings.HasPrefix(req.Messages[0].Content, "Summarize the conversation") {
+		return scripted.Reply{Content: "The user had big.txt read; it is a big file."}
+	}
 	query, step := "", 0
 	for _, m := range req.Messages {
 		switch m.Role {
@@ -478,11 +490,16 @@ func (r *recorder) update(id, name string, arg, result any) {
 	require.NoError(r.t, h.Get(ctx, result))
 }
 
-// finished waits for the turn to close.
+// finished waits for the turn to start, if it has not yet (a queued
+// message's turn starts when the one before it ends), and to close.
 func (r *recorder) finished(id string) {
 	r.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), corpusWait)
 	defer cancel()
+	require.Eventually(r.t, func() bool {
+		_, err := r.c.DescribeWorkflowExecution(ctx, id, "")
+		return err == nil
+	}, corpusWait, 20*time.Millisecond, "turn %s starts", id)
 	require.NoError(r.t, r.c.GetWorkflow(ctx, id, "").Get(ctx, nil), "turn %s", id)
 }
 
@@ -567,4 +584,19 @@ func (r *recorder) recordProtectedClientTool() {
 	r.update(req.WorkflowID, workflows.ClientToolResultUpdate, workflows.ClientToolResult{RequestID: req.RequestID, Result: "paid 50"}, nil)
 	r.finished(turn.TurnID)
 	r.record("protected-client-tool.turn-1", turn.TurnID, "")
+}
+
+// recordCompaction: a conversation whose second turn compacts its view:
+// the first turn's tool output left out, then the first turn summarized.
+func (r *recorder) recordCompaction() {
+	const conv = "corpus-compaction"
+	turn1 := r.send(queueCompact, conv, workflows.UserMessage{Query: "compaction: read"})
+	r.finished(turn1.TurnID)
+	turn2 := r.send(queueCompact, conv, workflows.UserMessage{Query: "compaction: again"})
+	r.finished(turn2.TurnID)
+	events := r.until(turn2.TurnID, workflows.Finished)
+	require.Len(r.t, ofType(events, workflows.EventContextCompacted), 1)
+	r.record("compaction.conversation", workflows.ConversationWorkflowID(conv), "")
+	r.record("compaction.turn-1", turn1.TurnID, "")
+	r.record("compaction.turn-2", turn2.TurnID, "")
 }
