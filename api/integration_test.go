@@ -60,6 +60,7 @@ type stackOptions struct {
 	activities      map[string]any
 	allowBypass     bool
 	payloads        bool
+	devserver       devserver.Options
 }
 
 // stackOption is one change to the stack newStack builds.
@@ -109,6 +110,11 @@ func withPayloadStore() stackOption {
 	return func(o *stackOptions) { o.payloads = true }
 }
 
+// withDevServer starts the stack's dev server with opts (lower limits, say).
+func withDevServer(opts devserver.Options) stackOption {
+	return func(o *stackOptions) { o.devserver = opts }
+}
+
 // withoutWorker leaves the worker to the test, which may run it as a
 // separate process on st.queue with st.workspace and st.model.
 func withoutWorker() stackOption {
@@ -124,7 +130,7 @@ func newStack(t *testing.T, opts ...stackOption) *stack {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	st := &stack{temporal: devserver.ForTest(t), queue: "tollgate-api-test", allowBypass: o.allowBypass}
+	st := &stack{temporal: devserver.ForTestWith(t, o.devserver), queue: "tollgate-api-test", allowBypass: o.allowBypass}
 	clientOpts := st.temporal.ClientOptions()
 	if o.payloads {
 		st.payloadDir = t.TempDir()

@@ -257,3 +257,50 @@ func TestALongConversationIsCompactedForTheModelAndKeptWholeForPeople(t *testing
 	third := untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
 	require.Equal(t, workflows.FinishStop, third[len(third)-1].Reason, "the conversation takes its next message")
 }
+
+// TestATurnEndsWithAnErrorBeforeItsHistoryReachesTemporalsLimit goes past
+// Temporal's limit on a history's events, lowered on this dev server (to
+// 600 from 51,200, with continue-as-new suggested from 300): the turn reads
+// one file a step for ever, and must end with an error event, not be
+// terminated; the conversation keeps what it did and takes the next
+// message.
+func TestATurnEndsWithAnErrorBeforeItsHistoryReachesTemporalsLimit(t *testing.T) {
+	script := func(req openai.ChatCompletionRequest) scripted.Reply {
+		if req.Messages[len(req.Messages)-1].Content == "and now?" {
+			return scripted.Reply{Content: "Fresh turn."}
+		}
+		n := countRole(req.Messages, openai.ChatMessageRoleAssistant)
+		return scripted.Reply{ToolCalls: []activities.ToolCall{{ID: fmt.Sprintf("call_%d", n), Name: activities.ToolRead, Arguments: `{"file_path":"README.md"}`}}}
+	}
+	st := newStack(t, withScript(script),
+		withSettings(func(s *workflows.Settings) { s.MaxSteps = 1000 }),
+		withDevServer(devserver.Options{DynamicConfig: []string{
+			"limit.historyCount.suggestContinueAsNew=300", "limit.historyCount.warn=400", "limit.historyCount.error=600",
+		}}))
+	_, msgs := st.chat(t, `{"query": "read it again and again", "conversationId": "history-limit"}`)
+	seq := 0
+	events := untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
+	finish := events[len(events)-1]
+	require.Equal(t, workflows.FinishError, finish.Reason)
+	require.Contains(t, finish.Message, "near Temporal's limits")
+	steps := len(ofType(events, workflows.EventToolResult))
+	require.Greater(t, steps, 10)
+
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	desc, err := st.client.DescribeWorkflowExecution(ctx, workflows.TurnWorkflowID("history-limit", 1), "")
+	require.NoError(t, err)
+	require.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, desc.GetWorkflowExecutionInfo().GetStatus(), "completed, not terminated")
+	require.Less(t, desc.GetWorkflowExecutionInfo().GetHistoryLength(), int64(600))
+
+	_, msgs = st.chat(t, `{"query": "and now?", "conversationId": "history-limit"}`)
+	seq = 0
+	next := untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
+	require.Equal(t, "Fresh turn.", next[len(next)-1].Text)
+	resp, err := http.Get(st.api.URL + "/conversations/history-limit/messages?limit=1")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var page workflows.MessagesPage
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&page))
+	require.Equal(t, 1+2*steps+2, page.Total, "the first turn's calls and results are kept, then the next turn's")
+}

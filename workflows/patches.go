@@ -21,4 +21,8 @@ const (
 	// conversation passes the context budget compacts it, and a model that
 	// says it is too long gets one compacted retry (turn.modelView).
 	patchContextCompaction = "context-compaction"
+	// patchHistoryLimit (after v0.3.0): a turn whose history the server
+	// says should continue as new ends with an error event before the
+	// history limit terminates it (turn.outgrewHistory).
+	patchHistoryLimit = "history-limit"
 )

@@ -237,6 +237,14 @@ func (t *turn) run(ctx workflow.Context) (string, string) {
 		if t.interrupted {
 			return FinishCancelled, ""
 		}
+		if t.outgrewHistory(ctx) {
+			info := workflow.GetInfo(ctx)
+			t.log.append(Event{Type: EventError, Message: fmt.Sprintf(
+				"this turn's history has grown to %d events and %d MiB, near Temporal's limits, so it ends here; "+
+					"everything it did is kept in the conversation: send a new message to go on",
+				info.GetCurrentHistoryLength(), info.GetCurrentHistorySize()>>20)})
+			return FinishError, ""
+		}
 		history, err := t.modelView(ctx)
 		if err != nil {
 			if isCancelled(ctx, err) {
@@ -549,6 +557,16 @@ func (t *turn) checkBatch(ctx workflow.Context, calls []activities.ToolCall) []c
 		panic(fmt.Errorf("policy checks of %d calls: %w", len(calls), err))
 	}
 	return checks
+}
+
+// outgrewHistory reports whether the turn should end before its history
+// reaches Temporal's limits (51,200 events or 50 MB by default), which would
+// terminate it without a finish event: the server suggests continuing as
+// new past a share of them. Only a turn that gets that far asks for the
+// patch.
+func (t *turn) outgrewHistory(ctx workflow.Context) bool {
+	return workflow.GetInfo(ctx).GetContinueAsNewSuggested() &&
+		workflow.GetVersion(ctx, patchHistoryLimit, workflow.DefaultVersion, 1) != workflow.DefaultVersion
 }
 
 // strictGate reports whether this batch follows patchStrictGate: a

@@ -72,6 +72,9 @@ type Options struct {
 	// UI serves the Web UI on a free port (Server.UIPort); without it the
 	// server is headless, which starts faster.
 	UI bool
+	// DynamicConfig are more dynamic config values, "key=value" each (a
+	// lower history limit, say, for a test that goes past it).
+	DynamicConfig []string
 }
 
 // Server is a running dev server.
@@ -90,6 +93,8 @@ type Server struct {
 	binary  string
 	args    []string
 	tempDir string // removed by Stop when Run created it
+	// dynamicConfig are Options.DynamicConfig.
+	dynamicConfig []string
 
 	mu      sync.Mutex
 	cmd     *exec.Cmd
@@ -104,7 +109,7 @@ func Run(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{binary: bin, Namespace: opts.Namespace, DBFile: opts.DBFile}
+	s := &Server{binary: bin, Namespace: opts.Namespace, DBFile: opts.DBFile, dynamicConfig: opts.DynamicConfig}
 	if s.Namespace == "" {
 		s.Namespace = "default"
 	}
@@ -141,7 +146,14 @@ func Run(opts Options) (*Server, error) {
 // it never skips.
 func ForTest(tb testing.TB) *Server {
 	tb.Helper()
-	s, err := Run(Options{Dir: tb.TempDir()})
+	return ForTestWith(tb, Options{})
+}
+
+// ForTestWith is ForTest with opts (their Dir is tb's temporary folder).
+func ForTestWith(tb testing.TB, opts Options) *Server {
+	tb.Helper()
+	opts.Dir = tb.TempDir()
+	s, err := Run(opts)
 	if err != nil {
 		tb.Fatalf("start Temporal dev server: %v", err)
 	}
@@ -272,6 +284,9 @@ func (s *Server) pickPorts(ui bool) error {
 		args = append(args, "--namespace", s.Namespace)
 	}
 	s.args = append(args, tunedFlags...)
+	for _, kv := range s.dynamicConfig {
+		s.args = append(s.args, "--dynamic-config-value", kv)
+	}
 	return nil
 }
 
