@@ -304,3 +304,60 @@ func TestATurnEndsWithAnErrorBeforeItsHistoryReachesTemporalsLimit(t *testing.T)
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&page))
 	require.Equal(t, 1+2*steps+2, page.Total, "the first turn's calls and results are kept, then the next turn's")
 }
+
+// TestAConversationOfSixtyLongMessagesGoesOnPastTwoMegabytes sends sixty
+// messages of 40 KB (a pasted log each) to one conversation that continues
+// as new every ten turns: its continue-as-new input passes Temporal's 2 MB
+// payload limit (which terminated such a conversation, and a fresh one
+// took its id), and with the payload store it goes on.
+func TestAConversationOfSixtyLongMessagesGoesOnPastTwoMegabytes(t *testing.T) {
+	st := newStack(t, withPayloadStore(),
+		withScript(scripted.Always(scripted.Reply{Content: "Noted."})),
+		withSettings(func(s *workflows.Settings) { s.TurnsPerRun = 10 }))
+	const n = 60
+	for i := range n {
+		log := fmt.Sprintf("log %d\n", i) + strings.Repeat(fmt.Sprintf("%d a pasted log line\n", i), 40<<10/22)
+		body, err := json.Marshal(map[string]string{"query": log, "conversationId": "long-messages"})
+		require.NoError(t, err)
+		resp, msgs := st.chat(t, string(body))
+		require.Equal(t, workflows.TurnWorkflowID("long-messages", i+1), resp.Header.Get(headerTurnID))
+		seq := 0
+		events := untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
+		require.Equal(t, workflows.FinishStop, events[len(events)-1].Reason, "turn %d", i+1)
+	}
+	resp, err := http.Get(st.api.URL + "/conversations/long-messages/messages?offset=118")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var page workflows.MessagesPage
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&page))
+	require.Equal(t, 2*n, page.Total, "every message kept across five continue-as-new")
+	require.True(t, strings.HasPrefix(page.Messages[0].Content, fmt.Sprintf("log %d\n", n-1)))
+}
+
+// TestAModelAnswerLargerThanAGRPCMessageIsCarried has the model ask, in
+// one answer of 4.2 MB, for 150 commands of 28 KB each: past gRPC's 4 MB
+// message limit as well as the 2 MB payload limit. Every command runs once
+// and the turn finishes.
+func TestAModelAnswerLargerThanAGRPCMessageIsCarried(t *testing.T) {
+	const n = 150
+	script := func(req openai.ChatCompletionRequest) scripted.Reply {
+		if req.Messages[len(req.Messages)-1].Role == openai.ChatMessageRoleTool {
+			return scripted.Reply{Content: "All ran."}
+		}
+		var calls []activities.ToolCall
+		for i := range n {
+			args, _ := json.Marshal(map[string]string{"command": fmt.Sprintf("echo %d >> ran.txt # %s", i, strings.Repeat("x", 28<<10))})
+			calls = append(calls, activities.ToolCall{ID: fmt.Sprintf("call_%03d", i), Name: activities.ToolBash, Arguments: string(args)})
+		}
+		return scripted.Reply{ToolCalls: calls}
+	}
+	st := newStack(t, withPayloadStore(), withScript(script), withBypassAllowed())
+	_, msgs := st.chat(t, `{"query": "run them", "conversationId": "grpc-limit", "bypassApproval": true}`)
+	seq := 0
+	events := untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
+	finish := events[len(events)-1]
+	require.Equal(t, workflows.FinishStop, finish.Reason, finish.Message)
+	require.Len(t, ofType(events, workflows.EventToolResult)[0].ToolResults, n)
+	lines := strings.Split(strings.TrimSpace(fileText(filepath.Join(st.workspace, "ran.txt"))), "\n")
+	require.Len(t, lines, n, "each command ran once")
+}
