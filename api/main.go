@@ -50,12 +50,9 @@ func run(cfg config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	c, err := client.NewLazyClient(client.Options{
-		HostPort:        cfg.TemporalAddress,
-		Namespace:       cfg.TemporalNamespace,
-		Logger:          config.TemporalLogger(log),
-		ExternalStorage: storage,
-	})
+	clientOpts := cfg.Temporal
+	clientOpts.Logger, clientOpts.ExternalStorage = config.TemporalLogger(log), storage
+	c, err := client.NewLazyClient(clientOpts)
 	if err != nil {
 		return fmt.Errorf("temporal client for %s: %w", cfg.TemporalAddress, err)
 	}

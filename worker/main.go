@@ -62,13 +62,9 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	c, err := client.Dial(client.Options{
-		HostPort:        cfg.TemporalAddress,
-		Namespace:       cfg.TemporalNamespace,
-		Logger:          config.TemporalLogger(log),
-		MetricsHandler:  reg.Handler(),
-		ExternalStorage: storage,
-	})
+	opts := cfg.Temporal
+	opts.Logger, opts.MetricsHandler, opts.ExternalStorage = config.TemporalLogger(log), reg.Handler(), storage
+	c, err := client.Dial(opts)
 	if err != nil {
 		return fmt.Errorf("dial Temporal at %s: %w", cfg.TemporalAddress, err)
 	}

@@ -4,6 +4,7 @@
 package config
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,6 +19,8 @@ import (
 	"strings"
 	"time"
 
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/contrib/envconfig"
 	"gopkg.in/yaml.v3"
 
 	"github.com/tollgate/tollgate/internal/payloads"
@@ -112,6 +115,12 @@ type Config struct {
 	TemporalAddress string
 	// TemporalNamespace is the Temporal namespace tollgate's workflows run in.
 	TemporalNamespace string
+	// Temporal are the options every Temporal client of the process starts
+	// from: the SDK's standard client configuration (envconfig: TLS and
+	// mTLS, an API key, gRPC headers, a profile of temporal.toml, the
+	// TEMPORAL_* variables), with TemporalAddress and TemporalNamespace.
+	// The caller adds its logger, metrics and payload store.
+	Temporal client.Options
 	// TaskQueue is the task queue the worker polls and the API starts on.
 	TaskQueue string
 	// HTTPAddr is where the API listens.
@@ -265,6 +274,8 @@ func Load(getenv func(string) string) (Config, error) {
 
 	c.TemporalAddress = r.str(EnvTemporalAddress, DefaultTemporalAddress)
 	c.TemporalNamespace = r.str(EnvTemporalNamespace, DefaultTemporalNamespace)
+	c.Temporal = r.temporal(c.TemporalAddress, c.TemporalNamespace)
+	c.TemporalAddress, c.TemporalNamespace = c.Temporal.HostPort, c.Temporal.Namespace
 	c.TaskQueue = r.str(EnvTaskQueue, DefaultTaskQueue)
 	c.HTTPAddr = r.str(EnvHTTPAddr, DefaultHTTPAddr)
 	c.OpenAIBaseURL = r.str(EnvOpenAIBaseURL, "")
@@ -514,6 +525,46 @@ func (r *reader) tokens(name string) []APIToken {
 		r.errs = append(r.errs, fmt.Errorf("%s: no token:principal pairs in the list", name))
 	}
 	return tokens
+}
+
+// temporal loads the standard Temporal client configuration (a profile
+// of temporal.toml when there is one, then the TEMPORAL_* variables) with
+// envconfig, which tollgate does not reimplement; where it names no
+// address or namespace, tollgate's defaults (address, namespace) apply.
+func (r *reader) temporal(address, namespace string) client.Options {
+	opts, err := envconfig.LoadClientOptions(envconfig.LoadClientOptionsRequest{EnvLookup: lookupEnv{r.lookup}})
+	if err != nil {
+		r.errs = append(r.errs, fmt.Errorf("Temporal client configuration (TEMPORAL_* variables, %s): %w", cmp.Or(r.lookup("TEMPORAL_CONFIG_FILE"), envconfig.DefaultConfigFilePath()), err))
+		return client.Options{HostPort: address, Namespace: namespace}
+	}
+	if r.lookup(EnvTemporalAddress) != "" || opts.HostPort == "" {
+		opts.HostPort = address
+	}
+	if r.lookup(EnvTemporalNamespace) != "" || opts.Namespace == "" {
+		opts.Namespace = namespace
+	}
+	return opts
+}
+
+// lookupEnv gives envconfig the variables as tollgate reads them: the
+// environment, then the configuration file.
+type lookupEnv struct{ lookup func(string) string }
+
+func (l lookupEnv) LookupEnv(name string) (string, bool) {
+	v := l.lookup(name)
+	return v, v != ""
+}
+
+// Environ lists the variables envconfig scans by prefix (gRPC metadata
+// headers): from the environment only.
+func (l lookupEnv) Environ() []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		if name, _, _ := strings.Cut(kv, "="); strings.HasPrefix(name, "TEMPORAL_") {
+			out = append(out, name+"="+l.lookup(name))
+		}
+	}
+	return out
 }
 
 // parseRoles reads a token's roles, role+role...; none written are

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
 
 	"github.com/tollgate/tollgate/internal/payloads"
 )
@@ -29,6 +30,7 @@ func TestLoadWithNothingSetGivesTheDesignDefaults(t *testing.T) {
 	require.Equal(t, Config{
 		TemporalAddress:   "127.0.0.1:7233",
 		TemporalNamespace: "default",
+		Temporal:          client.Options{HostPort: "127.0.0.1:7233", Namespace: "default"},
 		TaskQueue:         "tollgate",
 		HTTPAddr:          "127.0.0.1:8080",
 		OpenAIModel:       "gpt-4o-mini",
@@ -76,6 +78,7 @@ func TestLoadTakesEveryVariableFromTheEnvironment(t *testing.T) {
 	require.Equal(t, Config{
 		TemporalAddress:   "temporal:7233",
 		TemporalNamespace: "agents",
+		Temporal:          client.Options{HostPort: "temporal:7233", Namespace: "agents"},
 		TaskQueue:         "q",
 		HTTPAddr:          ":9000",
 		OpenAIBaseURL:     "http://127.0.0.1:8090/v1",
@@ -206,9 +209,7 @@ func TestLoggerHonoursTheConfiguredLevel(t *testing.T) {
 
 func writeFile(t *testing.T, content string) string {
 	t.Helper()
-	name := filepath.Join(t.TempDir(), "tollgate.yaml")
-	require.NoError(t, os.WriteFile(name, []byte(content), 0o600))
-	return name
+	return writeFileNamed(t, "tollgate.yaml", content)
 }
 
 func TestNotifyURLMustBeHTTP(t *testing.T) {
@@ -220,4 +221,42 @@ func TestNotifyURLMustBeHTTP(t *testing.T) {
 	c, err := Load(func(k string) string { return env[k] })
 	require.NoError(t, err)
 	require.Equal(t, "http://127.0.0.1:9000/hook", c.NotifyURL)
+}
+
+func TestTemporalClientsFollowTheStandardConfigurationProfilesAndVariables(t *testing.T) {
+	// A profile of temporal.toml, as for Temporal Cloud with an API key.
+	toml := writeFileNamed(t, "temporal.toml", "[profile.cloud]\naddress = \"tollgate.a1b2c.tmprl.cloud:7233\"\nnamespace = \"tollgate.a1b2c\"\napi_key = \"secret-api-key\"\n")
+	c, err := Load(env(map[string]string{"TEMPORAL_CONFIG_FILE": toml, "TEMPORAL_PROFILE": "cloud"}))
+	require.NoError(t, err)
+	require.Equal(t, "tollgate.a1b2c.tmprl.cloud:7233", c.TemporalAddress)
+	require.Equal(t, "tollgate.a1b2c", c.TemporalNamespace)
+	require.NotNil(t, c.Temporal.Credentials, "the API key")
+	require.NotNil(t, c.Temporal.ConnectionOptions.TLS, "an API key implies TLS")
+
+	// Variables override the profile.
+	c, err = Load(env(map[string]string{"TEMPORAL_CONFIG_FILE": toml, "TEMPORAL_PROFILE": "cloud", "TEMPORAL_NAMESPACE": "other"}))
+	require.NoError(t, err)
+	require.Equal(t, "other", c.Temporal.Namespace)
+
+	// mTLS from files.
+	c, err = Load(env(map[string]string{"TEMPORAL_TLS": "true", "TEMPORAL_TLS_SERVER_NAME": "temporal.internal"}))
+	require.NoError(t, err)
+	require.NotNil(t, c.Temporal.ConnectionOptions.TLS)
+	require.Equal(t, "temporal.internal", c.Temporal.ConnectionOptions.TLS.ServerName)
+
+	// A profile that is not there, or a certificate that cannot be read,
+	// stops the process with an error naming them.
+	_, err = Load(env(map[string]string{"TEMPORAL_CONFIG_FILE": toml, "TEMPORAL_PROFILE": "staging"}))
+	require.ErrorContains(t, err, "Temporal client configuration")
+	require.ErrorContains(t, err, "staging")
+	_, err = Load(env(map[string]string{"TEMPORAL_TLS_CLIENT_CERT_PATH": "/nonexistent/client.pem", "TEMPORAL_TLS_CLIENT_KEY_PATH": "/nonexistent/client.key"}))
+	require.ErrorContains(t, err, "/nonexistent/client.pem")
+}
+
+
+func writeFileNamed(t *testing.T, name, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	require.NoError(t, os.WriteFile(path, []byte(content), 0o600))
+	return path
 }
