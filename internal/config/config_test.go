@@ -253,7 +253,6 @@ func TestTemporalClientsFollowTheStandardConfigurationProfilesAndVariables(t *te
 	require.ErrorContains(t, err, "/nonexistent/client.pem")
 }
 
-
 func writeFileNamed(t *testing.T, name, content string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), name)
