@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -311,7 +312,10 @@ func (g *gate) await(ctx workflow.Context, reqs []*approval) {
 	defer cancelTimers()
 	sel := workflow.NewSelector(ctx)
 	for _, a := range reqs {
-		timer := workflow.NewTimer(timerCtx, a.ExpiresAt.Sub(workflow.Now(ctx)))
+		// The Web UI shows a timer by its summary: name the call it waits
+		// for (a summary is metadata, not part of what replay matches).
+		timer := workflow.NewTimerWithOptions(timerCtx, a.ExpiresAt.Sub(workflow.Now(ctx)),
+			workflow.TimerOptions{Summary: "approval: " + callSummary(a.Call)})
 		sel.AddFuture(timer, func(f workflow.Future) {
 			if f.Get(ctx, nil) == nil {
 				g.decide(ctx, a, DecisionTimeout, reasonTimeout, "", "")
@@ -320,7 +324,8 @@ func (g *gate) await(ctx workflow.Context, reqs []*approval) {
 		if g.notify {
 			// A reminder when four fifths of the time have passed.
 			remindAt := a.ExpiresAt.Add(-a.ExpiresAt.Sub(a.RequestedAt) / 5)
-			reminder := workflow.NewTimer(timerCtx, remindAt.Sub(workflow.Now(ctx)))
+			reminder := workflow.NewTimerWithOptions(timerCtx, remindAt.Sub(workflow.Now(ctx)),
+				workflow.TimerOptions{Summary: "reminder: " + callSummary(a.Call)})
 			sel.AddFuture(reminder, func(f workflow.Future) {
 				if f.Get(ctx, nil) == nil && !a.decided {
 					g.sendNotice(ctx, a, activities.NoticeReminder)
@@ -360,6 +365,7 @@ func (g *gate) upsertPending(ctx workflow.Context) {
 		}
 	}
 	ids = boundedKeywords(ids, pendingAttributeBudget)
+	workflow.SetCurrentDetails(ctx, g.details())
 	key := temporal.NewSearchAttributeKeyKeywordList(PendingApprovalsAttribute)
 	update := key.ValueSet(ids)
 	if len(ids) == 0 {
@@ -371,6 +377,33 @@ func (g *gate) upsertPending(ctx workflow.Context) {
 	if err := workflow.UpsertTypedSearchAttributes(ctx, update); err != nil {
 		workflow.GetLogger(ctx).Warn("upsert pending approvals", "error", err)
 	}
+}
+
+// details is the workflow's current details, which the Web UI shows on a
+// workflow's page (Markdown): the calls it waits for, with their arguments
+// and expiry, or nothing.
+func (g *gate) details() string {
+	var b strings.Builder
+	for _, a := range g.all {
+		if !a.decided {
+			if b.Len() == 0 {
+				b.WriteString("**Waiting for approval**\n\n")
+			}
+			fmt.Fprintf(&b, "- `%s` %s — expires %s (request `%s`)\n", a.Call.Name, "`"+truncate(strings.ReplaceAll(a.Call.Arguments, "`", "'"), 300)+"`",
+				a.ExpiresAt.UTC().Format(time.RFC3339), a.RequestID)
+		}
+	}
+	for _, cc := range g.clients {
+		if !cc.answered {
+			fmt.Fprintf(&b, "- waiting for the client to run `%s` (tool call `%s`)\n", cc.Call.Name, cc.Call.ID)
+		}
+	}
+	return b.String()
+}
+
+// callSummary names a call in one short line: its tool and arguments.
+func callSummary(call activities.ToolCall) string {
+	return call.Name + " " + truncate(strings.Join(strings.Fields(call.Arguments), " "), 120)
 }
 
 // pendingAttributeBudget bounds the bytes of the values upsertPending

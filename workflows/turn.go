@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"time"
+	"unicode/utf8"
 
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
@@ -312,7 +313,9 @@ func (t *turn) callModel(ctx workflow.Context, messages []activities.Message) (a
 		},
 	}
 	var out activities.ModelOutput
-	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, modelActivityOptions(t.settings)), activities.ModelActivity, in).Get(ctx, &out)
+	opts := modelActivityOptions(t.settings)
+	opts.Summary = fmt.Sprintf("model call %d", t.step)
+	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), activities.ModelActivity, in).Get(ctx, &out)
 	t.modelRunning = false
 	if err != nil {
 		return out, err
@@ -632,9 +635,14 @@ func activityErrorMessage(err error) string {
 	return err.Error()
 }
 
+// truncate cuts s to at most n bytes, at a character boundary, and marks
+// the cut.
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
 	}
 	return s[:n] + "…"
 }

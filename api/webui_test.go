@@ -1,0 +1,120 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	sdkpb "go.temporal.io/api/sdk/v1"
+	"go.temporal.io/sdk/converter"
+
+	"github.com/tollgate/tollgate/internal/devserver"
+	"github.com/tollgate/tollgate/workflows"
+)
+
+// TestTheWebUISaysWhatAWaitingTurnWaitsFor reads what the Temporal Web UI
+// shows of a turn paused at two approvals: the workflow's current details
+// (the calls it waits for, with arguments and expiry) and the summaries of
+// its timers and activities.
+func TestTheWebUISaysWhatAWaitingTurnWaitsFor(t *testing.T) {
+	st := newStack(t)
+	_, msgs := st.chat(t, `{"query": "tidy up", "conversationId": "webui"}`)
+	seq := 0
+	requests := ofType(untilEvent(t, msgs, &seq, workflows.EventApprovalRequest, 2), workflows.EventApprovalRequest)
+	turnID := workflows.TurnWorkflowID("webui", 1)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+
+	v, err := st.client.QueryWorkflow(ctx, turnID, "", workflowMetadataQuery)
+	require.NoError(t, err)
+	var meta sdkpb.WorkflowMetadata
+	require.NoError(t, v.Get(&meta))
+	details := meta.GetCurrentDetails()
+	require.Contains(t, details, "Waiting for approval")
+	require.Contains(t, details, "`Bash` `{\"command\":\"ls -la\"}`")
+	require.Contains(t, details, requests[0].RequestID)
+
+	summaries := summariesOf(t, st, turnID)
+	require.Contains(t, summaries, "model call 1")
+	require.Contains(t, summaries, `approval: Bash {"command":"ls -la"}`)
+
+	for _, r := range requests {
+		postDecision(t, st.api, r.RequestID, workflows.DecisionApprove, "", true)
+	}
+	untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
+	summaries = summariesOf(t, st, turnID)
+	require.Contains(t, summaries, `Read {"file_path":"README.md"}`, "tool activities are named by their call")
+	require.Contains(t, summaries, "model call 2")
+	v, err = st.client.QueryWorkflow(ctx, turnID, "", workflowMetadataQuery)
+	require.NoError(t, err)
+	require.NoError(t, v.Get(&meta))
+	require.Empty(t, meta.GetCurrentDetails(), "nothing waits any more")
+}
+
+// workflowMetadataQuery is the SDK's built-in query the Web UI reads a
+// workflow's current details with.
+const workflowMetadataQuery = "__temporal_workflow_metadata"
+
+// summariesOf lists the summaries of the events of a workflow's history:
+// what the Web UI names its timers, activities and children by.
+func summariesOf(t *testing.T, st *stack, id string) []string {
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	var out []string
+	iter := st.client.GetWorkflowHistory(ctx, id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for iter.HasNext() {
+		e, err := iter.Next()
+		require.NoError(t, err)
+		if p := e.GetUserMetadata().GetSummary(); p != nil {
+			var s string
+			require.NoError(t, converter.GetDefaultDataConverter().FromPayload(p, &s))
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// TestTheWebUIShowsTheCallsATurnWaitsFor opens the real Temporal Web UI of
+// the dev server in headless Chromium on a turn paused at its approvals,
+// and finds its timers named by the calls they wait for on the workflow's
+// page (the current details are TestTheWebUISaysWhatAWaitingTurnWaitsFor's);
+// the screenshot goes to $TOLLGATE_SCREENSHOT_DIR when set.
+func TestTheWebUIShowsTheCallsATurnWaitsFor(t *testing.T) {
+	st := newStack(t, withDevServer(devserver.Options{UI: true}))
+	_, msgs := st.chat(t, `{"query": "tidy up", "conversationId": "webui-page"}`)
+	seq := 0
+	untilEvent(t, msgs, &seq, workflows.EventApprovalRequest, 2)
+	turnID := workflows.TurnWorkflowID("webui-page", 1)
+
+	exe, err := exec.LookPath("chromium")
+	require.NoError(t, err, "install chromium (apt-get install -y chromium)")
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), chromedp.ExecPath(exe), chromedp.Headless, chromedp.NoSandbox,
+		chromedp.DisableGPU, chromedp.NoFirstRun, chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1400, 1100))
+	defer cancelAlloc()
+	ctx, cancel := chromedp.NewContext(actx)
+	defer cancel()
+	ctx, cancelTimeout := context.WithTimeout(ctx, 60*time.Second)
+	defer cancelTimeout()
+	page := fmt.Sprintf("http://127.0.0.1:%d/namespaces/%s/workflows/%s", st.temporal.UIPort, st.temporal.Namespace, turnID)
+	_, err = chromedp.Run(ctx, chromedp.Navigate(page))
+	require.NoError(t, err, "open %s", page)
+	// The timeline names each timer by the call it waits for.
+	_, err = chromedp.Run(ctx, chromedp.Poll[bool](
+		`document.body && document.body.innerText.includes('approval: Bash {"command":"ls -la"}') && document.body.innerText.includes("model call 1")`,
+		chromedp.WithPollingTimeout(45*time.Second)))
+	require.NoError(t, err, "the Web UI's page of %s names the calls its timers wait for", turnID)
+	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // PNG
+	require.NoError(t, err)
+	if dir := os.Getenv("TOLLGATE_SCREENSHOT_DIR"); dir != "" {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "webui-waiting-turn.png"), shot, 0o644))
+	}
+}
