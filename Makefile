@@ -4,11 +4,13 @@ TEMPORAL_CLI_VERSION := v1.5.1
 TEMPORAL := bin/temporal
 VERSITYGW_VERSION := v1.8.0
 VERSITYGW := bin/versitygw
+STATICCHECK_VERSION := v0.8.2
+STATICCHECK := bin/staticcheck
 BINARIES := ./worker ./api ./cmd/scripted-model ./cmd/tollgate
 # The race detector is on by default; `make test RACE=` turns it off.
 RACE ?= -race
 
-.PHONY: all temporal versitygw build test lint bench dev corpus
+.PHONY: all temporal versitygw staticcheck build test lint bench dev corpus
 
 all: lint test
 
@@ -26,6 +28,12 @@ versitygw: $(VERSITYGW)
 $(VERSITYGW):
 	GOBIN=$(CURDIR)/bin go install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION)
 
+# The linter beyond go vet, from the Go module proxy into bin/.
+staticcheck: $(STATICCHECK)
+
+$(STATICCHECK):
+	GOBIN=$(CURDIR)/bin go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
 build:
 	go build -o bin/ $(BINARIES)
 
@@ -35,10 +43,11 @@ test: $(TEMPORAL) $(VERSITYGW)
 	go test $(RACE) -count=1 -timeout 14m ./...
 
 # gofmt skips the agent's workspace and hidden folders: they are not ours.
-lint:
+lint: $(STATICCHECK)
 	@files="$$(find . \( -path ./workspace -o -path './.*' \) -prune -o -name '*.go' -print | xargs gofmt -l)"; \
 	if [ -n "$$files" ]; then echo "gofmt needed:"; echo "$$files"; exit 1; fi
 	go vet ./...
+	$(STATICCHECK) ./...
 
 # Benchmarks against the raw Temporal floor on one tuned dev server; about a
 # minute. The figures go to bench/RESULTS.md, never into a test's verdict.

@@ -367,7 +367,7 @@ func TestRequestTheClientRefusesToSendIsNonRetryable(t *testing.T) {
 	s := scripted.New(scripted.Always(scripted.Reply{Content: "never"}))
 	m := serve(t, s, nil)
 	in := userAsks("hi")
-	in.Model = openai.GPT3TextDavinci003 // go-openai refuses it for chat completions
+	in.Model = "text-davinci-003" // a completions-only model: go-openai refuses it for chat completions
 	_, err := m.Chat(context.Background(), in)
 	var appErr *temporal.ApplicationError
 	require.ErrorAs(t, err, &appErr)

@@ -716,11 +716,12 @@ func whereStuck(c client.Client, workflowID string) string {
 			fmt.Fprintf(&b, "\n    %s %s", ev.GetEventTime().AsTime().Format("15:04:05.000"), ev.GetEventType())
 		}
 	}
-	d, err := c.DescribeWorkflowExecution(ctx, workflowID, "")
+	desc, err := c.DescribeWorkflow(ctx, workflowID, "")
 	if err != nil {
 		fmt.Fprintf(&b, "\n    describe: %v", err)
 		return b.String()
 	}
+	d := desc.RawResponse
 	for _, a := range d.GetPendingActivities() {
 		fmt.Fprintf(&b, "\n    pending activity %s: %s, attempt %d, last started %s, last heartbeat %s, last failure %v",
 			a.GetActivityType().GetName(), a.GetState(), a.GetAttempt(),

@@ -37,7 +37,7 @@ func (st *stack) requireNoConversation(t *testing.T, conv string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
-	_, err := st.client.DescribeWorkflowExecution(ctx, workflows.ConversationWorkflowID(conv), "")
+	_, err := st.client.DescribeWorkflow(ctx, workflows.ConversationWorkflowID(conv), "")
 	require.True(t, isNotFound(err), "conversation %s was never started: %v", conv, err)
 }
 

@@ -81,10 +81,10 @@ func TestAConversationThatEndedIsNeverReplacedByAnEmptyOneUnderItsID(t *testing.
 	status, msg := post(t, st.api.URL+"/chat/stream", "application/json", "", `{"query": "again", "conversationId": "ended"}`)
 	require.Equal(t, http.StatusConflict, status, msg)
 	require.Contains(t, msg, "conversation ended has ended")
-	desc, err := st.client.DescribeWorkflowExecution(ctx, id, "")
+	desc, err := st.client.DescribeWorkflow(ctx, id, "")
 	require.NoError(t, err)
-	require.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED, desc.GetWorkflowExecutionInfo().GetStatus(), "no new run under its id")
-	_, err = st.client.DescribeWorkflowExecution(ctx, workflows.TurnWorkflowID("ended", 1), "")
+	require.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED, desc.RawResponse.GetWorkflowExecutionInfo().GetStatus(), "no new run under its id")
+	_, err = st.client.DescribeWorkflow(ctx, workflows.TurnWorkflowID("ended", 1), "")
 	require.NoError(t, err, "turn 1 is still the first conversation's")
 }
 
@@ -288,10 +288,11 @@ func TestATurnEndsWithAnErrorBeforeItsHistoryReachesTemporalsLimit(t *testing.T)
 
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
-	desc, err := st.client.DescribeWorkflowExecution(ctx, workflows.TurnWorkflowID("history-limit", 1), "")
+	desc, err := st.client.DescribeWorkflow(ctx, workflows.TurnWorkflowID("history-limit", 1), "")
 	require.NoError(t, err)
-	require.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, desc.GetWorkflowExecutionInfo().GetStatus(), "completed, not terminated")
-	require.Less(t, desc.GetWorkflowExecutionInfo().GetHistoryLength(), int64(600))
+	info := desc.RawResponse.GetWorkflowExecutionInfo()
+	require.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, info.GetStatus(), "completed, not terminated")
+	require.Less(t, info.GetHistoryLength(), int64(600))
 
 	_, msgs = st.chat(t, `{"query": "and now?", "conversationId": "history-limit"}`)
 	seq = 0

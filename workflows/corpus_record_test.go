@@ -497,7 +497,7 @@ func (r *recorder) finished(id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), corpusWait)
 	defer cancel()
 	require.Eventually(r.t, func() bool {
-		_, err := r.c.DescribeWorkflowExecution(ctx, id, "")
+		_, err := r.c.DescribeWorkflow(ctx, id, "")
 		return err == nil
 	}, corpusWait, 20*time.Millisecond, "turn %s starts", id)
 	require.NoError(r.t, r.c.GetWorkflow(ctx, id, "").Get(ctx, nil), "turn %s", id)
@@ -507,9 +507,9 @@ func (r *recorder) describe(id string) *workflowservice.DescribeWorkflowExecutio
 	r.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), corpusWait)
 	defer cancel()
-	resp, err := r.c.DescribeWorkflowExecution(ctx, id, "")
+	resp, err := r.c.DescribeWorkflow(ctx, id, "")
 	require.NoError(r.t, err)
-	return resp
+	return resp.RawResponse
 }
 
 // record writes the history of workflow id (its latest run unless runID
@@ -522,9 +522,9 @@ func (r *recorder) record(name, id, runID string) {
 	defer cancel()
 	if runID == "" {
 		require.EventuallyWithT(r.t, func(c *assert.CollectT) {
-			resp, err := r.c.DescribeWorkflowExecution(ctx, id, "")
+			resp, err := r.c.DescribeWorkflow(ctx, id, "")
 			require.NoError(c, err)
-			assert.Nil(c, resp.GetPendingWorkflowTask(), "workflow %s is between tasks", id)
+			assert.Nil(c, resp.RawResponse.GetPendingWorkflowTask(), "workflow %s is between tasks", id)
 		}, corpusWait, 20*time.Millisecond)
 	}
 	history := &historypb.History{}

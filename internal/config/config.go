@@ -534,7 +534,7 @@ func (r *reader) tokens(name string) []APIToken {
 func (r *reader) temporal(address, namespace string) client.Options {
 	opts, err := envconfig.LoadClientOptions(envconfig.LoadClientOptionsRequest{EnvLookup: lookupEnv{r.lookup}})
 	if err != nil {
-		r.errs = append(r.errs, fmt.Errorf("Temporal client configuration (TEMPORAL_* variables, %s): %w", cmp.Or(r.lookup("TEMPORAL_CONFIG_FILE"), envconfig.DefaultConfigFilePath()), err))
+		r.errs = append(r.errs, fmt.Errorf("the Temporal client configuration (TEMPORAL_* variables, %s): %w", cmp.Or(r.lookup("TEMPORAL_CONFIG_FILE"), envconfig.DefaultConfigFilePath()), err))
 		return client.Options{HostPort: address, Namespace: namespace}
 	}
 	if r.lookup(EnvTemporalAddress) != "" || opts.HostPort == "" {
