@@ -186,6 +186,7 @@ func stackSettings(tools *activities.Tools, approvalTimeout time.Duration) workf
 		Tools:            tools.Specs(),
 		WorkspaceRoots:   []string{tools.Workspace},
 		SearchAttributes: true,
+		StatusAttribute:  true,
 	}
 }
 

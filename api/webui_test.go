@@ -10,9 +10,11 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 	sdkpb "go.temporal.io/api/sdk/v1"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/converter"
 
 	"github.com/tollgate/tollgate/internal/devserver"
@@ -117,4 +119,41 @@ func TestTheWebUIShowsTheCallsATurnWaitsFor(t *testing.T) {
 	if dir := os.Getenv("TOLLGATE_SCREENSHOT_DIR"); dir != "" {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, "webui-waiting-turn.png"), shot, 0o644))
 	}
+}
+
+// TestAStatusAttributeTellsWaitingTurnsFromRunningAndIdleOnes lists, as a
+// saved view of the Web UI would, the workflows by TollgateStatus: the
+// turn waits while its approvals are pending, its conversation runs it,
+// and once it has finished the conversation is idle.
+func TestAStatusAttributeTellsWaitingTurnsFromRunningAndIdleOnes(t *testing.T) {
+	st := newStack(t)
+	_, msgs := st.chat(t, `{"query": "tidy up", "conversationId": "status"}`)
+	seq := 0
+	requests := ofType(untilEvent(t, msgs, &seq, workflows.EventApprovalRequest, 2), workflows.EventApprovalRequest)
+	turn, conv := workflows.TurnWorkflowID("status", 1), workflows.ConversationWorkflowID("status")
+	requireStatus(t, st, workflows.StatusWaiting, turn)
+	requireStatus(t, st, workflows.StatusRunning, conv)
+
+	for _, r := range requests {
+		postDecision(t, st.api, r.RequestID, workflows.DecisionApprove, "", true)
+	}
+	untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
+	requireStatus(t, st, workflows.StatusIdle, conv)
+}
+
+// requireStatus waits until visibility lists exactly ids under status.
+func requireStatus(t *testing.T, st *stack, status string, ids ...string) {
+	t.Helper()
+	query := fmt.Sprintf("%s = '%s' AND ExecutionStatus = 'Running'", workflows.StatusAttribute, status)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+		defer cancel()
+		resp, err := st.client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: query})
+		require.NoError(c, err)
+		var got []string
+		for _, e := range resp.GetExecutions() {
+			got = append(got, e.GetExecution().GetWorkflowId())
+		}
+		assert.ElementsMatch(c, ids, got)
+	}, waitFor, 50*time.Millisecond, "%s lists %v", query, ids)
 }

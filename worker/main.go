@@ -105,6 +105,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		WorkspaceRoots:   activities.WorkspaceRoots(cfg.Workspace, realWorkspace),
 		ToolTimeout:      cfg.BashTimeout + 30*time.Second,
 		SearchAttributes: searchAttributes,
+		StatusAttribute:  searchAttributes,
 		Agents:           agentDefs,
 		Rules:            rules,
 		Notify:           cfg.NotifyURL != "",

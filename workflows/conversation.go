@@ -82,12 +82,16 @@ func (w *Workflows) Conversation(ctx workflow.Context, in ConversationInput) err
 
 	started := 0
 	for {
+		if len(c.queue) == 0 {
+			c.setStatus(ctx, settings, StatusIdle)
+		}
 		if err := workflow.Await(ctx, func() bool { return len(c.queue) > 0 }); err != nil {
 			return err // cancelled while idle
 		}
 		next := c.queue[0]
 		c.queue = c.queue[1:]
-		c.runTurn(ctx, next, settings.SearchAttributes)
+		c.setStatus(ctx, settings, StatusRunning)
+		c.runTurn(ctx, next, settings)
 		started++
 
 		if started >= settings.TurnsPerRun || workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
@@ -123,7 +127,7 @@ func (c *conversation) onMessage(ctx workflow.Context, m UserMessage) (TurnRef, 
 
 // runTurn runs one queued message as a child ChatTurn and adds the user
 // message and the turn's messages to the log.
-func (c *conversation) runTurn(ctx workflow.Context, q QueuedMessage, upserts bool) {
+func (c *conversation) runTurn(ctx workflow.Context, q QueuedMessage, settings Settings) {
 	user := activities.Message{Role: activities.RoleUser, Content: q.Message.Query}
 	messages := make([]activities.Message, 0, len(c.messages)+1)
 	messages = append(append(messages, c.messages...), user)
@@ -133,9 +137,8 @@ func (c *conversation) runTurn(ctx workflow.Context, q QueuedMessage, upserts bo
 		ParentClosePolicy: enumspb.PARENT_CLOSE_POLICY_REQUEST_CANCEL,
 		StaticSummary:     truncate(q.Message.Query, 200),
 	}
-	if upserts {
-		opts.TypedSearchAttributes = temporal.NewSearchAttributes(
-			temporal.NewSearchAttributeKeyKeyword(ConversationIDAttribute).ValueSet(c.id))
+	if settings.SearchAttributes {
+		opts.TypedSearchAttributes = temporal.NewSearchAttributes(startAttributes(c.id, settings)...)
 	}
 	child := workflow.ExecuteChildWorkflow(workflow.WithChildOptions(ctx, opts), ChatTurnWorkflow, TurnInput{
 		ConversationID: c.id,
@@ -166,4 +169,26 @@ func (c *conversation) runTurn(ctx workflow.Context, q QueuedMessage, upserts bo
 	}
 	c.messages = append(c.messages, out.Messages...)
 	c.grants = append(c.grants, out.Grants...)
+}
+
+// setStatus keeps the conversation's StatusAttribute current, where the
+// settings it runs with say the attribute exists; a failed upsert only
+// costs the Web UI's view.
+func (c *conversation) setStatus(ctx workflow.Context, settings Settings, status string) {
+	if !settings.SearchAttributes || !settings.StatusAttribute {
+		return
+	}
+	if err := workflow.UpsertTypedSearchAttributes(ctx, temporal.NewSearchAttributeKeyKeyword(StatusAttribute).ValueSet(status)); err != nil {
+		workflow.GetLogger(ctx).Warn("upsert status", "status", status, "error", err)
+	}
+}
+
+// startAttributes are the search attributes a turn or a subagent starts
+// with: its conversation, and running.
+func startAttributes(conversationID string, settings Settings) []temporal.SearchAttributeUpdate {
+	attrs := []temporal.SearchAttributeUpdate{temporal.NewSearchAttributeKeyKeyword(ConversationIDAttribute).ValueSet(conversationID)}
+	if settings.StatusAttribute {
+		attrs = append(attrs, temporal.NewSearchAttributeKeyKeyword(StatusAttribute).ValueSet(StatusRunning))
+	}
+	return attrs
 }

@@ -70,6 +70,7 @@ type gate struct {
 	clients []*clientCall
 	wake    workflow.Channel
 	upserts bool
+	status  bool
 	notify  bool
 	// settings hold the policy's rules, which may say who decides; sender
 	// is the principal who sent the message the loop runs for.
@@ -85,6 +86,7 @@ func newGate(ctx workflow.Context, log *eventLog, conversationID, sender string,
 		byID:           map[string]*approval{},
 		wake:           workflow.NewBufferedChannel(ctx, 1),
 		upserts:        settings.SearchAttributes,
+		status:         settings.SearchAttributes && settings.StatusAttribute,
 		notify:         settings.Notify,
 		settings:       settings,
 		sender:         sender,
@@ -367,14 +369,18 @@ func (g *gate) upsertPending(ctx workflow.Context) {
 	ids = boundedKeywords(ids, pendingAttributeBudget)
 	workflow.SetCurrentDetails(ctx, g.details())
 	key := temporal.NewSearchAttributeKeyKeywordList(PendingApprovalsAttribute)
-	update := key.ValueSet(ids)
+	updates := []temporal.SearchAttributeUpdate{key.ValueSet(ids)}
+	status := StatusWaiting
 	if len(ids) == 0 {
-		update = key.ValueUnset()
+		updates[0], status = key.ValueUnset(), StatusRunning
+	}
+	if g.status {
+		updates = append(updates, temporal.NewSearchAttributeKeyKeyword(StatusAttribute).ValueSet(status))
 	}
 	// Upsert fails only for an unregistered attribute, which the worker
 	// rules out before it sets upserts; a log line is enough here.
 	ctx, _ = workflow.NewDisconnectedContext(ctx)
-	if err := workflow.UpsertTypedSearchAttributes(ctx, update); err != nil {
+	if err := workflow.UpsertTypedSearchAttributes(ctx, updates...); err != nil {
 		workflow.GetLogger(ctx).Warn("upsert pending approvals", "error", err)
 	}
 }

@@ -86,6 +86,22 @@ const (
 	// PendingApprovalsAttribute lists the request ids a turn waits for
 	// (KeywordList); empty when it waits for none.
 	PendingApprovalsAttribute = "TollgatePendingApprovals"
+	// StatusAttribute says what a turn or a conversation is doing
+	// (Keyword): StatusRunning, StatusWaiting or StatusIdle, for saved
+	// views in the Web UI ("TollgateStatus = 'waiting'").
+	StatusAttribute = "TollgateStatus"
+)
+
+// Values of StatusAttribute.
+const (
+	// StatusRunning: a turn calls its model or runs its tools; a
+	// conversation runs a turn.
+	StatusRunning = "running"
+	// StatusWaiting: a turn (or subagent) waits for a person's decision or
+	// a client's tool result.
+	StatusWaiting = "waiting"
+	// StatusIdle: a conversation waits for its next message.
+	StatusIdle = "idle"
 )
 
 // ClientToolSearchValue is how PendingApprovalsAttribute lists a client

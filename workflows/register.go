@@ -59,6 +59,7 @@ func (s TokenSignaler) SendTokens(ctx context.Context, target activities.TokenTa
 var searchAttributes = map[string]enumspb.IndexedValueType{
 	ConversationIDAttribute:   enumspb.INDEXED_VALUE_TYPE_KEYWORD,
 	PendingApprovalsAttribute: enumspb.INDEXED_VALUE_TYPE_KEYWORD_LIST,
+	StatusAttribute:           enumspb.INDEXED_VALUE_TYPE_KEYWORD,
 }
 
 // EnsureSearchAttributes registers the custom search attributes that are

@@ -61,6 +61,10 @@ type Settings struct {
 	// SearchAttributes is true when the worker made sure the custom search
 	// attributes exist, so workflows may set them.
 	SearchAttributes bool `json:"searchAttributes"`
+	// StatusAttribute is true when StatusAttribute exists too, so workflows
+	// keep it current. Settings recorded by workers before it existed lack
+	// it, so a workflow begun on one never sets it: no patch needed.
+	StatusAttribute bool `json:"statusAttribute,omitempty"`
 	// TurnsPerRun bounds the turns one run of a conversation starts before it
 	// continues as new, whatever the server suggests.
 	TurnsPerRun int `json:"turnsPerRun"`

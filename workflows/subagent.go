@@ -174,8 +174,7 @@ func (t *turn) runSubagent(ctx workflow.Context, call activities.ToolCall) activ
 		WaitForCancellation: true,
 	}
 	if t.settings.SearchAttributes {
-		opts.TypedSearchAttributes = temporal.NewSearchAttributes(
-			temporal.NewSearchAttributeKeyKeyword(ConversationIDAttribute).ValueSet(t.conversationID))
+		opts.TypedSearchAttributes = temporal.NewSearchAttributes(startAttributes(t.conversationID, t.settings)...)
 	}
 	child := workflow.ExecuteChildWorkflow(workflow.WithChildOptions(ctx, opts), SubagentWorkflow, SubagentInput{
 		ParentWorkflowID: parentID,

@@ -25,7 +25,7 @@ until attributes=$(cli operator search-attribute list --namespace "$TEMPORAL_NAM
 	[ "$tries" -lt 60 ] || { echo "$attributes" >&2; exit 1; }
 	sleep 1
 done
-for spec in TollgateConversationId:Keyword TollgatePendingApprovals:KeywordList; do
+for spec in TollgateConversationId:Keyword TollgatePendingApprovals:KeywordList TollgateStatus:Keyword; do
 	name=${spec%%:*} type=${spec#*:}
 	if printf '%s\n' "$attributes" | grep -qw "$name"; then
 		echo "search attribute $name exists"
