@@ -6,10 +6,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
+	openai "github.com/sashabaranov/go-openai"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
@@ -17,7 +19,9 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/converter"
 
+	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/devserver"
+	"github.com/tollgate/tollgate/internal/scripted"
 	"github.com/tollgate/tollgate/workflows"
 )
 
@@ -156,4 +160,38 @@ func requireStatus(t *testing.T, st *stack, status string, ids ...string) {
 		}
 		assert.ElementsMatch(c, ids, got)
 	}, waitFor, 50*time.Millisecond, "%s lists %v", query, ids)
+}
+
+// TestTheApproverSeesWhatACallWillReallyDo checks the worker's preview on a
+// real stack: a Write over an existing file says what it removes (the
+// console's own diff of the arguments showed "−0"), a multi-line command is
+// shown line by line, in the stream, in GET /approvals and in the console.
+func TestTheApproverSeesWhatACallWillReallyDo(t *testing.T) {
+	lines := strings.Repeat("an old line\n", 40)
+	script := func(req openai.ChatCompletionRequest) scripted.Reply {
+		if countRole(req.Messages, openai.ChatMessageRoleTool) > 0 {
+			return scripted.Reply{Content: "Done."}
+		}
+		return scripted.Reply{ToolCalls: []activities.ToolCall{
+			{ID: "w", Name: activities.ToolWrite, Arguments: `{"file_path":"README.md","content":"# replaced\n"}`},
+			{ID: "b", Name: activities.ToolBash, Arguments: `{"command":"ls -la\nrm -rf ~/   # harmless cleanup"}`},
+		}}
+	}
+	st := newStack(t, withScript(script))
+	require.NoError(t, os.WriteFile(filepath.Join(st.workspace, "README.md"), []byte(lines), 0o644))
+	_, msgs := st.chat(t, `{"query": "clean up", "conversationId": "preview"}`)
+	seq := 0
+	requests := requestsByTool(untilEvent(t, msgs, &seq, workflows.EventApprovalRequest, 2))
+	require.True(t, strings.HasPrefix(requests["Write"].Preview, "overwrite README.md (40 lines, 480 bytes) with 1 lines (11 bytes): −40 +1"), requests["Write"].Preview)
+	require.Contains(t, requests["Bash"].Preview, "$ ls -la⏎\n$ rm -rf ~/   # harmless cleanup⏎")
+	pending := st.approvals(t, "?conversationId=preview")
+	require.Len(t, pending, 2)
+	require.Equal(t, requests[pending[0].ToolName].Preview, pending[0].Preview, "the inbox gets the same preview")
+
+	b := newBrowser(t)
+	b.do(chromedp.Navigate(st.api.URL + "/?conversation=preview&turn=" + workflows.TurnWorkflowID("preview", 1)))
+	b.waitUntil(`document.querySelectorAll('[data-testid="preview"]').length === 2`)
+	text := eval[string](b, `[...document.querySelectorAll('[data-testid="preview"]')].map((e) => e.innerText).join("\n")`)
+	require.Contains(t, text, "−40 +1")
+	require.Contains(t, text, "$ rm -rf ~/   # harmless cleanup⏎")
 }

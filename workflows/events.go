@@ -74,6 +74,10 @@ type Event struct {
 	Arguments  string     `json:"arguments,omitempty"`
 	ExpiresAt  *time.Time `json:"expiresAt,omitempty"`
 	Decision   string     `json:"decision,omitempty"`
+	// Preview, on approval_request, says what the call will do, read on
+	// the worker where the files are: a Write's or an Edit's diff against
+	// the file, a Bash command line by line.
+	Preview string `json:"preview,omitempty"`
 	// Grant names the remembered decision that decided a call.
 	Grant string `json:"grant,omitempty"`
 	// By names who decided: the principal of the API caller's token, a

@@ -42,6 +42,8 @@ type approval struct {
 	Call        activities.ToolCall
 	RequestedAt time.Time
 	ExpiresAt   time.Time
+	// Preview says what the call will do, as the worker read it.
+	Preview string
 
 	decided   bool
 	decision  string
@@ -96,7 +98,7 @@ func newGate(ctx workflow.Context, log *eventLog, conversationID, sender string,
 // request publishes an approval request for call and returns it. Its id
 // names the workflow, so the API can find it from the id alone, and is bound
 // to the call (see boundRequestID); it is made once and recorded in history.
-func (g *gate) request(ctx workflow.Context, call activities.ToolCall, timeout time.Duration, note string) *approval {
+func (g *gate) request(ctx workflow.Context, call activities.ToolCall, timeout time.Duration, note, preview string) *approval {
 	id := g.newRequestID(ctx, call)
 	now := workflow.Now(ctx)
 	a := &approval{
@@ -104,6 +106,7 @@ func (g *gate) request(ctx workflow.Context, call activities.ToolCall, timeout t
 		Call:        call,
 		RequestedAt: now,
 		ExpiresAt:   now.Add(timeout),
+		Preview:     preview,
 	}
 	g.all = append(g.all, a)
 	g.byID[a.RequestID] = a
@@ -117,6 +120,7 @@ func (g *gate) request(ctx workflow.Context, call activities.ToolCall, timeout t
 		WorkflowID: g.workflowID,
 		ExpiresAt:  &expires,
 		Reason:     note,
+		Preview:    preview,
 	})
 	countRequest(ctx)
 	g.sendNotice(ctx, a, activities.NoticeApprovalRequest)
@@ -299,6 +303,7 @@ func (g *gate) pending() []PendingApproval {
 			Arguments:      a.Call.Arguments,
 			RequestedAt:    a.RequestedAt,
 			ExpiresAt:      a.ExpiresAt,
+			Preview:        a.Preview,
 		})
 	}
 	return out

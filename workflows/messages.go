@@ -163,6 +163,8 @@ type PendingApproval struct {
 	Arguments      string    `json:"arguments"`
 	RequestedAt    time.Time `json:"requestedAt"`
 	ExpiresAt      time.Time `json:"expiresAt"`
+	// Preview says what the call will do (see Event.Preview).
+	Preview string `json:"preview,omitempty"`
 }
 
 // MessagesRequest asks for a page of a conversation's transcript: Limit

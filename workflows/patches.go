@@ -25,4 +25,8 @@ const (
 	// says should continue as new ends with an error event before the
 	// history limit terminates it (turn.outgrewHistory).
 	patchHistoryLimit = "history-limit"
+	// patchApprovalPreview (after v0.3.0): a batch's calls that may ask
+	// get a preview, read on the worker, before their requests
+	// (turn.previews).
+	patchApprovalPreview = "approval-preview"
 )

@@ -26,6 +26,7 @@ func Register(r worker.Registry, w *Workflows, model *activities.Model, tools *a
 	for name, fn := range tools.Activities() {
 		r.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name})
 	}
+	r.RegisterActivityWithOptions(tools.Preview, activity.RegisterOptions{Name: activities.PreviewActivity})
 }
 
 // WorkerOptions are the options of a worker that runs these workflows.

@@ -351,6 +351,7 @@ func (t *turn) runBatch(ctx workflow.Context, calls []activities.ToolCall) []Too
 
 	calls, vetted, normalized := t.vetBatch(ctx, calls)
 	strict := t.strictGate(ctx, calls)
+	previews := t.previews(ctx, calls, vetted)
 	results := make([]ToolResult, len(calls))
 	approvals := make([]*approval, len(calls))
 	var waiting []*approval
@@ -385,7 +386,7 @@ func (t *turn) runBatch(ctx workflow.Context, calls []activities.ToolCall) []Too
 			if c.Problem != "" {
 				workflow.GetLogger(ctx).Warn("policy fails closed", "toolCallId", call.ID, "problem", c.Problem)
 			}
-			approvals[i] = t.gate.request(ctx, call, c.Timeout, c.Problem)
+			approvals[i] = t.gate.request(ctx, call, c.Timeout, c.Problem, previews[i])
 			waiting = append(waiting, approvals[i])
 		}
 	}
@@ -560,6 +561,40 @@ func (t *turn) checkBatch(ctx workflow.Context, calls []activities.ToolCall) []c
 		panic(fmt.Errorf("policy checks of %d calls: %w", len(calls), err))
 	}
 	return checks
+}
+
+// previews asks the worker, in parallel, what each call of the batch that
+// may wait for a person will do (activities.Tools.Preview), so the request
+// shows it. From patchApprovalPreview on; only batches with such a call ask
+// for the patch. A preview that fails is said to, and never holds up the
+// request.
+func (t *turn) previews(ctx workflow.Context, calls []activities.ToolCall, vetted []vetting) []string {
+	out := make([]string, len(calls))
+	var wanted []int
+	for i, c := range calls {
+		if vetted[i].Refused == "" && vetted[i].Check.Required && !(t.bypass && !vetted[i].Check.Always) &&
+			c.Name != TaskTool && !offers(t.clientTools, c.Name) && offers(t.tools, c.Name) {
+			wanted = append(wanted, i)
+		}
+	}
+	if len(wanted) == 0 || workflow.GetVersion(ctx, patchApprovalPreview, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return out
+	}
+	opts := workflow.ActivityOptions{
+		StartToCloseTimeout: 10 * time.Second,
+		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 2},
+	}
+	futures := make([]workflow.Future, len(wanted))
+	for j, i := range wanted {
+		opts.Summary = "preview: " + callSummary(calls[i])
+		futures[j] = workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), activities.PreviewActivity, activities.ToolInput{Call: calls[i]})
+	}
+	for j, i := range wanted {
+		if err := futures[j].Get(ctx, &out[i]); err != nil {
+			out[i] = "(no preview: " + activityErrorMessage(err) + ")"
+		}
+	}
+	return out
 }
 
 // outgrewHistory reports whether the turn should end before its history

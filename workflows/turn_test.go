@@ -66,6 +66,9 @@ func newHarness(t *testing.T, settings Settings, replies ...activities.ModelOutp
 	h.env.RegisterWorkflowWithOptions(w.Conversation, workflow.RegisterOptions{Name: ConversationWorkflow})
 	h.env.RegisterWorkflowWithOptions(w.Subagent, workflow.RegisterOptions{Name: SubagentWorkflow})
 	h.env.RegisterActivityWithOptions(h.model, activity.RegisterOptions{Name: activities.ModelActivity})
+	h.env.RegisterActivityWithOptions(func(_ context.Context, in activities.ToolInput) (string, error) {
+		return "preview of " + in.Call.Name + " " + in.Call.Arguments, nil
+	}, activity.RegisterOptions{Name: activities.PreviewActivity})
 	for _, name := range testTools {
 		h.env.RegisterActivityWithOptions(h.tool(name), activity.RegisterOptions{Name: name})
 	}

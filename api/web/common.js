@@ -126,6 +126,19 @@ const TG = (() => {
         }, `${l.op} ${l.text}`))));
   }
 
+  // previewView shows what a call will do as the worker read it (the
+  // approval request's preview: the real diff against the file, a command
+  // line by line), or returns null when there is none.
+  function previewView(preview) {
+    if (!preview) return null;
+    const [head, ...body] = preview.split('\n');
+    return h('div', { class: 'preview', testid: 'preview' },
+      h('div', { class: 'preview-head' }, head),
+      body.length ? h('pre', { class: 'preview-body' }, body.map((l) => h('span', {
+        class: l.startsWith('+ ') ? 'dl add' : l.startsWith('- ') ? 'dl del' : 'dl ctx',
+      }, l))) : null);
+  }
+
   // argsView shows a call's arguments as indented JSON.
   function argsView(args) {
     return h('pre', { class: 'json', testid: 'tool-args' }, pretty(args));
@@ -300,5 +313,5 @@ const TG = (() => {
     return panel;
   }
 
-  return { h, parseObject, summary, diffView, argsView, tick, startClock, expiry, age, authHeaders, decisionPanel };
+  return { h, parseObject, summary, diffView, previewView, argsView, tick, startClock, expiry, age, authHeaders, decisionPanel };
 })();

@@ -413,6 +413,7 @@
       const panel = TG.decisionPanel({ requestId: ev.requestId, arguments: ev.arguments });
       const el = h('div', { class: 'approval', testid: 'approval-request', 'data-request-id': ev.requestId, 'data-tool': ev.toolName },
         h('div', { class: 'approval-head' }, 'Approval needed for ', h('strong', {}, ev.toolName), ' · ', TG.expiry(ev.expiresAt)),
+        TG.previewView(ev.preview),
         panel);
       const card = scope.cards.get(ev.toolCallId);
       if (card) {

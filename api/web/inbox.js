@@ -49,7 +49,7 @@
       'conversation ', h('a', { href: consoleLink, testid: 'open-in-console', title: 'open this turn in the console' }, a.conversationId),
       ' · ', h('code', {}, a.workflowId)),
     h('details', { class: 'args', open: true }, h('summary', {}, 'arguments'), TG.argsView(a.arguments)),
-    TG.diffView(a.toolName, a.arguments),
+    TG.previewView(a.preview) || TG.diffView(a.toolName, a.arguments),
     TG.decisionPanel({
       requestId: a.requestId,
       arguments: a.arguments,

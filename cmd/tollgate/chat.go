@@ -296,7 +296,7 @@ func (p *printer) handle(ctx context.Context, e workflows.Event, items <-chan st
 			fmt.Fprintf(p.out, "%s? %s was decided elsewhere\n", tag, e.ToolName)
 			return nil
 		}
-		req := request{RequestID: e.RequestID, ToolName: e.ToolName, Arguments: e.Arguments, Note: e.Reason}
+		req := request{RequestID: e.RequestID, ToolName: e.ToolName, Arguments: e.Arguments, Note: e.Reason, Preview: e.Preview}
 		if sub {
 			req.Subagent = e.Name
 		}

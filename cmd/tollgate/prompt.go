@@ -28,6 +28,8 @@ type request struct {
 	ExpiresAt time.Time
 	// Note is the policy's note on why the call needs approval, if any.
 	Note string
+	// Preview says what the call will do, as the worker read it.
+	Preview string
 }
 
 // decider sends a decision to tollgate; the API client is one.
@@ -106,6 +108,9 @@ func (a *asker) show(req request) {
 		who = " (subagent " + req.Subagent + ")"
 	}
 	fmt.Fprintf(a.out, "\n? %s%s wants to run:\n%s\n", req.ToolName, who, indent(pretty(req.Arguments), "    "))
+	if req.Preview != "" {
+		fmt.Fprintf(a.out, "  what it will do:\n%s\n", indent(req.Preview, "    "))
+	}
 	if req.Note != "" {
 		fmt.Fprintf(a.out, "  note: %s\n", req.Note)
 	}

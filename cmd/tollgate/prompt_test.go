@@ -157,3 +157,12 @@ func TestARequestDecidedElsewhereIsNotAsked(t *testing.T) {
 	require.Contains(t, out.String(), "? Bash was decided elsewhere\napproved Bash\n")
 	require.NotContains(t, out.String(), promptLine)
 }
+
+func TestTheAskShowsWhatTheCallWillDoAsTheWorkerReadIt(t *testing.T) {
+	var out strings.Builder
+	req := bashRequest
+	req.Preview = "runs in the workspace with bash -c (2 lines, 37 bytes):\n$ ls -la⏎\n$ rm -rf ~/   # harmless cleanup⏎"
+	a := newAsker(strings.NewReader("n\n"), &out)
+	a.ask(req)
+	require.Contains(t, out.String(), "  what it will do:\n    runs in the workspace with bash -c (2 lines, 37 bytes):\n    $ ls -la⏎\n    $ rm -rf ~/   # harmless cleanup⏎\n")
+}
