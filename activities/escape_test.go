@@ -77,17 +77,12 @@ func requireTreeGone(t *testing.T, ws string, escapees []int) {
 
 // processesIn lists the live processes whose working folder is dir.
 func processesIn(dir string) []int {
-	entries, _ := os.ReadDir("/proc")
 	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if cwd, err := os.Readlink(filepath.Join("/proc", e.Name(), "cwd")); err == nil && cwd == dir && !processGone(pid) {
+	eachProcess(func(pid int, proc string) {
+		if cwd, err := os.Readlink(proc + "/cwd"); err == nil && cwd == dir && !processGone(pid) {
 			pids = append(pids, pid)
 		}
-	}
+	})
 	return pids
 }
 

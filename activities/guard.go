@@ -254,22 +254,27 @@ func (g *guard) killAll(exited <-chan os.Signal) {
 // (/proc/PID/task/TID/children) are not built into every kernel.
 func children() []int {
 	self := strconv.Itoa(os.Getpid())
-	entries, _ := os.ReadDir("/proc")
 	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
+	eachProcess(func(pid int, dir string) {
+		stat, err := os.ReadFile(dir + "/stat")
 		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue // it has gone
+			return // it has gone
 		}
 		// "pid (comm) state ppid ...": comm may hold spaces and parentheses.
 		fields := bytes.Fields(stat[bytes.LastIndexByte(stat, ')')+1:])
 		if len(fields) > 1 && string(fields[1]) == self {
 			pids = append(pids, pid)
 		}
-	}
+	})
 	return pids
+}
+
+// eachProcess calls fn with the pid and the /proc folder of every process.
+func eachProcess(fn func(pid int, dir string)) {
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		if pid, err := strconv.Atoi(e.Name()); err == nil {
+			fn(pid, "/proc/"+e.Name())
+		}
+	}
 }

@@ -105,15 +105,8 @@ func TestBypassIsRefusedUnlessTheOperatorAllowsIt(t *testing.T) {
 
 	// Allowed, a bypassed turn says so at its start and asks for nothing.
 	allowed := serveAPI(t, NewServer(Options{Client: st.client, TaskQueue: st.queue, Logger: st.log, AllowBypass: true}))
-	req, err := http.NewRequest(http.MethodPost, allowed.URL+"/chat/stream",
-		strings.NewReader(`{"query": "tidy up", "conversationId": "bypass", "bypassApproval": true}`))
-	require.NoError(t, err)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	t.Cleanup(func() { resp.Body.Close() })
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	events := streamToEnd(t, readSSE(resp.Body))
+	_, msgs := chatAt(t, allowed.URL, `{"query": "tidy up", "conversationId": "bypass", "bypassApproval": true}`)
+	events := streamToEnd(t, msgs)
 	require.True(t, events[0].Bypass, "turn_start records the bypass")
 	require.Empty(t, ofType(events, workflows.EventApprovalRequest))
 	require.FileExists(t, filepath.Join(st.workspace, scripted.DemoNotePath))

@@ -210,7 +210,14 @@ func (st *stack) apiOptions() Options {
 // chat posts a message and returns the stream's response and messages.
 func (st *stack) chat(t *testing.T, body string) (*http.Response, <-chan sseMessage) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, st.api.URL+"/chat/stream", strings.NewReader(body))
+	return chatAt(t, st.api.URL, body)
+}
+
+// chatAt posts a message to the API at baseURL and returns the stream's
+// response and messages.
+func chatAt(t *testing.T, baseURL, body string) (*http.Response, <-chan sseMessage) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, baseURL+"/chat/stream", strings.NewReader(body))
 	require.NoError(t, err)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)

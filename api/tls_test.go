@@ -71,8 +71,7 @@ func TestTheWorkerAndTheAPIReachTemporalOverMutualTLS(t *testing.T) {
 		return resp.StatusCode == http.StatusOK
 	}, waitFor, 50*time.Millisecond, "the API reaches Temporal through mTLS")
 
-	st := &stack{api: &httptest.Server{URL: "http://" + apiAddr}}
-	_, msgs := st.chat(t, `{"query": "hello over TLS", "conversationId": "mtls"}`)
+	_, msgs := chatAt(t, "http://"+apiAddr, `{"query": "hello over TLS", "conversationId": "mtls"}`)
 	seq := 0
 	events := untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
 	require.Equal(t, workflows.FinishStop, events[len(events)-1].Reason)
