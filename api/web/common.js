@@ -105,7 +105,9 @@ const TG = (() => {
     let title;
     let lines;
     if (tool === 'Write' && typeof a.content === 'string') {
-      title = `write ${a.file_path || '?'} (whole new content)`;
+      // Only the worker knows what the file holds now: its preview, on the
+      // approval request, says what the write replaces.
+      title = `write ${a.file_path || '?'}: the new content`;
       lines = lineDiff('', a.content.replace(/\n$/, ''));
     } else if (tool === 'Edit' && (typeof a.old_string === 'string' || typeof a.new_string === 'string')) {
       title = `edit ${a.file_path || '?'}${a.replace_all ? ' (every occurrence)' : ''}`;
@@ -118,7 +120,7 @@ const TG = (() => {
     return h('div', { class: 'diff', testid: 'diff' },
       h('div', { class: 'diff-head' }, title, ' ',
         h('span', { class: 'diff-add' }, `+${added}`), ' ',
-        h('span', { class: 'diff-del' }, `−${removed}`)),
+        tool === 'Write' ? null : h('span', { class: 'diff-del' }, `−${removed}`)),
       h('pre', { class: 'diff-body' },
         lines.map((l) => h('span', {
           class: l.op === '+' ? 'dl add' : l.op === '-' ? 'dl del' : 'dl ctx',

@@ -345,7 +345,12 @@
           return el;
         }
         case 'heartbeat': {
-          // Published with approval requests; nothing to see.
+          // Published with approval requests: the batch waits for them, so
+          // its other calls have not run either.
+          for (const card of scope.cards.values()) {
+            const badge = card.querySelector(':scope > .call-head > .badge');
+            if (badge && badge.dataset.status === 'called') this.setCardStatus(card, 'waiting', 'waiting for the batch');
+          }
           const el = h('span', { class: 'heartbeat', hidden: true });
           scope.container.append(el);
           return el;
