@@ -581,3 +581,23 @@ func TestConsoleSaysWhenTheContextWasCompacted(t *testing.T) {
 	require.Contains(t, text, "1 old tool output left out")
 	require.Contains(t, text, "the whole conversation is kept")
 }
+
+func TestConsoleSaysACallTheTurnStoppedBeforeWasNotRunRatherThanDeclined(t *testing.T) {
+	env := newStack(t)
+	b := newBrowser(t)
+	b.do(chromedp.Navigate(env.api.URL + "/"))
+	sendFromConsole(b, "tidy up")
+	first := nthTurn(1)
+	b.waitUntil(count(first+` [data-testid="approval-request"]`) + ` === 2`)
+
+	// A new message stops the waiting batch: Write and Bash were asked
+	// about and are declined; Read was never asked about.
+	sendFromConsole(b, "never mind")
+	b.do(chromedp.WaitVisible(chromedp.CSS(first + ` [data-testid="finish"][data-reason="cancelled"]`)))
+	status := func(tool string) string {
+		return eval[string](b, fmt.Sprintf(`document.querySelector(%s).textContent`, jsQuote(callIn(first, tool)+` [data-testid="call-status"]`)))
+	}
+	require.Equal(t, "not run: the turn stopped", status("Read"))
+	require.Equal(t, "declined", status("Write"))
+	require.Equal(t, "declined", status("Bash"))
+}

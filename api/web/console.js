@@ -475,7 +475,14 @@
           card.dataset.hasResult = '';
           for (const e of card.querySelectorAll(':scope > .approval-slot .client-call [data-expires-at]')) e.remove();
           card.querySelector(':scope > .result-slot').append(res);
-          this.setCardStatus(card, r.status);
+          // A declined call that was never asked about was not declined by
+          // anyone: the turn stopped (a new message, a cancel) before it ran.
+          const decided = card.querySelector(':scope > .approval-slot [data-testid="approval-request"], :scope > .approval-slot [data-testid="approval-decision"], :scope > .approval-slot .client-call');
+          if (r.status === 'declined' && !decided) {
+            this.setCardStatus(card, 'declined', 'not run: the turn stopped');
+          } else {
+            this.setCardStatus(card, r.status);
+          }
         } else {
           el.append(res);
         }
