@@ -436,9 +436,13 @@ func TestInboxListsPendingApprovalsAndDecidingThereFinishesTheTurn(t *testing.T)
 	setFilter("filter-conversation", "inbox-1")
 	b.do(chromedp.WaitVisible(chromedp.CSS(row("Bash"))))
 
-	// Approve the Bash; then decline the Write with a reason.
+	// Approve the Bash; then decline the Write with a reason. A decided
+	// row stays, under "decided", with what became of it.
 	b.do(chromedp.Click(chromedp.CSS(row("Bash") + ` [data-testid="approve"]`)))
 	b.waitUntil(count(`[data-testid="approval"]`) + ` === 0`)
+	decided := `[data-testid="decided-approval"][data-tool="Bash"] [data-testid="outcome"]`
+	b.waitUntil(count(decided) + ` === 1`)
+	require.Contains(t, eval[string](b, `document.querySelector(`+jsQuote(decided)+`).textContent`), "approved here at")
 	setFilter("filter-tool", "")
 	b.do(
 		chromedp.WaitVisible(chromedp.CSS(row("Write"))),
@@ -446,6 +450,8 @@ func TestInboxListsPendingApprovalsAndDecidingThereFinishesTheTurn(t *testing.T)
 		chromedp.Click(chromedp.CSS(row("Write")+` [data-testid="decline"]`)),
 	)
 	b.waitUntil(count(`[data-testid="approval"]`) + ` === 0 && !document.querySelector('[data-testid="inbox-empty"]').hidden`)
+	b.waitUntil(count(`[data-testid="decided-approval"] [data-testid="outcome"]`) + ` === 2`)
+	require.Contains(t, eval[string](b, `document.querySelector('[data-testid="decided-approval"][data-tool="Write"] [data-testid="outcome"]').textContent`), "declined here at")
 
 	// The turn took both decisions and finished.
 	rest := untilEvent(t, msgs, &seq, workflows.EventFinish, 1)

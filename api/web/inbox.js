@@ -22,6 +22,8 @@
   const convInput = document.getElementById('filter-conversation');
   const toolInput = document.getElementById('filter-tool');
   const rows = new Map(); // requestId → row element
+  const decidedList = document.getElementById('decided');
+  const decidedHead = document.getElementById('decided-head');
 
   // The filters live in the address, so a filtered inbox can be shared.
   const params = new URLSearchParams(location.search);
@@ -55,21 +57,36 @@
       arguments: a.arguments,
       onSent: (decision, accepted) => {
         el.classList.add(accepted ? `decided-${decision}` : 'not-accepted');
+        if (accepted) settle(a.requestId, `${decision === 'approve' ? 'approved' : 'declined'} here at ${new Date().toLocaleTimeString()}`);
         refresh();
       },
     }));
     return el;
   }
 
+  // settle moves a row that no longer waits to the decided list, with what
+  // became of it, so a decision does not just vanish while the page is
+  // open. A row already settled keeps its first outcome.
+  function settle(id, outcome) {
+    const el = rows.get(id);
+    if (!el) return;
+    rows.delete(id);
+    el.dataset.testid = 'decided-approval';
+    el.classList.add('settled');
+    for (const b of el.querySelectorAll('button, input, textarea')) b.disabled = true;
+    for (const e of el.querySelectorAll('[data-expires-at]')) e.remove();
+    el.prepend(h('div', { class: 'outcome', testid: 'outcome' }, outcome));
+    decidedList.prepend(el);
+    decidedHead.hidden = false;
+  }
+
   // show makes the list match approvals (in their order), keeping the rows
-  // that stay.
+  // that stay; a row that no longer waits was decided elsewhere (another
+  // inbox, the console, the CLI, a grant, the clock).
   function show(approvals) {
     const want = new Set(approvals.map((a) => a.requestId));
-    for (const [id, el] of rows) {
-      if (!want.has(id)) {
-        el.remove();
-        rows.delete(id);
-      }
+    for (const id of [...rows.keys()]) {
+      if (!want.has(id)) settle(id, `no longer waiting (decided elsewhere, or expired) · ${new Date().toLocaleTimeString()}`);
     }
     approvals.forEach((a, i) => {
       let el = rows.get(a.requestId);
@@ -128,6 +145,9 @@
     filterTimer = setTimeout(() => {
       const q = filterQuery();
       history.replaceState(null, '', q ? `?${q}` : location.pathname);
+      // Another filter lists other rows: those it leaves out still wait.
+      for (const el of rows.values()) el.remove();
+      rows.clear();
       refresh();
     }, filterDelay);
   };
