@@ -323,17 +323,25 @@ func (r *recorder) recordCancel() {
 	r.record("cancel.turn-1", turn.TurnID, "")
 }
 
+// corpusPay is the client tool of the corpus's client-tool scenarios.
+var corpusPay = activities.ToolSpec{Name: "Pay", Description: "Pay an amount.", Parameters: json.RawMessage(
+	`{"type":"object","properties":{"amount":{"type":"number"}},"required":["amount"]}`)}
+
 func (r *recorder) recordClientTool() {
-	pay := activities.ToolSpec{Name: "Pay", Description: "Pay an amount.", Parameters: json.RawMessage(
-		`{"type":"object","properties":{"amount":{"type":"number"}},"required":["amount"]}`)}
-	turn := r.send(queueDefault, "corpus-client", workflows.UserMessage{Query: "client: pay", ClientTools: []activities.ToolSpec{pay}})
-	call := r.until(turn.TurnID, func(events []workflows.Event) bool {
+	turn := r.send(queueDefault, "corpus-client", workflows.UserMessage{Query: "client: pay", ClientTools: []activities.ToolSpec{corpusPay}})
+	r.answerClientTool(turn.TurnID, "paid 5")
+	r.finished(turn.TurnID)
+	r.record("client-tool.turn-1", turn.TurnID, "")
+}
+
+// answerClientTool waits for the turn's client_tool_call and answers it.
+func (r *recorder) answerClientTool(turnID, result string) {
+	r.t.Helper()
+	call := r.until(turnID, func(events []workflows.Event) bool {
 		return len(ofType(events, workflows.EventClientToolCall)) == 1
 	})
 	req := ofType(call, workflows.EventClientToolCall)[0]
-	r.update(req.WorkflowID, workflows.ClientToolResultUpdate, workflows.ClientToolResult{RequestID: req.RequestID, Result: "paid 5"}, nil)
-	r.finished(turn.TurnID)
-	r.record("client-tool.turn-1", turn.TurnID, "")
+	r.update(req.WorkflowID, workflows.ClientToolResultUpdate, workflows.ClientToolResult{RequestID: req.RequestID, Result: result}, nil)
 }
 
 func (r *recorder) recordSubagent() {
@@ -572,16 +580,10 @@ func (r *recorder) recordRefusedArguments() {
 // recordProtectedClientTool: a client tool the policy protects asks before
 // its call is handed to the client.
 func (r *recorder) recordProtectedClientTool() {
-	pay := activities.ToolSpec{Name: "Pay", Description: "Pay an amount.", Parameters: json.RawMessage(
-		`{"type":"object","properties":{"amount":{"type":"number"}},"required":["amount"]}`)}
-	turn := r.send(queueStrict, "corpus-protected-client", workflows.UserMessage{Query: "client: protected pay", ClientTools: []activities.ToolSpec{pay}})
+	turn := r.send(queueStrict, "corpus-protected-client", workflows.UserMessage{Query: "client: protected pay", ClientTools: []activities.ToolSpec{corpusPay}})
 	reqs := r.requests(turn.TurnID, 1)
 	r.decideByUpdate(reqs[0], workflows.ApprovalDecision{Decision: workflows.DecisionApprove})
-	call := r.until(turn.TurnID, func(events []workflows.Event) bool {
-		return len(ofType(events, workflows.EventClientToolCall)) == 1
-	})
-	req := ofType(call, workflows.EventClientToolCall)[0]
-	r.update(req.WorkflowID, workflows.ClientToolResultUpdate, workflows.ClientToolResult{RequestID: req.RequestID, Result: "paid 50"}, nil)
+	r.answerClientTool(turn.TurnID, "paid 50")
 	r.finished(turn.TurnID)
 	r.record("protected-client-tool.turn-1", turn.TurnID, "")
 }

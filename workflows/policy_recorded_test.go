@@ -33,7 +33,8 @@ func TestPolicyAnswersAreRecordedSoReplaysNeverEvaluateThemAgain(t *testing.T) {
 	c, err := srv.Dial()
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
-	const args = `{"command":"echo hi","timeout":5,"a":1,"b":2,"c":3,"d":4,"e":5}`
+	// Three keys the Bash schema knows, in random order to args.map.
+	const args = `{"command":"echo hi","timeout":5000,"description":"say hi"}`
 	model := httptest.NewServer(scripted.New(func(req openai.ChatCompletionRequest) scripted.Reply {
 		if req.Messages[len(req.Messages)-1].Role == openai.ChatMessageRoleTool {
 			return scripted.Reply{Content: "Done."}
