@@ -6,6 +6,8 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"go.temporal.io/sdk/converter"
+
+	"github.com/tollgate/tollgate/internal/config"
 )
 
 // codecPath is where the API serves Temporal's remote codec protocol
@@ -14,12 +16,17 @@ import (
 // history.
 const codecPath = "/codec"
 
+// codecBodyBytes bounds a codec request: the payloads of one history event,
+// which Temporal bounds at 2 MiB, with room for their JSON encoding.
+const codecBodyBytes = 4 << 20
+
 // serveCodec registers the codec endpoint, and the CORS preflight a browser
 // sends before the Web UI, served from another origin, may call it.
 func (s *Server) serveCodec(r *gin.Engine, codec converter.PayloadCodec) {
 	h := converter.NewPayloadCodecHTTPHandler(codec)
 	serve := func(c *gin.Context) {
 		s.allowCodecOrigin(c)
+		c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, codecBodyBytes)
 		h.ServeHTTP(c.Writer, c.Request)
 	}
 	read := s.requireRole(codecRoles...)
@@ -39,7 +46,7 @@ func (s *Server) serveCodec(r *gin.Engine, codec converter.PayloadCodec) {
 
 // codecRoles may read payloads through the codec endpoint: whoever may read
 // a turn.
-var codecRoles = []string{"chat", "approve"}
+var codecRoles = []string{config.RoleChat, config.RoleApprove}
 
 // allowCodecOrigin answers CORS for the codec endpoint: a browser origin
 // listed in TOLLGATE_CODEC_ORIGINS (the Web UI's) may read its answers.

@@ -95,6 +95,40 @@ func TestAnAllowedOriginMaySendStateChangingRequests(t *testing.T) {
 	require.Equal(t, http.StatusForbidden, status)
 }
 
+// A page on a name re-pointed at 127.0.0.1 (DNS rebinding) is its own
+// origin to the browser; an API without tokens refuses it by its Host, for
+// reads too, and answers loopback names. One served beyond loopback on
+// purpose (AnyHost) or with tokens answers any name.
+func TestAnAPIWithoutTokensAnswersOnlyLoopbackNames(t *testing.T) {
+	get := func(ts string, host string) (int, string) {
+		req, err := http.NewRequest(http.MethodGet, ts+"/approvals", nil)
+		require.NoError(t, err)
+		req.Host = host
+		return doJSON(t, req)
+	}
+	ts := serveAPI(t, newServer(Options{}, newFakeSource(), fastSettings))
+	status, msg := get(ts.URL, "rebound.example:8080")
+	require.Equal(t, http.StatusForbidden, status)
+	require.Contains(t, msg, `"rebound.example:8080"`)
+	require.Contains(t, msg, config.EnvAPITokens)
+	req, err := http.NewRequest(http.MethodPost, ts.URL+"/chat/approval", strings.NewReader(`{}`))
+	require.NoError(t, err)
+	req.Host, req.Header["Content-Type"], req.Header["Origin"] = "rebound.example:8080", []string{"application/json"}, []string{"http://rebound.example:8080"}
+	status, _ = doJSON(t, req)
+	require.Equal(t, http.StatusForbidden, status, "the rebound page's own origin decides nothing")
+	for _, host := range []string{"localhost:8080", "LOCALHOST", "127.0.0.1:8080", "127.0.0.2", "[::1]:8080"} {
+		status, msg := get(ts.URL, host)
+		require.NotEqual(t, http.StatusForbidden, status, "%s: %s", host, msg)
+	}
+
+	anyHost := serveAPI(t, newServer(Options{AnyHost: true}, newFakeSource(), fastSettings))
+	status, msg = get(anyHost.URL, "tollgate.lan:8080")
+	require.NotEqual(t, http.StatusForbidden, status, msg)
+	withTokens := serveAPI(t, newServer(Options{Tokens: []config.APIToken{{Token: "t", Principal: "p", Roles: []string{config.RoleApprove}}}}, newFakeSource(), fastSettings))
+	status, msg = get(withTokens.URL, "tollgate.example.com")
+	require.Equal(t, http.StatusUnauthorized, status, "past the host check, the token is asked for: %s", msg)
+}
+
 func TestBypassIsRefusedUnlessTheOperatorAllowsIt(t *testing.T) {
 	st := newStack(t)
 	status, msg := post(t, st.api.URL+"/chat/stream", "application/json", "",

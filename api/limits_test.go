@@ -88,12 +88,12 @@ func TestAConversationThatEndedIsNeverReplacedByAnEmptyOneUnderItsID(t *testing.
 	require.NoError(t, err, "turn 1 is still the first conversation's")
 }
 
-// TestAWriteOfThreeMegabytesPassesThroughThePayloadStore goes past
+// TestAWriteOfTwoAndAHalfMebibytesPassesThroughThePayloadStore goes past
 // Temporal's 2 MB payload limit in one turn: the model asks to write 2.5 MB
 // (its answer, the approval request, the tool's input, the next model
 // call's input and the turn's result all carry it). With the payload store,
 // history holds claims, not content, and the content is stored once.
-func TestAWriteOfThreeMegabytesPassesThroughThePayloadStore(t *testing.T) {
+func TestAWriteOfTwoAndAHalfMebibytesPassesThroughThePayloadStore(t *testing.T) {
 	var generated strings.Builder
 	for line := 0; generated.Len() < 5<<19; line++ { // 2.5 MB
 		sum := sha256.Sum256(fmt.Appendf(nil, "%d", line))
@@ -201,6 +201,18 @@ func TestAWriteOfThreeMegabytesPassesThroughThePayloadStore(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusForbidden, resp.StatusCode)
+
+	// A body past codecBodyBytes is refused, not buffered.
+	req, err = http.NewRequest(http.MethodPost, st.api.URL+"/codec/decode", bytes.NewReader(bytes.Repeat([]byte(" "), codecBodyBytes+1)))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	tooBig, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	require.Contains(t, string(tooBig), "request body too large")
 }
 
 // TestALongConversationIsCompactedForTheModelAndKeptWholeForPeople runs two

@@ -65,6 +65,7 @@ func run(cfg config.Config, log *slog.Logger) error {
 		Logger:            log,
 		Tokens:            cfg.APITokens,
 		AllowBypass:       cfg.AllowBypass,
+		AnyHost:           cfg.AllowUnauthenticated,
 		AllowedOrigins:    cfg.AllowedOrigins,
 		CodecOrigins:      cfg.CodecOrigins,
 	}

@@ -45,6 +45,12 @@ type Options struct {
 	// AllowBypass lets callers of an API without tokens send
 	// bypassApproval; with tokens, the bypass role does.
 	AllowBypass bool
+	// AnyHost lets an API without tokens answer requests addressed to any
+	// host name (TOLLGATE_ALLOW_UNAUTHENTICATED: served beyond loopback on
+	// purpose). Without it, such an API answers only loopback names, so a
+	// page whose name was re-pointed at 127.0.0.1 (DNS rebinding) is not
+	// its own origin.
+	AnyHost bool
 	// AllowedOrigins are the browser origins, besides the API's own, that
 	// may send state-changing requests.
 	AllowedOrigins []string
@@ -119,6 +125,7 @@ type Server struct {
 	auth *authenticator
 	// allowBypass and allowedOrigins are Options'.
 	allowBypass    bool
+	anyHost        bool
 	allowedOrigins []string
 	codecOrigins   []string
 }
@@ -144,6 +151,7 @@ func newServer(o Options, src eventSource, settings hubSettings) *Server {
 		auth:      newAuthenticator(o.Tokens),
 
 		allowBypass:    o.AllowBypass,
+		anyHost:        o.AnyHost,
 		allowedOrigins: o.AllowedOrigins,
 		codecOrigins:   o.CodecOrigins,
 	}
@@ -158,7 +166,7 @@ func newServer(o Options, src eventSource, settings hubSettings) *Server {
 
 	r := gin.New()
 	_ = r.SetTrustedProxies(nil) // ClientIP is the peer; nil never fails
-	r.Use(s.recoverPanics, s.logRequests, s.refuseCrossSite, s.authenticate)
+	r.Use(s.recoverPanics, s.logRequests, s.refuseForeignHost, s.refuseCrossSite, s.authenticate)
 	chat, approve := s.requireRole(config.RoleChat), s.requireRole(config.RoleApprove)
 	r.POST("/chat/stream", chat, s.chatStream)
 	r.GET("/chat/turns/:turnId/events", s.requireRole(config.RoleChat, config.RoleApprove), s.turnEvents)
@@ -213,7 +221,7 @@ func (s *Server) chatStream(c *gin.Context) {
 	}
 	if req.BypassApproval && !s.mayBypass(c) {
 		if s.auth == nil {
-			writeError(c, s.log, forbidden("bypassApproval is off: the operator allows it with TOLLGATE_ALLOW_BYPASS=true"))
+			writeError(c, s.log, forbidden("bypassApproval is off: the operator allows it with %s=true", config.EnvAllowBypass))
 		} else {
 			writeError(c, s.log, forbidden("bypassApproval needs a token with the role %s", config.RoleBypass))
 		}

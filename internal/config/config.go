@@ -547,7 +547,9 @@ func (r *reader) temporal(address, namespace string) client.Options {
 }
 
 // lookupEnv gives envconfig the variables as tollgate reads them: the
-// environment, then the configuration file.
+// environment, then the configuration file (which holds only the keys in
+// known, so the SDK's TLS, API key and profile variables come from the
+// environment alone).
 type lookupEnv struct{ lookup func(string) string }
 
 func (l lookupEnv) LookupEnv(name string) (string, bool) {

@@ -81,7 +81,7 @@ func Storage(c Config) (converter.ExternalStorage, bool, error) {
 	return converter.ExternalStorage{Drivers: []converter.StorageDriver{d}, PayloadSizeThreshold: threshold}, true, nil
 }
 
-// Check reaches the store c configures, so that a worker or an API with a
+// Check reaches the store c configures, so that a worker with a
 // store it cannot use stops at start with an error that says so, rather
 // than failing turns later.
 func Check(ctx context.Context, c Config) error {
