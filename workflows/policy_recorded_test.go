@@ -43,12 +43,18 @@ func TestPolicyAnswersAreRecordedSoReplaysNeverEvaluateThemAgain(t *testing.T) {
 	}))
 	t.Cleanup(model.Close)
 	tools := &activities.Tools{Workspace: t.TempDir(), BashTimeout: 10 * time.Second}
-	w := worker.New(c, "policy-recorded", workflows.WorkerOptions())
-	workflows.Register(w, &workflows.Workflows{Settings: workflows.Settings{
+	settings := workflows.Settings{
 		ApprovalTimeout: time.Minute,
 		Tools:           tools.Specs(),
 		Rules:           []workflows.Rule{{Tool: activities.ToolBash, Require: workflows.RequireWhen, When: `args.map(k, k)[0] == "command"`}},
-	}}, activities.NewModel(model.URL+"/v1", "test", scripted.ModelName, workflows.TokenSignaler{Client: c}), tools)
+	}
+	answers := map[bool]int{}
+	for range 200 {
+		answers[workflows.RequiresApproval(settings, activities.ToolBash, args)]++
+	}
+	require.Len(t, answers, 2, "the rule must answer both ways, or its replays prove nothing: %v", answers)
+	w := worker.New(c, "policy-recorded", workflows.WorkerOptions())
+	workflows.Register(w, &workflows.Workflows{Settings: settings}, activities.NewModel(model.URL+"/v1", "test", scripted.ModelName, workflows.TokenSignaler{Client: c}), tools)
 	require.NoError(t, w.Start())
 	t.Cleanup(w.Stop)
 
@@ -74,6 +80,10 @@ func TestPolicyAnswersAreRecordedSoReplaysNeverEvaluateThemAgain(t *testing.T) {
 	var out workflows.TurnOutput
 	require.NoError(t, run.Get(ctx, &out))
 	require.Equal(t, workflows.FinishStop, out.FinishReason)
+	results := ofType(queryEvents(t, c, run.GetID()), workflows.EventToolResult)
+	require.Len(t, results, 1)
+	require.Len(t, results[0].ToolResults, 1)
+	require.Equal(t, activities.StatusOK, results[0].ToolResults[0].Status, "the call ran: %s", results[0].ToolResults[0].Result)
 
 	history := &historypb.History{}
 	iter := c.GetWorkflowHistory(ctx, run.GetID(), run.GetRunID(), false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
