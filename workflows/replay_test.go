@@ -76,11 +76,11 @@ func replayCorpusHistory(t *testing.T, path string) string {
 		"%s workflow %s, recorded in %s, does not replay on today's code: a change to the commands it issues needs workflow.GetVersion (docs/versioning.md)",
 		typ, id, path)
 
-	recorded, err := os.ReadFile(strings.TrimSuffix(path, ".json") + eventsSuffix)
-	if os.IsNotExist(err) {
-		return typ
+	if typ == workflows.ConversationWorkflow {
+		return typ // it publishes no events
 	}
-	require.NoError(t, err)
+	recorded, err := os.ReadFile(strings.TrimSuffix(path, ".json") + eventsSuffix)
+	require.NoError(t, err, "%s workflow %s, recorded in %s, has no recorded events to compare its SSE ids with", typ, id, path)
 	var want []workflows.Event
 	require.NoError(t, json.Unmarshal(recorded, &want))
 	require.NotNil(t, capture.events, "%s workflow %s set no %s query handler", typ, id, workflows.EventsQuery)
