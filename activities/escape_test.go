@@ -12,23 +12,24 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 // escapeCommand starts two processes that leave the command's process group
 // and session: one setsid'd in the background, one double-forked (its
 // parent, a subshell, exits at once) into a session of its own. Each writes
-// its pid, would write late<N>.txt three seconds later, and sleep on (so
+// its pid, would write late<N>.txt ten seconds later, and sleep on (so
 // that only a kill ends it within the tests' deadlines). The command says
 // "ready" once both pids are written, and sleeps on too.
-const escapeCommand = `setsid sh -c 'echo $$ > esc1.pid; sleep 3; echo late > late1.txt; sleep 30' &
-(setsid sh -c 'echo $$ > esc2.pid; sleep 3; echo late > late2.txt; sleep 30' &)
+const escapeCommand = `setsid sh -c 'echo $$ > esc1.pid; sleep 10; echo late > late1.txt; sleep 30' &
+(setsid sh -c 'echo $$ > esc2.pid; sleep 10; echo late > late2.txt; sleep 30' &)
 until [ -s esc1.pid ] && [ -s esc2.pid ]; do sleep 0.01; done
 echo ready; sleep 30`
 
 // escapeTimeout is the Bash timeout of escapeCommand: long enough for it to
-// be ready, well short of the escapees' late writes.
-const escapeTimeout = time.Second
+// be ready on a loaded machine, well short of the escapees' late writes.
+const escapeTimeout = 3 * time.Second
 
 // killWait bounds how long the death of a command's processes may take.
 const killWait = 5 * time.Second
@@ -38,19 +39,17 @@ const killWait = 5 * time.Second
 func escapeesStarted(t *testing.T, ws string) []int {
 	t.Helper()
 	var pids []int
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		pids = pids[:0]
 		for _, name := range []string{"esc1.pid", "esc2.pid"} {
 			b, err := os.ReadFile(filepath.Join(ws, name))
-			if err != nil || !strings.HasSuffix(string(b), "\n") {
-				return false
-			}
+			require.NoError(c, err)
+			require.True(c, strings.HasSuffix(string(b), "\n"), "%s is written whole", name)
 			pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-			require.NoError(t, err)
-			require.Greater(t, pid, 1)
+			require.NoError(c, err)
+			require.Greater(c, pid, 1)
 			pids = append(pids, pid)
 		}
-		return true
 	}, killWait, 10*time.Millisecond, "the escapees started")
 	t.Cleanup(func() {
 		for _, pid := range pids {
@@ -69,8 +68,8 @@ func requireTreeGone(t *testing.T, ws string, escapees []int) {
 		require.Eventually(t, func() bool { return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) }, killWait, 10*time.Millisecond,
 			"escaped process %d is killed", pid)
 	}
-	require.Eventually(t, func() bool { return len(processesIn(ws)) == 0 }, killWait, 10*time.Millisecond,
-		"no process of the command is left: %v", processesIn(ws))
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Empty(c, processesIn(ws)) }, killWait, 10*time.Millisecond,
+		"no process of the command is left")
 	requireNotExist(t, filepath.Join(ws, "late1.txt"))
 	requireNotExist(t, filepath.Join(ws, "late2.txt"))
 }
@@ -91,7 +90,7 @@ func TestToolsBashTimeoutKillsProcessesThatLeftItsGroupAndSession(t *testing.T) 
 	tools := &Tools{Workspace: ws, BashTimeout: escapeTimeout}
 
 	out := call(t, tools.Bash, map[string]any{"command": escapeCommand})
-	requireToolError(t, out, "Bash: command timed out after 1s")
+	requireToolError(t, out, "Bash: command timed out after 3s")
 	require.Contains(t, out.Result, "ready")
 
 	requireTreeGone(t, ws, escapeesStarted(t, ws))
