@@ -19,7 +19,6 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/api/temporalproto"
-	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
 
@@ -360,18 +359,18 @@ func (r *recorder) recordContinueAsNew() {
 	const conv = "corpus-continue"
 	id := workflows.ConversationWorkflowID(conv)
 	turn1 := r.send(queueContinue, conv, workflows.UserMessage{Query: "continue: first"})
-	firstRun := r.describe(id).GetWorkflowExecutionInfo().GetExecution().GetRunId()
+	firstRun := r.runID(r.t, id)
 	r.finished(turn1.TurnID)
 	var secondRun string
 	require.EventuallyWithT(r.t, func(c *assert.CollectT) {
-		secondRun = r.describe(id).GetWorkflowExecutionInfo().GetExecution().GetRunId()
+		secondRun = r.runID(c, id)
 		assert.NotEqual(c, firstRun, secondRun, "the conversation continued as new")
 	}, corpusWait, 20*time.Millisecond)
 	turn2 := r.send(queueContinue, conv, workflows.UserMessage{Query: "continue: second"})
 	r.finished(turn2.TurnID)
 	// The second run continues as new after its turn too.
 	require.EventuallyWithT(r.t, func(c *assert.CollectT) {
-		assert.NotEqual(c, secondRun, r.describe(id).GetWorkflowExecutionInfo().GetExecution().GetRunId())
+		assert.NotEqual(c, secondRun, r.runID(c, id))
 	}, corpusWait, 20*time.Millisecond)
 	r.record("continue-as-new.conversation-run-1", id, firstRun)
 	r.record("continue-as-new.conversation-run-2", id, secondRun)
@@ -511,13 +510,14 @@ func (r *recorder) finished(id string) {
 	require.NoError(r.t, r.c.GetWorkflow(ctx, id, "").Get(ctx, nil), "turn %s", id)
 }
 
-func (r *recorder) describe(id string) *workflowservice.DescribeWorkflowExecutionResponse {
-	r.t.Helper()
+// runID is the current run of workflow id; it fails t, which is the wait's
+// collector inside a wait.
+func (r *recorder) runID(t require.TestingT, id string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), corpusWait)
 	defer cancel()
 	resp, err := r.c.DescribeWorkflow(ctx, id, "")
-	require.NoError(r.t, err)
-	return resp.RawResponse
+	require.NoError(t, err)
+	return resp.RawResponse.GetWorkflowExecutionInfo().GetExecution().GetRunId()
 }
 
 // record writes the history of workflow id (its latest run unless runID
