@@ -21,7 +21,8 @@ const EventContextCompacted = "context_compacted"
 // DefaultContextBudget is the size of the model's view of a conversation,
 // in bytes of message text, past which a turn compacts it: about 100,000
 // tokens at four bytes a token, inside the context window of the models
-// tollgate is used with (128k and up).
+// tollgate is used with (128k and up). Frozen: turns whose recorded settings
+// predate ContextBudget compact at it on replay (docs/versioning.md).
 const DefaultContextBudget = 400 << 10
 
 // Texts a compacted view carries in place of what it left out.

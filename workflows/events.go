@@ -56,7 +56,8 @@ type Event struct {
 	WorkflowID     string `json:"workflowId,omitempty"`
 	RunID          string `json:"runId,omitempty"`
 	// Bypass is true on turn_start when the turn runs with bypassApproval:
-	// no call asks, but those a rule requires always.
+	// no call asks, but those a rule requires always (from strict-gate on;
+	// a turn begun before it asks for none).
 	Bypass bool `json:"bypass,omitempty"`
 
 	// token. Reset voids the text the call's earlier token events spelled:

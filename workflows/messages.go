@@ -30,8 +30,8 @@ type ApprovalDecision struct {
 	// signal without one is recorded as PrincipalTemporal.
 	Principal string `json:"principal,omitempty"`
 	// Role is the role of the API token the principal decided with
-	// (approve or admin); empty for a decision by signal or by an API
-	// without tokens.
+	// (approve or admin); empty for a decision by an API without tokens.
+	// A signal's is what its sender wrote, trusted like its Principal.
 	Role string `json:"role,omitempty"`
 }
 

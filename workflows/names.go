@@ -83,8 +83,9 @@ const (
 const (
 	// ConversationIDAttribute is the conversation a turn belongs to (Keyword).
 	ConversationIDAttribute = "TollgateConversationId"
-	// PendingApprovalsAttribute lists the request ids a turn waits for
-	// (KeywordList); empty when it waits for none.
+	// PendingApprovalsAttribute lists what a turn waits for (KeywordList):
+	// its client tools' calls (tool:<toolCallId>), then its request ids, within 1 KiB
+	// (ending "more" when cut); empty when it waits for none.
 	PendingApprovalsAttribute = "TollgatePendingApprovals"
 	// StatusAttribute says what a turn or a conversation is doing
 	// (Keyword): StatusRunning, StatusWaiting or StatusIdle, for saved
