@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -22,16 +23,17 @@ import (
 //     policy reads the exact key: {"command":"echo hi","Command":"rm -rf ."}
 //     would show one command and run another);
 //   - a key the tool's schema does not declare, where it declares its
-//     properties and does not allow others;
+//     properties and says "additionalProperties": false (tollgate's own
+//     tools do; a client tool's schema without it takes other keys);
 //   - a value of another JSON type than the schema's, or a required key
 //     missing;
 //   - a workspace path (spec.WorkspacePaths) that leaves the workspace.
 //
 // Workspace paths are cleaned and made relative to the workspace, whatever
 // form the model sent (workspace lists the folder's spellings: as
-// configured, and as resolved when that is reached through a link) ("docs/../src/a.go" is "src/a.go"; "/ws/docs/a.md" is
-// "docs/a.md"), so a rule on args.file_path sees the file that will be
-// touched. This is lexical: symbolic links are the tool's to refuse, when it
+// configured, and as resolved when that is reached through a link):
+// "docs/../src/a.go" is "src/a.go" and "/ws/docs/a.md" is "docs/a.md", so a
+// rule on args.file_path sees the file that will be touched. This is lexical: symbolic links are the tool's to refuse, when it
 // opens the path inside the workspace (os.Root).
 //
 // It is pure: the workflow calls it to vet a batch (its outcome is recorded
@@ -53,7 +55,7 @@ func NormalizeArguments(spec ToolSpec, workspace []string, arguments string) (st
 		prop, known := schema.Properties[name]
 		switch {
 		case known:
-			if err := checkKind(name, prop.Type, v); err != nil {
+			if err := checkKind(name, typeName(prop.Type), v); err != nil {
 				return "", err
 			}
 		case len(schema.Properties) > 0 && !schema.open:
@@ -168,8 +170,11 @@ func objectMembers(arguments string) (map[string]json.RawMessage, []string, erro
 	if _, err := dec.Token(); err != nil { // the closing brace
 		return nil, nil, fmt.Errorf("arguments are not valid JSON: %w", err)
 	}
-	if _, err := dec.Token(); err == nil {
+	switch _, err := dec.Token(); {
+	case err == nil:
 		return nil, nil, errors.New("arguments hold more than one JSON value: send one object")
+	case err != io.EOF:
+		return nil, nil, fmt.Errorf("arguments have text after the object: %w", err)
 	}
 	return values, names, nil
 }
@@ -177,13 +182,26 @@ func objectMembers(arguments string) (map[string]json.RawMessage, []string, erro
 // schema is what NormalizeArguments reads of a tool's JSON schema.
 type schema struct {
 	Properties map[string]struct {
-		Type string `json:"type"`
+		// Type is a type's name, or a list of them (["string","null"]),
+		// which is not checked here.
+		Type json.RawMessage `json:"type"`
 	} `json:"properties"`
 	Required []string `json:"required"`
-	// AdditionalProperties is true (others allowed), false, or a schema
-	// (others allowed, of that shape: not checked here).
+	// AdditionalProperties is false (no others), true or missing (others
+	// allowed, as JSON Schema says), or a schema (others allowed, of that
+	// shape: not checked here).
 	AdditionalProperties json.RawMessage `json:"additionalProperties"`
 	open                 bool
+}
+
+// typeName is the one JSON schema type a property's type names; "" when it
+// names none or several.
+func typeName(raw json.RawMessage) string {
+	var name string
+	if json.Unmarshal(raw, &name) != nil {
+		return ""
+	}
+	return name
 }
 
 func parseSchema(raw json.RawMessage) (schema, error) {
@@ -194,8 +212,7 @@ func parseSchema(raw json.RawMessage) (schema, error) {
 	if err := json.Unmarshal(raw, &s); err != nil {
 		return s, err
 	}
-	extra := strings.TrimSpace(string(s.AdditionalProperties))
-	s.open = extra != "" && extra != "false"
+	s.open = strings.TrimSpace(string(s.AdditionalProperties)) != "false"
 	return s, nil
 }
 

@@ -26,7 +26,7 @@ func TestArgumentsThatCouldShowOneCallAndRunAnotherAreRefused(t *testing.T) {
 		{"a case variant of a path", ToolWrite, `{"file_path":"docs/a.md","FILE_PATH":"src/main.go","content":"x"}`,
 			`arguments "file_path" and "FILE_PATH" differ only in case`},
 		{"the same key twice", ToolBash, `{"command":"echo hi","command":"rm -rf ."}`, `argument "command" is given twice`},
-		{"a key the schema does not know", ToolBash, `{"command":"ls","Command":"rm"}`, `differ only in case`},
+		{"a key the schema does not know", ToolBash, `{"command":"ls","cwd":"/"}`, `unknown argument "cwd"; the arguments of Bash are`},
 		{"a misspelt key", ToolWrite, `{"File_Path":"a.txt","content":"x"}`, `unknown argument "File_Path" (did you mean "file_path"?)`},
 		{"an unknown key", ToolRead, `{"file_path":"a.txt","sudo":true}`, `unknown argument "sudo"; the arguments of Read are file_path, limit, offset`},
 		{"a traversal", ToolWrite, `{"file_path":"docs/../../etc/passwd","content":"x"}`, `file_path "docs/../../etc/passwd" is outside the workspace`},
@@ -34,6 +34,7 @@ func TestArgumentsThatCouldShowOneCallAndRunAnotherAreRefused(t *testing.T) {
 		{"a sibling that shares a prefix", ToolRead, `{"file_path":"/srv/ws-other/a"}`, `is outside the workspace`},
 		{"not an object", ToolBash, `["ls"]`, `arguments must be a JSON object, not an array`},
 		{"two values", ToolBash, `{"command":"ls"} {"command":"rm"}`, `more than one JSON value`},
+		{"text after the object", ToolBash, `{"command":"ls"} rm -rf .`, `arguments have text after the object`},
 		{"a wrong type", ToolBash, `{"command":["rm","-rf"]}`, `command must be a string, not an array`},
 		{"a fraction for an integer", ToolBash, `{"command":"ls","timeout":1.5}`, `timeout must be an integer, not a number`},
 		{"a required key missing", ToolWrite, `{"file_path":"a.txt"}`, `content is required`},
@@ -81,6 +82,12 @@ func TestASchemaThatAllowsOtherKeysTakesThemButNotTheirCaseVariants(t *testing.T
 	_, err = NormalizeArguments(open, nil, `{"amount":5,"secret":1,"ſecret":2}`)
 	require.ErrorContains(t, err, "differ only in case", "folded as encoding/json folds them")
 	_, err = NormalizeArguments(open, nil, `{"amount":"5"}`)
+	require.ErrorContains(t, err, "amount must be a number, not a string")
+	unsaid := ToolSpec{Name: "Pay", Parameters: json.RawMessage(`{"type":"object","properties":{"amount":{"type":"number"},"memo":{"type":["string","null"]}}}`)}
+	got, err = NormalizeArguments(unsaid, nil, `{"amount":5,"memo":null,"note":"rent"}`)
+	require.NoError(t, err, "without additionalProperties a schema takes other keys, and a list of types takes any of them")
+	require.Equal(t, `{"amount":5,"memo":null,"note":"rent"}`, got)
+	_, err = NormalizeArguments(unsaid, nil, `{"amount":"5"}`)
 	require.ErrorContains(t, err, "amount must be a number, not a string")
 	none := ToolSpec{Name: "Anything"}
 	_, err = NormalizeArguments(none, nil, `{"x":1}`)

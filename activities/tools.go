@@ -511,10 +511,10 @@ func (t *Tools) outputCap() int {
 	return DefaultOutputCap
 }
 
-// decodeArgs decodes a call's arguments, as the model wrote them, into v. Its
-// errors are written for the model to correct its call. Fields v does not
-// have are ignored, as models add some (Claude Code's Bash has a
-// description).
+// decodeArgs decodes a call's arguments into v, after run has normalized
+// them (NormalizeArguments refused keys the schema does not declare and
+// keys that differ only in case). Its errors are written for the model to
+// correct its call.
 func decodeArgs(arguments string, v any) error {
 	if strings.TrimSpace(arguments) == "" {
 		arguments = "{}"
@@ -614,10 +614,11 @@ type property struct {
 // objectSchema is the JSON schema of a tool's arguments.
 func objectSchema(required []string, props map[string]property) json.RawMessage {
 	b, err := json.Marshal(struct {
-		Type       string              `json:"type"`
-		Properties map[string]property `json:"properties"`
-		Required   []string            `json:"required"`
-	}{"object", props, required})
+		Type                 string              `json:"type"`
+		Properties           map[string]property `json:"properties"`
+		Required             []string            `json:"required"`
+		AdditionalProperties bool                `json:"additionalProperties"`
+	}{"object", props, required, false})
 	if err != nil {
 		panic(err) // cannot happen: the types above always marshal
 	}

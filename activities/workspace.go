@@ -65,7 +65,8 @@ func WorkspaceRoots(given, real string) []string {
 // relative to the real workspace that contains no symbolic links, for use
 // with w.root. A relative path is relative to the workspace; an absolute one
 // must lie inside it, spelled either as configured or as resolved. The error
-// names the argument and the path as the model wrote them.
+// names the argument and the path as the tool received it (normalized:
+// relative to the workspace).
 func (w *workspace) resolve(arg, path string) (string, error) {
 	if path == "" {
 		return "", fmt.Errorf("%s is empty", arg)

@@ -121,7 +121,8 @@ func taskSpec(agents []AgentDef) activities.ToolSpec {
 			"description":   map[string]any{"type": "string", "description": "A short (3-5 word) description of the task."},
 			"prompt":        map[string]any{"type": "string", "description": "The task for the subagent to perform."},
 		},
-		"required": []string{"subagent_type", "description", "prompt"},
+		"required":             []string{"subagent_type", "description", "prompt"},
+		"additionalProperties": false,
 	})
 	return activities.ToolSpec{
 		Name:        TaskTool,
