@@ -19,7 +19,8 @@ const previewLines = 200
 // Preview says what call will do, read where the files are, for the person
 // who decides: for Write the file it replaces (or that it is new) and the
 // lines removed and added; for Edit the lines it changes, or that it would
-// fail; for Bash the command exactly as it will run, line by line. It reads
+// fail; for Bash the command exactly as it will run, line by line; at most
+// OutputCap bytes. It reads
 // and never writes. A preview that cannot be made says why, and never
 // fails the activity: it must not hold up the decision.
 func (t *Tools) Preview(ctx context.Context, in ToolInput) (string, error) {
@@ -47,7 +48,9 @@ func (t *Tools) Preview(ctx context.Context, in ToolInput) (string, error) {
 	if out.Status != StatusOK {
 		return "(no preview: " + out.Result + ")", nil
 	}
-	return out.Result, nil
+	// A preview goes into the approval request, in history: no larger than
+	// a tool's output, however long the file's lines.
+	return truncate(out.Result, t.outputCap()), nil
 }
 
 func previewWrite(ws *workspace, arguments string) (string, error) {
@@ -94,16 +97,11 @@ func previewEdit(ws *workspace, arguments string) (string, error) {
 	if err != nil {
 		return "", fileErr("read", args.FilePath, err)
 	}
-	old := string(data)
-	n := strings.Count(old, args.OldString)
-	switch {
-	case args.OldString == "" || n == 0:
-		return fmt.Sprintf("edit %s would fail: old_string is not in the file", args.FilePath), nil
-	case n > 1 && !args.ReplaceAll:
-		return fmt.Sprintf("edit %s would fail: old_string occurs %d times and replace_all is not set", args.FilePath, n), nil
+	updated, n, err := applyEdit(args.FilePath, string(data), args.OldString, args.NewString, args.ReplaceAll)
+	if err != nil {
+		return fmt.Sprintf("edit %s would fail: %s", args.FilePath, err), nil
 	}
-	updated := strings.Replace(old, args.OldString, args.NewString, map[bool]int{true: -1, false: 1}[args.ReplaceAll])
-	before, after := splitLines(old), splitLines(updated)
+	before, after := splitLines(string(data)), splitLines(updated)
 	removed, added := changed(before, after)
 	return fmt.Sprintf("edit %s (%d %s): −%d +%d\n%s", args.FilePath, n, plural(n, "place"), removed, added, diffLines(before, after)), nil
 }

@@ -43,8 +43,8 @@ func TestAPreviewOfAnEditShowsItsLinesOrWhyItWouldFail(t *testing.T) {
 	require.Contains(t, got, "edit a.txt (1 place): −1 +1")
 	require.Contains(t, got, "- three\n+ 3")
 	require.Contains(t, preview(t, tools, ToolEdit, map[string]any{"file_path": "a.txt", "old_string": "two", "new_string": "2"}),
-		"would fail: old_string occurs 2 times and replace_all is not set")
-	require.Contains(t, preview(t, tools, ToolEdit, map[string]any{"file_path": "a.txt", "old_string": "four", "new_string": "4"}), "would fail: old_string is not in the file")
+		"would fail: old_string occurs 2 times in \"a.txt\"; include more surrounding text to make it unique, or set replace_all")
+	require.Contains(t, preview(t, tools, ToolEdit, map[string]any{"file_path": "a.txt", "old_string": "four", "new_string": "4"}), "would fail: old_string was not found in \"a.txt\"")
 	require.Contains(t, preview(t, tools, ToolEdit, map[string]any{"file_path": "../x", "old_string": "a", "new_string": "b"}), "(no preview: Edit: file_path \"../x\" is outside the workspace")
 }
 
@@ -55,4 +55,17 @@ func TestAPreviewOfBashShowsEveryLineWhole(t *testing.T) {
 	padded := "echo hello" + strings.Repeat(" ", 180) + "; rm -rf /"
 	require.Contains(t, preview(t, tools, ToolBash, map[string]any{"command": padded}), "; rm -rf /⏎", "nothing is cut")
 	require.Empty(t, preview(t, tools, ToolRead, map[string]any{"file_path": "a"}), "nothing to preview for a read")
+}
+
+func TestAPreviewIsNoLargerThanAToolsOutput(t *testing.T) {
+	ws, _ := newWorkspace(t)
+	tools := &Tools{Workspace: ws, OutputCap: 4 << 10}
+	writeFile(t, filepath.Join(ws, "one-line.txt"), strings.Repeat("é", 50<<10))
+	got := preview(t, tools, ToolWrite, map[string]any{"file_path": "one-line.txt", "content": strings.Repeat("ü", 50<<10)})
+	require.LessOrEqual(t, len(got), 4<<10+len("…"))
+	require.True(t, strings.HasPrefix(got, "overwrite one-line.txt (1 lines, 102400 bytes) with 1 lines (102400 bytes)"), "%.200s", got)
+	require.True(t, strings.HasSuffix(got, "…"), "the cut is marked")
+
+	got = preview(t, tools, ToolEdit, map[string]any{"file_path": "one-line.txt", "old_string": "é", "new_string": "é"})
+	require.Contains(t, got, "would fail: old_string and new_string are the same", "the preview says what Edit will say")
 }

@@ -288,10 +288,6 @@ func (t *Tools) Edit(ctx context.Context, in ToolInput) (ToolOutput, error) {
 			return "", missing("old_string")
 		case args.NewString == nil:
 			return "", missing("new_string")
-		case *args.OldString == "":
-			return "", errors.New("old_string is empty; use Write to create or replace a whole file")
-		case *args.OldString == *args.NewString:
-			return "", errors.New("old_string and new_string are the same; there is nothing to change")
 		}
 		rel, err := ws.resolve("file_path", *args.FilePath)
 		if err != nil {
@@ -301,15 +297,10 @@ func (t *Tools) Edit(ctx context.Context, in ToolInput) (ToolOutput, error) {
 		if err != nil {
 			return "", fileErr("read", *args.FilePath, err)
 		}
-		text, old := string(data), *args.OldString
-		n := strings.Count(text, old)
-		switch {
-		case n == 0:
-			return "", fmt.Errorf("old_string was not found in %q", *args.FilePath)
-		case n > 1 && !args.ReplaceAll:
-			return "", fmt.Errorf("old_string occurs %d times in %q; include more surrounding text to make it unique, or set replace_all", n, *args.FilePath)
+		text, n, err := applyEdit(*args.FilePath, string(data), *args.OldString, *args.NewString, args.ReplaceAll)
+		if err != nil {
+			return "", err
 		}
-		text = strings.ReplaceAll(text, old, *args.NewString)
 		if err := ws.root.WriteFile(rel, []byte(text), 0o644); err != nil {
 			return "", fileErr("write", *args.FilePath, err)
 		}
@@ -509,6 +500,27 @@ func (t *Tools) outputCap() int {
 		return t.OutputCap
 	}
 	return DefaultOutputCap
+}
+
+// applyEdit is what Edit does to text, the content of the file at path, and
+// what its preview shows: it replaces old with new, in the one place old
+// occurs, or in every one with all, and says how many. Its errors are
+// written for the model to correct its call.
+func applyEdit(path, text, old, new string, all bool) (string, int, error) {
+	switch {
+	case old == "":
+		return "", 0, errors.New("old_string is empty; use Write to create or replace a whole file")
+	case old == new:
+		return "", 0, errors.New("old_string and new_string are the same; there is nothing to change")
+	}
+	switch n := strings.Count(text, old); {
+	case n == 0:
+		return "", 0, fmt.Errorf("old_string was not found in %q", path)
+	case n > 1 && !all:
+		return "", 0, fmt.Errorf("old_string occurs %d times in %q; include more surrounding text to make it unique, or set replace_all", n, path)
+	default:
+		return strings.ReplaceAll(text, old, new), n, nil
+	}
 }
 
 // decodeArgs decodes a call's arguments into v, after run has normalized
