@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tollgate/tollgate/internal/config"
@@ -74,7 +75,9 @@ func TestAWebPageCannotStartATurnOrDecideOne(t *testing.T) {
 	require.Equal(t, http.StatusUnsupportedMediaType, status)
 	status, _ = post(t, st.api.URL+"/chat/approval", "application/json", "https://evil.example", decision)
 	require.Equal(t, http.StatusForbidden, status)
-	require.Len(t, st.approvals(t, "?conversationId=cross-site-decide"), 2, "both still wait")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		require.Len(c, approvalsAt(c, st.api.URL, "?conversationId=cross-site-decide"), 2, "both still wait")
+	}, waitFor, 20*time.Millisecond)
 	req, err := http.NewRequest(http.MethodPost, st.api.URL+"/chat/approval", strings.NewReader(decision))
 	require.NoError(t, err)
 	req.Header.Set("Content-Type", "application/json; charset=utf-8")
@@ -138,7 +141,9 @@ func TestBypassIsRefusedUnlessTheOperatorAllowsIt(t *testing.T) {
 	st.requireNoConversation(t, "no-bypass")
 
 	// Allowed, a bypassed turn says so at its start and asks for nothing.
-	allowed := serveAPI(t, NewServer(Options{Client: st.client, TaskQueue: st.queue, Logger: st.log, AllowBypass: true}))
+	o := st.apiOptions()
+	o.AllowBypass = true
+	allowed := serveAPI(t, NewServer(o))
 	_, msgs := chatAt(t, allowed.URL, `{"query": "tidy up", "conversationId": "bypass", "bypassApproval": true}`)
 	events := streamToEnd(t, msgs)
 	require.True(t, events[0].Bypass, "turn_start records the bypass")

@@ -184,8 +184,11 @@ func TestTheApproverSeesWhatACallWillReallyDo(t *testing.T) {
 	requests := requestsByTool(untilEvent(t, msgs, &seq, workflows.EventApprovalRequest, 2))
 	require.True(t, strings.HasPrefix(requests["Write"].Preview, "overwrite README.md (40 lines, 480 bytes) with 1 lines (11 bytes): −40 +1"), requests["Write"].Preview)
 	require.Contains(t, requests["Bash"].Preview, "$ ls -la⏎\n$ rm -rf ~/   # harmless cleanup⏎")
-	pending := st.approvals(t, "?conversationId=preview")
-	require.Len(t, pending, 2)
+	var pending []workflows.PendingApproval
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		pending = approvalsAt(c, st.api.URL, "?conversationId=preview")
+		require.Len(c, pending, 2)
+	}, waitFor, 20*time.Millisecond)
 	require.Equal(t, requests[pending[0].ToolName].Preview, pending[0].Preview, "the inbox gets the same preview")
 
 	b := newBrowser(t)
