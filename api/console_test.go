@@ -296,8 +296,8 @@ func TestConsoleApprovesAndDeclinesByClickAndShowsTheResults(t *testing.T) {
 	added := eval[[]string](b, fmt.Sprintf(`[...document.querySelectorAll(%s)].map((e) => e.textContent)`, jsQuote(callIn(turn, "Write")+` [data-testid="diff-add"]`)))
 	require.Equal(t, []string{"+ A note from tollgate's demo model.", "+ You asked: tidy up, please"}, added)
 	require.Equal(t, "Read", eval[string](b, `document.querySelector('.call .tool-name').textContent`))
-	require.Equal(t, "waiting for the batch", eval[string](b, fmt.Sprintf(`document.querySelector(%s).textContent`, jsQuote(callIn(turn, "Read")+` [data-testid="call-status"]`))),
-		"the unprotected Read has not run: its batch waits")
+	// The unprotected Read has not run: its batch waits.
+	b.waitUntil(fmt.Sprintf(`document.querySelector(%s)?.textContent === "waiting for the batch"`, jsQuote(callIn(turn, "Read")+` [data-testid="call-status"]`)))
 	require.NotContains(t, eval[string](b, fmt.Sprintf(`document.querySelector(%s).textContent`, jsQuote(callIn(turn, "Write")+` [data-testid="diff"]`))), "−0",
 		"the console does not claim a write removes nothing: the worker's preview says what it replaces")
 	b.screenshot("console-mid-approval")
