@@ -24,6 +24,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/tollgate/tollgate/internal/payloads"
+	"github.com/tollgate/tollgate/workflows"
 )
 
 // Names of the variables tollgate reads. A YAML configuration file uses the
@@ -175,7 +176,8 @@ type Config struct {
 	// AllowedOrigins are the browser origins besides the API's own that may
 	// send state-changing requests.
 	AllowedOrigins []string
-	// ContextBudget is EnvContextBudget's value; 0 when unset.
+	// ContextBudget is EnvContextBudget's value; workflows.DefaultContextBudget
+	// when unset.
 	ContextBudget int
 	// CodecOrigins are the browser origins that may call the codec
 	// endpoint.
@@ -297,7 +299,7 @@ func Load(getenv func(string) string) (Config, error) {
 	c.AllowUnauthenticated = r.boolean(EnvAllowUnauthenticated)
 	c.AllowedOrigins = r.origins(EnvAllowedOrigins)
 	c.CodecOrigins = r.origins(EnvCodecOrigins)
-	c.ContextBudget = r.positiveInt(EnvContextBudget, 0)
+	c.ContextBudget = r.positiveInt(EnvContextBudget, workflows.DefaultContextBudget)
 	c.Payloads = payloads.Config{
 		Dir:         r.path(EnvPayloadDir, DefaultPayloadDir),
 		Threshold:   r.positiveInt(EnvPayloadThreshold, payloads.DefaultThreshold),

@@ -13,6 +13,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/tollgate/tollgate/internal/payloads"
+	"github.com/tollgate/tollgate/workflows"
 )
 
 // env returns a getenv over a fixed map, so tests never see the real
@@ -42,6 +43,7 @@ func TestLoadWithNothingSetGivesTheDesignDefaults(t *testing.T) {
 		BashTimeout:       2 * time.Minute,
 		LogLevel:          slog.LevelInfo,
 		MetricsAddr:       "127.0.0.1:9090",
+		ContextBudget:     workflows.DefaultContextBudget,
 		Payloads:          payloads.Config{Dir: filepath.Join(wd, ".tollgate", "payloads"), Threshold: payloads.DefaultThreshold},
 	}, c)
 }
@@ -61,6 +63,7 @@ func TestLoadTakesEveryVariableFromTheEnvironment(t *testing.T) {
 		"TOLLGATE_HEARTBEAT_INTERVAL":    "1s",
 		"TOLLGATE_AGENTS_DIR":            "/srv/agents",
 		"TOLLGATE_MAX_STEPS":             "3",
+		"TOLLGATE_CONTEXT_BUDGET":        "200000",
 		"TOLLGATE_BASH_TIMEOUT":          "5s",
 		"TOLLGATE_LOG_LEVEL":             "debug",
 		"TOLLGATE_METRICS_ADDR":          ":9464",
@@ -90,6 +93,7 @@ func TestLoadTakesEveryVariableFromTheEnvironment(t *testing.T) {
 		HeartbeatInterval: time.Second,
 		AgentsDir:         "/srv/agents",
 		MaxSteps:          3,
+		ContextBudget:     200000,
 		BashTimeout:       5 * time.Second,
 		LogLevel:          slog.LevelDebug,
 		MetricsAddr:       ":9464",
@@ -170,6 +174,7 @@ func TestEachBadVariableIsNamedWithItsValue(t *testing.T) {
 		{"TOLLGATE_BASH_TIMEOUT", "2", `TOLLGATE_BASH_TIMEOUT="2": not a duration (example: 2m)`},
 		{"TOLLGATE_MAX_STEPS", "many", `TOLLGATE_MAX_STEPS="many": not a whole number (example: 25)`},
 		{"TOLLGATE_MAX_STEPS", "0", `TOLLGATE_MAX_STEPS="0": must be at least 1 (example: 25)`},
+		{"TOLLGATE_CONTEXT_BUDGET", "0", `TOLLGATE_CONTEXT_BUDGET="0": must be at least 1 (example: 409600)`},
 		{"TOLLGATE_REQUIRED_TOOLS", ",", `TOLLGATE_REQUIRED_TOOLS=",": no names in the list`},
 		{"TOLLGATE_LOG_LEVEL", "loud", `TOLLGATE_LOG_LEVEL="loud": not a log level`},
 		{"TOLLGATE_METRICS_ADDR", "9090", `TOLLGATE_METRICS_ADDR="9090": not a host:port to listen on (example: 127.0.0.1:9090; "off" for none)`},
