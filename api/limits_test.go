@@ -328,7 +328,18 @@ func TestAConversationOfSixtyLongMessagesGoesOnPastTwoMegabytes(t *testing.T) {
 		withScript(scripted.Always(scripted.Reply{Content: "Noted."})),
 		withSettings(func(s *workflows.Settings) { s.TurnsPerRun = 10 }))
 	const n = 60
+	runID := func(t require.TestingT) string {
+		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+		defer cancel()
+		d, err := st.client.DescribeWorkflow(ctx, workflows.ConversationWorkflowID("long-messages"), "")
+		require.NoError(t, err)
+		return d.RawResponse.GetWorkflowExecutionInfo().GetExecution().GetRunId()
+	}
+	var lastRun string
 	for i := range n {
+		if i == n-1 {
+			lastRun = runID(t)
+		}
 		log := fmt.Sprintf("log %d\n", i) + strings.Repeat(fmt.Sprintf("%d a pasted log line\n", i), 40<<10/22)
 		body, err := json.Marshal(map[string]string{"query": log, "conversationId": "long-messages"})
 		require.NoError(t, err)
@@ -338,12 +349,18 @@ func TestAConversationOfSixtyLongMessagesGoesOnPastTwoMegabytes(t *testing.T) {
 		events := untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
 		require.Equal(t, workflows.FinishStop, events[len(events)-1].Reason, "turn %d", i+1)
 	}
+	// After the sixtieth turn the conversation continues as new with all
+	// sixty messages, 2.3 MB: past the limit (after the fiftieth it was
+	// still just under).
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		require.NotEqual(c, lastRun, runID(c), "the conversation continued as new after turn %d", n)
+	}, waitFor, 50*time.Millisecond)
 	resp, err := http.Get(st.api.URL + "/conversations/long-messages/messages?offset=118")
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	var page workflows.MessagesPage
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&page))
-	require.Equal(t, 2*n, page.Total, "every message kept across five continue-as-new")
+	require.Equal(t, 2*n, page.Total, "every message kept across six continue-as-new")
 	require.True(t, strings.HasPrefix(page.Messages[0].Content, fmt.Sprintf("log %d\n", n-1)))
 }
 
