@@ -124,11 +124,21 @@ func (s *Server) authenticate(c *gin.Context) {
 	c.Set(callerKey, caller)
 }
 
+// caller is the token the caller authenticated with; false when the API
+// asks for none.
+func caller(c *gin.Context) (config.APIToken, bool) {
+	v, ok := c.Get(callerKey)
+	if !ok {
+		return config.APIToken{}, false
+	}
+	tok, ok := v.(config.APIToken)
+	return tok, ok
+}
+
 // principal is the caller's principal: the name of its token, or "" when
 // the API asks for none.
 func principal(c *gin.Context) string {
-	caller, _ := c.Get(callerKey)
-	tok, _ := caller.(config.APIToken)
+	tok, _ := caller(c)
 	return tok.Principal
 }
 
@@ -136,14 +146,15 @@ func principal(c *gin.Context) string {
 // role: role itself, or admin when that is how the caller may; "" when the
 // API asks for no token.
 func callerRole(c *gin.Context, role string) string {
-	caller, ok := c.Get(callerKey)
-	if !ok {
+	tok, ok := caller(c)
+	switch {
+	case !ok:
 		return ""
-	}
-	if tok := caller.(config.APIToken); !slices.Contains(tok.Roles, role) && slices.Contains(tok.Roles, config.RoleAdmin) {
+	case !slices.Contains(tok.Roles, role) && slices.Contains(tok.Roles, config.RoleAdmin):
 		return config.RoleAdmin
+	default:
+		return role
 	}
-	return role
 }
 
 // errForbidden is the cause of every 403: the caller may not do this.
@@ -158,11 +169,10 @@ func forbidden(format string, args ...any) error {
 // may reports whether the caller may act in one of roles. An API without
 // tokens lets every caller do everything but bypass (see mayBypass).
 func (s *Server) may(c *gin.Context, roles ...string) bool {
-	caller, ok := c.Get(callerKey)
+	tok, ok := caller(c)
 	if !ok {
 		return s.auth == nil
 	}
-	tok := caller.(config.APIToken)
 	return slices.ContainsFunc(roles, tok.Has)
 }
 

@@ -21,15 +21,15 @@ const codecPath = "/codec"
 const codecBodyBytes = 4 << 20
 
 // serveCodec registers the codec endpoint, and the CORS preflight a browser
-// sends before the Web UI, served from another origin, may call it.
-func (s *Server) serveCodec(r *gin.Engine, codec converter.PayloadCodec) {
+// sends before the Web UI, served from another origin, may call it; read
+// admits the callers who may read a turn.
+func (s *Server) serveCodec(r *gin.Engine, codec converter.PayloadCodec, read gin.HandlerFunc) {
 	h := converter.NewPayloadCodecHTTPHandler(codec)
 	serve := func(c *gin.Context) {
 		s.allowCodecOrigin(c)
 		c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, codecBodyBytes)
 		h.ServeHTTP(c.Writer, c.Request)
 	}
-	read := s.requireRole(codecRoles...)
 	r.POST(codecPath+"/decode", read, serve)
 	r.POST(codecPath+"/encode", read, serve)
 	r.OPTIONS(codecPath+"/*op", func(c *gin.Context) {
@@ -44,9 +44,9 @@ func (s *Server) serveCodec(r *gin.Engine, codec converter.PayloadCodec) {
 	})
 }
 
-// codecRoles may read payloads through the codec endpoint: whoever may read
-// a turn.
-var codecRoles = []string{config.RoleChat, config.RoleApprove}
+// readRoles may read a turn: its events, its transcript, and its payloads
+// through the codec endpoint.
+var readRoles = []string{config.RoleChat, config.RoleApprove}
 
 // allowCodecOrigin answers CORS for the codec endpoint: a browser origin
 // listed in TOLLGATE_CODEC_ORIGINS (the Web UI's) may read its answers.

@@ -168,18 +168,19 @@ func newServer(o Options, src eventSource, settings hubSettings) *Server {
 	_ = r.SetTrustedProxies(nil) // ClientIP is the peer; nil never fails
 	r.Use(s.recoverPanics, s.logRequests, s.refuseForeignHost, s.refuseCrossSite, s.authenticate)
 	chat, approve := s.requireRole(config.RoleChat), s.requireRole(config.RoleApprove)
+	read := s.requireRole(readRoles...) // whoever may read a turn
 	r.POST("/chat/stream", chat, s.chatStream)
-	r.GET("/chat/turns/:turnId/events", s.requireRole(config.RoleChat, config.RoleApprove), s.turnEvents)
+	r.GET("/chat/turns/:turnId/events", read, s.turnEvents)
 	r.POST("/chat/approval", approve, s.approve)
 	r.POST("/chat/tool-result", chat, s.toolResult)
 	r.GET("/conversations/:conversationId/grants", approve, s.grants)
-	r.GET("/conversations/:conversationId/messages", s.requireRole(config.RoleChat, config.RoleApprove), s.messages)
+	r.GET("/conversations/:conversationId/messages", read, s.messages)
 	r.DELETE("/conversations/:conversationId/grants/:grantId", approve, s.revokeGrant)
 	r.GET("/approvals", approve, s.listApprovals)
 	r.GET("/healthz", s.healthz)
 	r.GET("/metrics", s.serveMetrics)
 	if o.Codec != nil {
-		s.serveCodec(r, o.Codec)
+		s.serveCodec(r, o.Codec, read)
 	}
 	registerWeb(r)
 	r.NoRoute(func(c *gin.Context) {
