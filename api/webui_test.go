@@ -51,9 +51,14 @@ func TestTheWebUISaysWhatAWaitingTurnWaitsFor(t *testing.T) {
 	require.Contains(t, summaries, "model call 1")
 	require.Contains(t, summaries, `approval: Bash {"command":"ls -la"}`)
 
-	for _, r := range requests {
-		postDecision(t, st.api, r.RequestID, workflows.DecisionApprove, "", true)
-	}
+	// A decided call leaves the details at once, not when its batch ends.
+	postDecision(t, st.api, requests[0].RequestID, workflows.DecisionApprove, "", true)
+	v, err = st.client.QueryWorkflow(ctx, turnID, "", workflowMetadataQuery)
+	require.NoError(t, err)
+	require.NoError(t, v.Get(&meta))
+	require.NotContains(t, meta.GetCurrentDetails(), requests[0].RequestID)
+	require.Contains(t, meta.GetCurrentDetails(), requests[1].RequestID)
+	postDecision(t, st.api, requests[1].RequestID, workflows.DecisionApprove, "", true)
 	untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
 	summaries = summariesOf(t, st, turnID)
 	require.Contains(t, summaries, `Read {"file_path":"README.md"}`, "tool activities are named by their call")

@@ -267,6 +267,8 @@ func (g *gate) decide(ctx workflow.Context, a *approval, decision, reason, argum
 		Role:       a.role,
 	})
 	countDecision(ctx, decision, a.RequestedAt)
+	// The Web UI stops listing the call at once, not when the batch ends.
+	workflow.SetCurrentDetails(ctx, g.details())
 	g.wake.SendAsync(struct{}{})
 }
 
@@ -354,6 +356,9 @@ func (g *gate) await(ctx workflow.Context, reqs []*approval) {
 // upsertPending keeps the pending-approvals search attribute current, so
 // visibility (the Web UI, GET /approvals) can find turns that wait.
 func (g *gate) upsertPending(ctx workflow.Context) {
+	// Details issue no command: they are kept current with or without
+	// search attributes.
+	workflow.SetCurrentDetails(ctx, g.details())
 	if !g.upserts {
 		return
 	}
@@ -372,7 +377,6 @@ func (g *gate) upsertPending(ctx workflow.Context) {
 		}
 	}
 	ids = boundedKeywords(ids, pendingAttributeBudget)
-	workflow.SetCurrentDetails(ctx, g.details())
 	key := temporal.NewSearchAttributeKeyKeywordList(PendingApprovalsAttribute)
 	updates := []temporal.SearchAttributeUpdate{key.ValueSet(ids)}
 	status := StatusWaiting
@@ -400,7 +404,7 @@ func (g *gate) details() string {
 			if b.Len() == 0 {
 				b.WriteString("**Waiting for approval**\n\n")
 			}
-			fmt.Fprintf(&b, "- `%s` %s — expires %s (request `%s`)\n", a.Call.Name, "`"+truncate(strings.ReplaceAll(a.Call.Arguments, "`", "'"), 300)+"`",
+			fmt.Fprintf(&b, "- `%s` `%s` — expires %s (request `%s`)\n", a.Call.Name, truncate(strings.ReplaceAll(a.Call.Arguments, "`", "'"), 300),
 				a.ExpiresAt.UTC().Format(time.RFC3339), a.RequestID)
 		}
 	}
