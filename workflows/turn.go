@@ -625,7 +625,7 @@ func (t *turn) runTool(ctx workflow.Context, call activities.ToolCall) activitie
 		StartToCloseTimeout: t.settings.ToolTimeout,
 		HeartbeatTimeout:    t.settings.ToolHeartbeatTimeout,
 		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
-		Summary:             call.Name + " " + truncate(call.Arguments, 120),
+		Summary:             callSummary(call),
 	}
 	var out activities.ToolOutput
 	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), call.Name, activities.ToolInput{Call: call}).Get(ctx, &out)
