@@ -6,11 +6,14 @@ VERSITYGW_VERSION := v1.8.0
 VERSITYGW := bin/versitygw
 STATICCHECK_VERSION := v0.8.2
 STATICCHECK := bin/staticcheck
+# Real third-party MCP servers for the MCP tests, from npm (Node 20).
+MCP_SERVERS_VERSION := 2026.8.31
+MCP_SERVERS := bin/mcp/node_modules/.bin/mcp-server-everything
 BINARIES := ./worker ./api ./cmd/scripted-model ./cmd/tollgate
 # The race detector is on by default; `make test RACE=` turns it off.
 RACE ?= -race
 
-.PHONY: all temporal versitygw staticcheck build test lint bench dev corpus
+.PHONY: all temporal versitygw staticcheck mcp-servers build test lint bench dev corpus
 
 all: lint test
 
@@ -34,12 +37,21 @@ staticcheck: $(STATICCHECK)
 $(STATICCHECK):
 	GOBIN=$(CURDIR)/bin go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
+# The MCP reference servers the tests run over stdio and streamable HTTP:
+# @modelcontextprotocol/server-filesystem and server-everything, into bin/mcp.
+mcp-servers: $(MCP_SERVERS)
+
+$(MCP_SERVERS):
+	npm install --prefix bin/mcp --no-audit --no-fund --silent \
+		@modelcontextprotocol/server-filesystem@$(MCP_SERVERS_VERSION) \
+		@modelcontextprotocol/server-everything@$(MCP_SERVERS_VERSION)
+
 build:
 	go build -o bin/ $(BINARIES)
 
 # Integration tests start their own Temporal dev server from bin/temporal,
-# and S3 server from bin/versitygw.
-test: $(TEMPORAL) $(VERSITYGW)
+# S3 server from bin/versitygw and MCP servers from bin/mcp.
+test: $(TEMPORAL) $(VERSITYGW) $(MCP_SERVERS)
 	go test $(RACE) -count=1 -timeout 14m ./...
 
 # gofmt skips the agent's workspace and hidden folders: they are not ours.

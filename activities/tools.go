@@ -98,6 +98,7 @@ func (t *Tools) Specs() []ToolSpec {
 				"limit":     {Type: "integer", Description: "Number of lines to read.", Minimum: 1},
 			}),
 			WorkspacePaths: []string{"file_path"},
+			Annotations:    &ToolAnnotations{ReadOnly: true},
 		},
 		{
 			Name:        ToolWrite,
@@ -107,6 +108,7 @@ func (t *Tools) Specs() []ToolSpec {
 				"content":   {Type: "string", Description: "The complete new content of the file."},
 			}),
 			WorkspacePaths: []string{"file_path"},
+			Annotations:    &ToolAnnotations{Destructive: true, Idempotent: true},
 		},
 		{
 			Name: ToolEdit,
@@ -119,6 +121,7 @@ func (t *Tools) Specs() []ToolSpec {
 				"replace_all": {Type: "boolean", Description: "Replace every occurrence of old_string instead of exactly one."},
 			}),
 			WorkspacePaths: []string{"file_path"},
+			Annotations:    &ToolAnnotations{Destructive: true},
 		},
 		{
 			Name: ToolBash,
@@ -130,6 +133,7 @@ func (t *Tools) Specs() []ToolSpec {
 					"the default and maximum is %d.", t.bashTimeout().Milliseconds()), Minimum: 1},
 				"description": {Type: "string", Description: "What the command does, in a few words, for the person who approves it."},
 			}),
+			Annotations: &ToolAnnotations{Destructive: true, OpenWorld: true},
 		},
 	}
 }

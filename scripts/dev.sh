@@ -127,10 +127,28 @@ EOF
 fi
 
 start worker bin/worker
+worker_pid=${pids[-1]}
 start api bin/api
 api=$HTTP_ADDR
 [ "${api%%:*}" ] || api=127.0.0.1$api
 wait_port api "$api"
+
+# With an .mcp.json, the banner lists the MCP servers' tools: wait for the
+# worker to have started them (npx may first download a server).
+mcp_config=${TOLLGATE_MCP_CONFIG:-}
+[ -n "$mcp_config" ] || [ ! -f .mcp.json ] || mcp_config=.mcp.json
+mcp_tools=""
+if [ -n "$mcp_config" ] && [ "$mcp_config" != off ]; then
+	say "starting the MCP servers of $mcp_config"
+	for i in $(seq 1200); do
+		grep -q 'msg="worker started"' "$LOGS/worker.log" && break
+		kill -0 "$worker_pid" 2>/dev/null || die "worker exited; see $LOGS/worker.log:
+$(tail -n 20 "$LOGS/worker.log")"
+		((i < 1200)) || die "worker not started after 120s; see $LOGS/worker.log"
+		sleep 0.1
+	done
+	mcp_tools=$(sed -n 's/.*msg="MCP server started" mcpServer=\([^ ]*\) type=[^ ]* tools="\[\(.*\)\]".*/  MCP      \1: \2/p' "$LOGS/worker.log")
+fi
 
 cat <<EOF
 
@@ -138,7 +156,8 @@ tollgate is running.
   API      http://$api
   Web UI   http://127.0.0.1:$UI_PORT
   Model    $model
-  Logs     $LOGS/ (${names[*]/%/.log})
+  Logs     $LOGS/ (${names[*]/%/.log})${mcp_tools:+
+$mcp_tools}
   Try      curl -N http://$api/chat/stream -H 'Content-Type: application/json' -d '{"query":"tidy up the workspace"}'
 Ctrl-C stops everything.
 

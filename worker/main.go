@@ -50,6 +50,23 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", config.EnvPolicyFile, err)
 	}
+	// MCP servers start next, before Temporal is dialed: their tools are
+	// part of the settings every turn records, and a server that cannot
+	// start stops the worker with the reason.
+	var mcpCfg activities.MCPConfig
+	if cfg.MCPConfig != "" {
+		if mcpCfg, err = activities.LoadMCPConfig(cfg.MCPConfig, os.Getenv); err != nil {
+			return fmt.Errorf("%s: %w", config.EnvMCPConfig, err)
+		}
+	}
+	mcpServers, err := activities.StartMCP(ctx, mcpCfg, log)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", config.EnvMCPConfig, cfg.MCPConfig, err)
+	}
+	// Deferred, so it runs after w.Stop below: no running call loses its
+	// server.
+	defer mcpServers.Close()
+
 	// The SDK's metrics and the workflows' own land in one registry.
 	reg := metrics.NewRegistry()
 	workflows.DescribeMetrics(reg)
@@ -101,7 +118,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		RequiredTools:    cfg.RequiredTools,
 		ApprovalTimeout:  cfg.ApprovalTimeout,
 		MaxSteps:         cfg.MaxSteps,
-		Tools:            tools.Specs(),
+		Tools:            append(tools.Specs(), mcpServers.Specs()...),
 		WorkspaceRoots:   activities.WorkspaceRoots(cfg.Workspace, realWorkspace),
 		ToolTimeout:      cfg.BashTimeout + 30*time.Second,
 		SearchAttributes: searchAttributes,
@@ -114,6 +131,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 
 	w := worker.New(c, cfg.TaskQueue, workflows.WorkerOptions())
 	workflows.Register(w, wf, model, tools)
+	workflows.RegisterMCP(w, mcpServers)
 	if cfg.NotifyURL != "" {
 		workflows.RegisterNotifier(w, &activities.Notifier{URL: cfg.NotifyURL})
 	}
@@ -121,7 +139,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return fmt.Errorf("start worker on task queue %s: %w", cfg.TaskQueue, err)
 	}
 	log.Info("worker started", "taskQueue", cfg.TaskQueue, "temporal", cfg.TemporalAddress,
-		"workspace", cfg.Workspace, "requiredTools", cfg.RequiredTools, "model", cfg.OpenAIModel, "subagents", len(agentDefs), "policyRules", len(rules), "notices", cfg.NotifyURL != "")
+		"workspace", cfg.Workspace, "requiredTools", cfg.RequiredTools, "model", cfg.OpenAIModel, "subagents", len(agentDefs), "policyRules", len(rules), "notices", cfg.NotifyURL != "", "mcpTools", len(mcpServers.Specs()))
 	<-ctx.Done()
 	log.Info("worker stopping")
 	w.Stop()

@@ -34,3 +34,25 @@ func TestPolicyRuleThatDoesNotCompileStopsTheWorker(t *testing.T) {
 	require.Contains(t, stderr.String(), "tool Bash")
 	require.Contains(t, stderr.String(), `args.command.startsWith(`)
 }
+
+func TestMCPServerThatCannotStartStopsTheWorkerSayingWhy(t *testing.T) {
+	dir := t.TempDir()
+	bin := proctest.Build(t, "github.com/tollgate/tollgate/worker")()
+	mcpConfig := filepath.Join(dir, ".mcp.json")
+	require.NoError(t, os.WriteFile(mcpConfig, []byte(`{"mcpServers":{"search":{"command":"sh","args":["-c","echo SEARCH_API_KEY is not set >&2; exit 1"]}}}`), 0o644))
+
+	cmd := exec.Command(bin)
+	// Nothing listens on this address: the worker must stop before dialing.
+	cmd.Env = append(proctest.EnvironWithout("TOLLGATE_", "TEMPORAL_", "OPENAI_"), "TOLLGATE_MCP_CONFIG="+mcpConfig, "TEMPORAL_ADDRESS=127.0.0.1:1",
+		"TOLLGATE_WORKSPACE="+filepath.Join(dir, "ws"), "TOLLGATE_METRICS_ADDR=off")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+
+	var exit *exec.ExitError
+	require.True(t, errors.As(err, &exit), "the worker must exit with an error, got %v", err)
+	require.NotZero(t, exit.ExitCode())
+	require.Contains(t, stderr.String(), "TOLLGATE_MCP_CONFIG")
+	require.Contains(t, stderr.String(), `MCP server \"search\"`)
+	require.Contains(t, stderr.String(), "SEARCH_API_KEY is not set")
+}

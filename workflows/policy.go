@@ -67,15 +67,25 @@ func (r *Rule) mayDecide(principal, role, sender string) error {
 	return nil
 }
 
-// rule is the policy's rule for tool, or nil.
+// rule is the policy's rule for tool, or nil. An MCP tool without a rule
+// of its own follows its server's rule (one for mcp__<server>), if any.
 func (s Settings) rule(tool string) *Rule {
-	var rule *Rule
-	for i := range s.Rules {
-		if s.Rules[i].Tool == tool {
-			rule = &s.Rules[i]
+	find := func(name string) *Rule {
+		var rule *Rule
+		for i := range s.Rules {
+			if s.Rules[i].Tool == name {
+				rule = &s.Rules[i]
+			}
 		}
+		return rule
 	}
-	return rule
+	if rule := find(tool); rule != nil {
+		return rule
+	}
+	if server := s.mcpServerName(tool); server != "" {
+		return find(server)
+	}
+	return nil
 }
 
 // Validate checks r, compiling its expression; the error names the tool
@@ -126,7 +136,8 @@ func (s Settings) check(call activities.ToolCall) check {
 	switch rule.Require {
 	case RequireNever:
 	case RequireWhen:
-		required, err := evalWhen(rule.When, call.Arguments)
+		spec, _ := s.spec(call.Name)
+		required, err := evalWhen(rule.When, call.Arguments, spec.Hints())
 		if err != nil {
 			c.Required, c.Problem = true, fmt.Sprintf("policy rule for %s could not decide (%v), so approval is required", call.Name, err)
 		} else {
@@ -146,7 +157,10 @@ func compileWhen(expr string) (cel.Program, error) {
 	if p, ok := programs.Load(expr); ok {
 		return p.(cel.Program), nil
 	}
-	env, err := cel.NewEnv(cel.Variable("args", cel.MapType(cel.StringType, cel.DynType)))
+	env, err := cel.NewEnv(
+		cel.Variable("args", cel.MapType(cel.StringType, cel.DynType)),
+		cel.Variable("annotations", cel.MapType(cel.StringType, cel.DynType)),
+	)
 	if err != nil {
 		return nil, err
 	}
@@ -165,7 +179,11 @@ func compileWhen(expr string) (cel.Program, error) {
 	return p, nil
 }
 
-func evalWhen(expr, arguments string) (bool, error) {
+// evalWhen evaluates expr on a call's arguments (args) and its tool's
+// annotations (annotations.readOnlyHint, .destructiveHint,
+// .idempotentHint, .openWorldHint, .title: MCP's defaults for a tool that
+// says nothing).
+func evalWhen(expr, arguments string, hints activities.ToolAnnotations) (bool, error) {
 	p, err := compileWhen(expr)
 	if err != nil {
 		return false, err
@@ -174,7 +192,11 @@ func evalWhen(expr, arguments string) (bool, error) {
 	if err := json.Unmarshal([]byte(arguments), &args); err != nil {
 		return false, fmt.Errorf("arguments: %w", err)
 	}
-	out, _, err := p.Eval(map[string]any{"args": args})
+	annotations := map[string]any{
+		"readOnlyHint": hints.ReadOnly, "destructiveHint": hints.Destructive,
+		"idempotentHint": hints.Idempotent, "openWorldHint": hints.OpenWorld, "title": hints.Title,
+	}
+	out, _, err := p.Eval(map[string]any{"args": args, "annotations": annotations})
 	if err != nil {
 		return false, err
 	}

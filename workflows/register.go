@@ -29,6 +29,14 @@ func Register(r worker.Registry, w *Workflows, model *activities.Model, tools *a
 	r.RegisterActivityWithOptions(tools.Preview, activity.RegisterOptions{Name: activities.PreviewActivity})
 }
 
+// RegisterMCP registers an activity for each tool of the MCP servers, named
+// after its tool (mcp__<server>__<tool>); m may be nil.
+func RegisterMCP(r worker.Registry, m *activities.MCP) {
+	for name, fn := range m.Activities() {
+		r.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name})
+	}
+}
+
 // WorkerOptions are the options of a worker that runs these workflows.
 // The deadlock detector allows a workflow task 5 s instead of the SDK's 1 s:
 // a turn or a conversation encodes and decodes payloads of megabytes in

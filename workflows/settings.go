@@ -111,9 +111,35 @@ func (s Settings) withDefaults() Settings {
 	return s
 }
 
-// requires reports whether a call of the named tool waits for approval.
+// requires reports whether a call of the named tool waits for approval
+// when no rule speaks of it: a tool of RequiredTools does, and so does an
+// MCP tool that its server does not mark read-only.
 func (s Settings) requires(tool string) bool {
-	return slices.Contains(s.RequiredTools, tool)
+	if slices.Contains(s.RequiredTools, tool) {
+		return true
+	}
+	spec, ok := s.spec(tool)
+	return ok && spec.MCP != nil && !spec.Hints().ReadOnly
+}
+
+// spec is the worker tool of that name.
+func (s Settings) spec(tool string) (activities.ToolSpec, bool) {
+	i := slices.IndexFunc(s.Tools, func(t activities.ToolSpec) bool { return t.Name == tool })
+	if i < 0 {
+		return activities.ToolSpec{}, false
+	}
+	return s.Tools[i], true
+}
+
+// mcpServerName is the name that stands for every tool of an MCP tool's
+// server (mcp__<server>), as Claude Code's permissions write it: a policy
+// rule or a subagent's tool list may name the server instead of each
+// tool. It is "" for other tools.
+func (s Settings) mcpServerName(tool string) string {
+	if spec, ok := s.spec(tool); ok && spec.MCP != nil {
+		return activities.MCPToolPrefix + spec.MCP.Server
+	}
+	return ""
 }
 
 // offers reports whether the named tool is among tools.

@@ -88,22 +88,28 @@ func (s *subagentState) interrupt(ctx workflow.Context, reason string) {
 func (s Settings) toolsFor(def *AgentDef, depth int) []activities.ToolSpec {
 	var tools []activities.ToolSpec
 	for _, t := range s.Tools {
-		if def == nil || allowed(def, t.Name) {
+		if def == nil || allowed(def, t.Name, s.mcpServerName(t.Name)) {
 			tools = append(tools, t)
 		}
 	}
 	canNest := len(s.Agents) > 0 && depth < s.MaxSubagentDepth
-	if canNest && (def == nil || (slices.Contains(def.Tools, TaskTool) && allowed(def, TaskTool))) {
+	if canNest && (def == nil || (slices.Contains(def.Tools, TaskTool) && allowed(def, TaskTool, ""))) {
 		tools = append(tools, taskSpec(s.Agents))
 	}
 	return tools
 }
 
-func allowed(def *AgentDef, tool string) bool {
-	if slices.Contains(def.DisallowedTools, tool) {
+// allowed reports whether def lets its subagent call tool. server, for an
+// MCP tool, is the name that stands for all its server's tools
+// (mcp__<server>), which a definition may list instead of each tool.
+func allowed(def *AgentDef, tool, server string) bool {
+	names := func(list []string) bool {
+		return slices.Contains(list, tool) || (server != "" && slices.Contains(list, server))
+	}
+	if names(def.DisallowedTools) {
 		return false
 	}
-	return len(def.Tools) == 0 || slices.Contains(def.Tools, tool)
+	return len(def.Tools) == 0 || names(def.Tools)
 }
 
 // taskSpec describes the Task tool with the defined subagents.

@@ -565,7 +565,8 @@ func (t *turn) checkBatch(ctx workflow.Context, calls []activities.ToolCall) []c
 
 // previews asks the worker, in parallel, what each call of the batch that
 // may wait for a person will do (activities.Tools.Preview), so the request
-// shows it. From patchApprovalPreview on; only batches with such a call ask
+// shows it. An MCP tool's call has no preview beyond its arguments, which
+// the request shows anyway, so it is not asked for one. From patchApprovalPreview on; only batches with such a call ask
 // for the patch. A preview that fails is said to, and never holds up the
 // request.
 func (t *turn) previews(ctx workflow.Context, calls []activities.ToolCall, vetted []vetting) []string {
@@ -573,7 +574,7 @@ func (t *turn) previews(ctx workflow.Context, calls []activities.ToolCall, vette
 	var wanted []int
 	for i, c := range calls {
 		if vetted[i].Refused == "" && vetted[i].Check.Required && !(t.bypass && !vetted[i].Check.Always) &&
-			c.Name != TaskTool && !offers(t.clientTools, c.Name) && offers(t.tools, c.Name) {
+			c.Name != TaskTool && !offers(t.clientTools, c.Name) && offers(t.tools, c.Name) && t.settings.mcpServerName(c.Name) == "" {
 			wanted = append(wanted, i)
 		}
 	}

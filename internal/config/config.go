@@ -48,6 +48,7 @@ const (
 	EnvBashTimeout       = "TOLLGATE_BASH_TIMEOUT"
 	EnvLogLevel          = "TOLLGATE_LOG_LEVEL"
 	EnvMetricsAddr       = "TOLLGATE_METRICS_ADDR"
+	EnvMCPConfig         = "TOLLGATE_MCP_CONFIG"
 	// EnvAPITokens holds the API's bearer tokens as comma-separated
 	// token:principal[:role+role...] entries; unset, the API asks for none.
 	EnvAPITokens = "TOLLGATE_API_TOKENS"
@@ -89,6 +90,10 @@ const (
 // endpoint off. An empty value means "unset" and so the default.
 const MetricsOff = "off"
 
+// MCPOff is the value of TOLLGATE_MCP_CONFIG that starts no MCP server,
+// even when a .mcp.json is where the default looks.
+const MCPOff = "off"
+
 // NoRequiredTools is the value of TOLLGATE_REQUIRED_TOOLS that protects no
 // tool at all. An empty value means "unset" and so the default.
 const NoRequiredTools = "none"
@@ -108,6 +113,9 @@ const (
 	DefaultBashTimeout       = 2 * time.Minute
 	DefaultMetricsAddr       = "127.0.0.1:9090"
 	DefaultPayloadDir        = ".tollgate/payloads"
+	// DefaultMCPConfig is read when it exists, as Claude Code reads a
+	// project's .mcp.json; a file named by TOLLGATE_MCP_CONFIG must exist.
+	DefaultMCPConfig = ".mcp.json"
 )
 
 // Config is every setting of the worker and the API.
@@ -163,6 +171,9 @@ type Config struct {
 	// MetricsAddr is where the worker serves its metrics (GET /metrics);
 	// empty when they are off.
 	MetricsAddr string
+	// MCPConfig is the absolute path of the MCP servers' configuration
+	// (.mcp.json, Claude Code's format); empty for none.
+	MCPConfig string
 	// APITokens are the bearer tokens the API accepts, each naming the
 	// principal its holder decides as and its roles; empty when the API
 	// asks for none.
@@ -249,7 +260,7 @@ var known = []string{
 	EnvOpenAIBaseURL, EnvOpenAIAPIKey, EnvOpenAIModel, EnvWorkspace,
 	EnvRequiredTools, EnvApprovalTimeout, EnvHeartbeatInterval, EnvAgentsDir, EnvPolicyFile, EnvNotifyURL,
 	EnvMaxSteps, EnvBashTimeout, EnvLogLevel,
-	EnvMetricsAddr, EnvAPITokens, EnvAllowBypass, EnvAllowUnauthenticated, EnvAllowedOrigins,
+	EnvMetricsAddr, EnvMCPConfig, EnvAPITokens, EnvAllowBypass, EnvAllowUnauthenticated, EnvAllowedOrigins,
 	EnvCodecOrigins, EnvContextBudget, EnvPayloadDir, EnvPayloadThreshold, EnvPayloadS3Endpoint, EnvPayloadS3Secure, EnvPayloadS3Bucket,
 	EnvPayloadS3Prefix, EnvPayloadS3Region, EnvPayloadS3AccessKey, EnvPayloadS3SecretKey,
 }
@@ -294,6 +305,7 @@ func Load(getenv func(string) string) (Config, error) {
 	c.BashTimeout = r.duration(EnvBashTimeout, DefaultBashTimeout)
 	c.LogLevel = r.level(EnvLogLevel, slog.LevelInfo)
 	c.MetricsAddr = r.listenAddr(EnvMetricsAddr, DefaultMetricsAddr)
+	c.MCPConfig = r.mcpConfig(EnvMCPConfig)
 	c.APITokens = r.tokens(EnvAPITokens)
 	c.AllowBypass = r.boolean(EnvAllowBypass)
 	c.AllowUnauthenticated = r.boolean(EnvAllowUnauthenticated)
@@ -389,6 +401,30 @@ func (r *reader) path(name, def string) string {
 	abs, err := filepath.Abs(p)
 	if err != nil {
 		r.fail(name, p, "cannot make the path absolute: %v", err)
+		return ""
+	}
+	return abs
+}
+
+// mcpConfig reads the MCP configuration's path: off for none; unset for
+// DefaultMCPConfig when that file exists; else a file that must exist.
+func (r *reader) mcpConfig(name string) string {
+	v := r.str(name, "")
+	switch v {
+	case MCPOff:
+		return ""
+	case "":
+		if _, err := os.Stat(DefaultMCPConfig); err != nil {
+			return ""
+		}
+		v = DefaultMCPConfig
+	}
+	abs, err := filepath.Abs(v)
+	if err == nil {
+		_, err = os.Stat(abs)
+	}
+	if err != nil {
+		r.fail(name, v, "%v (%s turns MCP off)", err, MCPOff)
 		return ""
 	}
 	return abs

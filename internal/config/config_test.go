@@ -118,6 +118,27 @@ func TestMetricsAddrOffTurnsTheWorkersMetricsEndpointOff(t *testing.T) {
 	}
 }
 
+func TestMCPConfigIsDotMCPJSONWhenItExistsANamedFileThatMustExistOrOff(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	c, err := Load(env(nil))
+	require.NoError(t, err)
+	require.Empty(t, c.MCPConfig, "no .mcp.json, no MCP")
+
+	require.NoError(t, os.WriteFile(".mcp.json", []byte(`{"mcpServers":{}}`), 0o644))
+	c, err = Load(env(nil))
+	require.NoError(t, err)
+	require.Equal(t, filepath.Join(dir, ".mcp.json"), c.MCPConfig)
+
+	c, err = Load(env(map[string]string{"TOLLGATE_MCP_CONFIG": "off"}))
+	require.NoError(t, err)
+	require.Empty(t, c.MCPConfig)
+
+	_, err = Load(env(map[string]string{"TOLLGATE_MCP_CONFIG": "servers.json"}))
+	require.ErrorContains(t, err, "TOLLGATE_MCP_CONFIG")
+	require.ErrorContains(t, err, "servers.json")
+}
+
 func TestRelativeWorkspaceIsMadeAbsolute(t *testing.T) {
 	c, err := Load(env(map[string]string{"TOLLGATE_WORKSPACE": "ws/../other"}))
 	require.NoError(t, err)

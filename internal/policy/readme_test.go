@@ -1,15 +1,20 @@
 package policy
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
+	"log/slog"
 	"os"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/internal/proctest"
 	"github.com/tollgate/tollgate/workflows"
 )
 
@@ -53,4 +58,61 @@ func TestREADMEPolicyExamplesCompileAndDecideAsTheyClaim(t *testing.T) {
 	require.False(t, requires(policies[2], "Pay", `{"amount":0}`))
 	require.Equal(t, []string{"finance-lead", "role:admin"}, policies[2][1].Deciders)
 	require.True(t, policies[2][1].SecondPerson)
+}
+
+// TestREADMEMCPExamplesAreTrue keeps the README's MCP section true: its
+// .mcp.json is the repository's .mcp.json.example, and its policy decides
+// as its comment says, on the tools and annotations of the real filesystem
+// server.
+func TestREADMEMCPExamplesAreTrue(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	section := string(readme)
+	section = section[strings.Index(section, "## MCP servers"):]
+	section = section[:strings.Index(section, "\n## ")]
+
+	jsonBlocks := regexp.MustCompile("(?s)```json\n(.*?)```").FindAllStringSubmatch(section, -1)
+	require.Len(t, jsonBlocks, 2)
+	example, err := os.ReadFile("../../.mcp.json.example")
+	require.NoError(t, err)
+	require.JSONEq(t, string(example), jsonBlocks[0][1])
+	cfg, err := activities.ParseMCPConfig(example, func(string) string { return "" })
+	require.NoError(t, err)
+	require.Equal(t, []string{"-y", "@modelcontextprotocol/server-filesystem@2026.8.31", "./workspace"}, cfg.Servers[0].Args)
+	cfg, err = activities.ParseMCPConfig([]byte(jsonBlocks[1][1]), func(name string) string { return map[string]string{"SEARCH_TOKEN": "t0k"}[name] })
+	require.NoError(t, err)
+	require.Equal(t, activities.MCPServerConfig{Name: "search", Type: activities.MCPHTTP, URL: "https://mcp.example.com/mcp",
+		Headers: map[string]string{"Authorization": "Bearer t0k"}}, cfg.Servers[0])
+
+	yamlBlock := regexp.MustCompile("(?s)```yaml\n(.*?)```").FindStringSubmatch(section)
+	require.NotNil(t, yamlBlock)
+	rules, err := Parse([]byte(yamlBlock[1]))
+	require.NoError(t, err)
+
+	dir := t.TempDir()
+	fs, err := activities.ParseMCPConfig(fmt.Appendf(nil, `{"mcpServers":{"filesystem":{"command":%q,"args":[%q]}}}`,
+		proctest.MCPServer(t, "mcp-server-filesystem"), dir), os.Getenv)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	m, err := activities.StartMCP(ctx, fs, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	defer m.Close()
+	search := activities.ToolSpec{Name: "mcp__search__query", Parameters: json.RawMessage(`{"type":"object"}`),
+		Annotations: &activities.ToolAnnotations{ReadOnly: true}, MCP: &activities.MCPTool{Server: "search", Tool: "query"}}
+	s := workflows.Settings{Rules: rules, Tools: append(m.Specs(), search)}
+	requires := func(tool, args string) bool { return workflows.RequiresApproval(s, tool, args) }
+
+	require.True(t, requires("mcp__filesystem__move_file", `{"source":"a","destination":"b"}`), "destructive")
+	require.False(t, requires("mcp__filesystem__create_directory", `{"path":"x"}`), "not destructive")
+	require.False(t, requires("mcp__filesystem__read_text_file", `{"path":"x"}`), "read-only")
+	require.True(t, requires("mcp__filesystem__write_file", `{"path":"`+dir+`/src/a.go","content":""}`))
+	require.False(t, requires("mcp__filesystem__write_file", `{"path":"`+dir+`/notes/a.md","content":""}`), "its own rule")
+	require.True(t, requires("mcp__search__query", `{}`), "the server's rule, though read-only")
+
+	// Without a policy, only what is not marked read-only asks.
+	s.Rules = nil
+	require.False(t, requires("mcp__filesystem__read_text_file", `{"path":"x"}`))
+	require.True(t, requires("mcp__filesystem__create_directory", `{"path":"x"}`))
+	require.False(t, requires("mcp__search__query", `{}`))
 }

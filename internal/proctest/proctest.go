@@ -169,3 +169,24 @@ func FreeAddr(t testing.TB) string {
 	require.NoError(t, ln.Close())
 	return addr
 }
+
+// MCPServer is the path of an MCP reference server from npm
+// (mcp-server-filesystem, mcp-server-everything) that `make mcp-servers`
+// installs into bin/mcp of the module root.
+func MCPServer(t testing.TB, name string) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	require.NoError(t, err)
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			break
+		}
+		parent := filepath.Dir(dir)
+		require.NotEqual(t, dir, parent, "no go.mod above the test's folder")
+		dir = parent
+	}
+	bin := filepath.Join(dir, "bin", "mcp", "node_modules", ".bin", name)
+	_, err = os.Stat(bin)
+	require.NoError(t, err, "%s is missing: `make mcp-servers` installs it (it needs Node 20 and npm)", name)
+	return bin
+}

@@ -1,0 +1,153 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sashabaranov/go-openai"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/internal/config"
+	"github.com/tollgate/tollgate/internal/proctest"
+	"github.com/tollgate/tollgate/internal/scripted"
+	"github.com/tollgate/tollgate/workflows"
+)
+
+// childrenOf lists the processes whose parent is pid.
+func childrenOf(t *testing.T, pid int) []int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	require.NoError(t, err)
+	var out []int
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, so read after it.
+		fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+		if len(fields) > 1 && fields[1] == strconv.Itoa(pid) && fields[0] != "Z" {
+			out = append(out, child)
+		}
+	}
+	return out
+}
+
+// TestMCPToolsOfTheWorkerGoThroughTheGateOverHTTP runs the worker binary
+// with an .mcp.json of two real servers, one over stdio
+// (server-filesystem, serving the workspace) and one over streamable HTTP
+// (server-everything): the model is offered their tools, the read-only
+// one runs unasked, the write waits for a decision taken over HTTP, and
+// the worker's stop stops the stdio server.
+func TestMCPToolsOfTheWorkerGoThroughTheGateOverHTTP(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the worker, starts a Temporal dev server and MCP servers")
+	}
+	waitForBuild := proctest.Build(t, "github.com/tollgate/tollgate/worker")
+	var st *stack
+	script := func(req openai.ChatCompletionRequest) scripted.Reply {
+		if countRole(req.Messages, openai.ChatMessageRoleTool) > 0 {
+			return scripted.Reply{Content: "Done."}
+		}
+		return scripted.Reply{ToolCalls: []activities.ToolCall{
+			{ID: "call_echo", Name: "mcp__everything__echo", Arguments: `{"message":"hello from the gate"}`},
+			{ID: "call_write", Name: "mcp__fs__write_file", Arguments: fmt.Sprintf(`{"path":%q,"content":"via MCP\n"}`, filepath.Join(st.workspace, "mcp.txt"))},
+		}}
+	}
+	st = newStack(t, withScript(script), withoutWorker())
+
+	// server-everything over streamable HTTP, as a remote server runs.
+	addr := proctest.FreeAddr(t)
+	everything := exec.Command(proctest.MCPServer(t, "mcp-server-everything"), "streamableHttp")
+	everything.Env = append(os.Environ(), "PORT="+strings.Split(addr, ":")[1])
+	everything.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	require.NoError(t, everything.Start())
+	t.Cleanup(func() { _ = syscall.Kill(-everything.Process.Pid, syscall.SIGKILL); _ = everything.Wait() })
+
+	mcpConfig := filepath.Join(t.TempDir(), ".mcp.json")
+	require.NoError(t, os.WriteFile(mcpConfig, fmt.Appendf(nil, `{"mcpServers":{
+		"fs": {"command": %q, "args": [%q]},
+		"everything": {"type": "http", "url": "http://%s/mcp"}
+	}}`, proctest.MCPServer(t, "mcp-server-filesystem"), st.workspace, addr), 0o644))
+	bin := waitForBuild()
+	env := append(proctest.EnvironWithout("TOLLGATE_", "TEMPORAL_", "OPENAI_"),
+		config.EnvTemporalAddress+"="+st.temporal.HostPort,
+		config.EnvTemporalNamespace+"="+st.temporal.Namespace,
+		config.EnvTaskQueue+"="+st.queue,
+		config.EnvWorkspace+"="+st.workspace,
+		config.EnvOpenAIBaseURL+"="+st.model.URL+"/v1",
+		config.EnvOpenAIAPIKey+"=test",
+		config.EnvOpenAIModel+"="+scripted.ModelName,
+		config.EnvMetricsAddr+"=off",
+		config.EnvMCPConfig+"="+mcpConfig,
+		// The servers' tools make a turn's settings larger than history
+		// takes: they go to the payload store.
+		config.EnvPayloadDir+"="+t.TempDir(),
+	)
+	// The HTTP server may still be starting: the worker would stop, saying
+	// it cannot connect. Wait until it answers.
+	require.Eventually(t, func() bool {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	}, 30*time.Second, 50*time.Millisecond)
+	worker := proctest.Start(t, "worker", bin, env)
+
+	_, msgs := st.chat(t, `{"query": "echo and write", "conversationId": "mcp-e2e"}`)
+	seq := 0
+	events := untilEvent(t, msgs, &seq, workflows.EventApprovalRequest, 1)
+	request := lastOf(events)
+	require.Equal(t, "mcp__fs__write_file", request.ToolName)
+	require.JSONEq(t, fmt.Sprintf(`{"path":%q,"content":"via MCP\n"}`, filepath.Join(st.workspace, "mcp.txt")), request.Arguments)
+	require.NoFileExists(t, filepath.Join(st.workspace, "mcp.txt"), "nothing is written before the approval")
+
+	// The model was offered the servers' tools with their schemas.
+	offered := map[string]string{}
+	for _, tool := range st.replies.Requests()[0].Tools {
+		schema, err := json.Marshal(tool.Function.Parameters)
+		require.NoError(t, err)
+		offered[tool.Function.Name] = string(schema)
+	}
+	require.Contains(t, offered, "mcp__everything__echo")
+	require.Contains(t, offered["mcp__fs__write_file"], `"content"`)
+	require.Contains(t, offered, "Bash", "the built-in tools stay")
+
+	postDecision(t, st.api, request.RequestID, workflows.DecisionApprove, "", true)
+	rest := untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
+	results := ofType(rest, workflows.EventToolResult)[0].ToolResults
+	require.Equal(t, []string{"call_echo mcp__everything__echo ok", "call_write mcp__fs__write_file ok"}, resultStatuses(results))
+	require.Contains(t, results[0].Result, "hello from the gate")
+	got, err := os.ReadFile(filepath.Join(st.workspace, "mcp.txt"))
+	require.NoError(t, err)
+	require.Equal(t, "via MCP\n", string(got))
+
+	// The worker owns the stdio server: it is its child, and gone once the
+	// worker has stopped.
+	servers := childrenOf(t, worker.Cmd.Process.Pid)
+	require.NotEmpty(t, servers, "the stdio server runs as the worker's child")
+	worker.Stop(t)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		for _, pid := range servers {
+			// A zombie that init has yet to reap is gone too.
+			stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+			assert.True(c, err != nil || strings.Contains(string(stat), ") Z "), "process %d outlived the worker", pid)
+		}
+	}, 10*time.Second, 20*time.Millisecond)
+}
