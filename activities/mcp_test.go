@@ -253,9 +253,8 @@ func TestMCPServerThatCannotStartIsAnErrorNamingItAndWhy(t *testing.T) {
 
 // startEverythingHTTP runs server-everything over streamable HTTP and
 // gives its /mcp URL.
-func startEverythingHTTP(t *testing.T) (endpoint string, stop func()) {
+func startEverythingHTTP(t *testing.T, addr string) (endpoint string, stop func()) {
 	t.Helper()
-	addr := proctest.FreeAddr(t)
 	_, port, _ := strings.Cut(addr, ":")
 	cmd := exec.Command(proctest.MCPServer(t, "mcp-server-everything"), "streamableHttp")
 	cmd.Env = append(os.Environ(), "PORT="+port)
@@ -277,7 +276,8 @@ func startEverythingHTTP(t *testing.T) (endpoint string, stop func()) {
 }
 
 func TestMCPEverythingServerOverStreamableHTTPWithHeaders(t *testing.T) {
-	endpoint, stop := startEverythingHTTP(t)
+	addr := proctest.FreeAddr(t)
+	endpoint, stop := startEverythingHTTP(t, addr)
 	// A gateway in front of it that wants the configured header, as a
 	// hosted MCP server wants its token.
 	target, _ := url.Parse(strings.TrimSuffix(endpoint, "/mcp"))
@@ -313,6 +313,13 @@ func TestMCPEverythingServerOverStreamableHTTPWithHeaders(t *testing.T) {
 	out = callMCP(t, m, "mcp__remote__echo", `{"message":"anyone?"}`)
 	require.Equal(t, StatusError, out.Status)
 	require.Less(t, time.Since(start), mcpWaitForRestart+mcpStartTimeout+5*time.Second)
+
+	// Back at its address, it serves calls again.
+	startEverythingHTTP(t, addr)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		out := callMCP(t, m, "mcp__remote__echo", `{"message":"back"}`)
+		assert.Equal(c, StatusOK, out.Status, out.Result)
+	}, mcpMaxRestartBackoff+mcpStartTimeout, 100*time.Millisecond)
 }
 
 func TestParseMCPConfig(t *testing.T) {
