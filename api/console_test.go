@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -21,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/internal/proctest"
 	"github.com/tollgate/tollgate/internal/scripted"
 	"github.com/tollgate/tollgate/workflows"
 )
@@ -46,18 +46,13 @@ type browser struct {
 	jsErrors []string
 }
 
-// newBrowser starts headless Chromium with a fresh profile. A machine
-// without chromium fails the test: the console is part of what tollgate
-// ships.
+// newBrowser starts headless Chromium (or Chrome) with a fresh profile. A
+// machine without one fails the test: the console is part of what
+// tollgate ships.
 func newBrowser(t *testing.T) *browser {
 	t.Helper()
-	exe, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Fatalf("the console tests need headless Chromium, and chromium is not installed: " +
-			"install it with `apt-get install -y chromium` (Debian; .ci/run installs it when missing)")
-	}
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
-		chromedp.ExecPath(exe),
+		chromedp.ExecPath(proctest.Browser(t)),
 		chromedp.Headless,
 		chromedp.NoSandbox, // tests run as root
 		chromedp.DisableGPU,

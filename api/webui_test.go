@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/devserver"
+	"github.com/tollgate/tollgate/internal/proctest"
 	"github.com/tollgate/tollgate/internal/scripted"
 	"github.com/tollgate/tollgate/workflows"
 )
@@ -104,9 +104,7 @@ func TestTheWebUIShowsTheCallsATurnWaitsFor(t *testing.T) {
 	untilEvent(t, msgs, &seq, workflows.EventApprovalRequest, 2)
 	turnID := workflows.TurnWorkflowID("webui-page", 1)
 
-	exe, err := exec.LookPath("chromium")
-	require.NoError(t, err, "install chromium (apt-get install -y chromium)")
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), chromedp.ExecPath(exe), chromedp.Headless, chromedp.NoSandbox,
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), chromedp.ExecPath(proctest.Browser(t)), chromedp.Headless, chromedp.NoSandbox,
 		chromedp.DisableGPU, chromedp.NoFirstRun, chromedp.Flag("disable-background-networking", true),
 		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
 		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1400, 1100))
@@ -116,7 +114,7 @@ func TestTheWebUIShowsTheCallsATurnWaitsFor(t *testing.T) {
 	ctx, cancelTimeout := context.WithTimeout(ctx, 60*time.Second)
 	defer cancelTimeout()
 	page := fmt.Sprintf("http://127.0.0.1:%d/namespaces/%s/workflows/%s", st.temporal.UIPort, st.temporal.Namespace, turnID)
-	_, err = chromedp.Run(ctx, chromedp.Navigate(page))
+	_, err := chromedp.Run(ctx, chromedp.Navigate(page))
 	require.NoError(t, err, "open %s", page)
 	// The timeline names each timer by the call it waits for.
 	_, err = chromedp.Run(ctx, chromedp.Poll[bool](

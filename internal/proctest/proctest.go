@@ -190,3 +190,36 @@ func MCPServer(t testing.TB, name string) string {
 	require.NoError(t, err, "%s is missing: `make mcp-servers` installs it (it needs Node 20 and npm)", name)
 	return bin
 }
+
+// EnvBrowser names a Chrome or Chromium binary for the tests that drive a
+// browser, when none is found under its usual names.
+const EnvBrowser = "TOLLGATE_BROWSER"
+
+// browserNames are where Chrome and Chromium are found: on PATH under the
+// names Debian, Ubuntu, Fedora and Google's packages give them, and
+// Google Chrome's and Chromium's app bundles on a Mac.
+var browserNames = []string{
+	"chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome", "headless-shell",
+	"/Applications/Google Chrome.app/Contents/MacOS/Google Chrome",
+	"/Applications/Chromium.app/Contents/MacOS/Chromium",
+}
+
+// Browser is the path of a Chrome or Chromium for headless tests:
+// $TOLLGATE_BROWSER, else the first of browserNames there is. Without one
+// the test fails with a line that says how to get one.
+func Browser(t testing.TB) string {
+	t.Helper()
+	if exe := os.Getenv(EnvBrowser); exe != "" {
+		_, err := os.Stat(exe)
+		require.NoError(t, err, "%s=%s", EnvBrowser, exe)
+		return exe
+	}
+	for _, name := range browserNames {
+		if exe, err := exec.LookPath(name); err == nil {
+			return exe
+		}
+	}
+	t.Fatalf("these tests drive a headless Chrome or Chromium, and none is installed: `apt-get install -y chromium` " +
+		"(Debian; .ci/run does it), `brew install --cask chromium` (Mac), or set " + EnvBrowser + " to one")
+	return ""
+}
