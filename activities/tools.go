@@ -1,21 +1,14 @@
 package activities
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"io/fs"
-	"os/exec"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
-	"unicode/utf8"
 
 	"go.temporal.io/sdk/activity"
 )
@@ -41,16 +34,6 @@ const (
 	// DefaultOutputCap is how many bytes of output Read and Bash return when
 	// Tools.OutputCap is not set.
 	DefaultOutputCap = 30000
-)
-
-const (
-	// heartbeatEvery is how often a running Bash command heartbeats when the
-	// activity has no heartbeat timeout; heartbeats are also how an activity
-	// learns that it was cancelled.
-	heartbeatEvery = 5 * time.Second
-	// pipeGrace is how long Bash waits, after bash itself exited, for
-	// processes it left in the background to close its output.
-	pipeGrace = time.Second
 )
 
 // Tools are the file and shell tools, confined to one workspace folder. The
@@ -138,251 +121,6 @@ func (t *Tools) Specs() []ToolSpec {
 	}
 }
 
-// Read answers the numbered lines of a file, from line offset on, at most
-// limit lines and at most OutputCap bytes.
-func (t *Tools) Read(ctx context.Context, in ToolInput) (ToolOutput, error) {
-	return t.run(ctx, ToolRead, in, func(ws *workspace, in ToolInput) (string, error) {
-		var args struct {
-			FilePath *string `json:"file_path"`
-			Offset   *int    `json:"offset"`
-			Limit    *int    `json:"limit"`
-		}
-		if err := decodeArgs(in.Call.Arguments, &args); err != nil {
-			return "", err
-		}
-		if args.FilePath == nil {
-			return "", missing("file_path")
-		}
-		offset, limit := 1, -1
-		if args.Offset != nil {
-			// 0 is taken as the start: models often count from 0 there.
-			if *args.Offset < 0 {
-				return "", fmt.Errorf("offset must be 1 or more, not %d", *args.Offset)
-			}
-			offset = max(*args.Offset, 1)
-		}
-		if args.Limit != nil {
-			if *args.Limit < 1 {
-				return "", fmt.Errorf("limit must be 1 or more, not %d", *args.Limit)
-			}
-			limit = *args.Limit
-		}
-		rel, err := ws.resolve("file_path", *args.FilePath)
-		if err != nil {
-			return "", err
-		}
-		f, err := ws.root.Open(rel)
-		if err != nil {
-			return "", fileErr("read", *args.FilePath, err)
-		}
-		defer f.Close()
-		info, err := f.Stat()
-		if err != nil {
-			return "", fileErr("read", *args.FilePath, err)
-		}
-		if info.IsDir() {
-			return "", fmt.Errorf("%q is a directory, not a file", *args.FilePath)
-		}
-		return readLines(f, *args.FilePath, offset, limit, t.outputCap())
-	})
-}
-
-// readLines formats lines of r like cat -n. It reads no further than it
-// shows, so a huge file (or a huge line) costs no more than the cap.
-func readLines(r io.Reader, name string, offset, limit, capBytes int) (string, error) {
-	br := bufio.NewReader(r)
-	var out strings.Builder
-	line, shown := 0, 0
-	midLine := false // the previous fragment did not end its line
-	for limit < 0 || shown < limit {
-		frag, more, err := br.ReadLine()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return "", fileErr("read", name, err)
-		}
-		starts := !midLine
-		if starts {
-			line++
-		}
-		midLine = more
-		if line < offset {
-			continue
-		}
-		var piece []byte
-		if starts {
-			piece = fmt.Appendf(nil, "%6d\t", line)
-		}
-		piece = append(piece, frag...)
-		if !more {
-			piece = append(piece, '\n')
-			shown++
-		}
-		if out.Len()+len(piece) > capBytes {
-			out.WriteString(cutUTF8(piece, capBytes-out.Len()))
-			fmt.Fprintf(&out, "\n... [output truncated at %d bytes in line %d: read on with offset %d]", capBytes, line, line)
-			return out.String(), nil
-		}
-		out.Write(piece)
-	}
-	switch {
-	case line == 0:
-		return "(the file is empty)", nil
-	case line < offset:
-		return "", fmt.Errorf("offset %d is past the end of %q, which has %d lines", offset, name, line)
-	}
-	return out.String(), nil
-}
-
-// Write replaces or creates a file with the given content, creating missing
-// parent folders inside the workspace.
-func (t *Tools) Write(ctx context.Context, in ToolInput) (ToolOutput, error) {
-	return t.run(ctx, ToolWrite, in, func(ws *workspace, in ToolInput) (string, error) {
-		var args struct {
-			FilePath *string `json:"file_path"`
-			Content  *string `json:"content"`
-		}
-		if err := decodeArgs(in.Call.Arguments, &args); err != nil {
-			return "", err
-		}
-		if args.FilePath == nil {
-			return "", missing("file_path")
-		}
-		if args.Content == nil {
-			return "", missing("content")
-		}
-		rel, err := ws.resolve("file_path", *args.FilePath)
-		if err != nil {
-			return "", err
-		}
-		verb := "Updated"
-		if _, err := ws.root.Stat(rel); errors.Is(err, fs.ErrNotExist) {
-			verb = "Created"
-		}
-		if dir := filepath.Dir(rel); dir != "." {
-			if err := ws.root.MkdirAll(dir, 0o755); err != nil {
-				return "", fmt.Errorf("cannot create the folders of %q: %w", *args.FilePath, pathErr(err))
-			}
-		}
-		if err := ws.root.WriteFile(rel, []byte(*args.Content), 0o644); err != nil {
-			return "", fileErr("write", *args.FilePath, err)
-		}
-		return fmt.Sprintf("%s %q (%d bytes)", verb, *args.FilePath, len(*args.Content)), nil
-	})
-}
-
-// Edit replaces old_string with new_string in a file: exactly one occurrence,
-// or every one when replace_all is set.
-func (t *Tools) Edit(ctx context.Context, in ToolInput) (ToolOutput, error) {
-	return t.run(ctx, ToolEdit, in, func(ws *workspace, in ToolInput) (string, error) {
-		var args struct {
-			FilePath   *string `json:"file_path"`
-			OldString  *string `json:"old_string"`
-			NewString  *string `json:"new_string"`
-			ReplaceAll bool    `json:"replace_all"`
-		}
-		if err := decodeArgs(in.Call.Arguments, &args); err != nil {
-			return "", err
-		}
-		switch {
-		case args.FilePath == nil:
-			return "", missing("file_path")
-		case args.OldString == nil:
-			return "", missing("old_string")
-		case args.NewString == nil:
-			return "", missing("new_string")
-		}
-		rel, err := ws.resolve("file_path", *args.FilePath)
-		if err != nil {
-			return "", err
-		}
-		data, err := ws.root.ReadFile(rel) // a directory is EISDIR: see fileErr
-		if err != nil {
-			return "", fileErr("read", *args.FilePath, err)
-		}
-		text, n, err := applyEdit(*args.FilePath, string(data), *args.OldString, *args.NewString, args.ReplaceAll)
-		if err != nil {
-			return "", err
-		}
-		if err := ws.root.WriteFile(rel, []byte(text), 0o644); err != nil {
-			return "", fileErr("write", *args.FilePath, err)
-		}
-		return fmt.Sprintf("Edited %q: replaced %d %s", *args.FilePath, n, plural(n, "occurrence")), nil
-	})
-}
-
-// Bash runs a command with bash -c in the workspace and answers its combined
-// output. The command and every process it started are killed when it
-// times out, when the activity is cancelled and when the worker dies.
-func (t *Tools) Bash(ctx context.Context, in ToolInput) (ToolOutput, error) {
-	return t.run(ctx, ToolBash, in, func(ws *workspace, in ToolInput) (string, error) {
-		var args struct {
-			Command *string  `json:"command"`
-			Timeout *float64 `json:"timeout"`
-		}
-		if err := decodeArgs(in.Call.Arguments, &args); err != nil {
-			return "", err
-		}
-		if args.Command == nil {
-			return "", missing("command")
-		}
-		if strings.TrimSpace(*args.Command) == "" {
-			return "", errors.New("command is empty")
-		}
-		timeout := t.bashTimeout()
-		if args.Timeout != nil {
-			if *args.Timeout <= 0 {
-				return "", fmt.Errorf("timeout must be a positive number of milliseconds, not %v", *args.Timeout)
-			}
-			if ms := *args.Timeout; ms < float64(timeout/time.Millisecond) {
-				timeout = time.Duration(ms * float64(time.Millisecond))
-			}
-		}
-		return runBash(ctx, ws.real, *args.Command, timeout, t.outputCap())
-	})
-}
-
-// runBash runs command in dir. A command that fails, is killed or times out
-// is an error whose message carries the output. When it times out or ctx
-// ends, its guard kills it and everything it started (see guard.go).
-func runBash(ctx context.Context, dir, command string, timeout time.Duration, capBytes int) (string, error) {
-	runCtx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-
-	out := &capWriter{max: capBytes}
-	g, err := startGuarded(runCtx, dir, command, out)
-	if err != nil {
-		return "", err
-	}
-	stopHeartbeat := heartbeat(ctx)
-	status, reported, err := g.wait()
-	stopHeartbeat()
-
-	switch {
-	case ctx.Err() != nil:
-		// The activity itself was cancelled or timed out; run reports it.
-		return "", ctx.Err()
-	case runCtx.Err() != nil:
-		return "", fmt.Errorf("command timed out after %s\n\n%s", formatDuration(timeout), out)
-	case errors.Is(err, exec.ErrWaitDelay):
-		// bash succeeded but left processes running that hold its output open;
-		// they keep running, and their later output is not shown.
-		return out.String() + "\n(the command left processes running in the background; their later output is not shown)", nil
-	case reported && status.Signaled():
-		return "", fmt.Errorf("command was terminated (signal: %s)\n\n%s", status.Signal(), out)
-	case reported && status.ExitStatus() != 0:
-		return "", fmt.Errorf("command failed with exit code %d\n\n%s", status.ExitStatus(), out)
-	case err != nil:
-		// The guard failed (it says why in the output) or was killed.
-		return "", fmt.Errorf("command failed: %w\n\n%s", err, out)
-	}
-	if out.Len() == 0 {
-		return "(no output)", nil
-	}
-	return out.String(), nil
-}
-
 // heartbeat records activity heartbeats until the returned stop is called.
 // Outside an activity (a unit test calling a tool directly) it does nothing.
 func heartbeat(ctx context.Context) (stop func()) {
@@ -414,37 +152,6 @@ func heartbeat(ctx context.Context) (stop func()) {
 		close(done)
 		<-finished
 	}
-}
-
-// capWriter keeps the first max bytes written to it and counts the rest, so
-// a command that floods its output costs no more memory than the cap.
-type capWriter struct {
-	max     int
-	buf     []byte
-	dropped int64
-}
-
-func (w *capWriter) Write(p []byte) (int, error) {
-	n := len(p)
-	if room := w.max - len(w.buf); room > 0 {
-		k := min(room, len(p))
-		w.buf = append(w.buf, p[:k]...)
-		p = p[k:]
-	}
-	w.dropped += int64(len(p))
-	return n, nil
-}
-
-// Len is the number of bytes written, kept or not.
-func (w *capWriter) Len() int64 { return int64(len(w.buf)) + w.dropped }
-
-// String is the kept output, with a note of how much was cut when it was.
-func (w *capWriter) String() string {
-	if w.dropped == 0 {
-		return string(w.buf)
-	}
-	kept := string(trimPartialRune(w.buf))
-	return fmt.Sprintf("%s\n... [output truncated: %d more bytes]", kept, w.Len()-int64(len(kept)))
 }
 
 // run is what every tool has in common: it opens the workspace, runs the
@@ -506,27 +213,6 @@ func (t *Tools) outputCap() int {
 	return DefaultOutputCap
 }
 
-// applyEdit is what Edit does to text, the content of the file at path, and
-// what its preview shows: it replaces old with new, in the one place old
-// occurs, or in every one with all, and says how many. Its errors are
-// written for the model to correct its call.
-func applyEdit(path, text, old, new string, all bool) (string, int, error) {
-	switch {
-	case old == "":
-		return "", 0, errors.New("old_string is empty; use Write to create or replace a whole file")
-	case old == new:
-		return "", 0, errors.New("old_string and new_string are the same; there is nothing to change")
-	}
-	switch n := strings.Count(text, old); {
-	case n == 0:
-		return "", 0, fmt.Errorf("old_string was not found in %q", path)
-	case n > 1 && !all:
-		return "", 0, fmt.Errorf("old_string occurs %d times in %q; include more surrounding text to make it unique, or set replace_all", n, path)
-	default:
-		return strings.ReplaceAll(text, old, new), n, nil
-	}
-}
-
 // decodeArgs decodes a call's arguments into v, after run has normalized
 // them (NormalizeArguments refused keys the schema does not declare and
 // keys that differ only in case). Its errors are written for the model to
@@ -568,75 +254,3 @@ func jsonKind(t reflect.Type) string {
 }
 
 func missing(arg string) error { return fmt.Errorf("%s is required", arg) }
-
-// fileErr says why a file could not be read or written, naming it as the
-// model did.
-func fileErr(verb, name string, err error) error {
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return fmt.Errorf("%q does not exist", name)
-	case errors.Is(err, syscall.EISDIR):
-		return fmt.Errorf("%q is a directory, not a file", name)
-	default:
-		return fmt.Errorf("cannot %s %q: %w", verb, name, pathErr(err))
-	}
-}
-
-// cutUTF8 returns at most n bytes of b, without splitting a character.
-func cutUTF8(b []byte, n int) string {
-	return string(trimPartialRune(b[:min(max(n, 0), len(b))]))
-}
-
-// trimPartialRune drops the incomplete character a cut left at the end of b.
-func trimPartialRune(b []byte) []byte {
-	for i := len(b) - 1; i >= 0 && i >= len(b)-utf8.UTFMax; i-- {
-		if utf8.RuneStart(b[i]) {
-			if !utf8.FullRune(b[i:]) {
-				return b[:i]
-			}
-			break
-		}
-	}
-	return b
-}
-
-func plural(n int, word string) string {
-	if n == 1 {
-		return word
-	}
-	return word + "s"
-}
-
-// formatDuration prints d without the zero units time.Duration.String adds:
-// 2m rather than 2m0s.
-func formatDuration(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = s[:len(s)-2]
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = s[:len(s)-2]
-	}
-	return s
-}
-
-// property is one argument in a tool's JSON schema.
-type property struct {
-	Type        string `json:"type"`
-	Description string `json:"description"`
-	Minimum     int    `json:"minimum,omitempty"`
-}
-
-// objectSchema is the JSON schema of a tool's arguments.
-func objectSchema(required []string, props map[string]property) json.RawMessage {
-	b, err := json.Marshal(struct {
-		Type                 string              `json:"type"`
-		Properties           map[string]property `json:"properties"`
-		Required             []string            `json:"required"`
-		AdditionalProperties bool                `json:"additionalProperties"`
-	}{"object", props, required, false})
-	if err != nil {
-		panic(err) // cannot happen: the types above always marshal
-	}
-	return b
-}

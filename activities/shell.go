@@ -1,0 +1,104 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strings"
+	"time"
+)
+
+const (
+	// heartbeatEvery is how often a running Bash command heartbeats when the
+	// activity has no heartbeat timeout; heartbeats are also how an activity
+	// learns that it was cancelled.
+	heartbeatEvery = 5 * time.Second
+	// pipeGrace is how long Bash waits, after bash itself exited, for
+	// processes it left in the background to close its output.
+	pipeGrace = time.Second
+)
+
+// Bash runs a command with bash -c in the workspace and answers its combined
+// output. The command and every process it started are killed when it
+// times out, when the activity is cancelled and when the worker dies.
+func (t *Tools) Bash(ctx context.Context, in ToolInput) (ToolOutput, error) {
+	return t.run(ctx, ToolBash, in, func(ws *workspace, in ToolInput) (string, error) {
+		var args struct {
+			Command *string  `json:"command"`
+			Timeout *float64 `json:"timeout"`
+		}
+		if err := decodeArgs(in.Call.Arguments, &args); err != nil {
+			return "", err
+		}
+		if args.Command == nil {
+			return "", missing("command")
+		}
+		if strings.TrimSpace(*args.Command) == "" {
+			return "", errors.New("command is empty")
+		}
+		timeout := t.bashTimeout()
+		if args.Timeout != nil {
+			if *args.Timeout <= 0 {
+				return "", fmt.Errorf("timeout must be a positive number of milliseconds, not %v", *args.Timeout)
+			}
+			if ms := *args.Timeout; ms < float64(timeout/time.Millisecond) {
+				timeout = time.Duration(ms * float64(time.Millisecond))
+			}
+		}
+		return runBash(ctx, ws.real, *args.Command, timeout, t.outputCap())
+	})
+}
+
+// runBash runs command in dir. A command that fails, is killed or times out
+// is an error whose message carries the output. When it times out or ctx
+// ends, its guard kills it and everything it started (see guard.go).
+func runBash(ctx context.Context, dir, command string, timeout time.Duration, capBytes int) (string, error) {
+	runCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+
+	out := &capWriter{max: capBytes}
+	g, err := startGuarded(runCtx, dir, command, out)
+	if err != nil {
+		return "", err
+	}
+	stopHeartbeat := heartbeat(ctx)
+	status, reported, err := g.wait()
+	stopHeartbeat()
+
+	switch {
+	case ctx.Err() != nil:
+		// The activity itself was cancelled or timed out; run reports it.
+		return "", ctx.Err()
+	case runCtx.Err() != nil:
+		return "", fmt.Errorf("command timed out after %s\n\n%s", formatDuration(timeout), out)
+	case errors.Is(err, exec.ErrWaitDelay):
+		// bash succeeded but left processes running that hold its output open;
+		// they keep running, and their later output is not shown.
+		return out.String() + "\n(the command left processes running in the background; their later output is not shown)", nil
+	case reported && status.Signaled():
+		return "", fmt.Errorf("command was terminated (signal: %s)\n\n%s", status.Signal(), out)
+	case reported && status.ExitStatus() != 0:
+		return "", fmt.Errorf("command failed with exit code %d\n\n%s", status.ExitStatus(), out)
+	case err != nil:
+		// The guard failed (it says why in the output) or was killed.
+		return "", fmt.Errorf("command failed: %w\n\n%s", err, out)
+	}
+	if out.Len() == 0 {
+		return "(no output)", nil
+	}
+	return out.String(), nil
+}
+
+// formatDuration prints d without the zero units time.Duration.String adds:
+// 2m rather than 2m0s.
+func formatDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
+}
