@@ -332,14 +332,14 @@ func (e *benchEnv) fanOut(ctx context.Context) (fanOutResult, error) {
 	}
 	// The streams that started the turns have left; wait for their pollers
 	// to stop, so the watchers start from nothing.
-	if err := waitUntil(ctx, func() bool { return e.srv.metrics.pollersRunning.Load() == 0 }); err != nil {
+	if err := waitUntil(ctx, func() bool { return current(e.srv.metrics.pollersRunning) == 0 }); err != nil {
 		return res, fmt.Errorf("pollers of the paused turns did not stop: %w", err)
 	}
 	ids := make([]string, fanTurns)
 	for i, t := range turns {
 		ids[i] = t.turnID
 	}
-	queries := e.srv.metrics.eventQueries.Load
+	queries := func() int64 { return current(e.srv.metrics.eventQueries) }
 
 	heap0, stack0 := memInUse()
 	q0 := queries()
@@ -372,7 +372,7 @@ func (e *benchEnv) fanOut(ctx context.Context) (fanOutResult, error) {
 	self3, server3 := e.cpuTimes()
 	q4 := queries()
 	heap2, stack2 := memInUse()
-	res.OpenStreams, res.Pollers = e.srv.metrics.openStreams.Load(), e.srv.metrics.pollersRunning.Load()
+	res.OpenStreams, res.Pollers = current(e.srv.metrics.openStreams), current(e.srv.metrics.pollersRunning)
 
 	res.Clients = [2]int{fanTurns, fanClients}
 	res.ConnectQueries = [2]int64{q1 - q0, q3 - q2}
@@ -394,7 +394,7 @@ func (e *benchEnv) fanOut(ctx context.Context) (fanOutResult, error) {
 	// The control: the further clients leave, and more turns are approved
 	// with one client each watching.
 	rest.stop()
-	if err := waitUntil(ctx, func() bool { return e.srv.metrics.openStreams.Load() == int64(fanTurns-fanApprovals) }); err != nil {
+	if err := waitUntil(ctx, func() bool { return current(e.srv.metrics.openStreams) == int64(fanTurns-fanApprovals) }); err != nil {
 		return res, fmt.Errorf("the further streams did not end: %w", err)
 	}
 	if res.Control, err = e.approveWatched(ctx, turns[fanApprovals:2*fanApprovals], 1, first); err != nil {
@@ -412,7 +412,7 @@ func (e *benchEnv) approveWatched(ctx context.Context, turns []paused, perTurn i
 	st := approvalStats{Turns: len(turns), PerTurn: perTurn}
 	var all, firsts []time.Duration
 	stretched := map[string][]time.Duration{}
-	q0 := e.srv.metrics.eventQueries.Load()
+	q0 := current(e.srv.metrics.eventQueries)
 	for _, t := range turns {
 		at := time.Now()
 		if err := e.approve(ctx, t.requestID); err != nil {
@@ -442,11 +442,11 @@ func (e *benchEnv) approveWatched(ctx context.Context, turns []paused, perTurn i
 		}
 		addStretches(stretched, marks)
 	}
-	if err := waitQuiet(ctx, e.srv.metrics.eventQueries.Load); err != nil {
+	if err := waitQuiet(ctx, func() int64 { return current(e.srv.metrics.eventQueries) }); err != nil {
 		return st, err
 	}
 	st.Breakdown = medians(nil, stretched)
-	st.QueriesPerApproval = float64(e.srv.metrics.eventQueries.Load()-q0) / float64(len(turns))
+	st.QueriesPerApproval = float64(current(e.srv.metrics.eventQueries)-q0) / float64(len(turns))
 	st.Latency, st.First = summarize(all), summarize(firsts)
 	return st, nil
 }

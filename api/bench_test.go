@@ -119,7 +119,7 @@ func BenchmarkTollgate(b *testing.B) {
 	b.Logf("latency: %d turns of each, one at a time, alternating", runs)
 	var floor, tg []turnSample
 	var floorTime, tgTime time.Duration
-	queriesBefore := env.srv.metrics.eventQueries.Load()
+	queriesBefore := current(env.srv.metrics.eventQueries)
 	for i := range runs {
 		s, err := env.floorTurn(ctx, fmt.Sprintf("seq-%d", i))
 		if err != nil {
@@ -132,7 +132,7 @@ func BenchmarkTollgate(b *testing.B) {
 		}
 		tg, tgTime = append(tg, s), tgTime+s.total
 	}
-	rep.QueriesPerTurn = float64(env.srv.metrics.eventQueries.Load()-queriesBefore) / float64(runs)
+	rep.QueriesPerTurn = float64(current(env.srv.metrics.eventQueries)-queriesBefore) / float64(runs)
 	rep.Floor.Request, rep.Tollgate.Request = latencies(floor, requestLatency), latencies(tg, requestLatency)
 	rep.Floor.Result, rep.Tollgate.Result = latencies(floor, resultLatency), latencies(tg, resultLatency)
 	rep.Floor.TurnsPerSec1 = float64(runs) / floorTime.Seconds()

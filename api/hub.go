@@ -116,10 +116,10 @@ func (h *hub) subscribe(turnID string, after int) *subscription {
 		ctx, stop := context.WithCancel(h.ctx)
 		f = &feed{turnID: turnID, stop: stop, subs: map[*subscription]struct{}{}}
 		h.feeds[turnID] = f
-		h.metrics.pollersStarted.Add(1)
-		h.metrics.pollersRunning.Add(1)
+		h.metrics.pollersStarted.Inc()
+		h.metrics.pollersRunning.Inc()
 		go func() {
-			defer h.metrics.pollersRunning.Add(-1)
+			defer h.metrics.pollersRunning.Dec()
 			h.poll(ctx, f)
 		}()
 	}
@@ -287,7 +287,7 @@ func (h *hub) poll(ctx context.Context, f *feed) {
 		qctx, qcancel := context.WithTimeout(readCtx, h.settings.queryTimeout)
 		resp, err := h.src.Events(qctx, f.turnID, after, ended)
 		qcancel()
-		h.metrics.eventQueries.Add(1)
+		h.metrics.eventQueries.Inc()
 		if ctx.Err() != nil {
 			return
 		}

@@ -68,7 +68,7 @@ func TestTwoSubscribersOfOneTurnShareOnePoller(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, seqRange(1, 4), seqs)
 	}
-	require.EqualValues(t, 2, m.pollersStarted.Load(), "one poller for t1, one for t2")
+	require.EqualValues(t, 2, current(m.pollersStarted), "one poller for t1, one for t2")
 }
 
 func TestSubscriberResumesAfterItsCursorWithoutGapsOrDuplicates(t *testing.T) {
@@ -119,10 +119,10 @@ func TestPollerStopsWhenLastSubscriberLeaves(t *testing.T) {
 	h.unsubscribe(a)
 	src.publish("t", workflows.EventToken)
 	require.Eventually(t, func() bool { return b.feed.last() == 2 }, waitFor, time.Millisecond, "b still gets events")
-	require.EqualValues(t, 1, m.pollersRunning.Load(), "b still watches")
+	require.EqualValues(t, 1, current(m.pollersRunning), "b still watches")
 	h.unsubscribe(b)
 	require.Eventually(t, func() bool {
-		return src.watching.Load() == 0 && m.pollersRunning.Load() == 0
+		return src.watching.Load() == 0 && current(m.pollersRunning) == 0
 	}, waitFor, time.Millisecond)
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -172,7 +172,7 @@ func TestWakesDuringARunningReadCauseOneMoreRead(t *testing.T) {
 	seqs, err := collect(t, s)
 	require.NoError(t, err)
 	require.Equal(t, seqRange(1, 101), seqs)
-	require.LessOrEqual(t, m.eventQueries.Load(), int64(3), "101 changes during one read coalesce")
+	require.LessOrEqual(t, current(m.eventQueries), int64(3), "101 changes during one read coalesce")
 }
 
 func TestTurnThatStartsLateIsStreamed(t *testing.T) {
@@ -219,7 +219,7 @@ func TestNewcomerAfterAFailureGetsAFreshPoller(t *testing.T) {
 	seqs, err := collect(t, fresh)
 	require.NoError(t, err)
 	require.Equal(t, seqRange(1, 2), seqs)
-	require.EqualValues(t, 2, m.pollersStarted.Load())
+	require.EqualValues(t, 2, current(m.pollersStarted))
 }
 
 func TestTurnThatEndsWithoutFinishEndsTheStreamWithAnError(t *testing.T) {
@@ -254,5 +254,5 @@ func TestManyTurnsEachGetTheirOwnEvents(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, seqRange(1, i+1), seqs)
 	}
-	require.EqualValues(t, 10, m.pollersStarted.Load())
+	require.EqualValues(t, 10, current(m.pollersStarted))
 }

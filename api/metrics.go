@@ -1,47 +1,72 @@
 package main
 
 import (
-	"fmt"
-	"io"
 	"strconv"
-	"sync/atomic"
 
-	tgmetrics "github.com/tollgate/tollgate/internal/metrics"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 )
 
 // metrics are the API's counters. They show that streaming costs what it
 // should (one poller per watched turn, however many clients watch it), what
-// the API answers, and how the decisions it delivers fare.
+// the API answers, and how the decisions it delivers fare. Each server has
+// its own registry, so tests' servers count apart.
 type metrics struct {
+	registry *prometheus.Registry
 	// pollersStarted counts the turn pollers ever started.
-	pollersStarted atomic.Int64
+	pollersStarted prometheus.Counter
 	// pollersRunning is the number of turn pollers running now.
-	pollersRunning atomic.Int64
+	pollersRunning prometheus.Gauge
 	// eventQueries counts the reads of a turn's events from Temporal.
-	eventQueries atomic.Int64
+	eventQueries prometheus.Counter
 	// openStreams is the number of SSE streams open now.
-	openStreams atomic.Int64
-	// labelled holds the counters with labels: requests and decisions.
-	labelled tgmetrics.Registry
+	openStreams prometheus.Gauge
+	// requests counts answered requests by route, method and status.
+	requests *prometheus.CounterVec
+	// decisions counts decisions sent to turns by decision and outcome.
+	decisions *prometheus.CounterVec
 }
 
-func newMetrics() *metrics {
-	m := &metrics{}
-	m.labelled.Describe(requestsMetric, "Requests answered, by route, method and status; a stream counts when it ends.")
-	m.labelled.Describe(decisionsMetric, "Approval decisions sent to turns, by decision and outcome (accepted, rejected, error).")
-	return m
-}
-
-// Names and labels of the API's labelled counters.
+// Outcomes of a decision sent with POST /chat/approval.
 const (
-	requestsMetric  = "tollgate_api_requests_total"
-	decisionsMetric = "tollgate_api_approval_decisions_total"
-
-	// Outcomes of a decision sent with POST /chat/approval.
 	outcomeAccepted = "accepted" // the waiting turn took it
 	outcomeRejected = "rejected" // unknown, expired, already decided or forged
 	outcomeError    = "error"    // Temporal could not be asked
 )
+
+func newMetrics() *metrics {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	f := promauto.With(reg)
+	return &metrics{
+		registry: reg,
+		pollersStarted: f.NewCounter(prometheus.CounterOpts{
+			Name: "tollgate_api_pollers_started_total",
+			Help: "Turn pollers started; one per watched turn per API process.",
+		}),
+		pollersRunning: f.NewGauge(prometheus.GaugeOpts{
+			Name: "tollgate_api_pollers_running",
+			Help: "Turn pollers running now.",
+		}),
+		eventQueries: f.NewCounter(prometheus.CounterOpts{
+			Name: "tollgate_api_event_queries_total",
+			Help: "Reads of a turn's events from Temporal.",
+		}),
+		openStreams: f.NewGauge(prometheus.GaugeOpts{
+			Name: "tollgate_api_open_streams",
+			Help: "Event streams open now.",
+		}),
+		requests: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_api_requests_total",
+			Help: "Requests answered, by route, method and status; a stream counts when it ends.",
+		}, []string{"route", "method", "status"}),
+		decisions: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_api_approval_decisions_total",
+			Help: "Approval decisions sent to turns, by decision and outcome (accepted, rejected, error).",
+		}, []string{"decision", "outcome"}),
+	}
+}
 
 // request counts one answered request by route (the route pattern, so turn
 // ids do not make a series each), method and status.
@@ -49,33 +74,10 @@ func (m *metrics) request(route, method string, status int) {
 	if route == "" {
 		route = "unmatched"
 	}
-	m.labelled.Handler().WithTags(map[string]string{
-		"route": route, "method": method, "status": strconv.Itoa(status),
-	}).Counter(requestsMetric).Inc(1)
+	m.requests.WithLabelValues(route, method, strconv.Itoa(status)).Inc()
 }
 
 // decision counts one decision sent to a turn, by decision and outcome.
 func (m *metrics) decision(decision, outcome string) {
-	m.labelled.Handler().WithTags(map[string]string{
-		"decision": decision, "outcome": outcome,
-	}).Counter(decisionsMetric).Inc(1)
-}
-
-// writeTo writes the metrics in the Prometheus text format.
-func (m *metrics) writeTo(w io.Writer) error {
-	for _, mt := range []struct {
-		name, kind, help string
-		value            int64
-	}{
-		{"tollgate_api_pollers_started_total", "counter", "Turn pollers started; one per watched turn per API process.", m.pollersStarted.Load()},
-		{"tollgate_api_pollers_running", "gauge", "Turn pollers running now.", m.pollersRunning.Load()},
-		{"tollgate_api_event_queries_total", "counter", "Reads of a turn's events from Temporal.", m.eventQueries.Load()},
-		{"tollgate_api_open_streams", "gauge", "Event streams open now.", m.openStreams.Load()},
-	} {
-		if _, err := fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n%s %d\n", mt.name, mt.help, mt.name, mt.kind, mt.name, mt.value); err != nil {
-			return err
-		}
-	}
-	_, err := m.labelled.WriteTo(w)
-	return err
+	m.decisions.WithLabelValues(decision, outcome).Inc()
 }

@@ -3,8 +3,15 @@ package main
 import (
 	"io"
 	"net/http"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/serviceerror"
@@ -51,4 +58,69 @@ func TestMetricsCountDecisionsByOutcomeAndRequestsByRoute(t *testing.T) {
 	require.Contains(t, text, `tollgate_api_requests_total{method="GET",route="unmatched",status="404"} 1`+"\n",
 		"paths no route matches share one series")
 	require.Regexp(t, `(?m)^tollgate_api_open_streams 0$`, text, "the existing metrics keep their names")
+}
+
+// current reads one of the API's counters or gauges, all of which hold
+// whole numbers.
+func current(c prometheus.Collector) int64 { return int64(testutil.ToFloat64(c)) }
+
+func TestMetricsHaveTheDocumentedNamesLabelsAndHelpAndPassLint(t *testing.T) {
+	m := newMetrics()
+	m.request("/chat/approval", http.MethodPost, http.StatusOK)
+	m.decision("approve", outcomeAccepted)
+
+	documented := map[string][]string{ // the README's table
+		"tollgate_api_open_streams":             nil,
+		"tollgate_api_pollers_running":          nil,
+		"tollgate_api_pollers_started_total":    nil,
+		"tollgate_api_event_queries_total":      nil,
+		"tollgate_api_requests_total":           {"method", "route", "status"},
+		"tollgate_api_approval_decisions_total": {"decision", "outcome"},
+	}
+	families, err := m.registry.Gather()
+	require.NoError(t, err)
+	seen := map[string]bool{}
+	for _, f := range families {
+		labels, ok := documented[f.GetName()]
+		if !ok {
+			continue
+		}
+		seen[f.GetName()] = true
+		require.NotEmpty(t, f.GetHelp(), f.GetName())
+		var names []string
+		for _, l := range f.GetMetric()[0].GetLabel() {
+			names = append(names, l.GetName())
+		}
+		require.Equal(t, labels, names, f.GetName())
+	}
+	require.Len(t, seen, len(documented), "every documented name is exposed")
+
+	n, err := testutil.GatherAndCount(m.registry, "go_goroutines", "process_resident_memory_bytes")
+	require.NoError(t, err)
+	require.Equal(t, 2, n, "the Go and process collectors")
+	problems, err := testutil.GatherAndLint(m.registry)
+	require.NoError(t, err)
+	require.Empty(t, problems)
+}
+
+func TestMetricsOverHTTPPassPrometheusLint(t *testing.T) {
+	_, ts := newTestServer(t, newFakeSource(), time.Hour)
+	resp, err := http.Get(ts.URL + "/chat/turns/" + testTurn + "x/nothing")
+	require.NoError(t, err)
+	resp.Body.Close()
+
+	resp, err = http.Get(ts.URL + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	problems, err := promlint.New(strings.NewReader(string(body))).Lint()
+	require.NoError(t, err)
+	require.Empty(t, problems, "as promtool check metrics would see them")
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(string(body)))
+	require.NoError(t, err)
+	require.Contains(t, families, "tollgate_api_requests_total")
+	require.Contains(t, families, "go_goroutines")
+	require.Contains(t, families, "process_resident_memory_bytes")
 }

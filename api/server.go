@@ -17,6 +17,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
@@ -25,7 +26,6 @@ import (
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/config"
-	tgmetrics "github.com/tollgate/tollgate/internal/metrics"
 	"github.com/tollgate/tollgate/workflows"
 )
 
@@ -178,7 +178,7 @@ func newServer(o Options, src eventSource, settings hubSettings) *Server {
 	r.DELETE("/conversations/:conversationId/grants/:grantId", approve, s.revokeGrant)
 	r.GET("/approvals", approve, s.listApprovals)
 	r.GET("/healthz", s.healthz)
-	r.GET("/metrics", s.serveMetrics)
+	r.GET("/metrics", gin.WrapH(promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{})))
 	if o.Codec != nil {
 		s.serveCodec(r, o.Codec, read)
 	}
@@ -328,8 +328,8 @@ func (s *Server) stream(c *gin.Context, turnID string, after int) {
 		writeError(c, s.log, err)
 		return
 	}
-	s.metrics.openStreams.Add(1)
-	defer s.metrics.openStreams.Add(-1)
+	s.metrics.openStreams.Inc()
+	defer s.metrics.openStreams.Dec()
 	sub := s.hub.subscribe(turnID, after)
 	defer s.hub.unsubscribe(sub)
 
@@ -494,15 +494,6 @@ func (s *Server) healthz(c *gin.Context) {
 		return
 	}
 	c.JSON(http.StatusOK, gin.H{"ok": true})
-}
-
-// serveMetrics handles GET /metrics in the Prometheus text format.
-func (s *Server) serveMetrics(c *gin.Context) {
-	c.Header("Content-Type", tgmetrics.ContentType)
-	c.Status(http.StatusOK)
-	if err := s.metrics.writeTo(c.Writer); err != nil {
-		s.log.Debug("write metrics", "error", err)
-	}
 }
 
 // logRequests counts every request and logs one line for it, at debug

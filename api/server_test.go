@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	tgmetrics "github.com/tollgate/tollgate/internal/metrics"
 	"github.com/tollgate/tollgate/workflows"
 )
 
@@ -43,7 +43,6 @@ func eventsURL(ts *httptest.Server, turnID string) string {
 	return ts.URL + "/chat/turns/" + turnID + "/events"
 }
 
-// metric reads one value from GET /metrics.
 // metric reads a gauge or counter from the API's /metrics. t may be an
 // Eventually's *assert.CollectT.
 func metric(t require.TestingT, ts *httptest.Server, name string) int64 {
@@ -235,7 +234,7 @@ func TestMetricsAreInPrometheusTextFormat(t *testing.T) {
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
-	require.Equal(t, tgmetrics.ContentType, resp.Header.Get("Content-Type"))
+	require.Equal(t, expfmt.TypeTextPlain, expfmt.ResponseFormat(resp.Header).FormatType())
 	body, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
 	for _, name := range []string{"tollgate_api_pollers_started_total", "tollgate_api_event_queries_total", "tollgate_api_open_streams"} {

@@ -68,8 +68,12 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	defer mcpServers.Close()
 
 	// The SDK's metrics and the workflows' own land in one registry.
-	reg := metrics.NewRegistry()
-	workflows.DescribeMetrics(reg)
+	reg, err := metrics.New(workflows.MetricHelp)
+	if err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	defer func() { _ = reg.Close(context.Background()) }()
+	workflows.AddApprovalsPending(reg)
 	_, stopMetrics := serveMetrics(cfg.MetricsAddr, reg, log)
 	defer stopMetrics()
 	if err := payloads.Check(ctx, cfg.Payloads); err != nil {
@@ -150,7 +154,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 // returns the address it listens on; an empty addr serves nothing. A port
 // that cannot be had is logged and the worker runs on without metrics:
 // turns matter more than a scrape.
-func serveMetrics(addr string, reg *metrics.Registry, log *slog.Logger) (bound string, stop func()) {
+func serveMetrics(addr string, reg http.Handler, log *slog.Logger) (bound string, stop func()) {
 	if addr == "" {
 		return "", func() {}
 	}

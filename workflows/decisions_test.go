@@ -89,7 +89,6 @@ func TestSignalAndUpdateForTheSameRequestAtTheSameMomentTakeExactlyOne(t *testin
 		}
 		t.Run(name, func(t *testing.T) {
 			h := newHarness(t, testSettings(), calls(call("w", "Write", `{"file_path":"a","content":"b"}`)))
-			DescribeMetrics(h.metrics)
 			var update *updateOutcome
 			// One callback: both reach the workflow in the same workflow
 			// task. The signal declines, the Update approves, so the event
@@ -148,7 +147,6 @@ func TestDecisionArrivingAsTheTimerFiresIsTakenOnceOrTimesOut(t *testing.T) {
 			settings := testSettings()
 			settings.ApprovalTimeout = timeout
 			h := newHarness(t, settings, calls(call("b", "Bash", `{"command":"make"}`)))
-			DescribeMetrics(h.metrics)
 			var update *updateOutcome
 			h.env.RegisterDelayedCallback(func() {
 				req := findEvent(t, h.events(), EventApprovalRequest)
@@ -216,7 +214,6 @@ func TestDecisionForAnEarlierRunIsNotTakenAfterContinueAsNew(t *testing.T) {
 	// Run 1: turn 1 waits; a decision sent to the conversation is not taken,
 	// the one sent to the turn is.
 	h := newHarness(t, settings, write, activities.ModelOutput{Content: "wrote it"})
-	DescribeMetrics(h.metrics)
 	var r1 TurnRef
 	var oldID string
 	var toConversation, toTurn *updateOutcome
@@ -244,7 +241,6 @@ func TestDecisionForAnEarlierRunIsNotTakenAfterContinueAsNew(t *testing.T) {
 	// same arguments. The old id is offered to the new turn by Update and
 	// by signal, and to the old turn, which is gone.
 	h2 := newHarness(t, settings, write, activities.ModelOutput{Content: "gave up"})
-	DescribeMetrics(h2.metrics)
 	turn2 := TurnWorkflowID("c9", 2)
 	var r2 TurnRef
 	var newID string

@@ -4,14 +4,13 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/workflow"
-
-	"github.com/tollgate/tollgate/internal/metrics"
 )
 
 // Metrics that the workflows emit through workflow.GetMetricsHandler. The
 // SDK tags each with namespace, task_queue and workflow_type (ChatTurn or
 // Subagent) and drops them while a worker replays history, so a decision is
-// counted once however often its workflow is replayed.
+// counted once however often its workflow is replayed. Each name is the one
+// Prometheus shows: it already ends in _total or _seconds.
 const (
 	// ApprovalRequestsMetric counts approval requests published.
 	ApprovalRequestsMetric = "tollgate_approval_requests_total"
@@ -19,21 +18,20 @@ const (
 	// MetricTagDecision: approve, decline or timeout.
 	ApprovalDecisionsMetric = "tollgate_approval_decisions_total"
 	// ApprovalDecisionLatencyMetric times each request from its publication
-	// to its decision, tagged with MetricTagDecision. A registry that
-	// follows Prometheus naming exposes it as a histogram in seconds,
-	// tollgate_approval_decision_latency_seconds.
-	ApprovalDecisionLatencyMetric = "tollgate_approval_decision_latency"
+	// to its decision, tagged with MetricTagDecision: a histogram in
+	// seconds.
+	ApprovalDecisionLatencyMetric = "tollgate_approval_decision_latency_seconds"
 	// ApprovalsPendingMetric is the worker's derived gauge: the requests
 	// minus the decisions this worker process has seen (see
-	// DescribeMetrics).
+	// AddApprovalsPending).
 	ApprovalsPendingMetric = "tollgate_approvals_pending"
 
 	// MetricTagDecision is the tag that names a decision's outcome.
 	MetricTagDecision = "decision"
 )
 
-// metricHelp holds the help texts of the workflows' metrics.
-var metricHelp = map[string]string{
+// MetricHelp holds the help texts of the workflows' metrics, by name.
+var MetricHelp = map[string]string{
 	ApprovalRequestsMetric:        "Approval requests published by turns and subagents.",
 	ApprovalDecisionsMetric:       "Approval decisions taken, by decision (approve, decline, timeout).",
 	ApprovalDecisionLatencyMetric: "Time from an approval request to its decision, by decision.",
@@ -41,17 +39,19 @@ var metricHelp = map[string]string{
 		"summed over all workers it is the number waiting, as long as no worker restarted while approvals were pending (GET /approvals is exact).",
 }
 
-// DescribeMetrics gives r the help texts of the workflows' metrics and adds
-// ApprovalsPendingMetric, computed from the two counters at each scrape. A
-// gauge that each workflow moved up and down would not add up across
-// workflows and workers; two counters do.
-func DescribeMetrics(r *metrics.Registry) {
-	for name, help := range metricHelp {
-		if name != ApprovalsPendingMetric {
-			r.Describe(name, help)
-		}
-	}
-	r.GaugeFunc(ApprovalsPendingMetric, metricHelp[ApprovalsPendingMetric], func() float64 {
+// MetricsRegistry is what AddApprovalsPending needs of a registry
+// (internal/metrics.Registry is one): the sum of a counter's series, and a
+// gauge computed at each scrape.
+type MetricsRegistry interface {
+	Sum(name string, match map[string]string) float64
+	GaugeFunc(name, help string, fn func() float64)
+}
+
+// AddApprovalsPending adds ApprovalsPendingMetric to r, computed from the
+// two counters at each scrape. A gauge that each workflow moved up and down
+// would not add up across workflows and workers; two counters do.
+func AddApprovalsPending(r MetricsRegistry) {
+	r.GaugeFunc(ApprovalsPendingMetric, MetricHelp[ApprovalsPendingMetric], func() float64 {
 		return r.Sum(ApprovalRequestsMetric, nil) - r.Sum(ApprovalDecisionsMetric, nil)
 	})
 }

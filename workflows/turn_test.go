@@ -58,7 +58,9 @@ type harness struct {
 func newHarness(t *testing.T, settings Settings, replies ...activities.ModelOutput) *harness {
 	var suite testsuite.WorkflowTestSuite
 	suite.SetLogger(log.NewStructuredLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))))
-	reg := metrics.NewRegistry()
+	reg, err := metrics.New(MetricHelp)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = reg.Close(context.Background()) })
 	suite.SetMetricsHandler(reg.Handler())
 	h := &harness{t: t, env: suite.NewTestWorkflowEnvironment(), metrics: reg, replies: replies}
 	w := &Workflows{Settings: settings}

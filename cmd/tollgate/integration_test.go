@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/common/expfmt"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
@@ -45,8 +47,10 @@ func startRealStack(t *testing.T) *realStack {
 	apiBin := proctest.Build(t, "github.com/tollgate/tollgate/api")()
 	srv := devserver.ForTest(t)
 
-	reg := metrics.NewRegistry()
-	workflows.DescribeMetrics(reg)
+	reg, err := metrics.New(workflows.MetricHelp)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = reg.Close(context.Background()) })
+	workflows.AddApprovalsPending(reg)
 	opts := srv.ClientOptions()
 	opts.MetricsHandler = reg.Handler()
 	c, err := client.Dial(opts)
@@ -152,12 +156,11 @@ func TestTerminalClientOnTheRealStack(t *testing.T) {
 		require.Equal(t, 1.0, st.metrics.Sum(workflows.ApprovalDecisionsMetric, map[string]string{"workflow_type": workflows.ChatTurnWorkflow, workflows.MetricTagDecision: workflows.DecisionDecline}))
 		require.EqualValues(t, 1, st.metrics.Count(workflows.ApprovalDecisionLatencyMetric, map[string]string{workflows.MetricTagDecision: workflows.DecisionApprove}))
 		// The SDK's own metrics name each tool's activity.
-		require.GreaterOrEqual(t, st.metrics.Count("temporal_activity_execution_latency", map[string]string{"activity_type": activities.ToolBash}), uint64(1))
-		require.GreaterOrEqual(t, st.metrics.Count("temporal_activity_execution_latency", map[string]string{"activity_type": activities.ModelActivity}), uint64(2))
-		var text2 strings.Builder
-		_, err := st.metrics.WriteTo(&text2)
+		require.GreaterOrEqual(t, st.metrics.Count("temporal_activity_execution_latency_seconds", map[string]string{"activity_type": activities.ToolBash}), uint64(1))
+		require.GreaterOrEqual(t, st.metrics.Count("temporal_activity_execution_latency_seconds", map[string]string{"activity_type": activities.ModelActivity}), uint64(2))
+		pending, err := testutil.GatherAndFormat(st.metrics, expfmt.TypeTextPlain, workflows.ApprovalsPendingMetric)
 		require.NoError(t, err)
-		require.Contains(t, text2.String(), "\ntollgate_approvals_pending 0\n")
+		require.Contains(t, string(pending), "\ntollgate_approvals_pending 0\n")
 
 		// The API counted the two decisions it delivered.
 		apiMetrics := get(t, st.api+"/metrics")
