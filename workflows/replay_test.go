@@ -172,7 +172,11 @@ func TestReplayWithTracingMakesNoApprovalSpans(t *testing.T) {
 	}
 	require.NotZero(t, replayed)
 	spans := spantest.FromStubs(exporter.GetSpans())
-	require.NotEmpty(t, spans.Named("RunWorkflow:"+workflows.ChatTurnWorkflow), "the replayer traced")
+	runs := spans.Named("RunWorkflow:" + workflows.ChatTurnWorkflow)
+	require.NotEmpty(t, runs, "the replayer traced")
+	for _, s := range runs {
+		require.Equal(t, "true", s.Attributes[telemetry.ReplayedAttribute], "a run that only replayed is marked, for LiveOnly to drop")
+	}
 	for _, s := range spans {
 		require.False(t, strings.HasPrefix(s.Name, workflows.ApprovalSpanPrefix), "a replay traced %s again", s.Name)
 	}

@@ -94,7 +94,7 @@ func Setup(ctx context.Context, service string, log *slog.Logger) (Tracing, erro
 	if err != nil && !errors.Is(err, resource.ErrPartialResource) {
 		return Tracing{}, fmt.Errorf("trace resource (OTEL_RESOURCE_ATTRIBUTES, %s): %w", EnvServiceName, err)
 	}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exporter), sdktrace.WithResource(res))
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(LiveOnly(exporter)), sdktrace.WithResource(res))
 	otel.SetTracerProvider(tp)
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
 	if log != nil {

@@ -1,6 +1,11 @@
 package telemetry
 
 import (
+	"context"
+	"slices"
+
+	"go.opentelemetry.io/otel/attribute"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	temporalotel "go.temporal.io/sdk/contrib/opentelemetry"
 	"go.temporal.io/sdk/interceptor"
@@ -34,7 +39,7 @@ func (t Tracing) Interceptors() []interceptor.ClientInterceptor {
 }
 
 // NewTracingInterceptor is the Temporal tracing interceptor that makes its
-// spans with tp.
+// spans with tp. Export its spans through LiveOnly.
 func NewTracingInterceptor(tp trace.TracerProvider) interceptor.Interceptor {
 	i, err := temporalotel.NewTracingInterceptor(temporalotel.TracerOptions{
 		Tracer:              tp.Tracer(TemporalScope),
@@ -45,7 +50,74 @@ func NewTracingInterceptor(tp trace.TracerProvider) interceptor.Interceptor {
 		// NewTracingInterceptor fails only for options it never sees here.
 		panic(err)
 	}
-	return i
+	return tracingInterceptor{Interceptor: i}
+}
+
+// ReplayedAttribute marks a span that a worker made while it only replayed
+// a workflow's history, and that LiveOnly leaves out.
+//
+// The SDK's interceptor starts a workflow's run span, and an Update
+// handler's, every time a worker runs the workflow's code, replays
+// included: it needs a parent for what the workflow does next. A worker
+// replays a closed turn for every query (the API's stream asks a turn for
+// its last events once it has closed), so each turn would show its run
+// twice. A span that ends before the replay has caught up with history
+// parents nothing new: it is marked and dropped. One that goes on live (a
+// turn resumed on another worker) is kept, with what it parents.
+const ReplayedAttribute = "tollgate.replayed"
+
+// tracingInterceptor is the SDK's tracing interceptor with replayMarker
+// inside it, where the run's and the Update's spans are on the context.
+type tracingInterceptor struct {
+	interceptor.Interceptor
+}
+
+func (t tracingInterceptor) InterceptWorkflow(ctx workflow.Context, next interceptor.WorkflowInboundInterceptor) interceptor.WorkflowInboundInterceptor {
+	return t.Interceptor.InterceptWorkflow(ctx, &replayMarker{WorkflowInboundInterceptorBase: interceptor.WorkflowInboundInterceptorBase{Next: next}})
+}
+
+// replayMarker marks the span of a run or an Update handler that ends
+// while the workflow is still replaying.
+type replayMarker struct {
+	interceptor.WorkflowInboundInterceptorBase
+}
+
+func (m *replayMarker) ExecuteWorkflow(ctx workflow.Context, in *interceptor.ExecuteWorkflowInput) (any, error) {
+	defer markReplayed(ctx)
+	return m.Next.ExecuteWorkflow(ctx, in)
+}
+
+func (m *replayMarker) ExecuteUpdate(ctx workflow.Context, in *interceptor.UpdateInput) (any, error) {
+	defer markReplayed(ctx)
+	return m.Next.ExecuteUpdate(ctx, in)
+}
+
+func markReplayed(ctx workflow.Context) {
+	if span := SpanOf(ctx).OTel(); span != nil && workflow.IsReplaying(ctx) {
+		span.SetAttributes(attribute.Bool(ReplayedAttribute, true))
+	}
+}
+
+// LiveOnly is exporter without the spans marked ReplayedAttribute.
+func LiveOnly(exporter sdktrace.SpanExporter) sdktrace.SpanExporter {
+	return liveOnly{SpanExporter: exporter}
+}
+
+type liveOnly struct {
+	sdktrace.SpanExporter
+}
+
+func (l liveOnly) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
+	live := make([]sdktrace.ReadOnlySpan, 0, len(spans))
+	for _, s := range spans {
+		if !slices.Contains(s.Attributes(), attribute.Bool(ReplayedAttribute, true)) {
+			live = append(live, s)
+		}
+	}
+	if len(live) == 0 {
+		return nil
+	}
+	return l.SpanExporter.ExportSpans(ctx, live)
 }
 
 // Span is the span the tracing interceptor keeps on a workflow context:

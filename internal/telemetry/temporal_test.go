@@ -1,10 +1,12 @@
 package telemetry_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.temporal.io/sdk/interceptor"
@@ -88,4 +90,20 @@ func TestWithoutTheInterceptorThereIsNoSpan(t *testing.T) {
 	var none bool
 	require.NoError(t, env.GetWorkflowResult(&none))
 	require.True(t, none)
+}
+
+func TestLiveOnlyLeavesOutTheSpansOfReplaysThatNeverWentLive(t *testing.T) {
+	exporter := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(telemetry.LiveOnly(exporter)))
+	tracer := tp.Tracer("test")
+	_, live := tracer.Start(context.Background(), "RunWorkflow:live")
+	live.End()
+	_, replayed := tracer.Start(context.Background(), "RunWorkflow:replayed")
+	replayed.SetAttributes(attribute.Bool(telemetry.ReplayedAttribute, true))
+	replayed.End()
+	_, other := tracer.Start(context.Background(), "RunWorkflow:other")
+	other.SetAttributes(attribute.Bool(telemetry.ReplayedAttribute, false))
+	other.End()
+
+	require.Equal(t, []string{"RunWorkflow:live", "RunWorkflow:other"}, spantest.FromStubs(exporter.GetSpans()).Names())
 }
