@@ -15,7 +15,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/tollgate/tollgate/activities"
-	"github.com/tollgate/tollgate/internal/telemetry"
+	"github.com/tollgate/tollgate/internal/workflowtrace"
 )
 
 // Tool responses the model reads for calls that did not run (a decline's
@@ -81,7 +81,7 @@ type gate struct {
 	sender   string
 	// span is the workflow run's span, the parent of the approval spans
 	// (tracing.go); the zero Span when the worker does not trace.
-	span telemetry.Span
+	span workflowtrace.Span
 }
 
 func newGate(ctx workflow.Context, log *eventLog, conversationID, sender string, settings Settings) *gate {
@@ -96,7 +96,7 @@ func newGate(ctx workflow.Context, log *eventLog, conversationID, sender string,
 		notify:         settings.Notify,
 		settings:       settings,
 		sender:         sender,
-		span:           telemetry.SpanOf(ctx),
+		span:           workflowtrace.SpanOf(ctx),
 	}
 }
 

@@ -8,7 +8,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/tollgate/tollgate/activities"
-	"github.com/tollgate/tollgate/internal/telemetry"
+	"github.com/tollgate/tollgate/internal/workflowtrace"
 )
 
 // TracerScope names the tracer of the spans workflow code makes itself.
@@ -105,7 +105,7 @@ func (g *gate) traceDecision(ctx workflow.Context, a *approval, decidedBy string
 		attrs = append(attrs, attribute.Bool(AttrEdited, true))
 	}
 	opts := []trace.SpanStartOption{trace.WithTimestamp(a.RequestedAt), trace.WithAttributes(attrs...)}
-	if by := telemetry.SpanOf(ctx).OTel(); by != nil && !by.SpanContext().Equal(parent.SpanContext()) {
+	if by := workflowtrace.SpanOf(ctx).OTel(); by != nil && !by.SpanContext().Equal(parent.SpanContext()) {
 		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: by.SpanContext()}))
 	}
 	startSpan(parent, a.Call.Name, opts).End(trace.WithTimestamp(a.decidedAt))

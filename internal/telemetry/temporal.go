@@ -10,16 +10,12 @@ import (
 	temporalotel "go.temporal.io/sdk/contrib/opentelemetry"
 	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/workflow"
+
+	"github.com/tollgate/tollgate/internal/workflowtrace"
 )
 
 // TemporalScope names the tracer of the Temporal SDK's spans.
 const TemporalScope = "go.temporal.io/sdk"
-
-// spanKey is the key under which the tracing interceptor keeps the current
-// span on a workflow context. It is the package's own, not the contrib's
-// unexported default, so that workflow code can read the span (SpanOf) and
-// choose the parent of the next command's span (WithSpan).
-type spanKey struct{}
 
 // Interceptors are the Temporal client interceptors of t: the SDK's
 // OpenTelemetry tracing interceptor, or none when t is off. Set on the
@@ -43,7 +39,7 @@ func (t Tracing) Interceptors() []interceptor.ClientInterceptor {
 func NewTracingInterceptor(tp trace.TracerProvider) interceptor.Interceptor {
 	i, err := temporalotel.NewTracingInterceptor(temporalotel.TracerOptions{
 		Tracer:              tp.Tracer(TemporalScope),
-		SpanContextKey:      spanKey{},
+		SpanContextKey:      workflowtrace.ContextKey,
 		DisableQueryTracing: true,
 	})
 	if err != nil {
@@ -93,7 +89,7 @@ func (m *replayMarker) ExecuteUpdate(ctx workflow.Context, in *interceptor.Updat
 }
 
 func markReplayed(ctx workflow.Context) {
-	if span := SpanOf(ctx).OTel(); span != nil && workflow.IsReplaying(ctx) {
+	if span := workflowtrace.SpanOf(ctx).OTel(); span != nil && workflow.IsReplaying(ctx) {
 		span.SetAttributes(attribute.Bool(ReplayedAttribute, true))
 	}
 }
@@ -118,34 +114,4 @@ func (l liveOnly) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan
 		return nil
 	}
 	return l.SpanExporter.ExportSpans(ctx, live)
-}
-
-// Span is the span the tracing interceptor keeps on a workflow context:
-// the workflow's run, or the signal or update being handled. The zero Span
-// is no span (a worker without tracing, or a replayer).
-type Span struct {
-	ref interceptor.TracerSpan
-}
-
-// SpanOf is the span on ctx.
-func SpanOf(ctx workflow.Context) Span {
-	ref, _ := ctx.Value(spanKey{}).(interceptor.TracerSpan)
-	return Span{ref: ref}
-}
-
-// WithSpan makes s the span that the interceptor parents the spans of
-// commands issued with the returned context to (a child workflow's start,
-// an activity's). The zero Span leaves ctx as it is.
-func WithSpan(ctx workflow.Context, s Span) workflow.Context {
-	if s.ref == nil {
-		return ctx
-	}
-	return workflow.WithValue(ctx, spanKey{}, s.ref)
-}
-
-// OTel is s as an OpenTelemetry span, or nil for the zero Span. The contrib
-// interceptor's spans embed the OpenTelemetry span they wrap.
-func (s Span) OTel() trace.Span {
-	span, _ := s.ref.(trace.Span)
-	return span
 }

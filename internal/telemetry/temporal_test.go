@@ -16,25 +16,26 @@ import (
 
 	"github.com/tollgate/tollgate/internal/spantest"
 	"github.com/tollgate/tollgate/internal/telemetry"
+	"github.com/tollgate/tollgate/internal/workflowtrace"
 )
 
 // parentWorkflow starts its child under the span of the "go" Update's
 // handler, as the conversation starts a turn under its message's, and
 // returns the span id SpanOf read in its own body.
 func parentWorkflow(ctx workflow.Context) (string, error) {
-	var handled *telemetry.Span
+	var handled *workflowtrace.Span
 	if err := workflow.SetUpdateHandler(ctx, "go", func(ctx workflow.Context) error {
-		s := telemetry.SpanOf(ctx)
+		s := workflowtrace.SpanOf(ctx)
 		handled = &s
 		return nil
 	}); err != nil {
 		return "", err
 	}
-	own := telemetry.SpanOf(ctx).OTel()
+	own := workflowtrace.SpanOf(ctx).OTel()
 	if err := workflow.Await(ctx, func() bool { return handled != nil }); err != nil {
 		return "", err
 	}
-	child := workflow.WithChildOptions(telemetry.WithSpan(ctx, *handled), workflow.ChildWorkflowOptions{WorkflowID: "child"})
+	child := workflow.WithChildOptions(workflowtrace.WithSpan(ctx, *handled), workflow.ChildWorkflowOptions{WorkflowID: "child"})
 	if err := workflow.ExecuteChildWorkflow(child, childWorkflow).Get(ctx, nil); err != nil {
 		return "", err
 	}
@@ -83,8 +84,8 @@ func TestWithoutTheInterceptorThereIsNoSpan(t *testing.T) {
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestWorkflowEnvironment()
 	env.ExecuteWorkflow(func(ctx workflow.Context) (bool, error) {
-		s := telemetry.SpanOf(ctx)
-		return s.OTel() == nil && telemetry.WithSpan(ctx, s) == ctx, nil
+		s := workflowtrace.SpanOf(ctx)
+		return s.OTel() == nil && workflowtrace.WithSpan(ctx, s) == ctx, nil
 	})
 	require.NoError(t, env.GetWorkflowError())
 	var none bool
