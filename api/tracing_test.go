@@ -5,6 +5,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -168,7 +169,16 @@ func TestTheBinariesExportOneTraceOverOTLPWhenTheEndpointIsSet(t *testing.T) {
 	apiBin := proctest.Build(t, "github.com/tollgate/tollgate/api")
 	srv := devserver.ForTest(t)
 	dir := t.TempDir()
-	model := httptest.NewServer(scripted.New(scripted.Demo()))
+	// The model server notes the trace context each request carries.
+	replies := scripted.New(scripted.Demo())
+	var mu sync.Mutex
+	var traceparents []string
+	model := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		traceparents = append(traceparents, r.Header.Get("traceparent"))
+		mu.Unlock()
+		replies.ServeHTTP(w, r)
+	}))
 	t.Cleanup(model.Close)
 	receiver := spantest.NewReceiver(t)
 	require.NoError(t, os.MkdirAll(filepath.Join(dir, "ws"), 0o755))
@@ -219,9 +229,16 @@ func TestTheBinariesExportOneTraceOverOTLPWhenTheEndpointIsSet(t *testing.T) {
 	require.Len(t, run, 1, "the worker's spans are in the API's request's trace: %v", trace.Names())
 	require.Equal(t, telemetry.WorkerService, run[0].Service)
 	require.Equal(t, turnAncestry[1:], trace.Ancestry(run[0]))
-	call := trace.Named("HTTP POST")
-	require.Len(t, call, 2)
-	require.Equal(t, append([]string{"RunActivity:Model", "StartActivity:Model"}, turnAncestry...), trace.Ancestry(call[0]))
+	calls := trace.Named("HTTP POST")
+	require.Len(t, calls, 2)
+	var sent []string
+	for _, c := range calls {
+		require.Equal(t, append([]string{"RunActivity:Model", "StartActivity:Model"}, turnAncestry...), trace.Ancestry(c))
+		sent = append(sent, "00-"+c.TraceID+"-"+c.SpanID+"-01")
+	}
+	mu.Lock()
+	require.ElementsMatch(t, sent, traceparents, "each model request carried its client span as traceparent")
+	mu.Unlock()
 	approved := trace.Named(workflows.ApprovalSpanPrefix + "Bash")
 	require.Len(t, approved, 1)
 	require.Equal(t, workflows.DecidedByPerson, approved[0].Attributes[workflows.AttrDecidedBy])
