@@ -5,6 +5,8 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -204,7 +206,17 @@ func TestTheBinariesExportOneTraceOverOTLPWhenTheEndpointIsSet(t *testing.T) {
 		return resp.StatusCode == http.StatusOK
 	}, waitFor, 50*time.Millisecond, "the API is up")
 
-	_, msgs := chatAt(t, "http://"+apiAddr, `{"query": "traced over OTLP", "conversationId": "otlp"}`)
+	// The caller is traced too: its trace context is continued.
+	const callerTrace, callerSpan = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	req, err := http.NewRequest(http.MethodPost, "http://"+apiAddr+"/chat/stream", strings.NewReader(`{"query": "traced over OTLP", "conversationId": "otlp"}`))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("traceparent", "00-"+callerTrace+"-"+callerSpan+"-01")
+	stream, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	t.Cleanup(func() { stream.Body.Close() })
+	require.Equal(t, http.StatusOK, stream.StatusCode)
+	msgs := readSSE(stream.Body)
 	seq := 0
 	requests := requestsByTool(untilEvent(t, msgs, &seq, workflows.EventApprovalRequest, 2))
 	bash := requests["Bash"]
@@ -224,16 +236,20 @@ func TestTheBinariesExportOneTraceOverOTLPWhenTheEndpointIsSet(t *testing.T) {
 	posts := spans.Named("POST /chat/stream")
 	require.Len(t, posts, 1, "spans: %v", spans.Names())
 	require.Equal(t, telemetry.APIService, posts[0].Service)
+	require.Equal(t, callerTrace, posts[0].TraceID, "the caller's trace goes on")
+	require.Equal(t, callerSpan, posts[0].ParentID)
 	trace := spans.InTrace(posts[0].TraceID)
 	run := trace.Named("RunWorkflow:" + workflows.ChatTurnWorkflow)
 	require.Len(t, run, 1, "the worker's spans are in the API's request's trace: %v", trace.Names())
 	require.Equal(t, telemetry.WorkerService, run[0].Service)
-	require.Equal(t, turnAncestry[1:], trace.Ancestry(run[0]))
+	// The caller's span is not among them: "?" ends each ancestry.
+	ancestry := append(slices.Clone(turnAncestry), "?")
+	require.Equal(t, ancestry[1:], trace.Ancestry(run[0]))
 	calls := trace.Named("HTTP POST")
 	require.Len(t, calls, 2)
 	var sent []string
 	for _, c := range calls {
-		require.Equal(t, append([]string{"RunActivity:Model", "StartActivity:Model"}, turnAncestry...), trace.Ancestry(c))
+		require.Equal(t, append([]string{"RunActivity:Model", "StartActivity:Model"}, ancestry...), trace.Ancestry(c))
 		sent = append(sent, "00-"+c.TraceID+"-"+c.SpanID+"-01")
 	}
 	mu.Lock()
@@ -243,5 +259,5 @@ func TestTheBinariesExportOneTraceOverOTLPWhenTheEndpointIsSet(t *testing.T) {
 	require.Len(t, approved, 1)
 	require.Equal(t, workflows.DecidedByPerson, approved[0].Attributes[workflows.AttrDecidedBy])
 	require.Equal(t, bash.RequestID, approved[0].Attributes[workflows.AttrRequestID])
-	require.Equal(t, turnAncestry, trace.Ancestry(approved[0]))
+	require.Equal(t, ancestry, trace.Ancestry(approved[0]))
 }

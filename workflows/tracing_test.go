@@ -42,7 +42,8 @@ func TestAnApprovalSpanLastsFromRequestToDecisionAndNamesWhatDecided(t *testing.
 	var write string
 	h.env.RegisterDelayedCallback(func() {
 		write = h.requestID("Write")
-		h.decide(ApprovalDecision{RequestID: write, Decision: DecisionApprove, Remember: RememberConversation, Principal: "alice", Role: "approve"})
+		h.decide(ApprovalDecision{RequestID: write, Decision: DecisionApprove, Arguments: `{"file_path":"a.txt","content":"c"}`,
+			Remember: RememberConversation, Principal: "alice", Role: "approve"})
 	}, time.Minute)
 
 	out := h.runTurn(userTurn("write and deploy"))
@@ -60,7 +61,7 @@ func TestAnApprovalSpanLastsFromRequestToDecisionAndNamesWhatDecided(t *testing.
 	require.Equal(t, map[string]string{
 		AttrToolName: "Write", AttrToolCallID: "w", AttrConversationID: "c1", AttrRequestID: write,
 		AttrDecision: DecisionApprove, AttrDecidedBy: DecidedByPerson, AttrPrincipal: "alice", AttrRole: "approve",
-		AttrRemember: "true", AttrGrantID: out.Grants[0].ID,
+		AttrRemember: "true", AttrGrantID: out.Grants[0].ID, AttrEdited: "true",
 	}, w.Attributes)
 	update := got.Named("HandleUpdate:" + ApprovalUpdate)
 	require.Len(t, update, 1)
