@@ -1,5 +1,6 @@
-// Package telemetry sets up OpenTelemetry tracing for tollgate's processes
-// and carries a trace through workflow code.
+// Package telemetry sets up OpenTelemetry tracing for tollgate's processes:
+// the tracer provider and its exporter, and the Temporal SDK's tracing
+// interceptor (internal/workflowtrace reads its spans in workflow code).
 //
 // Tracing is on when the standard OTEL_EXPORTER_OTLP_ENDPOINT or
 // OTEL_EXPORTER_OTLP_TRACES_ENDPOINT variable is set: spans are then
@@ -9,8 +10,8 @@
 // OTEL_RESOURCE_ATTRIBUTES). Otherwise nothing is installed and nothing is
 // recorded.
 //
-// The package is a leaf: it knows the Temporal SDK and OpenTelemetry, none
-// of tollgate's own packages.
+// The package is a leaf: it knows the Temporal SDK and OpenTelemetry, and
+// of tollgate's own packages only internal/workflowtrace.
 package telemetry
 
 import (
