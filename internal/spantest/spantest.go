@@ -18,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
@@ -48,17 +47,6 @@ func (s Spans) Named(name string) Spans {
 	var out Spans
 	for _, sp := range s {
 		if sp.Name == name {
-			out = append(out, sp)
-		}
-	}
-	return out
-}
-
-// Where are the spans whose attribute key has value.
-func (s Spans) Where(key, value string) Spans {
-	var out Spans
-	for _, sp := range s {
-		if v, ok := sp.Attributes[key]; ok && v == value {
 			out = append(out, sp)
 		}
 	}
@@ -254,15 +242,4 @@ func attributes(kvs []*commonpb.KeyValue) map[string]string {
 		}
 	}
 	return out
-}
-
-// RequireTree checks that the span called name, of which there must be
-// exactly one among s, descends from the spans named in ancestry, nearest
-// first, up to the root.
-func (s Spans) RequireTree(t testing.TB, name string, ancestry ...string) Span {
-	t.Helper()
-	named := s.Named(name)
-	require.Len(t, named, 1, "one %q span among %v", name, s.Names())
-	require.Equal(t, ancestry, s.Ancestry(named[0]), "the parents of %q", name)
-	return named[0]
 }
