@@ -14,6 +14,7 @@ import (
 	"time"
 
 	openai "github.com/sashabaranov/go-openai"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 )
@@ -106,8 +107,11 @@ func NewModel(baseURL, apiKey, model string, sink TokenSink) *Model {
 		cfg.BaseURL = baseURL
 	}
 	// No http.Client timeout: an answer streams for as long as the model
-	// writes, and the activity's context bounds the call.
-	cfg.HTTPClient = requestTracker{next: &http.Client{}}
+	// writes, and the activity's context bounds the call. The transport
+	// traces each request as a client span of the activity's span, with
+	// that span's tracer provider (none without tracing), and sends its
+	// trace context to the model server.
+	cfg.HTTPClient = requestTracker{next: &http.Client{Transport: otelhttp.NewTransport(http.DefaultTransport)}}
 	return &Model{
 		Client:       openai.NewClientWithConfig(cfg),
 		DefaultModel: model,

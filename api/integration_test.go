@@ -16,6 +16,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
@@ -24,6 +25,7 @@ import (
 	"github.com/tollgate/tollgate/internal/devserver"
 	"github.com/tollgate/tollgate/internal/payloads"
 	"github.com/tollgate/tollgate/internal/scripted"
+	"github.com/tollgate/tollgate/internal/telemetry"
 	"github.com/tollgate/tollgate/workflows"
 )
 
@@ -49,6 +51,8 @@ type stack struct {
 	allowBypass bool
 	// payloadDir holds the payloads withPayloadStore keeps out of history.
 	payloadDir string
+	// tracer is withTracing's.
+	tracer trace.TracerProvider
 }
 
 // stackOptions change what newStack builds.
@@ -61,6 +65,7 @@ type stackOptions struct {
 	allowBypass     bool
 	payloads        bool
 	devserver       devserver.Options
+	tracer          trace.TracerProvider
 }
 
 // stackOption is one change to the stack newStack builds.
@@ -115,6 +120,12 @@ func withDevServer(opts devserver.Options) stackOption {
 	return func(o *stackOptions) { o.devserver = opts }
 }
 
+// withTracing traces the stack's worker, its Temporal client and its API
+// with tp, as the binaries do when an OTLP endpoint is set.
+func withTracing(tp trace.TracerProvider) stackOption {
+	return func(o *stackOptions) { o.tracer = tp }
+}
+
 // withoutWorker leaves the worker to the test, which may run it as a
 // separate process on st.queue with st.workspace and st.model.
 func withoutWorker() stackOption {
@@ -130,8 +141,11 @@ func newStack(t *testing.T, opts ...stackOption) *stack {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	st := &stack{temporal: devserver.ForTestWith(t, o.devserver), queue: "tollgate-api-test", allowBypass: o.allowBypass}
+	st := &stack{temporal: devserver.ForTestWith(t, o.devserver), queue: "tollgate-api-test", allowBypass: o.allowBypass, tracer: o.tracer}
 	clientOpts := st.temporal.ClientOptions()
+	if o.tracer != nil {
+		clientOpts.Interceptors = append(clientOpts.Interceptors, telemetry.NewTracingInterceptor(o.tracer))
+	}
 	if o.payloads {
 		st.payloadDir = t.TempDir()
 		clientOpts.ExternalStorage, _, _ = payloads.Storage(payloads.Config{Dir: st.payloadDir})
@@ -199,7 +213,7 @@ func (st *stack) newAPI(t *testing.T) *httptest.Server {
 
 // apiOptions are the options of the stack's API instances.
 func (st *stack) apiOptions() Options {
-	o := Options{Client: st.client, TaskQueue: st.queue, HeartbeatInterval: 200 * time.Millisecond, Logger: st.log, AllowBypass: st.allowBypass}
+	o := Options{Client: st.client, TaskQueue: st.queue, HeartbeatInterval: 200 * time.Millisecond, Logger: st.log, AllowBypass: st.allowBypass, TracerProvider: st.tracer}
 	if st.payloadDir != "" {
 		storage, _, _ := payloads.Storage(payloads.Config{Dir: st.payloadDir})
 		o.Codec, o.CodecOrigins = payloads.Codec(storage), []string{testWebUIOrigin}

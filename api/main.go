@@ -21,6 +21,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/internal/payloads"
+	"github.com/tollgate/tollgate/internal/telemetry"
 )
 
 // shutdownTimeout bounds how long the API waits for requests in flight when
@@ -50,8 +51,16 @@ func run(cfg config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	tracing, err := telemetry.Setup(context.Background(), telemetry.APIService, log)
+	if err != nil {
+		return err
+	}
+	defer flushTraces(tracing, log)
 	clientOpts := cfg.Temporal
 	clientOpts.Logger, clientOpts.ExternalStorage = config.TemporalLogger(log), storage
+	// The client's spans (starting a turn, deciding) are children of the
+	// request's, and carry the trace into the workflows.
+	clientOpts.Interceptors = append(clientOpts.Interceptors, tracing.Interceptors()...)
 	c, err := client.NewLazyClient(clientOpts)
 	if err != nil {
 		return fmt.Errorf("temporal client for %s: %w", cfg.TemporalAddress, err)
@@ -68,6 +77,7 @@ func run(cfg config.Config, log *slog.Logger) error {
 		AnyHost:           cfg.AllowUnauthenticated,
 		AllowedOrigins:    cfg.AllowedOrigins,
 		CodecOrigins:      cfg.CodecOrigins,
+		TracerProvider:    tracing.Provider,
 	}
 	if stored {
 		opts.Codec = payloads.Codec(storage)
@@ -98,7 +108,7 @@ func run(cfg config.Config, log *slog.Logger) error {
 	log.Info("api listening", "addr", ln.Addr().String(), "temporal", cfg.TemporalAddress,
 		"namespace", cfg.TemporalNamespace, "taskQueue", cfg.TaskQueue,
 		"auth", len(cfg.APITokens) > 0, "principals", slices.Compact(slices.Sorted(slices.Values(principals))),
-		"bypass", cfg.AllowBypass && len(cfg.APITokens) == 0, "allowedOrigins", cfg.AllowedOrigins)
+		"bypass", cfg.AllowBypass && len(cfg.APITokens) == 0, "allowedOrigins", cfg.AllowedOrigins, "tracing", tracing.On())
 
 	select {
 	case err := <-served:
@@ -113,6 +123,16 @@ func run(cfg config.Config, log *slog.Logger) error {
 		return fmt.Errorf("shut down http: %w", err)
 	}
 	return nil
+}
+
+// flushTraces exports the spans tracing still holds, for at most
+// shutdownTimeout.
+func flushTraces(tracing telemetry.Tracing, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	if err := tracing.Shutdown(ctx); err != nil {
+		log.Warn("flush traces", "error", err)
+	}
 }
 
 // checkExposure refuses to serve an API without tokens beyond loopback,

@@ -18,6 +18,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
@@ -60,6 +61,10 @@ type Options struct {
 	// CodecOrigins are the browser origins (the Web UI's) that may call
 	// the codec endpoint.
 	CodecOrigins []string
+	// TracerProvider, when set, traces every request but the health and
+	// metrics probes as a server span (the parent of the Temporal calls it
+	// makes, which carry it into the workflows); nil traces nothing.
+	TracerProvider trace.TracerProvider
 }
 
 // Timeouts of the server's Temporal calls. Each is derived from the
@@ -166,6 +171,9 @@ func newServer(o Options, src eventSource, settings hubSettings) *Server {
 
 	r := gin.New()
 	_ = r.SetTrustedProxies(nil) // ClientIP is the peer; nil never fails
+	if o.TracerProvider != nil {
+		r.Use(traceRequests(o.TracerProvider))
+	}
 	r.Use(s.recoverPanics, s.logRequests, s.refuseForeignHost, s.refuseCrossSite, s.authenticate)
 	chat, approve := s.requireRole(config.RoleChat), s.requireRole(config.RoleApprove)
 	read := s.requireRole(readRoles...) // whoever may read a turn

@@ -25,6 +25,7 @@ import (
 	"github.com/tollgate/tollgate/internal/metrics"
 	"github.com/tollgate/tollgate/internal/payloads"
 	"github.com/tollgate/tollgate/internal/policy"
+	"github.com/tollgate/tollgate/internal/telemetry"
 	"github.com/tollgate/tollgate/workflows"
 )
 
@@ -83,8 +84,14 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	tracing, err := telemetry.Setup(ctx, telemetry.WorkerService, log)
+	if err != nil {
+		return err
+	}
+	defer flushTraces(tracing, log)
 	opts := cfg.Temporal
 	opts.Logger, opts.MetricsHandler, opts.ExternalStorage = config.TemporalLogger(log), reg.Handler(), storage
+	opts.Interceptors = append(opts.Interceptors, tracing.Interceptors()...)
 	c, err := client.Dial(opts)
 	if err != nil {
 		return fmt.Errorf("dial Temporal at %s: %w", cfg.TemporalAddress, err)
@@ -143,11 +150,26 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return fmt.Errorf("start worker on task queue %s: %w", cfg.TaskQueue, err)
 	}
 	log.Info("worker started", "taskQueue", cfg.TaskQueue, "temporal", cfg.TemporalAddress,
-		"workspace", cfg.Workspace, "requiredTools", cfg.RequiredTools, "model", cfg.OpenAIModel, "subagents", len(agentDefs), "policyRules", len(rules), "notices", cfg.NotifyURL != "", "mcpTools", len(mcpServers.Specs()))
+		"workspace", cfg.Workspace, "requiredTools", cfg.RequiredTools, "model", cfg.OpenAIModel, "subagents", len(agentDefs), "policyRules", len(rules), "notices", cfg.NotifyURL != "",
+		"mcpTools", len(mcpServers.Specs()), "tracing", tracing.On())
 	<-ctx.Done()
 	log.Info("worker stopping")
 	w.Stop()
 	return nil
+}
+
+// flushTimeout bounds how long a stopping process waits to export the spans
+// it still holds.
+const flushTimeout = 5 * time.Second
+
+// flushTraces exports the spans tracing still holds; a collector that does
+// not answer in flushTimeout costs those spans, not the shutdown.
+func flushTraces(tracing telemetry.Tracing, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
+	defer cancel()
+	if err := tracing.Shutdown(ctx); err != nil {
+		log.Warn("flush traces", "error", err)
+	}
 }
 
 // serveMetrics serves reg at GET /metrics on addr until stop is called and

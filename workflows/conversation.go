@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/internal/workflowtrace"
 )
 
 // conversation is the state of a Conversation workflow.
@@ -23,6 +24,12 @@ type conversation struct {
 	running     string
 	runningTurn workflow.ChildWorkflowFuture
 	grants      []Grant
+	// traces holds, by turn number, the span of the message Update that
+	// queued the turn, so that the turn is traced as part of the request
+	// that sent its message rather than of the conversation's run, which
+	// lasts for many messages. Kept in memory only: a message queued when
+	// the conversation continues as new is traced under the new run.
+	traces map[int]workflowtrace.Span
 }
 
 // Conversation owns a conversation's message log. Each user message, taken
@@ -31,7 +38,7 @@ type conversation struct {
 // approvals are declined) and runs next. The workflow continues as new,
 // carrying the full message log, before its history grows large.
 func (w *Workflows) Conversation(ctx workflow.Context, in ConversationInput) error {
-	c := &conversation{id: in.ConversationID, messages: in.Messages, turns: in.Turns, queue: in.Queue, grants: in.Grants}
+	c := &conversation{id: in.ConversationID, messages: in.Messages, turns: in.Turns, queue: in.Queue, grants: in.Grants, traces: map[int]workflowtrace.Span{}}
 	var settings Settings
 	if err := workflow.SideEffect(ctx, func(workflow.Context) any {
 		return w.Settings.withDefaults()
@@ -113,6 +120,7 @@ func (c *conversation) onMessage(ctx workflow.Context, m UserMessage) (TurnRef, 
 	c.turns++
 	n := c.turns
 	c.queue = append(c.queue, QueuedMessage{Turn: n, Message: m})
+	c.traces[n] = workflowtrace.SpanOf(ctx)
 	if c.runningTurn != nil {
 		// The interrupted turn finishes at its next step; this message's
 		// turn starts right after. A failed signal only means that turn
@@ -140,7 +148,11 @@ func (c *conversation) runTurn(ctx workflow.Context, q QueuedMessage, settings S
 	if settings.SearchAttributes {
 		opts.TypedSearchAttributes = temporal.NewSearchAttributes(startAttributes(c.id, settings)...)
 	}
-	child := workflow.ExecuteChildWorkflow(workflow.WithChildOptions(ctx, opts), ChatTurnWorkflow, TurnInput{
+	// The child's span is no command: choosing its parent changes nothing
+	// in history.
+	trace := c.traces[q.Turn]
+	delete(c.traces, q.Turn)
+	child := workflow.ExecuteChildWorkflow(workflow.WithChildOptions(workflowtrace.WithSpan(ctx, trace), opts), ChatTurnWorkflow, TurnInput{
 		ConversationID: c.id,
 		Turn:           q.Turn,
 		Messages:       messages,

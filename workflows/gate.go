@@ -15,6 +15,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/internal/workflowtrace"
 )
 
 // Tool responses the model reads for calls that did not run (a decline's
@@ -78,6 +79,9 @@ type gate struct {
 	// is the principal who sent the message the loop runs for.
 	settings Settings
 	sender   string
+	// span is the workflow run's span, the parent of the approval spans
+	// (tracing.go); the zero Span when the worker does not trace.
+	span workflowtrace.Span
 }
 
 func newGate(ctx workflow.Context, log *eventLog, conversationID, sender string, settings Settings) *gate {
@@ -92,6 +96,7 @@ func newGate(ctx workflow.Context, log *eventLog, conversationID, sender string,
 		notify:         settings.Notify,
 		settings:       settings,
 		sender:         sender,
+		span:           workflowtrace.SpanOf(ctx),
 	}
 }
 
@@ -243,13 +248,14 @@ func (g *gate) take(ctx workflow.Context, d ApprovalDecision, by string) error {
 	a := g.byID[d.RequestID]
 	a.remember, a.sameArguments = d.Remember == RememberConversation, d.SameArguments
 	a.role = d.Role
-	g.decide(ctx, a, d.Decision, d.Reason, d.Arguments, by)
+	g.decide(ctx, a, d.Decision, d.Reason, d.Arguments, by, DecidedByPerson)
 	return nil
 }
 
-// decide records the decision on a, publishes it and wakes the batch. The
-// first decision wins; any later one is dropped.
-func (g *gate) decide(ctx workflow.Context, a *approval, decision, reason, arguments, by string) {
+// decide records the decision on a, made by by (decidedBy says what
+// answered), publishes it and wakes the batch. The first decision wins; any
+// later one is dropped.
+func (g *gate) decide(ctx workflow.Context, a *approval, decision, reason, arguments, by, decidedBy string) {
 	if a.decided {
 		return
 	}
@@ -267,6 +273,7 @@ func (g *gate) decide(ctx workflow.Context, a *approval, decision, reason, argum
 		Role:       a.role,
 	})
 	countDecision(ctx, decision, a.RequestedAt)
+	g.traceDecision(ctx, a, decidedBy)
 	// The Web UI stops listing the call at once, not when the batch ends.
 	workflow.SetCurrentDetails(ctx, g.details())
 	g.wake.SendAsync(struct{}{})
@@ -277,7 +284,7 @@ func (g *gate) decide(ctx workflow.Context, a *approval, decision, reason, argum
 func (g *gate) declinePending(ctx workflow.Context, reason string) {
 	for _, a := range g.all {
 		if !a.decided {
-			g.decide(ctx, a, DecisionDecline, reason, "", "")
+			g.decide(ctx, a, DecisionDecline, reason, "", "", DecidedByTurn)
 		}
 	}
 	for _, cc := range g.clients {
@@ -327,7 +334,7 @@ func (g *gate) await(ctx workflow.Context, reqs []*approval) {
 			workflow.TimerOptions{Summary: "approval: " + callSummary(a.Call)})
 		sel.AddFuture(timer, func(f workflow.Future) {
 			if f.Get(ctx, nil) == nil {
-				g.decide(ctx, a, DecisionTimeout, reasonTimeout, "", "")
+				g.decide(ctx, a, DecisionTimeout, reasonTimeout, "", "", DecidedByTimer)
 			}
 		})
 		if g.notify {

@@ -56,7 +56,7 @@ func grantFor(grants []Grant, call activities.ToolCall) *Grant {
 // grantFrom makes the grant a remembered decision on a asks for.
 func grantFrom(a *approval, turnID string) Grant {
 	g := Grant{
-		ID:        "grant-" + requestSecret(a.RequestID),
+		ID:        grantID(a.RequestID),
 		Tool:      a.Call.Name,
 		Decision:  a.decision,
 		Reason:    a.reason,
@@ -72,6 +72,12 @@ func grantFrom(a *approval, turnID string) Grant {
 		g.Arguments = canonicalJSON(args)
 	}
 	return g
+}
+
+// grantID is the id of the grant that the decision of request requestID
+// makes.
+func grantID(requestID string) string {
+	return "grant-" + requestSecret(requestID)
 }
 
 // canonicalJSON re-encodes a JSON text with sorted keys and no spaces, so

@@ -9,11 +9,15 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/tollgate/tollgate/internal/spantest"
+	"github.com/tollgate/tollgate/internal/telemetry"
 	"github.com/tollgate/tollgate/workflows"
 )
 
@@ -132,4 +136,48 @@ func (o *captureOutbound) SetQueryHandler(ctx workflow.Context, name string, han
 		o.capture.events = h
 	}
 	return o.Next.SetQueryHandler(ctx, name, handler)
+}
+
+// TestReplayWithTracingMakesNoApprovalSpans replays every recorded turn
+// and subagent on a replayer that traces, as a worker that traces replays
+// a turn it had evicted: the replay must still match (a span is no
+// command), and the approvals it answers again must not be traced again.
+func TestReplayWithTracingMakesNoApprovalSpans(t *testing.T) {
+	histories, err := filepath.Glob(filepath.Join(corpusDir, "*", "*.json"))
+	require.NoError(t, err)
+	exporter := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exporter))
+	replayed := 0
+	for _, path := range histories {
+		if strings.HasSuffix(path, eventsSuffix) || strings.Contains(path, ".conversation") {
+			continue
+		}
+		f, err := os.Open(path)
+		require.NoError(t, err)
+		history, err := client.HistoryFromJSON(f, client.HistoryJSONOptions{})
+		f.Close()
+		require.NoError(t, err, "read history %s", path)
+		start := history.GetEvents()[0].GetWorkflowExecutionStartedEventAttributes()
+		replayer, err := worker.NewWorkflowReplayerWithOptions(worker.WorkflowReplayerOptions{
+			Interceptors: []interceptor.WorkerInterceptor{telemetry.NewTracingInterceptor(tp)},
+		})
+		require.NoError(t, err)
+		w := &workflows.Workflows{}
+		replayer.RegisterWorkflowWithOptions(w.ChatTurn, workflow.RegisterOptions{Name: workflows.ChatTurnWorkflow})
+		replayer.RegisterWorkflowWithOptions(w.Subagent, workflow.RegisterOptions{Name: workflows.SubagentWorkflow})
+		execution := workflow.Execution{ID: start.GetWorkflowId(), RunID: start.GetOriginalExecutionRunId()}
+		require.NoError(t, replayer.ReplayWorkflowHistoryWithOptions(nil, history, worker.ReplayWorkflowHistoryOptions{OriginalExecution: execution}),
+			"%s replays with tracing", path)
+		replayed++
+	}
+	require.NotZero(t, replayed)
+	spans := spantest.FromStubs(exporter.GetSpans())
+	runs := spans.Named("RunWorkflow:" + workflows.ChatTurnWorkflow)
+	require.NotEmpty(t, runs, "the replayer traced")
+	for _, s := range runs {
+		require.Equal(t, "true", s.Attributes[telemetry.ReplayedAttribute], "a run that only replayed is marked, for LiveOnly to drop")
+	}
+	for _, s := range spans {
+		require.False(t, strings.HasPrefix(s.Name, workflows.ApprovalSpanPrefix), "a replay traced %s again", s.Name)
+	}
 }

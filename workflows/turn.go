@@ -371,12 +371,15 @@ func (t *turn) runBatch(ctx workflow.Context, calls []activities.ToolCall) []Too
 			// and the client asked its user about its own tools itself.
 		case t.bypass && !vetted[i].Check.Always:
 			// Bypassed: only a rule that requires a tool always still asks.
+			t.gate.traceAnswer(ctx, call, DecidedByBypass, nil)
 		default:
 			c := vetted[i].Check
 			if !c.Required {
+				t.gate.traceAnswer(ctx, call, DecidedByPolicy, nil)
 				break
 			}
 			if g := grantFor(t.grants, call); g != nil {
+				t.gate.traceAnswer(ctx, call, DecidedByGrant, g)
 				t.log.append(Event{Type: EventApprovalDecision, ToolCallID: call.ID, Decision: g.Decision, Reason: reasonRemembered, Grant: g.ID, By: g.By})
 				if g.Decision != DecisionApprove {
 					results[i].Result, results[i].Status = declined(reasonRemembered), activities.StatusDeclined
