@@ -1,0 +1,43 @@
+package main
+
+import (
+	"net/http"
+	"testing"
+
+	openai "github.com/sashabaranov/go-openai"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/internal/scripted"
+	"github.com/tollgate/tollgate/workflows"
+)
+
+// pickColor is a model that calls the client tool PickColor, then says what
+// the client answered.
+func pickColor(req openai.ChatCompletionRequest) scripted.Reply {
+	last := req.Messages[len(req.Messages)-1]
+	if last.Role == openai.ChatMessageRoleTool {
+		return scripted.Reply{Content: "You picked " + last.Content + "."}
+	}
+	return scripted.Reply{ToolCalls: []activities.ToolCall{{ID: "call_pick_1", Name: "PickColor", Arguments: `{"palette":"warm"}`}}}
+}
+
+func TestClientToolIsAnsweredByToolCallIDAloneOverHTTP(t *testing.T) {
+	st := newStack(t, withScript(pickColor))
+	_, msgs := st.chat(t, `{"query":"paint it","clientTools":[{"name":"PickColor","description":"asks the user for a color","parameters":{"type":"object"}}]}`)
+	seq := 0
+	call := untilEvent(t, msgs, &seq, workflows.EventClientToolCall, 1)
+	require.Equal(t, "call_pick_1", call[len(call)-1].ToolCallID)
+
+	status, body := st.postJSON(t, "/chat/tool-result", `{"toolCallId":"call_pick_1","result":"blue"}`)
+	require.Equal(t, http.StatusOK, status)
+	require.Equal(t, true, body["accepted"])
+	rest := untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
+	require.Equal(t, "You picked blue.", rest[len(rest)-1].Text)
+
+	_, body = st.postJSON(t, "/chat/tool-result", `{"toolCallId":"call_pick_1","result":"red"}`)
+	require.Equal(t, false, body["accepted"], "nothing waits for it any more")
+	status, body = st.postJSON(t, "/chat/tool-result", `{"result":"red"}`)
+	require.Equal(t, http.StatusBadRequest, status)
+	require.Contains(t, body["error"], "toolCallId")
+}

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tollgate/tollgate/workflows"
+)
+
+func TestRememberedApprovalSkipsTheNextAskUntilRevokedOverHTTP(t *testing.T) {
+	st := newStack(t)
+	conv := "grants-1"
+	decide := func(e workflows.Event, body string) {
+		t.Helper()
+		_, out := st.postJSON(t, "/chat/approval", `{"requestId":"`+e.RequestID+`",`+body+`}`)
+		require.Equal(t, true, out["accepted"])
+	}
+
+	// Turn 1: Bash approved and remembered; Write declined.
+	_, msgs := st.chat(t, `{"query":"one","conversationId":"`+conv+`"}`)
+	seq := 0
+	asked := requestsByTool(untilEvent(t, msgs, &seq, workflows.EventApprovalRequest, 2))
+	decide(asked["Bash"], `"decision":"approve","remember":"conversation"`)
+	decide(asked["Write"], `"decision":"decline"`)
+	untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
+
+	// Turn 2: only Write asks; Bash is decided by the grant.
+	_, msgs = st.chat(t, `{"query":"two","conversationId":"`+conv+`"}`)
+	seq = 0
+	events := untilEvent(t, msgs, &seq, workflows.EventHeartbeat, 1)
+	require.Len(t, requestsByTool(events), 1)
+	write := requestsByTool(events)["Write"]
+	grantUsed := findType(events, workflows.EventApprovalDecision)
+	require.NotEmpty(t, grantUsed.Grant)
+	require.Equal(t, workflows.DecisionApprove, grantUsed.Decision)
+	decide(write, `"decision":"decline"`)
+	untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
+
+	// Another conversation, while the grant holds: it asks for both.
+	_, other := st.chat(t, `{"query":"one","conversationId":"grants-other"}`)
+	otherSeq := 0
+	require.Len(t, requestsByTool(untilEvent(t, other, &otherSeq, workflows.EventApprovalRequest, 2)), 2)
+	require.Empty(t, st.grants(t, "grants-other"), "another conversation has none")
+
+	// The grant is listed, revoked once, and then gone.
+	grants := st.grants(t, conv)
+	require.Len(t, grants, 1)
+	require.Equal(t, grantUsed.Grant, grants[0].ID)
+	require.Equal(t, "Bash", grants[0].Tool)
+	require.Equal(t, http.StatusOK, st.delete(t, "/conversations/"+conv+"/grants/"+grants[0].ID))
+	require.Equal(t, http.StatusNotFound, st.delete(t, "/conversations/"+conv+"/grants/"+grants[0].ID))
+	require.Empty(t, st.grants(t, conv))
+
+	// Turn 3: Bash asks again.
+	_, msgs = st.chat(t, `{"query":"three","conversationId":"`+conv+`"}`)
+	seq = 0
+	require.Contains(t, requestsByTool(untilEvent(t, msgs, &seq, workflows.EventApprovalRequest, 2)), "Bash")
+}
+
+func (st *stack) grants(t *testing.T, conv string) []workflows.Grant {
+	t.Helper()
+	resp, err := http.Get(st.api.URL + "/conversations/" + conv + "/grants")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusNotFound {
+		return nil
+	}
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	var out struct {
+		Grants []workflows.Grant `json:"grants"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
+	return out.Grants
+}
+
+func (st *stack) delete(t *testing.T, path string) int {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodDelete, st.api.URL+path, nil)
+	require.NoError(t, err)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	return resp.StatusCode
+}

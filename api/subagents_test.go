@@ -1,0 +1,75 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/internal/scripted"
+	"github.com/tollgate/tollgate/workflows"
+)
+
+func TestSubagentEventsReachTheParentStreamAndItsApprovalIsDecidedByRequestIDAlone(t *testing.T) {
+	st := newStack(t, withSettings(func(s *workflows.Settings) { s.Agents = []workflows.AgentDef{notetaker} }))
+	_, msgs := st.chat(t, `{"query":"use a subagent to take notes"}`)
+	seq := 0
+
+	events := untilEvent(t, msgs, &seq, "subagent_approval_request", 1)
+	req := events[len(events)-1]
+	var sub []string
+	for _, e := range events {
+		if strings.HasPrefix(e.Type, workflows.EventSubagentPrefix) {
+			require.Equal(t, "notetaker", e.Name, e.Type)
+			sub = append(sub, e.Type)
+		}
+	}
+	require.Equal(t, []string{"subagent_start", "subagent_token", "subagent_tool_call", "subagent_approval_request"}, dedupe(sub))
+	require.Equal(t, activities.ToolWrite, req.ToolName)
+	turnID := findType(events, workflows.EventTurnStart).TurnID
+	require.NotEqual(t, turnID, req.WorkflowID, "the subagent waits in its own workflow")
+	// GET /approvals names the subagent's turn, for the inbox's link.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		pending := approvalsAt(c, st.api.URL, "")
+		require.Len(c, pending, 1)
+		require.Equal(c, req.WorkflowID, pending[0].WorkflowID)
+		require.Equal(c, turnID, pending[0].TurnID)
+	}, waitFor, 20*time.Millisecond)
+
+	postDecision(t, st.api, req.RequestID, workflows.DecisionApprove, "", true)
+
+	rest := untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
+	require.Equal(t, "notetaker", findType(rest, "subagent_finish").Name)
+	task := findType(rest, workflows.EventToolResult).ToolResults[0]
+	require.Equal(t, workflows.TaskTool, task.Name)
+	require.Equal(t, activities.StatusOK, task.Status)
+	require.Contains(t, task.Result, "Write ran", "the Task result is the subagent's final answer")
+	require.Equal(t, workflows.FinishStop, rest[len(rest)-1].Reason)
+	_, err := os.Stat(filepath.Join(st.workspace, scripted.DemoNotePath))
+	require.NoError(t, err, "the subagent's approved Write ran")
+}
+
+func findType(events []workflows.Event, typ string) workflows.Event {
+	for _, e := range events {
+		if e.Type == typ {
+			return e
+		}
+	}
+	return workflows.Event{}
+}
+
+// dedupe drops repeats that follow each other (a run of token events).
+func dedupe(types []string) []string {
+	var out []string
+	for _, typ := range types {
+		if len(out) == 0 || out[len(out)-1] != typ {
+			out = append(out, typ)
+		}
+	}
+	return out
+}
