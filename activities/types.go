@@ -3,87 +3,25 @@
 // dependency struct and takes one struct in and returns one struct out.
 package activities
 
-import "encoding/json"
+import "github.com/tollgate/tollgate/protocol"
+
+// The contract's types and names that the activities take and give; see
+// package protocol.
+type (
+	Message         = protocol.Message
+	ToolCall        = protocol.ToolCall
+	ToolSpec        = protocol.ToolSpec
+	ToolAnnotations = protocol.ToolAnnotations
+	MCPTool         = protocol.MCPTool
+)
 
 // Message roles, as OpenAI-compatible servers spell them.
 const (
-	RoleSystem    = "system"
-	RoleUser      = "user"
-	RoleAssistant = "assistant"
-	RoleTool      = "tool"
+	RoleSystem    = protocol.RoleSystem
+	RoleUser      = protocol.RoleUser
+	RoleAssistant = protocol.RoleAssistant
+	RoleTool      = protocol.RoleTool
 )
-
-// Message is one entry of a conversation's message log. It is tollgate's own
-// type, not go-openai's, so that workflow histories do not depend on a client
-// library's JSON encoding.
-type Message struct {
-	Role       string     `json:"role"`
-	Content    string     `json:"content,omitempty"`
-	ToolCalls  []ToolCall `json:"toolCalls,omitempty"`
-	ToolCallID string     `json:"toolCallId,omitempty"`
-	Name       string     `json:"name,omitempty"`
-}
-
-// ToolCall is one call the model asked for. Arguments is the JSON text the
-// model produced, kept verbatim (it may not be valid JSON).
-type ToolCall struct {
-	ID        string `json:"id"`
-	Name      string `json:"name"`
-	Arguments string `json:"arguments"`
-}
-
-// ToolSpec describes a tool to the model: its name, what it does and the JSON
-// schema of its arguments.
-type ToolSpec struct {
-	Name        string          `json:"name"`
-	Description string          `json:"description"`
-	Parameters  json.RawMessage `json:"parameters"`
-	// WorkspacePaths are the arguments that name a file in the workspace:
-	// NormalizeArguments cleans them and makes them relative to it. The
-	// model is not shown them.
-	WorkspacePaths []string `json:"workspacePaths,omitempty"`
-	// Annotations are what the tool says of itself, as MCP's tool
-	// annotations say it; the policy reads them. Nil says nothing, which
-	// means MCP's defaults (Hints).
-	Annotations *ToolAnnotations `json:"annotations,omitempty"`
-	// MCP names the server and the tool behind an MCP tool; nil for every
-	// other tool.
-	MCP *MCPTool `json:"mcp,omitempty"`
-}
-
-// ToolAnnotations are MCP's hints about a tool's effects. They are the
-// word of whoever wrote the tool, not a guarantee: a policy may trust them
-// for a server it trusts.
-type ToolAnnotations struct {
-	// ReadOnly is true when the tool does not modify its environment.
-	ReadOnly bool `json:"readOnlyHint"`
-	// Destructive is true when it may change or delete what exists, not
-	// only add; never for a ReadOnly tool.
-	Destructive bool `json:"destructiveHint"`
-	// Idempotent is true when calling it again with the same arguments
-	// has no further effect.
-	Idempotent bool `json:"idempotentHint"`
-	// OpenWorld is true when it reaches beyond a closed domain (the web,
-	// other people).
-	OpenWorld bool `json:"openWorldHint"`
-	// Title is a human-readable name of the tool.
-	Title string `json:"title,omitempty"`
-}
-
-// Hints are the annotations of spec, or MCP's defaults for a tool that
-// says nothing: not read-only, destructive, not idempotent, open world.
-func (spec ToolSpec) Hints() ToolAnnotations {
-	if spec.Annotations != nil {
-		return *spec.Annotations
-	}
-	return ToolAnnotations{Destructive: true, OpenWorld: true}
-}
-
-// MCPTool is the MCP server and the tool's own name behind an MCP tool.
-type MCPTool struct {
-	Server string `json:"server"`
-	Tool   string `json:"tool"`
-}
 
 // TokenTarget names where streamed answer text is delivered while the model
 // is still answering: a signal to the turn workflow that called the model.
@@ -124,10 +62,10 @@ type TokenBatch struct {
 
 // Tool result statuses, as the tool_result event reports them.
 const (
-	StatusOK       = "ok"
-	StatusError    = "error"
-	StatusDeclined = "declined"
-	StatusTimeout  = "timeout"
+	StatusOK       = protocol.StatusOK
+	StatusError    = protocol.StatusError
+	StatusDeclined = protocol.StatusDeclined
+	StatusTimeout  = protocol.StatusTimeout
 )
 
 // ToolInput is the input of every tool activity: the call as the model made

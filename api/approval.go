@@ -18,47 +18,36 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/tollgate/tollgate/internal/config"
+	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
 )
 
 // maxBodyBytes bounds every request body.
 const maxBodyBytes = 64 << 10
 
-// approvalBody is POST /chat/approval's body as it arrives. Arguments stays
-// raw so that it may be sent either as a JSON object or as a string holding
-// one.
-type approvalBody struct {
-	RequestID     string          `json:"requestId"`
-	Decision      string          `json:"decision"`
-	Reason        string          `json:"reason"`
-	Arguments     json.RawMessage `json:"arguments"`
-	Remember      string          `json:"remember"`
-	SameArguments bool            `json:"sameArguments"`
-}
-
 // parseApproval reads and checks a decision. Its errors are badRequestErrors
 // that name what is wrong.
-func parseApproval(r io.Reader) (workflows.ApprovalDecision, error) {
-	var b approvalBody
+func parseApproval(r io.Reader) (protocol.ApprovalDecision, error) {
+	var b protocol.DecisionRequest
 	if err := decodeJSON(r, &b); err != nil {
-		return workflows.ApprovalDecision{}, err
+		return protocol.ApprovalDecision{}, err
 	}
 	if b.RequestID == "" {
-		return workflows.ApprovalDecision{}, badRequest("requestId is missing")
+		return protocol.ApprovalDecision{}, badRequest("requestId is missing")
 	}
 	if b.Decision == "" {
-		return workflows.ApprovalDecision{}, badRequest("decision is missing: use %q or %q", workflows.DecisionApprove, workflows.DecisionDecline)
+		return protocol.ApprovalDecision{}, badRequest("decision is missing: use %q or %q", protocol.DecisionApprove, protocol.DecisionDecline)
 	}
 	args, err := editedArguments(b.Arguments)
 	if err != nil {
-		return workflows.ApprovalDecision{}, err
+		return protocol.ApprovalDecision{}, err
 	}
-	d := workflows.ApprovalDecision{
+	d := protocol.ApprovalDecision{
 		RequestID: b.RequestID, Decision: b.Decision, Reason: b.Reason, Arguments: args,
 		Remember: b.Remember, SameArguments: b.SameArguments,
 	}
 	if err := d.Check(); err != nil {
-		return workflows.ApprovalDecision{}, badRequest("%s", err)
+		return protocol.ApprovalDecision{}, badRequest("%s", err)
 	}
 	return d, nil
 }
@@ -220,19 +209,19 @@ func (s *Server) approve(c *gin.Context) {
 // not take it, or "" when it did. The request id names its workflow, so any
 // API instance can deliver any decision; only the workflow's validator can
 // tell a genuine id.
-func (s *Server) decide(ctx context.Context, d workflows.ApprovalDecision) (string, error) {
+func (s *Server) decide(ctx context.Context, d protocol.ApprovalDecision) (string, error) {
 	wid, ok := workflows.RequestWorkflowID(d.RequestID)
 	if !ok {
 		s.log.Info("approval not taken: not a tollgate request id", "requestId", d.RequestID)
-		return workflows.RejectUnknown, nil
+		return protocol.RejectUnknown, nil
 	}
-	var res workflows.ApprovalResult
+	var res protocol.ApprovalResult
 	reason, err := s.offer(ctx, wid, workflows.ApprovalUpdate, decisionUpdateID(d), d, &res)
 	if err != nil {
 		return "", fmt.Errorf("request %s: %w", d.RequestID, err)
 	}
 	if reason == "" && !res.Accepted {
-		reason = workflows.RejectDecided
+		reason = protocol.RejectDecided
 	}
 	s.log.Info("approval", "requestId", d.RequestID, "decision", d.Decision, "by", d.Principal, "role", d.Role, "accepted", reason == "", "reason", reason)
 	return reason, nil
@@ -242,7 +231,7 @@ func (s *Server) decide(ctx context.Context, d workflows.ApprovalDecision) (stri
 // the same request, by the same caller, always gets the same id, so a
 // client that retries (its answer lost, say) is told the outcome of the
 // first attempt, which Temporal keeps, instead of "decided" by itself.
-func decisionUpdateID(d workflows.ApprovalDecision) string {
+func decisionUpdateID(d protocol.ApprovalDecision) string {
 	b, _ := json.Marshal(d) // a struct of strings and bools: cannot fail
 	sum := sha256.Sum256(b)
 	return "decision-" + hex.EncodeToString(sum[:16])
@@ -271,9 +260,9 @@ func (s *Server) offer(ctx context.Context, wid, update, updateID string, arg, r
 		return "", nil
 	case isRejectedUpdate(err):
 		s.log.Info("update not taken", "update", update, "workflowId", wid, "reason", err)
-		reason := cmp.Or(workflows.RejectionReason(err), workflows.RejectUnknown)
+		reason := cmp.Or(workflows.RejectionReason(err), protocol.RejectUnknown)
 		var app *temporal.ApplicationError
-		if reason == workflows.RejectInvalid && errors.As(err, &app) {
+		if reason == protocol.RejectInvalid && errors.As(err, &app) {
 			return "", badRequest("%s", app.Message())
 		}
 		return reason, nil

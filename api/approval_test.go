@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/sdk/mocks"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
 )
 
@@ -70,7 +71,7 @@ func TestApprovalArgumentsAreTakenAsObjectOrAsStringHoldingOne(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, tc.want, d.Arguments)
 			require.Equal(t, "r", d.RequestID)
-			require.Equal(t, workflows.DecisionApprove, d.Decision)
+			require.Equal(t, protocol.DecisionApprove, d.Decision)
 		})
 	}
 }
@@ -86,7 +87,7 @@ func TestApprovalForARequestIDTollgateNeverMadeIsNotAccepted(t *testing.T) {
 func TestApprovalIsSentToTheWaitingTurnAsAnUpdate(t *testing.T) {
 	c := mocks.NewClient(t)
 	h := mocks.NewWorkflowUpdateHandle(t)
-	decision := workflows.ApprovalDecision{RequestID: testRequestID, Decision: workflows.DecisionDecline, Reason: "no"}
+	decision := protocol.ApprovalDecision{RequestID: testRequestID, Decision: protocol.DecisionDecline, Reason: "no"}
 	c.On("UpdateWorkflow", mock.Anything, client.UpdateWorkflowOptions{
 		UpdateID:     decisionUpdateID(decision),
 		WorkflowID:   testTurn,
@@ -95,7 +96,7 @@ func TestApprovalIsSentToTheWaitingTurnAsAnUpdate(t *testing.T) {
 		WaitForStage: client.WorkflowUpdateStageCompleted,
 	}).Return(h, nil)
 	h.On("Get", mock.Anything, mock.Anything).Run(func(args mock.Arguments) {
-		*args.Get(1).(*workflows.ApprovalResult) = workflows.ApprovalResult{Accepted: true}
+		*args.Get(1).(*protocol.ApprovalResult) = protocol.ApprovalResult{Accepted: true}
 	}).Return(nil)
 	ts := newMockedServer(t, c)
 
@@ -108,11 +109,11 @@ func TestApprovalTheTurnDidNotTakeIsNotAccepted(t *testing.T) {
 		updateErr, getErr error
 		reason            string
 	}{
-		"validator: decided":  {getErr: temporal.NewApplicationError("approval request already decided", workflows.RejectDecided), reason: workflows.RejectDecided},
-		"validator: expired":  {getErr: temporal.NewApplicationError("approval request expired", workflows.RejectExpired), reason: workflows.RejectExpired},
-		"validator: unknown":  {getErr: temporal.NewApplicationError("unknown request", workflows.RejectUnknown), reason: workflows.RejectUnknown},
-		"turn does not exist": {updateErr: serviceerror.NewNotFound("workflow not found"), reason: workflows.RejectUnknown},
-		"turn has ended":      {updateErr: serviceerror.NewNotFound("workflow execution already completed"), reason: workflows.RejectUnknown},
+		"validator: decided":  {getErr: temporal.NewApplicationError("approval request already decided", protocol.RejectDecided), reason: protocol.RejectDecided},
+		"validator: expired":  {getErr: temporal.NewApplicationError("approval request expired", protocol.RejectExpired), reason: protocol.RejectExpired},
+		"validator: unknown":  {getErr: temporal.NewApplicationError("unknown request", protocol.RejectUnknown), reason: protocol.RejectUnknown},
+		"turn does not exist": {updateErr: serviceerror.NewNotFound("workflow not found"), reason: protocol.RejectUnknown},
+		"turn has ended":      {updateErr: serviceerror.NewNotFound("workflow execution already completed"), reason: protocol.RejectUnknown},
 	} {
 		t.Run(name, func(t *testing.T) {
 			c := mocks.NewClient(t)

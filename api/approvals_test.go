@@ -6,8 +6,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 func TestPendingApprovalIsListedByASecondAPIInstance(t *testing.T) {
@@ -15,7 +14,7 @@ func TestPendingApprovalIsListedByASecondAPIInstance(t *testing.T) {
 	_, msgs := st.chat(t, `{"query":"hello","conversationId":"inbox-2"}`)
 	seq := 0
 	var asked []string
-	for _, e := range ofType(untilEvent(t, msgs, &seq, workflows.EventApprovalRequest, 2), workflows.EventApprovalRequest) {
+	for _, e := range ofType(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 2), protocol.EventApprovalRequest) {
 		asked = append(asked, e.RequestID)
 	}
 	require.Len(t, asked, 2)

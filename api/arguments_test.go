@@ -11,6 +11,7 @@ import (
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/scripted"
+	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
 )
 
@@ -47,15 +48,15 @@ func TestACraftedCallCannotShowThePolicyOneThingAndRunAnother(t *testing.T) {
 
 	_, msgs := st.chat(t, `{"query": "crafted", "conversationId": "crafted"}`)
 	seq := 0
-	events := untilEvent(t, msgs, &seq, workflows.EventApprovalRequest, 1)
-	request := ofType(events, workflows.EventApprovalRequest)[0]
+	events := untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 1)
+	request := ofType(events, protocol.EventApprovalRequest)[0]
 	require.Equal(t, "c3", request.ToolCallID, "the write outside docs/ asks, whatever its path says first")
 	require.JSONEq(t, `{"file_path":"src/main.go","content":"pwned"}`, request.Arguments, "the person sees the file that would be written")
-	postDecision(t, st.api, request.RequestID, workflows.DecisionDecline, "", true)
+	postDecision(t, st.api, request.RequestID, protocol.DecisionDecline, "", true)
 
-	events = append(events, untilEvent(t, msgs, &seq, workflows.EventFinish, 1)...)
-	require.Len(t, ofType(events, workflows.EventApprovalRequest), 1, "nothing else asked")
-	results := ofType(events, workflows.EventToolResult)[0].ToolResults
+	events = append(events, untilEvent(t, msgs, &seq, protocol.EventFinish, 1)...)
+	require.Len(t, ofType(events, protocol.EventApprovalRequest), 1, "nothing else asked")
+	results := ofType(events, protocol.EventToolResult)[0].ToolResults
 	require.Equal(t, []string{"c1 Bash error", "c2 Write error", "c3 Write declined", "c4 Write ok"}, resultStatuses(results))
 	require.Contains(t, results[0].Result, `arguments "command" and "Command" differ only in case`)
 	require.Contains(t, results[1].Result, `arguments "file_path" and "FILE_PATH" differ only in case`)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/config"
+	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
 )
 
@@ -151,9 +152,9 @@ func TestTheDecisionsPrincipalIsTheTokensNeverTheBodys(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := mocks.NewClient(t)
 			h := mocks.NewWorkflowUpdateHandle(t)
-			var sent workflows.ApprovalDecision
+			var sent protocol.ApprovalDecision
 			c.On("UpdateWorkflow", mock.Anything, mock.Anything).Run(func(args mock.Arguments) {
-				sent = args.Get(1).(client.UpdateWorkflowOptions).Args[0].(workflows.ApprovalDecision)
+				sent = args.Get(1).(client.UpdateWorkflowOptions).Args[0].(protocol.ApprovalDecision)
 			}).Return(h, nil)
 			h.On("Get", mock.Anything, mock.Anything).Return(nil)
 			var ts *httptest.Server
@@ -192,14 +193,14 @@ func chatAs(t *testing.T, api *httptest.Server, token, body string) (string, <-c
 	require.NoError(t, err)
 	t.Cleanup(func() { resp.Body.Close() })
 	require.Equal(t, http.StatusOK, resp.StatusCode)
-	return resp.Header.Get(headerTurnID), readSSE(resp.Body)
+	return resp.Header.Get(protocol.HeaderTurnID), readSSE(resp.Body)
 }
 
 // requestsByTool maps each tool to the approval_request events for it.
-func requestsByTool(events []workflows.Event) map[string]workflows.Event {
-	out := map[string]workflows.Event{}
+func requestsByTool(events []protocol.Event) map[string]protocol.Event {
+	out := map[string]protocol.Event{}
 	for _, e := range events {
-		if e.Type == workflows.EventApprovalRequest {
+		if e.Type == protocol.EventApprovalRequest {
 			out[e.ToolName] = e
 		}
 	}
@@ -211,7 +212,7 @@ func TestDecisionRecordsWhoDecidedInTheEventAndTheWorkflowHistory(t *testing.T) 
 	api := st.newAuthedAPI(t)
 	turnID, msgs := chatAs(t, api, bobToken, `{"query":"tidy up","conversationId":"auth-1"}`)
 	seq := 0
-	asked := requestsByTool(untilEvent(t, msgs, &seq, workflows.EventApprovalRequest, 2))
+	asked := requestsByTool(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 2))
 	write, bash := asked[activities.ToolWrite], asked[activities.ToolBash]
 
 	// Without a token nothing is decided, not even with a genuine id.
@@ -229,12 +230,12 @@ func TestDecisionRecordsWhoDecidedInTheEventAndTheWorkflowHistory(t *testing.T) 
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	require.NoError(t, st.client.SignalWorkflow(ctx, turnID, "", workflows.ApprovalSignal,
-		workflows.ApprovalDecision{RequestID: bash.RequestID, Decision: workflows.DecisionDecline}))
+		protocol.ApprovalDecision{RequestID: bash.RequestID, Decision: protocol.DecisionDecline}))
 
-	rest := untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
+	rest := untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
 	by := map[string]string{}
 	for _, e := range rest {
-		if e.Type == workflows.EventApprovalDecision {
+		if e.Type == protocol.EventApprovalDecision {
 			by[e.ToolCallID] = e.By
 		}
 	}
@@ -247,7 +248,7 @@ func TestDecisionRecordsWhoDecidedInTheEventAndTheWorkflowHistory(t *testing.T) 
 		e, err := iter.Next()
 		require.NoError(t, err)
 		if a := e.GetWorkflowExecutionUpdateAcceptedEventAttributes(); a != nil {
-			var d workflows.ApprovalDecision
+			var d protocol.ApprovalDecision
 			require.NoError(t, converter.GetDefaultDataConverter().FromPayload(a.GetAcceptedRequest().GetInput().GetArgs().GetPayloads()[0], &d))
 			principals = append(principals, d.Principal)
 		}
@@ -287,7 +288,7 @@ func TestConsoleAndInboxSendTheTokenTypedIntoThem(t *testing.T) {
 	turnID := workflows.TurnWorkflowID(conv, 1)
 	_, msgs, _ := openStream(t, eventsURL(api, turnID)+"?after=0", http.Header{"Authorization": {"Bearer " + bobToken}})
 	var by []string
-	for _, e := range ofType(streamToEnd(t, msgs), workflows.EventApprovalDecision) {
+	for _, e := range ofType(streamToEnd(t, msgs), protocol.EventApprovalDecision) {
 		by = append(by, e.Decision+" by "+e.By)
 	}
 	require.ElementsMatch(t, []string{"approve by alice", "decline by alice"}, by)

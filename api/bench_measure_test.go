@@ -25,6 +25,7 @@ import (
 	historypb "go.temporal.io/api/history/v1"
 
 	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
 )
 
@@ -456,7 +457,7 @@ func (e *benchEnv) approveWatched(ctx context.Context, turns []paused, perTurn i
 func (e *benchEnv) pauseTurn(ctx context.Context, conv string) (turnID, requestID string, err error) {
 	ctx, cancel := context.WithTimeout(ctx, benchWait)
 	defer cancel()
-	body, _ := json.Marshal(chatRequest{Query: queryApprove, ConversationID: conv})
+	body, _ := json.Marshal(protocol.ChatRequest{Query: queryApprove, ConversationID: conv})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.api.URL+"/chat/stream", bytes.NewReader(body))
 	if err != nil {
 		return "", "", err
@@ -471,7 +472,7 @@ func (e *benchEnv) pauseTurn(ctx context.Context, conv string) (turnID, requestI
 	if err != nil {
 		return "", "", fmt.Errorf("conversation %s: %w", conv, err)
 	}
-	return resp.Header.Get(headerTurnID), ev.RequestID, nil
+	return resp.Header.Get(protocol.HeaderTurnID), ev.RequestID, nil
 }
 
 func (e *benchEnv) approve(ctx context.Context, requestID string) error {
@@ -745,7 +746,7 @@ func (e *benchEnv) historyCost(ctx context.Context, query string) (historyCost, 
 	defer cancel()
 	res := historyCost{Query: query}
 	conv := fmt.Sprintf("bench-%s-history-%d", e.run, time.Now().UnixNano())
-	body, _ := json.Marshal(chatRequest{Query: query, ConversationID: conv})
+	body, _ := json.Marshal(protocol.ChatRequest{Query: query, ConversationID: conv})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.api.URL+"/chat/stream", bytes.NewReader(body))
 	if err != nil {
 		return res, err
@@ -757,7 +758,7 @@ func (e *benchEnv) historyCost(ctx context.Context, query string) (historyCost, 
 		return res, err
 	}
 	defer resp.Body.Close()
-	turnID := resp.Header.Get(headerTurnID)
+	turnID := resp.Header.Get(protocol.HeaderTurnID)
 	for ev := range readStamped(resp.Body) {
 		res.StreamedEvents++
 		if ev.Type == workflows.EventToken {

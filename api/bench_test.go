@@ -41,6 +41,7 @@ import (
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/devserver"
 	"github.com/tollgate/tollgate/internal/scripted"
+	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
 )
 
@@ -411,7 +412,7 @@ func (e *benchEnv) tollgateTurn(ctx context.Context, name string) (turnSample, e
 	ctx, cancel := context.WithTimeout(ctx, benchWait)
 	defer cancel()
 	s := turnSample{conv: "bench-" + e.run + "-" + name}
-	body, _ := json.Marshal(chatRequest{Query: queryApprove, ConversationID: s.conv})
+	body, _ := json.Marshal(protocol.ChatRequest{Query: queryApprove, ConversationID: s.conv})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.api.URL+"/chat/stream", bytes.NewReader(body))
 	if err != nil {
 		return s, err
@@ -427,7 +428,7 @@ func (e *benchEnv) tollgateTurn(ctx context.Context, name string) (turnSample, e
 	if resp.StatusCode != http.StatusOK {
 		return s, fmt.Errorf("POST /chat/stream: %s", resp.Status)
 	}
-	s.workflowID = resp.Header.Get(headerTurnID)
+	s.workflowID = resp.Header.Get(protocol.HeaderTurnID)
 	events := readStamped(resp.Body)
 	ev, err := awaitEvent(ctx, events, workflows.EventApprovalRequest)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"go.temporal.io/api/workflowservice/v1"
 
+	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
 )
 
@@ -22,20 +23,11 @@ var toolCallIDPattern = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,128}$`)
 // of a tool call id: visibility may lag the event by a moment.
 const toolResultLookup = 3 * time.Second
 
-// toolResultBody is POST /chat/tool-result's body.
-type toolResultBody struct {
-	RequestID  string          `json:"requestId"`
-	ToolCallID string          `json:"toolCallId"`
-	TurnID     string          `json:"turnId"`
-	Result     json.RawMessage `json:"result"`
-	IsError    bool            `json:"isError"`
-}
-
 // toolResult handles POST /chat/tool-result: a client's answer to a
 // client_tool_call. The call is named by the event's requestId, or by its
 // toolCallId (with the turnId, or alone: then visibility finds the turn).
 func (s *Server) toolResult(c *gin.Context) {
-	var b toolResultBody
+	var b protocol.ToolResultRequest
 	if err := decodeBody(c, &b); err != nil {
 		writeError(c, s.log, err)
 		return
@@ -61,7 +53,7 @@ func (s *Server) toolResult(c *gin.Context) {
 		return
 	}
 	if wid == "" {
-		c.JSON(http.StatusOK, gin.H{"accepted": false, "reason": workflows.RejectUnknown})
+		c.JSON(http.StatusOK, gin.H{"accepted": false, "reason": protocol.RejectUnknown})
 		return
 	}
 	var none struct{}
@@ -79,7 +71,7 @@ func (s *Server) toolResult(c *gin.Context) {
 
 // clientToolWorkflow finds the workflow waiting for a client tool's result,
 // or "" when none does.
-func (s *Server) clientToolWorkflow(ctx context.Context, b toolResultBody) (string, error) {
+func (s *Server) clientToolWorkflow(ctx context.Context, b protocol.ToolResultRequest) (string, error) {
 	switch {
 	case b.RequestID != "":
 		wid, _ := workflows.RequestWorkflowID(b.RequestID)

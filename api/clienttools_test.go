@@ -9,7 +9,7 @@ import (
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/scripted"
-	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 // pickColor is a model that calls the client tool PickColor, then says what
@@ -26,13 +26,13 @@ func TestClientToolIsAnsweredByToolCallIDAloneOverHTTP(t *testing.T) {
 	st := newStack(t, withScript(pickColor))
 	_, msgs := st.chat(t, `{"query":"paint it","clientTools":[{"name":"PickColor","description":"asks the user for a color","parameters":{"type":"object"}}]}`)
 	seq := 0
-	call := untilEvent(t, msgs, &seq, workflows.EventClientToolCall, 1)
+	call := untilEvent(t, msgs, &seq, protocol.EventClientToolCall, 1)
 	require.Equal(t, "call_pick_1", call[len(call)-1].ToolCallID)
 
 	status, body := st.postJSON(t, "/chat/tool-result", `{"toolCallId":"call_pick_1","result":"blue"}`)
 	require.Equal(t, http.StatusOK, status)
 	require.Equal(t, true, body["accepted"])
-	rest := untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
+	rest := untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
 	require.Equal(t, "You picked blue.", rest[len(rest)-1].Text)
 
 	_, body = st.postJSON(t, "/chat/tool-result", `{"toolCallId":"call_pick_1","result":"red"}`)

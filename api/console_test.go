@@ -22,6 +22,7 @@ import (
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/proctest"
 	"github.com/tollgate/tollgate/internal/scripted"
+	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
 )
 
@@ -233,14 +234,14 @@ func requireEachEventOnce(t *testing.T, seqs []int, n int) {
 
 // serverEvents reads a turn's log from the API from its start, up to the
 // first event of type until (or the stream's end when until is "").
-func serverEvents(t *testing.T, apiURL, turnID, until string) []workflows.Event {
+func serverEvents(t *testing.T, apiURL, turnID, until string) []protocol.Event {
 	t.Helper()
 	_, msgs, cancel := openStream(t, apiURL+"/chat/turns/"+turnID+"/events?after=0", nil)
 	defer cancel()
 	if until == "" {
 		return streamToEnd(t, msgs)
 	}
-	var got []workflows.Event
+	var got []protocol.Event
 	for {
 		m, ok := nextMessage(t, msgs)
 		if !ok {
@@ -353,7 +354,7 @@ func TestConsoleShowsEveryEventOnceAfterADroppedConnectionAndAReload(t *testing.
 	b.do(chromedp.WaitVisible(chromedp.CSS(callIn(turn, "Bash") + ` [data-testid="approve"]`)))
 	b.waitUntil(count(turn+` [data-type="heartbeat"]`) + ` === 1`)
 	turnID := turnIDOf(b, turn)
-	waiting := serverEvents(t, env.api.URL, turnID, workflows.EventHeartbeat)
+	waiting := serverEvents(t, env.api.URL, turnID, protocol.EventHeartbeat)
 	requireEachEventOnce(t, pageSeqs(b, turn), len(waiting))
 
 	// The API drops the stream: the page resumes after the last event it
@@ -364,9 +365,9 @@ func TestConsoleShowsEveryEventOnceAfterADroppedConnectionAndAReload(t *testing.
 	requireEachEventOnce(t, pageSeqs(b, turn), len(waiting))
 	// What happens after the drop reaches the resumed stream, once.
 	write := requestsByTool(waiting)[activities.ToolWrite].RequestID
-	postDecision(t, env.api, write, workflows.DecisionApprove, "", true)
+	postDecision(t, env.api, write, protocol.DecisionApprove, "", true)
 	b.waitUntil(count(turn+` [data-type="approval_decision"]`) + ` === 1`)
-	decided := serverEvents(t, env.api.URL, turnID, workflows.EventApprovalDecision)
+	decided := serverEvents(t, env.api.URL, turnID, protocol.EventApprovalDecision)
 	requireEachEventOnce(t, pageSeqs(b, turn), len(decided))
 
 	// A reload rebuilds the turn from the API's log: every event once.
@@ -385,7 +386,7 @@ func TestConsoleShowsEveryEventOnceAfterADroppedConnectionAndAReload(t *testing.
 	)
 	b.waitUntil(count(turn+` [data-testid="tool-result"][data-status="ok"]`) + ` === 3`)
 	all := serverEvents(t, env.api.URL, turnID, "")
-	require.Equal(t, workflows.EventFinish, all[len(all)-1].Type)
+	require.Equal(t, protocol.EventFinish, all[len(all)-1].Type)
 	requireEachEventOnce(t, pageSeqs(b, turn), len(all))
 
 	// And a reload of the finished turn shows it whole, once.
@@ -396,9 +397,9 @@ func TestConsoleShowsEveryEventOnceAfterADroppedConnectionAndAReload(t *testing.
 func TestInboxListsPendingApprovalsAndDecidingThereFinishesTheTurn(t *testing.T) {
 	st := newStack(t)
 	resp, msgs := st.chat(t, `{"query": "inbox please", "conversationId": "inbox-1"}`)
-	turnID := resp.Header.Get(headerTurnID)
+	turnID := resp.Header.Get(protocol.HeaderTurnID)
 	seq := 0
-	untilEvent(t, msgs, &seq, workflows.EventApprovalRequest, 2)
+	untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 2)
 
 	b := newBrowser(t)
 	b.do(chromedp.Navigate(st.api.URL + "/inbox"))
@@ -449,20 +450,20 @@ func TestInboxListsPendingApprovalsAndDecidingThereFinishesTheTurn(t *testing.T)
 	require.Contains(t, eval[string](b, `document.querySelector('[data-testid="decided-approval"][data-tool="Write"] [data-testid="outcome"]').textContent`), "declined here at")
 
 	// The turn took both decisions and finished.
-	rest := untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
-	decisions := map[string]workflows.Event{}
-	var results []workflows.ToolResult
+	rest := untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
+	decisions := map[string]protocol.Event{}
+	var results []protocol.ToolResult
 	for _, e := range rest {
 		switch e.Type {
-		case workflows.EventApprovalDecision:
+		case protocol.EventApprovalDecision:
 			decisions[e.Decision] = e
-		case workflows.EventToolResult:
+		case protocol.EventToolResult:
 			results = e.ToolResults
 		}
 	}
-	require.Equal(t, "not from the inbox", decisions[workflows.DecisionDecline].Reason)
-	require.Contains(t, decisions, workflows.DecisionApprove)
-	require.Equal(t, workflows.FinishStop, rest[len(rest)-1].Reason)
+	require.Equal(t, "not from the inbox", decisions[protocol.DecisionDecline].Reason)
+	require.Contains(t, decisions, protocol.DecisionApprove)
+	require.Equal(t, protocol.FinishStop, rest[len(rest)-1].Reason)
 	statuses := map[string]string{}
 	for _, r := range results {
 		statuses[r.Name] = r.Status

@@ -15,6 +15,7 @@ import (
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/internal/proctest"
 	"github.com/tollgate/tollgate/internal/scripted"
+	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
 )
 
@@ -69,7 +70,7 @@ func TestAWebPageCannotStartATurnOrDecideOne(t *testing.T) {
 	// API's own pages (the console) can.
 	_, msgs := st.chat(t, `{"query": "tidy up", "conversationId": "cross-site-decide"}`)
 	seq := 0
-	requests := ofType(untilEvent(t, msgs, &seq, workflows.EventApprovalRequest, 2), workflows.EventApprovalRequest)
+	requests := ofType(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 2), protocol.EventApprovalRequest)
 	decision := `{"requestId": "` + requests[0].RequestID + `", "decision": "approve"}`
 	status, _ = post(t, st.api.URL+"/chat/approval", "text/plain", "", decision)
 	require.Equal(t, http.StatusUnsupportedMediaType, status)
@@ -147,7 +148,7 @@ func TestBypassIsRefusedUnlessTheOperatorAllowsIt(t *testing.T) {
 	_, msgs := chatAt(t, allowed.URL, `{"query": "tidy up", "conversationId": "bypass", "bypassApproval": true}`)
 	events := streamToEnd(t, msgs)
 	require.True(t, events[0].Bypass, "turn_start records the bypass")
-	require.Empty(t, ofType(events, workflows.EventApprovalRequest))
+	require.Empty(t, ofType(events, protocol.EventApprovalRequest))
 	require.FileExists(t, filepath.Join(st.workspace, scripted.DemoNotePath))
 }
 

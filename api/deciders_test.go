@@ -10,6 +10,7 @@ import (
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/internal/scripted"
+	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
 )
 
@@ -30,7 +31,7 @@ func TestASecondPersonMustApproveWhatTheSenderAsked(t *testing.T) {
 
 	_, msgs := chatAs(t, api, devToken, `{"query": "tidy up", "conversationId": "second-person"}`)
 	seq := 0
-	write := ofType(untilEvent(t, msgs, &seq, workflows.EventApprovalRequest, 1), workflows.EventApprovalRequest)[0]
+	write := ofType(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 1), protocol.EventApprovalRequest)[0]
 	decide := func(token string) string {
 		resp, body := send(t, http.MethodPost, api.URL+"/chat/approval", "Bearer "+token, `{"requestId":"`+write.RequestID+`","decision":"approve"}`)
 		require.Equal(t, http.StatusOK, resp.StatusCode, body)
@@ -39,11 +40,11 @@ func TestASecondPersonMustApproveWhatTheSenderAsked(t *testing.T) {
 	require.JSONEq(t, `{"accepted":false,"reason":"forbidden"}`, decide(devToken), "the sender may not approve their own call")
 	require.JSONEq(t, `{"accepted":true}`, decide(leadToken))
 
-	events := untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
-	d := ofType(events, workflows.EventApprovalDecision)[0]
+	events := untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
+	d := ofType(events, protocol.EventApprovalDecision)[0]
 	require.Equal(t, "lead", d.By)
 	require.Equal(t, config.RoleApprove, d.Role)
-	require.Equal(t, []string{"call_0_0 Read ok", "call_0_1 Write ok", "call_0_2 Bash ok"}, resultStatuses(ofType(events, workflows.EventToolResult)[0].ToolResults))
+	require.Equal(t, []string{"call_0_0 Read ok", "call_0_1 Write ok", "call_0_2 Bash ok"}, resultStatuses(ofType(events, protocol.EventToolResult)[0].ToolResults))
 }
 
 func TestAClientToolThePolicyProtectsAsksBeforeTheClientIsToldToRunIt(t *testing.T) {
@@ -59,14 +60,14 @@ func TestAClientToolThePolicyProtectsAsksBeforeTheClientIsToldToRunIt(t *testing
 	}))
 	_, msgs := st.chat(t, `{"query":"pay the invoice","clientTools":[{"name":"Pay","description":"pays","parameters":{"type":"object","properties":{"amount":{"type":"number"}}}}]}`)
 	seq := 0
-	events := untilEvent(t, msgs, &seq, workflows.EventApprovalRequest, 1)
-	require.Empty(t, ofType(events, workflows.EventClientToolCall), "the client is not asked to pay before a person approves")
-	postDecision(t, st.api, ofType(events, workflows.EventApprovalRequest)[0].RequestID, workflows.DecisionApprove, "", true)
-	call := untilEvent(t, msgs, &seq, workflows.EventClientToolCall, 1)
+	events := untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 1)
+	require.Empty(t, ofType(events, protocol.EventClientToolCall), "the client is not asked to pay before a person approves")
+	postDecision(t, st.api, ofType(events, protocol.EventApprovalRequest)[0].RequestID, protocol.DecisionApprove, "", true)
+	call := untilEvent(t, msgs, &seq, protocol.EventClientToolCall, 1)
 	require.Equal(t, "call_pay", call[len(call)-1].ToolCallID)
 	status, body := st.postJSON(t, "/chat/tool-result", `{"toolCallId":"call_pay","result":"paid 12.50"}`)
 	require.Equal(t, http.StatusOK, status)
 	require.Equal(t, true, body["accepted"])
-	rest := untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
+	rest := untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
 	require.Equal(t, "Paid.", rest[len(rest)-1].Text)
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/tollgate/tollgate/internal/devserver"
 	"github.com/tollgate/tollgate/internal/proctest"
 	"github.com/tollgate/tollgate/internal/scripted"
+	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
 )
 
@@ -40,14 +41,14 @@ func TestReadWriteBashBatchStreamsFullSequenceOverHTTP(t *testing.T) {
 	resp, msgs := st.chat(t, `{"query": "take a note", "conversationId": "e2e-seq"}`)
 	require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
 	require.Equal(t, "no", resp.Header.Get("X-Accel-Buffering"))
-	turnID := resp.Header.Get(headerTurnID)
+	turnID := resp.Header.Get(protocol.HeaderTurnID)
 	require.Equal(t, workflows.TurnWorkflowID("e2e-seq", 1), turnID)
 
 	seq := 0
-	first := untilEvent(t, msgs, &seq, workflows.EventHeartbeat, 1)
+	first := untilEvent(t, msgs, &seq, protocol.EventHeartbeat, 1)
 	require.Equal(t, []string{
-		workflows.EventTurnStart, workflows.EventToken, workflows.EventToolCall,
-		workflows.EventApprovalRequest, workflows.EventApprovalRequest, workflows.EventHeartbeat,
+		protocol.EventTurnStart, protocol.EventToken, protocol.EventToolCall,
+		protocol.EventApprovalRequest, protocol.EventApprovalRequest, protocol.EventHeartbeat,
 	}, shape(first))
 
 	start := first[0]
@@ -57,12 +58,12 @@ func TestReadWriteBashBatchStreamsFullSequenceOverHTTP(t *testing.T) {
 	require.NotEmpty(t, start.RunID)
 	require.Equal(t, scripted.DemoIntro, tokenText(first))
 
-	calls := ofType(first, workflows.EventToolCall)[0].ToolCalls
+	calls := ofType(first, protocol.EventToolCall)[0].ToolCalls
 	require.Equal(t, []string{"Read call_0_0", "Write call_0_1", "Bash call_0_2"}, callNames(calls))
 	require.JSONEq(t, `{"file_path":"README.md"}`, calls[0].Arguments)
 	require.JSONEq(t, `{"command":"ls -la"}`, calls[2].Arguments)
 
-	requests := ofType(first, workflows.EventApprovalRequest)
+	requests := ofType(first, protocol.EventApprovalRequest)
 	write, bash := requests[0], requests[1]
 	for i, r := range requests {
 		call := calls[i+1]
@@ -79,24 +80,24 @@ func TestReadWriteBashBatchStreamsFullSequenceOverHTTP(t *testing.T) {
 	// Decided in the opposite order to the calls: the results still come
 	// in the calls' order.
 	const reason = "no notes today"
-	postDecision(t, st.api, bash.RequestID, workflows.DecisionApprove, "", true)
-	postDecision(t, st.api, write.RequestID, workflows.DecisionDecline, reason, true)
+	postDecision(t, st.api, bash.RequestID, protocol.DecisionApprove, "", true)
+	postDecision(t, st.api, write.RequestID, protocol.DecisionDecline, reason, true)
 
-	rest := untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
+	rest := untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
 	require.Equal(t, []string{
-		workflows.EventApprovalDecision, workflows.EventApprovalDecision,
-		workflows.EventToolResult, workflows.EventToken, workflows.EventFinish,
+		protocol.EventApprovalDecision, protocol.EventApprovalDecision,
+		protocol.EventToolResult, protocol.EventToken, protocol.EventFinish,
 	}, shape(rest))
-	decisions := ofType(rest, workflows.EventApprovalDecision)
+	decisions := ofType(rest, protocol.EventApprovalDecision)
 	require.Equal(t, bash.RequestID, decisions[0].RequestID)
 	require.Equal(t, "call_0_2", decisions[0].ToolCallID)
-	require.Equal(t, workflows.DecisionApprove, decisions[0].Decision)
+	require.Equal(t, protocol.DecisionApprove, decisions[0].Decision)
 	require.Equal(t, write.RequestID, decisions[1].RequestID)
 	require.Equal(t, "call_0_1", decisions[1].ToolCallID)
-	require.Equal(t, workflows.DecisionDecline, decisions[1].Decision)
+	require.Equal(t, protocol.DecisionDecline, decisions[1].Decision)
 	require.Equal(t, reason, decisions[1].Reason)
 
-	results := ofType(rest, workflows.EventToolResult)[0].ToolResults
+	results := ofType(rest, protocol.EventToolResult)[0].ToolResults
 	require.Equal(t, []string{"call_0_0 Read ok", "call_0_1 Write declined", "call_0_2 Bash ok"}, resultStatuses(results))
 	require.Contains(t, results[0].Result, "# demo", "Read returned the workspace's README")
 	require.True(t, strings.HasPrefix(results[1].Result, declinedPrefix), results[1].Result)
@@ -104,7 +105,7 @@ func TestReadWriteBashBatchStreamsFullSequenceOverHTTP(t *testing.T) {
 	require.Contains(t, results[2].Result, "README.md", "ls -la ran in the workspace")
 
 	finish := rest[len(rest)-1]
-	require.Equal(t, workflows.FinishStop, finish.Reason)
+	require.Equal(t, protocol.FinishStop, finish.Reason)
 	require.Equal(t, finish.Text, tokenText(rest), "the final answer streamed as tokens")
 	require.Contains(t, finish.Text, reason, "the model read the decline's reason")
 
@@ -119,7 +120,7 @@ func TestApprovalByTemporalCLISignal(t *testing.T) {
 	require.NoError(t, err)
 	_, msgs := st.chat(t, `{"query": "approved from the shell", "conversationId": "e2e-cli"}`)
 	seq := 0
-	requests := ofType(untilEvent(t, msgs, &seq, workflows.EventApprovalRequest, 2), workflows.EventApprovalRequest)
+	requests := ofType(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 2), protocol.EventApprovalRequest)
 
 	for _, r := range requests {
 		// The command line of the design's "From the command line", with
@@ -134,16 +135,16 @@ func TestApprovalByTemporalCLISignal(t *testing.T) {
 		require.NoError(t, err, "temporal workflow signal: %s", out)
 	}
 
-	rest := untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
-	decisions := ofType(rest, workflows.EventApprovalDecision)
+	rest := untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
+	decisions := ofType(rest, protocol.EventApprovalDecision)
 	require.Len(t, decisions, 2)
 	for i, d := range decisions {
 		require.Equal(t, requests[i].RequestID, d.RequestID)
-		require.Equal(t, workflows.DecisionApprove, d.Decision)
+		require.Equal(t, protocol.DecisionApprove, d.Decision)
 	}
-	results := ofType(rest, workflows.EventToolResult)[0].ToolResults
+	results := ofType(rest, protocol.EventToolResult)[0].ToolResults
 	require.Equal(t, []string{"call_0_0 Read ok", "call_0_1 Write ok", "call_0_2 Bash ok"}, resultStatuses(results))
-	require.Equal(t, workflows.FinishStop, rest[len(rest)-1].Reason)
+	require.Equal(t, protocol.FinishStop, rest[len(rest)-1].Reason)
 	note, err := os.ReadFile(filepath.Join(st.workspace, scripted.DemoNotePath))
 	require.NoError(t, err, "the approved Write ran")
 	require.Contains(t, string(note), "You asked: approved from the shell")
@@ -163,11 +164,11 @@ func TestResumeAfterDroppedConnectionHasNoGapNoDuplicate(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { resp.Body.Close() })
 	require.Equal(t, http.StatusOK, resp.StatusCode)
-	turnID := resp.Header.Get(headerTurnID)
+	turnID := resp.Header.Get(protocol.HeaderTurnID)
 
 	seq := 0
-	before := untilEvent(t, readSSE(resp.Body), &seq, workflows.EventApprovalRequest, 2)
-	requests := ofType(before, workflows.EventApprovalRequest)
+	before := untilEvent(t, readSSE(resp.Body), &seq, protocol.EventApprovalRequest, 2)
+	requests := ofType(before, protocol.EventApprovalRequest)
 	n := seq
 	drop()
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
@@ -176,8 +177,8 @@ func TestResumeAfterDroppedConnectionHasNoGapNoDuplicate(t *testing.T) {
 	}, waitFor, 10*time.Millisecond, "the dropped client stops costing anything")
 
 	// Decided while nobody watches: the events after n pile up in Temporal.
-	postDecision(t, other, requests[0].RequestID, workflows.DecisionDecline, "not now", true)
-	postDecision(t, st.api, requests[1].RequestID, workflows.DecisionApprove, "", true)
+	postDecision(t, other, requests[0].RequestID, protocol.DecisionDecline, "not now", true)
+	postDecision(t, st.api, requests[1].RequestID, protocol.DecisionApprove, "", true)
 
 	last := strconv.Itoa(n)
 	_, byHeader, _ := openStream(t, eventsURL(st.api, turnID), http.Header{"Last-Event-ID": {last}})
@@ -186,9 +187,9 @@ func TestResumeAfterDroppedConnectionHasNoGapNoDuplicate(t *testing.T) {
 	requireSeqs(t, n+1, resumed)
 	require.Equal(t, resumed, streamToEnd(t, byQuery), "another API instance resumes the same")
 
-	all := append(append([]workflows.Event{}, before...), resumed...)
+	all := append(append([]protocol.Event{}, before...), resumed...)
 	requireSeqs(t, 1, all)
-	require.Equal(t, workflows.FinishStop, all[len(all)-1].Reason)
+	require.Equal(t, protocol.FinishStop, all[len(all)-1].Reason)
 
 	// The turn has ended: both instances still resume it, from its result,
 	// and a stream from the start is the same log.
@@ -229,15 +230,15 @@ func TestLateUnknownAndForgedRequestIDsAreNotAccepted(t *testing.T) {
 	// Close, which would otherwise wait for the held answer forever.
 	t.Cleanup(func() { release.Do(func() { close(answer) }) })
 	resp, msgs := st.chat(t, `{"query": "be late", "conversationId": "e2e-late"}`)
-	turnID := resp.Header.Get(headerTurnID)
+	turnID := resp.Header.Get(protocol.HeaderTurnID)
 
 	seq := 0
-	write := lastOf(untilEvent(t, msgs, &seq, workflows.EventApprovalRequest, 1))
-	upToResult := untilEvent(t, msgs, &seq, workflows.EventToolResult, 1)
-	timedOut := ofType(upToResult, workflows.EventApprovalDecision)
+	write := lastOf(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 1))
+	upToResult := untilEvent(t, msgs, &seq, protocol.EventToolResult, 1)
+	timedOut := ofType(upToResult, protocol.EventApprovalDecision)
 	require.Len(t, timedOut, 1)
 	require.Equal(t, write.RequestID, timedOut[0].RequestID)
-	require.Equal(t, workflows.DecisionTimeout, timedOut[0].Decision)
+	require.Equal(t, protocol.DecisionTimeout, timedOut[0].Decision)
 	require.Equal(t, []string{"call_write Write timeout"}, resultStatuses(lastOf(upToResult).ToolResults))
 	select {
 	case <-thinking:
@@ -247,24 +248,24 @@ func TestLateUnknownAndForgedRequestIDsAreNotAccepted(t *testing.T) {
 
 	// The turn runs (it waits for the model), and none of these is taken.
 	for id, reason := range map[string]string{
-		write.RequestID: workflows.RejectDecided, // late: it timed out
-		workflows.NewRequestID(turnID, "00000000000000000000000000000000"):        workflows.RejectUnknown, // forged: the turn's prefix, a wrong secret
-		workflows.NewRequestID(workflows.TurnWorkflowID("e2e-nobody", 1), "0123"): workflows.RejectUnknown, // unknown: no such turn
+		write.RequestID: protocol.RejectDecided,
+		workflows.NewRequestID(turnID, "00000000000000000000000000000000"):        protocol.RejectUnknown,
+		workflows.NewRequestID(workflows.TurnWorkflowID("e2e-nobody", 1), "0123"): protocol.RejectUnknown,
 	} {
-		for _, decision := range []string{workflows.DecisionApprove, workflows.DecisionDecline} {
+		for _, decision := range []string{protocol.DecisionApprove, protocol.DecisionDecline} {
 			require.Equal(t, reason, postDecision(t, st.api, id, decision, "", false), id)
 		}
 	}
 	release.Do(func() { close(answer) })
 
 	// The same turn still takes a fresh request's decision, once.
-	bash := lastOf(untilEvent(t, msgs, &seq, workflows.EventApprovalRequest, 1))
-	postDecision(t, st.api, bash.RequestID, workflows.DecisionDecline, "", true)
-	require.Equal(t, workflows.RejectDecided, postDecision(t, st.api, bash.RequestID, workflows.DecisionApprove, "", false)) // the other way
+	bash := lastOf(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 1))
+	postDecision(t, st.api, bash.RequestID, protocol.DecisionDecline, "", true)
+	require.Equal(t, protocol.RejectDecided, postDecision(t, st.api, bash.RequestID, protocol.DecisionApprove, "", false)) // the other way
 
-	rest := untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
-	require.Equal(t, []string{"call_bash Bash declined"}, resultStatuses(ofType(rest, workflows.EventToolResult)[0].ToolResults))
-	require.Equal(t, workflows.FinishStop, lastOf(rest).Reason)
+	rest := untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
+	require.Equal(t, []string{"call_bash Bash declined"}, resultStatuses(ofType(rest, protocol.EventToolResult)[0].ToolResults))
+	require.Equal(t, protocol.FinishStop, lastOf(rest).Reason)
 	require.NoFileExists(t, filepath.Join(st.workspace, "late.txt"))
 }
 
@@ -299,17 +300,17 @@ func TestWorkerKilledWhileApprovalPendingResumesAndRunsToolOnce(t *testing.T) {
 	first := proctest.Start(t, "worker-1", bin, env)
 	_, msgs := st.chat(t, `{"query": "count", "conversationId": "e2e-kill"}`)
 	seq := 0
-	request := lastOf(untilEvent(t, msgs, &seq, workflows.EventApprovalRequest, 1))
+	request := lastOf(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 1))
 	require.Equal(t, "call_count", request.ToolCallID)
 	first.Crash(t)
 
 	proctest.Start(t, "worker-2", bin, env)
-	postDecision(t, st.api, request.RequestID, workflows.DecisionApprove, "", true)
+	postDecision(t, st.api, request.RequestID, protocol.DecisionApprove, "", true)
 
-	rest := untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
-	results := ofType(rest, workflows.EventToolResult)[0].ToolResults
+	rest := untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
+	results := ofType(rest, protocol.EventToolResult)[0].ToolResults
 	require.Equal(t, []string{"call_count Bash ok"}, resultStatuses(results))
-	require.Equal(t, workflows.FinishStop, rest[len(rest)-1].Reason)
+	require.Equal(t, protocol.FinishStop, rest[len(rest)-1].Reason)
 	count, err := os.ReadFile(filepath.Join(st.workspace, "count.txt"))
 	require.NoError(t, err)
 	require.Equal(t, "ran\n", string(count), "the approved Bash call ran exactly once")
@@ -338,9 +339,9 @@ func postDecision(t *testing.T, api *httptest.Server, requestID, decision, reaso
 
 // streamToEnd reads numbered events until the stream closes, which it must
 // do right after a finish event. Keep-alives are checked and skipped.
-func streamToEnd(t *testing.T, msgs <-chan sseMessage) []workflows.Event {
+func streamToEnd(t *testing.T, msgs <-chan sseMessage) []protocol.Event {
 	t.Helper()
-	var events []workflows.Event
+	var events []protocol.Event
 	for _, m := range drain(t, msgs) {
 		if !m.HasID {
 			require.JSONEq(t, `{"type":"heartbeat"}`, m.Data, "only keep-alives go without an id")
@@ -351,12 +352,12 @@ func streamToEnd(t *testing.T, msgs <-chan sseMessage) []workflows.Event {
 		events = append(events, e)
 	}
 	require.NotEmpty(t, events)
-	require.Equal(t, workflows.EventFinish, events[len(events)-1].Type, "the stream ends after finish")
+	require.Equal(t, protocol.EventFinish, events[len(events)-1].Type, "the stream ends after finish")
 	return events
 }
 
 // requireSeqs requires events to be numbered from, from+1, … with no gap.
-func requireSeqs(t *testing.T, from int, events []workflows.Event) {
+func requireSeqs(t *testing.T, from int, events []protocol.Event) {
 	t.Helper()
 	for i, e := range events {
 		require.Equal(t, from+i, e.Seq, "event %d of %d (%s)", i+1, len(events), e.Type)
@@ -364,10 +365,10 @@ func requireSeqs(t *testing.T, from int, events []workflows.Event) {
 }
 
 // shape lists the events' types, a run of tokens as one token.
-func shape(events []workflows.Event) []string {
+func shape(events []protocol.Event) []string {
 	var types []string
 	for _, e := range events {
-		if e.Type == workflows.EventToken && len(types) > 0 && types[len(types)-1] == workflows.EventToken {
+		if e.Type == protocol.EventToken && len(types) > 0 && types[len(types)-1] == protocol.EventToken {
 			continue
 		}
 		types = append(types, e.Type)
@@ -375,8 +376,8 @@ func shape(events []workflows.Event) []string {
 	return types
 }
 
-func ofType(events []workflows.Event, typ string) []workflows.Event {
-	var out []workflows.Event
+func ofType(events []protocol.Event, typ string) []protocol.Event {
+	var out []protocol.Event
 	for _, e := range events {
 		if e.Type == typ {
 			out = append(out, e)
@@ -385,13 +386,13 @@ func ofType(events []workflows.Event, typ string) []workflows.Event {
 	return out
 }
 
-func lastOf(events []workflows.Event) workflows.Event { return events[len(events)-1] }
+func lastOf(events []protocol.Event) protocol.Event { return events[len(events)-1] }
 
 // tokenText is the answer text that the token events spell, as a client
 // shows it: applied in order, a reset one starting the text again.
-func tokenText(events []workflows.Event) string {
+func tokenText(events []protocol.Event) string {
 	var b strings.Builder
-	for _, e := range ofType(events, workflows.EventToken) {
+	for _, e := range ofType(events, protocol.EventToken) {
 		if e.Reset {
 			b.Reset()
 		}
@@ -401,9 +402,9 @@ func tokenText(events []workflows.Event) string {
 }
 
 // resets counts the reset token events.
-func resets(events []workflows.Event) int {
+func resets(events []protocol.Event) int {
 	n := 0
-	for _, e := range ofType(events, workflows.EventToken) {
+	for _, e := range ofType(events, protocol.EventToken) {
 		if e.Reset {
 			n++
 		}
@@ -419,7 +420,7 @@ func callNames(calls []activities.ToolCall) []string {
 	return out
 }
 
-func resultStatuses(results []workflows.ToolResult) []string {
+func resultStatuses(results []protocol.ToolResult) []string {
 	var out []string
 	for _, r := range results {
 		out = append(out, r.ID+" "+r.Name+" "+r.Status)

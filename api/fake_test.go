@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"io"
 	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/serviceerror"
 
+	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
 )
 
@@ -35,7 +34,7 @@ type fakeSource struct {
 }
 
 type fakeTurn struct {
-	events  []workflows.Event
+	events  []protocol.Event
 	closed  bool
 	missing bool
 	// news is closed and replaced at every change.
@@ -68,7 +67,7 @@ func (f *fakeSource) publish(turnID string, types ...string) {
 	defer f.mu.Unlock()
 	t := f.turn(turnID)
 	for _, typ := range types {
-		t.events = append(t.events, workflows.Event{Seq: len(t.events) + 1, Type: typ, Data: typ})
+		t.events = append(t.events, protocol.Event{Seq: len(t.events) + 1, Type: typ, Data: typ})
 	}
 	f.change(t)
 }
@@ -162,24 +161,12 @@ func readSSE(r io.Reader) <-chan sseMessage {
 	out := make(chan sseMessage, 1024)
 	go func() {
 		defer close(out)
-		br := bufio.NewReader(r)
-		var m sseMessage
-		for {
-			line, err := br.ReadString('\n')
-			if err != nil {
-				return
-			}
-			line = strings.TrimSuffix(line, "\n")
-			switch {
-			case line == "":
-				out <- m
-				m = sseMessage{}
-			case strings.HasPrefix(line, "id: "):
-				m.ID, m.HasID = strings.TrimPrefix(line, "id: "), true
-			case strings.HasPrefix(line, "data: "):
-				m.Data = strings.TrimPrefix(line, "data: ")
-			}
-		}
+		_ = protocol.ReadSSE(r, func(m protocol.SSEMessage) error {
+			// The API numbers every event of a turn's log from 1: an id is
+			// never empty, so an empty one means the message had none.
+			out <- sseMessage{ID: m.ID, HasID: m.ID != "", Data: m.Data}
+			return nil
+		})
 	}()
 	return out
 }

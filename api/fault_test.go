@@ -22,6 +22,7 @@ import (
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/scripted"
+	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
 )
 
@@ -67,15 +68,15 @@ func TestWorkerKilledDuringModelCallRetriesTheCallOnAnotherWorker(t *testing.T) 
 
 	first := st.startTestWorker(t, "worker-1", settings)
 	turn := st.startTurn(t, `{"query": "count", "conversationId": "fault-model-kill"}`)
-	turn.until(workflows.EventToken, faultWait) // the answer has begun and is held
+	turn.until(protocol.EventToken, faultWait) // the answer has begun and is held
 	require.Len(t, st.replies.Requests(), 1)
 	killed := first.Crash(t)
 	st.startTestWorker(t, "worker-2", settings)
 
-	request := turn.until(workflows.EventApprovalRequest, faultWait)
-	postDecision(t, st.api, request.RequestID, workflows.DecisionApprove, "", true)
-	finish := turn.until(workflows.EventFinish, faultWait)
-	require.Equal(t, workflows.FinishStop, finish.Reason)
+	request := turn.until(protocol.EventApprovalRequest, faultWait)
+	postDecision(t, st.api, request.RequestID, protocol.DecisionApprove, "", true)
+	finish := turn.until(protocol.EventFinish, faultWait)
+	require.Equal(t, protocol.FinishStop, finish.Reason)
 	require.Equal(t, "Counted.", finish.Text)
 	turn.requireWholeLog(st)
 	require.Zero(t, turn.resumes, "the stream did not drop")
@@ -84,7 +85,7 @@ func TestWorkerKilledDuringModelCallRetriesTheCallOnAnotherWorker(t *testing.T) 
 	require.Len(t, times, 3, "the held call, its retry, the answer to the tool's result")
 	require.GreaterOrEqual(t, times[1].Sub(times[0]), fastHeartbeat, "retried once the heartbeat timed out")
 	require.True(t, times[1].After(killed))
-	step1 := turn.events[:indexOf(turn.events, workflows.EventToolCall)]
+	step1 := turn.events[:indexOf(turn.events, protocol.EventToolCall)]
 	require.Equal(t, intro, tokenText(step1), "the retry's text follows the held one's without a repeat")
 	require.Zero(t, resets(step1), "the retry said what the held call had begun to say")
 	count, err := os.ReadFile(filepath.Join(st.workspace, "count.txt"))
@@ -113,8 +114,8 @@ func TestWorkerKilledDuringToolCallAnswersTheModelThatItDidNotComplete(t *testin
 
 	first := st.startTestWorker(t, "worker-1", settings)
 	turn := st.startTurn(t, `{"query": "block", "conversationId": "fault-tool-kill"}`)
-	request := turn.until(workflows.EventApprovalRequest, faultWait)
-	postDecision(t, st.api, request.RequestID, workflows.DecisionApprove, "", true)
+	request := turn.until(protocol.EventApprovalRequest, faultWait)
+	postDecision(t, st.api, request.RequestID, protocol.DecisionApprove, "", true)
 	require.Eventually(t, func() bool { return fileText(toolLog) == "start\n" }, waitFor, 10*time.Millisecond, "the command started")
 	bashPID := readPID(t, filepath.Join(st.workspace, "bash.pid"))
 	// Whatever happens to it, the command's process group ends with the
@@ -124,12 +125,12 @@ func TestWorkerKilledDuringToolCallAnswersTheModelThatItDidNotComplete(t *testin
 	killed := first.Crash(t)
 	st.startTestWorker(t, "worker-2", settings)
 
-	results := turn.until(workflows.EventToolResult, faultWait).ToolResults
+	results := turn.until(protocol.EventToolResult, faultWait).ToolResults
 	require.Equal(t, []string{"call_block Bash error"}, resultStatuses(results))
 	require.Contains(t, results[0].Result, "Bash did not complete and may have run partly")
 	require.Contains(t, results[0].Result, "timed out (Heartbeat)")
-	finish := turn.until(workflows.EventFinish, faultWait)
-	require.Equal(t, workflows.FinishStop, finish.Reason)
+	finish := turn.until(protocol.EventFinish, faultWait)
+	require.Equal(t, protocol.FinishStop, finish.Reason)
 	turn.requireWholeLog(st)
 	require.Zero(t, turn.resumes, "the stream did not drop")
 
@@ -160,20 +161,20 @@ func TestApprovalWorksAfterTemporalRestartsWhileTheTurnWaits(t *testing.T) {
 	}
 	st := newStack(t, withScript(script))
 	turn := st.startTurn(t, `{"query": "count", "conversationId": "fault-restart"}`)
-	request := turn.until(workflows.EventApprovalRequest, faultWait)
+	request := turn.until(protocol.EventApprovalRequest, faultWait)
 
 	restarted := time.Now()
 	require.NoError(t, st.temporal.Restart())
 	t.Logf("Temporal restarted in %s", time.Since(restarted).Round(time.Millisecond))
 	decided := time.Now()
-	postDecision(t, st.api, request.RequestID, workflows.DecisionApprove, "", true)
+	postDecision(t, st.api, request.RequestID, protocol.DecisionApprove, "", true)
 	t.Logf("the first decision after the restart took %s", time.Since(decided).Round(time.Millisecond))
 
-	finish := turn.until(workflows.EventFinish, faultWait)
-	require.Equal(t, workflows.FinishStop, finish.Reason)
+	finish := turn.until(protocol.EventFinish, faultWait)
+	require.Equal(t, protocol.FinishStop, finish.Reason)
 	turn.requireWholeLog(st)
 	t.Logf("the stream was resumed %d times", turn.resumes)
-	results := ofType(turn.events, workflows.EventToolResult)[0].ToolResults
+	results := ofType(turn.events, protocol.EventToolResult)[0].ToolResults
 	require.Equal(t, []string{"call_count Bash ok"}, resultStatuses(results))
 	require.Equal(t, "ran\n", fileText(filepath.Join(st.workspace, "count.txt")), "the approved call ran once")
 }
@@ -201,19 +202,19 @@ func TestModelServerFaultsAreRetriedOrEndTheTurnWithAnError(t *testing.T) {
 	t.Cleanup(func() { stopHanging.Do(func() { close(never) }) })
 
 	// run starts a turn with query and follows it to its finish.
-	run := func(t *testing.T, query string) (*turnStream, workflows.Event) {
+	run := func(t *testing.T, query string) (*turnStream, protocol.Event) {
 		turn := st.startTurn(t, `{"query": "`+query+`", "conversationId": "fault-model-`+query+`"}`)
-		finish := turn.until(workflows.EventFinish, faultWait)
+		finish := turn.until(protocol.EventFinish, faultWait)
 		turn.requireWholeLog(st)
 		require.Zero(t, turn.resumes, "the stream did not drop")
 		return turn, finish
 	}
-	recovers := func(t *testing.T, query string) (workflows.Event, []time.Time) {
+	recovers := func(t *testing.T, query string) (protocol.Event, []time.Time) {
 		turn, finish := run(t, query)
-		require.Equal(t, workflows.FinishStop, finish.Reason)
+		require.Equal(t, protocol.FinishStop, finish.Reason)
 		require.Equal(t, replies[query][1].Content, finish.Text)
 		require.Equal(t, finish.Text, tokenText(turn.events), "only the good answer's text streamed")
-		require.Empty(t, ofType(turn.events, workflows.EventError))
+		require.Empty(t, ofType(turn.events, protocol.EventError))
 		times := st.requestTimes(query)
 		require.Len(t, times, 2, "one failed attempt, one retry")
 		return finish, times
@@ -242,9 +243,9 @@ func TestModelServerFaultsAreRetriedOrEndTheTurnWithAnError(t *testing.T) {
 	t.Run("ToolArgumentsThatAreNotJSONAnswerTheModelWithAnError", func(t *testing.T) {
 		t.Parallel()
 		turn, finish := run(t, "arguments")
-		require.Equal(t, workflows.FinishStop, finish.Reason)
-		require.Empty(t, ofType(turn.events, workflows.EventApprovalRequest), "nothing to approve")
-		results := ofType(turn.events, workflows.EventToolResult)[0].ToolResults
+		require.Equal(t, protocol.FinishStop, finish.Reason)
+		require.Empty(t, ofType(turn.events, protocol.EventApprovalRequest), "nothing to approve")
+		results := ofType(turn.events, protocol.EventToolResult)[0].ToolResults
 		require.Equal(t, []string{"call_bad Write error"}, resultStatuses(results))
 		require.Contains(t, results[0].Result, "arguments are not valid JSON")
 		reqs := st.requestsOf("arguments")
@@ -257,20 +258,20 @@ func TestModelServerFaultsAreRetriedOrEndTheTurnWithAnError(t *testing.T) {
 	t.Run("RetryOfAPartlyStreamedAnswerStreamsOnlyTheAnswerKept", func(t *testing.T) {
 		t.Parallel()
 		turn, finish := run(t, "reworded")
-		require.Equal(t, workflows.FinishStop, finish.Reason)
+		require.Equal(t, protocol.FinishStop, finish.Reason)
 		require.Equal(t, "Let me count them instead.", finish.Text)
 		require.Len(t, st.requestTimes("reworded"), 2)
 		require.Equal(t, finish.Text, tokenText(turn.events), "the token events spell the answer kept")
 		require.Equal(t, 1, resets(turn.events), "the retry's text starts the answer again")
-		streamed := tokenText(turn.events[:slices.IndexFunc(turn.events, func(e workflows.Event) bool { return e.Reset })])
+		streamed := tokenText(turn.events[:slices.IndexFunc(turn.events, func(e protocol.Event) bool { return e.Reset })])
 		require.NotEmpty(t, streamed)
 		require.True(t, strings.HasPrefix("I will count the lines.", streamed), "the held attempt's first words streamed before the reset: %q", streamed)
 	})
 	t.Run("BadRequest400EndsTheTurnWithAnErrorEvent", func(t *testing.T) {
 		t.Parallel()
 		turn, finish := run(t, "400")
-		require.Equal(t, workflows.FinishError, finish.Reason)
-		errs := ofType(turn.events, workflows.EventError)
+		require.Equal(t, protocol.FinishError, finish.Reason)
+		errs := ofType(turn.events, protocol.EventError)
 		require.Len(t, errs, 1)
 		require.Contains(t, errs[0].Message, "400")
 		require.Contains(t, errs[0].Message, "unknown parameter: frobnicate")
@@ -307,11 +308,11 @@ func TestFailingToolsBecomeErrorResultsTheModelReads(t *testing.T) {
 	// read the error and the turn to finish.
 	fails := func(t *testing.T, query string) string {
 		turn := st.startTurn(t, `{"query": "`+query+`", "conversationId": "fault-tool-`+query+`", "bypassApproval": true}`)
-		finish := turn.until(workflows.EventFinish, faultWait)
+		finish := turn.until(protocol.EventFinish, faultWait)
 		turn.requireWholeLog(st)
-		require.Equal(t, workflows.FinishStop, finish.Reason)
+		require.Equal(t, protocol.FinishStop, finish.Reason)
 		require.Equal(t, replies[query][1].Content, finish.Text)
-		results := ofType(turn.events, workflows.EventToolResult)[0].ToolResults
+		results := ofType(turn.events, protocol.EventToolResult)[0].ToolResults
 		require.Len(t, results, 1)
 		require.Equal(t, activities.StatusError, results[0].Status)
 		reqs := st.requestsOf(query)
@@ -349,7 +350,7 @@ type turnStream struct {
 	turnID string
 	msgs   <-chan sseMessage
 	// events are the turn's events so far, from the first.
-	events []workflows.Event
+	events []protocol.Event
 	// resumes counts the streams opened after the first dropped.
 	resumes int
 }
@@ -358,13 +359,13 @@ type turnStream struct {
 func (st *stack) startTurn(t *testing.T, body string) *turnStream {
 	t.Helper()
 	resp, msgs := st.chat(t, body)
-	turnID := resp.Header.Get(headerTurnID)
+	turnID := resp.Header.Get(protocol.HeaderTurnID)
 	require.NotEmpty(t, turnID)
 	return &turnStream{t: t, api: st.api, turnID: turnID, msgs: msgs}
 }
 
 // until reads events until one of type typ, which it returns, within d.
-func (s *turnStream) until(typ string, d time.Duration) workflows.Event {
+func (s *turnStream) until(typ string, d time.Duration) protocol.Event {
 	s.t.Helper()
 	deadline := time.NewTimer(d)
 	defer deadline.Stop()
@@ -372,7 +373,7 @@ func (s *turnStream) until(typ string, d time.Duration) workflows.Event {
 		select {
 		case m, ok := <-s.msgs:
 			if !ok {
-				require.NotEqual(s.t, workflows.EventFinish, lastType(s.events), "the stream ended after finish")
+				require.NotEqual(s.t, protocol.EventFinish, lastType(s.events), "the stream ended after finish")
 				s.resumes++
 				_, s.msgs, _ = openStream(s.t, eventsURL(s.api, s.turnID), http.Header{"Last-Event-ID": {strconv.Itoa(len(s.events))}})
 				continue
@@ -402,7 +403,7 @@ func (s *turnStream) until(typ string, d time.Duration) workflows.Event {
 func (s *turnStream) requireWholeLog(st *stack) {
 	t := s.t
 	t.Helper()
-	require.Equal(t, workflows.EventFinish, lastType(s.events))
+	require.Equal(t, protocol.EventFinish, lastType(s.events))
 	select {
 	case m, ok := <-s.msgs:
 		require.False(t, ok, "nothing after finish: %s", m.Data)
@@ -410,16 +411,16 @@ func (s *turnStream) requireWholeLog(st *stack) {
 		t.Fatal("the stream did not end after finish")
 	}
 	requireSeqs(t, 1, s.events)
-	require.Equal(t, workflows.EventTurnStart, s.events[0].Type)
+	require.Equal(t, protocol.EventTurnStart, s.events[0].Type)
 
 	var open []activities.ToolCall // calls of the batch not yet answered
 	for _, e := range s.events {
 		switch e.Type {
-		case workflows.EventToolCall:
+		case protocol.EventToolCall:
 			require.Nil(t, open, "a tool_call before the previous batch's tool_result")
 			open = e.ToolCalls
 			require.NotEmpty(t, open)
-		case workflows.EventToolResult:
+		case protocol.EventToolResult:
 			require.NotNil(t, open, "a tool_result without a tool_call")
 			require.Len(t, e.ToolResults, len(open))
 			for i, r := range e.ToolResults {
@@ -428,12 +429,12 @@ func (s *turnStream) requireWholeLog(st *stack) {
 				require.NotEmpty(t, r.Status)
 			}
 			open = nil
-		case workflows.EventFinish:
+		case protocol.EventFinish:
 			require.Nil(t, open, "finish while a batch had no tool_result")
 		}
 	}
-	if finish := lastOf(s.events); finish.Reason == workflows.FinishError {
-		errs := ofType(s.events, workflows.EventError)
+	if finish := lastOf(s.events); finish.Reason == protocol.FinishError {
+		errs := ofType(s.events, protocol.EventError)
 		require.NotEmpty(t, errs, "an error event comes before finish with reason error")
 		require.Equal(t, lastOf(errs).Message, finish.Message)
 	}
@@ -442,14 +443,14 @@ func (s *turnStream) requireWholeLog(st *stack) {
 	require.Equal(t, s.events, streamToEnd(t, whole), "the log read again is the log streamed")
 }
 
-func lastType(events []workflows.Event) string {
+func lastType(events []protocol.Event) string {
 	if len(events) == 0 {
 		return ""
 	}
 	return events[len(events)-1].Type
 }
 
-func indexOf(events []workflows.Event, typ string) int {
+func indexOf(events []protocol.Event, typ string) int {
 	for i, e := range events {
 		if e.Type == typ {
 			return i

@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tollgate/tollgate/activities"
-	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 // Seed corpora live in testdata/fuzz/<FuzzName>/; `go test` runs them, and
@@ -57,19 +57,19 @@ func FuzzApprovalBody(f *testing.F) {
 	})
 }
 
-func checkParsedApproval(t *testing.T, body []byte, d workflows.ApprovalDecision, err error) {
+func checkParsedApproval(t *testing.T, body []byte, d protocol.ApprovalDecision, err error) {
 	t.Helper()
 	if err != nil {
 		var bad *badRequestError
 		require.True(t, errors.As(err, &bad) || errors.Is(err, errBodyTooLarge), "error %T is not a bad request: %v", err, err)
 		require.NotEmpty(t, strings.TrimSpace(err.Error()))
-		require.Equal(t, workflows.ApprovalDecision{}, d)
+		require.Equal(t, protocol.ApprovalDecision{}, d)
 		return
 	}
 	require.True(t, json.Valid(body), "accepted a body that is not one JSON value: %q", body)
 	require.NotEmpty(t, d.RequestID)
-	require.Contains(t, []string{workflows.DecisionApprove, workflows.DecisionDecline}, d.Decision)
-	require.Contains(t, []string{"", workflows.RememberConversation}, d.Remember)
+	require.Contains(t, []string{protocol.DecisionApprove, protocol.DecisionDecline}, d.Decision)
+	require.Contains(t, []string{"", protocol.RememberConversation}, d.Remember)
 	if d.Arguments != "" {
 		var obj map[string]json.RawMessage
 		require.NoError(t, json.Unmarshal([]byte(d.Arguments), &obj), "arguments %q", d.Arguments)
@@ -92,15 +92,15 @@ func FuzzSSEEncoder(f *testing.F) {
 	f.Add(0, "subagent_token", ":comment\n", "id: 1", "\n\n", "retry: 0", "名前", "é\u0301", int64(253402300799))
 	f.Fuzz(func(t *testing.T, seq int, typ, data, requestID, reason, message, name, args string, at int64) {
 		expires := time.Unix(0, at).UTC()
-		e := workflows.Event{
+		e := protocol.Event{
 			Seq: seq, Type: typ, Name: name, Data: data,
 			RequestID: requestID, ToolCallID: name, ToolName: name, Arguments: args, ExpiresAt: &expires,
 			Reason: reason, Text: data, Message: message,
 			ToolCalls:   []activities.ToolCall{{ID: requestID, Name: name, Arguments: args}},
-			ToolResults: []workflows.ToolResult{{ID: requestID, Name: name, Result: message, Status: reason}},
+			ToolResults: []protocol.ToolResult{{ID: requestID, Name: name, Result: message, Status: reason}},
 		}
 		var out strings.Builder
-		require.NoError(t, writeEvent(&out, e, true))
+		require.NoError(t, protocol.WriteSSE(&out, e, true))
 
 		msgs, rest := parseSSESpec(out.String())
 		require.Len(t, msgs, 1, "one event is one message: %q", out.String())
@@ -109,7 +109,7 @@ func FuzzSSEEncoder(f *testing.F) {
 		require.Equal(t, []string{strconv.Itoa(seq)}, m.ids, "exactly one id line")
 		require.Len(t, m.data, 1, "exactly one data line")
 
-		var got workflows.Event
+		var got protocol.Event
 		require.NoError(t, json.Unmarshal([]byte(m.data[0]), &got))
 		require.NotNil(t, got.ExpiresAt)
 		require.True(t, expires.Equal(*got.ExpiresAt), "expiresAt %s came back as %s", expires, got.ExpiresAt)
@@ -117,7 +117,7 @@ func FuzzSSEEncoder(f *testing.F) {
 		require.Equal(t, asJSONStrings(e), got)
 
 		out.Reset()
-		require.NoError(t, writeEvent(&out, e, false))
+		require.NoError(t, protocol.WriteSSE(&out, e, false))
 		msgs, rest = parseSSESpec(out.String())
 		require.Len(t, msgs, 1)
 		require.Empty(t, rest)
@@ -179,7 +179,7 @@ func parseSSESpec(stream string) (msgs []specMessage, rest string) {
 
 // asJSONStrings returns e with every string as JSON carries it: encoding/json
 // replaces each byte of invalid UTF-8 with U+FFFD.
-func asJSONStrings(e workflows.Event) workflows.Event {
+func asJSONStrings(e protocol.Event) protocol.Event {
 	fix := func(s *string) { *s = validUTF8PerByte(*s) }
 	for _, s := range []*string{&e.Type, &e.Name, &e.ConversationID, &e.TurnID, &e.WorkflowID, &e.RunID,
 		&e.Data, &e.RequestID, &e.ToolCallID, &e.ToolName, &e.Arguments, &e.Decision, &e.Reason, &e.Text, &e.Message} {

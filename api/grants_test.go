@@ -7,13 +7,14 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
 )
 
 func TestRememberedApprovalSkipsTheNextAskUntilRevokedOverHTTP(t *testing.T) {
 	st := newStack(t)
 	conv := "grants-1"
-	decide := func(e workflows.Event, body string) {
+	decide := func(e protocol.Event, body string) {
 		t.Helper()
 		_, out := st.postJSON(t, "/chat/approval", `{"requestId":"`+e.RequestID+`",`+body+`}`)
 		require.Equal(t, true, out["accepted"])
@@ -22,27 +23,27 @@ func TestRememberedApprovalSkipsTheNextAskUntilRevokedOverHTTP(t *testing.T) {
 	// Turn 1: Bash approved and remembered; Write declined.
 	_, msgs := st.chat(t, `{"query":"one","conversationId":"`+conv+`"}`)
 	seq := 0
-	asked := requestsByTool(untilEvent(t, msgs, &seq, workflows.EventApprovalRequest, 2))
+	asked := requestsByTool(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 2))
 	decide(asked["Bash"], `"decision":"approve","remember":"conversation"`)
 	decide(asked["Write"], `"decision":"decline"`)
-	untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
+	untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
 
 	// Turn 2: only Write asks; Bash is decided by the grant.
 	_, msgs = st.chat(t, `{"query":"two","conversationId":"`+conv+`"}`)
 	seq = 0
-	events := untilEvent(t, msgs, &seq, workflows.EventHeartbeat, 1)
+	events := untilEvent(t, msgs, &seq, protocol.EventHeartbeat, 1)
 	require.Len(t, requestsByTool(events), 1)
 	write := requestsByTool(events)["Write"]
-	grantUsed := findType(events, workflows.EventApprovalDecision)
+	grantUsed := findType(events, protocol.EventApprovalDecision)
 	require.NotEmpty(t, grantUsed.Grant)
-	require.Equal(t, workflows.DecisionApprove, grantUsed.Decision)
+	require.Equal(t, protocol.DecisionApprove, grantUsed.Decision)
 	decide(write, `"decision":"decline"`)
-	untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
+	untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
 
 	// Another conversation, while the grant holds: it asks for both.
 	_, other := st.chat(t, `{"query":"one","conversationId":"grants-other"}`)
 	otherSeq := 0
-	require.Len(t, requestsByTool(untilEvent(t, other, &otherSeq, workflows.EventApprovalRequest, 2)), 2)
+	require.Len(t, requestsByTool(untilEvent(t, other, &otherSeq, protocol.EventApprovalRequest, 2)), 2)
 	require.Empty(t, st.grants(t, "grants-other"), "another conversation has none")
 
 	// The grant is listed, revoked once, and then gone.
@@ -57,7 +58,7 @@ func TestRememberedApprovalSkipsTheNextAskUntilRevokedOverHTTP(t *testing.T) {
 	// Turn 3: Bash asks again.
 	_, msgs = st.chat(t, `{"query":"three","conversationId":"`+conv+`"}`)
 	seq = 0
-	require.Contains(t, requestsByTool(untilEvent(t, msgs, &seq, workflows.EventApprovalRequest, 2)), "Bash")
+	require.Contains(t, requestsByTool(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 2)), "Bash")
 }
 
 func (st *stack) grants(t *testing.T, conv string) []workflows.Grant {

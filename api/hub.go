@@ -12,6 +12,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 
+	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
 )
 
@@ -85,7 +86,7 @@ type feed struct {
 
 	mu sync.Mutex
 	// events[i].Seq == i+1: the turn's log from its start, without gaps.
-	events []workflows.Event
+	events []protocol.Event
 	// err ends the feed: nothing more will come.
 	err  error
 	subs map[*subscription]struct{}
@@ -152,7 +153,7 @@ func (h *hub) unsubscribe(s *subscription) {
 // next returns the events after the subscription's cursor and moves the
 // cursor past them. done is true when nothing more will come: the feed holds
 // the finish event, or it failed with err.
-func (s *subscription) next() (events []workflows.Event, done bool, err error) {
+func (s *subscription) next() (events []protocol.Event, done bool, err error) {
 	f := s.feed
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -193,7 +194,7 @@ func (f *feed) failed() bool {
 // add appends the events that continue the log and tells the subscribers.
 // It reports false when evs skipped ahead of the log (a gap), so the caller
 // reads again from the log's end.
-func (f *feed) add(evs []workflows.Event) (contiguous bool) {
+func (f *feed) add(evs []protocol.Event) (contiguous bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	n := len(f.events)

@@ -8,8 +8,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 func newTestHub(t *testing.T, src eventSource) (*hub, *metrics) {
@@ -53,7 +52,7 @@ func seqRange(from, to int) []int {
 func TestTwoSubscribersOfOneTurnShareOnePoller(t *testing.T) {
 	src := newFakeSource()
 	h, m := newTestHub(t, src)
-	src.publish("t1", workflows.EventTurnStart, workflows.EventToken)
+	src.publish("t1", protocol.EventTurnStart, protocol.EventToken)
 
 	a := h.subscribe("t1", 0)
 	b := h.subscribe("t1", 0)
@@ -61,7 +60,7 @@ func TestTwoSubscribersOfOneTurnShareOnePoller(t *testing.T) {
 	defer h.unsubscribe(a)
 	defer h.unsubscribe(b)
 	defer h.unsubscribe(other)
-	src.publish("t1", workflows.EventToken, workflows.EventFinish)
+	src.publish("t1", protocol.EventToken, protocol.EventFinish)
 
 	for _, s := range []*subscription{a, b} {
 		seqs, err := collect(t, s)
@@ -75,7 +74,7 @@ func TestSubscriberResumesAfterItsCursorWithoutGapsOrDuplicates(t *testing.T) {
 	src := newFakeSource()
 	src.ignoreAfter = true // the source repeats old events; the hub must not
 	h, _ := newTestHub(t, src)
-	src.publish("t", workflows.EventTurnStart, workflows.EventToken, workflows.EventToken)
+	src.publish("t", protocol.EventTurnStart, protocol.EventToken, protocol.EventToken)
 
 	first := h.subscribe("t", 0)
 	defer h.unsubscribe(first)
@@ -83,9 +82,9 @@ func TestSubscriberResumesAfterItsCursorWithoutGapsOrDuplicates(t *testing.T) {
 	resumed := h.subscribe("t", 2)
 	defer h.unsubscribe(resumed)
 	for range 5 {
-		src.publish("t", workflows.EventToken)
+		src.publish("t", protocol.EventToken)
 	}
-	src.publish("t", workflows.EventFinish)
+	src.publish("t", protocol.EventFinish)
 
 	seqs, err := collect(t, resumed)
 	require.NoError(t, err)
@@ -98,7 +97,7 @@ func TestSubscriberResumesAfterItsCursorWithoutGapsOrDuplicates(t *testing.T) {
 func TestSubscriberPastTheFinishGetsNothingAndEnds(t *testing.T) {
 	src := newFakeSource()
 	h, _ := newTestHub(t, src)
-	src.publish("t", workflows.EventTurnStart, workflows.EventFinish)
+	src.publish("t", protocol.EventTurnStart, protocol.EventFinish)
 
 	s := h.subscribe("t", 2)
 	defer h.unsubscribe(s)
@@ -110,14 +109,14 @@ func TestSubscriberPastTheFinishGetsNothingAndEnds(t *testing.T) {
 func TestPollerStopsWhenLastSubscriberLeaves(t *testing.T) {
 	src := newFakeSource()
 	h, m := newTestHub(t, src)
-	src.publish("t", workflows.EventTurnStart)
+	src.publish("t", protocol.EventTurnStart)
 
 	a := h.subscribe("t", 0)
 	b := h.subscribe("t", 0)
 	require.Eventually(t, func() bool { return src.watching.Load() == 1 }, waitFor, time.Millisecond)
 
 	h.unsubscribe(a)
-	src.publish("t", workflows.EventToken)
+	src.publish("t", protocol.EventToken)
 	require.Eventually(t, func() bool { return b.feed.last() == 2 }, waitFor, time.Millisecond, "b still gets events")
 	require.EqualValues(t, 1, current(m.pollersRunning), "b still watches")
 	h.unsubscribe(b)
@@ -138,9 +137,9 @@ func TestSlowSubscriberDoesNotHoldUpOthers(t *testing.T) {
 	defer h.unsubscribe(fast)
 
 	for range 2000 {
-		src.publish("t", workflows.EventToken)
+		src.publish("t", protocol.EventToken)
 	}
-	src.publish("t", workflows.EventFinish)
+	src.publish("t", protocol.EventFinish)
 
 	seqs, err := collect(t, fast)
 	require.NoError(t, err)
@@ -161,9 +160,9 @@ func TestWakesDuringARunningReadCauseOneMoreRead(t *testing.T) {
 	require.Eventually(t, func() bool { return src.reads.Load() == 1 }, waitFor, time.Millisecond)
 
 	for range 100 {
-		src.publish("t", workflows.EventToken) // each one wakes the poller
+		src.publish("t", protocol.EventToken) // each one wakes the poller
 	}
-	src.publish("t", workflows.EventFinish)
+	src.publish("t", protocol.EventFinish)
 	src.mu.Lock()
 	src.readGate = nil
 	src.mu.Unlock()
@@ -183,7 +182,7 @@ func TestTurnThatStartsLateIsStreamed(t *testing.T) {
 	defer h.unsubscribe(s)
 	require.Eventually(t, func() bool { return src.reads.Load() >= 1 }, waitFor, time.Millisecond)
 
-	src.publish("t", workflows.EventTurnStart, workflows.EventFinish)
+	src.publish("t", protocol.EventTurnStart, protocol.EventFinish)
 	src.setMissing("t", false)
 
 	seqs, err := collect(t, s)
@@ -212,7 +211,7 @@ func TestNewcomerAfterAFailureGetsAFreshPoller(t *testing.T) {
 	_, err := collect(t, failed)
 	require.ErrorIs(t, err, errTurnNotFound)
 
-	src.publish("t", workflows.EventTurnStart, workflows.EventFinish)
+	src.publish("t", protocol.EventTurnStart, protocol.EventFinish)
 	src.setMissing("t", false)
 	fresh := h.subscribe("t", 0)
 	defer h.unsubscribe(fresh)
@@ -227,7 +226,7 @@ func TestTurnThatEndsWithoutFinishEndsTheStreamWithAnError(t *testing.T) {
 	h, _ := newTestHub(t, src)
 	s := h.subscribe("t", 0)
 	defer h.unsubscribe(s)
-	src.publish("t", workflows.EventTurnStart, workflows.EventToken)
+	src.publish("t", protocol.EventTurnStart, protocol.EventToken)
 	src.close("t")
 
 	seqs, err := collect(t, s)
@@ -245,9 +244,9 @@ func TestManyTurnsEachGetTheirOwnEvents(t *testing.T) {
 		defer h.unsubscribe(s)
 		subs = append(subs, s)
 		for range i {
-			src.publish(id, workflows.EventToken)
+			src.publish(id, protocol.EventToken)
 		}
-		src.publish(id, workflows.EventFinish)
+		src.publish(id, protocol.EventFinish)
 	}
 	for i, s := range subs {
 		seqs, err := collect(t, s)

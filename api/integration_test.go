@@ -26,6 +26,7 @@ import (
 	"github.com/tollgate/tollgate/internal/payloads"
 	"github.com/tollgate/tollgate/internal/scripted"
 	"github.com/tollgate/tollgate/internal/telemetry"
+	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
 )
 
@@ -243,9 +244,9 @@ func chatAt(t *testing.T, baseURL, body string) (*http.Response, <-chan sseMessa
 
 // untilEvent reads numbered events until one of type typ (n of them when n
 // > 1), checking that ids go up by one from want, and returns them all.
-func untilEvent(t *testing.T, msgs <-chan sseMessage, want *int, typ string, n int) []workflows.Event {
+func untilEvent(t *testing.T, msgs <-chan sseMessage, want *int, typ string, n int) []protocol.Event {
 	t.Helper()
-	var got []workflows.Event
+	var got []protocol.Event
 	for n > 0 {
 		m, ok := nextMessage(t, msgs)
 		require.True(t, ok, "stream ended before %s", typ)
@@ -275,14 +276,14 @@ func (st *stack) postJSON(t *testing.T, path, body string) (int, map[string]any)
 	return resp.StatusCode, out
 }
 
-func (st *stack) approvals(t *testing.T, query string) []workflows.PendingApproval {
+func (st *stack) approvals(t *testing.T, query string) []protocol.PendingApproval {
 	t.Helper()
 	return approvalsAt(t, st.api.URL, query)
 }
 
 // approvalsAt lists the pending approvals of the API at baseURL. t may be
 // an Eventually's *assert.CollectT.
-func approvalsAt(t require.TestingT, baseURL, query string) []workflows.PendingApproval {
+func approvalsAt(t require.TestingT, baseURL, query string) []protocol.PendingApproval {
 	if h, ok := t.(interface{ Helper() }); ok {
 		h.Helper()
 	}
@@ -291,7 +292,7 @@ func approvalsAt(t require.TestingT, baseURL, query string) []workflows.PendingA
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	var out struct {
-		Approvals []workflows.PendingApproval `json:"approvals"`
+		Approvals []protocol.PendingApproval `json:"approvals"`
 	}
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
 	return out.Approvals
@@ -300,12 +301,12 @@ func approvalsAt(t require.TestingT, baseURL, query string) []workflows.PendingA
 func TestTurnStreamsThroughApprovalsToFinishOnRealTemporal(t *testing.T) {
 	st := newStack(t)
 	resp, msgs := st.chat(t, `{"query": "hello", "conversationId": "it-1"}`)
-	turnID := resp.Header.Get(headerTurnID)
+	turnID := resp.Header.Get(protocol.HeaderTurnID)
 	require.Equal(t, workflows.TurnWorkflowID("it-1", 1), turnID)
 
 	seq := 0
-	events := untilEvent(t, msgs, &seq, workflows.EventApprovalRequest, 2)
-	require.Equal(t, workflows.EventTurnStart, events[0].Type)
+	events := untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 2)
+	require.Equal(t, protocol.EventTurnStart, events[0].Type)
 	require.Equal(t, turnID, events[0].TurnID)
 	requests := requestsByTool(events)
 	require.Len(t, requests, 2)
@@ -323,19 +324,19 @@ func TestTurnStreamsThroughApprovalsToFinishOnRealTemporal(t *testing.T) {
 	require.Empty(t, st.approvals(t, "?conversationId=other"))
 
 	write, bash := requests[activities.ToolWrite].RequestID, requests[activities.ToolBash].RequestID
-	postDecision(t, st.api, write, workflows.DecisionApprove, "", true)
+	postDecision(t, st.api, write, protocol.DecisionApprove, "", true)
 	// A retry of the same decision (its answer lost, say) is told the
 	// first attempt's outcome; another decision is told why not.
-	postDecision(t, st.api, write, workflows.DecisionApprove, "", true)
-	require.Equal(t, workflows.RejectDecided, postDecision(t, st.api, write, workflows.DecisionDecline, "", false))
-	require.Equal(t, workflows.RejectUnknown, postDecision(t, st.api, write+"x", workflows.DecisionApprove, "", false)) // forged
+	postDecision(t, st.api, write, protocol.DecisionApprove, "", true)
+	require.Equal(t, protocol.RejectDecided, postDecision(t, st.api, write, protocol.DecisionDecline, "", false))
+	require.Equal(t, protocol.RejectUnknown, postDecision(t, st.api, write+"x", protocol.DecisionApprove, "", false)) // forged
 	forged := workflows.NewRequestID(workflows.ConversationWorkflowID("it-1"), "x")
-	postDecision(t, st.api, forged, workflows.DecisionApprove, "", false) // a workflow with no approval update
-	postDecision(t, st.api, bash, workflows.DecisionDecline, "not now", true)
+	postDecision(t, st.api, forged, protocol.DecisionApprove, "", false) // a workflow with no approval update
+	postDecision(t, st.api, bash, protocol.DecisionDecline, "not now", true)
 
-	rest := untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
+	rest := untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
 	finish := rest[len(rest)-1]
-	require.Equal(t, workflows.FinishStop, finish.Reason)
+	require.Equal(t, protocol.FinishStop, finish.Reason)
 	_, ok = nextMessage(t, msgs)
 	require.False(t, ok, "the stream ends after finish")
 	require.Empty(t, st.approvals(t, ""))
@@ -357,13 +358,13 @@ func TestApprovalOfAnEndedTurnIsNotAccepted(t *testing.T) {
 	st := newStack(t)
 	_, msgs := st.chat(t, `{"query": "hi", "conversationId": "it-2"}`)
 	seq := 0
-	events := untilEvent(t, msgs, &seq, workflows.EventApprovalRequest, 2)
-	requests := ofType(events, workflows.EventApprovalRequest)
+	events := untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 2)
+	requests := ofType(events, protocol.EventApprovalRequest)
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	require.NoError(t, st.client.TerminateWorkflow(ctx, workflows.TurnWorkflowID("it-2", 1), "", "test"))
 
-	postDecision(t, st.api, requests[0].RequestID, workflows.DecisionApprove, "", false)
+	postDecision(t, st.api, requests[0].RequestID, protocol.DecisionApprove, "", false)
 }
 
 func TestStreamOfAConversationsWorkflowEndsWithAnError(t *testing.T) {
@@ -372,7 +373,7 @@ func TestStreamOfAConversationsWorkflowEndsWithAnError(t *testing.T) {
 	st := newStack(t)
 	_, msgs := st.chat(t, `{"query": "hi", "conversationId": "it-4"}`)
 	seq := 0
-	untilEvent(t, msgs, &seq, workflows.EventApprovalRequest, 1)
+	untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 1)
 
 	_, conv, _ := openStream(t, eventsURL(st.api, workflows.ConversationWorkflowID("it-4")), nil)
 	got := drain(t, conv)
@@ -380,7 +381,7 @@ func TestStreamOfAConversationsWorkflowEndsWithAnError(t *testing.T) {
 	last := got[len(got)-1]
 	require.False(t, last.HasID)
 	e := decodeEvent(t, last)
-	require.Equal(t, workflows.EventError, e.Type)
+	require.Equal(t, protocol.EventError, e.Type)
 	require.Contains(t, e.Message, "cannot be streamed as a turn")
 }
 
@@ -398,20 +399,20 @@ func TestNewMessageInTheSameConversationStreamsTheNextTurn(t *testing.T) {
 	st := newStack(t)
 	_, first := st.chat(t, `{"query": "one", "conversationId": "it-3"}`)
 	seq1 := 0
-	untilEvent(t, first, &seq1, workflows.EventApprovalRequest, 2)
+	untilEvent(t, first, &seq1, protocol.EventApprovalRequest, 2)
 
 	resp, second := st.chat(t, `{"query": "two", "conversationId": "it-3"}`)
-	require.Equal(t, workflows.TurnWorkflowID("it-3", 2), resp.Header.Get(headerTurnID))
+	require.Equal(t, workflows.TurnWorkflowID("it-3", 2), resp.Header.Get(protocol.HeaderTurnID))
 
 	// The new message declines what the first turn waits for, and it ends.
-	rest := untilEvent(t, first, &seq1, workflows.EventFinish, 1)
+	rest := untilEvent(t, first, &seq1, protocol.EventFinish, 1)
 	var decisions []string
-	for _, e := range ofType(rest, workflows.EventApprovalDecision) {
+	for _, e := range ofType(rest, protocol.EventApprovalDecision) {
 		decisions = append(decisions, e.Decision)
 	}
-	require.Equal(t, []string{workflows.DecisionDecline, workflows.DecisionDecline}, decisions)
+	require.Equal(t, []string{protocol.DecisionDecline, protocol.DecisionDecline}, decisions)
 
 	seq2 := 0
-	events := untilEvent(t, second, &seq2, workflows.EventApprovalRequest, 2)
+	events := untilEvent(t, second, &seq2, protocol.EventApprovalRequest, 2)
 	require.Equal(t, workflows.TurnWorkflowID("it-3", 2), events[0].TurnID)
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/devserver"
 	"github.com/tollgate/tollgate/internal/scripted"
+	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
 )
 
@@ -49,18 +50,18 @@ func TestABatchOfAHundredProtectedCallsWaitsAndRuns(t *testing.T) {
 	const conv = "a-wide-batch-of-protected-calls-in-a-conversation-with-a-long-id"
 	_, msgs := st.chat(t, `{"query": "run them all", "conversationId": "`+conv+`"}`)
 	seq := 0
-	requests := ofType(untilEvent(t, msgs, &seq, workflows.EventApprovalRequest, n), workflows.EventApprovalRequest)
+	requests := ofType(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, n), protocol.EventApprovalRequest)
 	require.Len(t, requests, n)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.Len(c, approvalsAt(c, st.api.URL, "?conversationId="+conv), n, "the inbox lists every one")
 	}, waitFor, 50*time.Millisecond)
 	for _, r := range requests {
-		postDecision(t, st.api, r.RequestID, workflows.DecisionApprove, "", true)
+		postDecision(t, st.api, r.RequestID, protocol.DecisionApprove, "", true)
 	}
-	events := untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
+	events := untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
 	finish := events[len(events)-1]
-	require.Equal(t, workflows.FinishStop, finish.Reason, finish.Message)
-	results := ofType(events, workflows.EventToolResult)[0].ToolResults
+	require.Equal(t, protocol.FinishStop, finish.Reason, finish.Message)
+	results := ofType(events, protocol.EventToolResult)[0].ToolResults
 	require.Len(t, results, n)
 	for i, r := range results {
 		require.Equal(t, activities.StatusOK, r.Status, r.Result)
@@ -72,7 +73,7 @@ func TestAConversationThatEndedIsNeverReplacedByAnEmptyOneUnderItsID(t *testing.
 	st := newStack(t, withScript(scripted.Always(scripted.Reply{Content: "Hello."})))
 	_, msgs := st.chat(t, `{"query": "hi", "conversationId": "ended"}`)
 	seq := 0
-	untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
+	untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	id := workflows.ConversationWorkflowID("ended")
@@ -111,12 +112,12 @@ func TestAWriteOfTwoAndAHalfMebibytesPassesThroughThePayloadStore(t *testing.T) 
 	st := newStack(t, withScript(script), withPayloadStore())
 	_, msgs := st.chat(t, `{"query": "write it", "conversationId": "big-write"}`)
 	seq := 0
-	request := ofType(untilEvent(t, msgs, &seq, workflows.EventApprovalRequest, 1), workflows.EventApprovalRequest)[0]
+	request := ofType(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 1), protocol.EventApprovalRequest)[0]
 	require.Len(t, request.Arguments, len(args), "the person sees the whole call")
-	postDecision(t, st.api, request.RequestID, workflows.DecisionApprove, "", true)
-	events := untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
+	postDecision(t, st.api, request.RequestID, protocol.DecisionApprove, "", true)
+	events := untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
 	finish := events[len(events)-1]
-	require.Equal(t, workflows.FinishStop, finish.Reason, finish.Message)
+	require.Equal(t, protocol.FinishStop, finish.Reason, finish.Message)
 	require.Equal(t, "Wrote it.", finish.Text)
 	require.Equal(t, content, fileText(filepath.Join(st.workspace, "big.txt")))
 
@@ -242,13 +243,13 @@ func TestALongConversationIsCompactedForTheModelAndKeptWholeForPeople(t *testing
 
 	_, msgs := st.chat(t, `{"query": "read the big file", "conversationId": "compacted"}`)
 	seq := 0
-	first := untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
-	require.Empty(t, ofType(first, workflows.EventContextCompacted), "the first turn's view fits until it reads the file")
+	first := untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
+	require.Empty(t, ofType(first, protocol.EventContextCompacted), "the first turn's view fits until it reads the file")
 
 	_, msgs = st.chat(t, `{"query": "what did it say?", "conversationId": "compacted"}`)
 	seq = 0
-	second := untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
-	compacted := ofType(second, workflows.EventContextCompacted)
+	second := untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
+	compacted := ofType(second, protocol.EventContextCompacted)
 	require.Len(t, compacted, 1)
 	require.Equal(t, 1, compacted[0].Elided)
 	require.Greater(t, compacted[0].BytesBefore, 20<<10)
@@ -266,8 +267,8 @@ func TestALongConversationIsCompactedForTheModelAndKeptWholeForPeople(t *testing
 	require.Contains(t, page.Messages[2].Content, "a line of the big file", "the transcript keeps the whole output")
 	_, msgs = st.chat(t, `{"query": "and now?", "conversationId": "compacted"}`)
 	seq = 0
-	third := untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
-	require.Equal(t, workflows.FinishStop, third[len(third)-1].Reason, "the conversation takes its next message")
+	third := untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
+	require.Equal(t, protocol.FinishStop, third[len(third)-1].Reason, "the conversation takes its next message")
 }
 
 // TestATurnEndsWithAnErrorBeforeItsHistoryReachesTemporalsLimit goes past
@@ -291,11 +292,11 @@ func TestATurnEndsWithAnErrorBeforeItsHistoryReachesTemporalsLimit(t *testing.T)
 		}}))
 	_, msgs := st.chat(t, `{"query": "read it again and again", "conversationId": "history-limit"}`)
 	seq := 0
-	events := untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
+	events := untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
 	finish := events[len(events)-1]
-	require.Equal(t, workflows.FinishError, finish.Reason)
+	require.Equal(t, protocol.FinishError, finish.Reason)
 	require.Contains(t, finish.Message, "near Temporal's limits")
-	steps := len(ofType(events, workflows.EventToolResult))
+	steps := len(ofType(events, protocol.EventToolResult))
 	require.Greater(t, steps, 10)
 
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
@@ -308,7 +309,7 @@ func TestATurnEndsWithAnErrorBeforeItsHistoryReachesTemporalsLimit(t *testing.T)
 
 	_, msgs = st.chat(t, `{"query": "and now?", "conversationId": "history-limit"}`)
 	seq = 0
-	next := untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
+	next := untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
 	require.Equal(t, "Fresh turn.", next[len(next)-1].Text)
 	resp, err := http.Get(st.api.URL + "/conversations/history-limit/messages?limit=1")
 	require.NoError(t, err)
@@ -344,10 +345,10 @@ func TestAConversationOfSixtyLongMessagesGoesOnPastTwoMegabytes(t *testing.T) {
 		body, err := json.Marshal(map[string]string{"query": log, "conversationId": "long-messages"})
 		require.NoError(t, err)
 		resp, msgs := st.chat(t, string(body))
-		require.Equal(t, workflows.TurnWorkflowID("long-messages", i+1), resp.Header.Get(headerTurnID))
+		require.Equal(t, workflows.TurnWorkflowID("long-messages", i+1), resp.Header.Get(protocol.HeaderTurnID))
 		seq := 0
-		events := untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
-		require.Equal(t, workflows.FinishStop, events[len(events)-1].Reason, "turn %d", i+1)
+		events := untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
+		require.Equal(t, protocol.FinishStop, events[len(events)-1].Reason, "turn %d", i+1)
 	}
 	// After the sixtieth turn the conversation continues as new with all
 	// sixty messages, 2.3 MB: past the limit (after the fiftieth it was
@@ -384,10 +385,10 @@ func TestAModelAnswerLargerThanAGRPCMessageIsCarried(t *testing.T) {
 	st := newStack(t, withPayloadStore(), withScript(script), withBypassAllowed())
 	_, msgs := st.chat(t, `{"query": "run them", "conversationId": "grpc-limit", "bypassApproval": true}`)
 	seq := 0
-	events := untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
+	events := untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
 	finish := events[len(events)-1]
-	require.Equal(t, workflows.FinishStop, finish.Reason, finish.Message)
-	require.Len(t, ofType(events, workflows.EventToolResult)[0].ToolResults, n)
+	require.Equal(t, protocol.FinishStop, finish.Reason, finish.Message)
+	require.Len(t, ofType(events, protocol.EventToolResult)[0].ToolResults, n)
 	lines := strings.Split(strings.TrimSpace(fileText(filepath.Join(st.workspace, "ran.txt"))), "\n")
 	require.Len(t, lines, n, "each command ran once")
 }

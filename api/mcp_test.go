@@ -21,7 +21,7 @@ import (
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/internal/proctest"
 	"github.com/tollgate/tollgate/internal/scripted"
-	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 // childrenOf lists the processes whose parent is pid.
@@ -112,7 +112,7 @@ func TestMCPToolsOfTheWorkerGoThroughTheGateOverHTTP(t *testing.T) {
 
 	_, msgs := st.chat(t, `{"query": "echo and write", "conversationId": "mcp-e2e"}`)
 	seq := 0
-	events := untilEvent(t, msgs, &seq, workflows.EventApprovalRequest, 1)
+	events := untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 1)
 	request := lastOf(events)
 	require.Equal(t, "mcp__fs__write_file", request.ToolName)
 	require.JSONEq(t, fmt.Sprintf(`{"path":%q,"content":"via MCP\n"}`, filepath.Join(st.workspace, "mcp.txt")), request.Arguments)
@@ -129,9 +129,9 @@ func TestMCPToolsOfTheWorkerGoThroughTheGateOverHTTP(t *testing.T) {
 	require.Contains(t, offered["mcp__fs__write_file"], `"content"`)
 	require.Contains(t, offered, "Bash", "the built-in tools stay")
 
-	postDecision(t, st.api, request.RequestID, workflows.DecisionApprove, "", true)
-	rest := untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
-	results := ofType(rest, workflows.EventToolResult)[0].ToolResults
+	postDecision(t, st.api, request.RequestID, protocol.DecisionApprove, "", true)
+	rest := untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
+	results := ofType(rest, protocol.EventToolResult)[0].ToolResults
 	require.Equal(t, []string{"call_echo mcp__everything__echo ok", "call_write mcp__fs__write_file ok"}, resultStatuses(results))
 	require.Contains(t, results[0].Result, "hello from the gate")
 	got, err := os.ReadFile(filepath.Join(st.workspace, "mcp.txt"))

@@ -14,17 +14,16 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
+	"github.com/tollgate/tollgate/protocol"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/mocks"
-
-	"github.com/tollgate/tollgate/workflows"
 )
 
 func TestMetricsCountDecisionsByOutcomeAndRequestsByRoute(t *testing.T) {
 	c := mocks.NewClient(t)
 	h := mocks.NewWorkflowUpdateHandle(t)
 	h.On("Get", mock.Anything, mock.Anything).Run(func(args mock.Arguments) {
-		*args.Get(1).(*workflows.ApprovalResult) = workflows.ApprovalResult{Accepted: true}
+		*args.Get(1).(*protocol.ApprovalResult) = protocol.ApprovalResult{Accepted: true}
 	}).Return(nil).Once()
 	c.On("UpdateWorkflow", mock.Anything, mock.Anything).Return(h, nil).Once()
 	c.On("UpdateWorkflow", mock.Anything, mock.Anything).Return(nil, serviceerror.NewUnavailable("connection refused")).Once()

@@ -17,6 +17,7 @@ import (
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/internal/payloads"
+	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
 )
 
@@ -164,13 +165,13 @@ func TestProtocolDocNamesEveryFieldOfTheBodies(t *testing.T) {
 		// hold other things too.
 		subset bool
 	}{
-		{"### `POST /chat/stream`", []any{chatRequest{}}, true},
-		{"### `POST /chat/approval`", []any{workflows.ApprovalResult{}}, false},
-		{"### `POST /chat/tool-result`", []any{toolResultBody{}}, false},
-		{"### `GET /approvals`", []any{workflows.PendingApproval{}}, true},
+		{"### `POST /chat/stream`", []any{protocol.ChatRequest{}}, true},
+		{"### `POST /chat/approval`", []any{protocol.ApprovalResult{}}, false},
+		{"### `POST /chat/tool-result`", []any{protocol.ToolResultRequest{}}, false},
+		{"### `GET /approvals`", []any{protocol.PendingApproval{}}, true},
 		{"### `GET /conversations/:conversationId/grants`", []any{workflows.Grant{}}, false},
 		{"### `GET /conversations/:conversationId/messages`", []any{workflows.MessagesPage{}, activities.Message{}}, true},
-		{"### The decision body", []any{approvalBody{}, workflows.ApprovalDecision{}}, false},
+		{"### The decision body", []any{protocol.DecisionRequest{}, protocol.ApprovalDecision{}}, false},
 		{"## Notices", []any{activities.Notice{}}, false},
 	} {
 		t.Run(tc.heading, func(t *testing.T) {
@@ -206,13 +207,13 @@ func TestProtocolDocJSONExamplesAreBodiesTheAPIReads(t *testing.T) {
 		var dst any
 		switch b[1] {
 		case "/chat/stream":
-			dst = &chatRequest{}
+			dst = &protocol.ChatRequest{}
 		case "/chat/approval":
 			_, err := parseApproval(strings.NewReader(b[2]))
 			require.NoError(t, err, b[2])
 			continue
 		case "/chat/tool-result":
-			dst = &toolResultBody{}
+			dst = &protocol.ToolResultRequest{}
 		default:
 			t.Fatalf("an example posts to %s", b[1])
 		}

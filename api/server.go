@@ -25,8 +25,8 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 
-	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/config"
+	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
 )
 
@@ -90,13 +90,6 @@ const (
 const (
 	pendingQueryConcurrency = 8
 	maxListedTurns          = 1000
-)
-
-// Response headers that name the turn a POST /chat/stream runs, so a client
-// can resume the stream before the turn_start event arrives.
-const (
-	headerConversationID = "X-Tollgate-Conversation-Id"
-	headerTurnID         = "X-Tollgate-Turn-Id"
 )
 
 // conversationIDPattern is what a client-chosen conversation id may look
@@ -206,20 +199,10 @@ func (s *Server) Handler() http.Handler { return s.engine }
 // otherwise waits for streams that may last minutes.
 func (s *Server) Close() { s.cancel() }
 
-// chatRequest is the body of POST /chat/stream.
-type chatRequest struct {
-	Query          string `json:"query"`
-	ConversationID string `json:"conversationId"`
-	BypassApproval bool   `json:"bypassApproval"`
-	// ClientTools are tools the client runs itself; the turn asks for
-	// their results with client_tool_call events.
-	ClientTools []activities.ToolSpec `json:"clientTools"`
-}
-
 // chatStream handles POST /chat/stream: it hands the message to its
 // conversation (starting it if new) and streams the turn that runs it.
 func (s *Server) chatStream(c *gin.Context) {
-	var req chatRequest
+	var req protocol.ChatRequest
 	if err := decodeBody(c, &req); err != nil {
 		writeError(c, s.log, err)
 		return
@@ -250,8 +233,8 @@ func (s *Server) chatStream(c *gin.Context) {
 		writeError(c, s.log, err)
 		return
 	}
-	c.Header(headerConversationID, ref.ConversationID)
-	c.Header(headerTurnID, ref.TurnID)
+	c.Header(protocol.HeaderConversationID, ref.ConversationID)
+	c.Header(protocol.HeaderTurnID, ref.TurnID)
 	s.stream(c, ref.TurnID, 0)
 }
 
@@ -313,7 +296,7 @@ func (s *Server) turnEvents(c *gin.Context) {
 // (which a browser's EventSource sends when it reconnects) wins over
 // ?after=N. Neither means from the start.
 func resumeCursor(r *http.Request) (int, error) {
-	name, v := "Last-Event-ID header", r.Header.Get("Last-Event-ID")
+	name, v := "Last-Event-ID header", r.Header.Get(protocol.HeaderLastEventID)
 	if v == "" {
 		name, v = "after", r.URL.Query().Get("after")
 	}
@@ -356,7 +339,7 @@ func (s *Server) stream(c *gin.Context, turnID string, after int) {
 		if done {
 			if err != nil {
 				s.log.Warn("stream ended with an error", "turnId", turnID, "error", err)
-				_ = out.unnumbered(workflows.Event{Type: workflows.EventError, Message: err.Error()})
+				_ = out.unnumbered(protocol.Event{Type: protocol.EventError, Message: err.Error()})
 			}
 			return
 		}
@@ -393,7 +376,7 @@ func (s *Server) listApprovals(c *gin.Context) {
 		return
 	}
 	all := s.pendingOf(ctx, turns)
-	approvals := make([]workflows.PendingApproval, 0, len(all))
+	approvals := make([]protocol.PendingApproval, 0, len(all))
 	seen := map[string]bool{}
 	for _, a := range all {
 		if seen[a.RequestID] || (conv != "" && a.ConversationID != conv) || (tool != "" && a.ToolName != tool) {
@@ -402,7 +385,7 @@ func (s *Server) listApprovals(c *gin.Context) {
 		seen[a.RequestID] = true
 		approvals = append(approvals, a)
 	}
-	slices.SortFunc(approvals, func(a, b workflows.PendingApproval) int {
+	slices.SortFunc(approvals, func(a, b protocol.PendingApproval) int {
 		return cmp.Or(a.ExpiresAt.Compare(b.ExpiresAt), cmp.Compare(a.RequestID, b.RequestID))
 	})
 	c.JSON(http.StatusOK, gin.H{"approvals": approvals})
@@ -453,10 +436,10 @@ func (s *Server) listTurns(ctx context.Context, query string) ([]string, error) 
 
 // pendingOf asks each turn which approvals it waits for. A turn that does
 // not answer (it just ended, or no worker runs) is left out and logged.
-func (s *Server) pendingOf(ctx context.Context, turnIDs []string) []workflows.PendingApproval {
+func (s *Server) pendingOf(ctx context.Context, turnIDs []string) []protocol.PendingApproval {
 	var (
 		mu  sync.Mutex
-		all []workflows.PendingApproval
+		all []protocol.PendingApproval
 		wg  sync.WaitGroup
 	)
 	slots := make(chan struct{}, pendingQueryConcurrency)
@@ -470,7 +453,7 @@ func (s *Server) pendingOf(ctx context.Context, turnIDs []string) []workflows.Pe
 			}
 			qctx, cancel := context.WithTimeout(ctx, queryTimeout)
 			defer cancel()
-			var pending []workflows.PendingApproval
+			var pending []protocol.PendingApproval
 			v, err := s.client.QueryWorkflow(qctx, id, "", workflows.PendingQuery)
 			if err == nil {
 				err = v.Get(&pending)

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
 )
 
@@ -61,16 +62,16 @@ func metric(t require.TestingT, ts *httptest.Server, name string) int64 {
 	return n
 }
 
-func decodeEvent(t *testing.T, m sseMessage) workflows.Event {
+func decodeEvent(t *testing.T, m sseMessage) protocol.Event {
 	t.Helper()
-	var e workflows.Event
+	var e protocol.Event
 	require.NoError(t, json.Unmarshal([]byte(m.Data), &e), m.Data)
 	return e
 }
 
 func TestStreamSendsNumberedEventsAndEndsAfterFinish(t *testing.T) {
 	src := newFakeSource()
-	src.publish(testTurn, workflows.EventTurnStart, workflows.EventToken, workflows.EventFinish)
+	src.publish(testTurn, protocol.EventTurnStart, protocol.EventToken, protocol.EventFinish)
 	_, ts := newTestServer(t, src, time.Hour)
 
 	resp, msgs, _ := openStream(t, eventsURL(ts, testTurn), nil)
@@ -86,12 +87,12 @@ func TestStreamSendsNumberedEventsAndEndsAfterFinish(t *testing.T) {
 		require.Equal(t, strconv.Itoa(i+1), m.ID)
 		require.Equal(t, i+1, decodeEvent(t, m).Seq)
 	}
-	require.Equal(t, workflows.EventFinish, decodeEvent(t, all[2]).Type)
+	require.Equal(t, protocol.EventFinish, decodeEvent(t, all[2]).Type)
 }
 
 func TestIdleStreamGetsKeepAlivesWithoutID(t *testing.T) {
 	src := newFakeSource()
-	src.publish(testTurn, workflows.EventTurnStart)
+	src.publish(testTurn, protocol.EventTurnStart)
 	_, ts := newTestServer(t, src, 10*time.Millisecond)
 
 	_, msgs, _ := openStream(t, eventsURL(ts, testTurn), nil)
@@ -105,7 +106,7 @@ func TestIdleStreamGetsKeepAlivesWithoutID(t *testing.T) {
 		require.JSONEq(t, `{"type":"heartbeat"}`, m.Data)
 	}
 
-	src.publish(testTurn, workflows.EventFinish)
+	src.publish(testTurn, protocol.EventFinish)
 	var ids []string
 	for _, m := range drain(t, msgs) {
 		if m.HasID {
@@ -117,7 +118,7 @@ func TestIdleStreamGetsKeepAlivesWithoutID(t *testing.T) {
 
 func TestStreamResumesAfterLastEventID(t *testing.T) {
 	src := newFakeSource()
-	src.publish(testTurn, workflows.EventTurnStart, workflows.EventToken, workflows.EventToken, workflows.EventFinish)
+	src.publish(testTurn, protocol.EventTurnStart, protocol.EventToken, protocol.EventToken, protocol.EventFinish)
 	_, ts := newTestServer(t, src, time.Hour)
 
 	for name, open := range map[string]func() <-chan sseMessage{
@@ -181,13 +182,13 @@ func TestStreamOfATurnThatNeverStartsEndsWithAnErrorEvent(t *testing.T) {
 	require.Len(t, all, 1)
 	require.False(t, all[0].HasID, "the API's own error is not part of the turn's log")
 	e := decodeEvent(t, all[0])
-	require.Equal(t, workflows.EventError, e.Type)
+	require.Equal(t, protocol.EventError, e.Type)
 	require.Contains(t, e.Message, "did not start")
 }
 
 func TestTwoClientsOnOneTurnCauseOnePollerThatStopsWhenBothLeave(t *testing.T) {
 	src := newFakeSource()
-	src.publish(testTurn, workflows.EventTurnStart)
+	src.publish(testTurn, protocol.EventTurnStart)
 	_, ts := newTestServer(t, src, time.Hour)
 
 	_, a, cancelA := openStream(t, eventsURL(ts, testTurn), nil)
@@ -203,7 +204,7 @@ func TestTwoClientsOnOneTurnCauseOnePollerThatStopsWhenBothLeave(t *testing.T) {
 
 	cancelA()
 	require.EventuallyWithT(t, func(c *assert.CollectT) { require.EqualValues(c, 1, metric(c, ts, "tollgate_api_open_streams")) }, waitFor, 5*time.Millisecond)
-	src.publish(testTurn, workflows.EventToken)
+	src.publish(testTurn, protocol.EventToken)
 	m, ok := nextMessage(t, b)
 	require.True(t, ok)
 	require.Equal(t, "2", m.ID, "b still gets events")
@@ -218,7 +219,7 @@ func TestTwoClientsOnOneTurnCauseOnePollerThatStopsWhenBothLeave(t *testing.T) {
 
 func TestClosingTheServerEndsOpenStreams(t *testing.T) {
 	src := newFakeSource()
-	src.publish(testTurn, workflows.EventTurnStart)
+	src.publish(testTurn, protocol.EventTurnStart)
 	s, ts := newTestServer(t, src, time.Hour)
 	_, msgs, _ := openStream(t, eventsURL(ts, testTurn), nil)
 	_, ok := nextMessage(t, msgs)

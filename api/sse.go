@@ -1,17 +1,12 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 
-	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/protocol"
 )
-
-// keepAlive is the message an idle stream gets every heartbeat interval. It has no id
-// line, so it does not move a client's Last-Event-ID.
-const keepAlive = `data: {"type":"` + workflows.EventHeartbeat + `"}` + "\n\n"
 
 // flushWriter is a response that can push what was written to the client.
 type flushWriter interface {
@@ -44,9 +39,9 @@ func startSSE(w http.ResponseWriter) (*sseStream, error) {
 
 // events writes numbered events, each with its sequence number as the id,
 // and flushes once.
-func (s *sseStream) events(evs []workflows.Event) error {
+func (s *sseStream) events(evs []protocol.Event) error {
 	for _, e := range evs {
-		if err := writeEvent(s.w, e, true); err != nil {
+		if err := protocol.WriteSSE(s.w, e, true); err != nil {
 			return err
 		}
 	}
@@ -56,8 +51,8 @@ func (s *sseStream) events(evs []workflows.Event) error {
 
 // unnumbered writes an event that is not part of the turn's log (the API's
 // own error), without an id line, and flushes.
-func (s *sseStream) unnumbered(e workflows.Event) error {
-	if err := writeEvent(s.w, e, false); err != nil {
+func (s *sseStream) unnumbered(e protocol.Event) error {
+	if err := protocol.WriteSSE(s.w, e, false); err != nil {
 		return err
 	}
 	s.w.Flush()
@@ -66,24 +61,9 @@ func (s *sseStream) unnumbered(e workflows.Event) error {
 
 // keepAlive writes a keep-alive and flushes.
 func (s *sseStream) keepAlive() error {
-	if _, err := io.WriteString(s.w, keepAlive); err != nil {
+	if _, err := io.WriteString(s.w, protocol.SSEKeepAlive); err != nil {
 		return err
 	}
 	s.w.Flush()
 	return nil
-}
-
-// writeEvent encodes e as one SSE message: "id: <seq>" when numbered, then
-// "data: <json>". JSON escapes newlines, so data is always one line.
-func writeEvent(w io.Writer, e workflows.Event, numbered bool) error {
-	data, err := json.Marshal(e)
-	if err != nil {
-		return fmt.Errorf("encode %s event %d: %w", e.Type, e.Seq, err)
-	}
-	if numbered {
-		_, err = fmt.Fprintf(w, "id: %d\ndata: %s\n\n", e.Seq, data)
-	} else {
-		_, err = fmt.Fprintf(w, "data: %s\n\n", data)
-	}
-	return err
 }

@@ -7,20 +7,19 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 func TestEventIsWrittenWithItsSequenceAsIDAndOneDataLine(t *testing.T) {
 	var b strings.Builder
-	e := workflows.Event{Seq: 7, Type: workflows.EventToken, Data: "two\nlines"}
-	require.NoError(t, writeEvent(&b, e, true))
+	e := protocol.Event{Seq: 7, Type: protocol.EventToken, Data: "two\nlines"}
+	require.NoError(t, protocol.WriteSSE(&b, e, true))
 	require.Equal(t, "id: 7\ndata: {\"seq\":7,\"type\":\"token\",\"data\":\"two\\nlines\"}\n\n", b.String())
 }
 
 func TestUnnumberedEventHasNoIDLine(t *testing.T) {
 	var b strings.Builder
-	require.NoError(t, writeEvent(&b, workflows.Event{Type: workflows.EventError, Message: "boom"}, false))
+	require.NoError(t, protocol.WriteSSE(&b, protocol.Event{Type: protocol.EventError, Message: "boom"}, false))
 	require.Equal(t, "data: {\"seq\":0,\"type\":\"error\",\"message\":\"boom\"}\n\n", b.String())
 }
 
@@ -50,7 +49,7 @@ func TestEventsAreFlushedTogether(t *testing.T) {
 	out, err := startSSE(rec)
 	require.NoError(t, err)
 	rec.Flushed = false
-	require.NoError(t, out.events([]workflows.Event{{Seq: 1, Type: workflows.EventTurnStart}, {Seq: 2, Type: workflows.EventFinish}}))
+	require.NoError(t, out.events([]protocol.Event{{Seq: 1, Type: protocol.EventTurnStart}, {Seq: 2, Type: protocol.EventFinish}}))
 	require.True(t, rec.Flushed)
 	msgs := drainString(t, rec.Body.String())
 	require.Len(t, msgs, 2)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/scripted"
+	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
 )
 
@@ -24,14 +25,14 @@ func TestSubagentEventsReachTheParentStreamAndItsApprovalIsDecidedByRequestIDAlo
 	req := events[len(events)-1]
 	var sub []string
 	for _, e := range events {
-		if strings.HasPrefix(e.Type, workflows.EventSubagentPrefix) {
+		if strings.HasPrefix(e.Type, protocol.EventSubagentPrefix) {
 			require.Equal(t, "notetaker", e.Name, e.Type)
 			sub = append(sub, e.Type)
 		}
 	}
 	require.Equal(t, []string{"subagent_start", "subagent_token", "subagent_tool_call", "subagent_approval_request"}, dedupe(sub))
 	require.Equal(t, activities.ToolWrite, req.ToolName)
-	turnID := findType(events, workflows.EventTurnStart).TurnID
+	turnID := findType(events, protocol.EventTurnStart).TurnID
 	require.NotEqual(t, turnID, req.WorkflowID, "the subagent waits in its own workflow")
 	// GET /approvals names the subagent's turn, for the inbox's link.
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
@@ -41,26 +42,26 @@ func TestSubagentEventsReachTheParentStreamAndItsApprovalIsDecidedByRequestIDAlo
 		require.Equal(c, turnID, pending[0].TurnID)
 	}, waitFor, 20*time.Millisecond)
 
-	postDecision(t, st.api, req.RequestID, workflows.DecisionApprove, "", true)
+	postDecision(t, st.api, req.RequestID, protocol.DecisionApprove, "", true)
 
-	rest := untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
+	rest := untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
 	require.Equal(t, "notetaker", findType(rest, "subagent_finish").Name)
-	task := findType(rest, workflows.EventToolResult).ToolResults[0]
+	task := findType(rest, protocol.EventToolResult).ToolResults[0]
 	require.Equal(t, workflows.TaskTool, task.Name)
 	require.Equal(t, activities.StatusOK, task.Status)
 	require.Contains(t, task.Result, "Write ran", "the Task result is the subagent's final answer")
-	require.Equal(t, workflows.FinishStop, rest[len(rest)-1].Reason)
+	require.Equal(t, protocol.FinishStop, rest[len(rest)-1].Reason)
 	_, err := os.Stat(filepath.Join(st.workspace, scripted.DemoNotePath))
 	require.NoError(t, err, "the subagent's approved Write ran")
 }
 
-func findType(events []workflows.Event, typ string) workflows.Event {
+func findType(events []protocol.Event, typ string) protocol.Event {
 	for _, e := range events {
 		if e.Type == typ {
 			return e
 		}
 	}
-	return workflows.Event{}
+	return protocol.Event{}
 }
 
 // dedupe drops repeats that follow each other (a run of token events).

@@ -24,7 +24,7 @@ import (
 	"github.com/tollgate/tollgate/internal/devserver"
 	"github.com/tollgate/tollgate/internal/proctest"
 	"github.com/tollgate/tollgate/internal/scripted"
-	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 // TestTheWorkerAndTheAPIReachTemporalOverMutualTLS runs a turn through the
@@ -73,8 +73,8 @@ func TestTheWorkerAndTheAPIReachTemporalOverMutualTLS(t *testing.T) {
 
 	_, msgs := chatAt(t, "http://"+apiAddr, `{"query": "hello over TLS", "conversationId": "mtls"}`)
 	seq := 0
-	events := untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
-	require.Equal(t, workflows.FinishStop, events[len(events)-1].Reason)
+	events := untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
+	require.Equal(t, protocol.FinishStop, events[len(events)-1].Reason)
 
 	// Without the client certificate, the frontend is not reached.
 	noCert := proctest.FreeAddr(t)

@@ -21,6 +21,7 @@ import (
 	"github.com/tollgate/tollgate/internal/scripted"
 	"github.com/tollgate/tollgate/internal/spantest"
 	"github.com/tollgate/tollgate/internal/telemetry"
+	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
 )
 
@@ -62,12 +63,12 @@ func TestATurnIsOneTraceFromItsRequestThroughTheModelAndTheToolsWithItsApprovals
 	// the conversation, Write is declined by alice.
 	_, msgs := chatAs(t, api, aliceToken, `{"query": "take a note", "conversationId": "traced"}`)
 	seq := 0
-	requests := requestsByTool(untilEvent(t, msgs, &seq, workflows.EventApprovalRequest, 2))
+	requests := requestsByTool(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 2))
 	bash, write := requests["Bash"], requests["Write"]
 	decideAs(t, api.URL, bobToken, `{"requestId":"`+bash.RequestID+`","decision":"approve","remember":"conversation"}`)
 	decideAs(t, api.URL, aliceToken, `{"requestId":"`+write.RequestID+`","decision":"decline","reason":"not now"}`)
-	rest := untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
-	decisions := ofType(rest, workflows.EventApprovalDecision)
+	rest := untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
+	decisions := ofType(rest, protocol.EventApprovalDecision)
 	require.Len(t, decisions, 2)
 
 	until("POST /chat/stream", 1)
@@ -111,7 +112,7 @@ func TestATurnIsOneTraceFromItsRequestThroughTheModelAndTheToolsWithItsApprovals
 
 	ws := approval(turn, "Write")
 	require.Equal(t, turnAncestry, turn.Ancestry(ws))
-	require.Equal(t, workflows.DecisionDecline, ws.Attributes[workflows.AttrDecision])
+	require.Equal(t, protocol.DecisionDecline, ws.Attributes[workflows.AttrDecision])
 	require.Equal(t, workflows.DecidedByPerson, ws.Attributes[workflows.AttrDecidedBy])
 	require.Equal(t, "alice", ws.Attributes[workflows.AttrPrincipal])
 	require.Equal(t, decisions[1].Role, ws.Attributes[workflows.AttrRole])
@@ -128,7 +129,7 @@ func TestATurnIsOneTraceFromItsRequestThroughTheModelAndTheToolsWithItsApprovals
 	require.Equal(t, []string{"UpdateWorkflow:" + workflows.ApprovalUpdate, "POST /chat/approval"}, got.Ancestry(decision))
 
 	bs := approval(turn, "Bash")
-	require.Equal(t, workflows.DecisionApprove, bs.Attributes[workflows.AttrDecision])
+	require.Equal(t, protocol.DecisionApprove, bs.Attributes[workflows.AttrDecision])
 	require.Equal(t, "bob", bs.Attributes[workflows.AttrPrincipal])
 	require.Equal(t, "true", bs.Attributes[workflows.AttrRemember])
 	grantID := bs.Attributes[workflows.AttrGrantID]
@@ -138,9 +139,9 @@ func TestATurnIsOneTraceFromItsRequestThroughTheModelAndTheToolsWithItsApprovals
 	// request: Bash is answered by bob's grant, Write asks again.
 	_, msgs = chatAs(t, api, aliceToken, `{"query": "another note", "conversationId": "traced"}`)
 	seq = 0
-	write2 := requestsByTool(untilEvent(t, msgs, &seq, workflows.EventApprovalRequest, 1))["Write"]
+	write2 := requestsByTool(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 1))["Write"]
 	decideAs(t, api.URL, aliceToken, `{"requestId":"`+write2.RequestID+`","decision":"decline"}`)
-	untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
+	untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
 
 	until("POST /chat/stream", 2)
 	got = until("RunWorkflow:"+workflows.ChatTurnWorkflow, 2)
@@ -218,15 +219,15 @@ func TestTheBinariesExportOneTraceOverOTLPWhenTheEndpointIsSet(t *testing.T) {
 	require.Equal(t, http.StatusOK, stream.StatusCode)
 	msgs := readSSE(stream.Body)
 	seq := 0
-	requests := requestsByTool(untilEvent(t, msgs, &seq, workflows.EventApprovalRequest, 2))
+	requests := requestsByTool(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 2))
 	bash := requests["Bash"]
-	for tool, decision := range map[string]string{"Bash": workflows.DecisionApprove, "Write": workflows.DecisionDecline} {
+	for tool, decision := range map[string]string{"Bash": protocol.DecisionApprove, "Write": protocol.DecisionDecline} {
 		resp, got := send(t, http.MethodPost, "http://"+apiAddr+"/chat/approval", "", `{"requestId":"`+requests[tool].RequestID+`","decision":"`+decision+`"}`)
 		require.Equal(t, http.StatusOK, resp.StatusCode, got)
 		require.JSONEq(t, `{"accepted":true}`, got)
 	}
-	events := untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
-	require.Equal(t, workflows.FinishStop, events[len(events)-1].Reason)
+	events := untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
+	require.Equal(t, protocol.FinishStop, events[len(events)-1].Reason)
 	require.Zero(t, receiver.Requests(), "the batches wait for the schedule delay or a flush")
 
 	api.Stop(t)

@@ -22,6 +22,7 @@ import (
 	"github.com/tollgate/tollgate/internal/devserver"
 	"github.com/tollgate/tollgate/internal/proctest"
 	"github.com/tollgate/tollgate/internal/scripted"
+	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
 )
 
@@ -33,7 +34,7 @@ func TestTheWebUISaysWhatAWaitingTurnWaitsFor(t *testing.T) {
 	st := newStack(t)
 	_, msgs := st.chat(t, `{"query": "tidy up", "conversationId": "webui"}`)
 	seq := 0
-	requests := ofType(untilEvent(t, msgs, &seq, workflows.EventApprovalRequest, 2), workflows.EventApprovalRequest)
+	requests := ofType(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 2), protocol.EventApprovalRequest)
 	turnID := workflows.TurnWorkflowID("webui", 1)
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
@@ -52,14 +53,14 @@ func TestTheWebUISaysWhatAWaitingTurnWaitsFor(t *testing.T) {
 	require.Contains(t, summaries, `approval: Bash {"command":"ls -la"}`)
 
 	// A decided call leaves the details at once, not when its batch ends.
-	postDecision(t, st.api, requests[0].RequestID, workflows.DecisionApprove, "", true)
+	postDecision(t, st.api, requests[0].RequestID, protocol.DecisionApprove, "", true)
 	v, err = st.client.QueryWorkflow(ctx, turnID, "", workflowMetadataQuery)
 	require.NoError(t, err)
 	require.NoError(t, v.Get(&meta))
 	require.NotContains(t, meta.GetCurrentDetails(), requests[0].RequestID)
 	require.Contains(t, meta.GetCurrentDetails(), requests[1].RequestID)
-	postDecision(t, st.api, requests[1].RequestID, workflows.DecisionApprove, "", true)
-	untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
+	postDecision(t, st.api, requests[1].RequestID, protocol.DecisionApprove, "", true)
+	untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
 	summaries = summariesOf(t, st, turnID)
 	require.Contains(t, summaries, `Read {"file_path":"README.md"}`, "tool activities are named by their call")
 	require.Contains(t, summaries, "model call 2")
@@ -101,7 +102,7 @@ func TestTheWebUIShowsTheCallsATurnWaitsFor(t *testing.T) {
 	st := newStack(t, withDevServer(devserver.Options{UI: true}))
 	_, msgs := st.chat(t, `{"query": "tidy up", "conversationId": "webui-page"}`)
 	seq := 0
-	untilEvent(t, msgs, &seq, workflows.EventApprovalRequest, 2)
+	untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 2)
 	turnID := workflows.TurnWorkflowID("webui-page", 1)
 
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), chromedp.ExecPath(proctest.Browser(t)), chromedp.Headless, chromedp.NoSandbox,
@@ -136,15 +137,15 @@ func TestAStatusAttributeTellsWaitingTurnsFromRunningAndIdleOnes(t *testing.T) {
 	st := newStack(t)
 	_, msgs := st.chat(t, `{"query": "tidy up", "conversationId": "status"}`)
 	seq := 0
-	requests := ofType(untilEvent(t, msgs, &seq, workflows.EventApprovalRequest, 2), workflows.EventApprovalRequest)
+	requests := ofType(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 2), protocol.EventApprovalRequest)
 	turn, conv := workflows.TurnWorkflowID("status", 1), workflows.ConversationWorkflowID("status")
 	requireStatus(t, st, workflows.StatusWaiting, turn)
 	requireStatus(t, st, workflows.StatusRunning, conv)
 
 	for _, r := range requests {
-		postDecision(t, st.api, r.RequestID, workflows.DecisionApprove, "", true)
+		postDecision(t, st.api, r.RequestID, protocol.DecisionApprove, "", true)
 	}
-	untilEvent(t, msgs, &seq, workflows.EventFinish, 1)
+	untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
 	requireStatus(t, st, workflows.StatusIdle, conv)
 }
 
@@ -184,10 +185,10 @@ func TestTheApproverSeesWhatACallWillReallyDo(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(st.workspace, "README.md"), []byte(lines), 0o644))
 	_, msgs := st.chat(t, `{"query": "clean up", "conversationId": "preview"}`)
 	seq := 0
-	requests := requestsByTool(untilEvent(t, msgs, &seq, workflows.EventApprovalRequest, 2))
+	requests := requestsByTool(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 2))
 	require.True(t, strings.HasPrefix(requests["Write"].Preview, "overwrite README.md (40 lines, 480 bytes) with 1 lines (11 bytes): −40 +1"), requests["Write"].Preview)
 	require.Contains(t, requests["Bash"].Preview, "$ ls -la⏎\n$ rm -rf ~/   # harmless cleanup⏎")
-	var pending []workflows.PendingApproval
+	var pending []protocol.PendingApproval
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		pending = approvalsAt(c, st.api.URL, "?conversationId=preview")
 		require.Len(c, pending, 2)

@@ -32,7 +32,7 @@ import (
 	"github.com/tollgate/tollgate/internal/devserver"
 	"github.com/tollgate/tollgate/internal/proctest"
 	"github.com/tollgate/tollgate/internal/scripted"
-	"github.com/tollgate/tollgate/internal/sse"
+	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
 )
 
@@ -100,14 +100,14 @@ func upgradeFrom(t *testing.T, release string, srv *devserver.Server, modelURL, 
 	waitHealthy(t, oldAddr)
 	conv := "upgrade-" + release
 	first := chat(t, oldAddr, conv, "tidy up")
-	before := first.until(t, func(events []workflows.Event) bool {
-		return len(ofType(events, workflows.EventApprovalRequest)) == 2
+	before := first.until(t, func(events []protocol.Event) bool {
+		return len(ofType(events, protocol.EventApprovalRequest)) == 2
 	})
-	requests := ofType(before, workflows.EventApprovalRequest)
+	requests := ofType(before, protocol.EventApprovalRequest)
 	require.Equal(t, []string{activities.ToolWrite, activities.ToolBash}, []string{requests[0].ToolName, requests[1].ToolName})
 	approve(t, oldAddr, requests[0].RequestID)
-	before = first.until(t, func(events []workflows.Event) bool {
-		return len(ofType(events, workflows.EventApprovalDecision)) == 1
+	before = first.until(t, func(events []protocol.Event) bool {
+		return len(ofType(events, protocol.EventApprovalDecision)) == 1
 	})
 	first.close()
 	turnID := before[0].TurnID
@@ -128,13 +128,13 @@ func upgradeFrom(t *testing.T, release string, srv *devserver.Server, modelURL, 
 	resumed := resume(t, newAddr, turnID, lastSeen)
 	after := resumed.until(t, workflows.Finished)
 	require.Equal(t, lastSeen+1, after[0].Seq, "the resumed stream starts right after the last event seen")
-	whole := append(append([]workflows.Event{}, before...), after...)
+	whole := append(append([]protocol.Event{}, before...), after...)
 	for i, e := range whole {
 		require.Equal(t, i+1, e.Seq, "event %d (%s) arrives once, in order", i+1, e.Type)
 	}
 	finish := whole[len(whole)-1]
-	require.Equal(t, workflows.FinishStop, finish.Reason)
-	results := ofType(whole, workflows.EventToolResult)
+	require.Equal(t, protocol.FinishStop, finish.Reason)
+	results := ofType(whole, protocol.EventToolResult)
 	require.Len(t, results, 1)
 	require.Equal(t, []string{"Read ok", "Write ok", "Bash ok"}, statuses(results[0].ToolResults),
 		"the call approved on %s and the one approved today both ran", release)
@@ -147,16 +147,16 @@ func upgradeFrom(t *testing.T, release string, srv *devserver.Server, modelURL, 
 
 	// The conversation the earlier release started takes its next turn.
 	next := chat(t, newAddr, conv, "once more")
-	events := next.until(t, func(events []workflows.Event) bool {
-		return len(ofType(events, workflows.EventApprovalRequest)) == 2
+	events := next.until(t, func(events []protocol.Event) bool {
+		return len(ofType(events, protocol.EventApprovalRequest)) == 2
 	})
 	require.Equal(t, workflows.TurnWorkflowID(conv, 2), events[0].TurnID)
-	for _, r := range ofType(events, workflows.EventApprovalRequest) {
+	for _, r := range ofType(events, protocol.EventApprovalRequest) {
 		approve(t, newAddr, r.RequestID)
 	}
 	events = next.until(t, workflows.Finished)
-	require.Equal(t, workflows.FinishStop, events[len(events)-1].Reason)
-	require.Equal(t, []string{"Read ok", "Write ok", "Bash ok"}, statuses(ofType(events, workflows.EventToolResult)[0].ToolResults))
+	require.Equal(t, protocol.FinishStop, events[len(events)-1].Reason)
+	require.Equal(t, []string{"Read ok", "Write ok", "Bash ok"}, statuses(ofType(events, protocol.EventToolResult)[0].ToolResults))
 
 	// The paused turn kept the code paths it had begun on (what it runs
 	// after its pause calls no GetVersion); the next turn took today's.
@@ -249,8 +249,8 @@ func waitHealthy(t *testing.T, addr string) {
 // stream is a turn's SSE stream being read: the numbered events so far.
 type stream struct {
 	resp   *http.Response
-	events chan workflows.Event
-	seen   []workflows.Event
+	events chan protocol.Event
+	seen   []protocol.Event
 }
 
 // chat posts a message to the conversation and reads the turn's stream.
@@ -279,14 +279,14 @@ func open(t *testing.T, req *http.Request) *stream {
 	require.NoError(t, err)
 	t.Cleanup(func() { resp.Body.Close() })
 	require.Equal(t, http.StatusOK, resp.StatusCode, "%s %s", req.Method, req.URL)
-	s := &stream{resp: resp, events: make(chan workflows.Event, 256)}
+	s := &stream{resp: resp, events: make(chan protocol.Event, 256)}
 	go func() {
 		defer close(s.events)
-		_ = sse.Read(resp.Body, func(m sse.Message) error {
+		_ = protocol.ReadSSE(resp.Body, func(m protocol.SSEMessage) error {
 			if m.ID == "" {
 				return nil // a keep-alive
 			}
-			var e workflows.Event
+			var e protocol.Event
 			if err := json.Unmarshal([]byte(m.Data), &e); err != nil {
 				return err
 			}
@@ -302,7 +302,7 @@ func open(t *testing.T, req *http.Request) *stream {
 
 // until reads events until done holds for those read so far, and returns
 // them.
-func (s *stream) until(t *testing.T, done func([]workflows.Event) bool) []workflows.Event {
+func (s *stream) until(t *testing.T, done func([]protocol.Event) bool) []protocol.Event {
 	t.Helper()
 	deadline := time.After(wait)
 	for !done(s.seen) {
@@ -322,7 +322,7 @@ func (s *stream) close() { s.resp.Body.Close() }
 // approve approves request through the API at addr.
 func approve(t *testing.T, addr, requestID string) {
 	t.Helper()
-	body, err := json.Marshal(map[string]string{"requestId": requestID, "decision": workflows.DecisionApprove})
+	body, err := json.Marshal(map[string]string{"requestId": requestID, "decision": protocol.DecisionApprove})
 	require.NoError(t, err)
 	resp, err := http.Post("http://"+addr+"/chat/approval", "application/json", bytes.NewReader(body))
 	require.NoError(t, err)
@@ -337,8 +337,8 @@ func approve(t *testing.T, addr, requestID string) {
 	require.True(t, out.Accepted, "approval of %s accepted", requestID)
 }
 
-func ofType(events []workflows.Event, typ string) []workflows.Event {
-	var out []workflows.Event
+func ofType(events []protocol.Event, typ string) []protocol.Event {
+	var out []protocol.Event
 	for _, e := range events {
 		if e.Type == typ {
 			out = append(out, e)
@@ -347,7 +347,7 @@ func ofType(events []workflows.Event, typ string) []workflows.Event {
 	return out
 }
 
-func types(events []workflows.Event) []string {
+func types(events []protocol.Event) []string {
 	out := make([]string, len(events))
 	for i, e := range events {
 		out[i] = e.Type
@@ -356,7 +356,7 @@ func types(events []workflows.Event) []string {
 }
 
 // eventIDs lists each event by its id and what a client holds of it.
-func eventIDs(events []workflows.Event) []string {
+func eventIDs(events []protocol.Event) []string {
 	out := make([]string, len(events))
 	for i, e := range events {
 		out[i] = fmt.Sprintf("%d %s %s %s %q", e.Seq, e.Type, e.RequestID, e.ToolCallID, e.Data)
@@ -364,7 +364,7 @@ func eventIDs(events []workflows.Event) []string {
 	return out
 }
 
-func statuses(results []workflows.ToolResult) []string {
+func statuses(results []protocol.ToolResult) []string {
 	out := make([]string, len(results))
 	for i, r := range results {
 		out[i] = r.Name + " " + r.Status

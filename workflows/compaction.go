@@ -11,13 +11,6 @@ import (
 	"github.com/tollgate/tollgate/activities"
 )
 
-// EventContextCompacted says that the model's view of the conversation was
-// cut to fit its context budget: Elided tool outputs were replaced by a
-// note, Summarized earlier messages by a summary; BytesBefore and
-// BytesAfter measure the view. The conversation's own log keeps everything
-// (GET /conversations/{id}/messages).
-const EventContextCompacted = "context_compacted"
-
 // DefaultContextBudget is the size of the model's view of a conversation,
 // in bytes of message text, past which a turn compacts it: about 100,000
 // tokens at four bytes a token, inside the context window of the models

@@ -1,119 +1,46 @@
 package workflows
 
-import (
-	"time"
+import "github.com/tollgate/tollgate/protocol"
 
-	"github.com/tollgate/tollgate/activities"
+// The contract's events, decisions and finish reasons, under the names
+// the workflow code has always used; package protocol defines them.
+type (
+	Event      = protocol.Event
+	ToolResult = protocol.ToolResult
 )
 
-// Event types of a turn's stream, as ../shared/design.md lists them.
+// Event types of a turn's stream.
 const (
-	EventTurnStart        = "turn_start"
-	EventToken            = "token"
-	EventToolCall         = "tool_call"
-	EventApprovalRequest  = "approval_request"
-	EventApprovalDecision = "approval_decision"
-	EventToolResult       = "tool_result"
-	EventHeartbeat        = "heartbeat"
-	EventFinish           = "finish"
-	EventError            = "error"
-	// EventClientToolCall asks the client to run one of its own tools and
-	// answer with POST /chat/tool-result.
-	EventClientToolCall = "client_tool_call"
-
-	// Events of a subagent as its parent's stream shows them, with Name.
-	EventSubagentStart  = "subagent_start"
-	EventSubagentFinish = "subagent_finish"
-	EventSubagentPrefix = "subagent_"
+	EventTurnStart        = protocol.EventTurnStart
+	EventToken            = protocol.EventToken
+	EventToolCall         = protocol.EventToolCall
+	EventApprovalRequest  = protocol.EventApprovalRequest
+	EventApprovalDecision = protocol.EventApprovalDecision
+	EventToolResult       = protocol.EventToolResult
+	EventHeartbeat        = protocol.EventHeartbeat
+	EventFinish           = protocol.EventFinish
+	EventError            = protocol.EventError
+	EventClientToolCall   = protocol.EventClientToolCall
+	EventContextCompacted = protocol.EventContextCompacted
+	EventSubagentStart    = protocol.EventSubagentStart
+	EventSubagentFinish   = protocol.EventSubagentFinish
+	EventSubagentPrefix   = protocol.EventSubagentPrefix
 )
 
 // Finish reasons.
 const (
-	FinishStop      = "stop"
-	FinishMaxSteps  = "max_steps"
-	FinishCancelled = "cancelled"
-	FinishError     = "error"
+	FinishStop      = protocol.FinishStop
+	FinishMaxSteps  = protocol.FinishMaxSteps
+	FinishCancelled = protocol.FinishCancelled
+	FinishError     = protocol.FinishError
 )
 
 // Decisions a person (or the clock) makes on an approval request.
 const (
-	DecisionApprove = "approve"
-	DecisionDecline = "decline"
-	DecisionTimeout = "timeout"
+	DecisionApprove = protocol.DecisionApprove
+	DecisionDecline = protocol.DecisionDecline
+	DecisionTimeout = protocol.DecisionTimeout
 )
-
-// Event is one entry of a turn's append-only event log. Seq numbers the
-// events of one turn from 1, without gaps; the API sends it as the SSE id.
-type Event struct {
-	Seq  int    `json:"seq"`
-	Type string `json:"type"`
-	// Name is the subagent's name on subagent_* events.
-	Name string `json:"name,omitempty"`
-
-	// turn_start
-	ConversationID string `json:"conversationId,omitempty"`
-	TurnID         string `json:"turnId,omitempty"`
-	WorkflowID     string `json:"workflowId,omitempty"`
-	RunID          string `json:"runId,omitempty"`
-	// Bypass is true on turn_start when the turn runs with bypassApproval:
-	// no call asks, but those a rule requires always (from strict-gate on;
-	// a turn begun before it asks for none).
-	Bypass bool `json:"bypass,omitempty"`
-
-	// token. Reset voids the text the call's earlier token events spelled:
-	// a retried model call answered otherwise, and Data starts it again.
-	Data  string `json:"data,omitempty"`
-	Reset bool   `json:"reset,omitempty"`
-
-	// tool_call
-	ToolCalls []activities.ToolCall `json:"toolCalls,omitempty"`
-
-	// approval_request and approval_decision
-	RequestID  string     `json:"requestId,omitempty"`
-	ToolCallID string     `json:"toolCallId,omitempty"`
-	ToolName   string     `json:"toolName,omitempty"`
-	Arguments  string     `json:"arguments,omitempty"`
-	ExpiresAt  *time.Time `json:"expiresAt,omitempty"`
-	Decision   string     `json:"decision,omitempty"`
-	// Preview, on approval_request, says what the call will do, read on
-	// the worker where the files are: a Write's or an Edit's diff against
-	// the file, a Bash command line by line.
-	Preview string `json:"preview,omitempty"`
-	// Grant names the remembered decision that decided a call.
-	Grant string `json:"grant,omitempty"`
-	// By names who decided: the principal of the API caller's token, a
-	// signal's principal (or "temporal"), or a grant's maker; empty for a
-	// timeout, a cancellation, or the API without tokens.
-	By string `json:"by,omitempty"`
-	// Role is the role of the API token By decided with (approve or
-	// admin); empty otherwise.
-	Role string `json:"role,omitempty"`
-
-	// tool_result
-	ToolResults []ToolResult `json:"toolResults,omitempty"`
-
-	// context_compacted: how many tool outputs were left out of the
-	// model's view and how many earlier messages summarized, and the
-	// view's size in bytes of text before and after.
-	Elided      int `json:"elided,omitempty"`
-	Summarized  int `json:"summarized,omitempty"`
-	BytesBefore int `json:"bytesBefore,omitempty"`
-	BytesAfter  int `json:"bytesAfter,omitempty"`
-
-	// Reason: approval_decision's, approval_request's policy note, and
-	// finish's; Text: finish's; Message: error's and finish's.
-	Reason  string `json:"reason,omitempty"`
-	Text    string `json:"text,omitempty"`
-	Message string `json:"message,omitempty"`
-}
-
-// ToolResult is one tool response as the tool_result event shows it.
-type ToolResult struct {
-	ID     string `json:"id"`
-	Name   string `json:"name"`
-	Result string `json:"result"`
-	Status string `json:"status"`
-}
 
 // EventsRequest is the input of the events query.
 type EventsRequest struct {

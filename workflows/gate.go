@@ -4,7 +4,6 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/workflowtrace"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 // Tool responses the model reads for calls that did not run (a decline's
@@ -193,22 +193,13 @@ func (g *gate) validate(ctx workflow.Context, d ApprovalDecision) error {
 
 // Reasons a decision, or a client tool's result, is not taken: the type of
 // the ApplicationError its validator returns, and what the API answers in
-// {"accepted": false, "reason": ...}.
+// {"accepted": false, "reason": ...} (package protocol).
 const (
-	// RejectUnknown: no such request in the workflow (a forged or mistyped
-	// id, or one of another workflow).
-	RejectUnknown = "unknown"
-	// RejectDecided: the request was decided already, by someone else, a
-	// grant, the clock or a cancellation.
-	RejectDecided = "decided"
-	// RejectExpired: the request's time ran out.
-	RejectExpired = "expired"
-	// RejectForbidden: the policy says someone else must decide (its
-	// deciders, or a second person).
-	RejectForbidden = "forbidden"
-	// RejectInvalid: the decision itself is not valid (edited arguments
-	// the tool would refuse); the API answers it 400.
-	RejectInvalid = "invalid"
+	RejectUnknown   = protocol.RejectUnknown
+	RejectDecided   = protocol.RejectDecided
+	RejectExpired   = protocol.RejectExpired
+	RejectForbidden = protocol.RejectForbidden
+	RejectInvalid   = protocol.RejectInvalid
 )
 
 // rejection makes err the validator's answer for reason.
@@ -486,10 +477,4 @@ func allDecided(reqs []*approval) bool {
 		}
 	}
 	return true
-}
-
-// isJSONObject reports whether s is a JSON object.
-func isJSONObject(s string) bool {
-	var v map[string]json.RawMessage
-	return json.Unmarshal([]byte(s), &v) == nil && v != nil
 }

@@ -7,10 +7,11 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 // RememberConversation is the only scope a decision can be remembered for.
-const RememberConversation = "conversation"
+const RememberConversation = protocol.RememberConversation
 
 // reasonRemembered is the reason shown for a decision a grant made.
 const reasonRemembered = "remembered decision"

@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 // turn is the state of one running model/tool loop: a ChatTurn, or a
@@ -364,7 +365,7 @@ func (t *turn) runBatch(ctx workflow.Context, calls []activities.ToolCall) []Too
 			results[i].Result, results[i].Status = fmt.Sprintf("Error: there is no tool named %q.", call.Name), activities.StatusError
 		case vetted[i].Refused != "":
 			results[i].Result, results[i].Status = fmt.Sprintf("Error: %s was not run: %s.", call.Name, vetted[i].Refused), activities.StatusError
-		case !isJSONObject(call.Arguments):
+		case !protocol.IsJSONObject(call.Arguments):
 			results[i].Result, results[i].Status = fmt.Sprintf("Error: the arguments of %s are not a JSON object: %s", call.Name, call.Arguments), activities.StatusError
 		case !strict && (t.bypass || offers(t.clientTools, call.Name)):
 			// Before patchStrictGate: a bypassed turn asked for nothing,

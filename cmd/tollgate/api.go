@@ -12,14 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tollgate/tollgate/workflows"
-)
-
-// Response headers of POST /chat/stream that name the turn before its
-// turn_start event arrives.
-const (
-	headerConversationID = "X-Tollgate-Conversation-Id"
-	headerTurnID         = "X-Tollgate-Turn-Id"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 // decisionTimeout bounds POST /chat/approval; the API itself gives up on
@@ -39,16 +32,9 @@ func newAPIClient(base string) *apiClient {
 	return &apiClient{base: strings.TrimRight(base, "/"), http: &http.Client{}}
 }
 
-// chatRequest is the body of POST /chat/stream.
-type chatRequest struct {
-	Query          string `json:"query"`
-	ConversationID string `json:"conversationId,omitempty"`
-	BypassApproval bool   `json:"bypassApproval,omitempty"`
-}
-
 // startChat sends a message and returns the open event stream of the turn
 // that runs it.
-func (c *apiClient) startChat(ctx context.Context, req chatRequest) (*http.Response, error) {
+func (c *apiClient) startChat(ctx context.Context, req protocol.ChatRequest) (*http.Response, error) {
 	body, err := json.Marshal(req)
 	if err != nil {
 		return nil, err
@@ -70,7 +56,7 @@ func (c *apiClient) resume(ctx context.Context, turnID string, after int) (*http
 	}
 	r.Header.Set("Accept", "text/event-stream")
 	if after > 0 {
-		r.Header.Set("Last-Event-ID", strconv.Itoa(after))
+		r.Header.Set(protocol.HeaderLastEventID, strconv.Itoa(after))
 	}
 	return c.stream(r)
 }
@@ -89,28 +75,28 @@ func (c *apiClient) stream(r *http.Request) (*http.Response, error) {
 
 // decide sends a decision and returns the API's answer: whether the
 // waiting turn took it, and if not, why.
-func (c *apiClient) decide(ctx context.Context, d workflows.ApprovalDecision) (workflows.ApprovalResult, error) {
+func (c *apiClient) decide(ctx context.Context, d protocol.ApprovalDecision) (protocol.ApprovalResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, decisionTimeout)
 	defer cancel()
 	body, err := json.Marshal(d)
 	if err != nil {
-		return workflows.ApprovalResult{}, err
+		return protocol.ApprovalResult{}, err
 	}
 	r, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/chat/approval", bytes.NewReader(body))
 	if err != nil {
-		return workflows.ApprovalResult{}, err
+		return protocol.ApprovalResult{}, err
 	}
 	r.Header.Set("Content-Type", "application/json")
-	var res workflows.ApprovalResult
+	var res protocol.ApprovalResult
 	if err := c.doJSON(r, &res); err != nil {
-		return workflows.ApprovalResult{}, err
+		return protocol.ApprovalResult{}, err
 	}
 	return res, nil
 }
 
 // pending lists the approvals waiting across all conversations, optionally
 // only those of one conversation or one tool.
-func (c *apiClient) pending(ctx context.Context, conversationID, tool string) ([]workflows.PendingApproval, error) {
+func (c *apiClient) pending(ctx context.Context, conversationID, tool string) ([]protocol.PendingApproval, error) {
 	q := url.Values{}
 	if conversationID != "" {
 		q.Set("conversationId", conversationID)
@@ -127,7 +113,7 @@ func (c *apiClient) pending(ctx context.Context, conversationID, tool string) ([
 		return nil, err
 	}
 	var res struct {
-		Approvals []workflows.PendingApproval `json:"approvals"`
+		Approvals []protocol.PendingApproval `json:"approvals"`
 	}
 	if err := c.doJSON(r, &res); err != nil {
 		return nil, err

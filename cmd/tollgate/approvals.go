@@ -7,7 +7,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 // listArgumentsWidth is how much of a call's arguments the table shows.
@@ -43,7 +43,7 @@ func approvals(ctx context.Context, api *apiClient, opts approvalsOptions, in io
 
 // writeApprovals prints pending approvals as a table, in the API's order:
 // soonest to expire first.
-func writeApprovals(out io.Writer, list []workflows.PendingApproval, now time.Time) {
+func writeApprovals(out io.Writer, list []protocol.PendingApproval, now time.Time) {
 	if len(list) == 0 {
 		fmt.Fprintln(out, "no approvals are waiting")
 		return

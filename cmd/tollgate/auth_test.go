@@ -10,8 +10,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 const testToken = "tok-0123456789abcdef"
@@ -41,7 +40,7 @@ func (g *bearerGate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func TestChatSendsTheTokenWithEveryRequest(t *testing.T) {
-	f := &fakeAPI{t: t, finish: workflows.FinishStop, decided: make(chan struct{}, 1)}
+	f := &fakeAPI{t: t, finish: protocol.FinishStop, decided: make(chan struct{}, 1)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /chat/stream", f.chatStream)
 	mux.HandleFunc("GET /chat/turns/{turnId}/events", f.resume)

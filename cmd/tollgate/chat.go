@@ -12,8 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tollgate/tollgate/internal/sse"
-	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 // Resuming a dropped stream: how often in a row, and the pause between
@@ -36,7 +35,7 @@ var errFinished = errors.New("finished")
 // streamItem is one event of a turn's stream, a notice about the stream
 // itself, or the error that ended it.
 type streamItem struct {
-	event  workflows.Event
+	event  protocol.Event
 	notice string
 	err    error
 }
@@ -66,7 +65,7 @@ func (f *follower) run(ctx context.Context, first *http.Response, items chan<- s
 		}
 		progress := false
 		if err == nil {
-			err = sse.Read(resp.Body, func(m sse.Message) error {
+			err = protocol.ReadSSE(resp.Body, func(m protocol.SSEMessage) error {
 				e, numbered, derr := decodeEvent(m)
 				if derr != nil {
 					return derr
@@ -76,7 +75,7 @@ func (f *follower) run(ctx context.Context, first *http.Response, items chan<- s
 						return nil // seen before this resume
 					}
 					f.last = e.Seq
-				} else if e.Type == workflows.EventHeartbeat {
+				} else if e.Type == protocol.EventHeartbeat {
 					return nil // the API's keep-alive
 				}
 				progress = true
@@ -85,7 +84,7 @@ func (f *follower) run(ctx context.Context, first *http.Response, items chan<- s
 				case <-ctx.Done():
 					return ctx.Err()
 				}
-				if e.Type == workflows.EventFinish {
+				if e.Type == protocol.EventFinish {
 					return errFinished
 				}
 				return nil
@@ -125,8 +124,8 @@ func (f *follower) run(ctx context.Context, first *http.Response, items chan<- s
 
 // decodeEvent reads one SSE message as an event; numbered tells whether it
 // had an id line.
-func decodeEvent(m sse.Message) (workflows.Event, bool, error) {
-	var e workflows.Event
+func decodeEvent(m protocol.SSEMessage) (protocol.Event, bool, error) {
+	var e protocol.Event
 	if err := json.Unmarshal([]byte(m.Data), &e); err != nil {
 		return e, false, fmt.Errorf("event %q is not JSON: %w", m.ID, err)
 	}
@@ -151,17 +150,17 @@ type chatOptions struct {
 // chat sends a message, prints its turn as it streams, asks about each
 // approval, and returns the finish reason.
 func chat(ctx context.Context, api *apiClient, opts chatOptions, in io.Reader, out io.Writer) (string, error) {
-	resp, err := api.startChat(ctx, chatRequest{Query: opts.Query, ConversationID: opts.ConversationID, BypassApproval: opts.Bypass})
+	resp, err := api.startChat(ctx, protocol.ChatRequest{Query: opts.Query, ConversationID: opts.ConversationID, BypassApproval: opts.Bypass})
 	if err != nil {
 		return "", err
 	}
-	conv, turnID := resp.Header.Get(headerConversationID), resp.Header.Get(headerTurnID)
+	conv, turnID := resp.Header.Get(protocol.HeaderConversationID), resp.Header.Get(protocol.HeaderTurnID)
 	if conv != "" {
 		fmt.Fprintf(out, "conversation %s\n", conv)
 	}
 	if turnID == "" {
 		resp.Body.Close()
-		return "", fmt.Errorf("POST /chat/stream: the answer names no turn (%s header missing)", headerTurnID)
+		return "", fmt.Errorf("POST /chat/stream: the answer names no turn (%s header missing)", protocol.HeaderTurnID)
 	}
 	items := make(chan streamItem, 64)
 	f := &follower{api: api, turnID: turnID, pause: sleep}
@@ -208,7 +207,7 @@ func (p *printer) consume(ctx context.Context, items <-chan streamItem) (string,
 			continue
 		}
 		e := it.event
-		if e.Type == workflows.EventFinish {
+		if e.Type == protocol.EventFinish {
 			p.endLine()
 			fmt.Fprintf(p.out, "finish: %s\n", e.Reason)
 			if e.Message != "" {
@@ -238,7 +237,7 @@ func (p *printer) next(items <-chan streamItem) (streamItem, bool) {
 func (p *printer) decidedAhead(requestID string, items <-chan streamItem) bool {
 	p.readAhead(items)
 	for _, it := range p.queue {
-		if base, _ := baseType(it.event); base == workflows.EventApprovalDecision && it.event.RequestID == requestID {
+		if base, _ := baseType(it.event); base == protocol.EventApprovalDecision && it.event.RequestID == requestID {
 			return true
 		}
 	}
@@ -261,9 +260,9 @@ func (p *printer) readAhead(items <-chan streamItem) {
 	}
 }
 
-func (p *printer) handle(ctx context.Context, e workflows.Event, items <-chan streamItem) error {
+func (p *printer) handle(ctx context.Context, e protocol.Event, items <-chan streamItem) error {
 	base, sub := baseType(e)
-	if base == workflows.EventToken {
+	if base == protocol.EventToken {
 		p.token(sub, e.Name, e.Data, e.Reset)
 		return nil
 	}
@@ -273,24 +272,24 @@ func (p *printer) handle(ctx context.Context, e workflows.Event, items <-chan st
 		tag = "[" + e.Name + "] "
 	}
 	switch base {
-	case workflows.EventTurnStart:
+	case protocol.EventTurnStart:
 		if p.conversationID == "" && e.ConversationID != "" {
 			p.conversationID = e.ConversationID
 			fmt.Fprintf(p.out, "conversation %s\n", e.ConversationID)
 		}
 		fmt.Fprintf(p.out, "turn %s\n", e.TurnID)
-	case workflows.EventSubagentStart:
+	case protocol.EventSubagentStart:
 		fmt.Fprintf(p.out, "[%s] subagent started (%s)\n", e.Name, e.WorkflowID)
-	case workflows.EventSubagentFinish:
+	case protocol.EventSubagentFinish:
 		fmt.Fprintf(p.out, "[%s] subagent finished: %s\n", e.Name, cmp.Or(e.Reason, "stop"))
 		if e.Message != "" {
 			fmt.Fprintf(p.out, "[%s]   %s\n", e.Name, e.Message)
 		}
-	case workflows.EventToolCall:
+	case protocol.EventToolCall:
 		for _, c := range e.ToolCalls {
 			fmt.Fprintf(p.out, "%s→ %s %s\n", tag, c.Name, truncate(compact(c.Arguments), argumentsWidth))
 		}
-	case workflows.EventApprovalRequest:
+	case protocol.EventApprovalRequest:
 		p.tools[e.RequestID] = e.ToolName
 		if p.decidedAhead(e.RequestID, items) {
 			fmt.Fprintf(p.out, "%s? %s was decided elsewhere\n", tag, e.ToolName)
@@ -306,22 +305,22 @@ func (p *printer) handle(ctx context.Context, e workflows.Event, items <-chan st
 		if _, err := askAndDecide(ctx, p.ask, p.decider, req); err != nil {
 			fmt.Fprintf(p.out, "%v\n", err)
 		}
-	case workflows.EventApprovalDecision:
+	case protocol.EventApprovalDecision:
 		line := fmt.Sprintf("%s%s %s", tag, pastTense(e.Decision), cmp.Or(p.tools[e.RequestID], e.ToolCallID))
 		if e.Reason != "" {
 			line += ": " + e.Reason
 		}
 		fmt.Fprintln(p.out, line)
-	case workflows.EventToolResult:
+	case protocol.EventToolResult:
 		for _, r := range e.ToolResults {
 			fmt.Fprintf(p.out, "%s← %s %s: %s\n", tag, r.Name, r.Status, truncate(firstLine(r.Result), resultWidth))
 		}
-	case workflows.EventError:
+	case protocol.EventError:
 		fmt.Fprintf(p.out, "%serror: %s\n", tag, e.Message)
-	case workflows.EventContextCompacted:
+	case protocol.EventContextCompacted:
 		fmt.Fprintf(p.out, "%s(context compacted to fit the model: %s; %d → %d KiB; the whole conversation is kept)\n",
 			tag, compactedWhat(e), e.BytesBefore>>10, e.BytesAfter>>10)
-	case workflows.EventHeartbeat:
+	case protocol.EventHeartbeat:
 	default:
 		fmt.Fprintf(p.out, "%s(%s event)\n", tag, e.Type)
 	}
@@ -365,12 +364,12 @@ func (p *printer) endLine() {
 
 // baseType strips the subagent_ prefix: the event's type as a turn would
 // have it, and whether a subagent sent it.
-func baseType(e workflows.Event) (string, bool) {
+func baseType(e protocol.Event) (string, bool) {
 	switch e.Type {
-	case workflows.EventSubagentStart, workflows.EventSubagentFinish:
+	case protocol.EventSubagentStart, protocol.EventSubagentFinish:
 		return e.Type, true
 	}
-	if rest, ok := strings.CutPrefix(e.Type, workflows.EventSubagentPrefix); ok {
+	if rest, ok := strings.CutPrefix(e.Type, protocol.EventSubagentPrefix); ok {
 		return rest, true
 	}
 	return e.Type, false
@@ -378,11 +377,11 @@ func baseType(e workflows.Event) (string, bool) {
 
 func pastTense(decision string) string {
 	switch decision {
-	case workflows.DecisionApprove:
+	case protocol.DecisionApprove:
 		return "approved"
-	case workflows.DecisionDecline:
+	case protocol.DecisionDecline:
 		return "declined"
-	case workflows.DecisionTimeout:
+	case protocol.DecisionTimeout:
 		return "timed out"
 	}
 	return decision
@@ -406,7 +405,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 }
 
 // compactedWhat says what a context_compacted event left out.
-func compactedWhat(e workflows.Event) string {
+func compactedWhat(e protocol.Event) string {
 	var parts []string
 	if e.Elided > 0 {
 		parts = append(parts, fmt.Sprintf("%d old tool %s left out", e.Elided, plural(e.Elided, "output", "outputs")))

@@ -12,9 +12,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/tollgate/tollgate/activities"
-	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 const fakeTurn = "tollgate-conv-c1-turn-1"
@@ -26,9 +24,9 @@ type fakeAPI struct {
 	finish string
 
 	mu          sync.Mutex
-	chats       []chatRequest
+	chats       []protocol.ChatRequest
 	lastEventID []string
-	decisions   []workflows.ApprovalDecision
+	decisions   []protocol.ApprovalDecision
 	decided     chan struct{}
 }
 
@@ -43,7 +41,7 @@ func newFakeAPI(t *testing.T, finish string) (*fakeAPI, *httptest.Server) {
 	return f, ts
 }
 
-func (f *fakeAPI) write(w http.ResponseWriter, events ...workflows.Event) {
+func (f *fakeAPI) write(w http.ResponseWriter, events ...protocol.Event) {
 	for _, e := range events {
 		data, err := json.Marshal(e)
 		require.NoError(f.t, err)
@@ -53,18 +51,18 @@ func (f *fakeAPI) write(w http.ResponseWriter, events ...workflows.Event) {
 }
 
 func (f *fakeAPI) chatStream(w http.ResponseWriter, r *http.Request) {
-	var req chatRequest
+	var req protocol.ChatRequest
 	require.NoError(f.t, json.NewDecoder(r.Body).Decode(&req))
 	f.mu.Lock()
 	f.chats = append(f.chats, req)
 	f.mu.Unlock()
-	w.Header().Set(headerConversationID, "c1")
-	w.Header().Set(headerTurnID, fakeTurn)
+	w.Header().Set(protocol.HeaderConversationID, "c1")
+	w.Header().Set(protocol.HeaderTurnID, fakeTurn)
 	w.Header().Set("Content-Type", "text/event-stream")
 	f.write(w,
-		workflows.Event{Seq: 1, Type: workflows.EventTurnStart, ConversationID: "c1", TurnID: fakeTurn},
-		workflows.Event{Seq: 2, Type: workflows.EventToken, Data: "Listing "},
-		workflows.Event{Seq: 3, Type: workflows.EventToolCall, ToolCalls: []activities.ToolCall{{ID: "call_1", Name: "Bash", Arguments: `{"command": "ls"}`}}},
+		protocol.Event{Seq: 1, Type: protocol.EventTurnStart, ConversationID: "c1", TurnID: fakeTurn},
+		protocol.Event{Seq: 2, Type: protocol.EventToken, Data: "Listing "},
+		protocol.Event{Seq: 3, Type: protocol.EventToolCall, ToolCalls: []protocol.ToolCall{{ID: "call_1", Name: "Bash", Arguments: `{"command": "ls"}`}}},
 	)
 	fmt.Fprint(w, "id: 4\ndata: {\"type\":")
 	w.(http.Flusher).Flush()
@@ -80,9 +78,9 @@ func (f *fakeAPI) resume(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	f.write(w,
 		// Sent again: a client must show no event twice.
-		workflows.Event{Seq: 3, Type: workflows.EventToolCall, ToolCalls: []activities.ToolCall{{ID: "call_1", Name: "Bash", Arguments: `{"command": "ls"}`}}},
-		workflows.Event{Seq: 4, Type: workflows.EventApprovalRequest, RequestID: fakeTurn + "/apr-1", ToolCallID: "call_1", ToolName: "Bash", Arguments: `{"command": "ls"}`, ExpiresAt: &expires},
-		workflows.Event{Seq: 5, Type: workflows.EventHeartbeat},
+		protocol.Event{Seq: 3, Type: protocol.EventToolCall, ToolCalls: []protocol.ToolCall{{ID: "call_1", Name: "Bash", Arguments: `{"command": "ls"}`}}},
+		protocol.Event{Seq: 4, Type: protocol.EventApprovalRequest, RequestID: fakeTurn + "/apr-1", ToolCallID: "call_1", ToolName: "Bash", Arguments: `{"command": "ls"}`, ExpiresAt: &expires},
+		protocol.Event{Seq: 5, Type: protocol.EventHeartbeat},
 	)
 	fmt.Fprint(w, "data: {\"type\":\"heartbeat\"}\n\n") // a keep-alive
 	w.(http.Flusher).Flush()
@@ -93,15 +91,15 @@ func (f *fakeAPI) resume(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f.write(w,
-		workflows.Event{Seq: 6, Type: workflows.EventApprovalDecision, RequestID: fakeTurn + "/apr-1", ToolCallID: "call_1", Decision: workflows.DecisionApprove},
-		workflows.Event{Seq: 7, Type: workflows.EventToolResult, ToolResults: []workflows.ToolResult{{ID: "call_1", Name: "Bash", Result: "README.md\nnotes", Status: activities.StatusOK}}},
-		workflows.Event{Seq: 8, Type: workflows.EventToken, Data: "the files."},
-		workflows.Event{Seq: 9, Type: workflows.EventFinish, Reason: f.finish},
+		protocol.Event{Seq: 6, Type: protocol.EventApprovalDecision, RequestID: fakeTurn + "/apr-1", ToolCallID: "call_1", Decision: protocol.DecisionApprove},
+		protocol.Event{Seq: 7, Type: protocol.EventToolResult, ToolResults: []protocol.ToolResult{{ID: "call_1", Name: "Bash", Result: "README.md\nnotes", Status: protocol.StatusOK}}},
+		protocol.Event{Seq: 8, Type: protocol.EventToken, Data: "the files."},
+		protocol.Event{Seq: 9, Type: protocol.EventFinish, Reason: f.finish},
 	)
 }
 
 func (f *fakeAPI) approval(w http.ResponseWriter, r *http.Request) {
-	var d workflows.ApprovalDecision
+	var d protocol.ApprovalDecision
 	require.NoError(f.t, json.NewDecoder(r.Body).Decode(&d))
 	f.mu.Lock()
 	f.decisions = append(f.decisions, d)
@@ -114,16 +112,16 @@ func (f *fakeAPI) approval(w http.ResponseWriter, r *http.Request) {
 func noEnv(string) string { return "" }
 
 func TestChatResumesADroppedStreamAfterTheLastEventAndShowsNoEventTwice(t *testing.T) {
-	f, ts := newFakeAPI(t, workflows.FinishStop)
+	f, ts := newFakeAPI(t, protocol.FinishStop)
 	var out, errOut strings.Builder
 
 	code := run(context.Background(), []string{"chat", "list", "--bypass", "the files", "--api", ts.URL},
 		noEnv, strings.NewReader("y\n"), &out, &errOut)
 
 	require.Equal(t, exitOK, code, "stdout:\n%s\nstderr:\n%s", out.String(), errOut.String())
-	require.Equal(t, []chatRequest{{Query: "list the files", BypassApproval: true}}, f.chats)
+	require.Equal(t, []protocol.ChatRequest{{Query: "list the files", BypassApproval: true}}, f.chats)
 	require.Equal(t, []string{"3"}, f.lastEventID)
-	require.Equal(t, []workflows.ApprovalDecision{{RequestID: fakeTurn + "/apr-1", Decision: workflows.DecisionApprove}}, f.decisions)
+	require.Equal(t, []protocol.ApprovalDecision{{RequestID: fakeTurn + "/apr-1", Decision: protocol.DecisionApprove}}, f.decisions)
 
 	text := out.String()
 	require.Contains(t, text, "conversation c1\nturn "+fakeTurn+"\nListing \n→ Bash {\"command\":\"ls\"}\n")
@@ -138,7 +136,7 @@ func TestChatResumesADroppedStreamAfterTheLastEventAndShowsNoEventTwice(t *testi
 }
 
 func TestChatExitsNonZeroWhenTheTurnDoesNotFinishWithStop(t *testing.T) {
-	_, ts := newFakeAPI(t, workflows.FinishMaxSteps)
+	_, ts := newFakeAPI(t, protocol.FinishMaxSteps)
 	var out, errOut strings.Builder
 	code := run(context.Background(), []string{"chat", "go on"}, func(name string) string {
 		if name == EnvAPI {
@@ -172,7 +170,7 @@ func TestUsageErrorsExitWithTwo(t *testing.T) {
 
 func TestApprovalsListsPendingApprovalsAndDecidesEachWithDecide(t *testing.T) {
 	now := time.Now()
-	pending := []workflows.PendingApproval{
+	pending := []protocol.PendingApproval{
 		{RequestID: "tollgate-conv-a-turn-1/apr-1", ToolName: "Write", Arguments: `{"file_path":"notes/a-very-long-name-indeed.txt","content":"` + strings.Repeat("x", 80) + `"}`,
 			RequestedAt: now.Add(-90 * time.Second), ExpiresAt: now.Add(90 * time.Second)},
 		{RequestID: "tollgate-conv-b-turn-2/apr-2", ToolName: "Bash", Arguments: `{"command":"ls"}`,
@@ -181,7 +179,7 @@ func TestApprovalsListsPendingApprovalsAndDecidesEachWithDecide(t *testing.T) {
 	var (
 		mu        sync.Mutex
 		query     string
-		decisions []workflows.ApprovalDecision
+		decisions []protocol.ApprovalDecision
 	)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /approvals", func(w http.ResponseWriter, r *http.Request) {
@@ -189,7 +187,7 @@ func TestApprovalsListsPendingApprovalsAndDecidesEachWithDecide(t *testing.T) {
 		require.NoError(t, json.NewEncoder(w).Encode(map[string]any{"approvals": pending}))
 	})
 	mux.HandleFunc("POST /chat/approval", func(w http.ResponseWriter, r *http.Request) {
-		var d workflows.ApprovalDecision
+		var d protocol.ApprovalDecision
 		require.NoError(t, json.NewDecoder(r.Body).Decode(&d))
 		mu.Lock()
 		decisions = append(decisions, d)
@@ -209,9 +207,9 @@ func TestApprovalsListsPendingApprovalsAndDecidesEachWithDecide(t *testing.T) {
 	require.Regexp(t, `^AGE +EXPIRES +TOOL +ARGUMENTS +REQUEST$`, lines[0])
 	require.Regexp(t, `^1m +in 1m +Write +\{"file_path":"notes/a-very-long-name-indeed.txt… +tollgate-conv-a-turn-1/apr-1$`, lines[1])
 	require.Regexp(t, `^26h0[01]m +in 45h5[89]m +Bash +\{"command":"ls"\} +tollgate-conv-b-turn-2/apr-2$`, lines[2])
-	require.Equal(t, []workflows.ApprovalDecision{
-		{RequestID: "tollgate-conv-a-turn-1/apr-1", Decision: workflows.DecisionDecline, Reason: "too long"},
-		{RequestID: "tollgate-conv-b-turn-2/apr-2", Decision: workflows.DecisionApprove},
+	require.Equal(t, []protocol.ApprovalDecision{
+		{RequestID: "tollgate-conv-a-turn-1/apr-1", Decision: protocol.DecisionDecline, Reason: "too long"},
+		{RequestID: "tollgate-conv-b-turn-2/apr-2", Decision: protocol.DecisionApprove},
 	}, decisions)
 	require.Contains(t, out.String(), "sent: decline Write (too long)\n")
 	require.Contains(t, out.String(), "sent: approve Bash\n")
@@ -230,11 +228,11 @@ func TestApprovalsSaysWhenNothingWaits(t *testing.T) {
 func TestAResetTokenSaysTheAnswerStartsAgain(t *testing.T) {
 	var out strings.Builder
 	p := &printer{out: &out}
-	for _, e := range []workflows.Event{
-		{Type: workflows.EventToken, Data: "I will count "},
-		{Type: workflows.EventToken, Data: "Let me ", Reset: true},
-		{Type: workflows.EventToken, Data: "count."},
-		{Type: workflows.EventSubagentPrefix + workflows.EventToken, Name: "notes", Data: "Noted", Reset: true},
+	for _, e := range []protocol.Event{
+		{Type: protocol.EventToken, Data: "I will count "},
+		{Type: protocol.EventToken, Data: "Let me ", Reset: true},
+		{Type: protocol.EventToken, Data: "count."},
+		{Type: protocol.EventSubagentPrefix + protocol.EventToken, Name: "notes", Data: "Noted", Reset: true},
 	} {
 		require.NoError(t, p.handle(context.Background(), e, nil))
 	}
@@ -249,9 +247,9 @@ func TestAResetTokenSaysTheAnswerStartsAgain(t *testing.T) {
 func TestACompactedContextIsSaid(t *testing.T) {
 	var out strings.Builder
 	p := &printer{out: &out}
-	for _, e := range []workflows.Event{
-		{Type: workflows.EventContextCompacted, Elided: 3, Summarized: 12, BytesBefore: 500 << 10, BytesAfter: 90 << 10},
-		{Type: workflows.EventSubagentPrefix + workflows.EventContextCompacted, Name: "notes", Elided: 1, BytesBefore: 30 << 10, BytesAfter: 10 << 10},
+	for _, e := range []protocol.Event{
+		{Type: protocol.EventContextCompacted, Elided: 3, Summarized: 12, BytesBefore: 500 << 10, BytesAfter: 90 << 10},
+		{Type: protocol.EventSubagentPrefix + protocol.EventContextCompacted, Name: "notes", Elided: 1, BytesBefore: 30 << 10, BytesAfter: 10 << 10},
 	} {
 		require.NoError(t, p.handle(context.Background(), e, nil))
 	}

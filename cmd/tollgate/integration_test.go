@@ -25,7 +25,7 @@ import (
 	"github.com/tollgate/tollgate/internal/metrics"
 	"github.com/tollgate/tollgate/internal/proctest"
 	"github.com/tollgate/tollgate/internal/scripted"
-	"github.com/tollgate/tollgate/internal/sse"
+	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
 )
 
@@ -152,9 +152,9 @@ func TestTerminalClientOnTheRealStack(t *testing.T) {
 		// decision of each kind, from the turn's workflow code.
 		turn := map[string]string{"workflow_type": workflows.ChatTurnWorkflow}
 		require.Equal(t, 2.0, st.metrics.Sum(workflows.ApprovalRequestsMetric, turn))
-		require.Equal(t, 1.0, st.metrics.Sum(workflows.ApprovalDecisionsMetric, map[string]string{"workflow_type": workflows.ChatTurnWorkflow, workflows.MetricTagDecision: workflows.DecisionApprove}))
-		require.Equal(t, 1.0, st.metrics.Sum(workflows.ApprovalDecisionsMetric, map[string]string{"workflow_type": workflows.ChatTurnWorkflow, workflows.MetricTagDecision: workflows.DecisionDecline}))
-		require.EqualValues(t, 1, st.metrics.Count(workflows.ApprovalDecisionLatencyMetric, map[string]string{workflows.MetricTagDecision: workflows.DecisionApprove}))
+		require.Equal(t, 1.0, st.metrics.Sum(workflows.ApprovalDecisionsMetric, map[string]string{"workflow_type": workflows.ChatTurnWorkflow, workflows.MetricTagDecision: protocol.DecisionApprove}))
+		require.Equal(t, 1.0, st.metrics.Sum(workflows.ApprovalDecisionsMetric, map[string]string{"workflow_type": workflows.ChatTurnWorkflow, workflows.MetricTagDecision: protocol.DecisionDecline}))
+		require.EqualValues(t, 1, st.metrics.Count(workflows.ApprovalDecisionLatencyMetric, map[string]string{workflows.MetricTagDecision: protocol.DecisionApprove}))
 		// The SDK's own metrics name each tool's activity.
 		require.GreaterOrEqual(t, st.metrics.Count("temporal_activity_execution_latency_seconds", map[string]string{"activity_type": activities.ToolBash}), uint64(1))
 		require.GreaterOrEqual(t, st.metrics.Count("temporal_activity_execution_latency_seconds", map[string]string{"activity_type": activities.ModelActivity}), uint64(2))
@@ -173,14 +173,14 @@ func TestTerminalClientOnTheRealStack(t *testing.T) {
 		defer cancel()
 		conv := "cli-" + uuid.NewString()
 		api := newAPIClient(st.api)
-		resp, err := api.startChat(ctx, chatRequest{Query: "tidy up again", ConversationID: conv})
+		resp, err := api.startChat(ctx, protocol.ChatRequest{Query: "tidy up again", ConversationID: conv})
 		require.NoError(t, err)
 		finished := make(chan string, 1)
 		go func() {
 			defer resp.Body.Close()
 			reason := ""
-			_ = sse.Read(resp.Body, func(m sse.Message) error {
-				if e, _, err := decodeEvent(m); err == nil && e.Type == workflows.EventFinish {
+			_ = protocol.ReadSSE(resp.Body, func(m protocol.SSEMessage) error {
+				if e, _, err := decodeEvent(m); err == nil && e.Type == protocol.EventFinish {
 					reason = e.Reason
 					return errFinished
 				}
@@ -210,7 +210,7 @@ func TestTerminalClientOnTheRealStack(t *testing.T) {
 
 		select {
 		case reason := <-finished:
-			require.Equal(t, workflows.FinishStop, reason)
+			require.Equal(t, protocol.FinishStop, reason)
 		case <-ctx.Done():
 			t.Fatal("the turn did not finish after both decisions")
 		}

@@ -18,7 +18,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 // EnvAPI names the variable that holds the API's URL.
@@ -97,7 +97,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, in io.R
 			fmt.Fprintf(errOut, "tollgate chat: %v\n", err)
 			return exitFail
 		}
-		if reason != workflows.FinishStop {
+		if reason != protocol.FinishStop {
 			return exitFail
 		}
 		return exitOK

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 // promptLine is the question asked for every approval request.
@@ -34,7 +34,7 @@ type request struct {
 
 // decider sends a decision to tollgate; the API client is one.
 type decider interface {
-	decide(ctx context.Context, d workflows.ApprovalDecision) (workflows.ApprovalResult, error)
+	decide(ctx context.Context, d protocol.ApprovalDecision) (protocol.ApprovalResult, error)
 }
 
 // asker reads a person's answers, one line each, from in and asks on out.
@@ -60,8 +60,8 @@ func (a *asker) line() (text string, ok bool) {
 // line declines; e reads edited arguments (one line of JSON, an object)
 // and approves with them; r reads a reason and declines with it. When the
 // input ends, the answer is a decline, as no answer is.
-func (a *asker) ask(req request) workflows.ApprovalDecision {
-	d := workflows.ApprovalDecision{RequestID: req.RequestID, Decision: workflows.DecisionDecline}
+func (a *asker) ask(req request) protocol.ApprovalDecision {
+	d := protocol.ApprovalDecision{RequestID: req.RequestID, Decision: protocol.DecisionDecline}
 	a.show(req)
 	for {
 		fmt.Fprint(a.out, promptLine)
@@ -72,7 +72,7 @@ func (a *asker) ask(req request) workflows.ApprovalDecision {
 		}
 		switch strings.ToLower(strings.TrimSpace(answer)) {
 		case "y", "yes":
-			d.Decision = workflows.DecisionApprove
+			d.Decision = protocol.DecisionApprove
 			return d
 		case "", "n", "no":
 			return d
@@ -93,7 +93,7 @@ func (a *asker) ask(req request) workflows.ApprovalDecision {
 				fmt.Fprintf(a.out, "%v; answer again\n", err)
 				continue
 			}
-			d.Decision, d.Arguments = workflows.DecisionApprove, args
+			d.Decision, d.Arguments = protocol.DecisionApprove, args
 			return d
 		default:
 			fmt.Fprintln(a.out, "answer y (approve), n or nothing (decline), e (edit the arguments and approve) or r (decline with a reason)")
@@ -123,7 +123,7 @@ func (a *asker) show(req request) {
 
 // askAndDecide asks about req and sends the answer with d, then says on
 // out what became of it. It returns the decision sent.
-func askAndDecide(ctx context.Context, a *asker, d decider, req request) (workflows.ApprovalDecision, error) {
+func askAndDecide(ctx context.Context, a *asker, d decider, req request) (protocol.ApprovalDecision, error) {
 	dec := a.ask(req)
 	res, err := d.decide(ctx, dec)
 	if err != nil {
@@ -134,7 +134,7 @@ func askAndDecide(ctx context.Context, a *asker, d decider, req request) (workfl
 		return dec, nil
 	}
 	switch {
-	case dec.Decision == workflows.DecisionApprove && dec.Arguments != "":
+	case dec.Decision == protocol.DecisionApprove && dec.Arguments != "":
 		fmt.Fprintf(a.out, "sent: approve %s with edited arguments\n", req.ToolName)
 	case dec.Reason != "":
 		fmt.Fprintf(a.out, "sent: %s %s (%s)\n", dec.Decision, req.ToolName, dec.Reason)
@@ -196,11 +196,11 @@ func truncate(s string, n int) string {
 // refusal says in words why the API did not take a decision.
 func refusal(reason string) string {
 	switch reason {
-	case workflows.RejectDecided:
+	case protocol.RejectDecided:
 		return "was decided already (by someone else, a remembered decision, or the clock)"
-	case workflows.RejectExpired:
+	case protocol.RejectExpired:
 		return "has expired"
-	case workflows.RejectUnknown:
+	case protocol.RejectUnknown:
 		return "is unknown"
 	default:
 		return "is unknown, expired or already decided"

@@ -9,24 +9,23 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 // fakeDecider records decisions and answers with accepted (or err).
 type fakeDecider struct {
 	mu        sync.Mutex
-	decisions []workflows.ApprovalDecision
+	decisions []protocol.ApprovalDecision
 	accepted  bool
 	reason    string
 	err       error
 }
 
-func (f *fakeDecider) decide(_ context.Context, d workflows.ApprovalDecision) (workflows.ApprovalResult, error) {
+func (f *fakeDecider) decide(_ context.Context, d protocol.ApprovalDecision) (protocol.ApprovalResult, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.decisions = append(f.decisions, d)
-	return workflows.ApprovalResult{Accepted: f.accepted, Reason: f.reason}, f.err
+	return protocol.ApprovalResult{Accepted: f.accepted, Reason: f.reason}, f.err
 }
 
 var bashRequest = request{
@@ -38,11 +37,11 @@ var bashRequest = request{
 
 func TestPromptTurnsEachAnswerIntoADecision(t *testing.T) {
 	id := bashRequest.RequestID
-	approve := workflows.ApprovalDecision{RequestID: id, Decision: workflows.DecisionApprove}
-	decline := workflows.ApprovalDecision{RequestID: id, Decision: workflows.DecisionDecline}
+	approve := protocol.ApprovalDecision{RequestID: id, Decision: protocol.DecisionApprove}
+	decline := protocol.ApprovalDecision{RequestID: id, Decision: protocol.DecisionDecline}
 	for _, tc := range []struct {
 		name, input string
-		want        workflows.ApprovalDecision
+		want        protocol.ApprovalDecision
 		wantOut     string
 	}{
 		{"y approves", "y\n", approve, ""},
@@ -50,8 +49,8 @@ func TestPromptTurnsEachAnswerIntoADecision(t *testing.T) {
 		{"an empty line declines", "\n", decline, ""},
 		{"n declines", "n\n", decline, ""},
 		{"N declines", "N\n", decline, ""},
-		{"r declines with a reason", "r\n  not in my workspace \n", workflows.ApprovalDecision{RequestID: id, Decision: workflows.DecisionDecline, Reason: "not in my workspace"}, "reason: "},
-		{"e approves with edited arguments", "e\n{ \"command\": \"ls\" }\n", workflows.ApprovalDecision{RequestID: id, Decision: workflows.DecisionApprove, Arguments: `{"command":"ls"}`}, `now:  {"command":"ls -la"}`},
+		{"r declines with a reason", "r\n  not in my workspace \n", protocol.ApprovalDecision{RequestID: id, Decision: protocol.DecisionDecline, Reason: "not in my workspace"}, "reason: "},
+		{"e approves with edited arguments", "e\n{ \"command\": \"ls\" }\n", protocol.ApprovalDecision{RequestID: id, Decision: protocol.DecisionApprove, Arguments: `{"command":"ls"}`}, `now:  {"command":"ls -la"}`},
 		{"e with arguments that are not an object asks again", "e\n[1]\ny\n", approve, "not a JSON object; answer again"},
 		{"an unknown answer asks again", "maybe\nn\n", decline, "answer y (approve)"},
 		{"windows line ends", "y\r\n", approve, ""},
@@ -93,8 +92,8 @@ func TestAskAndDecideSendsTheAnswerAndSaysWhatBecameOfIt(t *testing.T) {
 		{"approved", &fakeDecider{accepted: true}, "y\n", "sent: approve Bash\n", false},
 		{"declined with a reason", &fakeDecider{accepted: true}, "r\nnot now\n", "sent: decline Bash (not now)\n", false},
 		{"edited", &fakeDecider{accepted: true}, "e\n{\"command\":\"ls\"}\n", "sent: approve Bash with edited arguments\n", false},
-		{"too late", &fakeDecider{reason: workflows.RejectDecided}, "y\n", "not taken: " + bashRequest.RequestID + " was decided already (by someone else, a remembered decision, or the clock)\n", false},
-		{"expired", &fakeDecider{reason: workflows.RejectExpired}, "y\n", "not taken: " + bashRequest.RequestID + " has expired\n", false},
+		{"too late", &fakeDecider{reason: protocol.RejectDecided}, "y\n", "not taken: " + bashRequest.RequestID + " was decided already (by someone else, a remembered decision, or the clock)\n", false},
+		{"expired", &fakeDecider{reason: protocol.RejectExpired}, "y\n", "not taken: " + bashRequest.RequestID + " has expired\n", false},
 		{"API down", &fakeDecider{err: errors.New("connection refused")}, "y\n", "", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -105,7 +104,7 @@ func TestAskAndDecideSendsTheAnswerAndSaysWhatBecameOfIt(t *testing.T) {
 			} else {
 				require.NoError(t, err)
 			}
-			require.Equal(t, []workflows.ApprovalDecision{d}, tc.decider.decisions)
+			require.Equal(t, []protocol.ApprovalDecision{d}, tc.decider.decisions)
 			require.Contains(t, out.String(), tc.wantOut)
 		})
 	}
@@ -114,13 +113,13 @@ func TestAskAndDecideSendsTheAnswerAndSaysWhatBecameOfIt(t *testing.T) {
 func TestRequestsOfOneBatchAreAskedOneAfterTheOther(t *testing.T) {
 	expires := time.Now().Add(time.Minute)
 	items := make(chan streamItem, 16)
-	for _, e := range []workflows.Event{
-		{Seq: 1, Type: workflows.EventToolCall},
-		{Seq: 2, Type: workflows.EventApprovalRequest, RequestID: "r-write", ToolName: "Write", Arguments: `{"file_path":"a"}`, ExpiresAt: &expires},
-		{Seq: 3, Type: workflows.EventApprovalRequest, RequestID: "r-bash", ToolName: "Bash", Arguments: `{"command":"ls"}`, ExpiresAt: &expires},
+	for _, e := range []protocol.Event{
+		{Seq: 1, Type: protocol.EventToolCall},
+		{Seq: 2, Type: protocol.EventApprovalRequest, RequestID: "r-write", ToolName: "Write", Arguments: `{"file_path":"a"}`, ExpiresAt: &expires},
+		{Seq: 3, Type: protocol.EventApprovalRequest, RequestID: "r-bash", ToolName: "Bash", Arguments: `{"command":"ls"}`, ExpiresAt: &expires},
 		{Seq: 4, Type: "subagent_approval_request", Name: "notetaker", RequestID: "r-sub", ToolName: "Write", Arguments: `{}`, ExpiresAt: &expires},
-		{Seq: 5, Type: workflows.EventHeartbeat},
-		{Seq: 6, Type: workflows.EventFinish, Reason: workflows.FinishStop},
+		{Seq: 5, Type: protocol.EventHeartbeat},
+		{Seq: 6, Type: protocol.EventFinish, Reason: protocol.FinishStop},
 	} {
 		items <- streamItem{event: e}
 	}
@@ -131,11 +130,11 @@ func TestRequestsOfOneBatchAreAskedOneAfterTheOther(t *testing.T) {
 
 	reason, err := p.consume(context.Background(), items)
 	require.NoError(t, err)
-	require.Equal(t, workflows.FinishStop, reason)
-	require.Equal(t, []workflows.ApprovalDecision{
-		{RequestID: "r-write", Decision: workflows.DecisionDecline, Reason: "not that file"},
-		{RequestID: "r-bash", Decision: workflows.DecisionApprove},
-		{RequestID: "r-sub", Decision: workflows.DecisionDecline},
+	require.Equal(t, protocol.FinishStop, reason)
+	require.Equal(t, []protocol.ApprovalDecision{
+		{RequestID: "r-write", Decision: protocol.DecisionDecline, Reason: "not that file"},
+		{RequestID: "r-bash", Decision: protocol.DecisionApprove},
+		{RequestID: "r-sub", Decision: protocol.DecisionDecline},
 	}, d.decisions)
 	require.Less(t, strings.Index(out.String(), "? Write wants"), strings.Index(out.String(), "? Bash wants"))
 	require.Contains(t, out.String(), "? Write (subagent notetaker) wants to run:")
@@ -143,9 +142,9 @@ func TestRequestsOfOneBatchAreAskedOneAfterTheOther(t *testing.T) {
 
 func TestARequestDecidedElsewhereIsNotAsked(t *testing.T) {
 	items := make(chan streamItem, 4)
-	items <- streamItem{event: workflows.Event{Seq: 1, Type: workflows.EventApprovalRequest, RequestID: "r1", ToolName: "Bash"}}
-	items <- streamItem{event: workflows.Event{Seq: 2, Type: workflows.EventApprovalDecision, RequestID: "r1", Decision: workflows.DecisionApprove}}
-	items <- streamItem{event: workflows.Event{Seq: 3, Type: workflows.EventFinish, Reason: workflows.FinishStop}}
+	items <- streamItem{event: protocol.Event{Seq: 1, Type: protocol.EventApprovalRequest, RequestID: "r1", ToolName: "Bash"}}
+	items <- streamItem{event: protocol.Event{Seq: 2, Type: protocol.EventApprovalDecision, RequestID: "r1", Decision: protocol.DecisionApprove}}
+	items <- streamItem{event: protocol.Event{Seq: 3, Type: protocol.EventFinish, Reason: protocol.FinishStop}}
 	close(items)
 	var out strings.Builder
 	d := &fakeDecider{accepted: true}

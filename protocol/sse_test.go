@@ -1,4 +1,4 @@
-package sse
+package protocol
 
 import (
 	"errors"
@@ -16,13 +16,13 @@ func TestReadSSEFollowsTheFormat(t *testing.T) {
 		"id:2\r\ndata: first\r\ndata: second\r\n\r\n" +
 		"event: ignored\n\n" + // no data: nothing to hand on
 		"id: 3\ndata: cut off" // the connection dropped mid-message
-	var got []Message
-	err := Read(strings.NewReader(stream), func(m Message) error {
+	var got []SSEMessage
+	err := ReadSSE(strings.NewReader(stream), func(m SSEMessage) error {
 		got = append(got, m)
 		return nil
 	})
 	require.ErrorIs(t, err, io.EOF)
-	require.Equal(t, []Message{
+	require.Equal(t, []SSEMessage{
 		{ID: "1", Data: `{"type":"turn_start"}`},
 		{Data: `{"type":"heartbeat"}`},
 		{ID: "2", Data: "first\nsecond"},
@@ -32,7 +32,7 @@ func TestReadSSEFollowsTheFormat(t *testing.T) {
 func TestReadSSEStopsWhenTheHandlerFails(t *testing.T) {
 	stop := errors.New("stop")
 	n := 0
-	err := Read(strings.NewReader("data: a\n\ndata: b\n\n"), func(Message) error {
+	err := ReadSSE(strings.NewReader("data: a\n\ndata: b\n\n"), func(SSEMessage) error {
 		n++
 		return stop
 	})

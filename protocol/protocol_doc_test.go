@@ -1,4 +1,4 @@
-package workflows
+package protocol
 
 import (
 	"encoding/json"
@@ -15,8 +15,6 @@ import (
 	"unicode"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/tollgate/tollgate/activities"
 )
 
 // protocolDoc is the wire protocol's reference, which these tests hold to
@@ -98,7 +96,7 @@ func TestProtocolDocNamesEveryDecisionRejectionAndFinishReason(t *testing.T) {
 	statuses := tableRows(docSection(t, doc, "### Event fields"))
 	i := slices.IndexFunc(statuses, func(cells []string) bool { return slices.Contains(codeSpans(cells[0]), "status") })
 	require.GreaterOrEqual(t, i, 0, "the tool result's status has a row")
-	for _, s := range []string{activities.StatusOK, activities.StatusError, activities.StatusDeclined, activities.StatusTimeout} {
+	for _, s := range []string{StatusOK, StatusError, StatusDeclined, StatusTimeout} {
 		require.Contains(t, codeSpans(statuses[i][len(statuses[i])-1]), s, "the tool result status %q is explained", s)
 	}
 }
@@ -106,7 +104,7 @@ func TestProtocolDocNamesEveryDecisionRejectionAndFinishReason(t *testing.T) {
 func TestProtocolDocNamesEveryFieldOfAnEventAndNoOther(t *testing.T) {
 	keys := tableKeys(docSection(t, readProtocolDoc(t), "### Event fields"))
 	var fields []string
-	for _, typ := range []reflect.Type{reflect.TypeFor[Event](), reflect.TypeFor[ToolResult](), reflect.TypeFor[activities.ToolCall]()} {
+	for _, typ := range []reflect.Type{reflect.TypeFor[Event](), reflect.TypeFor[ToolResult](), reflect.TypeFor[ToolCall]()} {
 		for i := range typ.NumField() {
 			name, _, _ := strings.Cut(typ.Field(i).Tag.Get("json"), ",")
 			require.NotEmpty(t, name, "%s.%s has a JSON name", typ, typ.Field(i).Name)

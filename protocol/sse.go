@@ -1,29 +1,49 @@
-// Package sse reads Server-Sent Events streams, as the API writes them: the
-// terminal client and the tests that watch a turn over HTTP read with it.
-package sse
+package protocol
 
 import (
 	"bufio"
+	"encoding/json"
+	"fmt"
 	"io"
 	"strings"
 )
 
-// Message is one Server-Sent Events message.
-type Message struct {
+// SSEKeepAlive is the message an idle stream sends now and then: a
+// heartbeat event without an id.
+const SSEKeepAlive = `data: {"type":"` + EventHeartbeat + `"}` + "\n\n"
+
+// WriteSSE encodes e as one Server-Sent Events message: "id: <seq>" when
+// numbered, then "data: <json>". JSON escapes newlines, so data is always
+// one line.
+func WriteSSE(w io.Writer, e Event, numbered bool) error {
+	data, err := json.Marshal(e)
+	if err != nil {
+		return fmt.Errorf("encode %s event %d: %w", e.Type, e.Seq, err)
+	}
+	if numbered {
+		_, err = fmt.Fprintf(w, "id: %d\ndata: %s\n\n", e.Seq, data)
+	} else {
+		_, err = fmt.Fprintf(w, "data: %s\n\n", data)
+	}
+	return err
+}
+
+// SSEMessage is one Server-Sent Events message.
+type SSEMessage struct {
 	// ID is the message's id line, "" when it had none (the API's
 	// keep-alives and its own errors carry none).
 	ID   string
 	Data string
 }
 
-// Read reads messages from r and hands each to fn until r ends or fn
+// ReadSSE reads messages from r and hands each to fn until r ends or fn
 // fails. It follows the SSE format: "field: value" lines, data lines joined
 // with newlines, comments starting with ':', a blank line ending a message.
 // A message cut off by the end of r is not handed on: it may be partial.
-func Read(r io.Reader, fn func(Message) error) error {
+func ReadSSE(r io.Reader, fn func(SSEMessage) error) error {
 	br := bufio.NewReader(r)
 	var (
-		msg  Message
+		msg  SSEMessage
 		data []string
 	)
 	for {
@@ -39,7 +59,7 @@ func Read(r io.Reader, fn func(Message) error) error {
 					return err
 				}
 			}
-			msg, data = Message{}, nil
+			msg, data = SSEMessage{}, nil
 			continue
 		}
 		if strings.HasPrefix(line, ":") {

@@ -1,0 +1,116 @@
+package protocol
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Decisions a person (or the clock) makes on an approval request.
+const (
+	DecisionApprove = "approve"
+	DecisionDecline = "decline"
+	DecisionTimeout = "timeout"
+)
+
+// RememberConversation is the only scope a decision can be remembered for.
+const RememberConversation = "conversation"
+
+// Reasons a decision, or a client tool's result, is not taken: what the
+// API answers in {"accepted": false, "reason": ...}.
+const (
+	// RejectUnknown: no such request in the workflow (a forged or mistyped
+	// id, or one of another workflow).
+	RejectUnknown = "unknown"
+	// RejectDecided: the request was decided already, by someone else, a
+	// grant, the clock or a cancellation.
+	RejectDecided = "decided"
+	// RejectExpired: the request's time ran out.
+	RejectExpired = "expired"
+	// RejectForbidden: the policy says someone else must decide (its
+	// deciders, or a second person).
+	RejectForbidden = "forbidden"
+	// RejectInvalid: the decision itself is not valid (edited arguments
+	// the tool would refuse); the API answers it 400.
+	RejectInvalid = "invalid"
+)
+
+// ApprovalDecision is the payload of the approval Update and signal, and the
+// body of POST /chat/approval.
+type ApprovalDecision struct {
+	RequestID string `json:"requestId"`
+	// Decision is "approve" or "decline"; any other value is rejected.
+	Decision string `json:"decision"`
+	// Reason is shown to the model with a decline.
+	Reason string `json:"reason,omitempty"`
+	// Arguments, when set with an approve, replaces the call's arguments: it
+	// must be a JSON object.
+	Arguments string `json:"arguments,omitempty"`
+	// Remember, "conversation", makes this decision for every later call of
+	// the same tool in the conversation; with SameArguments, only for calls
+	// with the same arguments.
+	Remember      string `json:"remember,omitempty"`
+	SameArguments bool   `json:"sameArguments,omitempty"`
+	// Principal names who decided. The API sets it from the caller's bearer
+	// token and overwrites whatever a body said; a client with Temporal
+	// access (the CLI's signal or Update) is trusted to say who it is, and a
+	// signal without one is recorded as "temporal".
+	Principal string `json:"principal,omitempty"`
+	// Role is the role of the API token the principal decided with
+	// (approve or admin); empty for a decision by an API without tokens.
+	// A signal's is what its sender wrote, trusted like its Principal.
+	Role string `json:"role,omitempty"`
+}
+
+// Check says what is wrong with d itself, whatever request it names: a
+// decision other than approve or decline, edited arguments that are not a
+// JSON object, a remember other than conversation. The API and the gate
+// both ask it.
+func (d ApprovalDecision) Check() error {
+	switch d.Decision {
+	case DecisionApprove:
+		if d.Arguments != "" && !IsJSONObject(d.Arguments) {
+			return errors.New("edited arguments are not a JSON object")
+		}
+	case DecisionDecline:
+	default:
+		return fmt.Errorf("decision %q is neither %q nor %q", d.Decision, DecisionApprove, DecisionDecline)
+	}
+	if d.Remember != "" && d.Remember != RememberConversation {
+		return fmt.Errorf("remember %q is not %q", d.Remember, RememberConversation)
+	}
+	return nil
+}
+
+// IsJSONObject reports whether s is a JSON object.
+func IsJSONObject(s string) bool {
+	var v map[string]json.RawMessage
+	return json.Unmarshal([]byte(s), &v) == nil && v != nil
+}
+
+// ApprovalResult answers the approval Update, and POST /chat/approval.
+type ApprovalResult struct {
+	Accepted bool `json:"accepted"`
+	// Reason says why a decision was not taken (a Reject reason); only the
+	// API fills it in, from the validator's refusal.
+	Reason string `json:"reason,omitempty"`
+}
+
+// PendingApproval is one approval a turn waits for, as the pending query
+// and GET /approvals show it.
+type PendingApproval struct {
+	RequestID  string `json:"requestId"`
+	WorkflowID string `json:"workflowId"`
+	// TurnID is the turn the waiting workflow belongs to: WorkflowID for a
+	// turn, the turn that started it for a subagent.
+	TurnID         string    `json:"turnId"`
+	ConversationID string    `json:"conversationId"`
+	ToolCallID     string    `json:"toolCallId"`
+	ToolName       string    `json:"toolName"`
+	Arguments      string    `json:"arguments"`
+	RequestedAt    time.Time `json:"requestedAt"`
+	ExpiresAt      time.Time `json:"expiresAt"`
+	// Preview says what the call will do (see Event.Preview).
+	Preview string `json:"preview,omitempty"`
+}

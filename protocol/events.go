@@ -1,0 +1,130 @@
+// Package protocol is tollgate's wire contract: the events a turn streams,
+// the decisions a person sends, the bodies and headers of the API, and the
+// Server-Sent Events encoding. The worker, the API and the terminal client
+// share it; it imports nothing of tollgate's and nothing of Temporal's, so
+// a client that speaks HTTP and JSON links no more than that.
+// docs/protocol.md describes it.
+package protocol
+
+import "time"
+
+// Event types of a turn's stream.
+const (
+	EventTurnStart        = "turn_start"
+	EventToken            = "token"
+	EventToolCall         = "tool_call"
+	EventApprovalRequest  = "approval_request"
+	EventApprovalDecision = "approval_decision"
+	EventToolResult       = "tool_result"
+	EventHeartbeat        = "heartbeat"
+	EventFinish           = "finish"
+	EventError            = "error"
+	// EventClientToolCall asks the client to run one of its own tools and
+	// answer with POST /chat/tool-result.
+	EventClientToolCall = "client_tool_call"
+	// EventContextCompacted says the turn left tool outputs out of the
+	// model's view, or summarized earlier messages, to fit its budget.
+	EventContextCompacted = "context_compacted"
+
+	// Events of a subagent as its parent's stream shows them, with Name.
+	EventSubagentStart  = "subagent_start"
+	EventSubagentFinish = "subagent_finish"
+	EventSubagentPrefix = "subagent_"
+)
+
+// Finish reasons.
+const (
+	FinishStop      = "stop"
+	FinishMaxSteps  = "max_steps"
+	FinishCancelled = "cancelled"
+	FinishError     = "error"
+)
+
+// Tool result statuses, as the tool_result event reports them.
+const (
+	StatusOK       = "ok"
+	StatusError    = "error"
+	StatusDeclined = "declined"
+	StatusTimeout  = "timeout"
+)
+
+// Event is one entry of a turn's append-only event log. Seq numbers the
+// events of one turn from 1, without gaps; the API sends it as the SSE id.
+type Event struct {
+	Seq  int    `json:"seq"`
+	Type string `json:"type"`
+	// Name is the subagent's name on subagent_* events.
+	Name string `json:"name,omitempty"`
+
+	// turn_start
+	ConversationID string `json:"conversationId,omitempty"`
+	TurnID         string `json:"turnId,omitempty"`
+	WorkflowID     string `json:"workflowId,omitempty"`
+	RunID          string `json:"runId,omitempty"`
+	// Bypass is true on turn_start when the turn runs with bypassApproval:
+	// no call asks, but those a rule requires always (from strict-gate on;
+	// a turn begun before it asks for none).
+	Bypass bool `json:"bypass,omitempty"`
+
+	// token. Reset voids the text the call's earlier token events spelled:
+	// a retried model call answered otherwise, and Data starts it again.
+	Data  string `json:"data,omitempty"`
+	Reset bool   `json:"reset,omitempty"`
+
+	// tool_call
+	ToolCalls []ToolCall `json:"toolCalls,omitempty"`
+
+	// approval_request and approval_decision
+	RequestID  string     `json:"requestId,omitempty"`
+	ToolCallID string     `json:"toolCallId,omitempty"`
+	ToolName   string     `json:"toolName,omitempty"`
+	Arguments  string     `json:"arguments,omitempty"`
+	ExpiresAt  *time.Time `json:"expiresAt,omitempty"`
+	Decision   string     `json:"decision,omitempty"`
+	// Preview, on approval_request, says what the call will do, read on
+	// the worker where the files are: a Write's or an Edit's diff against
+	// the file, a Bash command line by line.
+	Preview string `json:"preview,omitempty"`
+	// Grant names the remembered decision that decided a call.
+	Grant string `json:"grant,omitempty"`
+	// By names who decided: the principal of the API caller's token, a
+	// signal's principal (or "temporal"), or a grant's maker; empty for a
+	// timeout, a cancellation, or the API without tokens.
+	By string `json:"by,omitempty"`
+	// Role is the role of the API token By decided with (approve or
+	// admin); empty otherwise.
+	Role string `json:"role,omitempty"`
+
+	// tool_result
+	ToolResults []ToolResult `json:"toolResults,omitempty"`
+
+	// context_compacted: how many tool outputs were left out of the
+	// model's view and how many earlier messages summarized, and the
+	// view's size in bytes of text before and after.
+	Elided      int `json:"elided,omitempty"`
+	Summarized  int `json:"summarized,omitempty"`
+	BytesBefore int `json:"bytesBefore,omitempty"`
+	BytesAfter  int `json:"bytesAfter,omitempty"`
+
+	// Reason: approval_decision's, approval_request's policy note, and
+	// finish's; Text: finish's; Message: error's and finish's.
+	Reason  string `json:"reason,omitempty"`
+	Text    string `json:"text,omitempty"`
+	Message string `json:"message,omitempty"`
+}
+
+// ToolResult is one tool response as the tool_result event shows it.
+type ToolResult struct {
+	ID     string `json:"id"`
+	Name   string `json:"name"`
+	Result string `json:"result"`
+	Status string `json:"status"`
+}
+
+// ToolCall is one call the model asked for. Arguments is the JSON text the
+// model produced, kept verbatim (it may not be valid JSON).
+type ToolCall struct {
+	ID        string `json:"id"`
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+}

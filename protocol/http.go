@@ -1,0 +1,54 @@
+package protocol
+
+import "encoding/json"
+
+// Headers of the API's answers to POST /chat/stream: they name the turn the
+// message runs as, so a client can resume the stream before the turn_start
+// event arrives.
+const (
+	HeaderConversationID = "X-Tollgate-Conversation-Id"
+	HeaderTurnID         = "X-Tollgate-Turn-Id"
+)
+
+// HeaderLastEventID asks a stream for the events after the given id, as
+// Server-Sent Events clients send it when they reconnect.
+const HeaderLastEventID = "Last-Event-ID"
+
+// ChatRequest is the body of POST /chat/stream.
+type ChatRequest struct {
+	Query          string `json:"query"`
+	ConversationID string `json:"conversationId,omitempty"`
+	BypassApproval bool   `json:"bypassApproval,omitempty"`
+	// ClientTools are tools the client runs itself; the turn asks for
+	// their results with client_tool_call events.
+	ClientTools []ToolSpec `json:"clientTools,omitempty"`
+}
+
+// DecisionRequest is the body of POST /chat/approval as a client sends it:
+// an ApprovalDecision less what the API sets (principal, role). Arguments
+// may be sent as a JSON object or as a string holding one.
+type DecisionRequest struct {
+	RequestID     string          `json:"requestId"`
+	Decision      string          `json:"decision"`
+	Reason        string          `json:"reason,omitempty"`
+	Arguments     json.RawMessage `json:"arguments,omitempty"`
+	Remember      string          `json:"remember,omitempty"`
+	SameArguments bool            `json:"sameArguments,omitempty"`
+}
+
+// ToolResultRequest is the body of POST /chat/tool-result: a client's answer
+// to a client_tool_call, named by its requestId, or by its toolCallId (with
+// the turnId, or alone).
+type ToolResultRequest struct {
+	RequestID  string          `json:"requestId,omitempty"`
+	ToolCallID string          `json:"toolCallId,omitempty"`
+	TurnID     string          `json:"turnId,omitempty"`
+	Result     json.RawMessage `json:"result"`
+	IsError    bool            `json:"isError,omitempty"`
+}
+
+// ErrorBody is what the API answers a request it refuses, with a status
+// that says whose fault it is.
+type ErrorBody struct {
+	Error string `json:"error"`
+}
