@@ -1,4 +1,4 @@
-package policy
+package policy_test
 
 import (
 	"context"
@@ -14,24 +14,34 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/internal/proctest"
 	"github.com/tollgate/tollgate/workflows"
 )
 
-// TestREADMEPolicyExamplesCompileAndDecideAsTheyClaim keeps the README's
-// policy examples true.
-func TestREADMEPolicyExamplesCompileAndDecideAsTheyClaim(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+// docSection is the section of the document at path (from the module's
+// root) under the second-level heading, up to the next one or the end.
+func docSection(t *testing.T, path, heading string) string {
+	t.Helper()
+	b, err := os.ReadFile("../../" + path)
 	require.NoError(t, err)
-	section := string(readme)
-	section = section[strings.Index(section, "## Approval policy"):]
-	section = section[:strings.Index(section, "\n## ")]
-	blocks := regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllStringSubmatch(section, -1)
-	require.Len(t, blocks, 3)
+	_, section, ok := strings.Cut("\n"+string(b), "\n"+heading+"\n")
+	require.True(t, ok, "%s has no heading %q", path, heading)
+	section, _, _ = strings.Cut(section, "\n## ")
+	return section
+}
+
+// TestPolicyDocExamplesCompileAndDecideAsTheyClaim keeps the policies of
+// docs/policy.md true: every YAML block of the page is one of them.
+func TestPolicyDocExamplesCompileAndDecideAsTheyClaim(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/policy.md")
+	require.NoError(t, err)
+	blocks := regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllStringSubmatch(string(doc), -1)
+	require.Len(t, blocks, 3, "docs/policy.md's YAML blocks: a new one needs its claims tested here")
 
 	var policies [][]workflows.Rule
 	for _, b := range blocks {
-		rules, err := Parse([]byte(b[1]))
+		rules, err := policy.Parse([]byte(b[1]))
 		require.NoError(t, err, b[1])
 		policies = append(policies, rules)
 	}
@@ -60,16 +70,12 @@ func TestREADMEPolicyExamplesCompileAndDecideAsTheyClaim(t *testing.T) {
 	require.True(t, policies[2][1].SecondPerson)
 }
 
-// TestREADMEMCPExamplesAreTrue keeps the README's MCP section true: its
-// .mcp.json is the repository's .mcp.json.example, and its policy decides
-// as its comment says, on the tools and annotations of the real filesystem
-// server.
-func TestREADMEMCPExamplesAreTrue(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
-	require.NoError(t, err)
-	section := string(readme)
-	section = section[strings.Index(section, "## MCP servers"):]
-	section = section[:strings.Index(section, "\n## ")]
+// TestToolsDocMCPExamplesAreTrue keeps the MCP servers section of
+// docs/tools.md true: its .mcp.json is the repository's .mcp.json.example,
+// and its policy decides as its comment says, on the tools and annotations
+// of the real filesystem server.
+func TestToolsDocMCPExamplesAreTrue(t *testing.T) {
+	section := docSection(t, "docs/tools.md", "## MCP servers")
 
 	jsonBlocks := regexp.MustCompile("(?s)```json\n(.*?)```").FindAllStringSubmatch(section, -1)
 	require.Len(t, jsonBlocks, 2)
@@ -86,7 +92,7 @@ func TestREADMEMCPExamplesAreTrue(t *testing.T) {
 
 	yamlBlock := regexp.MustCompile("(?s)```yaml\n(.*?)```").FindStringSubmatch(section)
 	require.NotNil(t, yamlBlock)
-	rules, err := Parse([]byte(yamlBlock[1]))
+	rules, err := policy.Parse([]byte(yamlBlock[1]))
 	require.NoError(t, err)
 
 	dir := t.TempDir()
