@@ -1,6 +1,8 @@
 package activities
 
 import (
+	"github.com/tollgate/tollgate/internal/text"
+
 	"bufio"
 	"context"
 	"errors"
@@ -94,7 +96,7 @@ func readLines(r io.Reader, name string, offset, limit, capBytes int) (string, e
 			shown++
 		}
 		if out.Len()+len(piece) > capBytes {
-			out.WriteString(cutUTF8(piece, capBytes-out.Len()))
+			out.WriteString(text.Cut(string(piece), capBytes-out.Len()))
 			fmt.Fprintf(&out, "\n... [output truncated at %d bytes in line %d: read on with offset %d]", capBytes, line, line)
 			return out.String(), nil
 		}
@@ -175,14 +177,14 @@ func (t *Tools) Edit(ctx context.Context, in ToolInput) (ToolOutput, error) {
 		if err != nil {
 			return "", fileErr("read", *args.FilePath, err)
 		}
-		text, n, err := applyEdit(*args.FilePath, string(data), *args.OldString, *args.NewString, args.ReplaceAll)
+		edited, n, err := applyEdit(*args.FilePath, string(data), *args.OldString, *args.NewString, args.ReplaceAll)
 		if err != nil {
 			return "", err
 		}
-		if err := ws.root.WriteFile(rel, []byte(text), 0o644); err != nil {
+		if err := ws.root.WriteFile(rel, []byte(edited), 0o644); err != nil {
 			return "", fileErr("write", *args.FilePath, err)
 		}
-		return fmt.Sprintf("Edited %q: replaced %d %s", *args.FilePath, n, plural(n, "occurrence")), nil
+		return fmt.Sprintf("Edited %q: replaced %d %s", *args.FilePath, n, text.Plural(n, "occurrence")), nil
 	})
 }
 

@@ -1,6 +1,8 @@
 package activities
 
 import (
+	"github.com/tollgate/tollgate/internal/text"
+
 	"bytes"
 	"context"
 	"encoding/base64"
@@ -177,7 +179,7 @@ func (m *MCP) call(ctx context.Context, s *mcpServer, spec ToolSpec, in ToolInpu
 	if res.IsError {
 		out.Status = StatusError
 	}
-	out.Result = truncate(out.Result, m.outputCap())
+	out.Result = text.Truncate(out.Result, m.outputCap())
 	return out, nil
 }
 
@@ -541,7 +543,7 @@ func (w *tailWriter) Write(p []byte) (int, error) {
 			continue
 		}
 		w.log.Debug("MCP server stderr", "line", line)
-		w.tail = append(w.tail, truncate(line, 500))
+		w.tail = append(w.tail, text.Truncate(line, 500))
 		if len(w.tail) > tailLines {
 			w.tail = w.tail[1:]
 		}
@@ -561,7 +563,7 @@ func (w *tailWriter) String() string {
 	defer w.mu.Unlock()
 	tail := w.tail
 	if rest := strings.TrimSpace(string(w.buf)); rest != "" {
-		tail = append(slices.Clone(tail), truncate(rest, 500))
+		tail = append(slices.Clone(tail), text.Truncate(rest, 500))
 	}
 	return strings.Join(tail, " | ")
 }

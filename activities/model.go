@@ -1,6 +1,8 @@
 package activities
 
 import (
+	"github.com/tollgate/tollgate/internal/text"
+
 	"cmp"
 	"context"
 	"encoding/json"
@@ -238,13 +240,13 @@ func (m *Model) classify(ctx context.Context, model string, err error, state *re
 	case errors.As(err, &apiErr):
 		status, detail = apiErr.HTTPStatusCode, apiErr.Message
 	case errors.As(err, &reqErr):
-		status, detail = reqErr.HTTPStatusCode, truncate(strings.TrimSpace(string(reqErr.Body)), 500)
+		status, detail = reqErr.HTTPStatusCode, text.Truncate(strings.TrimSpace(string(reqErr.Body)), 500)
 		// The raw body goes no further, in any failure made from err: it
 		// may be long, and need not be UTF-8.
 		clean := *reqErr
 		clean.Body = []byte(detail)
 		if reqErr.Err != nil {
-			clean.Err = errors.New(truncate(reqErr.Err.Error(), 500))
+			clean.Err = errors.New(text.Truncate(reqErr.Err.Error(), 500))
 		}
 		err = &clean
 	}
@@ -283,18 +285,6 @@ func (m *Model) classify(ctx context.Context, model string, err error, state *re
 	default:
 		return fmt.Errorf("model %s: unexpected status %d: %w", model, status, err)
 	}
-}
-
-// truncate cuts s to at most n bytes of valid UTF-8, marking a cut with
-// "…". A model server's error body may hold any bytes (an HTML page from a
-// proxy, a body cut mid-character), and a Temporal failure's message must
-// be UTF-8 or the failure cannot be sent at all.
-func truncate(s string, n int) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	if len(s) <= n {
-		return s
-	}
-	return cutUTF8([]byte(s), n) + "…"
 }
 
 // tokenStream returns the batcher of one call's answer text, or nil when

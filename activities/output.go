@@ -1,8 +1,9 @@
 package activities
 
 import (
+	"github.com/tollgate/tollgate/internal/text"
+
 	"fmt"
-	"unicode/utf8"
 )
 
 // capWriter keeps the first max bytes written to it and counts the rest, so
@@ -32,30 +33,6 @@ func (w *capWriter) String() string {
 	if w.dropped == 0 {
 		return string(w.buf)
 	}
-	kept := string(trimPartialRune(w.buf))
+	kept := string(text.TrimPartialRune(w.buf))
 	return fmt.Sprintf("%s\n... [output truncated: %d more bytes]", kept, w.Len()-int64(len(kept)))
-}
-
-func cutUTF8(b []byte, n int) string {
-	return string(trimPartialRune(b[:min(max(n, 0), len(b))]))
-}
-
-// trimPartialRune drops the incomplete character a cut left at the end of b.
-func trimPartialRune(b []byte) []byte {
-	for i := len(b) - 1; i >= 0 && i >= len(b)-utf8.UTFMax; i-- {
-		if utf8.RuneStart(b[i]) {
-			if !utf8.FullRune(b[i:]) {
-				return b[:i]
-			}
-			break
-		}
-	}
-	return b
-}
-
-func plural(n int, word string) string {
-	if n == 1 {
-		return word
-	}
-	return word + "s"
 }

@@ -1,6 +1,8 @@
 package activities
 
 import (
+	"github.com/tollgate/tollgate/internal/text"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -50,7 +52,7 @@ func (t *Tools) Preview(ctx context.Context, in ToolInput) (string, error) {
 	}
 	// A preview goes into the approval request, in history: no larger than
 	// a tool's output, however long the file's lines.
-	return truncate(out.Result, t.outputCap()), nil
+	return text.Truncate(out.Result, t.outputCap()), nil
 }
 
 func previewWrite(ws *workspace, arguments string) (string, error) {
@@ -103,7 +105,7 @@ func previewEdit(ws *workspace, arguments string) (string, error) {
 	}
 	before, after := splitLines(string(data)), splitLines(updated)
 	removed, added := changed(before, after)
-	return fmt.Sprintf("edit %s (%d %s): −%d +%d\n%s", args.FilePath, n, plural(n, "place"), removed, added, diffLines(before, after)), nil
+	return fmt.Sprintf("edit %s (%d %s): −%d +%d\n%s", args.FilePath, n, text.Plural(n, "place"), removed, added, diffLines(before, after)), nil
 }
 
 func previewBash(arguments string) (string, error) {
@@ -115,7 +117,7 @@ func previewBash(arguments string) (string, error) {
 	}
 	lines := strings.Split(args.Command, "\n")
 	var b strings.Builder
-	fmt.Fprintf(&b, "runs in the workspace with bash -c (%d %s, %d bytes):\n", len(lines), plural(len(lines), "line"), len(args.Command))
+	fmt.Fprintf(&b, "runs in the workspace with bash -c (%d %s, %d bytes):\n", len(lines), text.Plural(len(lines), "line"), len(args.Command))
 	for _, l := range lines {
 		// Every line as it is: whitespace and all, marked where it ends.
 		fmt.Fprintf(&b, "$ %s⏎\n", l)
@@ -170,7 +172,7 @@ func diffLines(before, after []string) string {
 	}
 	if len(lines) > previewLines {
 		more := len(lines) - previewLines
-		lines = append(lines[:previewLines], fmt.Sprintf("… %d more %s", more, plural(more, "line")))
+		lines = append(lines[:previewLines], fmt.Sprintf("… %d more %s", more, text.Plural(more, "line")))
 	}
 	return strings.Join(lines, "\n")
 }

@@ -1,6 +1,8 @@
 package activities
 
 import (
+	"github.com/tollgate/tollgate/internal/text"
+
 	"context"
 	"errors"
 	"fmt"
@@ -71,7 +73,7 @@ func runBash(ctx context.Context, dir, command string, timeout time.Duration, ca
 		// The activity itself was cancelled or timed out; run reports it.
 		return "", ctx.Err()
 	case runCtx.Err() != nil:
-		return "", fmt.Errorf("command timed out after %s\n\n%s", formatDuration(timeout), out)
+		return "", fmt.Errorf("command timed out after %s\n\n%s", text.Duration(timeout), out)
 	case errors.Is(err, exec.ErrWaitDelay):
 		// bash succeeded but left processes running that hold its output open;
 		// they keep running, and their later output is not shown.
@@ -88,17 +90,4 @@ func runBash(ctx context.Context, dir, command string, timeout time.Duration, ca
 		return "(no output)", nil
 	}
 	return out.String(), nil
-}
-
-// formatDuration prints d without the zero units time.Duration.String adds:
-// 2m rather than 2m0s.
-func formatDuration(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = s[:len(s)-2]
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = s[:len(s)-2]
-	}
-	return s
 }

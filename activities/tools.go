@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tollgate/tollgate/protocol"
 	"go.temporal.io/sdk/activity"
 )
 
@@ -30,7 +31,7 @@ const (
 const (
 	// DefaultBashTimeout is how long a Bash command may run when
 	// Tools.BashTimeout is not set.
-	DefaultBashTimeout = 2 * time.Minute
+	DefaultBashTimeout = protocol.DefaultBashTimeout
 	// DefaultOutputCap is how many bytes of output Read and Bash return when
 	// Tools.OutputCap is not set.
 	DefaultOutputCap = 30000

@@ -17,7 +17,7 @@ import (
 
 // TestACraftedCallCannotShowThePolicyOneThingAndRunAnother sends, over
 // HTTP against a real dev server, the calls that once walked around the
-// README's policies: keys that differ only in case (the policy read one, the
+// docs/policy.md's policies: keys that differ only in case (the policy read one, the
 // tool the other), a path that only starts with docs/, and an absolute path
 // a real model sends for a file the policy lets through.
 func TestACraftedCallCannotShowThePolicyOneThingAndRunAnother(t *testing.T) {
@@ -35,7 +35,7 @@ func TestACraftedCallCannotShowThePolicyOneThingAndRunAnother(t *testing.T) {
 		}}
 	}
 	st := newStack(t, withScript(script), withSettings(func(s *workflows.Settings) {
-		// The README's policies 1 and 2, in part.
+		// docs/policy.md's policies 1 and 2, in part.
 		s.Rules = []workflows.Rule{
 			{Tool: activities.ToolBash, Require: workflows.RequireWhen, When: `args.command.startsWith("rm ") || args.command.contains(" rm -")`},
 			{Tool: activities.ToolWrite, Require: workflows.RequireWhen, When: `!args.file_path.startsWith("docs/")`},

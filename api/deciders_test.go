@@ -54,7 +54,7 @@ func TestAClientToolThePolicyProtectsAsksBeforeTheClientIsToldToRunIt(t *testing
 		}
 		return scripted.Reply{ToolCalls: []activities.ToolCall{{ID: "call_pay", Name: "Pay", Arguments: `{"amount":12.5}`}}}
 	}
-	// The README's policy 3: every payment asks.
+	// docs/policy.md's policy 3: every payment asks.
 	st := newStack(t, withScript(script), withSettings(func(s *workflows.Settings) {
 		s.Rules = []workflows.Rule{{Tool: "Pay", Require: workflows.RequireWhen, When: "args.amount > 0"}}
 	}))

@@ -32,8 +32,8 @@ import (
 // End-to-end proofs of the HTTP contract: a real Temporal dev server, real
 // HTTP, the real tool activities, and a scripted model.
 
-// declinedPrefix starts the tool response of every declined call (design,
-// "The approval protocol", step 4).
+// declinedPrefix starts the tool response of every declined call, as
+// docs/protocol.md quotes it.
 const declinedPrefix = "The user declined this tool. It was not executed."
 
 func TestReadWriteBashBatchStreamsFullSequenceOverHTTP(t *testing.T) {
@@ -123,8 +123,8 @@ func TestApprovalByTemporalCLISignal(t *testing.T) {
 	requests := ofType(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 2), protocol.EventApprovalRequest)
 
 	for _, r := range requests {
-		// The command line of the design's "From the command line", with
-		// the server's address and namespace.
+		// The command line docs/protocol.md gives ("Deciding through
+		// Temporal"), with the server's address and namespace.
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		out, err := exec.CommandContext(ctx, bin, "workflow", "signal",
 			"--address", st.temporal.HostPort, "--namespace", st.temporal.Namespace,

@@ -30,7 +30,7 @@ import (
 const shutdownTimeout = 10 * time.Second
 
 func main() {
-	cfg, err := config.Load(os.Getenv)
+	cfg, err := config.LoadFor(config.API, os.Getenv)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "api: bad configuration:\n"+err.Error())
 		os.Exit(2)

@@ -68,7 +68,7 @@ func TestMetricsHaveTheDocumentedNamesLabelsAndHelpAndPassLint(t *testing.T) {
 	m.request("/chat/approval", http.MethodPost, http.StatusOK)
 	m.decision("approve", outcomeAccepted)
 
-	documented := map[string][]string{ // the README's table
+	documented := map[string][]string{ // docs/observability.md's table
 		"tollgate_api_open_streams":             nil,
 		"tollgate_api_pollers_running":          nil,
 		"tollgate_api_pollers_started_total":    nil,

@@ -48,6 +48,16 @@ const (
 	StatusTimeout  = "timeout"
 )
 
+// Tool results of calls that did not run, as the model and tool_result
+// events read them (a decline's reason follows DeclinedResponse).
+const (
+	DeclinedResponse = "The user declined this tool. It was not executed."
+	TimeoutResponse  = "No decision came in time, so this tool was not executed."
+)
+
+// TaskTool is the tool that starts a subagent.
+const TaskTool = "Task"
+
 // Event is one entry of a turn's append-only event log. Seq numbers the
 // events of one turn from 1, without gaps; the API sends it as the SSE id.
 type Event struct {

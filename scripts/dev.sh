@@ -87,7 +87,8 @@ for p in "${ports[@]}"; do
 done
 namespace_flag=()
 [ "$TEMPORAL_NAMESPACE" = default ] || namespace_flag=(--namespace "$TEMPORAL_NAMESPACE")
-# Tuned for one machine; see "A Temporal server here" in the design.
+# Tuned for one machine, as internal/devserver tunes the tests' servers
+# (TestMakeDevTunesItsServerAlike keeps the two alike).
 start temporal bin/temporal server start-dev --ip 127.0.0.1 --port $TEMPORAL_PORT \
 	--ui-port $UI_PORT --log-level warn \
 	--ui-codec-endpoint "http://${HTTP_ADDR/#:/127.0.0.1:}/codec" \

@@ -30,7 +30,7 @@ import (
 )
 
 func main() {
-	cfg, err := config.Load(os.Getenv)
+	cfg, err := config.LoadFor(config.Worker, os.Getenv)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "worker: bad configuration:\n"+err.Error())
 		os.Exit(2)

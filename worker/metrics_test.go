@@ -102,10 +102,10 @@ func TestWorkerRunsOnWhenItsMetricsPortIsTaken(t *testing.T) {
 	require.Empty(t, addr, "an empty address turns metrics off")
 }
 
-// TestTheWorkersMetricsHaveEverySeriesTheREADMEDocuments runs the worker's
+// TestTheWorkersMetricsHaveEverySeriesTheDocsName runs the worker's
 // run, as main does, on a dev server with the scripted demo model, takes a
 // turn with one declined and one approved call, and scrapes it.
-func TestTheWorkersMetricsHaveEverySeriesTheREADMEDocuments(t *testing.T) {
+func TestTheWorkersMetricsHaveEverySeriesTheDocsName(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a Temporal dev server")
 	}

@@ -9,14 +9,13 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/protocol"
 )
 
-// DefaultContextBudget is the size of the model's view of a conversation,
-// in bytes of message text, past which a turn compacts it: about 100,000
-// tokens at four bytes a token, inside the context window of the models
-// tollgate is used with (128k and up). Frozen: turns whose recorded settings
-// predate ContextBudget compact at it on replay (docs/versioning.md).
-const DefaultContextBudget = 400 << 10
+// DefaultContextBudget is protocol.DefaultContextBudget: frozen, since
+// turns whose recorded settings predate ContextBudget compact at it on
+// replay (docs/versioning.md).
+const DefaultContextBudget = protocol.DefaultContextBudget
 
 // Texts a compacted view carries in place of what it left out.
 const (

@@ -1,6 +1,8 @@
 package workflows
 
 import (
+	"github.com/tollgate/tollgate/internal/text"
+
 	"errors"
 	"fmt"
 	"slices"
@@ -143,7 +145,7 @@ func (c *conversation) runTurn(ctx workflow.Context, q QueuedMessage, settings S
 	opts := workflow.ChildWorkflowOptions{
 		WorkflowID:        TurnWorkflowID(c.id, q.Turn),
 		ParentClosePolicy: enumspb.PARENT_CLOSE_POLICY_REQUEST_CANCEL,
-		StaticSummary:     truncate(q.Message.Query, 200),
+		StaticSummary:     text.Truncate(q.Message.Query, 200),
 	}
 	if settings.SearchAttributes {
 		opts.TypedSearchAttributes = temporal.NewSearchAttributes(startAttributes(c.id, settings)...)

@@ -1,6 +1,8 @@
 package workflows
 
 import (
+	"github.com/tollgate/tollgate/internal/text"
+
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -21,8 +23,8 @@ import (
 // Tool responses the model reads for calls that did not run (a decline's
 // reason follows DeclinedResponse).
 const (
-	DeclinedResponse = "The user declined this tool. It was not executed."
-	TimeoutResponse  = "No decision came in time, so this tool was not executed."
+	DeclinedResponse = protocol.DeclinedResponse
+	TimeoutResponse  = protocol.TimeoutResponse
 )
 
 // Reasons for declines that no person typed.
@@ -182,7 +184,7 @@ func (g *gate) validate(ctx workflow.Context, d ApprovalDecision) error {
 	}
 	// Rules recorded before deciders existed name none: nothing changes
 	// for them on replay.
-	if err := g.settings.rule(a.Call.Name).mayDecide(d.Principal, d.Role, g.sender); err != nil {
+	if err := g.settings.rule(a.Call.Name).MayDecide(d.Principal, d.Role, g.sender); err != nil {
 		return rejection(RejectForbidden, fmt.Errorf("approval request %q: %w", d.RequestID, err))
 	}
 	if err := d.Check(); err != nil {
@@ -402,7 +404,7 @@ func (g *gate) details() string {
 			if b.Len() == 0 {
 				b.WriteString("**Waiting for approval**\n\n")
 			}
-			fmt.Fprintf(&b, "- `%s` `%s` — expires %s (request `%s`)\n", a.Call.Name, truncate(strings.ReplaceAll(a.Call.Arguments, "`", "'"), 300),
+			fmt.Fprintf(&b, "- `%s` `%s` — expires %s (request `%s`)\n", a.Call.Name, text.Truncate(strings.ReplaceAll(a.Call.Arguments, "`", "'"), 300),
 				a.ExpiresAt.UTC().Format(time.RFC3339), a.RequestID)
 		}
 	}
@@ -416,7 +418,7 @@ func (g *gate) details() string {
 
 // callSummary names a call in one short line: its tool and arguments.
 func callSummary(call activities.ToolCall) string {
-	return call.Name + " " + truncate(strings.Join(strings.Fields(call.Arguments), " "), 120)
+	return call.Name + " " + text.Truncate(strings.Join(strings.Fields(call.Arguments), " "), 120)
 }
 
 // pendingAttributeBudget bounds the bytes of the values upsertPending

@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/tollgate/tollgate/protocol"
 )
 
 // DefaultTaskQueue is the task queue the worker polls unless
 // TOLLGATE_TASK_QUEUE says otherwise.
-const DefaultTaskQueue = "tollgate"
+const DefaultTaskQueue = protocol.DefaultTaskQueue
 
 // Workflow type names.
 const (
@@ -27,7 +29,7 @@ const (
 )
 
 // TaskTool is the tool that starts a subagent.
-const TaskTool = "Task"
+const TaskTool = protocol.TaskTool
 
 // Message names of the turn workflow.
 const (

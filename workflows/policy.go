@@ -1,71 +1,27 @@
 package workflows
 
 import (
-	"cmp"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
-	"strings"
-	"sync"
 	"time"
 
-	"github.com/google/cel-go/cel"
-
 	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/internal/policy"
 )
+
+// The policy's rules; package policy defines them, and reads and checks
+// them.
+type Rule = policy.Rule
 
 // What a policy rule requires of a tool's calls.
 const (
-	RequireAlways = "always"
-	RequireNever  = "never"
-	RequireWhen   = "when"
+	RequireAlways = policy.RequireAlways
+	RequireNever  = policy.RequireNever
+	RequireWhen   = policy.RequireWhen
 )
 
-// Rule is the approval policy of one tool. A tool without a rule follows
-// Settings.RequiredTools.
-type Rule struct {
-	Tool string `json:"tool"`
-	// Require is always, never or when.
-	Require string `json:"require"`
-	// When is a CEL expression over the call's arguments (args), for
-	// Require when: true requires approval.
-	When string `json:"when,omitempty"`
-	// Timeout, when set, replaces the approval timeout for this tool.
-	Timeout time.Duration `json:"timeout,omitempty"`
-	// Deciders, when set, are who may decide this tool's calls: principals
-	// (an API token's, or the one a Temporal client names), and roles
-	// written role:NAME (the role of the API token decided with). Anyone
-	// else's decision is refused as forbidden.
-	Deciders []string `json:"deciders,omitempty"`
-	// SecondPerson, true, refuses a decision by the principal who sent the
-	// message that led to the call, and one by nobody in particular (an
-	// API without tokens): a second person must decide.
-	SecondPerson bool `json:"secondPerson,omitempty"`
-}
-
 // DeciderRolePrefix starts a Deciders entry that names a role.
-const DeciderRolePrefix = "role:"
-
-// mayDecide says why principal, deciding with role, may not decide a call
-// of this rule's tool that sender's message led to, or nil when they may.
-func (r *Rule) mayDecide(principal, role, sender string) error {
-	if r == nil {
-		return nil
-	}
-	if len(r.Deciders) > 0 && !slices.ContainsFunc(r.Deciders, func(d string) bool {
-		return (principal != "" && d == principal) || (role != "" && d == DeciderRolePrefix+role)
-	}) {
-		return fmt.Errorf("%s calls are decided only by %s, not by %q", r.Tool, strings.Join(r.Deciders, ", "), cmp.Or(principal, "an unnamed caller"))
-	}
-	if r.SecondPerson && (principal == "" || principal == sender) {
-		if principal == "" {
-			return fmt.Errorf("%s calls need a second person's decision, and this one names nobody: decide with an API token", r.Tool)
-		}
-		return fmt.Errorf("%s calls need a second person: %q sent the message that led to this call", r.Tool, principal)
-	}
-	return nil
-}
+const DeciderRolePrefix = policy.DeciderRolePrefix
 
 // rule is the policy's rule for tool, or nil. An MCP tool without a rule
 // of its own follows its server's rule (one for mcp__<server>), if any.
@@ -84,27 +40,6 @@ func (s Settings) rule(tool string) *Rule {
 	}
 	if server := s.mcpServerName(tool); server != "" {
 		return find(server)
-	}
-	return nil
-}
-
-// Validate checks r, compiling its expression; the error names the tool
-// and the expression.
-func (r Rule) Validate() error {
-	switch r.Require {
-	case RequireAlways, RequireNever:
-		if r.When != "" {
-			return fmt.Errorf("tool %s: require: %s takes no when expression", r.Tool, r.Require)
-		}
-	case RequireWhen:
-		if _, err := compileWhen(r.When); err != nil {
-			return fmt.Errorf("tool %s: when %q: %w", r.Tool, r.When, err)
-		}
-	default:
-		return fmt.Errorf("tool %s: require %q is not one of always, never, when", r.Tool, r.Require)
-	}
-	if r.Timeout < 0 {
-		return fmt.Errorf("tool %s: timeout %s is negative", r.Tool, r.Timeout)
 	}
 	return nil
 }
@@ -137,7 +72,7 @@ func (s Settings) check(call activities.ToolCall) check {
 	case RequireNever:
 	case RequireWhen:
 		spec, _ := s.spec(call.Name)
-		required, err := evalWhen(rule.When, call.Arguments, spec.Hints())
+		required, err := policy.EvalWhen(rule.When, call.Arguments, spec.Hints())
 		if err != nil {
 			c.Required, c.Problem = true, fmt.Sprintf("policy rule for %s could not decide (%v), so approval is required", call.Name, err)
 		} else {
@@ -149,69 +84,11 @@ func (s Settings) check(call activities.ToolCall) check {
 	return c
 }
 
-// programs caches compiled expressions: compiling is pure, so a cache
-// shared by all workflows keeps them deterministic.
-var programs sync.Map // string → cel.Program
-
-func compileWhen(expr string) (cel.Program, error) {
-	if p, ok := programs.Load(expr); ok {
-		return p.(cel.Program), nil
-	}
-	env, err := cel.NewEnv(
-		cel.Variable("args", cel.MapType(cel.StringType, cel.DynType)),
-		cel.Variable("annotations", cel.MapType(cel.StringType, cel.DynType)),
-	)
-	if err != nil {
-		return nil, err
-	}
-	ast, iss := env.Compile(expr)
-	if iss.Err() != nil {
-		return nil, iss.Err()
-	}
-	if ast.OutputType() != cel.BoolType && ast.OutputType() != cel.DynType {
-		return nil, fmt.Errorf("the expression gives %s, not bool", ast.OutputType())
-	}
-	p, err := env.Program(ast)
-	if err != nil {
-		return nil, err
-	}
-	programs.Store(expr, p)
-	return p, nil
-}
-
-// evalWhen evaluates expr on a call's arguments (args) and its tool's
-// annotations (annotations.readOnlyHint, .destructiveHint,
-// .idempotentHint, .openWorldHint, .title: MCP's defaults for a tool that
-// says nothing).
-func evalWhen(expr, arguments string, hints activities.ToolAnnotations) (bool, error) {
-	p, err := compileWhen(expr)
-	if err != nil {
-		return false, err
-	}
-	var args map[string]any
-	if err := json.Unmarshal([]byte(arguments), &args); err != nil {
-		return false, fmt.Errorf("arguments: %w", err)
-	}
-	annotations := map[string]any{
-		"readOnlyHint": hints.ReadOnly, "destructiveHint": hints.Destructive,
-		"idempotentHint": hints.Idempotent, "openWorldHint": hints.OpenWorld, "title": hints.Title,
-	}
-	out, _, err := p.Eval(map[string]any{"args": args, "annotations": annotations})
-	if err != nil {
-		return false, err
-	}
-	b, ok := out.Value().(bool)
-	if !ok {
-		return false, errors.New("the expression did not give a bool")
-	}
-	return b, nil
-}
-
 // RequiresApproval reports whether settings' policy requires approval of a
 // call of tool with the given arguments, as the gate decides it: on the
 // arguments normalized for the tool when settings.Tools describes it (a
 // call whose arguments are refused never asks: it never runs). For code
-// outside a workflow that checks a policy (the README's example policies are
+// outside a workflow that checks a policy (docs/policy.md's example policies are
 // tested with it).
 func RequiresApproval(settings Settings, tool, arguments string) bool {
 	call := activities.ToolCall{Name: tool, Arguments: arguments}

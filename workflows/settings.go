@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 // DefaultSystemPrompt tells the model where it works and what a declined
@@ -82,10 +83,10 @@ type Settings struct {
 // withDefaults fills the zero fields of s.
 func (s Settings) withDefaults() Settings {
 	if s.ApprovalTimeout <= 0 {
-		s.ApprovalTimeout = 3 * time.Minute
+		s.ApprovalTimeout = protocol.DefaultApprovalTimeout
 	}
 	if s.MaxSteps <= 0 {
-		s.MaxSteps = 25
+		s.MaxSteps = protocol.DefaultMaxSteps
 	}
 	if s.SystemPrompt == "" {
 		s.SystemPrompt = DefaultSystemPrompt

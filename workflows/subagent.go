@@ -1,6 +1,8 @@
 package workflows
 
 import (
+	"github.com/tollgate/tollgate/internal/text"
+
 	"cmp"
 	"encoding/json"
 	"fmt"
@@ -12,21 +14,11 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/internal/agents"
 )
 
-// AgentDef is a subagent definition: a Markdown file's YAML front matter
-// (name, description, tools, disallowedTools, model) and its body, the
-// subagent's system prompt. A definition that could not be read keeps its
-// Error, which the model reads when it asks for that subagent.
-type AgentDef struct {
-	Name            string   `json:"name"`
-	Description     string   `json:"description"`
-	Tools           []string `json:"tools,omitempty"`
-	DisallowedTools []string `json:"disallowedTools,omitempty"`
-	Model           string   `json:"model,omitempty"`
-	Prompt          string   `json:"prompt"`
-	Error           string   `json:"error,omitempty"`
-}
+// AgentDef is a subagent definition (package agents reads them).
+type AgentDef = agents.Def
 
 // SubagentInput starts a Subagent workflow.
 type SubagentInput struct {
@@ -175,7 +167,7 @@ func (t *turn) runSubagent(ctx workflow.Context, call activities.ToolCall) activ
 	opts := workflow.ChildWorkflowOptions{
 		WorkflowID:        SubagentWorkflowID(parentID, t.subagents.started),
 		ParentClosePolicy: enumspb.PARENT_CLOSE_POLICY_REQUEST_CANCEL,
-		StaticSummary:     truncate("subagent "+def.Name+": "+args.Description, 200),
+		StaticSummary:     text.Truncate("subagent "+def.Name+": "+args.Description, 200),
 		// A cancelled parent waits for the subagent to decline its pending
 		// approvals and forward how it ended.
 		WaitForCancellation: true,

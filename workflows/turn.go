@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"time"
-	"unicode/utf8"
 
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
@@ -673,16 +672,4 @@ func activityErrorMessage(err error) string {
 		return "timed out (" + timeoutErr.TimeoutType().String() + ")"
 	}
 	return err.Error()
-}
-
-// truncate cuts s to at most n bytes, at a character boundary, and marks
-// the cut.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
 }

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/tollgate/tollgate/internal/text"
+
 	"context"
 	"fmt"
 	"io"
@@ -53,7 +55,7 @@ func writeApprovals(out io.Writer, list []protocol.PendingApproval, now time.Tim
 	for _, p := range list {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n",
 			age(now.Sub(p.RequestedAt)), untilExpiry(p.ExpiresAt.Sub(now)), p.ToolName,
-			truncate(compact(p.Arguments), listArgumentsWidth), p.RequestID)
+			text.Truncate(compact(p.Arguments), listArgumentsWidth), p.RequestID)
 	}
 	_ = tw.Flush()
 }

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/tollgate/tollgate/internal/text"
+
 	"cmp"
 	"context"
 	"encoding/json"
@@ -287,7 +289,7 @@ func (p *printer) handle(ctx context.Context, e protocol.Event, items <-chan str
 		}
 	case protocol.EventToolCall:
 		for _, c := range e.ToolCalls {
-			fmt.Fprintf(p.out, "%s→ %s %s\n", tag, c.Name, truncate(compact(c.Arguments), argumentsWidth))
+			fmt.Fprintf(p.out, "%s→ %s %s\n", tag, c.Name, text.Truncate(compact(c.Arguments), argumentsWidth))
 		}
 	case protocol.EventApprovalRequest:
 		p.tools[e.RequestID] = e.ToolName
@@ -313,7 +315,7 @@ func (p *printer) handle(ctx context.Context, e protocol.Event, items <-chan str
 		fmt.Fprintln(p.out, line)
 	case protocol.EventToolResult:
 		for _, r := range e.ToolResults {
-			fmt.Fprintf(p.out, "%s← %s %s: %s\n", tag, r.Name, r.Status, truncate(firstLine(r.Result), resultWidth))
+			fmt.Fprintf(p.out, "%s← %s %s: %s\n", tag, r.Name, r.Status, text.Truncate(firstLine(r.Result), resultWidth))
 		}
 	case protocol.EventError:
 		fmt.Fprintf(p.out, "%serror: %s\n", tag, e.Message)

@@ -205,7 +205,7 @@ func TestApprovalsListsPendingApprovalsAndDecidesEachWithDecide(t *testing.T) {
 	require.Equal(t, "tool=Write", query)
 	lines := strings.Split(out.String(), "\n")
 	require.Regexp(t, `^AGE +EXPIRES +TOOL +ARGUMENTS +REQUEST$`, lines[0])
-	require.Regexp(t, `^1m +in 1m +Write +\{"file_path":"notes/a-very-long-name-indeed.txt… +tollgate-conv-a-turn-1/apr-1$`, lines[1])
+	require.Regexp(t, `^1m +in 1m +Write +\{"file_path":"notes/a-very-long-name-indeed.txt"… +tollgate-conv-a-turn-1/apr-1$`, lines[1])
 	require.Regexp(t, `^26h0[01]m +in 45h5[89]m +Bash +\{"command":"ls"\} +tollgate-conv-b-turn-2/apr-2$`, lines[2])
 	require.Equal(t, []protocol.ApprovalDecision{
 		{RequestID: "tollgate-conv-a-turn-1/apr-1", Decision: protocol.DecisionDecline, Reason: "too long"},

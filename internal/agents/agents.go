@@ -13,9 +13,22 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
-
-	"github.com/tollgate/tollgate/workflows"
 )
+
+// Def is a subagent definition: a Markdown file's YAML front matter
+// (name, description, tools, disallowedTools, model) and its body, the
+// subagent's system prompt. A definition that could not be read keeps its
+// Error, which the model reads when it asks for that subagent. Turns record
+// the definitions they start with (in their settings), as JSON.
+type Def struct {
+	Name            string   `json:"name"`
+	Description     string   `json:"description"`
+	Tools           []string `json:"tools,omitempty"`
+	DisallowedTools []string `json:"disallowedTools,omitempty"`
+	Model           string   `json:"model,omitempty"`
+	Prompt          string   `json:"prompt"`
+	Error           string   `json:"error,omitempty"`
+}
 
 // frontMatter is a definition's YAML header.
 type frontMatter struct {
@@ -56,7 +69,7 @@ func (l *nameList) UnmarshalYAML(n *yaml.Node) error {
 // Error says what is wrong: the model reads it when it asks for that
 // subagent. An empty dir means no subagents. Only a folder that cannot be
 // read is an error.
-func Load(dir string) ([]workflows.AgentDef, error) {
+func Load(dir string) ([]Def, error) {
 	if dir == "" {
 		return nil, nil
 	}
@@ -64,7 +77,7 @@ func Load(dir string) ([]workflows.AgentDef, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agents folder %s: %w", dir, err)
 	}
-	var defs []workflows.AgentDef
+	var defs []Def
 	for _, e := range entries {
 		file := e.Name()
 		stem, ok := strings.CutSuffix(file, ".md")
@@ -72,7 +85,7 @@ func Load(dir string) ([]workflows.AgentDef, error) {
 			continue
 		}
 		data, err := os.ReadFile(filepath.Join(dir, file))
-		def := workflows.AgentDef{Name: stem}
+		def := Def{Name: stem}
 		if err == nil {
 			def, err = Parse(data)
 		}
@@ -82,7 +95,7 @@ func Load(dir string) ([]workflows.AgentDef, error) {
 				def.Name = stem
 			}
 		}
-		if slices.ContainsFunc(defs, func(d workflows.AgentDef) bool { return d.Name == def.Name }) {
+		if slices.ContainsFunc(defs, func(d Def) bool { return d.Name == def.Name }) {
 			def.Error = fmt.Sprintf("%s: a subagent named %q is defined twice", file, def.Name)
 			def.Name += "@" + file
 		}
@@ -92,23 +105,23 @@ func Load(dir string) ([]workflows.AgentDef, error) {
 }
 
 // Parse reads one definition.
-func Parse(data []byte) (workflows.AgentDef, error) {
+func Parse(data []byte) (Def, error) {
 	data = bytes.ReplaceAll(data, []byte("\r\n"), []byte("\n"))
 	rest, ok := bytes.CutPrefix(data, []byte("---\n"))
 	if !ok {
-		return workflows.AgentDef{}, errors.New("no YAML front matter: the file must start with a line ---")
+		return Def{}, errors.New("no YAML front matter: the file must start with a line ---")
 	}
 	header, body, ok := bytes.Cut(rest, []byte("\n---"))
 	if !ok {
-		return workflows.AgentDef{}, errors.New("the YAML front matter has no closing line ---")
+		return Def{}, errors.New("the YAML front matter has no closing line ---")
 	}
 	var fm frontMatter
 	dec := yaml.NewDecoder(bytes.NewReader(header))
 	dec.KnownFields(true)
 	if err := dec.Decode(&fm); err != nil {
-		return workflows.AgentDef{}, fmt.Errorf("front matter: %w", err)
+		return Def{}, fmt.Errorf("front matter: %w", err)
 	}
-	def := workflows.AgentDef{
+	def := Def{
 		Name: strings.TrimSpace(fm.Name), Description: strings.TrimSpace(fm.Description),
 		Tools: fm.Tools, DisallowedTools: fm.DisallowedTools, Model: strings.TrimSpace(fm.Model),
 		Prompt: strings.TrimSpace(strings.TrimPrefix(string(body), "\n")),

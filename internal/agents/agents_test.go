@@ -6,8 +6,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/tollgate/tollgate/workflows"
 )
 
 func write(t *testing.T, dir, name, text string) {
@@ -24,7 +22,7 @@ func TestDefinitionsAreReadInNameOrderWithToolsInEitherForm(t *testing.T) {
 	defs, err := Load(dir)
 
 	require.NoError(t, err)
-	require.Equal(t, []workflows.AgentDef{
+	require.Equal(t, []Def{
 		{Name: "writer", Description: "Writes docs", Tools: []string{"Read", "Write"}, Prompt: "You write docs.\nBriefly."},
 		{Name: "reviewer", Description: "Reviews code", Tools: []string{"Read", "Bash"}, DisallowedTools: []string{"Bash"}, Model: "small", Prompt: "You review code."},
 	}, defs)
@@ -41,7 +39,7 @@ func TestBadDefinitionsKeepAnErrorTheModelCanRead(t *testing.T) {
 	defs, err := Load(dir)
 
 	require.NoError(t, err)
-	byName := map[string]workflows.AgentDef{}
+	byName := map[string]Def{}
 	for _, d := range defs {
 		byName[d.Name] = d
 	}

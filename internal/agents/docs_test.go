@@ -7,8 +7,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/tollgate/tollgate/workflows"
 )
 
 // TestToolsDocSubagentExampleIsADefinition keeps the subagent example of
@@ -25,7 +23,7 @@ func TestToolsDocSubagentExampleIsADefinition(t *testing.T) {
 
 	def, err := Parse([]byte(block[1]))
 	require.NoError(t, err)
-	require.Equal(t, workflows.AgentDef{
+	require.Equal(t, Def{
 		Name:            "notetaker",
 		Description:     "Reads files in the workspace and writes short notes about them.",
 		Tools:           []string{"Read", "Write"},

@@ -4,6 +4,8 @@
 package config
 
 import (
+	"github.com/tollgate/tollgate/internal/text"
+
 	"cmp"
 	"errors"
 	"fmt"
@@ -24,7 +26,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/tollgate/tollgate/internal/payloads"
-	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 // Names of the variables tollgate reads. A YAML configuration file uses the
@@ -98,19 +100,20 @@ const MCPOff = "off"
 // tool at all. An empty value means "unset" and so the default.
 const NoRequiredTools = "none"
 
-// Defaults, as the design's Configuration table gives them.
+// Defaults, as docs/protocol.md's configuration table gives them; those the
+// workflows share are package protocol's.
 const (
 	DefaultTemporalAddress   = "127.0.0.1:7233"
 	DefaultTemporalNamespace = "default"
-	DefaultTaskQueue         = "tollgate"
+	DefaultTaskQueue         = protocol.DefaultTaskQueue
 	DefaultHTTPAddr          = "127.0.0.1:8080"
 	DefaultOpenAIModel       = "gpt-4o-mini"
 	DefaultWorkspace         = "./workspace"
 	DefaultRequiredTools     = "Write,Edit,Bash"
-	DefaultApprovalTimeout   = 3 * time.Minute
+	DefaultApprovalTimeout   = protocol.DefaultApprovalTimeout
 	DefaultHeartbeatInterval = 15 * time.Second
-	DefaultMaxSteps          = 25
-	DefaultBashTimeout       = 2 * time.Minute
+	DefaultMaxSteps          = protocol.DefaultMaxSteps
+	DefaultBashTimeout       = protocol.DefaultBashTimeout
 	DefaultMetricsAddr       = "127.0.0.1:9090"
 	DefaultPayloadDir        = ".tollgate/payloads"
 	// DefaultMCPConfig is read when it exists, as Claude Code reads a
@@ -187,7 +190,7 @@ type Config struct {
 	// AllowedOrigins are the browser origins besides the API's own that may
 	// send state-changing requests.
 	AllowedOrigins []string
-	// ContextBudget is EnvContextBudget's value; workflows.DefaultContextBudget
+	// ContextBudget is EnvContextBudget's value; protocol.DefaultContextBudget
 	// when unset.
 	ContextBudget int
 	// CodecOrigins are the browser origins that may call the codec
@@ -265,11 +268,28 @@ var known = []string{
 	EnvPayloadS3Prefix, EnvPayloadS3Region, EnvPayloadS3AccessKey, EnvPayloadS3SecretKey,
 }
 
-// Load reads the configuration. getenv is usually os.Getenv; an empty value
-// counts as unset. When TOLLGATE_CONFIG_FILE names a YAML file, its keys fill
-// in what the environment leaves unset. Every bad variable is reported, each
-// error naming the variable and its value.
-func Load(getenv func(string) string) (Config, error) {
+// Binary says which program's settings to read: each reads, and so
+// refuses when bad, only the variables it uses (a worker-only variable
+// never stops the API).
+type Binary int
+
+// The programs that read the configuration.
+const (
+	Worker Binary = 1 << iota
+	API
+	// Both reads every setting (tests, and a check of a whole file).
+	Both = Worker | API
+)
+
+// Load reads every setting (LoadFor Both).
+func Load(getenv func(string) string) (Config, error) { return LoadFor(Both, getenv) }
+
+// LoadFor reads the settings that uses reads. getenv is usually os.Getenv;
+// an empty value counts as unset. When TOLLGATE_CONFIG_FILE names a YAML
+// file, its keys fill in what the environment leaves unset (any key
+// tollgate knows is accepted, whichever program uses it). Every bad
+// variable is reported, each error naming the variable and its value.
+func LoadFor(uses Binary, getenv func(string) string) (Config, error) {
 	c := Config{ConfigFile: getenv(EnvConfigFile)}
 	file := map[string]string{}
 	if c.ConfigFile != "" {
@@ -290,28 +310,7 @@ func Load(getenv func(string) string) (Config, error) {
 	c.Temporal = r.temporal(c.TemporalAddress, c.TemporalNamespace)
 	c.TemporalAddress, c.TemporalNamespace = c.Temporal.HostPort, c.Temporal.Namespace
 	c.TaskQueue = r.str(EnvTaskQueue, DefaultTaskQueue)
-	c.HTTPAddr = r.str(EnvHTTPAddr, DefaultHTTPAddr)
-	c.OpenAIBaseURL = r.str(EnvOpenAIBaseURL, "")
-	c.OpenAIAPIKey = r.str(EnvOpenAIAPIKey, "")
-	c.OpenAIModel = r.str(EnvOpenAIModel, DefaultOpenAIModel)
-	c.Workspace = r.path(EnvWorkspace, DefaultWorkspace)
-	c.RequiredTools = r.list(EnvRequiredTools, DefaultRequiredTools)
-	c.ApprovalTimeout = r.duration(EnvApprovalTimeout, DefaultApprovalTimeout)
-	c.HeartbeatInterval = r.duration(EnvHeartbeatInterval, DefaultHeartbeatInterval)
-	c.AgentsDir = r.path(EnvAgentsDir, "")
-	c.PolicyFile = r.path(EnvPolicyFile, "")
-	c.NotifyURL = r.url(EnvNotifyURL)
-	c.MaxSteps = r.positiveInt(EnvMaxSteps, DefaultMaxSteps)
-	c.BashTimeout = r.duration(EnvBashTimeout, DefaultBashTimeout)
 	c.LogLevel = r.level(EnvLogLevel, slog.LevelInfo)
-	c.MetricsAddr = r.listenAddr(EnvMetricsAddr, DefaultMetricsAddr)
-	c.MCPConfig = r.mcpConfig(EnvMCPConfig)
-	c.APITokens = r.tokens(EnvAPITokens)
-	c.AllowBypass = r.boolean(EnvAllowBypass)
-	c.AllowUnauthenticated = r.boolean(EnvAllowUnauthenticated)
-	c.AllowedOrigins = r.origins(EnvAllowedOrigins)
-	c.CodecOrigins = r.origins(EnvCodecOrigins)
-	c.ContextBudget = r.positiveInt(EnvContextBudget, workflows.DefaultContextBudget)
 	c.Payloads = payloads.Config{
 		Dir:         r.path(EnvPayloadDir, DefaultPayloadDir),
 		Threshold:   r.positiveInt(EnvPayloadThreshold, payloads.DefaultThreshold),
@@ -322,6 +321,31 @@ func Load(getenv func(string) string) (Config, error) {
 		S3Region:    r.str(EnvPayloadS3Region, ""),
 		S3AccessKey: r.str(EnvPayloadS3AccessKey, ""),
 		S3SecretKey: r.str(EnvPayloadS3SecretKey, ""),
+	}
+	if uses&Worker != 0 {
+		c.OpenAIBaseURL = r.str(EnvOpenAIBaseURL, "")
+		c.OpenAIAPIKey = r.str(EnvOpenAIAPIKey, "")
+		c.OpenAIModel = r.str(EnvOpenAIModel, DefaultOpenAIModel)
+		c.Workspace = r.path(EnvWorkspace, DefaultWorkspace)
+		c.RequiredTools = r.list(EnvRequiredTools, DefaultRequiredTools)
+		c.ApprovalTimeout = r.duration(EnvApprovalTimeout, DefaultApprovalTimeout)
+		c.AgentsDir = r.path(EnvAgentsDir, "")
+		c.PolicyFile = r.path(EnvPolicyFile, "")
+		c.NotifyURL = r.url(EnvNotifyURL)
+		c.MaxSteps = r.positiveInt(EnvMaxSteps, DefaultMaxSteps)
+		c.BashTimeout = r.duration(EnvBashTimeout, DefaultBashTimeout)
+		c.MetricsAddr = r.listenAddr(EnvMetricsAddr, DefaultMetricsAddr)
+		c.MCPConfig = r.mcpConfig(EnvMCPConfig)
+		c.ContextBudget = r.positiveInt(EnvContextBudget, protocol.DefaultContextBudget)
+	}
+	if uses&API != 0 {
+		c.HTTPAddr = r.str(EnvHTTPAddr, DefaultHTTPAddr)
+		c.HeartbeatInterval = r.duration(EnvHeartbeatInterval, DefaultHeartbeatInterval)
+		c.APITokens = r.tokens(EnvAPITokens)
+		c.AllowBypass = r.boolean(EnvAllowBypass)
+		c.AllowUnauthenticated = r.boolean(EnvAllowUnauthenticated)
+		c.AllowedOrigins = r.origins(EnvAllowedOrigins)
+		c.CodecOrigins = r.origins(EnvCodecOrigins)
 	}
 	if c.Payloads.S3Endpoint != "" && c.Payloads.S3Bucket == "" {
 		r.fail(EnvPayloadS3Bucket, "", "required with %s", EnvPayloadS3Endpoint)
@@ -468,11 +492,11 @@ func (r *reader) duration(name string, def time.Duration) time.Duration {
 	}
 	d, err := time.ParseDuration(raw)
 	if err != nil {
-		r.fail(name, raw, "not a duration (example: %s)", shortDuration(def))
+		r.fail(name, raw, "not a duration (example: %s)", text.Duration(def))
 		return def
 	}
 	if d <= 0 {
-		r.fail(name, raw, "must be greater than zero (example: %s)", shortDuration(def))
+		r.fail(name, raw, "must be greater than zero (example: %s)", text.Duration(def))
 		return def
 	}
 	return d
@@ -663,16 +687,4 @@ func (r *reader) level(name string, def slog.Level) slog.Level {
 		return def
 	}
 	return l
-}
-
-// shortDuration prints 3m rather than Go's 3m0s, as a person would write it.
-func shortDuration(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
 }

@@ -22,7 +22,7 @@ func env(vars map[string]string) func(string) string {
 	return func(name string) string { return vars[name] }
 }
 
-func TestLoadWithNothingSetGivesTheDesignDefaults(t *testing.T) {
+func TestLoadWithNothingSetGivesTheDocumentedDefaults(t *testing.T) {
 	c, err := Load(env(nil))
 	require.NoError(t, err)
 
@@ -284,4 +284,27 @@ func writeFileNamed(t *testing.T, name, content string) string {
 	path := filepath.Join(t.TempDir(), name)
 	require.NoError(t, os.WriteFile(path, []byte(content), 0o600))
 	return path
+}
+
+func TestEachBinaryValidatesOnlyTheVariablesItUses(t *testing.T) {
+	workerOnly := map[string]string{"TOLLGATE_MCP_CONFIG": "missing.json", "TOLLGATE_MAX_STEPS": "many"}
+	apiOnly := map[string]string{"TOLLGATE_API_TOKENS": "short", "TOLLGATE_HEARTBEAT_INTERVAL": "often"}
+
+	_, err := LoadFor(API, env(workerOnly))
+	require.NoError(t, err, "the API reads no worker variable")
+	_, err = LoadFor(Worker, env(apiOnly))
+	require.NoError(t, err, "the worker reads no API variable")
+
+	_, err = LoadFor(Worker, env(workerOnly))
+	require.ErrorContains(t, err, "TOLLGATE_MCP_CONFIG")
+	require.ErrorContains(t, err, "TOLLGATE_MAX_STEPS")
+	_, err = LoadFor(API, env(apiOnly))
+	require.ErrorContains(t, err, "TOLLGATE_API_TOKENS")
+	require.ErrorContains(t, err, "TOLLGATE_HEARTBEAT_INTERVAL")
+
+	// What both read stops both.
+	for _, b := range []Binary{Worker, API} {
+		_, err = LoadFor(b, env(map[string]string{"TOLLGATE_LOG_LEVEL": "loud"}))
+		require.ErrorContains(t, err, "TOLLGATE_LOG_LEVEL")
+	}
 }

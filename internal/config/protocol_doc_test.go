@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tollgate/tollgate/internal/payloads"
+	"github.com/tollgate/tollgate/internal/text"
 	"github.com/tollgate/tollgate/workflows"
 )
 
@@ -70,10 +71,10 @@ func TestProtocolDocGivesEveryVariableLoadsDefault(t *testing.T) {
 		EnvOpenAIModel:          DefaultOpenAIModel,
 		EnvWorkspace:            DefaultWorkspace,
 		EnvRequiredTools:        DefaultRequiredTools,
-		EnvApprovalTimeout:      shortDuration(DefaultApprovalTimeout),
-		EnvHeartbeatInterval:    shortDuration(DefaultHeartbeatInterval),
+		EnvApprovalTimeout:      text.Duration(DefaultApprovalTimeout),
+		EnvHeartbeatInterval:    text.Duration(DefaultHeartbeatInterval),
 		EnvMaxSteps:             strconv.Itoa(DefaultMaxSteps),
-		EnvBashTimeout:          shortDuration(DefaultBashTimeout),
+		EnvBashTimeout:          text.Duration(DefaultBashTimeout),
 		EnvLogLevel:             strings.ToLower(slog.LevelInfo.String()),
 		EnvMetricsAddr:          DefaultMetricsAddr,
 		EnvMCPConfig:            DefaultMCPConfig,

@@ -1,6 +1,6 @@
 // Package devserver runs a real Temporal dev server (the Temporal CLI's
-// `server start-dev`) for tests, tuned for one machine as the design
-// describes, on free loopback ports, with its output kept out of the test's.
+// `server start-dev`) for tests, tuned for one machine as `make dev`'s is,
+// on free loopback ports, with its output kept out of the test's.
 package devserver
 
 import (
@@ -45,8 +45,9 @@ const (
 )
 
 // tunedFlags are the dev server flags that bring task dispatch from about
-// 50 ms to about 12 ms on one machine (see the design, "A Temporal server
-// here"). They suit a single-machine dev server only. scripts/dev.sh gives
+// 50 ms to about 12 ms on one machine: a poll-rate limit lifted, one
+// partition per task queue, eager activities. They suit a single-machine
+// dev server only. scripts/dev.sh gives
 // `make dev`'s server the same (TestMakeDevTunesItsServerAlike).
 var tunedFlags = []string{
 	"--log-level", "warn",

@@ -27,7 +27,7 @@ func TestTimersAreHistogramsInSecondsWithBucketsFrom5msTo24h(t *testing.T) {
 	timer.Record(20 * time.Millisecond)
 	timer.Record(2 * time.Hour)
 
-	// The buckets the README documents.
+	// The buckets docs/observability.md documents.
 	require.NoError(t, testutil.GatherAndCompare(r, strings.NewReader(`
 # HELP temporal_activity_execution_latency_seconds Activity execution time.
 # TYPE temporal_activity_execution_latency_seconds histogram

@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
-
-	"github.com/tollgate/tollgate/workflows"
 )
 
 // file is the policy file's shape:
@@ -40,7 +38,7 @@ type file struct {
 // Load reads and checks the policy file at path. Every rule is compiled; the
 // errors, all of them, name the tool and the expression, so a worker with a
 // bad policy does not start.
-func Load(path string) ([]workflows.Rule, error) {
+func Load(path string) ([]Rule, error) {
 	if path == "" {
 		return nil, nil
 	}
@@ -56,20 +54,20 @@ func Load(path string) ([]workflows.Rule, error) {
 }
 
 // Parse reads a policy. Rules come out in tool-name order.
-func Parse(data []byte) ([]workflows.Rule, error) {
+func Parse(data []byte) ([]Rule, error) {
 	var f file
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&f); err != nil {
 		return nil, err
 	}
-	var rules []workflows.Rule
+	var rules []Rule
 	var errs []error
 	for _, tool := range slices.Sorted(maps.Keys(f.Tools)) {
 		spec := f.Tools[tool]
-		r := workflows.Rule{Tool: tool, Require: spec.Require, When: spec.When, Deciders: spec.Deciders, SecondPerson: spec.SecondPerson}
+		r := Rule{Tool: tool, Require: spec.Require, When: spec.When, Deciders: spec.Deciders, SecondPerson: spec.SecondPerson}
 		if r.Require == "" && r.When != "" {
-			r.Require = workflows.RequireWhen
+			r.Require = RequireWhen
 		}
 		if spec.Timeout != "" {
 			d, err := time.ParseDuration(spec.Timeout)

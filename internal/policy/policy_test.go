@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/tollgate/tollgate/workflows"
 )
 
 func TestPolicyFileRulesAreReadInToolOrder(t *testing.T) {
@@ -23,10 +21,10 @@ tools:
     require: never
 `))
 	require.NoError(t, err)
-	require.Equal(t, []workflows.Rule{
-		{Tool: "Bash", Require: workflows.RequireWhen, When: `args.command.startsWith("rm ") || args.command.contains("sudo")`},
-		{Tool: "Read", Require: workflows.RequireNever},
-		{Tool: "Write", Require: workflows.RequireAlways, Timeout: 10 * time.Minute},
+	require.Equal(t, []Rule{
+		{Tool: "Bash", Require: RequireWhen, When: `args.command.startsWith("rm ") || args.command.contains("sudo")`},
+		{Tool: "Read", Require: RequireNever},
+		{Tool: "Write", Require: RequireAlways, Timeout: 10 * time.Minute},
 	}, rules)
 }
 

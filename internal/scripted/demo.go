@@ -9,7 +9,8 @@ import (
 	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/tollgate/tollgate/activities"
-	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/internal/text"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 // DemoIntro is the text of the demo model's answer to a user message.
@@ -34,7 +35,7 @@ func Demo() Script {
 		}
 		switch last := msgs[len(msgs)-1]; last.Role {
 		case openai.ChatMessageRoleUser:
-			query := text(last)
+			query := messageText(last)
 			if strings.Contains(strings.ToLower(query), "subagent") {
 				if agent := firstSubagent(req.Tools); agent != "" {
 					return demoTask(msgs, agent, query)
@@ -80,7 +81,7 @@ func offered(tools []openai.Tool) func(string) bool {
 // or "" when it offers no Task tool.
 func firstSubagent(tools []openai.Tool) string {
 	for _, t := range tools {
-		if t.Function == nil || t.Function.Name != workflows.TaskTool {
+		if t.Function == nil || t.Function.Name != protocol.TaskTool {
 			continue
 		}
 		var schema struct {
@@ -104,7 +105,7 @@ func demoTask(msgs []openai.ChatCompletionMessage, agent, query string) Reply {
 		Content: "I'll hand this to the " + agent + " subagent.",
 		ToolCalls: []activities.ToolCall{{
 			ID:   fmt.Sprintf("call_%d_0", demoTurn(msgs)),
-			Name: workflows.TaskTool,
+			Name: protocol.TaskTool,
 			Arguments: marshal(struct {
 				SubagentType string `json:"subagent_type"`
 				Description  string `json:"description"`
@@ -164,7 +165,7 @@ func demoSummary(msgs []openai.ChatCompletionMessage) string {
 	}
 
 	var b strings.Builder
-	fmt.Fprintf(&b, "Here is what came of the %s I asked for.", plural(len(results), "tool call"))
+	fmt.Fprintf(&b, "Here is what came of the %s I asked for.", count(len(results), "tool call"))
 	declined := 0
 	for _, r := range results {
 		name := r.Name
@@ -176,16 +177,16 @@ func demoSummary(msgs []openai.ChatCompletionMessage) string {
 		}
 		content := strings.TrimSpace(r.Content)
 		switch {
-		case strings.HasPrefix(content, workflows.DeclinedResponse):
+		case strings.HasPrefix(content, protocol.DeclinedResponse):
 			declined++
-			reason := strings.TrimSpace(strings.TrimPrefix(content, workflows.DeclinedResponse))
+			reason := strings.TrimSpace(strings.TrimPrefix(content, protocol.DeclinedResponse))
 			reason = strings.TrimSpace(strings.TrimPrefix(reason, "Reason:"))
 			if reason != "" {
 				fmt.Fprintf(&b, " %s was declined, with the reason %q, so it did not run.", name, reason)
 			} else {
 				fmt.Fprintf(&b, " %s was declined, so it did not run.", name)
 			}
-		case strings.HasPrefix(content, workflows.TimeoutResponse):
+		case strings.HasPrefix(content, protocol.TimeoutResponse):
 			declined++
 			fmt.Fprintf(&b, " %s got no decision in time, so it did not run.", name)
 		case strings.HasPrefix(strings.ToLower(content), "error"):
@@ -200,7 +201,7 @@ func demoSummary(msgs []openai.ChatCompletionMessage) string {
 			pronoun = "it"
 		}
 		fmt.Fprintf(&b, " So %s did not run, and I will not try %s again without your approval.",
-			plural(declined, "call"), pronoun)
+			count(declined, "call"), pronoun)
 	} else {
 		b.WriteString(" Everything I asked for ran.")
 	}
@@ -221,7 +222,7 @@ func describe(output string) string {
 	if lines == 1 {
 		return fmt.Sprintf("%q", line)
 	}
-	return fmt.Sprintf("%s starting with %q", plural(lines, "line"), line)
+	return fmt.Sprintf("%s starting with %q", count(lines, "line"), line)
 }
 
 func firstLine(s string) string {
@@ -229,15 +230,13 @@ func firstLine(s string) string {
 	return strings.TrimSpace(line)
 }
 
-func plural(n int, noun string) string {
-	if n == 1 {
-		return "1 " + noun
-	}
-	return fmt.Sprintf("%d %ss", n, noun)
+// count says how many of noun there are: "1 call", "3 calls".
+func count(n int, noun string) string {
+	return fmt.Sprintf("%d %s", n, text.Plural(n, noun))
 }
 
-// text returns a message's text, also when it came as content parts.
-func text(m openai.ChatCompletionMessage) string {
+// messageText returns a message's text, also when it came as content parts.
+func messageText(m openai.ChatCompletionMessage) string {
 	if m.Content != "" || len(m.MultiContent) == 0 {
 		return m.Content
 	}

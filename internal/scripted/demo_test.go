@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tollgate/tollgate/internal/scripted"
-	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 func userTurn(query string) []openai.ChatCompletionMessage {
@@ -69,8 +69,8 @@ func TestDemoSummarizesEachToolResult(t *testing.T) {
 	}
 	msgs := append(userTurn("hello"), assistant,
 		openai.ChatCompletionMessage{Role: "tool", ToolCallID: "call_0_0", Name: "Read", Content: "# tollgate\n\nRuns agents."},
-		openai.ChatCompletionMessage{Role: "tool", ToolCallID: "call_0_1", Content: workflows.DeclinedResponse + " Reason: not in my repo"},
-		openai.ChatCompletionMessage{Role: "tool", ToolCallID: "call_0_2", Name: "Bash", Content: workflows.TimeoutResponse},
+		openai.ChatCompletionMessage{Role: "tool", ToolCallID: "call_0_1", Content: protocol.DeclinedResponse + " Reason: not in my repo"},
+		openai.ChatCompletionMessage{Role: "tool", ToolCallID: "call_0_2", Name: "Bash", Content: protocol.TimeoutResponse},
 	)
 	req := openai.ChatCompletionRequest{Messages: msgs}
 	reply := scripted.Demo()(req)
