@@ -328,48 +328,44 @@ func TestToolsWithoutUsableWorkspaceAnswerError(t *testing.T) {
 		fmt.Sprintf("Bash: workspace %q is not usable", missingDir))
 }
 
-func TestToolsEditReplacesUniqueOccurrence(t *testing.T) {
-	ws, _ := newWorkspace(t)
-	tools := &Tools{Workspace: ws}
-	path := filepath.Join(ws, "main.go")
-	writeFile(t, path, "func a() {}\nfunc b() {}\n")
+func TestToolsEdit(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		content  string
+		args     map[string]any
+		result   string // the tool's answer, or its error with err
+		err      bool
+		contents string // the file afterwards
+	}{
+		{"replaces the one occurrence", "func a() {}\nfunc b() {}\n",
+			map[string]any{"old_string": "func b()", "new_string": "func c()"},
+			`Edited "f.txt": replaced 1 occurrence`, false, "func a() {}\nfunc c() {}\n"},
+		{"old_string not found", "alpha\n",
+			map[string]any{"old_string": "beta", "new_string": "gamma"},
+			`Edit: old_string was not found in "f.txt"`, true, "alpha\n"},
+		{"several occurrences, named", "x = 1\nx = 1\nx = 1\n",
+			map[string]any{"old_string": "x = 1", "new_string": "x = 2"},
+			`Edit: old_string occurs 3 times in "f.txt"`, true, "x = 1\nx = 1\nx = 1\n"},
+		{"replace_all replaces every one", "x = 1\nx = 1\nx = 1\n",
+			map[string]any{"old_string": "x = 1", "new_string": "x = 2", "replace_all": true},
+			`Edited "f.txt": replaced 3 occurrences`, false, "x = 2\nx = 2\nx = 2\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ws, _ := newWorkspace(t)
+			tools := &Tools{Workspace: ws}
+			path := filepath.Join(ws, "f.txt")
+			writeFile(t, path, tc.content)
+			tc.args["file_path"] = "f.txt"
 
-	res := requireOK(t, call(t, tools.Edit, map[string]any{"file_path": "main.go", "old_string": "func b()", "new_string": "func c()"}))
-	require.Equal(t, `Edited "main.go": replaced 1 occurrence`, res)
-	require.Equal(t, "func a() {}\nfunc c() {}\n", readFile(t, path))
-}
-
-func TestToolsEditOldStringNotFoundIsError(t *testing.T) {
-	ws, _ := newWorkspace(t)
-	tools := &Tools{Workspace: ws}
-	path := filepath.Join(ws, "f.txt")
-	writeFile(t, path, "alpha\n")
-
-	requireToolError(t, call(t, tools.Edit, map[string]any{"file_path": "f.txt", "old_string": "beta", "new_string": "gamma"}),
-		`Edit: old_string was not found in "f.txt"`)
-	require.Equal(t, "alpha\n", readFile(t, path))
-}
-
-func TestToolsEditMultipleOccurrencesIsErrorNamingCount(t *testing.T) {
-	ws, _ := newWorkspace(t)
-	tools := &Tools{Workspace: ws}
-	path := filepath.Join(ws, "f.txt")
-	writeFile(t, path, "x = 1\nx = 1\nx = 1\n")
-
-	requireToolError(t, call(t, tools.Edit, map[string]any{"file_path": "f.txt", "old_string": "x = 1", "new_string": "x = 2"}),
-		`Edit: old_string occurs 3 times in "f.txt"`)
-	require.Equal(t, "x = 1\nx = 1\nx = 1\n", readFile(t, path))
-}
-
-func TestToolsEditReplaceAllReplacesEveryOccurrence(t *testing.T) {
-	ws, _ := newWorkspace(t)
-	tools := &Tools{Workspace: ws}
-	path := filepath.Join(ws, "f.txt")
-	writeFile(t, path, "x = 1\nx = 1\nx = 1\n")
-
-	res := requireOK(t, call(t, tools.Edit, map[string]any{"file_path": "f.txt", "old_string": "x = 1", "new_string": "x = 2", "replace_all": true}))
-	require.Equal(t, `Edited "f.txt": replaced 3 occurrences`, res)
-	require.Equal(t, "x = 2\nx = 2\nx = 2\n", readFile(t, path))
+			out := call(t, tools.Edit, tc.args)
+			if tc.err {
+				requireToolError(t, out, tc.result)
+			} else {
+				require.Equal(t, tc.result, requireOK(t, out))
+			}
+			require.Equal(t, tc.contents, readFile(t, path))
+		})
+	}
 }
 
 func TestToolsEditKeepsFileMode(t *testing.T) {
