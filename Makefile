@@ -61,11 +61,13 @@ lint: $(STATICCHECK)
 	go vet ./...
 	$(STATICCHECK) ./...
 
-# Benchmarks against the raw Temporal floor on one tuned dev server; about a
-# minute. The figures go to bench/RESULTS.md, never into a test's verdict.
+# The benchmark (package bench): the worker and API binaries against the raw
+# Temporal floor on one tuned dev server, measured over HTTP and their
+# /metrics; about a minute and a half. The figures go to bench/RESULTS.md,
+# which keeps the latest run and the one before, never into a test's verdict.
 bench: $(TEMPORAL)
 	TOLLGATE_BENCH_OUT=$(CURDIR)/bench/RESULTS.md \
-		go test -run '^$$' -bench '^Benchmark(Tollgate|LongTurnHistory)$$' -benchtime 1x -timeout 10m ./api/
+		go test -run '^$$' -bench '^BenchmarkTollgate$$' -benchtime 1x -timeout 10m ./bench/
 
 # Records the replay corpus of a release from a run of today's workflow
 # code on a dev server: `make corpus RELEASE=v0.2.0` writes

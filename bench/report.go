@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"errors"
@@ -10,8 +10,8 @@ import (
 	"time"
 )
 
-// benchReport is everything BenchmarkTollgate measured.
-type benchReport struct {
+// report is everything BenchmarkTollgate measured.
+type report struct {
 	Date                  time.Time
 	Runs                  int
 	LoadBefore, LoadAfter string
@@ -24,8 +24,9 @@ type benchReport struct {
 	Timeline        []timelineRow
 	HistoryApproved int
 
-	FanOut  fanOutResult
-	History []historyCost
+	FanOut   fanOutResult
+	History  []historyCost
+	LongTurn [2]longTurnResult // payloads inline, then with the store
 }
 
 // pathStats are one side's latencies and throughput.
@@ -33,40 +34,57 @@ type pathStats struct {
 	Request, Result             summary
 	TurnsPerSec1, TurnsPerSec20 float64
 	Burst                       burstLatency
-	// CPUSelf and CPUServer are the CPU time per turn of the concurrent
-	// run: of this process (worker, API, model, clients) and of the dev
-	// server (-1 when unknown).
-	CPUSelf, CPUServer time.Duration
+	// CPU is the CPU time per turn of the concurrent run, by process.
+	CPU cpuTimes
 }
+
+// burstLatency is the latencies measured during the concurrent run.
+type burstLatency struct{ Request, Result summary }
 
 // goalRatio is the issue's goal: tollgate within 1.25x of the floor at p50.
 const goalRatio = 1.25
 
-// notesMarker separates the generated report from notes written by hand,
-// which writeReport keeps.
-const notesMarker = "<!-- Notes below this line are written by hand; `make bench` keeps them. -->"
+// The parts of the results file. writeReport replaces the latest run's
+// block with a new one and moves it to the run before's, and keeps the notes
+// after notesMarker.
+const (
+	latestMarker = "<!-- The latest run: written by `make bench`. -->"
+	beforeMarker = "<!-- The run before: moved here by `make bench`. -->"
+	runEnd       = "<!-- end of run -->"
+	notesMarker  = "<!-- Notes below this line are written by hand; `make bench` keeps them. -->"
+)
 
-func (r *benchReport) markdown() string {
+// fileHeader opens the results file.
+const fileHeader = `# tollgate benchmarks
+
+` + "`make bench`" + ` (BenchmarkTollgate in ` + "`bench/`" + `) writes this file: the latest run, then the run before
+it, then notes written by hand, which it keeps. Two runs side by side show how much a figure moves
+from one run to the next; read the notes before reading much into one ratio.
+
+`
+
+func (r *report) markdown() string {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
 	ratio := func(t, f time.Duration) string { return fmt.Sprintf("%.2fx", t.Seconds()/f.Seconds()) }
 
-	p("# tollgate benchmarks")
-	p("")
-	p("Written by `make bench` (BenchmarkTollgate in `api/bench_test.go`) on %s.", r.Date.UTC().Format("2006-01-02 15:04 MST"))
+	p("Written by `make bench` (BenchmarkTollgate in `bench/`) on %s.", r.Date.UTC().Format("2006-01-02 15:04 MST"))
 	p("Machine: %d cores (%s), %s/%s, %s. Load average before / after the run: %s / %s.",
 		runtime.NumCPU(), cpuModel(), runtime.GOOS, runtime.GOARCH, runtime.Version(), r.LoadBefore, r.LoadAfter)
-	p("One tuned Temporal dev server (`internal/devserver`), one worker in the benchmark's process with")
-	p("main's (default) options, the scripted model answering at once (no chunk delay), the API over")
-	p("HTTP on loopback with its production settings. The raw floor is `floorWorkflow`: it publishes an")
-	p("approval request in a log its events query reads, waits for a signal, runs one activity (the same")
-	p("Write tool with the same options as a turn's), publishes the result; it runs on the same worker and")
-	p("task queue and is read the way the API reads a turn (history long poll, then the events query).")
+	p("One tuned Temporal dev server (`internal/devserver`); tollgate's worker and API are the binaries of")
+	p("this tree, each a process of its own with its default settings (the API on loopback); the scripted")
+	p("model answers at once (no chunk delay) from the benchmark's process. Everything tollgate's figures")
+	p("say comes from outside: the clients' clocks on POST /chat/stream, POST /chat/approval and GET")
+	p("/chat/turns/:turnId/events, the API's and the worker's GET /metrics, and the workflows' histories.")
+	p("The raw floor is `floorWorkflow`: it publishes an approval request in a log its events query reads,")
+	p("waits for a signal, runs one activity (the same Write tool with the same options as a turn's),")
+	p("publishes the result; it runs on an SDK worker in the benchmark's process with the worker binary's")
+	p("options, and is read the way the API reads a turn (history long poll, then the events query).")
 	p("%d turns of each, one at a time, floor and tollgate alternating; percentiles are nearest-rank.", r.Runs)
 	p("Everything shares the machine's cores.")
 	p("")
 
-	p("## tollgate against the raw Temporal floor")
+	p("### tollgate against the raw Temporal floor")
 	p("")
 	p("| | raw floor | tollgate | tollgate / floor |")
 	p("|---|---:|---:|---:|")
@@ -80,9 +98,13 @@ func (r *benchReport) markdown() string {
 	p("| turns per second, 1 at a time | %.1f | %.1f | %.2fx |", r.Floor.TurnsPerSec1, r.Tollgate.TurnsPerSec1, r.Tollgate.TurnsPerSec1/r.Floor.TurnsPerSec1)
 	p("| turns per second, %d at a time (%d turns) | %.1f | %.1f | %.2fx |", benchConcurrency, benchBurstTurns,
 		r.Floor.TurnsPerSec20, r.Tollgate.TurnsPerSec20, r.Tollgate.TurnsPerSec20/r.Floor.TurnsPerSec20)
-	row(fmt.Sprintf("CPU per turn, %d at a time: worker, API, model and clients (one process)", benchConcurrency), r.Floor.CPUSelf, r.Tollgate.CPUSelf)
-	if r.Floor.CPUServer > 0 && r.Tollgate.CPUServer > 0 {
-		row(fmt.Sprintf("CPU per turn, %d at a time: Temporal dev server", benchConcurrency), r.Floor.CPUServer, r.Tollgate.CPUServer)
+	fc, tc := r.Floor.CPU, r.Tollgate.CPU
+	row(fmt.Sprintf("CPU per turn, %d at a time: worker, API, model and clients (every process but the dev server)", benchConcurrency), fc.ours(), tc.ours())
+	p("| … of which tollgate's worker process (its `process_cpu_seconds_total`) | %.1f ms (idle) | %.1f ms | |", ms(fc.worker), ms(tc.worker))
+	p("| … of which tollgate's API process (its `process_cpu_seconds_total`) | %.1f ms (idle) | %.1f ms | |", ms(fc.api), ms(tc.api))
+	p("| … of which the benchmark's process (the floor's worker, the model, the clients) | %.1f ms | %.1f ms | |", ms(fc.bench), ms(tc.bench))
+	if fc.server > 0 && tc.server > 0 {
+		row(fmt.Sprintf("CPU per turn, %d at a time: Temporal dev server", benchConcurrency), fc.server, tc.server)
 	}
 	row(fmt.Sprintf("start → `approval_request`, p50 with %d at a time", benchConcurrency), r.Floor.Burst.Request.p50, r.Tollgate.Burst.Request.p50)
 	row(fmt.Sprintf("approve → `tool_result`, p50 with %d at a time", benchConcurrency), r.Floor.Burst.Result.p50, r.Tollgate.Burst.Result.p50)
@@ -91,7 +113,7 @@ func (r *benchReport) markdown() string {
 	p("`finish` event, after a second model call that answers \"done\".")
 	p("")
 
-	p("### Where the time goes")
+	p("#### Where the time goes")
 	p("")
 	p("Medians of each stretch over the %d sequential turns, from the workflows' histories (server time)", r.Runs)
 	p("and the client's clock, on the same machine; medians of parts need not add up to the p50 of the whole.")
@@ -117,15 +139,19 @@ func (r *benchReport) markdown() string {
 	p("")
 
 	f := r.FanOut
-	p("## Fan-out: %d SSE clients on %d paused turns", f.Clients[1], fanTurns)
+	p("### Fan-out: %d SSE clients on %d paused turns", f.Clients[1], fanTurns)
 	p("")
-	p("The clients run in a child process, so the memory below is the API's alone.")
+	p("The clients run in the benchmark's process; the queries, streams and pollers are the API's")
+	p("`tollgate_api_event_queries_total`, `tollgate_api_open_streams` and `tollgate_api_pollers_running`,")
+	p("its heap `go_memstats_heap_alloc_bytes` (live objects: the least seen over the %d GC cycles that a run", memoryGCs)
+	p("of scrapes brings about, as the API collects no garbage on demand) and its stacks")
+	p("`go_memstats_stack_inuse_bytes`.")
 	p("")
 	p("| | %d clients (1 per turn) | %d clients (%d per turn) |", f.Clients[0], f.Clients[1], f.Clients[1]/fanTurns)
 	p("|---|---:|---:|")
 	p("| events queries the API sent as the clients connected (until a second without any) | %d | %d |", f.ConnectQueries[0], f.ConnectQueries[1])
 	p("| events queries per second while the turns waited (%s) | %.1f | %.1f |", fanIdle, f.IdleQPS[0], f.IdleQPS[1])
-	p("| CPU while the turns waited: worker and API process | %.1f%% of a core | %.1f%% of a core |", 100*f.IdleCPUSelf[0], 100*f.IdleCPUSelf[1])
+	p("| CPU while the turns waited: worker and API processes | %.1f%% of a core | %.1f%% of a core |", 100*f.IdleCPUOurs[0], 100*f.IdleCPUOurs[1])
 	if f.IdleCPUServer[0] >= 0 {
 		p("| CPU while the turns waited: Temporal dev server | %.1f%% of a core | %.1f%% of a core |", 100*f.IdleCPUServer[0], 100*f.IdleCPUServer[1])
 	}
@@ -154,7 +180,7 @@ func (r *benchReport) markdown() string {
 	p("For comparison, a whole sequential turn with one client cost %.1f events queries.", r.QueriesPerTurn)
 	p("")
 
-	p("## History cost")
+	p("### History cost")
 	p("")
 	p("Each turn streams a %d-word answer from the scripted model at a word a millisecond, after %d Read",
 		historyTokens, historyToolCalls)
@@ -171,16 +197,44 @@ func (r *benchReport) markdown() string {
 	p("second model call) has %d events.", r.HistoryApproved)
 	p("")
 
-	p("## What the numbers mean")
+	p("%s", r.longTurnMarkdown())
+
+	p("### What the numbers mean")
 	p("")
 	p("%s", r.verdict())
 	p("")
 	return b.String()
 }
 
+// longTurnMarkdown is the section of the long turn.
+func (r *report) longTurnMarkdown() string {
+	in, st := r.LongTurn[0], r.LongTurn[1]
+	return fmt.Sprintf(`### History of a long turn
+
+One turn of %d steps, each with %d Reads of %d KiB files, on the same dev server (default limits),
+each way on a worker and an API of its own; history bytes as GetWorkflowExecutionHistory returns them.
+Inline, the payload store's threshold (`+"`TOLLGATE_PAYLOAD_THRESHOLD`"+`) is past any payload's size.
+
+| | steps done | turn | history | history events | payload store |
+|---|---:|---|---:|---:|---:|
+| payloads inline (v0.2.0) | %d | %s | %d KiB | %d | none |
+| payload store (local folder) | %d | %s | %d KiB | %d | %d KiB |
+
+The files read come to %d KiB in all. Inline, every model call carries the conversation so far, so
+the turn outgrows Temporal's 2 MB payload limit before its last step. With the store, history holds
+claims; the store cuts payloads into content-defined chunks and keeps each chunk once. What it holds
+beyond one copy of the files is the chunks where a tool output meets what surrounds it in each
+payload that carries it (its own result, each later model call, the turn's result), and the
+manifests (32 bytes a chunk).
+`, longTurnSteps, longTurnReads, longTurnFileSize>>10,
+		in.steps, in.status, in.historyBytes>>10, in.events,
+		st.steps, st.status, st.historyBytes>>10, st.events, st.storeBytes>>10,
+		longTurnSteps*longTurnReads*longTurnFileSize>>10)
+}
+
 // verdict says in words what the tables show, computed from them so that it
 // is true of every run.
-func (r *benchReport) verdict() string {
+func (r *report) verdict() string {
 	req := r.Tollgate.Request.p50.Seconds() / r.Floor.Request.p50.Seconds()
 	res := r.Tollgate.Result.p50.Seconds() / r.Floor.Result.p50.Seconds()
 	met := func(x float64) string {
@@ -213,10 +267,10 @@ func (r *benchReport) verdict() string {
 	model := seg["model"].Tollgate + seg["pub-wait"].Tollgate + seg["pub-run"].Tollgate
 	fmt.Fprintf(&s, "a turn calls the model before it knows which tool it wants, and that call and the workflow task after it take %.1f ms the floor never spends; ", ms(model))
 	fmt.Fprintf(&s, "a turn is also a child of a conversation workflow that a message Update starts, which costs %.1f ms more than starting the floor's workflow. ", ms(conv))
-	if r.Tollgate.CPUServer > 0 {
-		perTurn := r.Tollgate.CPUServer + r.Tollgate.CPUSelf
-		fmt.Fprintf(&s, "Throughput is bound by CPU: a tollgate turn costs %.0f ms of dev-server CPU and %.0f ms in the worker/API process (the floor %.0f and %.0f), so %d cores allow about %.0f turns a second at best. ",
-			ms(r.Tollgate.CPUServer), ms(r.Tollgate.CPUSelf), ms(r.Floor.CPUServer), ms(r.Floor.CPUSelf),
+	if t, f := r.Tollgate.CPU, r.Floor.CPU; t.server > 0 {
+		perTurn := t.server + t.ours()
+		fmt.Fprintf(&s, "Throughput is bound by CPU: a tollgate turn costs %.0f ms of dev-server CPU and %.0f ms in the other processes (the worker %.0f, the API %.0f; the floor %.0f and %.0f in all), so %d cores allow about %.0f turns a second at best. ",
+			ms(t.server), ms(t.ours()), ms(t.worker), ms(t.api), ms(f.server), ms(f.ours()),
 			runtime.NumCPU(), float64(runtime.NumCPU())*float64(time.Second)/float64(perTurn))
 	}
 	f := r.FanOut
@@ -232,38 +286,53 @@ func (r *benchReport) verdict() string {
 				most = h
 			}
 		}
-		fmt.Fprintf(&s, "A turn of %d tool calls and a %d-word answer leaves at most %d history events (%.1f%% of the %d warning): token batches are capped, so a long answer costs a handful of signals, not one per word.",
+		fmt.Fprintf(&s, "A turn of %d tool calls and a %d-word answer leaves at most %d history events (%.1f%% of the %d warning): token batches are capped, so a long answer costs a handful of signals, not one per word. ",
 			historyToolCalls, historyTokens, most.TurnEvents, 100*float64(most.TurnEvents)/historyLimit, historyLimit)
 	}
+	in, st := r.LongTurn[0], r.LongTurn[1]
+	fmt.Fprintf(&s, "A long turn of %d steps got through %d of them with its payloads inline and %d with the payload store, whose history held %d KiB against %d KiB inline.",
+		longTurnSteps, in.steps, st.steps, st.historyBytes>>10, in.historyBytes>>10)
 	return s.String()
 }
 
-// writeReport writes md to path, keeping the hand-written notes after
-// notesMarker of the file it replaces.
+// writeReport writes the latest run, md, to path: the run it replaces
+// becomes the run before (and the one before that goes), and the notes after
+// notesMarker stay.
 func writeReport(path, md string) error {
-	notes := notesMarker + "\n"
 	old, err := os.ReadFile(path)
-	switch {
-	case err == nil:
-		if _, after, ok := strings.Cut(string(old), notesMarker); ok {
-			notes += strings.TrimLeft(after, "\n")
-		}
-	case !errors.Is(err, fs.ErrNotExist):
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
-	return os.WriteFile(path, []byte(md+notes), 0o644)
+	text := string(old)
+	var b strings.Builder
+	b.WriteString(fileHeader)
+	writeRun(&b, latestMarker, "The latest run", md)
+	if before, ok := runBody(text, latestMarker); ok {
+		writeRun(&b, beforeMarker, "The run before", before)
+	}
+	b.WriteString(notesMarker + "\n")
+	if _, notes, ok := strings.Cut(text, notesMarker); ok {
+		b.WriteString(strings.TrimLeft(notes, "\n"))
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
 
-// cpuModel names the processor, where /proc/cpuinfo says.
-func cpuModel() string {
-	b, err := os.ReadFile("/proc/cpuinfo")
-	if err != nil {
-		return "unknown CPU"
+// writeRun writes one run's block: its marker, its heading, md, the end.
+func writeRun(b *strings.Builder, marker, heading, md string) {
+	fmt.Fprintf(b, "%s\n## %s\n\n%s\n%s\n\n", marker, heading, strings.TrimSpace(md), runEnd)
+}
+
+// runBody is the report inside the block that marker opens, without its
+// heading.
+func runBody(text, marker string) (string, bool) {
+	_, rest, ok := strings.Cut(text, marker)
+	if !ok {
+		return "", false
 	}
-	for line := range strings.Lines(string(b)) {
-		if name, ok := strings.CutPrefix(line, "model name"); ok {
-			return strings.TrimSpace(strings.TrimLeft(name, "\t :"))
-		}
+	rest = strings.TrimLeft(rest, "\n")
+	if strings.HasPrefix(rest, "## ") {
+		_, rest, _ = strings.Cut(rest, "\n")
 	}
-	return "unknown CPU"
+	body, _, _ := strings.Cut(rest, runEnd)
+	return strings.TrimSpace(body), true
 }

@@ -1,0 +1,354 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+
+	"github.com/tollgate/tollgate/internal/config"
+	"github.com/tollgate/tollgate/internal/devserver"
+	"github.com/tollgate/tollgate/internal/proctest"
+	"github.com/tollgate/tollgate/internal/scripted"
+)
+
+// Environment of the benchmark.
+const (
+	// envBenchOut names the markdown file the benchmark writes its report
+	// to; `make bench` sets it to bench/RESULTS.md.
+	envBenchOut = "TOLLGATE_BENCH_OUT"
+	// envBenchRuns overrides benchRuns, for a quick try.
+	envBenchRuns = "TOLLGATE_BENCH_RUNS"
+)
+
+// BenchmarkTollgate measures tollgate against the raw Temporal floor, and
+// the history of a long turn with and without the payload store, and
+// writes the report to $TOLLGATE_BENCH_OUT when set. Run it once:
+//
+//	go test -run '^$' -bench '^BenchmarkTollgate$' -benchtime 1x ./bench/
+func BenchmarkTollgate(b *testing.B) {
+	runs := benchRuns
+	if v := os.Getenv(envBenchRuns); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 2 {
+			b.Fatalf("%s=%q: want a number of 2 or more", envBenchRuns, v)
+		}
+		runs = n
+	}
+	rep := &report{Date: time.Now(), Runs: runs, LoadBefore: loadAverage()}
+	sys := startSystem(b)
+	e := sys.env
+	b.Cleanup(func() {
+		if n := e.floor.queryErrors.Load(); n > 0 {
+			b.Logf("the floor's events queries failed %d times, each read again; the last: %v", n, e.floor.lastQueryErr.Load())
+		}
+	})
+	ctx := context.Background()
+	for range b.N {
+		b.Log("warming up")
+		for i := range benchWarmup {
+			if _, err := e.floorTurn(ctx, fmt.Sprintf("warm-%d", i)); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := e.tollgateTurn(ctx, fmt.Sprintf("warm-%d", i)); err != nil {
+				b.Fatal(err)
+			}
+		}
+
+		b.Logf("latency: %d turns of each, one at a time, alternating", runs)
+		var floor, tg []turnSample
+		var floorTime, tgTime time.Duration
+		queriesBefore, err := e.apiMetrics.count(ctx, metricEventQueries)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for i := range runs {
+			s, err := e.floorTurn(ctx, fmt.Sprintf("seq-%d", i))
+			if err != nil {
+				b.Fatal(err)
+			}
+			floor, floorTime = append(floor, s), floorTime+s.total
+			s, err = e.tollgateTurn(ctx, fmt.Sprintf("seq-%d", i))
+			if err != nil {
+				b.Fatal(err)
+			}
+			tg, tgTime = append(tg, s), tgTime+s.total
+		}
+		queriesAfter, err := e.apiMetrics.count(ctx, metricEventQueries)
+		if err != nil {
+			b.Fatal(err)
+		}
+		rep.QueriesPerTurn = float64(queriesAfter-queriesBefore) / float64(runs)
+		rep.Floor.Request, rep.Tollgate.Request = latencies(floor, requestLatency), latencies(tg, requestLatency)
+		rep.Floor.Result, rep.Tollgate.Result = latencies(floor, resultLatency), latencies(tg, resultLatency)
+		rep.Floor.TurnsPerSec1 = float64(runs) / floorTime.Seconds()
+		rep.Tollgate.TurnsPerSec1 = float64(runs) / tgTime.Seconds()
+
+		b.Log("where the time goes")
+		if rep.Breakdown, err = breakdown(ctx, e.temporal, floor, tg); err != nil {
+			b.Fatal(err)
+		}
+		median := medianSample(tg, requestLatency)
+		if rep.Timeline, err = timeline(ctx, e.temporal, median); err != nil {
+			b.Fatal(err)
+		}
+		if rep.HistoryApproved, err = historyLength(ctx, e.temporal, median.workflowID); err != nil {
+			b.Fatal(err)
+		}
+
+		b.Logf("throughput: %d turns of each, %d at a time", benchBurstTurns, benchConcurrency)
+		for _, side := range []struct {
+			name  string
+			stats *pathStats
+			turn  func(context.Context, string) (turnSample, error)
+		}{{"floor", &rep.Floor, e.floorTurn}, {"tollgate", &rep.Tollgate, e.tollgateTurn}} {
+			cpu0, err := e.readCPU(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if side.stats.TurnsPerSec20, side.stats.Burst, err = burst(ctx, side.name, side.turn); err != nil {
+				b.Fatal(err)
+			}
+			cpu1, err := e.readCPU(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			side.stats.CPU = cpu1.sub(cpu0).div(benchBurstTurns)
+		}
+
+		b.Logf("fan-out: %d clients on %d paused turns", fanClients, fanTurns)
+		if rep.FanOut, err = e.fanOut(ctx); err != nil {
+			b.Fatal(err)
+		}
+
+		b.Log("history cost")
+		rep.History = nil
+		for _, q := range []string{queryHistoryBatch, queryHistorySteps} {
+			h, err := e.historyCost(ctx, q)
+			if err != nil {
+				b.Fatal(err)
+			}
+			rep.History = append(rep.History, h)
+		}
+
+		b.Logf("a long turn: %d steps of %d Reads, inline and with the payload store", longTurnSteps, longTurnReads)
+		if rep.LongTurn, err = sys.longTurns(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	rep.LoadAfter = loadAverage()
+
+	b.ReportMetric(ms(rep.Floor.Request.p50), "floor-request-p50-ms")
+	b.ReportMetric(ms(rep.Tollgate.Request.p50), "request-p50-ms")
+	b.ReportMetric(ms(rep.Floor.Result.p50), "floor-result-p50-ms")
+	b.ReportMetric(ms(rep.Tollgate.Result.p50), "result-p50-ms")
+	b.ReportMetric(rep.Tollgate.Request.p50.Seconds()/rep.Floor.Request.p50.Seconds(), "request-p50-x-floor")
+	b.ReportMetric(rep.Tollgate.Result.p50.Seconds()/rep.Floor.Result.p50.Seconds(), "result-p50-x-floor")
+	b.ReportMetric(rep.Tollgate.TurnsPerSec1, "turns/s-c1")
+	b.ReportMetric(rep.Tollgate.TurnsPerSec20, "turns/s-c20")
+	b.ReportMetric(rep.FanOut.IdleQPS[1], "idle-queries/s-500-clients")
+	b.ReportMetric(rep.FanOut.HeapPerStream, "heap-B/stream")
+	b.ReportMetric(float64(rep.History[0].TurnEvents), "history-events/turn")
+	b.ReportMetric(float64(rep.LongTurn[1].historyBytes), "long-turn-history-bytes")
+	b.ReportMetric(float64(rep.LongTurn[1].storeBytes), "long-turn-store-bytes")
+
+	md := rep.markdown()
+	if out := os.Getenv(envBenchOut); out == "" {
+		b.Log("\n" + md)
+	} else {
+		if err := writeReport(out, md); err != nil {
+			b.Fatal(err)
+		}
+		b.Logf("wrote %s", out)
+	}
+}
+
+// system is everything a run starts: the dev server, the binaries, the
+// scripted model, tollgate and the floor.
+type system struct {
+	tb       testing.TB
+	temporal *devserver.Server
+	client   client.Client
+	bins     binaries
+	env      *env
+}
+
+// binaries are tollgate's worker and API, built from this tree.
+type binaries struct{ worker, api string }
+
+// startSystem builds the binaries while a tuned dev server starts, then
+// starts the model, tollgate's worker and API, and the floor's worker.
+func startSystem(tb testing.TB) *system {
+	tb.Helper()
+	buildWorker := proctest.Build(tb, "github.com/tollgate/tollgate/worker")
+	buildAPI := proctest.Build(tb, "github.com/tollgate/tollgate/api")
+	ts := devserver.ForTest(tb)
+	c, err := ts.Dial()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(c.Close)
+	sys := &system{tb: tb, temporal: ts, client: c, bins: binaries{worker: buildWorker(), api: buildAPI()}}
+
+	// One model endpoint, as the worker has: the answer streams at once,
+	// except for the history turns, whose long answer streams a word a
+	// millisecond so that token batches happen.
+	fast := scripted.New(benchScript)
+	slow := scripted.New(benchScript, scripted.ChunkDelay(time.Millisecond))
+	model := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		if bytes.Contains(body, []byte(historyMarker)) {
+			slow.ServeHTTP(w, r)
+			return
+		}
+		fast.ServeHTTP(w, r)
+	}))
+	tb.Cleanup(model.Close)
+
+	workspace := tb.TempDir()
+	if err := os.WriteFile(filepath.Join(workspace, "README.md"), []byte("# bench\n"), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	tg := sys.startTollgate("tollgate-bench", workspace, model.URL)
+	floorQueue := "tollgate-bench-floor"
+	w, err := startFloorWorker(c, floorQueue, workspace)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(w.Stop)
+	sys.env = &env{
+		temporal:   c,
+		api:        tg.api,
+		apiMetrics: tg.apiMetrics,
+		worker:     tg.workerMetrics,
+		floorQueue: floorQueue,
+		floor:      &floorReader{client: c},
+		run:        strconv.FormatInt(time.Now().UnixNano()%1e9, 36),
+		serverPID:  findServerPID(ts.HostPort),
+	}
+	return sys
+}
+
+// tollgate is a worker and an API, the binaries, on a task queue of their
+// own.
+type tollgate struct {
+	worker, apiProcess        *proctest.Process
+	api                       apiClient
+	apiMetrics, workerMetrics metricsReader
+}
+
+// startTollgate starts a worker and an API on queue with the variables of
+// internal/config: their defaults, but for where Temporal, the model, the
+// workspace and the payload store are, and extra ("NAME=value" each; they
+// come last, so they win).
+// It returns once the API is healthy and the worker polls.
+func (s *system) startTollgate(queue, workspace, modelURL string, extra ...string) *tollgate {
+	tb := s.tb
+	tb.Helper()
+	common := append(proctest.EnvironWithout("TOLLGATE_", "TEMPORAL_", "OPENAI_", "OTEL_", config.EnvHTTPAddr+"="),
+		config.EnvTemporalAddress+"="+s.temporal.HostPort,
+		config.EnvTemporalNamespace+"="+s.temporal.Namespace,
+		config.EnvTaskQueue+"="+queue,
+		// The worker and the API must use the same store.
+		config.EnvPayloadDir+"="+tb.TempDir(),
+	)
+	common = append(common, extra...)
+	workerAddr, apiAddr := proctest.FreeAddr(tb), proctest.FreeAddr(tb)
+	workerEnv := append(common[:len(common):len(common)],
+		config.EnvWorkspace+"="+workspace,
+		config.EnvOpenAIBaseURL+"="+modelURL+"/v1",
+		config.EnvOpenAIAPIKey+"=bench",
+		config.EnvOpenAIModel+"="+scripted.ModelName,
+		config.EnvMetricsAddr+"="+workerAddr,
+		config.EnvMCPConfig+"="+config.MCPOff,
+	)
+	apiEnv := append(common[:len(common):len(common)], config.EnvHTTPAddr+"="+apiAddr)
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	tg := &tollgate{
+		worker:        proctest.Start(tb, queue+"-worker", s.bins.worker, workerEnv),
+		apiProcess:    proctest.Start(tb, queue+"-api", s.bins.api, apiEnv),
+		api:           apiClient{base: "http://" + apiAddr, http: hc},
+		apiMetrics:    metricsReader{url: "http://" + apiAddr + "/metrics", http: hc},
+		workerMetrics: metricsReader{url: "http://" + workerAddr + "/metrics", http: hc},
+	}
+
+	ctx := context.Background()
+	err := waitUntil(ctx, 50*time.Millisecond, func(ctx context.Context) (bool, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, tg.api.base+"/healthz", nil)
+		if err != nil {
+			return false, err
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return false, nil // not listening yet
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+	if err != nil {
+		tb.Fatalf("the API on %s is not healthy: %v", queue, err)
+	}
+	err = waitUntil(ctx, 50*time.Millisecond, func(ctx context.Context) (bool, error) {
+		q, err := s.client.DescribeTaskQueue(ctx, queue, enumspb.TASK_QUEUE_TYPE_WORKFLOW)
+		if err != nil {
+			return false, err
+		}
+		return len(q.GetPollers()) > 0, nil
+	})
+	if err != nil {
+		tb.Fatalf("no worker polls %s: %v", queue, err)
+	}
+	if _, err := tg.workerMetrics.read(ctx); err != nil {
+		tb.Fatalf("the worker on %s serves no metrics: %v", queue, err)
+	}
+	return tg
+}
+
+// stop stops the worker and the API, as a deployment does.
+func (t *tollgate) stop(tb testing.TB) {
+	t.apiProcess.Stop(tb)
+	t.worker.Stop(tb)
+}
+
+// longTurns runs the long turn with its payloads inline and with the
+// payload store, each on a worker and an API of its own on the run's dev
+// server.
+func (s *system) longTurns(ctx context.Context) ([2]longTurnResult, error) {
+	var out [2]longTurnResult
+	workspace := s.tb.TempDir()
+	if err := writeLongTurnFiles(workspace); err != nil {
+		return out, err
+	}
+	model := httptest.NewServer(scripted.New(longTurnScript))
+	defer model.Close()
+	maxSteps := config.EnvMaxSteps + "=" + strconv.Itoa(longTurnMaxSteps)
+	for i, way := range []struct {
+		name  string
+		extra []string
+	}{
+		{"inline", []string{config.EnvPayloadThreshold + "=" + strconv.Itoa(longTurnInline)}},
+		{"store", nil},
+	} {
+		queue := "long-turn-" + way.name + "-" + s.env.run
+		storeDir := s.tb.TempDir()
+		tg := s.startTollgate(queue, workspace, model.URL, append(way.extra, maxSteps, config.EnvPayloadDir+"="+storeDir)...)
+		r, err := runLongTurn(ctx, s.client, tg.api, queue, storeDir)
+		tg.stop(s.tb)
+		if err != nil {
+			return out, fmt.Errorf("long turn %s: %w", way.name, err)
+		}
+		out[i] = r
+	}
+	return out, nil
+}

@@ -1,0 +1,42 @@
+package bench
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestWriteReportKeepsTheRunBeforeAndTheNotes(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "RESULTS.md")
+	read := func() string {
+		b, err := os.ReadFile(path)
+		require.NoError(t, err)
+		return string(b)
+	}
+
+	require.NoError(t, writeReport(path, "first run\n"))
+	got := read()
+	require.True(t, strings.HasPrefix(got, fileHeader))
+	require.Contains(t, got, latestMarker+"\n## The latest run\n\nfirst run\n"+runEnd)
+	require.NotContains(t, got, beforeMarker, "a first run has none before it")
+	require.True(t, strings.HasSuffix(got, notesMarker+"\n"))
+
+	require.NoError(t, os.WriteFile(path, []byte(got+"Notes by hand.\n"), 0o644))
+	require.NoError(t, writeReport(path, "second run"))
+	got = read()
+	require.Contains(t, got, latestMarker+"\n## The latest run\n\nsecond run\n"+runEnd)
+	require.Contains(t, got, beforeMarker+"\n## The run before\n\nfirst run\n"+runEnd)
+	require.True(t, strings.HasSuffix(got, notesMarker+"\nNotes by hand.\n"))
+
+	require.NoError(t, writeReport(path, "third run"))
+	got = read()
+	require.Contains(t, got, "## The latest run\n\nthird run\n")
+	require.Contains(t, got, "## The run before\n\nsecond run\n")
+	require.NotContains(t, got, "first run", "only the latest run and the one before are kept")
+	require.Equal(t, 1, strings.Count(got, "Notes by hand."))
+	require.Less(t, strings.Index(got, latestMarker), strings.Index(got, beforeMarker))
+	require.Less(t, strings.Index(got, beforeMarker), strings.Index(got, notesMarker))
+}
