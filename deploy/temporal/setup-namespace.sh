@@ -25,12 +25,23 @@ until attributes=$(cli operator search-attribute list --namespace "$TEMPORAL_NAM
 	[ "$tries" -lt 60 ] || { echo "$attributes" >&2; exit 1; }
 	sleep 1
 done
+created=0
 for spec in TollgateConversationId:Keyword TollgatePendingApprovals:KeywordList TollgateStatus:Keyword; do
 	name=${spec%%:*} type=${spec#*:}
 	if printf '%s\n' "$attributes" | grep -qw "$name"; then
 		echo "search attribute $name exists"
 	else
 		cli operator search-attribute create --namespace "$TEMPORAL_NAMESPACE" --name "$name" --type "$type"
+		created=1
 	fi
 done
+# On SQL visibility a custom search attribute is a mapping in the
+# namespace's record, which each service reads through its namespace cache
+# (refreshed every system.namespaceCacheRefreshInterval, 2s by default).
+# Until the history service has it, a workflow task that sets the attribute
+# fails with BadSearchAttributes, and the message that started the turn
+# answers 500: nothing that uses the namespace starts before then.
+if [ "$created" = 1 ]; then
+	sleep "${TEMPORAL_CACHE_REFRESH_WAIT:-5}"
+fi
 echo "namespace $TEMPORAL_NAMESPACE is ready for tollgate"

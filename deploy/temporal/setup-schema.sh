@@ -1,11 +1,13 @@
 #!/bin/sh
 # Creates (or upgrades) Temporal's two PostgreSQL databases, temporal and
 # temporal_visibility. Safe to run again: existing databases are kept and
-# only missing schema versions are applied.
+# only missing schema versions are applied. TEMPORAL_SCHEMA_DIR is where the
+# server's postgresql/v12 schema files are: the admin-tools image's by
+# default; the cluster test (cluster/) points it into the server's module.
 set -eu
 : "${POSTGRES_SEEDS:=postgresql}" "${DB_PORT:=5432}" "${POSTGRES_USER:=temporal}"
 export SQL_PASSWORD="${POSTGRES_PWD:?set POSTGRES_PWD}"
-schema=/etc/temporal/schema/postgresql/v12
+schema=${TEMPORAL_SCHEMA_DIR:-/etc/temporal/schema/postgresql/v12}
 
 echo "waiting for PostgreSQL at $POSTGRES_SEEDS:$DB_PORT"
 until nc -z "$POSTGRES_SEEDS" "$DB_PORT"; do sleep 1; done
