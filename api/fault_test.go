@@ -300,7 +300,10 @@ func TestFailingToolsBecomeErrorResultsTheModelReads(t *testing.T) {
 			s.Tools = append(s.Tools,
 				activities.ToolSpec{Name: "Explode", Description: "Panics.", Parameters: noArgs},
 				activities.ToolSpec{Name: "Stall", Description: "Never answers.", Parameters: noArgs})
-			s.ToolTimeout = time.Second
+			// Past the Bash call's 300 ms with room for killing it and
+			// answering on a loaded machine under the race detector (1 s
+			// was not always), and short for Stall.
+			s.ToolTimeout = 5 * time.Second
 		}),
 		withBypassAllowed())
 
