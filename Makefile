@@ -2,6 +2,11 @@
 
 TEMPORAL_CLI_VERSION := v1.5.1
 TEMPORAL := bin/temporal
+# The Temporal server itself and its SQL schema tool, for the cluster test:
+# the server version the CLI's dev server embeds.
+TEMPORAL_SERVER_VERSION := v1.29.1
+TEMPORAL_SERVER := bin/temporal-server
+TEMPORAL_SQL_TOOL := bin/temporal-sql-tool
 VERSITYGW_VERSION := v1.8.0
 VERSITYGW := bin/versitygw
 STATICCHECK_VERSION := v0.8.2
@@ -13,7 +18,7 @@ BINARIES := ./worker ./api ./cmd/scripted-model ./cmd/tollgate
 # The race detector is on by default; `make test RACE=` turns it off.
 RACE ?= -race
 
-.PHONY: all temporal versitygw staticcheck mcp-servers build test lint bench dev corpus
+.PHONY: all temporal temporal-server versitygw staticcheck mcp-servers build test cluster-test lint bench dev corpus
 
 all: lint test
 
@@ -23,6 +28,19 @@ temporal: $(TEMPORAL)
 
 $(TEMPORAL):
 	GOBIN=$(CURDIR)/bin go install github.com/temporalio/cli/cmd/temporal@$(TEMPORAL_CLI_VERSION)
+
+# The Temporal server (not the dev server) and temporal-sql-tool, for the
+# cluster test; about three minutes to build the first time (less after the
+# CLI's build, which shares most of it), then cached in bin/.
+temporal-server: $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL)
+
+$(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) &:
+	GOBIN=$(CURDIR)/bin/.temporal-server go install \
+		go.temporal.io/server/cmd/server@$(TEMPORAL_SERVER_VERSION) \
+		go.temporal.io/server/cmd/tools/sql@$(TEMPORAL_SERVER_VERSION)
+	mv bin/.temporal-server/server $(TEMPORAL_SERVER)
+	mv bin/.temporal-server/sql $(TEMPORAL_SQL_TOOL)
+	rmdir bin/.temporal-server
 
 # A real S3 server (versitygw) for the payload store's tests; about a
 # minute to build the first time, then cached in bin/.
@@ -53,6 +71,13 @@ build:
 # S3 server from bin/versitygw and MCP servers from bin/mcp.
 test: $(TEMPORAL) $(VERSITYGW) $(MCP_SERVERS)
 	go test $(RACE) -count=1 -timeout 14m ./...
+
+# The cluster test (cluster/, docs/testing.md): PostgreSQL from Debian's
+# postgresql package, the Temporal server on it, two workers and two APIs,
+# 200 turns while one worker and one API are killed; about a minute and a
+# half after the builds. Not part of `make test`.
+cluster-test: $(TEMPORAL) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL)
+	TOLLGATE_CLUSTER_TEST=1 go test -count=1 -v -run '^TestEveryTurnFinishesOnceWhileAWorkerAndAnAPIAreKilled$$' -timeout 20m ./cluster/
 
 # gofmt skips the agent's workspace and hidden folders: they are not ours.
 lint: $(STATICCHECK)

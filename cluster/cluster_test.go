@@ -151,6 +151,7 @@ func TestEveryTurnFinishesOnceWhileAWorkerAndAnAPIAreKilled(t *testing.T) {
 		require.NoError(ct, err)
 		assert.EqualValues(ct, n, resp.GetCount())
 	}, visibilityWait, 200*time.Millisecond, "visibility counts %d turns with %s", n, pending)
+	t.Logf("SQL visibility counted the %d waiting turns %s after the last approval_request", n, time.Since(allPaused).Round(time.Millisecond))
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		assert.Len(ct, listApprovals(ct, addr2), n)
 	}, visibilityWait, 200*time.Millisecond, "GET /approvals lists every waiting call")
