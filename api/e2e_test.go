@@ -34,7 +34,7 @@ import (
 
 // declinedPrefix starts the tool response of every declined call, as
 // docs/protocol.md quotes it.
-const declinedPrefix = "The user declined this tool. It was not executed."
+const declinedPrefix = "Not executed: a person declined this call. Do not call it again unless the user asks you to."
 
 func TestReadWriteBashBatchStreamsFullSequenceOverHTTP(t *testing.T) {
 	st := newStack(t)

@@ -55,6 +55,18 @@ const (
 	TimeoutResponse  = "No decision came in time, so this tool was not executed."
 )
 
+// Tool results of calls that did not run, from the plain-not-run patch on
+// (docs/versioning.md): each starts with NotExecuted and ends with
+// DoNotRetry, and a person's decline with their reason follows
+// TheirReason.
+const (
+	NotExecuted    = "Not executed: "
+	PersonDeclined = NotExecuted + "a person declined this call."
+	NoDecision     = NotExecuted + "nobody decided on this call in time, so it did not run."
+	DoNotRetry     = " Do not call it again unless the user asks you to."
+	TheirReason    = " Their reason: "
+)
+
 // TaskTool is the tool that starts a subagent.
 const TaskTool = "Task"
 

@@ -50,7 +50,7 @@ func TestNewUserMessageDeclinesPendingApprovalsOfRunningTurn(t *testing.T) {
 	msgs := h.modelInputs[1].Messages
 	require.Equal(t, []string{activities.RoleSystem, activities.RoleUser, activities.RoleAssistant, activities.RoleTool, activities.RoleUser},
 		roles(msgs))
-	require.Equal(t, declined(reasonNewMessage), msgs[3].Content)
+	require.Equal(t, "Not executed: the user sent a new message before this call was decided; answer that instead. Do not call it again unless the user asks you to.", msgs[3].Content)
 	require.Equal(t, "wait, don't", msgs[4].Content)
 	require.Equal(t, ConversationState{ConversationID: "c1", Turns: 2, Messages: 5}, state)
 }

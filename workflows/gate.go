@@ -59,6 +59,8 @@ type approval struct {
 	// remember and sameArguments ask for a grant from this decision.
 	remember      bool
 	sameArguments bool
+	// decidedBy says what decided: one of the DecidedBy values.
+	decidedBy string
 }
 
 // gate is the approval gate of one workflow: the requests it has published,
@@ -252,7 +254,7 @@ func (g *gate) decide(ctx workflow.Context, a *approval, decision, reason, argum
 	if a.decided {
 		return
 	}
-	a.decided, a.decision, a.reason, a.decidedAt, a.by = true, decision, reason, workflow.Now(ctx), by
+	a.decided, a.decision, a.reason, a.decidedAt, a.by, a.decidedBy = true, decision, reason, workflow.Now(ctx), by, decidedBy
 	if decision == DecisionApprove {
 		a.arguments = arguments
 	}

@@ -88,7 +88,7 @@ func TestMCPToolThatIsNotReadOnlyWaitsForApprovalAndRunsOnTheServerOnlyOnceAppro
 	require.Len(t, results, 3)
 	require.Equal(t, []string{"r", "w", "x"}, []string{results[0].ToolCallID, results[1].ToolCallID, results[2].ToolCallID})
 	require.Contains(t, results[0].Content, dir, "the server answered with its allowed directory")
-	require.Contains(t, results[2].Content, DeclinedResponse)
+	require.Contains(t, results[2].Content, "Not executed: a person declined this call.")
 }
 
 func TestPolicyReadsMCPAnnotationsAndAServerWideRule(t *testing.T) {

@@ -29,4 +29,9 @@ const (
 	// get a preview, read on the worker, before their requests
 	// (turn.previews).
 	patchApprovalPreview = "approval-preview"
+	// patchPlainNotRun (after v0.3.0): the tool result of a call that did
+	// not run says so plainly, why, and that it is not to be retried
+	// unasked (turn.notRun). Metadata-free text, but the model reads it
+	// and tool_result events show it, so a replay must keep the old words.
+	patchPlainNotRun = "plain-not-run"
 )

@@ -139,7 +139,7 @@ func TestRememberedDeclineDeclinesWithoutAsking(t *testing.T) {
 	require.NotContains(t, eventTypes(out.Events), EventApprovalRequest)
 	d := findEvent(t, out.Events, EventApprovalDecision)
 	require.Equal(t, "g1", d.Grant)
-	require.Equal(t, declined(reasonRemembered), toolMessages(out.Messages)[0].Content)
+	require.Equal(t, "Not executed: a person declined calls like this one earlier in this conversation, and that decision stands. Do not call it again unless the user asks you to.", toolMessages(out.Messages)[0].Content)
 }
 
 func TestNoticesReachTheNotifyURLWithARetryAndAReminder(t *testing.T) {

@@ -98,7 +98,7 @@ func TestSubagentProtectedCallDeclinedAnswersItsModel(t *testing.T) {
 	out := h.runTurn(userTurn("delegate"))
 
 	require.Empty(t, h.ranTools())
-	require.Equal(t, declined("no"), toolMessages(h.modelInputs[2].Messages)[0].Content)
+	require.Equal(t, "Not executed: a person declined this call. Do not call it again unless the user asks you to. Their reason: no", toolMessages(h.modelInputs[2].Messages)[0].Content)
 	require.Equal(t, "could not write", toolMessages(out.Messages)[0].Content)
 }
 
@@ -111,7 +111,7 @@ func TestSubagentProtectedCallTimesOut(t *testing.T) {
 	out := h.runTurn(userTurn("delegate"))
 
 	require.Empty(t, h.ranTools())
-	require.Equal(t, TimeoutResponse, toolMessages(h.modelInputs[2].Messages)[0].Content)
+	require.Equal(t, "Not executed: nobody decided on this call in time, so it did not run. Do not call it again unless the user asks you to.", toolMessages(h.modelInputs[2].Messages)[0].Content)
 	decision := findEvent(t, out.Events, "subagent_approval_decision")
 	require.Equal(t, DecisionTimeout, decision.Decision)
 	require.Equal(t, "writer", decision.Name)

@@ -18,6 +18,9 @@ import (
 // Subagent, which runs the same loop with its own prompt and tools.
 type turn struct {
 	settings Settings
+	// plainNotRun, once asked, says whether the turn follows
+	// patchPlainNotRun (notRun).
+	plainNotRun *bool
 	// conversationID, input (the messages the loop starts from), system,
 	// tools, model and bypass are what this loop runs with.
 	conversationID string
@@ -359,7 +362,7 @@ func (t *turn) runBatch(ctx workflow.Context, calls []activities.ToolCall) []Too
 		results[i] = ToolResult{ID: call.ID, Name: call.Name}
 		switch {
 		case t.interrupted:
-			results[i].Result, results[i].Status = declined(t.interruptReason), activities.StatusDeclined
+			results[i].Result, results[i].Status = t.notRun(ctx, notRunInterrupted, t.interruptReason), activities.StatusDeclined
 		case !offers(t.tools, call.Name):
 			results[i].Result, results[i].Status = fmt.Sprintf("Error: there is no tool named %q.", call.Name), activities.StatusError
 		case vetted[i].Refused != "":
@@ -382,7 +385,7 @@ func (t *turn) runBatch(ctx workflow.Context, calls []activities.ToolCall) []Too
 				t.gate.traceAnswer(ctx, call, DecidedByGrant, g)
 				t.log.append(Event{Type: EventApprovalDecision, ToolCallID: call.ID, Decision: g.Decision, Reason: reasonRemembered, Grant: g.ID, By: g.By})
 				if g.Decision != DecisionApprove {
-					results[i].Result, results[i].Status = declined(reasonRemembered), activities.StatusDeclined
+					results[i].Result, results[i].Status = t.notRun(ctx, notRunRemembered, ""), activities.StatusDeclined
 				}
 				break
 			}
@@ -412,10 +415,17 @@ func (t *turn) runBatch(ctx workflow.Context, calls []activities.ToolCall) []Too
 		switch {
 		case a == nil:
 		case a.decision == DecisionTimeout:
-			results[i].Result, results[i].Status = TimeoutResponse, activities.StatusTimeout
+			results[i].Result, results[i].Status = t.notRun(ctx, notRunTimeout, ""), activities.StatusTimeout
+			continue
+		case a.decision != DecisionApprove && a.decidedBy == DecidedByTurn:
+			why := notRunInterrupted
+			if a.reason == reasonCancelled {
+				why = notRunCancelled
+			}
+			results[i].Result, results[i].Status = t.notRun(ctx, why, a.reason), activities.StatusDeclined
 			continue
 		case a.decision != DecisionApprove:
-			results[i].Result, results[i].Status = declined(a.reason), activities.StatusDeclined
+			results[i].Result, results[i].Status = t.notRun(ctx, notRunDeclined, a.reason), activities.StatusDeclined
 			continue
 		case a.arguments != "":
 			call.Arguments = a.arguments
@@ -430,7 +440,11 @@ func (t *turn) runBatch(ctx workflow.Context, calls []activities.ToolCall) []Too
 		}
 		if ctx.Err() != nil || t.interrupted {
 			// A call approved before the turn was stopped does not start now.
-			results[i].Result, results[i].Status = declined(reasonCancelled), activities.StatusDeclined
+			why, reason := notRunCancelled, reasonCancelled
+			if t.interrupted {
+				why, reason = notRunInterrupted, t.interruptReason
+			}
+			results[i].Result, results[i].Status = t.notRun(ctx, why, reason), activities.StatusDeclined
 			continue
 		}
 		var out activities.ToolOutput
@@ -642,7 +656,59 @@ func (t *turn) runTool(ctx workflow.Context, call activities.ToolCall) activitie
 	return out
 }
 
-// declined is the tool response of a declined call.
+// Why a call did not run, for notRun.
+const (
+	notRunDeclined    = iota // a person declined it; the detail is their reason
+	notRunRemembered         // a remembered decision declined it
+	notRunTimeout            // no decision came in time
+	notRunCancelled          // the turn was cancelled
+	notRunInterrupted        // the turn was stopped; the detail says why (a new message)
+)
+
+// notRun is the tool result the model reads for a call that did not run.
+// From patchPlainNotRun on it says plainly that the call was not executed,
+// why, and that it is not to be retried unasked; a turn recorded before the
+// patch keeps the words it had ("The user declined this tool", also for a
+// cancelled turn). The patch is asked for once, at the first such call.
+func (t *turn) notRun(ctx workflow.Context, why int, detail string) string {
+	if t.plainNotRun == nil {
+		plain := workflow.GetVersion(ctx, patchPlainNotRun, workflow.DefaultVersion, 1) != workflow.DefaultVersion
+		t.plainNotRun = &plain
+	}
+	if !*t.plainNotRun {
+		switch why {
+		case notRunTimeout:
+			return TimeoutResponse
+		case notRunRemembered:
+			return declined(reasonRemembered)
+		case notRunCancelled:
+			return declined(reasonCancelled)
+		default:
+			return declined(detail)
+		}
+	}
+	switch why {
+	case notRunTimeout:
+		return protocol.NoDecision + protocol.DoNotRetry
+	case notRunRemembered:
+		return protocol.NotExecuted + "a person declined calls like this one earlier in this conversation, and that decision stands." + protocol.DoNotRetry
+	case notRunCancelled:
+		return protocol.NotExecuted + "the turn was cancelled before this call ran." + protocol.DoNotRetry
+	case notRunInterrupted:
+		if detail == reasonNewMessage || detail == "" {
+			return protocol.NotExecuted + "the user sent a new message before this call was decided; answer that instead." + protocol.DoNotRetry
+		}
+		return protocol.NotExecuted + "the turn was stopped before this call ran (" + detail + ")." + protocol.DoNotRetry
+	default:
+		out := protocol.PersonDeclined + protocol.DoNotRetry
+		if detail != "" {
+			out += protocol.TheirReason + detail
+		}
+		return out
+	}
+}
+
+// declined is the tool response of a declined call before patchPlainNotRun.
 func declined(reason string) string {
 	if reason == "" {
 		return DeclinedResponse

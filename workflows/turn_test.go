@@ -260,7 +260,7 @@ func TestDeclinedCallGetsSynthesizedResponseInOriginalOrder(t *testing.T) {
 	require.Len(t, tools, 3)
 	require.Equal(t, []string{"r", "w", "b"}, []string{tools[0].ToolCallID, tools[1].ToolCallID, tools[2].ToolCallID})
 	require.Equal(t, "Read ran with {\"file_path\":\"in.txt\"}", tools[0].Content)
-	require.Equal(t, "The user declined this tool. It was not executed. Reason: not that file", tools[1].Content)
+	require.Equal(t, "Not executed: a person declined this call. Do not call it again unless the user asks you to. Their reason: not that file", tools[1].Content)
 	require.Equal(t, "Bash ran with {\"command\":\"ls\"}", tools[2].Content)
 
 	require.Equal(t, []string{
@@ -285,7 +285,7 @@ func TestUndecidedCallTimesOutAsDecline(t *testing.T) {
 	require.Empty(t, h.ranTools())
 	tools := toolMessages(out.Messages)
 	require.Len(t, tools, 1)
-	require.Equal(t, TimeoutResponse, tools[0].Content)
+	require.Equal(t, "Not executed: nobody decided on this call in time, so it did not run. Do not call it again unless the user asks you to.", tools[0].Content)
 	decision := findEvent(t, out.Events, EventApprovalDecision)
 	require.Equal(t, DecisionTimeout, decision.Decision)
 	require.Equal(t, activities.StatusTimeout, findEvent(t, out.Events, EventToolResult).ToolResults[0].Status)
@@ -302,7 +302,7 @@ func TestCancelledTurnDeclinesPendingApprovals(t *testing.T) {
 	require.Len(t, h.modelInputs, 1, "the model is not called again")
 	tools := toolMessages(out.Messages)
 	require.Len(t, tools, 2, "every call still gets a response")
-	require.Equal(t, declined(reasonCancelled), tools[1].Content)
+	require.Equal(t, "Not executed: the turn was cancelled before this call ran. Do not call it again unless the user asks you to.", tools[1].Content)
 	require.Equal(t, DecisionDecline, findEvent(t, out.Events, EventApprovalDecision).Decision)
 	require.Equal(t, EventFinish, out.Events[len(out.Events)-1].Type)
 }
@@ -317,7 +317,7 @@ func TestInterruptDeclinesPendingApprovalsAndFinishesTurn(t *testing.T) {
 
 	require.Equal(t, FinishCancelled, out.FinishReason)
 	require.Empty(t, h.ranTools())
-	require.Equal(t, declined(reasonNewMessage), toolMessages(out.Messages)[0].Content)
+	require.Equal(t, "Not executed: the user sent a new message before this call was decided; answer that instead. Do not call it again unless the user asks you to.", toolMessages(out.Messages)[0].Content)
 }
 
 func TestApproveWithEditedArgumentsRunsToolWithEditedArguments(t *testing.T) {

@@ -142,7 +142,7 @@ func TestTerminalClientOnTheRealStack(t *testing.T) {
 		require.Contains(t, text, "declined Write: no notes today\n")
 		require.Contains(t, text, "approved Bash\n")
 		require.Contains(t, text, "← Read ok: ")
-		require.Contains(t, text, "← Write declined: The user declined this tool. It was not executed.")
+		require.Contains(t, text, "← Write declined: Not executed: a person declined this call.")
 		require.Contains(t, text, "← Bash ok: ")
 		require.Contains(t, text, "finish: stop\n")
 		require.Regexp(t, `continue with: tollgate chat --conversation [0-9a-f-]{36} "..."`, text)

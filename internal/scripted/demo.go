@@ -186,9 +186,20 @@ func demoSummary(msgs []openai.ChatCompletionMessage) string {
 			} else {
 				fmt.Fprintf(&b, " %s was declined, so it did not run.", name)
 			}
-		case strings.HasPrefix(content, protocol.TimeoutResponse):
+		case strings.HasPrefix(content, protocol.PersonDeclined):
+			declined++
+			if _, reason, ok := strings.Cut(content, protocol.TheirReason); ok {
+				fmt.Fprintf(&b, " %s was declined, with the reason %q, so it did not run.", name, strings.TrimSpace(reason))
+			} else {
+				fmt.Fprintf(&b, " %s was declined, so it did not run.", name)
+			}
+		case strings.HasPrefix(content, protocol.TimeoutResponse), strings.HasPrefix(content, protocol.NoDecision):
 			declined++
 			fmt.Fprintf(&b, " %s got no decision in time, so it did not run.", name)
+		case strings.HasPrefix(content, protocol.NotExecuted):
+			declined++
+			why, _, _ := strings.Cut(strings.TrimPrefix(content, protocol.NotExecuted), protocol.DoNotRetry)
+			fmt.Fprintf(&b, " %s did not run: %s", name, why)
 		case strings.HasPrefix(strings.ToLower(content), "error"):
 			fmt.Fprintf(&b, " %s failed: %s.", name, strings.TrimSuffix(firstLine(content), "."))
 		default:

@@ -67,21 +67,27 @@ func TestDemoSummarizesEachToolResult(t *testing.T) {
 			Function: openai.FunctionCall{Name: c.Name, Arguments: c.Arguments},
 		})
 	}
-	msgs := append(userTurn("hello"), assistant,
-		openai.ChatCompletionMessage{Role: "tool", ToolCallID: "call_0_0", Name: "Read", Content: "# tollgate\n\nRuns agents."},
-		openai.ChatCompletionMessage{Role: "tool", ToolCallID: "call_0_1", Content: protocol.DeclinedResponse + " Reason: not in my repo"},
-		openai.ChatCompletionMessage{Role: "tool", ToolCallID: "call_0_2", Name: "Bash", Content: protocol.TimeoutResponse},
-	)
-	req := openai.ChatCompletionRequest{Messages: msgs}
-	reply := scripted.Demo()(req)
+	// The words of turns begun before the plain-not-run patch, and after.
+	for _, notRun := range [][2]string{
+		{protocol.DeclinedResponse + " Reason: not in my repo", protocol.TimeoutResponse},
+		{protocol.PersonDeclined + protocol.DoNotRetry + protocol.TheirReason + "not in my repo", protocol.NoDecision + protocol.DoNotRetry},
+	} {
+		msgs := append(userTurn("hello"), assistant,
+			openai.ChatCompletionMessage{Role: "tool", ToolCallID: "call_0_0", Name: "Read", Content: "# tollgate\n\nRuns agents."},
+			openai.ChatCompletionMessage{Role: "tool", ToolCallID: "call_0_1", Content: notRun[0]},
+			openai.ChatCompletionMessage{Role: "tool", ToolCallID: "call_0_2", Name: "Bash", Content: notRun[1]},
+		)
+		req := openai.ChatCompletionRequest{Messages: msgs}
+		reply := scripted.Demo()(req)
 
-	require.Empty(t, reply.ToolCalls)
-	require.Contains(t, reply.Content, "3 tool calls")
-	require.Contains(t, reply.Content, `Read ran and returned 3 lines starting with "# tollgate"`)
-	require.Contains(t, reply.Content, `Write was declined, with the reason "not in my repo"`, "the name comes from the assistant's call")
-	require.Contains(t, reply.Content, "Bash got no decision in time")
-	require.Contains(t, reply.Content, "So 2 calls did not run")
-	require.Equal(t, reply, scripted.Demo()(req), "the same request gets the same reply")
+		require.Empty(t, reply.ToolCalls)
+		require.Contains(t, reply.Content, "3 tool calls")
+		require.Contains(t, reply.Content, `Read ran and returned 3 lines starting with "# tollgate"`)
+		require.Contains(t, reply.Content, `Write was declined, with the reason "not in my repo"`, "the name comes from the assistant's call")
+		require.Contains(t, reply.Content, "Bash got no decision in time")
+		require.Contains(t, reply.Content, "So 2 calls did not run")
+		require.Equal(t, reply, scripted.Demo()(req), "the same request gets the same reply")
+	}
 }
 
 func TestDemoSummaryStreamsInManyChunks(t *testing.T) {
