@@ -16,6 +16,7 @@ import (
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/config"
+	"github.com/tollgate/tollgate/internal/docstest"
 	"github.com/tollgate/tollgate/internal/payloads"
 	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
@@ -41,17 +42,17 @@ func (r docRoute) String() string { return r.method + " " + r.path }
 func docEndpoints(t *testing.T, doc string) []docRoute {
 	t.Helper()
 	var out []docRoute
-	for _, cells := range tableRows(docSection(t, doc, "## Endpoints", true)) {
-		method := codeSpans(cells[0])
+	for _, cells := range docstest.TableRows(docSection(t, doc, "## Endpoints", true)) {
+		method := docstest.CodeSpans(cells[0])
 		if len(method) != 1 || !httpMethod.MatchString(method[0]) {
 			continue
 		}
 		require.Len(t, cells, 5, "endpoints row %v: method, path, role, request, response", cells)
-		path := codeSpans(cells[1])
+		path := docstest.CodeSpans(cells[1])
 		require.Len(t, path, 1, "endpoints row %v: one path", cells)
 		role := strings.TrimSpace(cells[2])
 		out = append(out, docRoute{
-			method: method[0], path: path[0], roles: codeSpans(role),
+			method: method[0], path: path[0], roles: docstest.CodeSpans(role),
 			anyToken: role == "any token", public: role == "none",
 		})
 	}
@@ -175,7 +176,7 @@ func TestProtocolDocNamesEveryFieldOfTheBodies(t *testing.T) {
 		{"## Notices", []any{activities.Notice{}}, false},
 	} {
 		t.Run(tc.heading, func(t *testing.T) {
-			keys := tableKeys(docSection(t, doc, tc.heading, false))
+			keys := docstest.TableKeys(docSection(t, doc, tc.heading, false))
 			var fields []string
 			for _, v := range tc.types {
 				for _, f := range jsonFields(reflect.TypeOf(v)) {
@@ -191,7 +192,7 @@ func TestProtocolDocNamesEveryFieldOfTheBodies(t *testing.T) {
 		})
 	}
 	// A client tool is a ToolSpec; clients send its first three fields.
-	keys := tableKeys(docSection(t, doc, "### `POST /chat/stream`", false))
+	keys := docstest.TableKeys(docSection(t, doc, "### `POST /chat/stream`", false))
 	for _, f := range jsonFields(reflect.TypeOf(activities.ToolSpec{}))[:3] {
 		require.Contains(t, keys, f)
 	}
@@ -279,42 +280,6 @@ func headingLines(doc string) []string {
 		if !fenced && strings.HasPrefix(l, "#") {
 			out = append(out, l)
 		}
-	}
-	return out
-}
-
-// tableRows are the cells of text's table rows, separator rows left out.
-func tableRows(text string) [][]string {
-	var out [][]string
-	for _, l := range strings.Split(text, "\n") {
-		l = strings.TrimSpace(l)
-		if !strings.HasPrefix(l, "|") || strings.HasPrefix(l, "|---") {
-			continue
-		}
-		cells := strings.Split(strings.Trim(l, "|"), "|")
-		for i := range cells {
-			cells[i] = strings.TrimSpace(cells[i])
-		}
-		out = append(out, cells)
-	}
-	return out
-}
-
-// tableKeys are the code spans in the first cells of text's table rows.
-func tableKeys(text string) []string {
-	var out []string
-	for _, cells := range tableRows(text) {
-		out = append(out, codeSpans(cells[0])...)
-	}
-	return out
-}
-
-var codeSpan = regexp.MustCompile("`([^`]+)`")
-
-func codeSpans(s string) []string {
-	var out []string
-	for _, m := range codeSpan.FindAllStringSubmatch(s, -1) {
-		out = append(out, m[1])
 	}
 	return out
 }

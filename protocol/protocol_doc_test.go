@@ -7,7 +7,6 @@ import (
 	"go/token"
 	"os"
 	"reflect"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"unicode"
 
 	"github.com/stretchr/testify/require"
+	"github.com/tollgate/tollgate/internal/docstest"
 )
 
 // protocolDoc is the wire protocol's reference, which these tests hold to
@@ -88,21 +88,21 @@ func TestProtocolDocNamesEveryDecisionRejectionAndFinishReason(t *testing.T) {
 		{"Reject", "### Results and rejection reasons"},
 		{"Finish", "#### `finish`"},
 	} {
-		keys := tableKeys(docSection(t, doc, tc.heading))
+		keys := docstest.TableKeys(docSection(t, doc, tc.heading))
 		for name, v := range protocolConstants(t, tc.prefix) {
 			require.Contains(t, keys, v, "%s (%q) is not in the table under %q of %s", name, v, tc.heading, protocolDoc)
 		}
 	}
-	statuses := tableRows(docSection(t, doc, "### Event fields"))
-	i := slices.IndexFunc(statuses, func(cells []string) bool { return slices.Contains(codeSpans(cells[0]), "status") })
+	statuses := docstest.TableRows(docSection(t, doc, "### Event fields"))
+	i := slices.IndexFunc(statuses, func(cells []string) bool { return slices.Contains(docstest.CodeSpans(cells[0]), "status") })
 	require.GreaterOrEqual(t, i, 0, "the tool result's status has a row")
 	for _, s := range []string{StatusOK, StatusError, StatusDeclined, StatusTimeout} {
-		require.Contains(t, codeSpans(statuses[i][len(statuses[i])-1]), s, "the tool result status %q is explained", s)
+		require.Contains(t, docstest.CodeSpans(statuses[i][len(statuses[i])-1]), s, "the tool result status %q is explained", s)
 	}
 }
 
 func TestProtocolDocNamesEveryFieldOfAnEventAndNoOther(t *testing.T) {
-	keys := tableKeys(docSection(t, readProtocolDoc(t), "### Event fields"))
+	keys := docstest.TableKeys(docSection(t, readProtocolDoc(t), "### Event fields"))
 	var fields []string
 	for _, typ := range []reflect.Type{reflect.TypeFor[Event](), reflect.TypeFor[ToolResult](), reflect.TypeFor[ToolCall]()} {
 		for i := range typ.NumField() {
@@ -189,40 +189,4 @@ func docSection(t *testing.T, doc, heading string) string {
 		out = append(out, l)
 	}
 	return strings.Join(out, "\n")
-}
-
-// tableRows are the cells of text's table rows, separator rows left out.
-func tableRows(text string) [][]string {
-	var out [][]string
-	for _, l := range strings.Split(text, "\n") {
-		l = strings.TrimSpace(l)
-		if !strings.HasPrefix(l, "|") || strings.HasPrefix(l, "|---") {
-			continue
-		}
-		cells := strings.Split(strings.Trim(l, "|"), "|")
-		for i := range cells {
-			cells[i] = strings.TrimSpace(cells[i])
-		}
-		out = append(out, cells)
-	}
-	return out
-}
-
-// tableKeys are the code spans in the first cells of text's table rows.
-func tableKeys(text string) []string {
-	var out []string
-	for _, cells := range tableRows(text) {
-		out = append(out, codeSpans(cells[0])...)
-	}
-	return out
-}
-
-var codeSpan = regexp.MustCompile("`([^`]+)`")
-
-func codeSpans(s string) []string {
-	var out []string
-	for _, m := range codeSpan.FindAllStringSubmatch(s, -1) {
-		out = append(out, m[1])
-	}
-	return out
 }

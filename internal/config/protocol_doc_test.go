@@ -3,7 +3,6 @@ package config
 import (
 	"log/slog"
 	"os"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/tollgate/tollgate/internal/docstest"
 	"github.com/tollgate/tollgate/internal/payloads"
 	"github.com/tollgate/tollgate/internal/text"
 	"github.com/tollgate/tollgate/workflows"
@@ -40,16 +40,14 @@ func docVariables(t *testing.T) map[string]string {
 		if !strings.HasPrefix(l, "| `") {
 			continue
 		}
-		cells := strings.Split(strings.Trim(l, "|"), "|")
-		names := codeSpan.FindAllStringSubmatch(cells[0], -1)
+		cells := docstest.TableRows(l)[0]
+		names := docstest.CodeSpans(cells[0])
 		require.Len(t, names, 1, "one variable a row: %s", l)
-		require.NotContains(t, out, names[0][1], "%s has two rows", names[0][1])
-		out[names[0][1]] = strings.TrimSpace(cells[1])
+		require.NotContains(t, out, names[0], "%s has two rows", names[0])
+		out[names[0]] = cells[1]
 	}
 	return out
 }
-
-var codeSpan = regexp.MustCompile("`([^`]+)`")
 
 func TestProtocolDocTablesEveryVariableLoadReadsAndNoOther(t *testing.T) {
 	documented := docVariables(t)

@@ -3,7 +3,6 @@ package docstest
 import (
 	"os"
 	"os/exec"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -42,24 +41,16 @@ func documented(t *testing.T) map[string][]string {
 	require.NoError(t, err)
 	_, section, ok := strings.Cut(string(b), "\n## Packages and imports\n")
 	require.True(t, ok, "docs/architecture.md has no section Packages and imports")
-	code := regexp.MustCompile("`([^`]+)`")
 	doc := map[string][]string{}
-	for _, line := range strings.Split(section, "\n") {
-		cells := strings.Split(line, "|")
-		if len(cells) != 5 { // | package | owns | imports |
+	for _, cells := range TableRows(section) {
+		if len(cells) != 3 { // | package | owns | imports |
 			continue
 		}
-		var pkgs, imps []string
-		for _, m := range code.FindAllStringSubmatch(cells[1], -1) {
-			pkgs = append(pkgs, m[1])
-		}
-		if len(pkgs) == 0 { // the header and its line
+		pkgs, imps := CodeSpans(cells[0]), CodeSpans(cells[2])
+		if len(pkgs) == 0 { // the header
 			continue
 		}
-		any := strings.TrimSpace(cells[3]) == "(any)"
-		for _, m := range code.FindAllStringSubmatch(cells[3], -1) {
-			imps = append(imps, m[1])
-		}
+		any := cells[2] == "(any)"
 		slices.Sort(imps)
 		for _, p := range pkgs {
 			if any {
