@@ -284,14 +284,7 @@ func TestWorkerKilledWhileApprovalPendingResumesAndRunsToolOnce(t *testing.T) {
 	waitForBuild := proctest.Build(t, "github.com/tollgate/tollgate/worker") // while the dev server starts
 	st := newStack(t, withScript(script), withoutWorker())
 	bin := waitForBuild()
-	env := append(proctest.EnvironWithout("TOLLGATE_", "TEMPORAL_", "OPENAI_"),
-		config.EnvTemporalAddress+"="+st.temporal.HostPort,
-		config.EnvTemporalNamespace+"="+st.temporal.Namespace,
-		config.EnvTaskQueue+"="+st.queue,
-		config.EnvWorkspace+"="+st.workspace,
-		config.EnvOpenAIBaseURL+"="+st.model.URL+"/v1",
-		config.EnvOpenAIAPIKey+"=test",
-		config.EnvOpenAIModel+"="+scripted.ModelName,
+	env := st.workerEnv(
 		config.EnvApprovalTimeout+"=10m",
 		config.EnvLogLevel+"=debug",
 		config.EnvMetricsAddr+"=127.0.0.1:0", // no fixed port: two workers overlap, and make dev may run
@@ -314,6 +307,21 @@ func TestWorkerKilledWhileApprovalPendingResumesAndRunsToolOnce(t *testing.T) {
 	count, err := os.ReadFile(filepath.Join(st.workspace, "count.txt"))
 	require.NoError(t, err)
 	require.Equal(t, "ran\n", string(count), "the approved Bash call ran exactly once")
+}
+
+// workerEnv is the environment of a worker binary on the stack's Temporal,
+// task queue, workspace and scripted model, and nothing of the developer's,
+// with extra variables ("NAME=value") after.
+func (st *stack) workerEnv(extra ...string) []string {
+	return append(append(proctest.EnvironWithout("TOLLGATE_", "TEMPORAL_", "OPENAI_"),
+		config.EnvTemporalAddress+"="+st.temporal.HostPort,
+		config.EnvTemporalNamespace+"="+st.temporal.Namespace,
+		config.EnvTaskQueue+"="+st.queue,
+		config.EnvWorkspace+"="+st.workspace,
+		config.EnvOpenAIBaseURL+"="+st.model.URL+"/v1",
+		config.EnvOpenAIAPIKey+"=test",
+		config.EnvOpenAIModel+"="+scripted.ModelName,
+	), extra...)
 }
 
 // postDecision posts a decision to api's POST /chat/approval and requires it

@@ -85,14 +85,7 @@ func TestMCPToolsOfTheWorkerGoThroughTheGateOverHTTP(t *testing.T) {
 		"everything": {"type": "http", "url": "http://%s/mcp"}
 	}}`, proctest.MCPServer(t, "mcp-server-filesystem"), st.workspace, addr), 0o644))
 	bin := waitForBuild()
-	env := append(proctest.EnvironWithout("TOLLGATE_", "TEMPORAL_", "OPENAI_"),
-		config.EnvTemporalAddress+"="+st.temporal.HostPort,
-		config.EnvTemporalNamespace+"="+st.temporal.Namespace,
-		config.EnvTaskQueue+"="+st.queue,
-		config.EnvWorkspace+"="+st.workspace,
-		config.EnvOpenAIBaseURL+"="+st.model.URL+"/v1",
-		config.EnvOpenAIAPIKey+"=test",
-		config.EnvOpenAIModel+"="+scripted.ModelName,
+	env := st.workerEnv(
 		config.EnvMetricsAddr+"=off",
 		config.EnvMCPConfig+"="+mcpConfig,
 		// The servers' tools make a turn's settings larger than history
