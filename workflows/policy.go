@@ -2,7 +2,6 @@ package workflows
 
 import (
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/tollgate/tollgate/activities"
@@ -92,8 +91,8 @@ func (s Settings) check(call activities.ToolCall) check {
 // tested with it).
 func RequiresApproval(settings Settings, tool, arguments string) bool {
 	call := activities.ToolCall{Name: tool, Arguments: arguments}
-	if i := slices.IndexFunc(settings.Tools, func(s activities.ToolSpec) bool { return s.Name == tool }); i >= 0 {
-		args, err := activities.NormalizeArguments(settings.Tools[i], settings.WorkspaceRoots, arguments)
+	if spec, ok := settings.spec(tool); ok {
+		args, err := activities.NormalizeArguments(spec, settings.WorkspaceRoots, arguments)
 		if err != nil {
 			return false
 		}
