@@ -199,7 +199,7 @@ func (tr *turn) follow(ctx context.Context, pool *apis, resp *http.Response, add
 			if resp, err = tr.resume(ctx, addr); err == nil {
 				break
 			}
-			time.Sleep(retryPause)
+			pause(ctx)
 		}
 	}
 }
@@ -245,7 +245,7 @@ func (tr *turn) decide(ctx context.Context, pool *apis, streamAddr string, decid
 			return fmt.Errorf("turn %d: decide %s: %w (last: %v)", tr.N, approve.RequestID, ctx.Err(), err)
 		}
 		tr.Retries++
-		time.Sleep(retryPause)
+		pause(ctx)
 	}
 	tr.Decided = time.Now()
 	decided()
@@ -261,7 +261,7 @@ func (tr *turn) decide(ctx context.Context, pool *apis, streamAddr string, decid
 			return fmt.Errorf("turn %d: second decision on %s: %w (last: %v)", tr.N, decline.RequestID, ctx.Err(), err)
 		}
 		tr.SecondRetries++
-		time.Sleep(retryPause)
+		pause(ctx)
 	}
 }
 
@@ -295,4 +295,13 @@ func postDecision(ctx context.Context, addr string, d protocol.DecisionRequest) 
 		return decisionAnswer{}, fmt.Errorf("POST %s: %w: %s", req.URL, err, b)
 	}
 	return answer, nil
+}
+
+// pause waits retryPause before a client tries again, as a client backs
+// off from an instance that does not answer, or less when ctx ends.
+func pause(ctx context.Context) {
+	select {
+	case <-time.After(retryPause):
+	case <-ctx.Done():
+	}
 }
