@@ -57,7 +57,9 @@
       arguments: a.arguments,
       onSent: (decision, accepted) => {
         el.classList.add(accepted ? `decided-${decision}` : 'not-accepted');
-        if (accepted) settle(a.requestId, `${decision === 'approve' ? 'approved' : 'declined'} here at ${new Date().toLocaleTimeString()}`);
+        // The row itself, not a lookup: a filter changed while the
+        // decision was on its way has cleared the rows it listed.
+        if (accepted) settle(a.requestId, `${decision === 'approve' ? 'approved' : 'declined'} here at ${new Date().toLocaleTimeString()}`, el);
         refresh();
       },
     }));
@@ -67,10 +69,9 @@
   // settle moves a row that no longer waits to the decided list, with what
   // became of it, so a decision does not just vanish while the page is
   // open. A row already settled keeps its first outcome.
-  function settle(id, outcome) {
-    const el = rows.get(id);
-    if (!el) return;
-    rows.delete(id);
+  function settle(id, outcome, el = rows.get(id)) {
+    if (!el || el.classList.contains('settled')) return;
+    if (rows.get(id) === el) rows.delete(id);
     el.dataset.testid = 'decided-approval';
     el.classList.add('settled');
     for (const b of el.querySelectorAll('button, input, textarea')) b.disabled = true;
@@ -83,7 +84,13 @@
   // show makes the list match approvals (in their order), keeping the rows
   // that stay; a row that no longer waits was decided elsewhere (another
   // inbox, the console, the CLI, a grant, the clock).
-  function show(approvals) {
+  function show(approvals, q) {
+    if (q !== shownQuery) {
+      // A list under another filter: the rows it leaves out still wait.
+      for (const el of rows.values()) el.remove();
+      rows.clear();
+      shownQuery = q;
+    }
     const want = new Set(approvals.map((a) => a.requestId));
     for (const id of [...rows.keys()]) {
       if (!want.has(id)) settle(id, `no longer waiting (decided elsewhere, or expired) · ${new Date().toLocaleTimeString()}`);
@@ -102,6 +109,8 @@
     TG.tick();
   }
 
+  // shownQuery is the filter the listed rows were fetched under.
+  let shownQuery = filterQuery();
   let generation = 0;
   let timer = null;
 
@@ -117,7 +126,7 @@
       if (gen !== generation) return;
       if (!resp.ok) throw new Error(out.error || `HTTP ${resp.status}`);
       errorEl.textContent = '';
-      show(out.approvals || []);
+      show(out.approvals || [], q);
       statusEl.dataset.state = 'live';
       statusEl.textContent = `updated ${new Date().toLocaleTimeString()}`;
     } catch (err) {
@@ -145,9 +154,6 @@
     filterTimer = setTimeout(() => {
       const q = filterQuery();
       history.replaceState(null, '', q ? `?${q}` : location.pathname);
-      // Another filter lists other rows: those it leaves out still wait.
-      for (const el of rows.values()) el.remove();
-      rows.clear();
       refresh();
     }, filterDelay);
   };
