@@ -395,6 +395,11 @@ func (s temporalSource) Events(ctx context.Context, turnID string, after int, cl
 		if err == nil {
 			return workflows.EventsAfter(out.Events, after), nil
 		}
+		if ctx.Err() != nil {
+			// No answer in time is not "no result": a query now would start
+			// with no time left.
+			return workflows.EventsResponse{}, fmt.Errorf("result of ended turn %s: %w", turnID, err)
+		}
 		s.log.Debug("ended turn has no result; querying its events", "turnId", turnID, "error", err)
 	}
 	v, err := s.client.QueryWorkflow(ctx, turnID, "", workflows.EventsQuery, workflows.EventsRequest{After: after})

@@ -34,7 +34,8 @@ import (
 // scripted demo model (unless withoutWorker), and the API over real HTTP.
 type stack struct {
 	temporal *devserver.Server
-	client   client.Client
+	// client is the worker's and the test's; apiClient the API's.
+	client, apiClient client.Client
 	// worker is nil withoutWorker.
 	worker worker.Worker
 	api    *httptest.Server
@@ -155,10 +156,16 @@ func newStack(t *testing.T, opts ...stackOption) *stack {
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
 	st.client = c
-	st.log = slog.New(slog.DiscardHandler)
-	if testing.Verbose() {
-		st.log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	// The API has a client of its own, as in production, where it is
+	// another process: it shares no connection and no payload store limits
+	// with the worker.
+	if o.payloads {
+		clientOpts.ExternalStorage, _, _ = payloads.Storage(payloads.Config{Dir: st.payloadDir})
 	}
+	st.apiClient, err = client.Dial(clientOpts)
+	require.NoError(t, err)
+	t.Cleanup(st.apiClient.Close)
+	st.log = testLog(t)
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	require.NoError(t, workflows.EnsureSearchAttributes(ctx, c, st.temporal.Namespace, st.log))
@@ -214,7 +221,7 @@ func (st *stack) newAPI(t *testing.T) *httptest.Server {
 
 // apiOptions are the options of the stack's API instances.
 func (st *stack) apiOptions() Options {
-	o := Options{Client: st.client, TaskQueue: st.queue, HeartbeatInterval: 200 * time.Millisecond, Logger: st.log, AllowBypass: st.allowBypass, TracerProvider: st.tracer}
+	o := Options{Client: st.apiClient, TaskQueue: st.queue, HeartbeatInterval: 200 * time.Millisecond, Logger: st.log, AllowBypass: st.allowBypass, TracerProvider: st.tracer}
 	if st.payloadDir != "" {
 		storage, _, _ := payloads.Storage(payloads.Config{Dir: st.payloadDir})
 		o.Codec, o.CodecOrigins = payloads.Codec(storage), []string{testWebUIOrigin}
