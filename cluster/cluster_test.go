@@ -76,7 +76,7 @@ func TestEveryTurnFinishesOnceWhileAWorkerAndAnAPIAreKilled(t *testing.T) {
 	apiBin := proctest.Build(t, "github.com/tollgate/tollgate/api")
 
 	began := time.Now()
-	pg := startPostgres(t)
+	pg := proctest.StartPostgres(t, "temporal")
 	setupSchema(t, root, pg)
 	tc := startTemporal(t, root, pg)
 	setupNamespace(t, root, tc)

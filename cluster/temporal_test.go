@@ -125,7 +125,7 @@ type service struct {
 // own script (deploy/temporal/setup-schema.sh), against the schema files
 // of the server's own version, twice: the script says it is safe to run
 // again.
-func setupSchema(t *testing.T, root string, pg postgres) {
+func setupSchema(t *testing.T, root string, pg proctest.Postgres) {
 	t.Helper()
 	schema := filepath.Join(serverModule(t), "schema", "postgresql", "v12")
 	env := append(os.Environ(),
@@ -140,7 +140,7 @@ func setupSchema(t *testing.T, root string, pg postgres) {
 
 // startTemporal runs the Temporal server on pg, as the compose file's
 // temporal service does, and returns once its frontend listens.
-func startTemporal(t *testing.T, root string, pg postgres) temporal {
+func startTemporal(t *testing.T, root string, pg proctest.Postgres) temporal {
 	t.Helper()
 	port := lowPorts(t)
 	services := []service{
