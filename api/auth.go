@@ -99,7 +99,7 @@ func isUnauthorized(err error) bool {
 // check, for load balancers, and the console's static pages and assets,
 // which hold no data and which a browser loads without headers; the pages
 // then send the token the user typed with every API call.
-var publicRoutes = []string{"/healthz", consolePath, inboxPath, assetsPath + "*file"}
+var publicRoutes = []string{"/healthz", consolePath, inboxPath, ledgerPath, assetsPath + "*file"}
 
 // authenticate lets a request through when the API asks for no token, when
 // it is a GET of a public route, or when it carries a known bearer token,

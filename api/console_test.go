@@ -542,6 +542,8 @@ func TestWebPagesAreServedWithTheirTypesAndAStrictPolicy(t *testing.T) {
 	for path, typ := range map[string]string{
 		"/":              "text/html",
 		"/inbox":         "text/html",
+		"/ledger":        "text/html",
+		"/web/ledger.js": "text/javascript",
 		"/web/common.js": "text/javascript",
 		"/web/style.css": "text/css",
 	} {

@@ -321,6 +321,7 @@ func (st *stack) workerEnv(extra ...string) []string {
 		config.EnvOpenAIBaseURL+"="+st.model.URL+"/v1",
 		config.EnvOpenAIAPIKey+"=test",
 		config.EnvOpenAIModel+"="+scripted.ModelName,
+		config.EnvAuditDB+"="+st.auditDB,
 	), extra...)
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"io"
@@ -22,6 +23,7 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/internal/auditdb"
 	"github.com/tollgate/tollgate/internal/devserver"
 	"github.com/tollgate/tollgate/internal/payloads"
 	"github.com/tollgate/tollgate/internal/scripted"
@@ -36,6 +38,10 @@ type stack struct {
 	temporal *devserver.Server
 	// client is the worker's and the test's; apiClient the API's.
 	client, apiClient client.Client
+	// auditDB is the path of the audit ledger's SQLite file; ledger is it,
+	// open.
+	auditDB string
+	ledger  *auditdb.Ledger
 	// worker is nil withoutWorker.
 	worker worker.Worker
 	api    *httptest.Server
@@ -68,10 +74,17 @@ type stackOptions struct {
 	payloads        bool
 	devserver       devserver.Options
 	tracer          trace.TracerProvider
+	auditDB         string
 }
 
 // stackOption is one change to the stack newStack builds.
 type stackOption func(*stackOptions)
+
+// withAuditDB keeps the stack's audit ledger in dsn (a postgres:// URL)
+// instead of a SQLite file of its own.
+func withAuditDB(dsn string) stackOption {
+	return func(o *stackOptions) { o.auditDB = dsn }
+}
 
 // withScript makes the model answer with script instead of scripted.Demo.
 func withScript(script scripted.Script) stackOption {
@@ -174,6 +187,12 @@ func newStack(t *testing.T, opts ...stackOption) *stack {
 	st.model = httptest.NewServer(st.replies)
 	t.Cleanup(st.model.Close)
 	st.workspace = t.TempDir()
+	// Every stack keeps an audit ledger, as a worker and an API do by
+	// default: its worker writes it and its API reads it.
+	st.auditDB = cmp.Or(o.auditDB, filepath.Join(t.TempDir(), "audit.db"))
+	st.ledger, err = auditdb.Open(ctx, st.auditDB)
+	require.NoError(t, err)
+	t.Cleanup(func() { st.ledger.Close() })
 	require.NoError(t, os.WriteFile(filepath.Join(st.workspace, "README.md"), []byte("# demo\n"), 0o644))
 	if !o.noWorker {
 		tools := stackTools(st.workspace)
@@ -184,6 +203,7 @@ func newStack(t *testing.T, opts ...stackOption) *stack {
 		st.worker = worker.New(c, st.queue, workflows.WorkerOptions())
 		workflows.Register(st.worker, wf,
 			activities.NewModel(st.model.URL+"/v1", "test", scripted.ModelName, workflows.TokenSignaler{Client: c}), tools)
+		workflows.RegisterAuditor(st.worker, &activities.Auditor{Ledger: st.ledger})
 		for name, fn := range o.activities {
 			st.worker.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name})
 		}
@@ -209,6 +229,7 @@ func stackSettings(tools *activities.Tools, approvalTimeout time.Duration) workf
 		WorkspaceRoots:   []string{tools.Workspace},
 		SearchAttributes: true,
 		StatusAttribute:  true,
+		Audit:            true,
 	}
 }
 
@@ -221,7 +242,7 @@ func (st *stack) newAPI(t *testing.T) *httptest.Server {
 
 // apiOptions are the options of the stack's API instances.
 func (st *stack) apiOptions() Options {
-	o := Options{Client: st.apiClient, TaskQueue: st.queue, HeartbeatInterval: 200 * time.Millisecond, Logger: st.log, AllowBypass: st.allowBypass, TracerProvider: st.tracer}
+	o := Options{Client: st.apiClient, TaskQueue: st.queue, HeartbeatInterval: 200 * time.Millisecond, Logger: st.log, AllowBypass: st.allowBypass, TracerProvider: st.tracer, Ledger: st.ledger}
 	if st.payloadDir != "" {
 		storage, _, _ := payloads.Storage(payloads.Config{Dir: st.payloadDir})
 		o.Codec, o.CodecOrigins = payloads.Codec(storage), []string{testWebUIOrigin}

@@ -19,6 +19,7 @@ import (
 
 	"go.temporal.io/sdk/client"
 
+	"github.com/tollgate/tollgate/internal/auditdb"
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/internal/payloads"
 	"github.com/tollgate/tollgate/internal/telemetry"
@@ -81,6 +82,14 @@ func run(cfg config.Config, log *slog.Logger) error {
 	}
 	if stored {
 		opts.Codec = payloads.Codec(storage)
+	}
+	if cfg.AuditDB != "" {
+		ledger, err := auditdb.Open(context.Background(), cfg.AuditDB)
+		if err != nil {
+			return fmt.Errorf("%s: %w", config.EnvAuditDB, err)
+		}
+		defer ledger.Close()
+		opts.Ledger = ledger
 	}
 	srv := NewServer(opts)
 	httpSrv := &http.Server{

@@ -25,6 +25,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 
+	"github.com/tollgate/tollgate/internal/auditdb"
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
@@ -61,6 +62,9 @@ type Options struct {
 	// CodecOrigins are the browser origins (the Web UI's) that may call
 	// the codec endpoint.
 	CodecOrigins []string
+	// Ledger, when set, is the audit ledger GET /audit reads; nil serves
+	// 404 there.
+	Ledger *auditdb.Ledger
 	// TracerProvider, when set, traces every request but the health and
 	// metrics probes as a server span (the parent of the Temporal calls it
 	// makes, which carry it into the workflows); nil traces nothing.
@@ -126,6 +130,8 @@ type Server struct {
 	anyHost        bool
 	allowedOrigins []string
 	codecOrigins   []string
+	// ledger is the audit ledger GET /audit reads, or nil.
+	ledger *auditdb.Ledger
 }
 
 // NewServer builds the API on Temporal.
@@ -148,6 +154,7 @@ func newServer(o Options, src eventSource, settings hubSettings) *Server {
 		metrics:   newMetrics(),
 		auth:      newAuthenticator(o.Tokens),
 
+		ledger:         o.Ledger,
 		allowBypass:    o.AllowBypass,
 		anyHost:        o.AnyHost,
 		allowedOrigins: o.AllowedOrigins,
@@ -178,6 +185,7 @@ func newServer(o Options, src eventSource, settings hubSettings) *Server {
 	r.GET("/conversations/:conversationId/messages", read, s.messages)
 	r.DELETE("/conversations/:conversationId/grants/:grantId", approve, s.revokeGrant)
 	r.GET("/approvals", approve, s.listApprovals)
+	r.GET("/audit", approve, s.listAudit)
 	r.GET("/healthz", s.healthz)
 	r.GET("/metrics", gin.WrapH(promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{})))
 	if o.Codec != nil {

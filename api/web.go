@@ -22,6 +22,7 @@ var webFiles embed.FS
 const (
 	consolePath = "/"
 	inboxPath   = "/inbox"
+	ledgerPath  = "/ledger"
 	assetsPath  = "/web/"
 )
 
@@ -30,11 +31,12 @@ const (
 const webPolicy = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
 	"connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
-// registerWeb serves the console at /, the inbox at /inbox and their
-// assets under /web/.
+// registerWeb serves the console at /, the inbox at /inbox, the audit
+// ledger at /ledger and their assets under /web/.
 func registerWeb(r *gin.Engine) {
 	r.GET(consolePath, webFile("index.html"))
 	r.GET(inboxPath, webFile("inbox.html"))
+	r.GET(ledgerPath, webFile("ledger.html"))
 	r.GET(assetsPath+"*file", func(c *gin.Context) {
 		name := strings.TrimPrefix(c.Param("file"), "/")
 		if strings.HasSuffix(name, ".html") {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -14,6 +15,7 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/internal/auditdb"
 	"github.com/tollgate/tollgate/internal/proctest"
 	"github.com/tollgate/tollgate/internal/scripted"
 	"github.com/tollgate/tollgate/workflows"
@@ -45,6 +47,7 @@ type testWorkerSpec struct {
 	Workspace string             `json:"workspace"`
 	ModelURL  string             `json:"modelUrl"`
 	Settings  workflows.Settings `json:"settings"`
+	AuditDB   string             `json:"auditDb"`
 }
 
 // runTestWorker runs the worker that specJSON describes until it is
@@ -68,6 +71,14 @@ func runTestWorker(specJSON string) error {
 	workflows.Register(w, &workflows.Workflows{Settings: spec.Settings},
 		activities.NewModel(spec.ModelURL, "test", scripted.ModelName, workflows.TokenSignaler{Client: c}),
 		stackTools(spec.Workspace))
+	if spec.Settings.Audit {
+		ledger, err := auditdb.Open(context.Background(), spec.AuditDB)
+		if err != nil {
+			return err
+		}
+		defer ledger.Close()
+		workflows.RegisterAuditor(w, &activities.Auditor{Ledger: ledger})
+	}
 	log.Info("test worker started", "taskQueue", spec.TaskQueue, "pid", os.Getpid())
 	return w.Run(worker.InterruptCh())
 }
@@ -93,6 +104,7 @@ func (st *stack) startTestWorker(t *testing.T, name string, settings workflows.S
 		Workspace: st.workspace,
 		ModelURL:  st.model.URL + "/v1",
 		Settings:  settings,
+		AuditDB:   st.auditDB,
 	})
 	require.NoError(t, err)
 	exe, err := os.Executable()

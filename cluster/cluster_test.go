@@ -30,6 +30,8 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/auditdb"
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/internal/proctest"
 	"github.com/tollgate/tollgate/internal/scripted"
@@ -104,6 +106,8 @@ func TestEveryTurnFinishesOnceWhileAWorkerAndAnAPIAreKilled(t *testing.T) {
 		config.EnvApprovalTimeout+"=30m",
 		config.EnvHeartbeatInterval+"=1s",
 		config.EnvLogLevel+"=info",
+		// The audit ledger in the database the compose file's setup makes.
+		config.EnvAuditDB+"="+pg.URL("tollgate"),
 	)
 	startWorker := func(name string) *proctest.Process {
 		return proctest.Start(t, name, workerBin(), env)
@@ -190,6 +194,7 @@ func TestEveryTurnFinishesOnceWhileAWorkerAndAnAPIAreKilled(t *testing.T) {
 		}
 	}
 	requireLogsReadAgain(t, ctx, pool, turns)
+	requireLedgerRowOnce(t, ctx, pg.URL("tollgate"), turns)
 
 	latencies, since := make([]time.Duration, n), make([]time.Duration, n)
 	for i, tr := range turns {
@@ -255,6 +260,44 @@ func requireTurnOnce(t *testing.T, tr *turn, workspace string) (interrupted bool
 	default:
 		require.Failf(t, "unexpected tool result", "turn %d: %+v", tr.N, result)
 		return false
+	}
+}
+
+// requireLedgerRowOnce reads the audit ledger the workers wrote while one
+// of them was killed: one row for each turn's call, ended, with the
+// decision its client saw applied and the outcome its tool_result said.
+func requireLedgerRowOnce(t *testing.T, ctx context.Context, dsn string, turns []*turn) {
+	t.Helper()
+	ledger, err := auditdb.Open(ctx, dsn)
+	require.NoError(t, err)
+	defer ledger.Close()
+	rows := map[string]audit.Record{}
+	f := auditdb.Filter{Limit: auditdb.MaxLimit}
+	for {
+		page, err := ledger.List(ctx, f)
+		require.NoError(t, err)
+		for _, r := range page.Records {
+			require.NotContains(t, rows, r.ID, "one row a request")
+			rows[r.ID] = r
+		}
+		if page.Next == "" {
+			break
+		}
+		f.Cursor = page.Next
+	}
+	require.Len(t, rows, len(turns), "a row for every turn's call")
+	for _, tr := range turns {
+		requestID := ofType(tr.Events, protocol.EventApprovalRequest)[0].RequestID
+		r, ok := rows[requestID]
+		require.True(t, ok, "turn %d: its request %s has a row", tr.N, requestID)
+		require.Equal(t, audit.StageEnded, r.Stage, "turn %d", tr.N)
+		require.Equal(t, protocol.DecisionApprove, r.Decision, "turn %d", tr.N)
+		require.Equal(t, tr.Conv, r.ConversationID, "turn %d", tr.N)
+		want := audit.OutcomeOK
+		if ofType(tr.Events, protocol.EventToolResult)[0].ToolResults[0].Status == protocol.StatusError {
+			want = audit.OutcomeError
+		}
+		require.Equal(t, want, r.Outcome, "turn %d", tr.N)
 	}
 }
 

@@ -17,6 +17,11 @@ export TOLLGATE_WORKSPACE=${TOLLGATE_WORKSPACE:-./workspace}
 export TOLLGATE_AGENTS_DIR=${TOLLGATE_AGENTS_DIR:-./agents}
 # Payloads too large for history, shared by the worker and the API.
 export TOLLGATE_PAYLOAD_DIR=${TOLLGATE_PAYLOAD_DIR:-$STATE_DIR/payloads}
+# The audit ledger, a SQLite file the worker writes and the API reads.
+export TOLLGATE_AUDIT_DB=${TOLLGATE_AUDIT_DB:-$STATE_DIR/audit.db}
+# Long enough to follow the README's tour at a reading pace; the default
+# of a deployment is 3m.
+export TOLLGATE_APPROVAL_TIMEOUT=${TOLLGATE_APPROVAL_TIMEOUT:-30m}
 # The Web UI reads those payloads through the API's codec endpoint.
 export TOLLGATE_CODEC_ORIGINS=${TOLLGATE_CODEC_ORIGINS:-http://127.0.0.1:8233,http://localhost:8233}
 
@@ -157,6 +162,8 @@ tollgate is running.
   API      http://$api
   Web UI   http://127.0.0.1:$UI_PORT
   Model    $model
+  Approval a call waits $TOLLGATE_APPROVAL_TIMEOUT for a decision, then counts as declined (TOLLGATE_APPROVAL_TIMEOUT)
+  Audit    $TOLLGATE_AUDIT_DB (GET http://$api/audit)
   Logs     $LOGS/ (${names[*]/%/.log})${mcp_tools:+
 $mcp_tools}
   Try      curl -N http://$api/chat/stream -H 'Content-Type: application/json' -d '{"query":"tidy up the workspace"}'

@@ -21,6 +21,7 @@ import (
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/agents"
+	"github.com/tollgate/tollgate/internal/auditdb"
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/internal/metrics"
 	"github.com/tollgate/tollgate/internal/payloads"
@@ -84,6 +85,15 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	var ledger *auditdb.Ledger
+	if cfg.AuditDB != "" {
+		// A ledger that cannot be opened stops the worker: it would
+		// otherwise run turns whose decisions go unrecorded.
+		if ledger, err = auditdb.Open(ctx, cfg.AuditDB); err != nil {
+			return fmt.Errorf("%s: %w", config.EnvAuditDB, err)
+		}
+		defer ledger.Close()
+	}
 	tracing, err := telemetry.Setup(ctx, telemetry.WorkerService, log)
 	if err != nil {
 		return err
@@ -137,6 +147,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		Agents:           agentDefs,
 		Rules:            rules,
 		Notify:           cfg.NotifyURL != "",
+		Audit:            ledger != nil,
 		ContextBudget:    cfg.ContextBudget,
 	}}
 
@@ -146,16 +157,27 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if cfg.NotifyURL != "" {
 		workflows.RegisterNotifier(w, &activities.Notifier{URL: cfg.NotifyURL})
 	}
+	if ledger != nil {
+		workflows.RegisterAuditor(w, &activities.Auditor{Ledger: ledger})
+	}
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("start worker on task queue %s: %w", cfg.TaskQueue, err)
 	}
 	log.Info("worker started", "taskQueue", cfg.TaskQueue, "temporal", cfg.TemporalAddress,
 		"workspace", cfg.Workspace, "requiredTools", cfg.RequiredTools, "model", cfg.OpenAIModel, "subagents", len(agentDefs), "policyRules", len(rules), "notices", cfg.NotifyURL != "",
-		"mcpTools", len(mcpServers.Specs()), "tracing", tracing.On())
+		"audit", auditWhere(ledger), "mcpTools", len(mcpServers.Specs()), "tracing", tracing.On())
 	<-ctx.Done()
 	log.Info("worker stopping")
 	w.Stop()
 	return nil
+}
+
+// auditWhere names the ledger's database for the start line, or "off".
+func auditWhere(l *auditdb.Ledger) string {
+	if l == nil {
+		return config.AuditOff
+	}
+	return l.Where()
 }
 
 // flushTimeout bounds how long a stopping process waits to export the spans

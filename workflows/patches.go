@@ -34,4 +34,8 @@ const (
 	// unasked (turn.notRun). Metadata-free text, but the model reads it
 	// and tool_result events show it, so a replay must keep the old words.
 	patchPlainNotRun = "plain-not-run"
+	// patchAuditLedger (after v0.3.0): a worker with an audit ledger
+	// writes a row for every call the gate asks about or a grant answers,
+	// in local activities (turn.auditing).
+	patchAuditLedger = "audit-ledger"
 )

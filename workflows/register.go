@@ -53,6 +53,12 @@ func RegisterNotifier(r worker.Registry, n *activities.Notifier) {
 	r.RegisterActivityWithOptions(n.Notify, activity.RegisterOptions{Name: activities.NotifyActivity})
 }
 
+// RegisterAuditor registers the audit ledger's local activity, for a
+// worker whose Settings.Audit is true.
+func RegisterAuditor(r worker.Registry, a *activities.Auditor) {
+	r.RegisterActivityWithOptions(a.Audit, activity.RegisterOptions{Name: activities.AuditActivity})
+}
+
 // TokenSignaler delivers the model activity's streamed text to its turn as
 // the tokens signal.
 type TokenSignaler struct {

@@ -33,6 +33,9 @@ type Settings struct {
 	// Notify is true when the worker sends notices of approval requests
 	// (the notify activity knows where to).
 	Notify bool `json:"notify,omitempty"`
+	// Audit is true when the worker writes the audit ledger: every call the
+	// gate asks about or a grant answers gets a row (audit.go).
+	Audit bool `json:"audit,omitempty"`
 	// ApprovalTimeout is how long a call waits for a decision before it is
 	// declined as timed out.
 	ApprovalTimeout time.Duration `json:"approvalTimeout"`

@@ -260,6 +260,7 @@ func (w *Workflows) Subagent(ctx workflow.Context, in SubagentInput) (SubagentOu
 		bypass:         in.BypassApproval,
 		sender:         in.Sender,
 		depth:          in.Depth,
+		agent:          def.Name,
 		grants:         slices.Clone(in.Grants),
 	}
 	f := newForwarder(ctx, in.ParentWorkflowID, def.Name)

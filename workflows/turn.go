@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/protocol"
 )
 
@@ -21,6 +22,9 @@ type turn struct {
 	// plainNotRun, once asked, says whether the turn follows
 	// patchPlainNotRun (notRun).
 	plainNotRun *bool
+	// audited, once asked, says whether the loop writes the audit ledger
+	// (auditing).
+	audited *bool
 	// conversationID, input (the messages the loop starts from), system,
 	// tools, model and bypass are what this loop runs with.
 	conversationID string
@@ -33,6 +37,8 @@ type turn struct {
 	sender string
 	// depth is 0 for a turn and n for a subagent nested n deep.
 	depth int
+	// agent names the subagent this loop runs, empty for a turn.
+	agent string
 	// clientTools are run by the client, not the worker.
 	clientTools []activities.ToolSpec
 
@@ -358,6 +364,10 @@ func (t *turn) runBatch(ctx workflow.Context, calls []activities.ToolCall) []Too
 	results := make([]ToolResult, len(calls))
 	approvals := make([]*approval, len(calls))
 	var waiting []*approval
+	// rows are the ledger's rows of the calls the gate asked about or a
+	// grant answered; ran the arguments an edited call ran with.
+	rows := make([]*audit.Record, len(calls))
+	ran := make([]string, len(calls))
 	for i, call := range calls {
 		results[i] = ToolResult{ID: call.ID, Name: call.Name}
 		switch {
@@ -383,6 +393,10 @@ func (t *turn) runBatch(ctx workflow.Context, calls []activities.ToolCall) []Too
 			}
 			if g := grantFor(t.grants, call); g != nil {
 				t.gate.traceAnswer(ctx, call, DecidedByGrant, g)
+				if t.auditing(ctx) {
+					r := t.auditGranted(ctx, i, call, c, g)
+					rows[i] = &r
+				}
 				t.log.append(Event{Type: EventApprovalDecision, ToolCallID: call.ID, Decision: g.Decision, Reason: reasonRemembered, Grant: g.ID, By: g.By})
 				if g.Decision != DecisionApprove {
 					results[i].Result, results[i].Status = t.notRun(ctx, notRunRemembered, ""), activities.StatusDeclined
@@ -394,10 +408,21 @@ func (t *turn) runBatch(ctx workflow.Context, calls []activities.ToolCall) []Too
 			}
 			approvals[i] = t.gate.request(ctx, call, c.Timeout, c.Problem, previews[i])
 			waiting = append(waiting, approvals[i])
+			if t.auditing(ctx) {
+				r := t.auditAsked(ctx, approvals[i], c)
+				rows[i] = &r
+			}
 		}
 	}
 	if len(waiting) > 0 {
 		t.log.append(Event{Type: EventHeartbeat})
+		var asked []audit.Record
+		for i, a := range approvals {
+			if a != nil && rows[i] != nil {
+				asked = append(asked, *rows[i])
+			}
+		}
+		t.writeAudit(ctx, asked)
 		t.gate.await(ctx, waiting)
 	}
 	turnID := workflow.GetInfo(ctx).WorkflowExecution.ID
@@ -437,6 +462,7 @@ func (t *turn) runBatch(ctx workflow.Context, calls []activities.ToolCall) []Too
 					call.Arguments = args
 				}
 			}
+			ran[i] = call.Arguments
 		}
 		if ctx.Err() != nil || t.interrupted {
 			// A call approved before the turn was stopped does not start now.
@@ -460,6 +486,13 @@ func (t *turn) runBatch(ctx workflow.Context, calls []activities.ToolCall) []Too
 		}
 		results[i].Result, results[i].Status = out.Result, out.Status
 	}
+	var ended []audit.Record
+	for i, r := range rows {
+		if r != nil {
+			ended = append(ended, auditEnded(ctx, *r, approvals[i], ran[i], results[i]))
+		}
+	}
+	t.writeAudit(ctx, ended)
 	t.log.append(Event{Type: EventToolResult, ToolResults: results})
 	return results
 }

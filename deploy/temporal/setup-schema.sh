@@ -1,6 +1,6 @@
 #!/bin/sh
 # Creates (or upgrades) Temporal's two PostgreSQL databases, temporal and
-# temporal_visibility. Safe to run again: existing databases are kept and
+# temporal_visibility, and creates tollgate's audit ledger database, tollgate. Safe to run again: existing databases are kept and
 # only missing schema versions are applied. TEMPORAL_SCHEMA_DIR is where the
 # server's postgresql/v12 schema files are: the admin-tools image's by
 # default; the cluster test (cluster/) points it into the server's module.
@@ -26,4 +26,7 @@ for db in temporal temporal_visibility; do
 	sql "$db" setup-schema -v 0.0
 	sql "$db" update-schema -d "$schema/$dir/versioned"
 done
+# tollgate's audit ledger (TOLLGATE_AUDIT_DB) has a database of its own; the
+# worker and the API make its table.
+sql tollgate create 2>/dev/null || echo "database tollgate exists"
 echo "Temporal's schema is ready"

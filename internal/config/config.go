@@ -83,6 +83,10 @@ const (
 	EnvPayloadS3Region    = "TOLLGATE_PAYLOAD_S3_REGION"
 	EnvPayloadS3AccessKey = "TOLLGATE_PAYLOAD_S3_ACCESS_KEY"
 	EnvPayloadS3SecretKey = "TOLLGATE_PAYLOAD_S3_SECRET_KEY"
+	// EnvAuditDB is the audit ledger's database: the path of a SQLite file,
+	// a postgres:// URL, or off. Default DefaultAuditDB. The worker writes
+	// it and the API reads it (GET /audit), so both name the same one.
+	EnvAuditDB = "TOLLGATE_AUDIT_DB"
 	// EnvConfigFile names a YAML file holding any of the variables above.
 	// It is read from the environment only.
 	EnvConfigFile = "TOLLGATE_CONFIG_FILE"
@@ -95,6 +99,9 @@ const MetricsOff = "off"
 // MCPOff is the value of TOLLGATE_MCP_CONFIG that starts no MCP server,
 // even when a .mcp.json is where the default looks.
 const MCPOff = "off"
+
+// AuditOff is the value of TOLLGATE_AUDIT_DB that keeps no audit ledger.
+const AuditOff = "off"
 
 // NoRequiredTools is the value of TOLLGATE_REQUIRED_TOOLS that protects no
 // tool at all. An empty value means "unset" and so the default.
@@ -116,6 +123,7 @@ const (
 	DefaultBashTimeout       = protocol.DefaultBashTimeout
 	DefaultMetricsAddr       = "127.0.0.1:9090"
 	DefaultPayloadDir        = ".tollgate/payloads"
+	DefaultAuditDB           = ".tollgate/audit.db"
 	// DefaultMCPConfig is read when it exists, as Claude Code reads a
 	// project's .mcp.json; a file named by TOLLGATE_MCP_CONFIG must exist.
 	DefaultMCPConfig = ".mcp.json"
@@ -174,6 +182,9 @@ type Config struct {
 	// MetricsAddr is where the worker serves its metrics (GET /metrics);
 	// empty when they are off.
 	MetricsAddr string
+	// AuditDB is the audit ledger's database (package audit): a SQLite
+	// file's absolute path or a postgres:// URL; empty when it is off.
+	AuditDB string
 	// MCPConfig is the absolute path of the MCP servers' configuration
 	// (.mcp.json, Claude Code's format); empty for none.
 	MCPConfig string
@@ -265,7 +276,7 @@ var known = []string{
 	EnvMaxSteps, EnvBashTimeout, EnvLogLevel,
 	EnvMetricsAddr, EnvMCPConfig, EnvAPITokens, EnvAllowBypass, EnvAllowUnauthenticated, EnvAllowedOrigins,
 	EnvCodecOrigins, EnvContextBudget, EnvPayloadDir, EnvPayloadThreshold, EnvPayloadS3Endpoint, EnvPayloadS3Secure, EnvPayloadS3Bucket,
-	EnvPayloadS3Prefix, EnvPayloadS3Region, EnvPayloadS3AccessKey, EnvPayloadS3SecretKey,
+	EnvPayloadS3Prefix, EnvPayloadS3Region, EnvPayloadS3AccessKey, EnvPayloadS3SecretKey, EnvAuditDB,
 }
 
 // Binary says which program's settings to read: each reads, and so
@@ -322,6 +333,7 @@ func LoadFor(uses Binary, getenv func(string) string) (Config, error) {
 		S3AccessKey: r.str(EnvPayloadS3AccessKey, ""),
 		S3SecretKey: r.str(EnvPayloadS3SecretKey, ""),
 	}
+	c.AuditDB = r.auditDB(EnvAuditDB)
 	if uses&Worker != 0 {
 		c.OpenAIBaseURL = r.str(EnvOpenAIBaseURL, "")
 		c.OpenAIAPIKey = r.str(EnvOpenAIAPIKey, "")
@@ -452,6 +464,31 @@ func (r *reader) mcpConfig(name string) string {
 		return ""
 	}
 	return abs
+}
+
+// auditDB reads the audit ledger's database: off for none, a postgres://
+// URL (its password never shown in an error), or a SQLite file's path.
+func (r *reader) auditDB(name string) string {
+	v := r.str(name, DefaultAuditDB)
+	switch {
+	case v == AuditOff:
+		return ""
+	case strings.HasPrefix(v, "postgres://") || strings.HasPrefix(v, "postgresql://"):
+		u, err := neturl.Parse(v)
+		if err != nil || u.Host == "" {
+			shown := "postgres://…"
+			if err == nil {
+				shown = u.Redacted()
+			}
+			r.fail(name, shown, "not a PostgreSQL URL (example: postgres://tollgate:secret@db:5432/tollgate)")
+			return ""
+		}
+		return v
+	case strings.Contains(v, "://"):
+		r.fail(name, v, "neither a postgres:// URL nor a file path (%q keeps no ledger)", AuditOff)
+		return ""
+	}
+	return r.path(name, v)
 }
 
 // url reads an optional http or https URL.

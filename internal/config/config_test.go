@@ -45,6 +45,7 @@ func TestLoadWithNothingSetGivesTheDocumentedDefaults(t *testing.T) {
 		MetricsAddr:       "127.0.0.1:9090",
 		ContextBudget:     workflows.DefaultContextBudget,
 		Payloads:          payloads.Config{Dir: filepath.Join(wd, ".tollgate", "payloads"), Threshold: payloads.DefaultThreshold},
+		AuditDB:           filepath.Join(wd, ".tollgate", "audit.db"),
 	}, c)
 }
 
@@ -76,6 +77,7 @@ func TestLoadTakesEveryVariableFromTheEnvironment(t *testing.T) {
 		"TOLLGATE_PAYLOAD_S3_REGION":     "eu-1",
 		"TOLLGATE_PAYLOAD_S3_ACCESS_KEY": "ak",
 		"TOLLGATE_PAYLOAD_S3_SECRET_KEY": "sk",
+		"TOLLGATE_AUDIT_DB":              "postgres://tollgate:secret@db:5432/tollgate",
 	}))
 	require.NoError(t, err)
 	require.Equal(t, Config{
@@ -97,11 +99,23 @@ func TestLoadTakesEveryVariableFromTheEnvironment(t *testing.T) {
 		BashTimeout:       5 * time.Second,
 		LogLevel:          slog.LevelDebug,
 		MetricsAddr:       ":9464",
+		AuditDB:           "postgres://tollgate:secret@db:5432/tollgate",
 		Payloads: payloads.Config{
 			Dir: "/srv/payloads", Threshold: 1000, S3Endpoint: "s3:9000", S3Secure: true, S3Bucket: "payloads",
 			S3Prefix: "tg/", S3Region: "eu-1", S3AccessKey: "ak", S3SecretKey: "sk",
 		},
 	}, c)
+}
+
+func TestTheAuditLedgerIsASQLiteFileByDefaultAndOffTurnsItOff(t *testing.T) {
+	c, err := Load(env(nil))
+	require.NoError(t, err)
+	abs, err := filepath.Abs(DefaultAuditDB)
+	require.NoError(t, err)
+	require.Equal(t, abs, c.AuditDB)
+	c, err = Load(env(map[string]string{"TOLLGATE_AUDIT_DB": "off"}))
+	require.NoError(t, err)
+	require.Empty(t, c.AuditDB)
 }
 
 func TestRequiredToolsNoneProtectsNothing(t *testing.T) {
@@ -201,6 +215,8 @@ func TestEachBadVariableIsNamedWithItsValue(t *testing.T) {
 		{"TOLLGATE_METRICS_ADDR", "9090", `TOLLGATE_METRICS_ADDR="9090": not a host:port to listen on (example: 127.0.0.1:9090; "off" for none)`},
 		{"TOLLGATE_METRICS_ADDR", "127.0.0.1:http", `TOLLGATE_METRICS_ADDR="127.0.0.1:http": port "http" is not a number from 0 to 65535`},
 		{"TOLLGATE_METRICS_ADDR", "127.0.0.1:70000", `TOLLGATE_METRICS_ADDR="127.0.0.1:70000": port "70000" is not a number from 0 to 65535`},
+		{"TOLLGATE_AUDIT_DB", "mysql://db/x", `TOLLGATE_AUDIT_DB="mysql://db/x": neither a postgres:// URL nor a file path ("off" keeps no ledger)`},
+		{"TOLLGATE_AUDIT_DB", "postgres://tollgate:secret@/x", `TOLLGATE_AUDIT_DB="postgres://tollgate:xxxxx@/x": not a PostgreSQL URL`},
 	} {
 		t.Run(tc.name+"="+tc.value, func(t *testing.T) {
 			_, err := Load(env(map[string]string{tc.name: tc.value}))

@@ -80,6 +80,7 @@ func TestProtocolDocGivesEveryVariableLoadsDefault(t *testing.T) {
 		EnvAllowUnauthenticated: "false",
 		EnvContextBudget:        strconv.Itoa(workflows.DefaultContextBudget),
 		EnvPayloadDir:           DefaultPayloadDir,
+		EnvAuditDB:              DefaultAuditDB,
 		EnvPayloadThreshold:     strconv.Itoa(payloads.DefaultThreshold),
 		EnvPayloadS3Secure:      "false",
 	}

@@ -95,9 +95,16 @@ func TestTheArrowsPointDown(t *testing.T) {
 		}
 	}
 	require.Empty(t, got["protocol"], "protocol is a leaf")
-	require.Subset(t, []string{"activities", "internal/agents", "internal/policy", "internal/text", "internal/workflowtrace", "protocol"}, got["workflows"],
+	require.Subset(t, []string{"activities", "internal/agents", "internal/audit", "internal/policy", "internal/text", "internal/workflowtrace", "protocol"}, got["workflows"],
 		"workflows imports no helper above it")
 	require.Subset(t, []string{"protocol", "internal/text"}, got["cmd/tollgate"], "the terminal client speaks the contract only")
+
+	// The workflows link no SQL driver: the ledger's rows are a leaf.
+	out, err := exec.Command("go", "list", "-deps", "../../workflows").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	for _, dep := range strings.Fields(string(out)) {
+		require.False(t, dep == "database/sql" || strings.HasPrefix(dep, "modernc.org/") || strings.HasPrefix(dep, "github.com/jackc/"), "workflows links %s", dep)
+	}
 
 	// What the terminal client and the contract link, all the way down.
 	for _, pkg := range []string{"protocol", "cmd/tollgate"} {

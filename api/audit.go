@@ -1,0 +1,122 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/tollgate/tollgate/internal/auditdb"
+)
+
+// auditTimeout bounds one read of the ledger.
+const auditTimeout = 10 * time.Second
+
+// auditDecisions are the decisions GET /audit filters on.
+var auditDecisions = map[string]bool{"approve": true, "decline": true, "timeout": true}
+
+// listAudit serves GET /audit: a page of the audit ledger, newest request
+// first, filtered by conversationId, principal, tool, decision and a time
+// range (since, until: RFC 3339), limit rows from cursor (the previous
+// page's next). With format=jsonl it streams every row the filters select,
+// one JSON object a line, for an export.
+func (s *Server) listAudit(c *gin.Context) {
+	if s.ledger == nil {
+		c.JSON(http.StatusNotFound, gin.H{"error": "this API keeps no audit ledger (TOLLGATE_AUDIT_DB is off)"})
+		return
+	}
+	f, jsonl, err := auditFilter(c)
+	if err != nil {
+		writeError(c, s.log, err)
+		return
+	}
+	if !jsonl {
+		ctx, cancel := context.WithTimeout(c.Request.Context(), auditTimeout)
+		defer cancel()
+		page, err := s.ledger.List(ctx, f)
+		if errors.Is(err, auditdb.ErrBadCursor) {
+			err = badRequest("%v", err)
+		}
+		if err != nil {
+			writeError(c, s.log, err)
+			return
+		}
+		c.JSON(http.StatusOK, page)
+		return
+	}
+	// The export reads page after page, each under its own timeout, and
+	// writes each row as it is read: a ledger of any size streams in
+	// bounded memory.
+	f.Limit = auditdb.MaxLimit
+	c.Header("Content-Type", "application/x-ndjson")
+	c.Header("Content-Disposition", `attachment; filename="tollgate-audit.jsonl"`)
+	enc := json.NewEncoder(c.Writer)
+	for started := false; ; started = true {
+		ctx, cancel := context.WithTimeout(c.Request.Context(), auditTimeout)
+		page, err := s.ledger.List(ctx, f)
+		cancel()
+		if err != nil {
+			if !started {
+				writeError(c, s.log, err)
+				return
+			}
+			// The status is sent: the export ends short, and a last line
+			// says why, so a reader cannot mistake it for the whole.
+			s.log.Warn("audit export cut short", "error", err)
+			_ = enc.Encode(gin.H{"error": "the export is incomplete: " + err.Error()})
+			return
+		}
+		for _, r := range page.Records {
+			if err := enc.Encode(r); err != nil {
+				return // the client left
+			}
+		}
+		c.Writer.Flush()
+		if page.Next == "" {
+			return
+		}
+		f.Cursor = page.Next
+	}
+}
+
+// auditFilter reads GET /audit's query.
+func auditFilter(c *gin.Context) (auditdb.Filter, bool, error) {
+	f := auditdb.Filter{
+		Conversation: c.Query("conversationId"),
+		Principal:    c.Query("principal"),
+		Tool:         c.Query("tool"),
+		Decision:     c.Query("decision"),
+		Cursor:       c.Query("cursor"),
+	}
+	if f.Decision != "" && !auditDecisions[f.Decision] {
+		return f, false, badRequest("decision %q is not one of approve, decline, timeout", f.Decision)
+	}
+	for name, dst := range map[string]*time.Time{"since": &f.Since, "until": &f.Until} {
+		if v := c.Query(name); v != "" {
+			t, err := time.Parse(time.RFC3339, v)
+			if err != nil {
+				return f, false, badRequest("%s %q is not an RFC 3339 time (example: 2026-12-01T09:00:00Z)", name, v)
+			}
+			*dst = t
+		}
+	}
+	if v := c.Query("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > auditdb.MaxLimit {
+			return f, false, badRequest("limit %q is not a whole number from 1 to %d", v, auditdb.MaxLimit)
+		}
+		f.Limit = n
+	}
+	switch format := c.Query("format"); format {
+	case "", "json":
+		return f, false, nil
+	case "jsonl":
+		return f, true, nil
+	default:
+		return f, false, badRequest("format %q is not json or jsonl", format)
+	}
+}

@@ -1,0 +1,135 @@
+// Package audit is the approval ledger's row: a row for every call the
+// gate asked a person about or a remembered decision answered, with what
+// asked, who decided what, with which edits, and what the tool then did.
+// The ledger outlives the namespace's retention, which deletes the
+// workflow histories that hold the same facts.
+//
+// The worker writes rows (a local activity of the turn, idempotent: a row
+// is keyed by its request, and a retry or a replay writes the same values
+// again) and the API reads them (GET /audit); package auditdb keeps them
+// in SQLite or PostgreSQL. This package holds no database code, so that
+// the workflows, which build rows, link none.
+package audit
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Stages of a row: a row written when the call asked is completed by the
+// one written when the call ended; a write of an earlier stage never
+// overwrites a later one (a retry that arrives late).
+const (
+	StageAsked = 1
+	StageEnded = 2
+)
+
+// Outcomes of a call, as the tool result's status says them.
+const (
+	OutcomeOK     = "ok"
+	OutcomeError  = "error"
+	OutcomeNotRun = "not_run"
+)
+
+// Record is one row of the ledger.
+type Record struct {
+	// ID is the approval request's id, or for a call a remembered decision
+	// answered, grant:<workflow id>:<step>:<tool call id>.
+	ID             string `json:"id"`
+	Stage          int    `json:"stage"`
+	ConversationID string `json:"conversationId"`
+	TurnID         string `json:"turnId"`
+	// WorkflowID is the turn's, or a subagent's child workflow's; Agent
+	// names the subagent, empty for the turn itself.
+	WorkflowID string `json:"workflowId"`
+	Agent      string `json:"agent,omitempty"`
+	ToolCallID string `json:"toolCallId"`
+	Tool       string `json:"tool"`
+	// Arguments are the call's as the person was shown them.
+	Arguments string `json:"arguments"`
+	// Asked says what made the call ask: the policy rule, or the default.
+	Asked string `json:"asked,omitempty"`
+	// Sender is the principal who sent the message that led to the call.
+	Sender      string     `json:"sender,omitempty"`
+	RequestedAt time.Time  `json:"requestedAt"`
+	ExpiresAt   *time.Time `json:"expiresAt,omitempty"`
+
+	// Decision is approve, decline or timeout; DecidedBy what decided
+	// (person, timer, turn, grant); Principal and Role who, when a person.
+	Decision  string     `json:"decision,omitempty"`
+	DecidedBy string     `json:"decidedBy,omitempty"`
+	Principal string     `json:"principal,omitempty"`
+	Role      string     `json:"role,omitempty"`
+	Reason    string     `json:"reason,omitempty"`
+	Grant     string     `json:"grant,omitempty"`
+	DecidedAt *time.Time `json:"decidedAt,omitempty"`
+	// EditedArguments are what ran when the person edited the call before
+	// approving it, and EditDiff says what changed.
+	EditedArguments string `json:"editedArguments,omitempty"`
+	EditDiff        string `json:"editDiff,omitempty"`
+
+	// Outcome is ok, error or not_run; Result the start of what the tool
+	// answered (or why it did not run).
+	Outcome    string     `json:"outcome,omitempty"`
+	Result     string     `json:"result,omitempty"`
+	FinishedAt *time.Time `json:"finishedAt,omitempty"`
+}
+
+// MaxResult bounds the bytes of a row's Result: the ledger says what
+// happened, the history and the transcript keep all of it.
+const MaxResult = 4 << 10
+
+// Writer writes rows: package auditdb's Ledger.
+type Writer interface {
+	Write(ctx context.Context, records []Record) error
+}
+
+// EditDiff says what an edit changed in a call's JSON arguments, a line per
+// top-level key ("- key: before", "+ key: after"); arguments that are not
+// JSON objects are shown whole.
+func EditDiff(before, after string) string {
+	var b, a map[string]json.RawMessage
+	if json.Unmarshal([]byte(before), &b) != nil || json.Unmarshal([]byte(after), &a) != nil {
+		return "- " + before + "\n+ " + after
+	}
+	keys := map[string]bool{}
+	for k := range b {
+		keys[k] = true
+	}
+	for k := range a {
+		keys[k] = true
+	}
+	sorted := make([]string, 0, len(keys))
+	for k := range keys {
+		sorted = append(sorted, k)
+	}
+	sort.Strings(sorted)
+	var out strings.Builder
+	for _, k := range sorted {
+		bv, inB := b[k]
+		av, inA := a[k]
+		if inB && inA && compact(bv) == compact(av) {
+			continue
+		}
+		if inB {
+			fmt.Fprintf(&out, "- %s: %s\n", k, compact(bv))
+		}
+		if inA {
+			fmt.Fprintf(&out, "+ %s: %s\n", k, compact(av))
+		}
+	}
+	return strings.TrimSuffix(out.String(), "\n")
+}
+
+func compact(v json.RawMessage) string {
+	var x any
+	if json.Unmarshal(v, &x) != nil {
+		return string(v)
+	}
+	b, _ := json.Marshal(x)
+	return string(b)
+}

@@ -1,0 +1,321 @@
+// Package auditdb keeps the audit ledger's rows (package audit) in a
+// database: SQLite by default, a file both the worker and the API open (a
+// pure-Go driver, modernc.org/sqlite), or PostgreSQL for a cluster (pgx).
+// One schema serves both.
+package auditdb
+
+import (
+	"context"
+	"database/sql"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver of database/sql
+	_ "modernc.org/sqlite"             // the "sqlite" driver of database/sql
+
+	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/text"
+)
+
+// columns are the table's columns in Record's order.
+var columns = []string{
+	"id", "stage", "conversation_id", "turn_id", "workflow_id", "agent", "tool_call_id", "tool", "arguments", "asked",
+	"sender", "requested_at", "expires_at", "decision", "decided_by", "principal", "role", "reason", "grant_id",
+	"decided_at", "edited_arguments", "edit_diff", "outcome", "result", "finished_at",
+}
+
+func values(r *audit.Record) []any {
+	// PostgreSQL's text holds UTF-8 without NUL; a tool's output may have
+	// any bytes.
+	clean := func(s string) string { return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD") }
+	for _, f := range []*string{&r.ConversationID, &r.TurnID, &r.WorkflowID, &r.Agent, &r.ToolCallID, &r.Tool, &r.Arguments, &r.Asked,
+		&r.Sender, &r.Decision, &r.DecidedBy, &r.Principal, &r.Role, &r.Reason, &r.Grant, &r.EditedArguments, &r.EditDiff, &r.Outcome, &r.Result} {
+		*f = clean(*f)
+	}
+	r.Result = text.Truncate(r.Result, audit.MaxResult)
+	return []any{
+		r.ID, r.Stage, r.ConversationID, r.TurnID, r.WorkflowID, r.Agent, r.ToolCallID, r.Tool, r.Arguments, r.Asked,
+		r.Sender, micros(&r.RequestedAt), micros(r.ExpiresAt), r.Decision, r.DecidedBy, r.Principal, r.Role, r.Reason, r.Grant,
+		micros(r.DecidedAt), r.EditedArguments, r.EditDiff, r.Outcome, r.Result, micros(r.FinishedAt),
+	}
+}
+
+func scan(r *audit.Record, s interface{ Scan(...any) error }) error {
+	var requested, expires, decided, finished int64
+	err := s.Scan(&r.ID, &r.Stage, &r.ConversationID, &r.TurnID, &r.WorkflowID, &r.Agent, &r.ToolCallID, &r.Tool, &r.Arguments, &r.Asked,
+		&r.Sender, &requested, &expires, &r.Decision, &r.DecidedBy, &r.Principal, &r.Role, &r.Reason, &r.Grant,
+		&decided, &r.EditedArguments, &r.EditDiff, &r.Outcome, &r.Result, &finished)
+	r.RequestedAt = time.UnixMicro(requested).UTC()
+	r.ExpiresAt, r.DecidedAt, r.FinishedAt = fromMicros(expires), fromMicros(decided), fromMicros(finished)
+	return err
+}
+
+// Times are kept as microseconds since the epoch (0 for none), the same in
+// both databases: PostgreSQL's to_timestamp(requested_at / 1e6) shows one.
+func micros(t *time.Time) int64 {
+	if t == nil || t.IsZero() {
+		return 0
+	}
+	return t.UnixMicro()
+}
+
+func fromMicros(us int64) *time.Time {
+	if us == 0 {
+		return nil
+	}
+	t := time.UnixMicro(us).UTC()
+	return &t
+}
+
+// Ledger is an open audit database.
+type Ledger struct {
+	db       *sql.DB
+	postgres bool
+	where    string
+}
+
+// Open opens the ledger at dsn and makes its table when it has none: a
+// postgres:// (or postgresql://) URL is PostgreSQL; anything else is the
+// path of a SQLite file, made with its folder when missing.
+func Open(ctx context.Context, dsn string) (*Ledger, error) {
+	l := &Ledger{}
+	var err error
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		l.postgres, l.where = true, "PostgreSQL "+redact(dsn)
+		l.db, err = sql.Open("pgx", dsn)
+	} else {
+		l.where = "SQLite " + dsn
+		if dir := filepath.Dir(dsn); dir != "" {
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return nil, fmt.Errorf("audit ledger %s: %w", l.where, err)
+			}
+		}
+		// WAL lets the API read while the worker writes; busy_timeout
+		// makes a writer wait for another instead of failing.
+		l.db, err = sql.Open("sqlite", "file:"+dsn+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("audit ledger %s: %w", l.where, err)
+	}
+	if err := l.migrate(ctx); err != nil {
+		l.db.Close()
+		return nil, fmt.Errorf("audit ledger %s: %w", l.where, err)
+	}
+	return l, nil
+}
+
+// redact hides a URL's password.
+func redact(dsn string) string {
+	at := strings.LastIndex(dsn, "@")
+	scheme := strings.Index(dsn, "://")
+	if at < 0 || scheme < 0 {
+		return dsn
+	}
+	userinfo := dsn[scheme+3 : at]
+	if user, _, ok := strings.Cut(userinfo, ":"); ok {
+		return dsn[:scheme+3] + user + ":xxxxx" + dsn[at:]
+	}
+	return dsn
+}
+
+// Where names the database, without a password, for logs and errors.
+func (l *Ledger) Where() string { return l.where }
+
+// Close closes the database.
+func (l *Ledger) Close() error { return l.db.Close() }
+
+// Ping checks that the database answers.
+func (l *Ledger) Ping(ctx context.Context) error { return l.db.PingContext(ctx) }
+
+func (l *Ledger) migrate(ctx context.Context) error {
+	defs := make([]string, len(columns))
+	for i, c := range columns {
+		switch c {
+		case "id":
+			defs[i] = "id TEXT PRIMARY KEY"
+		case "stage", "requested_at", "expires_at", "decided_at", "finished_at":
+			defs[i] = c + " BIGINT NOT NULL DEFAULT 0"
+		default:
+			defs[i] = c + " TEXT NOT NULL DEFAULT ''"
+		}
+	}
+	stmts := []string{
+		"CREATE TABLE IF NOT EXISTS tollgate_audit (" + strings.Join(defs, ", ") + ")",
+		"CREATE INDEX IF NOT EXISTS tollgate_audit_requested ON tollgate_audit (requested_at, id)",
+		"CREATE INDEX IF NOT EXISTS tollgate_audit_conversation ON tollgate_audit (conversation_id, requested_at)",
+	}
+	for _, s := range stmts {
+		if _, err := l.db.ExecContext(ctx, s); err != nil {
+			return fmt.Errorf("make the table: %w", err)
+		}
+	}
+	return nil
+}
+
+// placeholder is the i-th (from 1) bind parameter in the database's syntax.
+func (l *Ledger) placeholder(i int) string {
+	if l.postgres {
+		return "$" + strconv.Itoa(i)
+	}
+	return "?" + strconv.Itoa(i)
+}
+
+// Write writes records in one transaction. A record replaces the row of its
+// id unless that row is of a later stage, so writing the same records
+// again (an activity's retry, a replay) changes nothing.
+func (l *Ledger) Write(ctx context.Context, records []audit.Record) error {
+	if len(records) == 0 {
+		return nil
+	}
+	ph := make([]string, len(columns))
+	sets := make([]string, 0, len(columns))
+	for i, c := range columns {
+		ph[i] = l.placeholder(i + 1)
+		if c != "id" {
+			sets = append(sets, fmt.Sprintf("%s = excluded.%s", c, c))
+		}
+	}
+	stmt := "INSERT INTO tollgate_audit (" + strings.Join(columns, ", ") + ") VALUES (" + strings.Join(ph, ", ") + ")" +
+		" ON CONFLICT (id) DO UPDATE SET " + strings.Join(sets, ", ") + " WHERE excluded.stage >= tollgate_audit.stage"
+	tx, err := l.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("audit ledger %s: %w", l.where, err)
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	for i := range records {
+		r := records[i]
+		if r.ID == "" || r.Tool == "" || r.Stage < audit.StageAsked || r.Stage > audit.StageEnded {
+			return fmt.Errorf("audit record %q of tool %q at stage %d: an id, a tool and a stage of %d or %d are required", r.ID, r.Tool, r.Stage, audit.StageAsked, audit.StageEnded)
+		}
+		if _, err := tx.ExecContext(ctx, stmt, values(&r)...); err != nil {
+			return fmt.Errorf("audit ledger %s: write %s: %w", l.where, r.ID, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("audit ledger %s: %w", l.where, err)
+	}
+	return nil
+}
+
+// Filter selects rows of the ledger; zero fields select everything.
+type Filter struct {
+	Conversation string
+	Principal    string
+	Tool         string
+	// Decision is approve, decline or timeout.
+	Decision string
+	// Since and Until bound RequestedAt: Since <= requested < Until.
+	Since, Until time.Time
+	// Limit is the page size: 0 is DefaultLimit, at most MaxLimit.
+	Limit int
+	// Cursor is a Page's Next: the page after it.
+	Cursor string
+}
+
+// Page sizes of List.
+const (
+	DefaultLimit = 100
+	MaxLimit     = 1000
+)
+
+// Page is a page of rows, newest request first, and the cursor of the next
+// page, empty on the last.
+type Page struct {
+	Records []audit.Record `json:"records"`
+	Next    string         `json:"next,omitempty"`
+}
+
+// ErrBadCursor is returned for a cursor that List did not make.
+var ErrBadCursor = errors.New("not a cursor of this ledger")
+
+// List returns the page of rows f selects.
+func (l *Ledger) List(ctx context.Context, f Filter) (Page, error) {
+	limit := f.Limit
+	if limit <= 0 {
+		limit = DefaultLimit
+	}
+	limit = min(limit, MaxLimit)
+	var where []string
+	var args []any
+	add := func(cond string, v any) {
+		args = append(args, v)
+		where = append(where, strings.ReplaceAll(cond, "?", l.placeholder(len(args))))
+	}
+	if f.Conversation != "" {
+		add("conversation_id = ?", f.Conversation)
+	}
+	if f.Principal != "" {
+		add("principal = ?", f.Principal)
+	}
+	if f.Tool != "" {
+		add("tool = ?", f.Tool)
+	}
+	if f.Decision != "" {
+		add("decision = ?", f.Decision)
+	}
+	if !f.Since.IsZero() {
+		add("requested_at >= ?", f.Since.UnixMicro())
+	}
+	if !f.Until.IsZero() {
+		add("requested_at < ?", f.Until.UnixMicro())
+	}
+	if f.Cursor != "" {
+		at, id, err := decodeCursor(f.Cursor)
+		if err != nil {
+			return Page{}, err
+		}
+		args = append(args, at, at, id)
+		n := len(args)
+		where = append(where, fmt.Sprintf("(requested_at < %s OR (requested_at = %s AND id < %s))", l.placeholder(n-2), l.placeholder(n-1), l.placeholder(n)))
+	}
+	q := "SELECT " + strings.Join(columns, ", ") + " FROM tollgate_audit"
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	q += fmt.Sprintf(" ORDER BY requested_at DESC, id DESC LIMIT %d", limit+1)
+	rows, err := l.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return Page{}, fmt.Errorf("audit ledger %s: %w", l.where, err)
+	}
+	defer rows.Close()
+	page := Page{Records: []audit.Record{}}
+	for rows.Next() {
+		var r audit.Record
+		if err := scan(&r, rows); err != nil {
+			return Page{}, fmt.Errorf("audit ledger %s: %w", l.where, err)
+		}
+		page.Records = append(page.Records, r)
+	}
+	if err := rows.Err(); err != nil {
+		return Page{}, fmt.Errorf("audit ledger %s: %w", l.where, err)
+	}
+	if len(page.Records) > limit {
+		page.Records = page.Records[:limit]
+		last := page.Records[limit-1]
+		page.Next = encodeCursor(last.RequestedAt.UnixMicro(), last.ID)
+	}
+	return page, nil
+}
+
+func encodeCursor(at int64, id string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(at, 10) + "|" + id))
+}
+
+func decodeCursor(c string) (int64, string, error) {
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return 0, "", fmt.Errorf("cursor %q: %w", c, ErrBadCursor)
+	}
+	at, id, ok := strings.Cut(string(b), "|")
+	n, err := strconv.ParseInt(at, 10, 64)
+	if !ok || err != nil || id == "" {
+		return 0, "", fmt.Errorf("cursor %q: %w", c, ErrBadCursor)
+	}
+	return n, id, nil
+}

@@ -1,0 +1,236 @@
+package auditdb_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/auditdb"
+	"github.com/tollgate/tollgate/internal/proctest"
+)
+
+// TestLedger runs every behaviour of the ledger against SQLite (a file) and
+// a real PostgreSQL server the test starts (Debian's postgresql package).
+func TestLedger(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a PostgreSQL server")
+	}
+	pg := proctest.StartPostgres(t, "tollgate")
+	n := 0
+	backends := map[string]func(t *testing.T) string{
+		"sqlite": func(t *testing.T) string { return filepath.Join(t.TempDir(), "ledger", "audit.db") },
+		"postgres": func(t *testing.T) string {
+			// A database per test, so that tests see only their own rows.
+			n++
+			db := fmt.Sprintf("audit_%d", n)
+			admin, err := sql.Open("pgx", pg.URL("postgres"))
+			require.NoError(t, err)
+			defer admin.Close()
+			_, err = admin.Exec("CREATE DATABASE " + db)
+			require.NoError(t, err)
+			return pg.URL(db)
+		},
+	}
+	for name, dsn := range backends {
+		t.Run(name, func(t *testing.T) {
+			open := func(t *testing.T) (*auditdb.Ledger, string) {
+				d := dsn(t)
+				l, err := auditdb.Open(context.Background(), d)
+				require.NoError(t, err)
+				t.Cleanup(func() { l.Close() })
+				return l, d
+			}
+			t.Run("a call's row goes from asked to ended, and a late retry of asked changes nothing", func(t *testing.T) {
+				l, _ := open(t)
+				testAskedThenEnded(t, l)
+			})
+			t.Run("writing the same records again keeps one row each", func(t *testing.T) {
+				l, _ := open(t)
+				testIdempotent(t, l)
+			})
+			t.Run("filters and pages", func(t *testing.T) {
+				l, _ := open(t)
+				testFiltersAndPages(t, l)
+			})
+			t.Run("any bytes a tool wrote are kept as text, and a long result is cut", func(t *testing.T) {
+				l, _ := open(t)
+				testAnyBytes(t, l)
+			})
+			t.Run("a writer and a reader of their own share the database", func(t *testing.T) {
+				l, d := open(t)
+				reader, err := auditdb.Open(context.Background(), d)
+				require.NoError(t, err)
+				defer reader.Close()
+				testWriterAndReader(t, l, reader)
+			})
+			t.Run("a record without an id, a tool or a stage is refused, naming it", func(t *testing.T) {
+				l, _ := open(t)
+				err := l.Write(context.Background(), []audit.Record{{ID: "r1", Stage: audit.StageAsked}})
+				require.ErrorContains(t, err, `audit record "r1" of tool ""`)
+				page, err := l.List(context.Background(), auditdb.Filter{})
+				require.NoError(t, err)
+				require.Empty(t, page.Records, "nothing of the transaction is written")
+			})
+		})
+	}
+}
+
+var t0 = time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+
+func asked(id, conversation, tool string, at time.Time) audit.Record {
+	expires := at.Add(time.Hour)
+	return audit.Record{
+		ID: id, Stage: audit.StageAsked, ConversationID: conversation, TurnID: conversation + "-turn-1", WorkflowID: conversation + "-turn-1",
+		ToolCallID: "call_" + id, Tool: tool, Arguments: `{"command":"ls"}`, Asked: "default: " + tool + " is a protected tool",
+		Sender: "ann", RequestedAt: at, ExpiresAt: &expires,
+	}
+}
+
+func ended(r audit.Record, decision, principal, outcome string) audit.Record {
+	decided, finished := r.RequestedAt.Add(time.Minute), r.RequestedAt.Add(2*time.Minute)
+	r.Stage, r.Decision, r.DecidedBy, r.Principal, r.Role, r.DecidedAt = audit.StageEnded, decision, "person", principal, "approver", &decided
+	r.Outcome, r.Result, r.FinishedAt = outcome, "README.md\n", &finished
+	return r
+}
+
+func list(t *testing.T, l *auditdb.Ledger, f auditdb.Filter) []audit.Record {
+	t.Helper()
+	page, err := l.List(context.Background(), f)
+	require.NoError(t, err)
+	return page.Records
+}
+
+func testAskedThenEnded(t *testing.T, l *auditdb.Ledger) {
+	ctx := context.Background()
+	a := asked("r1", "c1", "Bash", t0)
+	require.NoError(t, l.Write(ctx, []audit.Record{a}))
+	got := list(t, l, auditdb.Filter{})
+	require.Len(t, got, 1)
+	require.Equal(t, a, got[0], "every field read back as written")
+
+	e := ended(a, "approve", "bob", audit.OutcomeOK)
+	e.EditedArguments, e.EditDiff = `{"command":"ls -la"}`, audit.EditDiff(a.Arguments, `{"command":"ls -la"}`)
+	require.NoError(t, l.Write(ctx, []audit.Record{e}))
+	require.NoError(t, l.Write(ctx, []audit.Record{a}), "a retry of the asked write that comes late")
+	got = list(t, l, auditdb.Filter{})
+	require.Len(t, got, 1)
+	require.Equal(t, e, got[0])
+	require.Equal(t, "- command: \"ls\"\n+ command: \"ls -la\"", got[0].EditDiff)
+}
+
+func testIdempotent(t *testing.T, l *auditdb.Ledger) {
+	ctx := context.Background()
+	records := []audit.Record{ended(asked("r1", "c1", "Bash", t0), "approve", "bob", audit.OutcomeOK), asked("r2", "c1", "Write", t0.Add(time.Second))}
+	for range 3 {
+		require.NoError(t, l.Write(ctx, records))
+	}
+	got := list(t, l, auditdb.Filter{})
+	require.Len(t, got, 2)
+	require.Equal(t, []string{"r2", "r1"}, []string{got[0].ID, got[1].ID}, "newest request first")
+}
+
+func testFiltersAndPages(t *testing.T, l *auditdb.Ledger) {
+	ctx := context.Background()
+	var all []audit.Record
+	for i := range 25 {
+		r := asked(fmt.Sprintf("r%02d", i), fmt.Sprintf("c%d", i%3), []string{"Bash", "Write"}[i%2], t0.Add(time.Duration(i/2)*time.Minute))
+		switch i % 4 {
+		case 0:
+			r = ended(r, "approve", "bob", audit.OutcomeOK)
+		case 1:
+			r = ended(r, "decline", "carol", audit.OutcomeNotRun)
+		case 2:
+			r = ended(r, "timeout", "", audit.OutcomeNotRun)
+			r.DecidedBy = "timer"
+		}
+		all = append(all, r)
+	}
+	require.NoError(t, l.Write(ctx, all))
+
+	ids := func(rs []audit.Record) []string {
+		out := make([]string, len(rs))
+		for i, r := range rs {
+			out[i] = r.ID
+		}
+		return out
+	}
+	want := func(keep func(i int, r audit.Record) bool) []string {
+		var out []string
+		for i := len(all) - 1; i >= 0; i-- { // newest first; ties by id, descending
+			if keep(i, all[i]) {
+				out = append(out, all[i].ID)
+			}
+		}
+		return out
+	}
+	require.Equal(t, want(func(_ int, r audit.Record) bool { return r.ConversationID == "c1" }), ids(list(t, l, auditdb.Filter{Conversation: "c1"})))
+	require.Equal(t, want(func(_ int, r audit.Record) bool { return r.Principal == "carol" }), ids(list(t, l, auditdb.Filter{Principal: "carol"})))
+	require.Equal(t, want(func(_ int, r audit.Record) bool { return r.Tool == "Bash" && r.Decision == "timeout" }),
+		ids(list(t, l, auditdb.Filter{Tool: "Bash", Decision: "timeout"})))
+	since, until := t0.Add(3*time.Minute), t0.Add(6*time.Minute)
+	require.Equal(t, want(func(_ int, r audit.Record) bool { return !r.RequestedAt.Before(since) && r.RequestedAt.Before(until) }),
+		ids(list(t, l, auditdb.Filter{Since: since, Until: until})))
+	require.Len(t, want(func(_ int, r audit.Record) bool { return !r.RequestedAt.Before(since) && r.RequestedAt.Before(until) }), 6)
+
+	// Pages of 4 walk every row once, in order, even where requests share
+	// a time (two per minute here).
+	var walked []string
+	f := auditdb.Filter{Limit: 4}
+	for pages := 0; ; pages++ {
+		require.Less(t, pages, 10)
+		page, err := l.List(ctx, f)
+		require.NoError(t, err)
+		walked = append(walked, ids(page.Records)...)
+		if page.Next == "" {
+			break
+		}
+		require.Len(t, page.Records, 4)
+		f.Cursor = page.Next
+	}
+	require.Equal(t, want(func(int, audit.Record) bool { return true }), walked)
+
+	_, err := l.List(ctx, auditdb.Filter{Cursor: "not-a-cursor"})
+	require.ErrorIs(t, err, auditdb.ErrBadCursor)
+}
+
+func testAnyBytes(t *testing.T, l *auditdb.Ledger) {
+	ctx := context.Background()
+	r := ended(asked("r1", "c1", "Bash", t0), "approve", "bob", audit.OutcomeError)
+	r.Result = "before\x00after \xff\xfe " + strings.Repeat("é", audit.MaxResult)
+	require.NoError(t, l.Write(ctx, []audit.Record{r}))
+	got := list(t, l, auditdb.Filter{})[0].Result
+	require.True(t, strings.HasPrefix(got, "before\uFFFDafter \uFFFD é"), got[:20])
+	require.LessOrEqual(t, len(got), audit.MaxResult+len("…"))
+	require.True(t, strings.HasSuffix(got, "…"))
+}
+
+func testWriterAndReader(t *testing.T, writer, reader *auditdb.Ledger) {
+	ctx := context.Background()
+	const n = 50
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := range n {
+			if err := writer.Write(ctx, []audit.Record{asked(fmt.Sprintf("r%02d", i), "c1", "Bash", t0.Add(time.Duration(i)*time.Second))}); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	})
+	seen := 0
+	for seen < n && !t.Failed() {
+		page, err := reader.List(ctx, auditdb.Filter{Limit: auditdb.MaxLimit})
+		require.NoError(t, err)
+		require.GreaterOrEqual(t, len(page.Records), seen, "rows never go away")
+		seen = len(page.Records)
+	}
+	wg.Wait()
+	require.Len(t, list(t, reader, auditdb.Filter{}), n)
+}

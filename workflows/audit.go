@@ -1,0 +1,136 @@
+package workflows
+
+import (
+	"strconv"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/internal/audit"
+)
+
+// auditOptions run the ledger's writes as local activities: each is one
+// marker in the turn's history, with no task of its own. A database that
+// does not answer is tried again for two minutes; then the turn goes on
+// without the rows (its history still holds the facts) and says so in the
+// worker's log.
+var auditOptions = workflow.LocalActivityOptions{
+	StartToCloseTimeout:    10 * time.Second,
+	ScheduleToCloseTimeout: 2 * time.Minute,
+	RetryPolicy: &temporal.RetryPolicy{
+		InitialInterval:    time.Second,
+		BackoffCoefficient: 2,
+		MaximumInterval:    20 * time.Second,
+	},
+}
+
+// auditing reports whether this loop writes the audit ledger: the worker
+// keeps one (Settings.Audit, recorded at the turn's start) and the loop
+// follows patchAuditLedger, asked for once, at the first batch with a row
+// to write.
+func (t *turn) auditing(ctx workflow.Context) bool {
+	if !t.settings.Audit {
+		return false
+	}
+	if t.audited == nil {
+		v := workflow.GetVersion(ctx, patchAuditLedger, workflow.DefaultVersion, 1) != workflow.DefaultVersion
+		t.audited = &v
+	}
+	return *t.audited
+}
+
+// writeAudit writes records to the ledger and waits for it. It runs on a
+// disconnected context: a cancelled turn still records how its calls
+// ended.
+func (t *turn) writeAudit(ctx workflow.Context, records []audit.Record) {
+	if len(records) == 0 {
+		return
+	}
+	ctx, _ = workflow.NewDisconnectedContext(ctx)
+	err := workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, auditOptions), activities.AuditActivity, records).Get(ctx, nil)
+	if err != nil {
+		workflow.GetLogger(ctx).Error("audit ledger: rows not written; the turn's history still holds them", "rows", len(records), "error", err)
+	}
+}
+
+// auditAsked is the ledger's row of request a, as it is asked.
+func (t *turn) auditAsked(ctx workflow.Context, a *approval, c check) audit.Record {
+	expires := a.ExpiresAt
+	return t.auditRow(ctx, a.RequestID, a.Call, c, a.RequestedAt, &expires)
+}
+
+// auditRow is the start of a row: who asked what, and why it asked.
+func (t *turn) auditRow(ctx workflow.Context, id string, call activities.ToolCall, c check, at time.Time, expires *time.Time) audit.Record {
+	workflowID := workflow.GetInfo(ctx).WorkflowExecution.ID
+	return audit.Record{
+		ID:             id,
+		Stage:          audit.StageAsked,
+		ConversationID: t.conversationID,
+		TurnID:         TurnOfWorkflowID(workflowID),
+		WorkflowID:     workflowID,
+		Agent:          t.agent,
+		ToolCallID:     call.ID,
+		Tool:           call.Name,
+		Arguments:      call.Arguments,
+		Asked:          t.settings.asked(call.Name, c),
+		Sender:         t.sender,
+		RequestedAt:    at,
+		ExpiresAt:      expires,
+	}
+}
+
+// auditGranted is the row of a call that grant g answered without asking:
+// the i-th call of the batch of the loop's current step (a model may repeat
+// a call id).
+func (t *turn) auditGranted(ctx workflow.Context, i int, call activities.ToolCall, c check, g *Grant) audit.Record {
+	workflowID := workflow.GetInfo(ctx).WorkflowExecution.ID
+	now := workflow.Now(ctx)
+	id := "grant:" + workflowID + ":" + strconv.Itoa(t.step) + ":" + strconv.Itoa(i) + ":" + call.ID
+	r := t.auditRow(ctx, id, call, c, now, nil)
+	r.Decision, r.DecidedBy, r.Principal, r.Reason, r.Grant, r.DecidedAt = g.Decision, DecidedByGrant, g.By, reasonRemembered, g.ID, &now
+	return r
+}
+
+// auditEnded completes row r with a's decision (nil for a grant's row,
+// which has its decision already), what ran (ran, when the person edited
+// the arguments) and the tool's result.
+func auditEnded(ctx workflow.Context, r audit.Record, a *approval, ran string, result ToolResult) audit.Record {
+	r.Stage = audit.StageEnded
+	if a != nil {
+		decided := a.decidedAt
+		r.Decision, r.DecidedBy, r.Principal, r.Role, r.Reason, r.DecidedAt = a.decision, a.decidedBy, a.by, a.role, a.reason, &decided
+		if ran != "" {
+			r.EditedArguments, r.EditDiff = ran, audit.EditDiff(a.Call.Arguments, ran)
+		}
+	}
+	switch result.Status {
+	case activities.StatusDeclined, activities.StatusTimeout:
+		r.Outcome = audit.OutcomeNotRun
+	case activities.StatusError:
+		r.Outcome = audit.OutcomeError
+	default:
+		r.Outcome = audit.OutcomeOK
+	}
+	finished := workflow.Now(ctx)
+	r.Result, r.FinishedAt = result.Result, &finished
+	return r
+}
+
+// asked says what made a call of tool ask, for the ledger: the rule, the
+// policy's failure, or the default list of protected tools.
+func (s Settings) asked(tool string, c check) string {
+	if c.Problem != "" {
+		return c.Problem
+	}
+	rule := s.rule(tool)
+	switch {
+	case rule == nil:
+		return "default: " + tool + " is a protected tool"
+	case rule.Require == RequireWhen:
+		return "rule " + rule.Tool + ": when " + rule.When
+	default:
+		return "rule " + rule.Tool + ": always"
+	}
+}

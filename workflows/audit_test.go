@@ -1,0 +1,183 @@
+package workflows
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
+
+	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/auditdb"
+)
+
+// withLedger gives h's worker an audit ledger in a SQLite file whose
+// writes fail once, after writing, the first failOnce times they are
+// called: the retry must not duplicate a row.
+func withLedger(t *testing.T, h *harness, failOnce int32) *auditdb.Ledger {
+	t.Helper()
+	l, err := auditdb.Open(context.Background(), filepath.Join(t.TempDir(), "audit.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	auditor := &activities.Auditor{Ledger: l}
+	var calls atomic.Int32
+	h.env.RegisterActivityWithOptions(func(ctx context.Context, records []audit.Record) error {
+		if err := auditor.Audit(ctx, records); err != nil {
+			return err
+		}
+		if calls.Add(1) <= failOnce {
+			return errors.New("connection reset after the commit")
+		}
+		return nil
+	}, activity.RegisterOptions{Name: activities.AuditActivity})
+	return l
+}
+
+func ledgerRows(t *testing.T, l *auditdb.Ledger) map[string]audit.Record {
+	t.Helper()
+	page, err := l.List(context.Background(), auditdb.Filter{Limit: auditdb.MaxLimit})
+	require.NoError(t, err)
+	rows := map[string]audit.Record{}
+	for _, r := range page.Records {
+		require.NotContains(t, rows, r.ToolCallID, "one row per call")
+		rows[r.ToolCallID] = r
+	}
+	return rows
+}
+
+func TestTheLedgerHasARowForEveryAskedCallWithWhoDecidedWhatAndWhatRan(t *testing.T) {
+	settings := testSettings()
+	settings.Audit = true
+	settings.Rules = []Rule{{Tool: activities.ToolBash, Require: RequireWhen, When: `args.command != "ls"`}}
+	h := newHarness(t, settings, calls(
+		call("call_read", activities.ToolRead, `{"file_path":"a.txt"}`),
+		call("call_bash", activities.ToolBash, `{"command":"rm -rf build"}`),
+		call("call_write", activities.ToolWrite, `{"file_path":"a.txt","content":"x"}`),
+		call("call_edit", activities.ToolEdit, `{"file_path":"a.txt","old_string":"x","new_string":"y"}`),
+	))
+	// Every write fails once after it committed: the ledger's rows must be
+	// the same as if it had not.
+	l := withLedger(t, h, 2)
+	h.env.RegisterDelayedCallback(func() {
+		rows := ledgerRows(t, l)
+		require.Len(t, rows, 3, "the asked rows are written before anyone decides")
+		require.Equal(t, audit.StageAsked, rows["call_bash"].Stage)
+		require.Empty(t, rows["call_bash"].Decision)
+		h.decide(ApprovalDecision{RequestID: h.requestID(activities.ToolBash), Decision: DecisionApprove,
+			Arguments: `{"command":"rm -rf build/tmp"}`, Principal: "bob", Role: "approve"})
+		h.decide(ApprovalDecision{RequestID: h.requestID(activities.ToolWrite), Decision: DecisionDecline, Reason: "not that file", Principal: "carol"})
+	}, time.Minute)
+
+	out := h.runTurn(TurnInput{ConversationID: "c1", Turn: 1, Sender: "ann", Messages: userTurn("clean up").Messages})
+	workflowID := findEvent(t, out.Events, EventTurnStart).WorkflowID
+
+	rows := ledgerRows(t, l)
+	require.NotContains(t, rows, "call_read", "a call that never asks has no row")
+	require.Len(t, rows, 3)
+	bash, write, edit := rows["call_bash"], rows["call_write"], rows["call_edit"]
+	for _, r := range []audit.Record{bash, write, edit} {
+		require.Equal(t, audit.StageEnded, r.Stage)
+		require.Equal(t, "c1", r.ConversationID)
+		require.Equal(t, TurnOfWorkflowID(workflowID), r.TurnID)
+		require.Equal(t, workflowID, r.WorkflowID)
+		require.Equal(t, "ann", r.Sender)
+		require.NotNil(t, r.DecidedAt)
+		require.NotNil(t, r.FinishedAt)
+		require.NotNil(t, r.ExpiresAt)
+	}
+
+	require.Equal(t, `rule Bash: when args.command != "ls"`, bash.Asked)
+	require.Equal(t, `{"command":"rm -rf build"}`, bash.Arguments, "what the person was shown")
+	require.Equal(t, DecisionApprove, bash.Decision)
+	require.Equal(t, DecidedByPerson, bash.DecidedBy)
+	require.Equal(t, "bob", bash.Principal)
+	require.Equal(t, "approve", bash.Role)
+	require.Equal(t, `{"command":"rm -rf build/tmp"}`, bash.EditedArguments)
+	require.Equal(t, "- command: \"rm -rf build\"\n+ command: \"rm -rf build/tmp\"", bash.EditDiff)
+	require.Equal(t, audit.OutcomeOK, bash.Outcome)
+	require.Contains(t, bash.Result, `Bash ran with {"command":"rm -rf build/tmp"}`)
+
+	require.Equal(t, "default: Write is a protected tool", write.Asked)
+	require.Equal(t, DecisionDecline, write.Decision)
+	require.Equal(t, "carol", write.Principal)
+	require.Equal(t, "not that file", write.Reason)
+	require.Equal(t, audit.OutcomeNotRun, write.Outcome)
+	require.Contains(t, write.Result, "Not executed")
+
+	require.Equal(t, DecisionTimeout, edit.Decision)
+	require.Equal(t, DecidedByTimer, edit.DecidedBy)
+	require.Empty(t, edit.Principal)
+	require.Equal(t, audit.OutcomeNotRun, edit.Outcome)
+	require.Equal(t, []string{activities.ToolRead, activities.ToolBash}, h.ranTools())
+}
+
+func TestTheLedgerRecordsACallThatAGrantAnsweredAsTheGrants(t *testing.T) {
+	settings := testSettings()
+	settings.Audit = true
+	same := calls(call("call_1", activities.ToolBash, `{"command":"make test"}`))
+	h := newHarness(t, settings, same, calls(call("call_2", activities.ToolBash, `{"command":"make test"}`)))
+	l := withLedger(t, h, 0)
+	h.env.RegisterDelayedCallback(func() {
+		h.decide(ApprovalDecision{RequestID: h.requestID(activities.ToolBash), Decision: DecisionApprove,
+			Remember: RememberConversation, SameArguments: true, Principal: "bob"})
+	}, time.Minute)
+
+	out := h.runTurn(userTurn("test it twice"))
+
+	rows := ledgerRows(t, l)
+	require.Len(t, rows, 2)
+	granted := rows["call_2"]
+	require.Len(t, out.Grants, 1)
+	require.Equal(t, DecidedByGrant, granted.DecidedBy)
+	require.Equal(t, out.Grants[0].ID, granted.Grant)
+	require.Equal(t, "bob", granted.Principal, "the grant's decisions are its maker's")
+	require.Equal(t, DecisionApprove, granted.Decision)
+	require.Equal(t, audit.OutcomeOK, granted.Outcome)
+	require.Equal(t, "grant:"+findEvent(t, out.Events, EventTurnStart).WorkflowID+":2:0:call_2", granted.ID)
+	require.Equal(t, []string{activities.ToolBash, activities.ToolBash}, h.ranTools())
+}
+
+func TestAWorkerWithoutALedgerWritesNoRowsAndAsksForNoPatch(t *testing.T) {
+	h := newHarness(t, testSettings(), calls(call("call_1", activities.ToolBash, `{"command":"ls"}`)))
+	// An Audit activity that would fail the test if the turn called it.
+	h.env.RegisterActivityWithOptions(func(context.Context, []audit.Record) error {
+		t.Error("the turn wrote the ledger with Settings.Audit false")
+		return nil
+	}, activity.RegisterOptions{Name: activities.AuditActivity})
+	h.env.RegisterDelayedCallback(func() {
+		h.decide(ApprovalDecision{RequestID: h.requestID(activities.ToolBash), Decision: DecisionApprove})
+	}, time.Minute)
+	h.env.OnGetVersion(patchAuditLedger, -1, 1).Panic("asked for the audit patch")
+	h.runTurn(userTurn("ls"))
+}
+
+func TestASubagentsCallHasARowNamingTheSubagentAndItsTurn(t *testing.T) {
+	settings := subagentSettings()
+	settings.Audit = true
+	h := newHarness(t, settings,
+		task("writer", "write a note"),
+		calls(call("w", activities.ToolWrite, `{"file_path":"n.txt","content":"hi"}`)),
+		activities.ModelOutput{Content: "note written"},
+	)
+	l := withLedger(t, h, 0)
+	h.env.RegisterDelayedCallback(func() {
+		h.decideChild(ApprovalDecision{RequestID: h.subagentRequestID(), Decision: DecisionApprove, Principal: "bob"})
+	}, time.Second)
+
+	h.runTurn(userTurn("delegate"))
+
+	rows := ledgerRows(t, l)
+	require.Len(t, rows, 1)
+	r := rows["w"]
+	require.Equal(t, "writer", r.Agent)
+	require.Equal(t, childID, r.WorkflowID)
+	require.Equal(t, TurnOfWorkflowID(childID), r.TurnID)
+	require.NotEqual(t, childID, r.TurnID, "the turn that started the subagent")
+	require.Equal(t, "bob", r.Principal)
+	require.Equal(t, audit.OutcomeOK, r.Outcome)
+}
