@@ -7,7 +7,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
+
+	"github.com/tollgate/tollgate/internal/links"
+	"github.com/tollgate/tollgate/internal/text"
 )
 
 // NotifyActivity is the name the notice activity is registered under.
@@ -29,18 +34,52 @@ type Notice struct {
 	ConversationID string    `json:"conversationId"`
 	WorkflowID     string    `json:"workflowId"`
 	ExpiresAt      time.Time `json:"expiresAt"`
+	// Preview says what the call will do, as the worker read it (omitted
+	// when there is none).
+	Preview string `json:"preview,omitempty"`
+	// Subagent names the subagent that made the call (omitted for a
+	// turn's own).
+	Subagent string `json:"subagent,omitempty"`
+	// ApproveURL and DeclineURL are its signed one-click links (package
+	// links), when the worker has a link secret and a public URL.
+	ApproveURL string `json:"approveUrl,omitempty"`
+	DeclineURL string `json:"declineUrl,omitempty"`
 }
 
-// Notifier POSTs notices as JSON to URL (TOLLGATE_NOTIFY_URL).
+// Notice formats (TOLLGATE_NOTIFY_FORMAT).
+const (
+	NoticeFormatJSON  = "json"
+	NoticeFormatSlack = "slack"
+)
+
+// Notifier POSTs notices to URL (TOLLGATE_NOTIFY_URL): as the Notice's
+// JSON, or with Format slack as a Slack-compatible message (text, and
+// blocks with the call and its two link buttons).
 type Notifier struct {
 	URL    string
 	Client *http.Client
+	Format string
+	// Links, when set, signs each notice's links under PublicURL, the
+	// API's address as people reach it.
+	Links     *links.Key
+	PublicURL string
 }
 
 // Notify sends one notice. Any answer but 2xx is an error, which Temporal's
 // retry policy retries.
 func (n *Notifier) Notify(ctx context.Context, notice Notice) error {
-	body, err := json.Marshal(notice)
+	if n.Links != nil {
+		l := links.Link{RequestID: notice.RequestID, ArgsDigest: links.ArgsDigest(notice.Arguments), Expires: notice.ExpiresAt}
+		l.Decision = "approve"
+		notice.ApproveURL = n.Links.URL(n.PublicURL, l)
+		l.Decision = "decline"
+		notice.DeclineURL = n.Links.URL(n.PublicURL, l)
+	}
+	var v any = notice
+	if n.Format == NoticeFormatSlack {
+		v = slackMessage(notice)
+	}
+	body, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("notice for %s: %w", notice.RequestID, err)
 	}
@@ -63,4 +102,91 @@ func (n *Notifier) Notify(ctx context.Context, notice Notice) error {
 		return fmt.Errorf("notice for %s to %s: answered %s", notice.RequestID, n.URL, resp.Status)
 	}
 	return nil
+}
+
+// slackLimit bounds the text of one block: Slack refuses a section past
+// 3,000 characters.
+const slackLimit = 2800
+
+// slackMessage lays a notice out as a Slack message (an incoming webhook's
+// body, which Mattermost and others accept too): a fallback text, a section
+// with the call whole (multi-line commands as lines), the preview when
+// there is one, and Approve and Decline buttons that open the links (a
+// link shows the call and asks once more before it decides; a chat's link
+// preview never decides).
+func slackMessage(n Notice) map[string]any {
+	what := "waits for your approval"
+	if n.Kind == NoticeReminder {
+		what = "still waits for your approval, and is declined at " + n.ExpiresAt.UTC().Format(time.RFC3339)
+	}
+	who := ""
+	if n.Subagent != "" {
+		who = " (subagent " + n.Subagent + ")"
+	}
+	head := fmt.Sprintf("*%s*%s %s in conversation `%s`", n.Tool, who, what, n.ConversationID)
+	blocks := []any{
+		map[string]any{"type": "section", "text": map[string]any{"type": "mrkdwn", "text": head}},
+		map[string]any{"type": "section", "text": map[string]any{"type": "mrkdwn", "text": codeBlock(ArgumentLines(n.Arguments))}},
+	}
+	if n.Preview != "" {
+		blocks = append(blocks, map[string]any{"type": "section", "text": map[string]any{"type": "mrkdwn", "text": "What it will do:\n" + codeBlock(n.Preview)}})
+	}
+	if n.ApproveURL != "" {
+		blocks = append(blocks, map[string]any{"type": "actions", "elements": []any{
+			map[string]any{"type": "button", "style": "primary", "text": map[string]any{"type": "plain_text", "text": "Approve"}, "url": n.ApproveURL, "action_id": "approve"},
+			map[string]any{"type": "button", "style": "danger", "text": map[string]any{"type": "plain_text", "text": "Decline"}, "url": n.DeclineURL, "action_id": "decline"},
+		}})
+	}
+	blocks = append(blocks, map[string]any{"type": "context", "elements": []any{
+		map[string]any{"type": "mrkdwn", "text": "request `" + n.RequestID + "` · expires " + n.ExpiresAt.UTC().Format(time.RFC3339)},
+	}})
+	return map[string]any{"text": fmt.Sprintf("%s%s %s: %s", n.Tool, who, what, text.Truncate(n.Arguments, 200)), "blocks": blocks}
+}
+
+// ArgumentLines shows a call's arguments for a person, a key a line and a
+// string with newlines as its lines (a multi-line command is never
+// flattened into one); arguments that are not a JSON object come back as
+// they are.
+func ArgumentLines(args string) string {
+	var v map[string]any
+	if json.Unmarshal([]byte(args), &v) != nil {
+		return args
+	}
+	var b strings.Builder
+	for _, k := range sortedKeys(v) {
+		if s, ok := v[k].(string); ok && strings.Contains(s, "\n") {
+			fmt.Fprintf(&b, "%s:\n%s\n", k, indentLines(s, "  "))
+			continue
+		}
+		var j bytes.Buffer
+		enc := json.NewEncoder(&j)
+		enc.SetEscapeHTML(false)
+		_ = enc.Encode(v[k]) // a value json.Unmarshal made: cannot fail
+		fmt.Fprintf(&b, "%s: %s\n", k, strings.TrimSuffix(j.String(), "\n"))
+	}
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+// codeBlock fences s for mrkdwn, cut to what a block holds (the cut says
+// so; the links' page shows the whole call).
+func codeBlock(s string) string {
+	s = strings.ReplaceAll(s, "```", "` ` `")
+	if len(s) > slackLimit {
+		s = text.Cut(s, slackLimit) + "\n… (cut here: open a link to see the whole call)"
+	}
+	return "```\n" + s + "\n```"
+}
+
+func sortedKeys(m map[string]any) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// indentLines puts prefix before every line of s.
+func indentLines(s, prefix string) string {
+	return prefix + strings.ReplaceAll(strings.TrimSuffix(s, "\n"), "\n", "\n"+prefix)
 }

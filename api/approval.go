@@ -45,6 +45,7 @@ func parseApproval(r io.Reader) (protocol.ApprovalDecision, error) {
 	d := protocol.ApprovalDecision{
 		RequestID: b.RequestID, Decision: b.Decision, Reason: b.Reason, Arguments: args,
 		Remember: b.Remember, SameArguments: b.SameArguments,
+		RememberFor: b.RememberFor, RememberUses: b.RememberUses, RememberWhen: b.RememberWhen,
 	}
 	if err := d.Check(); err != nil {
 		return protocol.ApprovalDecision{}, badRequest("%s", err)

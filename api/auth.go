@@ -12,6 +12,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/tollgate/tollgate/internal/config"
+	"github.com/tollgate/tollgate/internal/links"
 )
 
 // callerKey is where authenticate leaves the caller's token (its
@@ -96,16 +97,25 @@ func isUnauthorized(err error) bool {
 }
 
 // publicRoutes are what a request without a token may reach: the health
-// check, for load balancers, and the console's static pages and assets,
-// which hold no data and which a browser loads without headers; the pages
-// then send the token the user typed with every API call.
-var publicRoutes = []string{"/healthz", consolePath, inboxPath, ledgerPath, assetsPath + "*file"}
+// check, for load balancers, the console's static pages and assets,
+// which hold no data and which a browser loads without headers (the pages
+// then send the token the user typed with every API call), and the
+// decision links, each its own credential (its signature).
+var publicRoutes = []string{"/healthz", consolePath, inboxPath, ledgerPath, assetsPath + "*file", links.Path}
+
+// public reports whether a request may come without a token: a GET of a
+// public route, or the link page's form.
+func public(c *gin.Context) bool {
+	path := c.FullPath()
+	return (c.Request.Method == http.MethodGet && slices.Contains(publicRoutes, path)) ||
+		(c.Request.Method == http.MethodPost && path == links.Path)
+}
 
 // authenticate lets a request through when the API asks for no token, when
 // it is a GET of a public route, or when it carries a known bearer token,
 // which it leaves in the context. Anything else is answered 401.
 func (s *Server) authenticate(c *gin.Context) {
-	if s.auth == nil || (c.Request.Method == http.MethodGet && slices.Contains(publicRoutes, c.FullPath())) {
+	if s.auth == nil || public(c) {
 		return
 	}
 	if c.Request.Method == http.MethodOptions {

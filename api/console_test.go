@@ -408,6 +408,8 @@ func TestInboxListsPendingApprovalsAndDecidingThereFinishesTheTurn(t *testing.T)
 	require.Equal(t, "inbox-1", eval[string](b, `document.querySelector('[data-testid="approval"]').dataset.conversationId`))
 	require.Equal(t, "/?conversation=inbox-1&turn="+turnID,
 		eval[string](b, `document.querySelector('[data-testid="open-in-console"]').getAttribute('href')`))
+	require.Equal(t, "inbox please", eval[string](b, `document.querySelector('[data-testid="approval"] [data-testid="user-message"]').textContent`),
+		"a card shows the message that led to its call")
 	// Age and expiry count live; the timeout is a minute.
 	text := func(testid string) string {
 		return fmt.Sprintf(`document.querySelector('[data-testid=%q]').textContent`, testid)
@@ -594,9 +596,20 @@ func TestConsoleSaysACallTheTurnStoppedBeforeWasNotRunRatherThanDeclined(t *test
 	first := nthTurn(1)
 	b.waitUntil(count(first+` [data-testid="approval-request"]`) + ` === 2`)
 
-	// A new message stops the waiting batch: Write and Bash were asked
-	// about and are declined; Read was never asked about.
+	// A new message would stop the waiting batch, so the console asks
+	// first; keeping waiting sends nothing.
 	sendFromConsole(b, "never mind")
+	b.do(chromedp.WaitVisible(chromedp.CSS(`[data-testid="composer-confirm"]`)))
+	require.Contains(t, eval[string](b, `document.querySelector('[data-testid="confirm-text"]').textContent`), "2 calls wait for your decision")
+	b.do(chromedp.Click(chromedp.CSS(`[data-testid="confirm-cancel"]`)))
+	b.waitUntil(`document.querySelector('[data-testid="composer-confirm"]').hidden`)
+	require.Equal(t, 1, eval[int](b, count(`#turns > [data-testid="turn"]`)), "nothing was sent")
+	require.Equal(t, 2, eval[int](b, count(first+` [data-testid="approval-request"] .decision-panel:not([data-closed])`)), "both still wait")
+
+	// Sending anyway stops the batch: Write and Bash were asked about and
+	// are declined; Read was never asked about.
+	b.do(chromedp.Click(chromedp.CSS(`[data-testid="send"]`)))
+	b.do(chromedp.WaitVisible(chromedp.CSS(`[data-testid="confirm-send"]`)), chromedp.Click(chromedp.CSS(`[data-testid="confirm-send"]`)))
 	b.do(chromedp.WaitVisible(chromedp.CSS(first + ` [data-testid="finish"][data-reason="cancelled"]`)))
 	status := func(tool string) string {
 		return eval[string](b, fmt.Sprintf(`document.querySelector(%s).textContent`, jsQuote(callIn(first, tool)+` [data-testid="call-status"]`)))

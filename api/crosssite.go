@@ -12,6 +12,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/tollgate/tollgate/internal/config"
+	"github.com/tollgate/tollgate/internal/links"
 )
 
 // errUnsupportedMediaType is the cause of every 415.
@@ -35,6 +36,12 @@ func (s *Server) refuseCrossSite(c *gin.Context) {
 	if origin := c.GetHeader("Origin"); origin != "" && !s.originAllowed(c.Request, origin) &&
 		!(strings.HasPrefix(c.Request.URL.Path, codecPath+"/") && slices.Contains(s.codecOrigins, origin)) {
 		writeError(c, s.log, forbidden("a request from origin %.100q may not change anything here: only the API's own origin, or one listed in %s, may", origin, config.EnvAllowedOrigins))
+		return
+	}
+	if c.Request.URL.Path == links.Path && c.Request.Method == http.MethodPost {
+		// The link page's form: a page elsewhere could post it only with
+		// a signed link, which decides by itself anyway; the Origin check
+		// above still applies.
 		return
 	}
 	if c.Request.Method == http.MethodPost || c.Request.ContentLength > 0 {

@@ -86,3 +86,52 @@ func (st *stack) delete(t *testing.T, path string) int {
 	resp.Body.Close()
 	return resp.StatusCode
 }
+
+func TestAGrantLimitedToOneUseOverHTTPDecidesOneCallThenAsks(t *testing.T) {
+	st := newStack(t)
+	conv := "grants-limited"
+	_, msgs := st.chat(t, `{"query":"one","conversationId":"`+conv+`"}`)
+	seq := 0
+	asked := requestsByTool(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 2))
+	for tool, body := range map[string]string{
+		"Bash":  `"decision":"approve","remember":"conversation","rememberUses":1,"rememberFor":"1h","rememberWhen":"args.command.startsWith(\"ls\")"`,
+		"Write": `"decision":"decline"`,
+	} {
+		_, out := st.postJSON(t, "/chat/approval", `{"requestId":"`+asked[tool].RequestID+`",`+body+`}`)
+		require.Equal(t, true, out["accepted"], out)
+	}
+	untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
+	g := st.grants(t, conv)
+	require.Len(t, g, 1)
+	require.Equal(t, 1, g[0].Uses)
+	require.NotNil(t, g[0].ExpiresAt)
+	require.Equal(t, `args.command.startsWith("ls")`, g[0].When)
+
+	// Turn 2: the grant decides its one call, and says none is left.
+	_, msgs = st.chat(t, `{"query":"two","conversationId":"`+conv+`"}`)
+	seq = 0
+	events := untilEvent(t, msgs, &seq, protocol.EventHeartbeat, 1)
+	used := findType(events, protocol.EventApprovalDecision)
+	require.Equal(t, g[0].ID, used.Grant)
+	require.NotNil(t, used.GrantUsesLeft)
+	require.Equal(t, 0, *used.GrantUsesLeft)
+	decideAll(t, st, events)
+	untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
+	require.Equal(t, 1, st.grants(t, conv)[0].Used, "the conversation counted the use")
+
+	// Turn 3: used up, so Bash asks again.
+	_, msgs = st.chat(t, `{"query":"three","conversationId":"`+conv+`"}`)
+	seq = 0
+	require.Contains(t, requestsByTool(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 2)), "Bash")
+}
+
+// decideAll declines every approval_request among events.
+func decideAll(t *testing.T, st *stack, events []protocol.Event) {
+	t.Helper()
+	for _, e := range events {
+		if e.Type == protocol.EventApprovalRequest {
+			_, out := st.postJSON(t, "/chat/approval", `{"requestId":"`+e.RequestID+`","decision":"decline"}`)
+			require.Equal(t, true, out["accepted"], out)
+		}
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"slices"
@@ -79,6 +80,13 @@ func run(cfg config.Config, log *slog.Logger) error {
 		AllowedOrigins:    cfg.AllowedOrigins,
 		CodecOrigins:      cfg.CodecOrigins,
 		TracerProvider:    tracing.Provider,
+		Links:             cfg.Links,
+	}
+	if cfg.PublicURL != "" {
+		// The link page posts from the API's public address.
+		if u, err := url.Parse(cfg.PublicURL); err == nil {
+			opts.AllowedOrigins = append(opts.AllowedOrigins, u.Scheme+"://"+u.Host)
+		}
 	}
 	if stored {
 		opts.Codec = payloads.Codec(storage)

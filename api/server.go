@@ -27,6 +27,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/auditdb"
 	"github.com/tollgate/tollgate/internal/config"
+	"github.com/tollgate/tollgate/internal/links"
 	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
 )
@@ -65,6 +66,9 @@ type Options struct {
 	// Ledger, when set, is the audit ledger GET /audit reads; nil serves
 	// 404 there.
 	Ledger *auditdb.Ledger
+	// Links, when set, checks the notices' decision links at /decide; nil
+	// answers 404 there.
+	Links *links.Key
 	// TracerProvider, when set, traces every request but the health and
 	// metrics probes as a server span (the parent of the Temporal calls it
 	// makes, which carry it into the workflows); nil traces nothing.
@@ -132,6 +136,8 @@ type Server struct {
 	codecOrigins   []string
 	// ledger is the audit ledger GET /audit reads, or nil.
 	ledger *auditdb.Ledger
+	// links checks decision links, or is nil.
+	links *links.Key
 }
 
 // NewServer builds the API on Temporal.
@@ -155,6 +161,7 @@ func newServer(o Options, src eventSource, settings hubSettings) *Server {
 		auth:      newAuthenticator(o.Tokens),
 
 		ledger:         o.Ledger,
+		links:          o.Links,
 		allowBypass:    o.AllowBypass,
 		anyHost:        o.AnyHost,
 		allowedOrigins: o.AllowedOrigins,
@@ -186,6 +193,9 @@ func newServer(o Options, src eventSource, settings hubSettings) *Server {
 	r.DELETE("/conversations/:conversationId/grants/:grantId", approve, s.revokeGrant)
 	r.GET("/approvals", approve, s.listApprovals)
 	r.GET("/audit", approve, s.listAudit)
+	// A link is its own credential: its signature, checked by the handler.
+	r.GET(links.Path, s.showLink)
+	r.POST(links.Path, s.decideByLink)
 	r.GET("/healthz", s.healthz)
 	r.GET("/metrics", gin.WrapH(promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{})))
 	if o.Codec != nil {

@@ -52,6 +52,17 @@ type ApprovalDecision struct {
 	// with the same arguments.
 	Remember      string `json:"remember,omitempty"`
 	SameArguments bool   `json:"sameArguments,omitempty"`
+	// RememberFor, with Remember, ends the grant this long after the
+	// decision (a duration: "30m", "8h"); empty, it lasts the
+	// conversation.
+	RememberFor string `json:"rememberFor,omitempty"`
+	// RememberUses, with Remember, is how many calls the grant decides
+	// before it ends; 0, any number.
+	RememberUses int `json:"rememberUses,omitempty"`
+	// RememberWhen, with Remember, is a CEL expression over the call's
+	// arguments (args) and its tool's annotations, as a policy rule's
+	// when: the grant decides only the calls for which it is true.
+	RememberWhen string `json:"rememberWhen,omitempty"`
 	// Principal names who decided. The API sets it from the caller's bearer
 	// token and overwrites whatever a body said; a client with Temporal
 	// access (the CLI's signal or Update) is trusted to say who it is, and a
@@ -80,7 +91,30 @@ func (d ApprovalDecision) Check() error {
 	if d.Remember != "" && d.Remember != RememberConversation {
 		return fmt.Errorf("remember %q is not %q", d.Remember, RememberConversation)
 	}
+	if d.Remember == "" && (d.RememberFor != "" || d.RememberUses != 0 || d.RememberWhen != "") {
+		return fmt.Errorf("rememberFor, rememberUses and rememberWhen limit a grant: they need remember %q", RememberConversation)
+	}
+	if d.RememberFor != "" {
+		if _, err := d.RememberDuration(); err != nil {
+			return err
+		}
+	}
+	if d.RememberUses < 0 {
+		return fmt.Errorf("rememberUses %d is negative", d.RememberUses)
+	}
 	return nil
+}
+
+// RememberDuration is RememberFor as a duration; 0 when it is empty.
+func (d ApprovalDecision) RememberDuration() (time.Duration, error) {
+	if d.RememberFor == "" {
+		return 0, nil
+	}
+	v, err := time.ParseDuration(d.RememberFor)
+	if err != nil || v <= 0 {
+		return 0, fmt.Errorf("rememberFor %q is not a duration greater than zero (example: 8h)", d.RememberFor)
+	}
+	return v, nil
 }
 
 // IsJSONObject reports whether s is a JSON object.
@@ -113,4 +147,9 @@ type PendingApproval struct {
 	ExpiresAt      time.Time `json:"expiresAt"`
 	// Preview says what the call will do (see Event.Preview).
 	Preview string `json:"preview,omitempty"`
+	// Subagent names the subagent that made the call (omitted for a
+	// turn's own); UserMessage is the start of the user's message that led
+	// to it.
+	Subagent    string `json:"subagent,omitempty"`
+	UserMessage string `json:"userMessage,omitempty"`
 }

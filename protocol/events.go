@@ -107,8 +107,12 @@ type Event struct {
 	// the worker where the files are: a Write's or an Edit's diff against
 	// the file, a Bash command line by line.
 	Preview string `json:"preview,omitempty"`
-	// Grant names the remembered decision that decided a call.
-	Grant string `json:"grant,omitempty"`
+	// Grant names the remembered decision that decided a call;
+	// GrantUsesLeft says how many more calls it may decide (omitted when
+	// any number) and GrantExpiresAt when it ends (omitted when never).
+	Grant          string     `json:"grant,omitempty"`
+	GrantUsesLeft  *int       `json:"grantUsesLeft,omitempty"`
+	GrantExpiresAt *time.Time `json:"grantExpiresAt,omitempty"`
 	// By names who decided: the principal of the API caller's token, a
 	// signal's principal (or "temporal"), or a grant's maker; empty for a
 	// timeout, a cancellation, or the API without tokens.

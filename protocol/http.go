@@ -34,6 +34,9 @@ type DecisionRequest struct {
 	Arguments     json.RawMessage `json:"arguments,omitempty"`
 	Remember      string          `json:"remember,omitempty"`
 	SameArguments bool            `json:"sameArguments,omitempty"`
+	RememberFor   string          `json:"rememberFor,omitempty"`
+	RememberUses  int             `json:"rememberUses,omitempty"`
+	RememberWhen  string          `json:"rememberWhen,omitempty"`
 }
 
 // ToolResultRequest is the body of POST /chat/tool-result: a client's answer

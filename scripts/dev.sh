@@ -22,6 +22,22 @@ export TOLLGATE_AUDIT_DB=${TOLLGATE_AUDIT_DB:-$STATE_DIR/audit.db}
 # Long enough to follow the README's tour at a reading pace; the default
 # of a deployment is 3m.
 export TOLLGATE_APPROVAL_TIMEOUT=${TOLLGATE_APPROVAL_TIMEOUT:-30m}
+# Notices carry signed one-click decision links, under the API's address;
+# the secret is made once and kept in the state folder.
+export TOLLGATE_PUBLIC_URL=${TOLLGATE_PUBLIC_URL:-http://${HTTP_ADDR/#:/127.0.0.1:}}
+if [ -z "${TOLLGATE_LINK_SECRET:-}" ]; then
+	mkdir -p "$STATE_DIR"
+	[ -s "$STATE_DIR/link-secret" ] || (umask 077 && head -c 32 /dev/urandom | base64 >"$STATE_DIR/link-secret")
+	TOLLGATE_LINK_SECRET=$(cat "$STATE_DIR/link-secret")
+	export TOLLGATE_LINK_SECRET
+fi
+# Without a chat hook of yours, the scripted model's process keeps the
+# notices in the logs, a JSON line each.
+NOTICES=""
+if [ -z "${TOLLGATE_NOTIFY_URL:-}" ]; then
+	NOTICES=$LOGS/notices.jsonl
+	export TOLLGATE_NOTIFY_URL=http://$MODEL_ADDR/notices
+fi
 # The Web UI reads those payloads through the API's codec endpoint.
 export TOLLGATE_CODEC_ORIGINS=${TOLLGATE_CODEC_ORIGINS:-http://127.0.0.1:8233,http://localhost:8233}
 
@@ -86,7 +102,7 @@ port_free $TEMPORAL_PORT || die "port $TEMPORAL_PORT is in use: is another Tempo
 # A port taken by someone else would pass wait_port below and show their
 # server as ours; fail now instead, with the port's name.
 ports=("$UI_PORT:the Temporal Web UI" "${HTTP_ADDR##*:}:the API ($HTTP_ADDR)")
-[ -n "${OPENAI_API_KEY:-}" ] || ports+=("${MODEL_ADDR##*:}:the scripted model")
+{ [ -n "${OPENAI_API_KEY:-}" ] && [ -z "$NOTICES" ]; } || ports+=("${MODEL_ADDR##*:}:the scripted model")
 for p in "${ports[@]}"; do
 	port_free "${p%%:*}" || die "port ${p%%:*}, for ${p#*:}, is in use: is another tollgate running?"
 done
@@ -112,9 +128,13 @@ for i in $(seq 300); do
 done
 
 # ---- model ----------------------------------------------------------------
-if [ -z "${OPENAI_API_KEY:-}" ]; then
-	start scripted-model bin/scripted-model -addr $MODEL_ADDR
+# The scripted model's process runs when it is the model or the notices'
+# hook.
+if [ -z "${OPENAI_API_KEY:-}" ] || [ -n "$NOTICES" ]; then
+	start scripted-model bin/scripted-model -addr $MODEL_ADDR ${NOTICES:+-notices "$NOTICES"}
 	wait_port scripted-model $MODEL_ADDR
+fi
+if [ -z "${OPENAI_API_KEY:-}" ]; then
 	export OPENAI_BASE_URL=http://$MODEL_ADDR/v1 OPENAI_API_KEY=scripted OPENAI_MODEL=scripted
 	model="the scripted demo model (set OPENAI_API_KEY for a real one)"
 else
@@ -163,7 +183,8 @@ tollgate is running.
   Web UI   http://127.0.0.1:$UI_PORT
   Model    $model
   Approval a call waits $TOLLGATE_APPROVAL_TIMEOUT for a decision, then counts as declined (TOLLGATE_APPROVAL_TIMEOUT)
-  Audit    $TOLLGATE_AUDIT_DB (GET http://$api/audit)
+  Audit    $TOLLGATE_AUDIT_DB (GET http://$api/audit, http://$api/ledger)
+  Notices  ${NOTICES:-$TOLLGATE_NOTIFY_URL} (each with signed approve and decline links)
   Logs     $LOGS/ (${names[*]/%/.log})${mcp_tools:+
 $mcp_tools}
   Try      curl -N http://$api/chat/stream -H 'Content-Type: application/json' -d '{"query":"tidy up the workspace"}'

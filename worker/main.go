@@ -147,6 +147,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		Agents:           agentDefs,
 		Rules:            rules,
 		Notify:           cfg.NotifyURL != "",
+		ReminderBefore:   cfg.NotifyReminder,
 		Audit:            ledger != nil,
 		ContextBudget:    cfg.ContextBudget,
 	}}
@@ -155,7 +156,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	workflows.Register(w, wf, model, tools)
 	workflows.RegisterMCP(w, mcpServers)
 	if cfg.NotifyURL != "" {
-		workflows.RegisterNotifier(w, &activities.Notifier{URL: cfg.NotifyURL})
+		workflows.RegisterNotifier(w, &activities.Notifier{URL: cfg.NotifyURL, Format: cfg.NotifyFormat, Links: cfg.Links, PublicURL: cfg.PublicURL})
 	}
 	if ledger != nil {
 		workflows.RegisterAuditor(w, &activities.Auditor{Ledger: ledger})
@@ -164,7 +165,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return fmt.Errorf("start worker on task queue %s: %w", cfg.TaskQueue, err)
 	}
 	log.Info("worker started", "taskQueue", cfg.TaskQueue, "temporal", cfg.TemporalAddress,
-		"workspace", cfg.Workspace, "requiredTools", cfg.RequiredTools, "model", cfg.OpenAIModel, "subagents", len(agentDefs), "policyRules", len(rules), "notices", cfg.NotifyURL != "",
+		"workspace", cfg.Workspace, "requiredTools", cfg.RequiredTools, "model", cfg.OpenAIModel, "subagents", len(agentDefs), "policyRules", len(rules), "notices", cfg.NotifyURL != "", "links", cfg.NotifyURL != "" && cfg.Links != nil,
 		"audit", auditWhere(ledger), "mcpTools", len(mcpServers.Specs()), "tracing", tracing.On())
 	<-ctx.Done()
 	log.Info("worker stopping")

@@ -166,6 +166,14 @@ func TestASubagentsCallHasARowNamingTheSubagentAndItsTurn(t *testing.T) {
 	)
 	l := withLedger(t, h, 0)
 	h.env.RegisterDelayedCallback(func() {
+		// The pending request names its subagent and the user's message.
+		v, err := h.env.QueryWorkflowByID(childID, PendingQuery)
+		require.NoError(t, err)
+		var pending []PendingApproval
+		require.NoError(t, v.Get(&pending))
+		require.Len(t, pending, 1)
+		require.Equal(t, "writer", pending[0].Subagent)
+		require.Equal(t, "delegate", pending[0].UserMessage)
 		h.decideChild(ApprovalDecision{RequestID: h.subagentRequestID(), Decision: DecisionApprove, Principal: "bob"})
 	}, time.Second)
 

@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"github.com/tollgate/tollgate/internal/text"
+	"maps"
 
 	"errors"
 	"fmt"
@@ -168,8 +169,9 @@ func (c *conversation) runTurn(ctx workflow.Context, q QueuedMessage, settings S
 	// holds its whole event log, which repeats every tool call and output,
 	// and decoding megabytes in workflow code holds up the workflow task.
 	var out struct {
-		Messages []activities.Message `json:"messages,omitempty"`
-		Grants   []Grant              `json:"grants,omitempty"`
+		Messages   []activities.Message `json:"messages,omitempty"`
+		Grants     []Grant              `json:"grants,omitempty"`
+		GrantsUsed map[string]int       `json:"grantsUsed,omitempty"`
 	}
 	err := child.Get(ctx, &out)
 	c.running, c.runningTurn = "", nil
@@ -182,6 +184,12 @@ func (c *conversation) runTurn(ctx workflow.Context, q QueuedMessage, settings S
 		return
 	}
 	c.messages = append(c.messages, out.Messages...)
+	// Uses first: a grant made in the turn came back with its uses counted.
+	for _, id := range slices.Sorted(maps.Keys(out.GrantsUsed)) {
+		if i := slices.IndexFunc(c.grants, func(g Grant) bool { return g.ID == id }); i >= 0 {
+			c.grants[i].Used += out.GrantsUsed[id]
+		}
+	}
 	c.grants = append(c.grants, out.Grants...)
 }
 

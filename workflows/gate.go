@@ -56,9 +56,13 @@ type approval struct {
 	// by names who decided: the API's principal, a signal's, or none;
 	// role is the role of the API token they decided with, if any.
 	by, role string
-	// remember and sameArguments ask for a grant from this decision.
+	// remember and sameArguments ask for a grant from this decision;
+	// rememberFor, rememberUses and rememberWhen limit it.
 	remember      bool
 	sameArguments bool
+	rememberFor   time.Duration
+	rememberUses  int
+	rememberWhen  string
 	// decidedBy says what decided: one of the DecidedBy values.
 	decidedBy string
 }
@@ -83,6 +87,9 @@ type gate struct {
 	// is the principal who sent the message the loop runs for.
 	settings Settings
 	sender   string
+	// agent names the subagent whose gate this is, empty for a turn's;
+	// userMessage is the user's message the turn runs for.
+	agent, userMessage string
 	// span is the workflow run's span, the parent of the approval spans
 	// (tracing.go); the zero Span when the worker does not trace.
 	span workflowtrace.Span
@@ -242,6 +249,9 @@ func (g *gate) take(ctx workflow.Context, d ApprovalDecision, by string) error {
 	}
 	a := g.byID[d.RequestID]
 	a.remember, a.sameArguments = d.Remember == RememberConversation, d.SameArguments
+	// Check refused a bad duration already (validate asks it).
+	a.rememberFor, _ = d.RememberDuration()
+	a.rememberUses, a.rememberWhen = d.RememberUses, d.RememberWhen
 	a.role = d.Role
 	g.decide(ctx, a, d.Decision, d.Reason, d.Arguments, by, DecidedByPerson)
 	return nil
@@ -308,10 +318,15 @@ func (g *gate) pending() []PendingApproval {
 			RequestedAt:    a.RequestedAt,
 			ExpiresAt:      a.ExpiresAt,
 			Preview:        a.Preview,
+			Subagent:       g.agent,
+			UserMessage:    text.Truncate(g.userMessage, pendingMessageBytes),
 		})
 	}
 	return out
 }
+
+// pendingMessageBytes bounds the user's message a pending approval shows.
+const pendingMessageBytes = 500
 
 // await blocks until every request in reqs is decided: by a person, by its
 // own durable timer (timeout), or by cancellation of ctx (decline).
@@ -333,8 +348,13 @@ func (g *gate) await(ctx workflow.Context, reqs []*approval) {
 			}
 		})
 		if g.notify {
-			// A reminder when four fifths of the time have passed.
-			remindAt := a.ExpiresAt.Add(-a.ExpiresAt.Sub(a.RequestedAt) / 5)
+			// A reminder Settings.ReminderBefore the timeout, or when four
+			// fifths of the time have passed.
+			before := a.ExpiresAt.Sub(a.RequestedAt) / 5
+			if r := g.settings.ReminderBefore; r > 0 && r < a.ExpiresAt.Sub(a.RequestedAt) {
+				before = r
+			}
+			remindAt := a.ExpiresAt.Add(-before)
 			reminder := workflow.NewTimerWithOptions(timerCtx, remindAt.Sub(workflow.Now(ctx)),
 				workflow.TimerOptions{Summary: "reminder: " + callSummary(a.Call)})
 			sel.AddFuture(reminder, func(f workflow.Future) {
@@ -471,6 +491,8 @@ func (g *gate) sendNotice(ctx workflow.Context, a *approval, kind string) {
 		ConversationID: g.conversationID,
 		WorkflowID:     g.workflowID,
 		ExpiresAt:      a.ExpiresAt,
+		Preview:        a.Preview,
+		Subagent:       g.agent,
 	})
 }
 

@@ -6,7 +6,10 @@ import (
 	"slices"
 	"time"
 
+	"go.temporal.io/sdk/workflow"
+
 	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/protocol"
 )
 
@@ -32,6 +35,31 @@ type Grant struct {
 	// By names who made the decision the grant remembers; every decision
 	// the grant makes is recorded as theirs.
 	By string `json:"by,omitempty"`
+	// ExpiresAt, when set, ends the grant (the decision's rememberFor).
+	ExpiresAt *time.Time `json:"expiresAt,omitempty"`
+	// Uses, when not 0, is how many calls the grant decides
+	// (rememberUses); Used is how many it has decided.
+	Uses int `json:"uses,omitempty"`
+	Used int `json:"used,omitempty"`
+	// When, when set, is a CEL expression over a call's arguments and its
+	// tool's annotations (rememberWhen): the grant decides only the calls
+	// for which it is true.
+	When string `json:"when,omitempty"`
+}
+
+// live reports whether g may still decide a call at now: not expired, and
+// not used up.
+func (g *Grant) live(now time.Time) bool {
+	return (g.ExpiresAt == nil || now.Before(*g.ExpiresAt)) && (g.Uses == 0 || g.Used < g.Uses)
+}
+
+// usesLeft is how many more calls g may decide, or nil for any number.
+func (g *Grant) usesLeft() *int {
+	if g.Uses == 0 {
+		return nil
+	}
+	n := max(g.Uses-g.Used, 0)
+	return &n
 }
 
 // RevokeGrant is the payload of the conversation's revokeGrant Update.
@@ -39,15 +67,18 @@ type RevokeGrant struct {
 	GrantID string `json:"grantId"`
 }
 
-// grantFor returns the newest grant that covers call, or nil.
-func grantFor(grants []Grant, call activities.ToolCall) *Grant {
+// grantFor returns the newest grant that covers call at now, or nil: one
+// for its tool (and its arguments, when the grant names them), live, and
+// whose scope, when it has one, inScope says holds.
+func grantFor(grants []Grant, call activities.ToolCall, now time.Time, inScope func(*Grant) bool) *Grant {
 	if len(grants) == 0 {
 		return nil
 	}
 	args := canonicalJSON(call.Arguments)
 	for i := len(grants) - 1; i >= 0; i-- {
 		g := &grants[i]
-		if g.Tool == call.Name && (g.Arguments == "" || g.Arguments == args) {
+		if g.Tool == call.Name && (g.Arguments == "" || g.Arguments == args) && g.live(now) &&
+			(g.When == "" || (inScope != nil && inScope(g))) {
 			return g
 		}
 	}
@@ -65,6 +96,11 @@ func grantFrom(a *approval, turnID string) Grant {
 		CreatedAt: a.decidedAt,
 		By:        a.by,
 	}
+	if a.rememberFor > 0 {
+		expires := a.decidedAt.Add(a.rememberFor)
+		g.ExpiresAt = &expires
+	}
+	g.Uses, g.When = a.rememberUses, a.rememberWhen
 	if a.sameArguments {
 		args := a.Call.Arguments
 		if a.arguments != "" {
@@ -102,4 +138,54 @@ func revoke(grants []Grant, id string) ([]Grant, error) {
 		return grants, fmt.Errorf("grant %q: %w", id, errUnknownGrant)
 	}
 	return slices.Delete(grants, i, i+1), nil
+}
+
+// useGrant returns the grant that decides call now, counting the use, or
+// nil. A grant with a scope (When) is evaluated in a SideEffect, recorded
+// once, as the policy's checks are (see turn.checkBatch): a later cel-go
+// must never change which grant answered. Only grants made by this build
+// have a scope, so a turn recorded before it never records one; scopeless
+// grants need nothing recorded (tool, arguments, the workflow's clock and
+// counts replay the same).
+func (t *turn) useGrant(ctx workflow.Context, call activities.ToolCall) *Grant {
+	now := workflow.Now(ctx)
+	scoped := slices.ContainsFunc(t.grants, func(g Grant) bool { return g.When != "" && g.Tool == call.Name && g.live(now) })
+	g := grantFor(t.grants, call, now, nil)
+	if scoped {
+		spec, _ := t.settings.spec(call.Name)
+		var id string
+		if err := workflow.SideEffect(ctx, func(workflow.Context) any {
+			g := grantFor(t.grants, call, now, func(g *Grant) bool {
+				ok, err := policy.EvalWhen(g.When, call.Arguments, spec.Hints())
+				return err == nil && ok // a scope that fails decides nothing: the call asks
+			})
+			if g == nil {
+				return ""
+			}
+			return g.ID
+		}).Get(&id); err != nil {
+			// A SideEffect result only fails to decode on a corrupt history.
+			panic(fmt.Errorf("grant for call %s: %w", call.ID, err))
+		}
+		g = nil
+		if i := slices.IndexFunc(t.grants, func(g Grant) bool { return g.ID == id }); id != "" && i >= 0 {
+			g = &t.grants[i]
+		}
+	}
+	if g != nil {
+		t.countGrantUse(g.ID, 1)
+	}
+	return g
+}
+
+// countGrantUse counts n calls decided by grant id, in the loop's grants
+// and in what it reports to its parent.
+func (t *turn) countGrantUse(id string, n int) {
+	if i := slices.IndexFunc(t.grants, func(g Grant) bool { return g.ID == id }); i >= 0 {
+		t.grants[i].Used += n
+	}
+	if t.grantsUsed == nil {
+		t.grantsUsed = map[string]int{}
+	}
+	t.grantsUsed[id] += n
 }

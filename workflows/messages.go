@@ -96,6 +96,9 @@ type TurnOutput struct {
 	Events       []Event              `json:"events"`
 	// Grants are the decisions remembered during the turn.
 	Grants []Grant `json:"grants,omitempty"`
+	// GrantsUsed counts, by grant id, the calls each grant decided during
+	// the turn (and its subagents).
+	GrantsUsed map[string]int `json:"grantsUsed,omitempty"`
 }
 
 // MessagesRequest asks for a page of a conversation's transcript: Limit

@@ -112,7 +112,8 @@ func TestRememberedApprovalSkipsLaterApprovalsInTheConversationUntilRevoked(t *t
 	h.env.ExecuteWorkflow(ConversationWorkflow, ConversationInput{ConversationID: "c1"})
 
 	require.Equal(t, []string{"Bash", "Bash"}, h.ranTools(), "turn 2 ran Bash without asking")
-	require.Equal(t, Grant{ID: grants[0].ID, Tool: "Bash", Decision: DecisionApprove, TurnID: r1.TurnID, CreatedAt: grants[0].CreatedAt}, grants[0])
+	require.Equal(t, Grant{ID: grants[0].ID, Tool: "Bash", Decision: DecisionApprove, TurnID: r1.TurnID, CreatedAt: grants[0].CreatedAt, Used: 1}, grants[0],
+		"the conversation counts the call turn 2's grant decided")
 	require.Len(t, pendingAfterRevoke, 1, "after the revoke, turn 3 asks again")
 	// Turn 2's model saw the tool's result, not a decline.
 	require.Contains(t, toolMessages(h.modelInputs[3].Messages)[1].Content, "Bash ran with")
@@ -123,9 +124,10 @@ func TestRememberedApprovalSkipsLaterApprovalsInTheConversationUntilRevoked(t *t
 // shows that on a real server.
 func TestGrantCoversOnlyItsToolWithTheSameArguments(t *testing.T) {
 	g := Grant{ID: "g", Tool: "Bash", Decision: DecisionApprove, Arguments: canonicalJSON(`{"command": "make"}`)}
-	require.NotNil(t, grantFor([]Grant{g}, call("x", "Bash", `{ "command":"make" }`)))
-	require.Nil(t, grantFor([]Grant{g}, call("x", "Bash", `{"command":"make deploy"}`)))
-	require.Nil(t, grantFor([]Grant{g}, call("x", "Write", `{"command":"make"}`)))
+	now := time.Now()
+	require.NotNil(t, grantFor([]Grant{g}, call("x", "Bash", `{ "command":"make" }`), now, nil))
+	require.Nil(t, grantFor([]Grant{g}, call("x", "Bash", `{"command":"make deploy"}`), now, nil))
+	require.Nil(t, grantFor([]Grant{g}, call("x", "Write", `{"command":"make"}`), now, nil))
 }
 
 func TestRememberedDeclineDeclinesWithoutAsking(t *testing.T) {
@@ -185,7 +187,42 @@ func TestNoticesReachTheNotifyURLWithARetryAndAReminder(t *testing.T) {
 		require.Equal(t, "Write", n.Tool)
 		require.Equal(t, "c1", n.ConversationID)
 		require.True(t, req.ExpiresAt.Equal(n.ExpiresAt))
+		require.Equal(t, req.Preview, n.Preview, "the notice shows what the call will do")
+		require.NotEmpty(t, n.Preview)
 	}
+}
+
+func TestTheReminderGoesOutWhenSettingsSayBeforeTheTimeout(t *testing.T) {
+	var mu sync.Mutex
+	var kinds []string
+	var remindedAt time.Duration
+	var h *harness
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var n activities.Notice
+		require.NoError(t, json.NewDecoder(r.Body).Decode(&n))
+		mu.Lock()
+		defer mu.Unlock()
+		kinds = append(kinds, n.Kind)
+		if n.Kind == activities.NoticeReminder {
+			remindedAt = n.ExpiresAt.Sub(h.env.Now())
+		}
+	}))
+	defer srv.Close()
+
+	settings := testSettings()
+	settings.Notify = true
+	settings.ApprovalTimeout = 10 * time.Minute
+	settings.ReminderBefore = time.Minute
+	h = newHarness(t, settings, calls(call("w", "Write", `{"file_path":"a","content":"b"}`)))
+	RegisterNotifier(h.env, &activities.Notifier{URL: srv.URL})
+
+	out := h.runTurn(userTurn("write"))
+
+	require.Equal(t, DecisionTimeout, findEvent(t, out.Events, EventApprovalDecision).Decision)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []string{activities.NoticeApprovalRequest, activities.NoticeReminder}, kinds)
+	require.InDelta(t, float64(time.Minute), float64(remindedAt), float64(5*time.Second), "a minute before the timeout, not at four fifths")
 }
 
 func pendingRequest(t *testing.T, h *harness, turnID string) string {

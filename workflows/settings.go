@@ -33,6 +33,11 @@ type Settings struct {
 	// Notify is true when the worker sends notices of approval requests
 	// (the notify activity knows where to).
 	Notify bool `json:"notify,omitempty"`
+	// ReminderBefore is how long before a call's timeout its reminder
+	// notice goes out; zero (and settings recorded before it existed) is
+	// a fifth of the timeout. One at least as long as the timeout is
+	// ignored.
+	ReminderBefore time.Duration `json:"reminderBefore,omitempty"`
 	// Audit is true when the worker writes the audit ledger: every call the
 	// gate asks about or a grant answers gets a row (audit.go).
 	Audit bool `json:"audit,omitempty"`

@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"github.com/tollgate/tollgate/internal/text"
+	"maps"
 
 	"cmp"
 	"encoding/json"
@@ -36,6 +37,9 @@ type SubagentInput struct {
 	Settings Settings `json:"settings"`
 	// Grants are the conversation's remembered decisions.
 	Grants []Grant `json:"grants,omitempty"`
+	// UserMessage is the user's message the turn runs for, which people
+	// deciding the subagent's calls are shown.
+	UserMessage string `json:"userMessage,omitempty"`
 }
 
 // SubagentOutput is a finished subagent.
@@ -46,8 +50,10 @@ type SubagentOutput struct {
 	// Forwarded is how many events the subagent sent its parent; the parent
 	// waits until it has them all before it goes on.
 	Forwarded int `json:"forwarded"`
-	// Grants are the decisions remembered in the subagent.
-	Grants []Grant `json:"grants,omitempty"`
+	// Grants are the decisions remembered in the subagent; GrantsUsed the
+	// calls each grant decided in it.
+	Grants     []Grant        `json:"grants,omitempty"`
+	GrantsUsed map[string]int `json:"grantsUsed,omitempty"`
 }
 
 // SubagentEvents is the payload of the subagentEvents signal.
@@ -186,6 +192,7 @@ func (t *turn) runSubagent(ctx workflow.Context, call activities.ToolCall) activ
 		Depth:            t.depth + 1,
 		Settings:         t.settings,
 		Grants:           t.grants,
+		UserMessage:      t.userMessage,
 	})
 	t.subagents.running = child
 	var out SubagentOutput
@@ -198,6 +205,9 @@ func (t *turn) runSubagent(ctx workflow.Context, call activities.ToolCall) activ
 	// result; wait until all are in the log, so they precede tool_result.
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
 	_ = workflow.Await(dctx, func() bool { return t.subagents.received[opts.WorkflowID] >= out.Forwarded })
+	for _, id := range slices.Sorted(maps.Keys(out.GrantsUsed)) {
+		t.countGrantUse(id, out.GrantsUsed[id])
+	}
 	for _, g := range out.Grants {
 		t.remember(g)
 	}
@@ -261,6 +271,7 @@ func (w *Workflows) Subagent(ctx workflow.Context, in SubagentInput) (SubagentOu
 		sender:         in.Sender,
 		depth:          in.Depth,
 		agent:          def.Name,
+		userMessage:    in.UserMessage,
 		grants:         slices.Clone(in.Grants),
 	}
 	f := newForwarder(ctx, in.ParentWorkflowID, def.Name)
@@ -271,7 +282,7 @@ func (w *Workflows) Subagent(ctx workflow.Context, in SubagentInput) (SubagentOu
 	reason, text := t.run(ctx)
 	t.finish(reason, text)
 	last := t.log.events[len(t.log.events)-1]
-	return SubagentOutput{FinishReason: reason, Text: text, Message: last.Message, Forwarded: f.drain(ctx), Grants: t.newGrants}, nil
+	return SubagentOutput{FinishReason: reason, Text: text, Message: last.Message, Forwarded: f.drain(ctx), Grants: t.newGrants, GrantsUsed: t.grantsUsed}, nil
 }
 
 // forwarder sends a subagent's events to its parent in order: one signal at

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/protocol"
 )
 
@@ -37,8 +38,10 @@ type turn struct {
 	sender string
 	// depth is 0 for a turn and n for a subagent nested n deep.
 	depth int
-	// agent names the subagent this loop runs, empty for a turn.
-	agent string
+	// agent names the subagent this loop runs, empty for a turn;
+	// userMessage is the user's message the turn runs for.
+	agent       string
+	userMessage string
 	// clientTools are run by the client, not the worker.
 	clientTools []activities.ToolSpec
 
@@ -62,8 +65,10 @@ type turn struct {
 	subagents subagentState
 
 	// grants are the conversation's remembered decisions, those made during
-	// this loop included; newGrants only the latter.
+	// this loop included; newGrants only the latter; grantsUsed counts the
+	// calls each grant decided in this loop and its subagents.
 	grants, newGrants []Grant
+	grantsUsed        map[string]int
 }
 
 // remember adds a grant made during this loop.
@@ -97,17 +102,21 @@ func (w *Workflows) ChatTurn(ctx workflow.Context, in TurnInput) (TurnOutput, er
 		sender:         in.Sender,
 		grants:         slices.Clone(in.Grants),
 	}
+	if n := len(in.Messages); n > 0 && in.Messages[n-1].Role == activities.RoleUser {
+		t.userMessage = in.Messages[n-1].Content
+	}
 	if err := t.start(ctx); err != nil {
 		return TurnOutput{}, err
 	}
 	reason, text := t.run(ctx)
 	t.finish(reason, text)
-	return TurnOutput{FinishReason: reason, Text: text, Messages: t.messages, Events: t.log.events, Grants: t.newGrants}, nil
+	return TurnOutput{FinishReason: reason, Text: text, Messages: t.messages, Events: t.log.events, Grants: t.newGrants, GrantsUsed: t.grantsUsed}, nil
 }
 
 // start sets the loop's handlers and publishes turn_start.
 func (t *turn) start(ctx workflow.Context) error {
 	t.gate = newGate(ctx, &t.log, t.conversationID, t.sender, t.settings)
+	t.gate.agent, t.gate.userMessage = t.agent, t.userMessage
 	if err := t.setHandlers(ctx); err != nil {
 		return err
 	}
@@ -163,7 +172,10 @@ func (t *turn) setHandlers(ctx workflow.Context) error {
 			if err := t.gate.validate(ctx, d); err != nil {
 				return err
 			}
-			return t.checkEdit(d)
+			if err := t.checkEdit(d); err != nil {
+				return err
+			}
+			return checkGrantScope(d)
 		}},
 	); err != nil {
 		return fmt.Errorf("set %s update handler: %w", ApprovalUpdate, err)
@@ -391,13 +403,14 @@ func (t *turn) runBatch(ctx workflow.Context, calls []activities.ToolCall) []Too
 				t.gate.traceAnswer(ctx, call, DecidedByPolicy, nil)
 				break
 			}
-			if g := grantFor(t.grants, call); g != nil {
+			if g := t.useGrant(ctx, call); g != nil {
 				t.gate.traceAnswer(ctx, call, DecidedByGrant, g)
 				if t.auditing(ctx) {
 					r := t.auditGranted(ctx, i, call, c, g)
 					rows[i] = &r
 				}
-				t.log.append(Event{Type: EventApprovalDecision, ToolCallID: call.ID, Decision: g.Decision, Reason: reasonRemembered, Grant: g.ID, By: g.By})
+				t.log.append(Event{Type: EventApprovalDecision, ToolCallID: call.ID, Decision: g.Decision, Reason: reasonRemembered, Grant: g.ID, By: g.By,
+					GrantUsesLeft: g.usesLeft(), GrantExpiresAt: g.ExpiresAt})
 				if g.Decision != DecisionApprove {
 					results[i].Result, results[i].Status = t.notRun(ctx, notRunRemembered, ""), activities.StatusDeclined
 				}
@@ -556,6 +569,21 @@ func (t *turn) vetBatch(ctx workflow.Context, calls []activities.ToolCall) (out 
 		}
 	}
 	return out, vetted, true
+}
+
+// checkGrantScope refuses a decision whose grant scope (rememberWhen) is
+// not an expression the policy's CEL can evaluate. Only the Update's
+// validator asks it, which never runs on replay: a later cel-go that
+// compiles differently never changes a recorded decision. A signal's bad
+// scope makes a grant that decides nothing (its calls ask).
+func checkGrantScope(d ApprovalDecision) error {
+	if d.RememberWhen == "" {
+		return nil
+	}
+	if err := policy.CheckWhen(d.RememberWhen); err != nil {
+		return rejection(RejectInvalid, fmt.Errorf("rememberWhen %q: %w", d.RememberWhen, err))
+	}
+	return nil
 }
 
 // checkEdit refuses an approval whose edited arguments the tool would

@@ -438,7 +438,9 @@
       const el = h('div', { class: `decision decision-${d}`, testid: 'approval-decision', 'data-decision': d },
         h('span', { class: 'badge', 'data-status': d }, text),
         ev.reason ? h('span', { class: 'reason-text', testid: 'decision-reason' }, ev.reason) : null,
-        ev.grant ? h('span', { class: 'meta' }, `by a remembered decision: ${ev.grant}`) : null);
+        ev.grant ? h('span', { class: 'meta', testid: 'grant' }, `by a remembered decision: ${ev.grant}`,
+          ev.grantUsesLeft !== undefined ? ` · ${ev.grantUsesLeft} ${ev.grantUsesLeft === 1 ? 'use' : 'uses'} left` : '',
+          ev.grantExpiresAt ? ` · ends ${new Date(ev.grantExpiresAt).toLocaleString()}` : '') : null);
       const req = this.el.querySelector(`.approval[data-request-id="${CSS.escape(ev.requestId || '')}"]`);
       const card = scope.cards.get(ev.toolCallId);
       if (req) {
@@ -560,10 +562,35 @@
     open(rec, resp);
   }
 
+  // Sending while calls wait for a decision declines them (the turn is
+  // interrupted: the model hears the user sent a new message), so the
+  // console asks first.
+  const confirmBox = document.getElementById('composer-confirm');
+  const confirmText = document.getElementById('confirm-text');
+  function waitingCalls() {
+    return turnsEl.querySelectorAll('.decision-panel:not([data-closed])').length;
+  }
   form.addEventListener('submit', (e) => {
     e.preventDefault();
     const text = query.value.trim();
+    if (!text) return;
+    const n = waitingCalls();
+    if (n > 0) {
+      confirmText.textContent = `${n} ${n === 1 ? 'call waits' : 'calls wait'} for your decision. Sending now declines ${n === 1 ? 'it' : 'them'}: the agent is told you sent a new message.`;
+      confirmBox.hidden = false;
+      document.getElementById('confirm-send').focus();
+      return;
+    }
+    send(text);
+  });
+  document.getElementById('confirm-send').addEventListener('click', () => {
+    confirmBox.hidden = true;
+    const text = query.value.trim();
     if (text) send(text);
+  });
+  document.getElementById('confirm-cancel').addEventListener('click', () => {
+    confirmBox.hidden = true;
+    query.focus();
   });
   query.addEventListener('keydown', (e) => {
     if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) {

@@ -48,8 +48,10 @@
       h('span', { class: 'call-summary' }, TG.summary(a.toolName, a.arguments)),
       h('span', { class: 'times' }, TG.age(a.requestedAt), ' · ', TG.expiry(a.expiresAt))),
     h('div', { class: 'where' },
+      a.subagent ? [h('span', { testid: 'subagent' }, `subagent ${a.subagent}`), ' · '] : [],
       'conversation ', h('a', { href: consoleLink, testid: 'open-in-console', title: 'open this turn in the console' }, a.conversationId),
       ' · ', h('code', {}, a.workflowId)),
+    a.userMessage ? h('blockquote', { class: 'user-message', testid: 'user-message', title: 'the message that led to this call' }, a.userMessage) : null,
     h('details', { class: 'args', open: true }, h('summary', {}, 'arguments'), TG.argsView(a.arguments)),
     TG.previewView(a.preview) || TG.diffView(a.toolName, a.arguments),
     TG.decisionPanel({

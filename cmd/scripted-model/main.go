@@ -2,19 +2,26 @@
 // chat completions server that answers from a script (scripted.Demo) instead
 // of a language model, so that `make dev` works without an API key.
 //
-//	scripted-model -addr 127.0.0.1:8090
+//	scripted-model -addr 127.0.0.1:8090 [-notices FILE]
 //
-// Point OPENAI_BASE_URL at http://<addr>/v1.
+// Point OPENAI_BASE_URL at http://<addr>/v1. With -notices it is also
+// `make dev`'s chat hook: each notice POSTed to /notices (TOLLGATE_NOTIFY_URL)
+// is appended to FILE as a line of JSON, links and all, for a person to read
+// and open.
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
@@ -24,21 +31,27 @@ import (
 func main() {
 	addr := flag.String("addr", "127.0.0.1:8090", "address to listen on")
 	delay := flag.Duration("chunk-delay", 30*time.Millisecond, "pause between the chunks of a streamed answer")
+	notices := flag.String("notices", "", "append each notice POSTed to /notices to this file, a JSON line each")
 	flag.Parse()
 
-	if err := run(*addr, *delay); err != nil {
+	if err := run(*addr, *delay, *notices); err != nil {
 		slog.Error("Scripted model stopped", "error", err)
 		os.Exit(1)
 	}
 }
 
-func run(addr string, delay time.Duration) error {
+func run(addr string, delay time.Duration, notices string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
+	mux := http.NewServeMux()
+	mux.Handle("/", scripted.New(scripted.Demo(), scripted.ChunkDelay(delay)))
+	if notices != "" {
+		mux.Handle("POST /notices", noticeFile(notices))
+	}
 	srv := &http.Server{
 		Addr:              addr,
-		Handler:           logRequests(scripted.New(scripted.Demo(), scripted.ChunkDelay(delay))),
+		Handler:           logRequests(mux),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	errc := make(chan error, 1)
@@ -85,3 +98,37 @@ func (r *statusRecorder) WriteHeader(status int) {
 }
 
 func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+// noticeFile appends each posted notice to the file at path, a line each.
+func noticeFile(path string) http.Handler {
+	var mu sync.Mutex
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		var v json.RawMessage
+		if err == nil {
+			err = json.Unmarshal(body, &v)
+		}
+		if err != nil {
+			http.Error(w, "not a JSON notice: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		var line bytes.Buffer
+		if err := json.Compact(&line, body); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		line.WriteByte('\n')
+		mu.Lock()
+		defer mu.Unlock()
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+		if err == nil {
+			_, err = f.Write(line.Bytes())
+			err = errors.Join(err, f.Close())
+		}
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+}

@@ -25,6 +25,7 @@ import (
 	"go.temporal.io/sdk/contrib/envconfig"
 	"gopkg.in/yaml.v3"
 
+	"github.com/tollgate/tollgate/internal/links"
 	"github.com/tollgate/tollgate/internal/payloads"
 	"github.com/tollgate/tollgate/protocol"
 )
@@ -87,6 +88,19 @@ const (
 	// a postgres:// URL, or off. Default DefaultAuditDB. The worker writes
 	// it and the API reads it (GET /audit), so both name the same one.
 	EnvAuditDB = "TOLLGATE_AUDIT_DB"
+	// EnvLinkSecret signs (the worker) and checks (the API) the one-click
+	// decision links of notices; unset, notices carry none and the API
+	// answers no link. At least 32 characters; both must have the same.
+	EnvLinkSecret = "TOLLGATE_LINK_SECRET"
+	// EnvPublicURL is the API's address as people reach it, under which
+	// the worker makes links (required with EnvLinkSecret).
+	EnvPublicURL = "TOLLGATE_PUBLIC_URL"
+	// EnvNotifyFormat is json (the Notice as it is) or slack (a
+	// Slack-compatible message with buttons).
+	EnvNotifyFormat = "TOLLGATE_NOTIFY_FORMAT"
+	// EnvNotifyReminder is how long before a call's timeout its reminder
+	// goes out; unset, at four fifths of the time.
+	EnvNotifyReminder = "TOLLGATE_NOTIFY_REMINDER"
 	// EnvConfigFile names a YAML file holding any of the variables above.
 	// It is read from the environment only.
 	EnvConfigFile = "TOLLGATE_CONFIG_FILE"
@@ -173,6 +187,15 @@ type Config struct {
 	// NotifyURL receives a JSON notice of each approval request and a
 	// reminder before it expires; empty for none.
 	NotifyURL string
+	// NotifyFormat is activities.NoticeFormatJSON or NoticeFormatSlack.
+	NotifyFormat string
+	// NotifyReminder is how long before a call's timeout its reminder goes
+	// out; zero for a fifth of the timeout.
+	NotifyReminder time.Duration
+	// Links signs and checks decision links; nil when EnvLinkSecret is
+	// unset. PublicURL is the API's address as people reach it.
+	Links     *links.Key
+	PublicURL string
 	// MaxSteps bounds the model calls of one turn.
 	MaxSteps int
 	// BashTimeout is the default and the upper limit of one Bash call.
@@ -277,6 +300,7 @@ var known = []string{
 	EnvMetricsAddr, EnvMCPConfig, EnvAPITokens, EnvAllowBypass, EnvAllowUnauthenticated, EnvAllowedOrigins,
 	EnvCodecOrigins, EnvContextBudget, EnvPayloadDir, EnvPayloadThreshold, EnvPayloadS3Endpoint, EnvPayloadS3Secure, EnvPayloadS3Bucket,
 	EnvPayloadS3Prefix, EnvPayloadS3Region, EnvPayloadS3AccessKey, EnvPayloadS3SecretKey, EnvAuditDB,
+	EnvLinkSecret, EnvPublicURL, EnvNotifyFormat, EnvNotifyReminder,
 }
 
 // Binary says which program's settings to read: each reads, and so
@@ -334,6 +358,8 @@ func LoadFor(uses Binary, getenv func(string) string) (Config, error) {
 		S3SecretKey: r.str(EnvPayloadS3SecretKey, ""),
 	}
 	c.AuditDB = r.auditDB(EnvAuditDB)
+	c.Links = r.linkKey(EnvLinkSecret)
+	c.PublicURL = strings.TrimSuffix(r.url(EnvPublicURL), "/")
 	if uses&Worker != 0 {
 		c.OpenAIBaseURL = r.str(EnvOpenAIBaseURL, "")
 		c.OpenAIAPIKey = r.str(EnvOpenAIAPIKey, "")
@@ -344,6 +370,13 @@ func LoadFor(uses Binary, getenv func(string) string) (Config, error) {
 		c.AgentsDir = r.path(EnvAgentsDir, "")
 		c.PolicyFile = r.path(EnvPolicyFile, "")
 		c.NotifyURL = r.url(EnvNotifyURL)
+		c.NotifyFormat = r.oneOf(EnvNotifyFormat, "json", "json", "slack")
+		if r.str(EnvNotifyReminder, "") != "" {
+			c.NotifyReminder = r.duration(EnvNotifyReminder, time.Minute)
+		}
+		if c.Links != nil && c.PublicURL == "" {
+			r.fail(EnvPublicURL, "", "required with %s: the worker makes links under it (example: https://tollgate.example.com)", EnvLinkSecret)
+		}
 		c.MaxSteps = r.positiveInt(EnvMaxSteps, DefaultMaxSteps)
 		c.BashTimeout = r.duration(EnvBashTimeout, DefaultBashTimeout)
 		c.MetricsAddr = r.listenAddr(EnvMetricsAddr, DefaultMetricsAddr)
@@ -489,6 +522,30 @@ func (r *reader) auditDB(name string) string {
 		return ""
 	}
 	return r.path(name, v)
+}
+
+// linkKey reads the link secret; its value never appears in an error.
+func (r *reader) linkKey(name string) *links.Key {
+	v := r.str(name, "")
+	if v == "" {
+		return nil
+	}
+	k, err := links.NewKey(v)
+	if err != nil {
+		r.fail(name, "<secret>", "%v", err)
+		return nil
+	}
+	return &k
+}
+
+// oneOf reads a value that must be one of values; def when unset.
+func (r *reader) oneOf(name, def string, values ...string) string {
+	v := r.str(name, def)
+	if !slices.Contains(values, v) {
+		r.fail(name, v, "not one of %s", strings.Join(values, ", "))
+		return def
+	}
+	return v
 }
 
 // url reads an optional http or https URL.

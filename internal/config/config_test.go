@@ -2,6 +2,7 @@ package config
 
 import (
 	"bytes"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
 
+	"github.com/tollgate/tollgate/internal/links"
 	"github.com/tollgate/tollgate/internal/payloads"
 	"github.com/tollgate/tollgate/workflows"
 )
@@ -46,10 +48,13 @@ func TestLoadWithNothingSetGivesTheDocumentedDefaults(t *testing.T) {
 		ContextBudget:     workflows.DefaultContextBudget,
 		Payloads:          payloads.Config{Dir: filepath.Join(wd, ".tollgate", "payloads"), Threshold: payloads.DefaultThreshold},
 		AuditDB:           filepath.Join(wd, ".tollgate", "audit.db"),
+		NotifyFormat:      "json",
 	}, c)
 }
 
 func TestLoadTakesEveryVariableFromTheEnvironment(t *testing.T) {
+	key, err := links.NewKey("0123456789abcdef0123456789abcdef")
+	require.NoError(t, err)
 	c, err := Load(env(map[string]string{
 		"TEMPORAL_ADDRESS":               "temporal:7233",
 		"TEMPORAL_NAMESPACE":             "agents",
@@ -78,6 +83,10 @@ func TestLoadTakesEveryVariableFromTheEnvironment(t *testing.T) {
 		"TOLLGATE_PAYLOAD_S3_ACCESS_KEY": "ak",
 		"TOLLGATE_PAYLOAD_S3_SECRET_KEY": "sk",
 		"TOLLGATE_AUDIT_DB":              "postgres://tollgate:secret@db:5432/tollgate",
+		"TOLLGATE_LINK_SECRET":           "0123456789abcdef0123456789abcdef",
+		"TOLLGATE_PUBLIC_URL":            "https://tollgate.example.com/",
+		"TOLLGATE_NOTIFY_FORMAT":         "slack",
+		"TOLLGATE_NOTIFY_REMINDER":       "2m",
 	}))
 	require.NoError(t, err)
 	require.Equal(t, Config{
@@ -100,6 +109,10 @@ func TestLoadTakesEveryVariableFromTheEnvironment(t *testing.T) {
 		LogLevel:          slog.LevelDebug,
 		MetricsAddr:       ":9464",
 		AuditDB:           "postgres://tollgate:secret@db:5432/tollgate",
+		Links:             &key,
+		PublicURL:         "https://tollgate.example.com",
+		NotifyFormat:      "slack",
+		NotifyReminder:    2 * time.Minute,
 		Payloads: payloads.Config{
 			Dir: "/srv/payloads", Threshold: 1000, S3Endpoint: "s3:9000", S3Secure: true, S3Bucket: "payloads",
 			S3Prefix: "tg/", S3Region: "eu-1", S3AccessKey: "ak", S3SecretKey: "sk",
@@ -116,6 +129,16 @@ func TestTheAuditLedgerIsASQLiteFileByDefaultAndOffTurnsItOff(t *testing.T) {
 	c, err = Load(env(map[string]string{"TOLLGATE_AUDIT_DB": "off"}))
 	require.NoError(t, err)
 	require.Empty(t, c.AuditDB)
+}
+
+func TestALinkSecretNeedsThePublicURLTheWorkerMakesLinksUnder(t *testing.T) {
+	secret := map[string]string{"TOLLGATE_LINK_SECRET": "0123456789abcdef0123456789abcdef"}
+	_, err := LoadFor(Worker, env(secret))
+	require.ErrorContains(t, err, `TOLLGATE_PUBLIC_URL="": required with TOLLGATE_LINK_SECRET`)
+	c, err := LoadFor(API, env(secret))
+	require.NoError(t, err, "the API checks links without it")
+	require.NotNil(t, c.Links)
+	require.NotContains(t, fmt.Sprintf("%v %+v %#v", c, c, c), "0123456789abcdef", "the secret is never printed")
 }
 
 func TestRequiredToolsNoneProtectsNothing(t *testing.T) {
@@ -215,6 +238,10 @@ func TestEachBadVariableIsNamedWithItsValue(t *testing.T) {
 		{"TOLLGATE_METRICS_ADDR", "9090", `TOLLGATE_METRICS_ADDR="9090": not a host:port to listen on (example: 127.0.0.1:9090; "off" for none)`},
 		{"TOLLGATE_METRICS_ADDR", "127.0.0.1:http", `TOLLGATE_METRICS_ADDR="127.0.0.1:http": port "http" is not a number from 0 to 65535`},
 		{"TOLLGATE_METRICS_ADDR", "127.0.0.1:70000", `TOLLGATE_METRICS_ADDR="127.0.0.1:70000": port "70000" is not a number from 0 to 65535`},
+		{"TOLLGATE_LINK_SECRET", "too-short", `TOLLGATE_LINK_SECRET="<secret>": a link secret needs at least 32 characters, this one has 9`},
+		{"TOLLGATE_NOTIFY_FORMAT", "xml", `TOLLGATE_NOTIFY_FORMAT="xml": not one of json, slack`},
+		{"TOLLGATE_NOTIFY_REMINDER", "soon", `TOLLGATE_NOTIFY_REMINDER="soon": not a duration (example: 1m)`},
+		{"TOLLGATE_PUBLIC_URL", "tollgate.example.com", `TOLLGATE_PUBLIC_URL="tollgate.example.com": not an http(s) URL`},
 		{"TOLLGATE_AUDIT_DB", "mysql://db/x", `TOLLGATE_AUDIT_DB="mysql://db/x": neither a postgres:// URL nor a file path ("off" keeps no ledger)`},
 		{"TOLLGATE_AUDIT_DB", "postgres://tollgate:secret@/x", `TOLLGATE_AUDIT_DB="postgres://tollgate:xxxxx@/x": not a PostgreSQL URL`},
 	} {

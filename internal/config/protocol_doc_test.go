@@ -81,6 +81,7 @@ func TestProtocolDocGivesEveryVariableLoadsDefault(t *testing.T) {
 		EnvContextBudget:        strconv.Itoa(workflows.DefaultContextBudget),
 		EnvPayloadDir:           DefaultPayloadDir,
 		EnvAuditDB:              DefaultAuditDB,
+		EnvNotifyFormat:         "json",
 		EnvPayloadThreshold:     strconv.Itoa(payloads.DefaultThreshold),
 		EnvPayloadS3Secure:      "false",
 	}

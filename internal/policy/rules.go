@@ -89,6 +89,13 @@ func (r Rule) Validate() error {
 	return nil
 }
 
+// CheckWhen says why expr is not an expression EvalWhen can evaluate, or
+// nil: a grant's scope is checked with it before the grant is made.
+func CheckWhen(expr string) error {
+	_, err := compileWhen(expr)
+	return err
+}
+
 // programs caches compiled expressions: compiling is pure, so a cache
 // shared by all workflows keeps them deterministic.
 var programs sync.Map // string → cel.Program
