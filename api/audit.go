@@ -20,7 +20,7 @@ const auditTimeout = 10 * time.Second
 var auditDecisions = map[string]bool{"approve": true, "decline": true, "timeout": true}
 
 // listAudit serves GET /audit: a page of the audit ledger, newest request
-// first, filtered by conversationId, principal, tool, decision and a time
+// first, filtered by requestId, conversationId, principal, tool, decision and a time
 // range (since, until: RFC 3339), limit rows from cursor (the previous
 // page's next). With format=jsonl it streams every row the filters select,
 // one JSON object a line, for an export.
@@ -86,6 +86,7 @@ func (s *Server) listAudit(c *gin.Context) {
 // auditFilter reads GET /audit's query.
 func auditFilter(c *gin.Context) (auditdb.Filter, bool, error) {
 	f := auditdb.Filter{
+		RequestID:    c.Query("requestId"),
 		Conversation: c.Query("conversationId"),
 		Principal:    c.Query("principal"),
 		Tool:         c.Query("tool"),

@@ -618,3 +618,23 @@ func TestConsoleSaysACallTheTurnStoppedBeforeWasNotRunRatherThanDeclined(t *test
 	require.Equal(t, "declined", status("Write"))
 	require.Equal(t, "declined", status("Bash"))
 }
+
+// TestInboxSaysWhatBecameOfACallDecidedElsewhere decides a call through the
+// API while the inbox shows it: the card moves to the decided ones with the
+// ledger's outcome.
+func TestInboxSaysWhatBecameOfACallDecidedElsewhere(t *testing.T) {
+	st := newStack(t)
+	_, msgs := st.chat(t, `{"query": "decide it elsewhere", "conversationId": "inbox-elsewhere"}`)
+	seq := 0
+	asked := requestsByTool(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 2))
+
+	b := newBrowser(t)
+	b.do(chromedp.Navigate(st.api.URL + "/inbox"))
+	b.do(chromedp.WaitVisible(chromedp.CSS(`[data-testid="approval"][data-tool="Bash"]`)))
+	_, out := st.postJSON(t, "/chat/approval", `{"requestId":"`+asked["Bash"].RequestID+`","decision":"decline","reason":"not from here"}`)
+	require.Equal(t, true, out["accepted"], out)
+
+	outcome := `[data-testid="decided-approval"][data-tool="Bash"] [data-testid="outcome"]`
+	b.waitUntil(`document.querySelector(` + jsQuote(outcome) + `)?.textContent.startsWith('declined')`)
+	require.Contains(t, eval[string](b, `document.querySelector(`+jsQuote(outcome)+`).textContent`), "“not from here”")
+}

@@ -93,18 +93,28 @@ func (t *turn) auditGranted(ctx workflow.Context, i int, call activities.ToolCal
 	return r
 }
 
+// auditDecided is row r with a's decision, as soon as it is taken.
+func auditDecided(r audit.Record, a *approval) audit.Record {
+	r.Stage = audit.StageDecided
+	decided := a.decidedAt
+	r.Decision, r.DecidedBy, r.Principal, r.Role, r.Reason, r.DecidedAt = a.decision, a.decidedBy, a.by, a.role, a.reason, &decided
+	if a.decision == DecisionApprove && a.arguments != "" {
+		r.EditedArguments, r.EditDiff = a.arguments, audit.EditDiff(a.Call.Arguments, a.arguments)
+	}
+	return r
+}
+
 // auditEnded completes row r with a's decision (nil for a grant's row,
 // which has its decision already), what ran (ran, when the person edited
-// the arguments) and the tool's result.
+// the arguments: normalized as the tool ran them) and the tool's result.
 func auditEnded(ctx workflow.Context, r audit.Record, a *approval, ran string, result ToolResult) audit.Record {
-	r.Stage = audit.StageEnded
 	if a != nil {
-		decided := a.decidedAt
-		r.Decision, r.DecidedBy, r.Principal, r.Role, r.Reason, r.DecidedAt = a.decision, a.decidedBy, a.by, a.role, a.reason, &decided
+		r = auditDecided(r, a)
 		if ran != "" {
 			r.EditedArguments, r.EditDiff = ran, audit.EditDiff(a.Call.Arguments, ran)
 		}
 	}
+	r.Stage = audit.StageEnded
 	switch result.Status {
 	case activities.StatusDeclined, activities.StatusTimeout:
 		r.Outcome = audit.OutcomeNotRun

@@ -72,6 +72,15 @@ func TestTheLedgerHasARowForEveryAskedCallWithWhoDecidedWhatAndWhatRan(t *testin
 			Arguments: `{"command":"rm -rf build/tmp"}`, Principal: "bob", Role: "approve"})
 		h.decide(ApprovalDecision{RequestID: h.requestID(activities.ToolWrite), Decision: DecisionDecline, Reason: "not that file", Principal: "carol"})
 	}, time.Minute)
+	// While the Edit still waits, the decisions are in the ledger already.
+	h.env.RegisterDelayedCallback(func() {
+		rows := ledgerRows(t, l)
+		require.Equal(t, audit.StageDecided, rows["call_bash"].Stage)
+		require.Equal(t, "bob", rows["call_bash"].Principal)
+		require.Equal(t, `{"command":"rm -rf build/tmp"}`, rows["call_bash"].EditedArguments)
+		require.Equal(t, DecisionDecline, rows["call_write"].Decision)
+		require.Equal(t, audit.StageAsked, rows["call_edit"].Stage)
+	}, 2*time.Minute)
 
 	out := h.runTurn(TurnInput{ConversationID: "c1", Turn: 1, Sender: "ann", Messages: userTurn("clean up").Messages})
 	workflowID := findEvent(t, out.Events, EventTurnStart).WorkflowID

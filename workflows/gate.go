@@ -329,8 +329,9 @@ func (g *gate) pending() []PendingApproval {
 const pendingMessageBytes = 500
 
 // await blocks until every request in reqs is decided: by a person, by its
-// own durable timer (timeout), or by cancellation of ctx (decline).
-func (g *gate) await(ctx workflow.Context, reqs []*approval) {
+// own durable timer (timeout), or by cancellation of ctx (decline). After
+// each wake, onDecided (when set) gets the requests decided since the last.
+func (g *gate) await(ctx workflow.Context, reqs []*approval, onDecided func([]*approval)) {
 	g.upsertPending(ctx)
 	defer g.upsertPending(ctx)
 
@@ -367,10 +368,24 @@ func (g *gate) await(ctx workflow.Context, reqs []*approval) {
 	sel.AddReceive(g.wake, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil) })
 	cancelled := false
 	sel.AddReceive(ctx.Done(), func(workflow.ReceiveChannel, bool) { cancelled = true })
+	told := make([]bool, len(reqs))
 	for !allDecided(reqs) {
 		sel.Select(ctx)
 		if cancelled {
 			g.declinePending(ctx, reasonCancelled)
+		}
+		if onDecided == nil {
+			continue
+		}
+		var news []*approval
+		for i, a := range reqs {
+			if a.decided && !told[i] {
+				told[i] = true
+				news = append(news, a)
+			}
+		}
+		if len(news) > 0 {
+			onDecided(news)
 		}
 	}
 }

@@ -436,7 +436,21 @@ func (t *turn) runBatch(ctx workflow.Context, calls []activities.ToolCall) []Too
 			}
 		}
 		t.writeAudit(ctx, asked)
-		t.gate.await(ctx, waiting)
+		var onDecided func([]*approval)
+		if len(asked) > 0 {
+			// Each decision reaches the ledger when it is taken, not when
+			// the last call of its batch is.
+			onDecided = func(decided []*approval) {
+				var out []audit.Record
+				for _, a := range decided {
+					if i := slices.Index(approvals, a); i >= 0 && rows[i] != nil {
+						out = append(out, auditDecided(*rows[i], a))
+					}
+				}
+				t.writeAudit(ctx, out)
+			}
+		}
+		t.gate.await(ctx, waiting, onDecided)
 	}
 	turnID := workflow.GetInfo(ctx).WorkflowExecution.ID
 	for _, a := range approvals {

@@ -83,6 +83,25 @@
     decidedHead.hidden = false;
   }
 
+  // tellOutcome replaces a settled row's outcome with what the audit ledger
+  // says became of its request: who decided what, and when. An API without
+  // a ledger, or a row not in it yet, keeps the outcome it has.
+  async function tellOutcome(id) {
+    try {
+      const resp = await fetch(`/audit?requestId=${encodeURIComponent(id)}`, { headers: TG.authHeaders({ Accept: 'application/json' }) });
+      if (!resp.ok) return;
+      const r = ((await resp.json()).records || [])[0];
+      if (!r || !r.decision) return;
+      const what = { approve: 'approved', decline: 'declined', timeout: 'no decision in time' }[r.decision] || r.decision;
+      const by = r.principal ? ` by ${r.principal}` : r.decidedBy && r.decidedBy !== 'person' ? ` (${r.decidedBy})` : '';
+      const when = r.decidedAt ? ` at ${new Date(r.decidedAt).toLocaleTimeString()}` : '';
+      const el = decidedList.querySelector(`[data-request-id="${CSS.escape(id)}"] [data-testid="outcome"]`);
+      if (el) el.textContent = `${what}${by}${when}${r.reason ? ` · “${r.reason}”` : ''}`;
+    } catch {
+      // The outcome already shown stands.
+    }
+  }
+
   // show makes the list match approvals (in their order), keeping the rows
   // that stay; a row that no longer waits was decided elsewhere (another
   // inbox, the console, the CLI, a grant, the clock).
@@ -95,7 +114,10 @@
     }
     const want = new Set(approvals.map((a) => a.requestId));
     for (const id of [...rows.keys()]) {
-      if (!want.has(id)) settle(id, `no longer waiting (decided elsewhere, or expired) · ${new Date().toLocaleTimeString()}`);
+      if (!want.has(id)) {
+        settle(id, `no longer waiting (decided elsewhere, or expired) · ${new Date().toLocaleTimeString()}`);
+        tellOutcome(id);
+      }
     }
     approvals.forEach((a, i) => {
       let el = rows.get(a.requestId);

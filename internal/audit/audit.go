@@ -20,12 +20,14 @@ import (
 	"time"
 )
 
-// Stages of a row: a row written when the call asked is completed by the
-// one written when the call ended; a write of an earlier stage never
-// overwrites a later one (a retry that arrives late).
+// Stages of a row: written when the call asks, again when it is decided
+// (while others of its batch may still wait), and completed when it ended;
+// a write of an earlier stage never overwrites a later one (a retry that
+// arrives late).
 const (
-	StageAsked = 1
-	StageEnded = 2
+	StageAsked   = 1
+	StageDecided = 2
+	StageEnded   = 3
 )
 
 // Outcomes of a call, as the tool result's status says them.

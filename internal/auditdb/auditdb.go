@@ -191,7 +191,7 @@ func (l *Ledger) Write(ctx context.Context, records []audit.Record) error {
 	for i := range records {
 		r := records[i]
 		if r.ID == "" || r.Tool == "" || r.Stage < audit.StageAsked || r.Stage > audit.StageEnded {
-			return fmt.Errorf("audit record %q of tool %q at stage %d: an id, a tool and a stage of %d or %d are required", r.ID, r.Tool, r.Stage, audit.StageAsked, audit.StageEnded)
+			return fmt.Errorf("audit record %q of tool %q at stage %d: an id, a tool and a stage from %d to %d are required", r.ID, r.Tool, r.Stage, audit.StageAsked, audit.StageEnded)
 		}
 		if _, err := tx.ExecContext(ctx, stmt, values(&r)...); err != nil {
 			return fmt.Errorf("audit ledger %s: write %s: %w", l.where, r.ID, err)
@@ -205,6 +205,8 @@ func (l *Ledger) Write(ctx context.Context, records []audit.Record) error {
 
 // Filter selects rows of the ledger; zero fields select everything.
 type Filter struct {
+	// RequestID selects the row of one request.
+	RequestID    string
 	Conversation string
 	Principal    string
 	Tool         string
@@ -246,6 +248,9 @@ func (l *Ledger) List(ctx context.Context, f Filter) (Page, error) {
 	add := func(cond string, v any) {
 		args = append(args, v)
 		where = append(where, strings.ReplaceAll(cond, "?", l.placeholder(len(args))))
+	}
+	if f.RequestID != "" {
+		add("id = ?", f.RequestID)
 	}
 	if f.Conversation != "" {
 		add("conversation_id = ?", f.Conversation)

@@ -74,7 +74,7 @@ func TestLedger(t *testing.T) {
 			t.Run("a record without an id, a tool or a stage is refused, naming it", func(t *testing.T) {
 				l, _ := open(t)
 				err := l.Write(context.Background(), []audit.Record{{ID: "r1", Stage: audit.StageAsked}})
-				require.ErrorContains(t, err, `audit record "r1" of tool ""`)
+				require.ErrorContains(t, err, `audit record "r1" of tool "" at stage 1: an id, a tool and a stage from 1 to 3 are required`)
 				page, err := l.List(context.Background(), auditdb.Filter{})
 				require.NoError(t, err)
 				require.Empty(t, page.Records, "nothing of the transaction is written")
@@ -172,6 +172,7 @@ func testFiltersAndPages(t *testing.T, l *auditdb.Ledger) {
 		return out
 	}
 	require.Equal(t, want(func(_ int, r audit.Record) bool { return r.ConversationID == "c1" }), ids(list(t, l, auditdb.Filter{Conversation: "c1"})))
+	require.Equal(t, []string{"r07"}, ids(list(t, l, auditdb.Filter{RequestID: "r07"})))
 	require.Equal(t, want(func(_ int, r audit.Record) bool { return r.Principal == "carol" }), ids(list(t, l, auditdb.Filter{Principal: "carol"})))
 	require.Equal(t, want(func(_ int, r audit.Record) bool { return r.Tool == "Bash" && r.Decision == "timeout" }),
 		ids(list(t, l, auditdb.Filter{Tool: "Bash", Decision: "timeout"})))
