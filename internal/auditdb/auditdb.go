@@ -150,13 +150,35 @@ func (l *Ledger) migrate(ctx context.Context) error {
 		"CREATE INDEX IF NOT EXISTS tollgate_audit_requested ON tollgate_audit (requested_at, id)",
 		"CREATE INDEX IF NOT EXISTS tollgate_audit_conversation ON tollgate_audit (conversation_id, requested_at)",
 	}
+	// Workers and APIs start together and each makes the table when it is
+	// missing; PostgreSQL's CREATE ... IF NOT EXISTS is not safe against a
+	// concurrent one (the cluster test's two workers hit "duplicate key
+	// ... pg_type_typname_nsp_index"), so the statements run in one
+	// transaction under an advisory lock. SQLite's transaction is enough.
+	tx, err := l.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("make the table: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	if l.postgres {
+		if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock($1)", migrationLock); err != nil {
+			return fmt.Errorf("make the table: lock: %w", err)
+		}
+	}
 	for _, s := range stmts {
-		if _, err := l.db.ExecContext(ctx, s); err != nil {
+		if _, err := tx.ExecContext(ctx, s); err != nil {
 			return fmt.Errorf("make the table: %w", err)
 		}
 	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("make the table: %w", err)
+	}
 	return nil
 }
+
+// migrationLock is the PostgreSQL advisory lock key the table's making
+// holds: "tollgate" in ASCII, as a number.
+const migrationLock int64 = 0x746f6c6c67617465
 
 // placeholder is the i-th (from 1) bind parameter in the database's syntax.
 func (l *Ledger) placeholder(i int) string {

@@ -71,6 +71,25 @@ func TestLedger(t *testing.T) {
 				defer reader.Close()
 				testWriterAndReader(t, l, reader)
 			})
+			t.Run("workers and APIs that start together all open the database, which makes its table once", func(t *testing.T) {
+				d := dsn(t)
+				var wg sync.WaitGroup
+				errs := make(chan error, 8)
+				for range 8 {
+					wg.Go(func() {
+						l, err := auditdb.Open(context.Background(), d)
+						if err == nil {
+							err = l.Close()
+						}
+						errs <- err
+					})
+				}
+				wg.Wait()
+				close(errs)
+				for err := range errs {
+					require.NoError(t, err)
+				}
+			})
 			t.Run("a record without an id, a tool or a stage is refused, naming it", func(t *testing.T) {
 				l, _ := open(t)
 				err := l.Write(context.Background(), []audit.Record{{ID: "r1", Stage: audit.StageAsked}})
