@@ -151,6 +151,7 @@ func (m *Model) Chat(ctx context.Context, in ModelInput) (ModelOutput, error) {
 		content strings.Builder
 		calls   ToolCallAssembler
 		finish  string
+		used    int
 	)
 	for {
 		chunk, err := stream.Recv()
@@ -162,6 +163,9 @@ func (m *Model) Chat(ctx context.Context, in ModelInput) (ModelOutput, error) {
 		}
 		if inActivity {
 			activity.RecordHeartbeat(ctx)
+		}
+		if chunk.Usage != nil {
+			used = chunk.Usage.TotalTokens
 		}
 		for _, choice := range chunk.Choices {
 			if choice.Index != 0 {
@@ -176,12 +180,15 @@ func (m *Model) Chat(ctx context.Context, in ModelInput) (ModelOutput, error) {
 		}
 		tokens.offer(ctx, content.String())
 	}
-	return ModelOutput{Content: content.String(), ToolCalls: calls.Calls(), FinishReason: finish}, nil
+	return ModelOutput{Content: content.String(), ToolCalls: calls.Calls(), FinishReason: finish, Tokens: used}, nil
 }
 
 // chatRequest converts the activity's input to go-openai's request.
 func chatRequest(in ModelInput, model string) (openai.ChatCompletionRequest, error) {
 	req := openai.ChatCompletionRequest{Model: model, Stream: true}
+	if in.WantUsage {
+		req.StreamOptions = &openai.StreamOptions{IncludeUsage: true}
+	}
 	for _, msg := range in.Messages {
 		if msg.Role == RoleAssistant && msg.Content == "" && len(msg.ToolCalls) == 0 {
 			// An empty answer tells the model nothing, and servers reject an

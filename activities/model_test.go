@@ -437,3 +437,16 @@ func TestRejectedRequestStaysNonRetryableThroughTheSDK(t *testing.T) {
 	require.Equal(t, activities.ModelRequestRejectedError, appErr.Type())
 	require.Contains(t, appErr.Error(), "bad key")
 }
+
+func TestTheModelReportsTheUsageTheServerSendsWhenAskedFor(t *testing.T) {
+	m := serve(t, scripted.New(scripted.Always(scripted.Reply{Content: "hello", Tokens: 42})), nil)
+	in := activities.ModelInput{Messages: []activities.Message{{Role: activities.RoleUser, Content: "hi"}}, WantUsage: true}
+	out, err := m.Chat(context.Background(), in)
+	require.NoError(t, err)
+	require.Equal(t, "hello", out.Content)
+	require.Equal(t, 42, out.Tokens)
+	in.WantUsage = false
+	out, err = m.Chat(context.Background(), in)
+	require.NoError(t, err)
+	require.Zero(t, out.Tokens, "not asked, not sent")
+}

@@ -41,6 +41,10 @@ type ModelInput struct {
 	Model string `json:"model,omitempty"`
 	// Tokens, when set, receives the answer's text in batches while it streams.
 	Tokens *TokenTarget `json:"tokens,omitempty"`
+	// WantUsage asks the server for the call's token usage (the stream's
+	// include_usage option), for a token budget. Some servers refuse the
+	// option, so it is sent only when a budget needs it.
+	WantUsage bool `json:"wantUsage,omitempty"`
 }
 
 // ModelOutput is the model's complete answer to one call.
@@ -48,6 +52,9 @@ type ModelOutput struct {
 	Content      string     `json:"content,omitempty"`
 	ToolCalls    []ToolCall `json:"toolCalls,omitempty"`
 	FinishReason string     `json:"finishReason,omitempty"`
+	// Tokens is the call's total token usage as the server reported it
+	// (prompt and completion), 0 when it reported none.
+	Tokens int `json:"tokens,omitempty"`
 }
 
 // TokenBatch is the payload of the tokens signal the model activity sends to

@@ -638,3 +638,25 @@ func TestInboxSaysWhatBecameOfACallDecidedElsewhere(t *testing.T) {
 	b.waitUntil(`document.querySelector(` + jsQuote(outcome) + `)?.textContent.startsWith('declined')`)
 	require.Contains(t, eval[string](b, `document.querySelector(`+jsQuote(outcome)+`).textContent`), "“not from here”")
 }
+
+// TestConsoleAsksToRaiseASpentBudgetAndTheTurnGoesOn runs a turn whose
+// tool-call budget is spent by its first batch: the console shows the
+// budget's request, and approving it lets the turn finish.
+func TestConsoleAsksToRaiseASpentBudgetAndTheTurnGoesOn(t *testing.T) {
+	env := newStack(t, withSettings(func(s *workflows.Settings) { s.Budgets = workflows.Budgets{TurnToolCalls: 2} }))
+	b := newBrowser(t)
+	b.do(chromedp.Navigate(env.api.URL + "/"))
+	sendFromConsole(b, "tidy up on a budget")
+	turn := nthTurn(1)
+	b.do(
+		chromedp.WaitVisible(chromedp.CSS(callIn(turn, "Write")+` [data-testid="approve"]`)),
+		chromedp.Click(chromedp.CSS(callIn(turn, "Write")+` [data-testid="approve"]`)),
+		chromedp.Click(chromedp.CSS(callIn(turn, "Bash")+` [data-testid="approve"]`)),
+	)
+	budget := turn + ` [data-testid="approval-request"][data-kind="budget"]`
+	b.do(chromedp.WaitVisible(chromedp.CSS(budget)))
+	head := eval[string](b, `document.querySelector(`+jsQuote(budget+` .approval-head`)+`).textContent`)
+	require.Contains(t, head, "Budget spent: the turn tool calls budget is spent: 3 of 2 tool calls; approve to go on with it raised to 5")
+	b.do(chromedp.Click(chromedp.CSS(budget + ` [data-testid="approve"]`)))
+	b.do(chromedp.WaitVisible(chromedp.CSS(turn + ` [data-testid="finish"][data-reason="stop"]`)))
+}

@@ -38,6 +38,16 @@ const (
 	FinishMaxSteps  = "max_steps"
 	FinishCancelled = "cancelled"
 	FinishError     = "error"
+	// FinishBudget ends a turn whose budget a person did not raise.
+	FinishBudget = "budget"
+)
+
+// BudgetTool is the tool name of a budget's approval request: its kind is
+// KindBudget, and its arguments say which budget, its limit and what is
+// spent.
+const (
+	BudgetTool = "budget"
+	KindBudget = "budget"
 )
 
 // Tool result statuses, as the tool_result event reports them.
@@ -107,6 +117,9 @@ type Event struct {
 	// the worker where the files are: a Write's or an Edit's diff against
 	// the file, a Bash command line by line.
 	Preview string `json:"preview,omitempty"`
+	// Kind, on approval_request, is "budget" for a budget's request
+	// (omitted for a tool call's).
+	Kind string `json:"kind,omitempty"`
 	// Grant names the remembered decision that decided a call;
 	// GrantUsesLeft says how many more calls it may decide (omitted when
 	// any number) and GrantExpiresAt when it ends (omitted when never).

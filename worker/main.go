@@ -148,6 +148,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		Rules:            rules,
 		Notify:           cfg.NotifyURL != "",
 		ReminderBefore:   cfg.NotifyReminder,
+		Budgets:          workflows.Budgets(cfg.Budgets),
 		Audit:            ledger != nil,
 		ContextBudget:    cfg.ContextBudget,
 	}}

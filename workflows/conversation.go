@@ -27,6 +27,10 @@ type conversation struct {
 	running     string
 	runningTurn workflow.ChildWorkflowFuture
 	grants      []Grant
+	// spent and raised are what the turns spent and the conversation
+	// budgets people raised (budget.go).
+	spent  Usage
+	raised Budgets
 	// traces holds, by turn number, the span of the message Update that
 	// queued the turn, so that the turn is traced as part of the request
 	// that sent its message rather than of the conversation's run, which
@@ -41,7 +45,7 @@ type conversation struct {
 // approvals are declined) and runs next. The workflow continues as new,
 // carrying the full message log, before its history grows large.
 func (w *Workflows) Conversation(ctx workflow.Context, in ConversationInput) error {
-	c := &conversation{id: in.ConversationID, messages: in.Messages, turns: in.Turns, queue: in.Queue, grants: in.Grants, traces: map[int]workflowtrace.Span{}}
+	c := &conversation{id: in.ConversationID, messages: in.Messages, turns: in.Turns, queue: in.Queue, grants: in.Grants, spent: in.Spent, raised: in.Raised, traces: map[int]workflowtrace.Span{}}
 	var settings Settings
 	if err := workflow.SideEffect(ctx, func(workflow.Context) any {
 		return w.Settings.withDefaults()
@@ -111,7 +115,7 @@ func (w *Workflows) Conversation(ctx workflow.Context, in ConversationInput) err
 				return err
 			}
 			return workflow.NewContinueAsNewError(ctx, ConversationWorkflow, ConversationInput{
-				ConversationID: c.id, Messages: c.messages, Turns: c.turns, Queue: c.queue, Grants: c.grants,
+				ConversationID: c.id, Messages: c.messages, Turns: c.turns, Queue: c.queue, Grants: c.grants, Spent: c.spent, Raised: c.raised,
 			})
 		}
 	}
@@ -163,6 +167,8 @@ func (c *conversation) runTurn(ctx workflow.Context, q QueuedMessage, settings S
 		Sender:         q.Message.Sender,
 		Grants:         c.grants,
 		ClientTools:    q.Message.ClientTools,
+		Spent:          c.spent,
+		Raised:         c.raised,
 	})
 	c.running, c.runningTurn = opts.WorkflowID, child
 	// Only what the conversation keeps is decoded: a turn's result also
@@ -172,6 +178,8 @@ func (c *conversation) runTurn(ctx workflow.Context, q QueuedMessage, settings S
 		Messages   []activities.Message `json:"messages,omitempty"`
 		Grants     []Grant              `json:"grants,omitempty"`
 		GrantsUsed map[string]int       `json:"grantsUsed,omitempty"`
+		Usage      Usage                `json:"usage,omitempty,omitzero"`
+		Raised     Budgets              `json:"raised,omitempty,omitzero"`
 	}
 	err := child.Get(ctx, &out)
 	c.running, c.runningTurn = "", nil
@@ -191,6 +199,8 @@ func (c *conversation) runTurn(ctx workflow.Context, q QueuedMessage, settings S
 		}
 	}
 	c.grants = append(c.grants, out.Grants...)
+	c.spent = c.spent.Add(out.Usage)
+	c.raised = c.raised.raisedBy(out.Raised)
 }
 
 // setStatus keeps the conversation's StatusAttribute current, where the

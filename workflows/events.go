@@ -33,6 +33,7 @@ const (
 	FinishMaxSteps  = protocol.FinishMaxSteps
 	FinishCancelled = protocol.FinishCancelled
 	FinishError     = protocol.FinishError
+	FinishBudget    = protocol.FinishBudget
 )
 
 // Decisions a person (or the clock) makes on an approval request.

@@ -137,10 +137,20 @@ func (g *gate) request(ctx workflow.Context, call activities.ToolCall, timeout t
 		ExpiresAt:  &expires,
 		Reason:     note,
 		Preview:    preview,
+		Kind:       requestKind(call),
 	})
 	countRequest(ctx)
 	g.sendNotice(ctx, a, activities.NoticeApprovalRequest)
 	return a
+}
+
+// requestKind is the kind of a request about call: KindBudget for a
+// budget's, empty for a tool call's.
+func requestKind(call activities.ToolCall) string {
+	if call.Name == protocol.BudgetTool {
+		return protocol.KindBudget
+	}
+	return ""
 }
 
 // newRequestID makes the id of a request about call, an approval's or a

@@ -51,6 +51,10 @@ type ConversationInput struct {
 	Queue []QueuedMessage `json:"queue,omitempty"`
 	// Grants are the conversation's remembered decisions.
 	Grants []Grant `json:"grants,omitempty"`
+	// Spent is what the conversation's turns have spent; Raised the
+	// conversation budgets people raised.
+	Spent  Usage   `json:"spent,omitempty,omitzero"`
+	Raised Budgets `json:"raised,omitempty,omitzero"`
 }
 
 // QueuedMessage is a user message waiting for its turn.
@@ -83,6 +87,10 @@ type TurnInput struct {
 	Grants []Grant `json:"grants,omitempty"`
 	// ClientTools are the tools the client runs itself.
 	ClientTools []activities.ToolSpec `json:"clientTools,omitempty"`
+	// Spent is what the conversation's earlier turns spent, and Raised the
+	// conversation budgets people raised, for the conversation budgets.
+	Spent  Usage   `json:"spent,omitempty,omitzero"`
+	Raised Budgets `json:"raised,omitempty,omitzero"`
 }
 
 // TurnOutput is a finished turn: why it finished, its final text, the
@@ -99,6 +107,10 @@ type TurnOutput struct {
 	// GrantsUsed counts, by grant id, the calls each grant decided during
 	// the turn (and its subagents).
 	GrantsUsed map[string]int `json:"grantsUsed,omitempty"`
+	// Usage is what the turn spent, its subagents included; Raised the
+	// conversation budgets a person raised during it.
+	Usage  Usage   `json:"usage,omitempty,omitzero"`
+	Raised Budgets `json:"raised,omitempty,omitzero"`
 }
 
 // MessagesRequest asks for a page of a conversation's transcript: Limit

@@ -38,6 +38,9 @@ type Settings struct {
 	// a fifth of the timeout. One at least as long as the timeout is
 	// ignored.
 	ReminderBefore time.Duration `json:"reminderBefore,omitempty"`
+	// Budgets bound what a turn and a conversation may spend before a
+	// person is asked whether they may go on (budget.go); zero is none.
+	Budgets Budgets `json:"budgets,omitempty,omitzero"`
 	// Audit is true when the worker writes the audit ledger: every call the
 	// gate asks about or a grant answers gets a row (audit.go).
 	Audit bool `json:"audit,omitempty"`

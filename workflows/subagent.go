@@ -54,6 +54,9 @@ type SubagentOutput struct {
 	// calls each grant decided in it.
 	Grants     []Grant        `json:"grants,omitempty"`
 	GrantsUsed map[string]int `json:"grantsUsed,omitempty"`
+	// Usage is what the subagent spent (tokens and tool calls), which its
+	// parent counts.
+	Usage Usage `json:"usage,omitempty,omitzero"`
 }
 
 // SubagentEvents is the payload of the subagentEvents signal.
@@ -208,6 +211,7 @@ func (t *turn) runSubagent(ctx workflow.Context, call activities.ToolCall) activ
 	for _, id := range slices.Sorted(maps.Keys(out.GrantsUsed)) {
 		t.countGrantUse(id, out.GrantsUsed[id])
 	}
+	t.used = t.used.Add(Usage{Tokens: out.Usage.Tokens, ToolCalls: out.Usage.ToolCalls})
 	for _, g := range out.Grants {
 		t.remember(g)
 	}
@@ -282,7 +286,7 @@ func (w *Workflows) Subagent(ctx workflow.Context, in SubagentInput) (SubagentOu
 	reason, text := t.run(ctx)
 	t.finish(reason, text)
 	last := t.log.events[len(t.log.events)-1]
-	return SubagentOutput{FinishReason: reason, Text: text, Message: last.Message, Forwarded: f.drain(ctx), Grants: t.newGrants, GrantsUsed: t.grantsUsed}, nil
+	return SubagentOutput{FinishReason: reason, Text: text, Message: last.Message, Forwarded: f.drain(ctx), Grants: t.newGrants, GrantsUsed: t.grantsUsed, Usage: t.used}, nil
 }
 
 // forwarder sends a subagent's events to its parent in order: one signal at

@@ -69,6 +69,16 @@ type turn struct {
 	// calls each grant decided in this loop and its subagents.
 	grants, newGrants []Grant
 	grantsUsed        map[string]int
+
+	// used is what this loop spent (its subagents' included), spent what
+	// the conversation's earlier turns did; limits are the bounds as
+	// people raised them, raised the conversation bounds raised here;
+	// budgetAsks numbers the budget requests (budget.go).
+	used, spent Usage
+	startedAt   time.Time
+	limits      limits
+	raised      Budgets
+	budgetAsks  int
 }
 
 // remember adds a grant made during this loop.
@@ -101,6 +111,9 @@ func (w *Workflows) ChatTurn(ctx workflow.Context, in TurnInput) (TurnOutput, er
 		bypass:         in.BypassApproval,
 		sender:         in.Sender,
 		grants:         slices.Clone(in.Grants),
+		spent:          in.Spent,
+		limits:         limitsOf(settings.Budgets, in.Raised),
+		startedAt:      workflow.Now(ctx),
 	}
 	if n := len(in.Messages); n > 0 && in.Messages[n-1].Role == activities.RoleUser {
 		t.userMessage = in.Messages[n-1].Content
@@ -110,7 +123,9 @@ func (w *Workflows) ChatTurn(ctx workflow.Context, in TurnInput) (TurnOutput, er
 	}
 	reason, text := t.run(ctx)
 	t.finish(reason, text)
-	return TurnOutput{FinishReason: reason, Text: text, Messages: t.messages, Events: t.log.events, Grants: t.newGrants, GrantsUsed: t.grantsUsed}, nil
+	t.used.Time = workflow.Now(ctx).Sub(t.startedAt)
+	return TurnOutput{FinishReason: reason, Text: text, Messages: t.messages, Events: t.log.events, Grants: t.newGrants, GrantsUsed: t.grantsUsed,
+		Usage: t.used, Raised: t.raised}, nil
 }
 
 // start sets the loop's handlers and publishes turn_start.
@@ -136,7 +151,7 @@ func (t *turn) start(ctx workflow.Context) error {
 // the error's message there.
 func (t *turn) finish(reason, text string) {
 	e := Event{Type: EventFinish, Reason: reason, Text: text}
-	if reason == FinishError {
+	if reason == FinishError || reason == FinishBudget {
 		for i := len(t.log.events) - 1; i >= 0; i-- {
 			if t.log.events[i].Type == EventError {
 				e.Message = t.log.events[i].Message
@@ -259,6 +274,12 @@ func (t *turn) run(ctx workflow.Context) (string, string) {
 		if t.interrupted {
 			return FinishCancelled, ""
 		}
+		if !t.checkBudgets(ctx) {
+			if ctx.Err() != nil || t.interrupted {
+				return FinishCancelled, ""
+			}
+			return FinishBudget, ""
+		}
 		if t.outgrewHistory(ctx) {
 			info := workflow.GetInfo(ctx)
 			t.log.append(Event{Type: EventError, Message: fmt.Sprintf(
@@ -332,6 +353,7 @@ func (t *turn) callModel(ctx workflow.Context, messages []activities.Message) (a
 			RunID:      info.WorkflowExecution.RunID,
 			Step:       t.step,
 		},
+		WantUsage: t.settings.Budgets.wantsUsage(),
 	}
 	var out activities.ModelOutput
 	opts := modelActivityOptions(t.settings)
@@ -341,6 +363,7 @@ func (t *turn) callModel(ctx workflow.Context, messages []activities.Message) (a
 	if err != nil {
 		return out, err
 	}
+	t.used.Tokens += out.Tokens
 	if e, ok := t.answer.finish(out.Content); ok {
 		t.log.append(e)
 	}
@@ -512,6 +535,7 @@ func (t *turn) runBatch(ctx workflow.Context, calls []activities.ToolCall) []Too
 			out.Result = "The user edited the arguments before approving; the tool ran with: " + a.arguments + "\n" + out.Result
 		}
 		results[i].Result, results[i].Status = out.Result, out.Status
+		t.used.ToolCalls++
 	}
 	var ended []audit.Record
 	for i, r := range rows {
@@ -611,6 +635,9 @@ func (t *turn) checkEdit(d ApprovalDecision) error {
 	}
 	call := a.Call
 	call.Arguments = d.Arguments
+	if call.Name == protocol.BudgetTool {
+		return checkBudgetEdit(a.Call.Arguments, d.Arguments)
+	}
 	if _, err := t.normalize(call); err != nil {
 		return rejection(RejectInvalid, fmt.Errorf("the edited arguments of %s: %w", call.Name, err))
 	}

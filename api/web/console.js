@@ -416,9 +416,12 @@
 
     approvalRequest(scope, ev) {
       const panel = TG.decisionPanel({ requestId: ev.requestId, arguments: ev.arguments });
-      const el = h('div', { class: 'approval', testid: 'approval-request', 'data-request-id': ev.requestId, 'data-tool': ev.toolName },
-        h('div', { class: 'approval-head' }, 'Approval needed for ', h('strong', {}, ev.toolName), ' · ', TG.expiry(ev.expiresAt)),
-        TG.previewView(ev.preview),
+      const budget = ev.kind === 'budget';
+      const el = h('div', { class: budget ? 'approval budget' : 'approval', testid: 'approval-request', 'data-request-id': ev.requestId, 'data-tool': ev.toolName, 'data-kind': ev.kind || null },
+        budget
+          ? h('div', { class: 'approval-head' }, h('strong', {}, 'Budget spent'), ': ', ev.reason || '', ' · ', TG.expiry(ev.expiresAt))
+          : h('div', { class: 'approval-head' }, 'Approval needed for ', h('strong', {}, ev.toolName), ' · ', TG.expiry(ev.expiresAt)),
+        budget ? null : TG.previewView(ev.preview),
         panel);
       const card = scope.cards.get(ev.toolCallId);
       if (card) {

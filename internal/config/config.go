@@ -101,6 +101,15 @@ const (
 	// EnvNotifyReminder is how long before a call's timeout its reminder
 	// goes out; unset, at four fifths of the time.
 	EnvNotifyReminder = "TOLLGATE_NOTIFY_REMINDER"
+	// Budgets: what a turn, and a conversation, may spend (model tokens as
+	// the server reports them, tool calls, wall time) before a person is
+	// asked whether it may go on. Unset, none.
+	EnvBudgetTurnTokens            = "TOLLGATE_BUDGET_TURN_TOKENS"
+	EnvBudgetTurnToolCalls         = "TOLLGATE_BUDGET_TURN_TOOL_CALLS"
+	EnvBudgetTurnTime              = "TOLLGATE_BUDGET_TURN_TIME"
+	EnvBudgetConversationTokens    = "TOLLGATE_BUDGET_CONVERSATION_TOKENS"
+	EnvBudgetConversationToolCalls = "TOLLGATE_BUDGET_CONVERSATION_TOOL_CALLS"
+	EnvBudgetConversationTime      = "TOLLGATE_BUDGET_CONVERSATION_TIME"
 	// EnvConfigFile names a YAML file holding any of the variables above.
 	// It is read from the environment only.
 	EnvConfigFile = "TOLLGATE_CONFIG_FILE"
@@ -187,6 +196,9 @@ type Config struct {
 	// NotifyURL receives a JSON notice of each approval request and a
 	// reminder before it expires; empty for none.
 	NotifyURL string
+	// Budgets bound what a turn and a conversation may spend; zero fields
+	// are no bound.
+	Budgets Budgets
 	// NotifyFormat is activities.NoticeFormatJSON or NoticeFormatSlack.
 	NotifyFormat string
 	// NotifyReminder is how long before a call's timeout its reminder goes
@@ -301,6 +313,16 @@ var known = []string{
 	EnvCodecOrigins, EnvContextBudget, EnvPayloadDir, EnvPayloadThreshold, EnvPayloadS3Endpoint, EnvPayloadS3Secure, EnvPayloadS3Bucket,
 	EnvPayloadS3Prefix, EnvPayloadS3Region, EnvPayloadS3AccessKey, EnvPayloadS3SecretKey, EnvAuditDB,
 	EnvLinkSecret, EnvPublicURL, EnvNotifyFormat, EnvNotifyReminder,
+	EnvBudgetTurnTokens, EnvBudgetTurnToolCalls, EnvBudgetTurnTime,
+	EnvBudgetConversationTokens, EnvBudgetConversationToolCalls, EnvBudgetConversationTime,
+}
+
+// Budgets are the TOLLGATE_BUDGET_* variables (workflows.Budgets).
+type Budgets struct {
+	TurnTokens, TurnToolCalls                 int
+	TurnTime                                  time.Duration
+	ConversationTokens, ConversationToolCalls int
+	ConversationTime                          time.Duration
 }
 
 // Binary says which program's settings to read: each reads, and so
@@ -378,6 +400,14 @@ func LoadFor(uses Binary, getenv func(string) string) (Config, error) {
 			r.fail(EnvPublicURL, "", "required with %s: the worker makes links under it (example: https://tollgate.example.com)", EnvLinkSecret)
 		}
 		c.MaxSteps = r.positiveInt(EnvMaxSteps, DefaultMaxSteps)
+		c.Budgets = Budgets{
+			TurnTokens:            r.optionalCount(EnvBudgetTurnTokens, 100000),
+			TurnToolCalls:         r.optionalCount(EnvBudgetTurnToolCalls, 50),
+			TurnTime:              r.optionalDuration(EnvBudgetTurnTime, time.Hour),
+			ConversationTokens:    r.optionalCount(EnvBudgetConversationTokens, 1000000),
+			ConversationToolCalls: r.optionalCount(EnvBudgetConversationToolCalls, 500),
+			ConversationTime:      r.optionalDuration(EnvBudgetConversationTime, 24*time.Hour),
+		}
 		c.BashTimeout = r.duration(EnvBashTimeout, DefaultBashTimeout)
 		c.MetricsAddr = r.listenAddr(EnvMetricsAddr, DefaultMetricsAddr)
 		c.MCPConfig = r.mcpConfig(EnvMCPConfig)
@@ -536,6 +566,23 @@ func (r *reader) linkKey(name string) *links.Key {
 		return nil
 	}
 	return &k
+}
+
+// optionalCount reads a whole number of at least 1, or 0 when unset;
+// example shows one in an error.
+func (r *reader) optionalCount(name string, example int) int {
+	if r.str(name, "") == "" {
+		return 0
+	}
+	return r.positiveInt(name, example)
+}
+
+// optionalDuration reads a duration greater than zero, or 0 when unset.
+func (r *reader) optionalDuration(name string, example time.Duration) time.Duration {
+	if r.str(name, "") == "" {
+		return 0
+	}
+	return r.duration(name, example)
 }
 
 // oneOf reads a value that must be one of values; def when unset.

@@ -46,6 +46,30 @@ type completion struct {
 	id      string
 	created int64
 	model   string
+	// usage, when set, is sent in a last chunk.
+	usage map[string]int
+}
+
+// usageOf is the token usage a reply reports: its Tokens, or a quarter of
+// the bytes of the request's messages (prompt) and of the reply
+// (completion).
+func usageOf(req openai.ChatCompletionRequest, reply Reply) map[string]int {
+	prompt := 0
+	for _, m := range req.Messages {
+		prompt += len(m.Content)
+		for _, tc := range m.ToolCalls {
+			prompt += len(tc.Function.Arguments)
+		}
+	}
+	completion := len(reply.Content)
+	for _, tc := range reply.ToolCalls {
+		completion += len(tc.Arguments)
+	}
+	p, c := (prompt+3)/4, (completion+3)/4
+	if reply.Tokens > 0 {
+		p, c = reply.Tokens-reply.Tokens/2, reply.Tokens/2
+	}
+	return map[string]int{"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
 }
 
 // Wire types of a streamed chunk. They are tollgate's own rather than

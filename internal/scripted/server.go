@@ -46,6 +46,10 @@ type Reply struct {
 	// after the first chunk of a streamed answer: a server that breaks its
 	// wire format mid-answer. The rest of the answer follows it.
 	Corrupt string
+	// Tokens is the total token usage a streamed answer reports when the
+	// request asks for it (stream_options.include_usage); 0 estimates it
+	// as a quarter of the bytes of the request's messages and the answer.
+	Tokens int
 }
 
 // Script decides the reply to a request. It is called once per request, from
@@ -144,6 +148,9 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		model:   cmp.Or(req.Model, ModelName),
 	}
 	if req.Stream {
+		if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
+			c.usage = usageOf(req, reply)
+		}
 		s.stream(w, r, c, reply)
 		return
 	}
@@ -211,6 +218,15 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c completion, re
 	}
 	if holdAt == len(deltas) && !held(r, reply.Hold) {
 		return
+	}
+	if c.usage != nil {
+		// As OpenAI sends it: a last chunk with no choices.
+		data, err := json.Marshal(map[string]any{"id": c.id, "object": "chat.completion.chunk", "created": c.created, "model": c.model,
+			"choices": []any{}, "usage": c.usage})
+		if err != nil {
+			panic(err) // maps of plain values always marshal
+		}
+		fmt.Fprintf(w, "data: %s\n\n", data)
 	}
 	fmt.Fprint(w, "data: [DONE]\n\n")
 	_ = rc.Flush()
