@@ -162,6 +162,11 @@ func (t *turn) checkBudgets(ctx workflow.Context) bool {
 		if row != nil {
 			t.writeAudit(ctx, []audit.Record{auditEnded(ctx, *row, a, "", result)})
 		}
+		if a.decision != DecisionApprove && a.decidedBy == DecidedByTurn {
+			// A new message, or a cancel: the turn ends as cancelled, not
+			// for its budget.
+			return false
+		}
 		if a.decision != DecisionApprove {
 			why := map[string]string{DecisionTimeout: "nobody decided in time"}[a.decision]
 			if why == "" {

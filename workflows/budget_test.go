@@ -185,3 +185,32 @@ func TestTurnsWithoutBudgetsAskForNoUsage(t *testing.T) {
 	require.Equal(t, FinishStop, out.FinishReason)
 	require.Equal(t, 1, out.Usage.ToolCalls)
 }
+
+func TestANewMessageWhileABudgetWaitsEndsTheTurnAsCancelled(t *testing.T) {
+	settings := testSettings()
+	settings.Budgets = Budgets{ConversationToolCalls: 1}
+	read := calls(call("r", "Read", `{"file_path":"a.txt"}`))
+	h := newHarness(t, settings, read, activities.ModelOutput{Content: "done"}, activities.ModelOutput{Content: "the new message's answer"})
+	var r1, r2, r3 TurnRef
+	h.env.RegisterDelayedCallback(func() { h.send("one", &r1) }, time.Second)
+	h.env.RegisterDelayedCallback(func() { h.send("two", &r2) }, time.Minute)
+	// Turn 2 waits for its budget; a third message interrupts it.
+	h.env.RegisterDelayedCallback(func() { h.send("three", &r3) }, 2*time.Minute)
+	var events []Event
+	h.env.RegisterDelayedCallback(func() {
+		v, err := h.env.QueryWorkflowByID(r2.TurnID, EventsQuery, EventsRequest{})
+		require.NoError(t, err)
+		var resp EventsResponse
+		require.NoError(t, v.Get(&resp))
+		events = resp.Events
+		h.env.CancelWorkflow()
+	}, 3*time.Minute)
+
+	h.env.ExecuteWorkflow(ConversationWorkflow, ConversationInput{ConversationID: "c1"})
+
+	require.NotEmpty(t, events)
+	last := events[len(events)-1]
+	require.Equal(t, EventFinish, last.Type)
+	require.Equal(t, FinishCancelled, last.Reason)
+	require.Empty(t, ofType(events, EventError), "no error says the budget was declined")
+}
