@@ -1,7 +1,9 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -9,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/serviceerror"
@@ -179,4 +182,81 @@ func postApprovalResult(t *testing.T, ts *httptest.Server, body string) string {
 	b, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
 	return string(b)
+}
+
+// TestApprovalsArePagedByWaitingTurns pauses four turns at their approvals
+// and walks GET /approvals a turn a page: every request once, the last page
+// without a token; a bad limit or token is refused naming it.
+func TestApprovalsArePagedByWaitingTurns(t *testing.T) {
+	st := newStack(t)
+	want := map[string]bool{}
+	for i := range 4 {
+		_, msgs := st.chat(t, fmt.Sprintf(`{"query":"one","conversationId":"paged-%d"}`, i))
+		seq := 0
+		for _, e := range untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 2) {
+			if e.Type == protocol.EventApprovalRequest {
+				want[e.RequestID] = true
+			}
+		}
+	}
+	// Visibility lists a turn once its attribute is indexed.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Len(c, st.approvalsPage(c, "").Approvals, 8)
+	}, waitFor, 50*time.Millisecond)
+
+	got := map[string]bool{}
+	pages := 0
+	for token := ""; ; pages++ {
+		require.Less(t, pages, 10)
+		q := "limit=1"
+		if token != "" {
+			q += "&pageToken=" + token
+		}
+		page := st.approvalsPage(t, q)
+		if len(page.Approvals) == 0 {
+			// Visibility gives a token after a full page: the page after
+			// the last turn is empty, and has none.
+			require.Empty(t, page.NextPageToken)
+			require.Len(t, got, len(want), "an empty page only after the last turn")
+			break
+		}
+		require.Len(t, page.Approvals, 2, "a turn a page, each with its two requests")
+		for _, a := range page.Approvals {
+			require.False(t, got[a.RequestID], "each request once")
+			got[a.RequestID] = true
+		}
+		if page.NextPageToken == "" {
+			break
+		}
+		token = page.NextPageToken
+	}
+	require.Equal(t, want, got)
+	require.GreaterOrEqual(t, pages, 3, "four turns, a page each")
+
+	for query, msg := range map[string]string{
+		"limit=0":              `limit \"0\" is not a whole number from 1 to 1000`,
+		"pageToken=abc":        "pageToken needs the limit it was made with",
+		"limit=1&pageToken=!!": "is not one GET /approvals made",
+	} {
+		resp, err := http.Get(st.api.URL + "/approvals?" + query)
+		require.NoError(t, err)
+		body := readAll(t, resp)
+		require.Equal(t, http.StatusBadRequest, resp.StatusCode, query+": "+body)
+		require.Contains(t, body, msg, query)
+	}
+}
+
+type approvalsPageBody struct {
+	Approvals     []protocol.PendingApproval `json:"approvals"`
+	NextPageToken string                     `json:"nextPageToken"`
+}
+
+func (st *stack) approvalsPage(t require.TestingT, query string) approvalsPageBody {
+	resp, err := http.Get(st.api.URL + "/approvals?" + query)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	var out approvalsPageBody
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
+	return out
 }

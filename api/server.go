@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -388,7 +389,12 @@ func (s *Server) listApprovals(c *gin.Context) {
 			return
 		}
 	}
-	turns, err := s.waitingTurns(ctx, conv)
+	page, err := approvalsPage(c)
+	if err != nil {
+		writeError(c, s.log, err)
+		return
+	}
+	turns, next, err := s.waitingTurns(ctx, conv, page)
 	if err != nil {
 		writeError(c, s.log, err)
 		return
@@ -406,7 +412,42 @@ func (s *Server) listApprovals(c *gin.Context) {
 	slices.SortFunc(approvals, func(a, b protocol.PendingApproval) int {
 		return cmp.Or(a.ExpiresAt.Compare(b.ExpiresAt), cmp.Compare(a.RequestID, b.RequestID))
 	})
-	c.JSON(http.StatusOK, gin.H{"approvals": approvals})
+	out := gin.H{"approvals": approvals}
+	if len(next) > 0 {
+		out["nextPageToken"] = base64.RawURLEncoding.EncodeToString(next)
+	}
+	c.JSON(http.StatusOK, out)
+}
+
+// turnsPage is one page of waiting turns GET /approvals asks for: limit
+// turns from visibility's page token; limit 0 is every waiting turn (up to
+// maxListedTurns).
+type turnsPage struct {
+	limit int
+	token []byte
+}
+
+// approvalsPage reads GET /approvals's limit and pageToken.
+func approvalsPage(c *gin.Context) (turnsPage, error) {
+	var p turnsPage
+	if v := c.Query("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxListedTurns {
+			return p, badRequest("limit %q is not a whole number from 1 to %d", v, maxListedTurns)
+		}
+		p.limit = n
+	}
+	if v := c.Query("pageToken"); v != "" {
+		if p.limit == 0 {
+			return p, badRequest("pageToken needs the limit it was made with")
+		}
+		b, err := base64.RawURLEncoding.DecodeString(v)
+		if err != nil || len(b) == 0 {
+			return p, badRequest("pageToken %.40q is not one GET /approvals made", v)
+		}
+		p.token = b
+	}
+	return p, nil
 }
 
 // waitingTurns lists the running turns and subagents that may wait for an
@@ -414,7 +455,7 @@ func (s *Server) listApprovals(c *gin.Context) {
 // asks visibility for those whose pending-approvals attribute is set, and
 // falls back to every running turn where visibility does not know the
 // attribute (a worker registers it at start).
-func (s *Server) waitingTurns(ctx context.Context, conv string) ([]string, error) {
+func (s *Server) waitingTurns(ctx context.Context, conv string, page turnsPage) ([]string, []byte, error) {
 	running := fmt.Sprintf("WorkflowType IN ('%s', '%s') AND ExecutionStatus = 'Running'",
 		workflows.ChatTurnWorkflow, workflows.SubagentWorkflow)
 	narrow := fmt.Sprintf("%s AND %s IS NOT NULL", running, workflows.PendingApprovalsAttribute)
@@ -422,32 +463,44 @@ func (s *Server) waitingTurns(ctx context.Context, conv string) ([]string, error
 		// conv matched conversationIDPattern, so it cannot break the quotes.
 		narrow += fmt.Sprintf(" AND %s = '%s'", workflows.ConversationIDAttribute, conv)
 	}
-	ids, err := s.listTurns(ctx, narrow)
+	ids, next, err := s.listTurns(ctx, narrow, page)
 	var invalid *serviceerror.InvalidArgument
 	if err == nil || !errors.As(err, &invalid) {
-		return ids, err
+		return ids, next, err
 	}
 	s.log.Debug("visibility cannot filter on tollgate's search attributes; listing every running turn", "error", err)
-	return s.listTurns(ctx, running)
+	ids, next, err = s.listTurns(ctx, running, page)
+	if errors.As(err, &invalid) && len(page.token) > 0 {
+		return nil, nil, badRequest("pageToken is not one visibility takes for this query: %s", invalid.Message)
+	}
+	return ids, next, err
 }
 
 // listTurns returns the workflow ids that a visibility query finds.
-func (s *Server) listTurns(ctx context.Context, query string) ([]string, error) {
+func (s *Server) listTurns(ctx context.Context, query string, page turnsPage) ([]string, []byte, error) {
 	var ids []string
-	var token []byte
+	token := page.token
+	size := int32(200)
+	if page.limit > 0 {
+		size = int32(page.limit)
+	}
 	for {
 		resp, err := s.client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
-			Query: query, PageSize: 200, NextPageToken: token,
+			Query: query, PageSize: size, NextPageToken: token,
 		})
 		if err != nil {
-			return nil, fmt.Errorf("list turns where %s: %w", query, err)
+			return nil, nil, fmt.Errorf("list turns where %s: %w", query, err)
 		}
 		for _, e := range resp.GetExecutions() {
 			ids = append(ids, e.GetExecution().GetWorkflowId())
 		}
 		token = resp.GetNextPageToken()
+		if page.limit > 0 {
+			// One page, as asked; its token, when there is more.
+			return ids, token, nil
+		}
 		if len(token) == 0 || len(ids) >= maxListedTurns {
-			return ids, nil
+			return ids, nil, nil
 		}
 	}
 }
