@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -153,7 +154,7 @@ func ArgumentLines(args string) string {
 		return args
 	}
 	var b strings.Builder
-	for _, k := range sortedKeys(v) {
+	for _, k := range slices.Sorted(maps.Keys(v)) {
 		if s, ok := v[k].(string); ok && strings.Contains(s, "\n") {
 			fmt.Fprintf(&b, "%s:\n%s\n", k, indentLines(s, "  "))
 			continue
@@ -175,15 +176,6 @@ func codeBlock(s string) string {
 		s = text.Cut(s, slackLimit) + "\n… (cut here: open a link to see the whole call)"
 	}
 	return "```\n" + s + "\n```"
-}
-
-func sortedKeys(m map[string]any) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // indentLines puts prefix before every line of s.

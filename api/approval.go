@@ -191,7 +191,7 @@ func (s *Server) approve(c *gin.Context) {
 	// Who decides is the token's principal, in the role that lets it,
 	// never what the body says.
 	d.Principal, d.Role = principal(c), callerRole(c, config.RoleApprove)
-	reason, err := s.decide(c.Request.Context(), d)
+	reason, err := s.decide(c.Request.Context(), d, decisionUpdateID(d))
 	if err != nil {
 		s.metrics.decision(d.Decision, outcomeError)
 		writeError(c, s.log, err)
@@ -206,18 +206,18 @@ func (s *Server) approve(c *gin.Context) {
 	c.JSON(http.StatusOK, gin.H{"accepted": true})
 }
 
-// decide sends d to the turn that waits for it and says why the turn did
-// not take it, or "" when it did. The request id names its workflow, so any
-// API instance can deliver any decision; only the workflow's validator can
-// tell a genuine id.
-func (s *Server) decide(ctx context.Context, d protocol.ApprovalDecision) (string, error) {
+// decide sends d to the turn that waits for it, as the Update updateID,
+// and says why the turn did not take it, or "" when it did. The request id
+// names its workflow, so any API instance can deliver any decision; only
+// the workflow's validator can tell a genuine id.
+func (s *Server) decide(ctx context.Context, d protocol.ApprovalDecision, updateID string) (string, error) {
 	wid, ok := workflows.RequestWorkflowID(d.RequestID)
 	if !ok {
 		s.log.Info("approval not taken: not a tollgate request id", "requestId", d.RequestID)
 		return protocol.RejectUnknown, nil
 	}
 	var res protocol.ApprovalResult
-	reason, err := s.offer(ctx, wid, workflows.ApprovalUpdate, decisionUpdateID(d), d, &res)
+	reason, err := s.offer(ctx, wid, workflows.ApprovalUpdate, updateID, d, &res)
 	if err != nil {
 		return "", fmt.Errorf("request %s: %w", d.RequestID, err)
 	}

@@ -11,13 +11,14 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/tollgate/tollgate/internal/auditdb"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 // auditTimeout bounds one read of the ledger.
 const auditTimeout = 10 * time.Second
 
 // auditDecisions are the decisions GET /audit filters on.
-var auditDecisions = map[string]bool{"approve": true, "decline": true, "timeout": true}
+var auditDecisions = map[string]bool{protocol.DecisionApprove: true, protocol.DecisionDecline: true, protocol.DecisionTimeout: true}
 
 // listAudit serves GET /audit: a page of the audit ledger, newest request
 // first, filtered by requestId, conversationId, principal, tool, decision and a time
@@ -52,8 +53,6 @@ func (s *Server) listAudit(c *gin.Context) {
 	// writes each row as it is read: a ledger of any size streams in
 	// bounded memory.
 	f.Limit = auditdb.MaxLimit
-	c.Header("Content-Type", "application/x-ndjson")
-	c.Header("Content-Disposition", `attachment; filename="tollgate-audit.jsonl"`)
 	enc := json.NewEncoder(c.Writer)
 	for started := false; ; started = true {
 		ctx, cancel := context.WithTimeout(c.Request.Context(), auditTimeout)
@@ -61,6 +60,10 @@ func (s *Server) listAudit(c *gin.Context) {
 		cancel()
 		if err != nil {
 			if !started {
+				// Nothing is sent yet: a plain JSON error, not a download.
+				if errors.Is(err, auditdb.ErrBadCursor) {
+					err = badRequest("%v", err)
+				}
 				writeError(c, s.log, err)
 				return
 			}
@@ -69,6 +72,11 @@ func (s *Server) listAudit(c *gin.Context) {
 			s.log.Warn("audit export cut short", "error", err)
 			_ = enc.Encode(gin.H{"error": "the export is incomplete: " + err.Error()})
 			return
+		}
+		if !started {
+			c.Header("Content-Type", "application/x-ndjson")
+			c.Header("Content-Disposition", `attachment; filename="tollgate-audit.jsonl"`)
+			c.Status(http.StatusOK)
 		}
 		for _, r := range page.Records {
 			if err := enc.Encode(r); err != nil {

@@ -127,11 +127,15 @@ func testAuditOverHTTP(t *testing.T, st *stack) {
 		"cursor=xyz":       `cursor \"xyz\": not a cursor of this ledger`,
 		"format=csv":       `format \"csv\" is not json or jsonl`,
 		"limit=1&until=no": `until \"no\" is not an RFC 3339 time`,
+		// An export that cannot begin is an error, not a download.
+		"format=jsonl&cursor=xyz": `cursor \"xyz\": not a cursor of this ledger`,
 	} {
 		resp, err := http.Get(st.api.URL + "/audit?" + query)
 		require.NoError(t, err)
 		body := readAll(t, resp)
 		require.Equal(t, http.StatusBadRequest, resp.StatusCode, query)
+		require.Contains(t, resp.Header.Get("Content-Type"), "application/json", query)
+		require.Empty(t, resp.Header.Get("Content-Disposition"), query)
 		require.Contains(t, body, want, query)
 	}
 }

@@ -104,7 +104,7 @@ func (s *Server) decideByLink(c *gin.Context) {
 	if l.Decision == protocol.DecisionDecline {
 		d.Reason = strings.TrimSpace(c.Request.PostForm.Get("reason"))
 	}
-	reason, err := s.decideOnce(c.Request.Context(), d, "link-"+uuid.NewString())
+	reason, err := s.decide(c.Request.Context(), d, "link-"+uuid.NewString())
 	if err != nil {
 		s.metrics.decision(d.Decision, outcomeError)
 		status, msg := errorStatus(err)
@@ -141,13 +141,7 @@ func (s *Server) checkLink(ctx context.Context, q url.Values) (links.Link, *prot
 	if !ok {
 		return l, nil, http.StatusNotFound, "the link names no request of tollgate's."
 	}
-	qctx, cancel := context.WithTimeout(ctx, queryTimeout)
-	defer cancel()
-	var pending []protocol.PendingApproval
-	v, err := s.client.QueryWorkflow(qctx, wid, "", workflows.PendingQuery)
-	if err == nil {
-		err = v.Get(&pending)
-	}
+	pending, err := s.pendingIn(ctx, wid)
 	if err != nil && !isNotFound(err) && !isQueryFailed(err) {
 		status, msg := errorStatus(err)
 		return l, nil, status, msg
@@ -161,21 +155,6 @@ func (s *Server) checkLink(ctx context.Context, q url.Values) (links.Link, *prot
 		}
 	}
 	return l, nil, http.StatusConflict, "this call no longer waits for a decision: it was decided (by this link or otherwise), it expired, or its turn ended."
-}
-
-// decideOnce is decide with an Update id of the caller's.
-func (s *Server) decideOnce(ctx context.Context, d protocol.ApprovalDecision, updateID string) (string, error) {
-	wid, ok := workflows.RequestWorkflowID(d.RequestID)
-	if !ok {
-		return protocol.RejectUnknown, nil
-	}
-	var res protocol.ApprovalResult
-	reason, err := s.offer(ctx, wid, workflows.ApprovalUpdate, updateID, d, &res)
-	if err == nil && reason == "" && !res.Accepted {
-		reason = protocol.RejectDecided
-	}
-	s.log.Info("approval by link", "requestId", d.RequestID, "decision", d.Decision, "accepted", err == nil && reason == "", "reason", reason, "error", err)
-	return reason, err
 }
 
 // refusalText says why the turn did not take a decision, for a person.

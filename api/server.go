@@ -450,6 +450,18 @@ func approvalsPage(c *gin.Context) (turnsPage, error) {
 	return p, nil
 }
 
+// pendingIn asks the turn or subagent wid for the requests it waits on.
+func (s *Server) pendingIn(ctx context.Context, wid string) ([]protocol.PendingApproval, error) {
+	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
+	defer cancel()
+	var pending []protocol.PendingApproval
+	v, err := s.client.QueryWorkflow(ctx, wid, "", workflows.PendingQuery)
+	if err == nil {
+		err = v.Get(&pending)
+	}
+	return pending, err
+}
+
 // waitingTurns lists the running turns and subagents that may wait for an
 // approval. It
 // asks visibility for those whose pending-approvals attribute is set, and
@@ -522,13 +534,7 @@ func (s *Server) pendingOf(ctx context.Context, turnIDs []string) []protocol.Pen
 			case <-ctx.Done():
 				return
 			}
-			qctx, cancel := context.WithTimeout(ctx, queryTimeout)
-			defer cancel()
-			var pending []protocol.PendingApproval
-			v, err := s.client.QueryWorkflow(qctx, id, "", workflows.PendingQuery)
-			if err == nil {
-				err = v.Get(&pending)
-			}
+			pending, err := s.pendingIn(ctx, id)
 			if err != nil {
 				level := slog.LevelWarn
 				if isNotFound(err) {

@@ -15,7 +15,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 )
@@ -98,20 +99,10 @@ func EditDiff(before, after string) string {
 	if json.Unmarshal([]byte(before), &b) != nil || json.Unmarshal([]byte(after), &a) != nil {
 		return "- " + before + "\n+ " + after
 	}
-	keys := map[string]bool{}
-	for k := range b {
-		keys[k] = true
-	}
-	for k := range a {
-		keys[k] = true
-	}
-	sorted := make([]string, 0, len(keys))
-	for k := range keys {
-		sorted = append(sorted, k)
-	}
-	sort.Strings(sorted)
 	var out strings.Builder
-	for _, k := range sorted {
+	keys := append(slices.Collect(maps.Keys(b)), slices.Collect(maps.Keys(a))...)
+	slices.Sort(keys)
+	for _, k := range slices.Compact(keys) {
 		bv, inB := b[k]
 		av, inA := a[k]
 		if inB && inA && compact(bv) == compact(av) {

@@ -393,9 +393,7 @@ func LoadFor(uses Binary, getenv func(string) string) (Config, error) {
 		c.PolicyFile = r.path(EnvPolicyFile, "")
 		c.NotifyURL = r.url(EnvNotifyURL)
 		c.NotifyFormat = r.oneOf(EnvNotifyFormat, "json", "json", "slack")
-		if r.str(EnvNotifyReminder, "") != "" {
-			c.NotifyReminder = r.duration(EnvNotifyReminder, time.Minute)
-		}
+		c.NotifyReminder = r.optionalDuration(EnvNotifyReminder, time.Minute)
 		if c.Links != nil && c.PublicURL == "" {
 			r.fail(EnvPublicURL, "", "required with %s: the worker makes links under it (example: https://tollgate.example.com)", EnvLinkSecret)
 		}
