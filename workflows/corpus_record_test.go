@@ -23,8 +23,10 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/internal/auditdb"
 	"github.com/tollgate/tollgate/internal/devserver"
 	"github.com/tollgate/tollgate/internal/scripted"
+	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
 )
 
@@ -66,6 +68,7 @@ func TestRecordReplayCorpus(t *testing.T) {
 	r.recordRefusedArguments()
 	r.recordProtectedClientTool()
 	r.recordCompaction()
+	r.recordApproversSeat()
 
 	commit, err := exec.Command("git", "rev-parse", release+"^{commit}").Output()
 	if err != nil {
@@ -84,6 +87,7 @@ const (
 	queuePolicy   = "corpus-policy"
 	queueStrict   = "corpus-strict"
 	queueCompact  = "corpus-compact"
+	queueSeat     = "corpus-seat"
 )
 
 // recorder is a dev server with workers of today's code, a scripted model
@@ -119,6 +123,9 @@ func newRecorder(t *testing.T, dir string) *recorder {
 		WorkspaceRoots:   []string{workspace},
 		SearchAttributes: true,
 	}
+	ledger, err := auditdb.Open(ctx, filepath.Join(t.TempDir(), "audit.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { ledger.Close() })
 	start := func(queue string, change func(*workflows.Settings)) {
 		s := base
 		if change != nil {
@@ -131,10 +138,16 @@ func newRecorder(t *testing.T, dir string) *recorder {
 		if s.Notify {
 			workflows.RegisterNotifier(w, &activities.Notifier{URL: notices.URL})
 		}
+		if s.Audit {
+			workflows.RegisterAuditor(w, &activities.Auditor{Ledger: ledger})
+		}
 		require.NoError(t, w.Start())
 		t.Cleanup(w.Stop)
 	}
 	start(queueDefault, nil)
+	start(queueSeat, func(s *workflows.Settings) {
+		s.Audit, s.Budgets = true, workflows.Budgets{TurnToolCalls: 1}
+	})
 	start(queueTimeout, func(s *workflows.Settings) { s.ApprovalTimeout, s.Notify = 3*time.Second, true })
 	start(queueAgents, func(s *workflows.Settings) {
 		s.Agents = []workflows.AgentDef{{
@@ -219,6 +232,8 @@ var corpusReplies = map[string][]scripted.Reply{
 	},
 	"compaction: again":      {{Content: "From the summary: it was a big file."}},
 	"subagent prompt: pause": {{ToolCalls: []activities.ToolCall{writeCall("h2w", "notes/paused.txt")}}, {Content: "Paused and done."}},
+	"seat: first":            {{ToolCalls: []activities.ToolCall{bashCall("g1", "git status")}}, {Content: "Status shown."}},
+	"seat: second":           {{ToolCalls: []activities.ToolCall{bashCall("g2", "git log")}}, {Content: "Log shown."}},
 }
 
 // corpusScript answers with corpusReplies: the reply for the last user
@@ -260,6 +275,32 @@ func bashCall(id, command string) activities.ToolCall {
 func taskCall(id, prompt string) activities.ToolCall {
 	args, _ := json.Marshal(map[string]string{"subagent_type": "helper", "description": "write a note", "prompt": prompt})
 	return activities.ToolCall{ID: id, Name: workflows.TaskTool, Arguments: string(args)}
+}
+
+// recordApproversSeat: a worker with the audit ledger and a budget of one
+// tool call a turn. Turn 1's Bash is approved with a limited, scoped grant,
+// and its spent budget raised; turn 2's Bash is answered by the grant (a
+// SideEffect evaluates its scope) and its budget raised again.
+func (r *recorder) recordApproversSeat() {
+	const conv = "corpus-seat"
+	turn1 := r.send(queueSeat, conv, workflows.UserMessage{Query: "seat: first"})
+	reqs := r.requests(turn1.TurnID, 1)
+	r.decideByUpdate(reqs[0], workflows.ApprovalDecision{Decision: workflows.DecisionApprove, Remember: workflows.RememberConversation,
+		RememberUses: 2, RememberFor: "1h", RememberWhen: `args.command.startsWith("git ")`})
+	reqs = r.requests(turn1.TurnID, 2)
+	require.Equal(r.t, protocol.KindBudget, reqs[1].Kind)
+	r.decideByUpdate(reqs[1], workflows.ApprovalDecision{Decision: workflows.DecisionApprove})
+	r.finished(turn1.TurnID)
+
+	turn2 := r.send(queueSeat, conv, workflows.UserMessage{Query: "seat: second"})
+	reqs = r.requests(turn2.TurnID, 1)
+	require.Equal(r.t, protocol.KindBudget, reqs[0].Kind, "the grant answered the Bash call; only the budget asks")
+	r.decideByUpdate(reqs[0], workflows.ApprovalDecision{Decision: workflows.DecisionApprove, Arguments: `{"raiseTo":5}`})
+	r.finished(turn2.TurnID)
+
+	r.record("seat.conversation", workflows.ConversationWorkflowID(conv), "")
+	r.record("seat.turn-1", turn1.TurnID, "")
+	r.record("seat.turn-2", turn2.TurnID, "")
 }
 
 func (r *recorder) recordDecisionsByUpdate() {

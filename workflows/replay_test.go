@@ -12,6 +12,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
@@ -180,4 +181,66 @@ func TestReplayWithTracingMakesNoApprovalSpans(t *testing.T) {
 	for _, s := range spans {
 		require.False(t, strings.HasPrefix(s.Name, workflows.ApprovalSpanPrefix), "a replay traced %s again", s.Name)
 	}
+}
+
+// TestTodaysHistoriesOfTheApproversSeatReplay records, with today's code,
+// turns that take the paths no release's corpus holds yet: the audit
+// ledger's local activities, a budget's request, a scoped grant answered in
+// a SideEffect. Each history must replay on the same code and serve the
+// same events under the same ids, as a worker that evicted the turn
+// replays it.
+func TestTodaysHistoriesOfTheApproversSeatReplay(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Temporal dev server")
+	}
+	dir := t.TempDir()
+	newRecorder(t, dir).recordApproversSeat()
+	paths, err := filepath.Glob(filepath.Join(dir, "*.json"))
+	require.NoError(t, err)
+	types := map[string]int{}
+	for _, path := range paths {
+		if strings.HasSuffix(path, eventsSuffix) {
+			continue
+		}
+		types[replayCorpusHistory(t, path)]++
+	}
+	require.Equal(t, map[string]int{workflows.ConversationWorkflow: 1, workflows.ChatTurnWorkflow: 2}, types)
+	// The histories hold what they are here for: the ledger's local
+	// activities behind its patch, and turn 2's scoped grant in a
+	// SideEffect.
+	markers := func(name string) map[string]int {
+		f, err := os.Open(filepath.Join(dir, name))
+		require.NoError(t, err)
+		defer f.Close()
+		history, err := client.HistoryFromJSON(f, client.HistoryJSONOptions{})
+		require.NoError(t, err)
+		out := map[string]int{}
+		for _, e := range history.GetEvents() {
+			m := e.GetMarkerRecordedEventAttributes()
+			if m == nil {
+				continue
+			}
+			out[m.GetMarkerName()]++
+			if m.GetMarkerName() == "SideEffect" {
+				// A string answer is a request id or, for a scoped grant,
+				// the id of the grant that answered.
+				var answer string
+				if converter.GetDefaultDataConverter().FromPayloads(m.GetDetails()["data"], &answer) == nil && strings.HasPrefix(answer, "grant-") {
+					out["grant answer"]++
+				}
+			}
+			if id := m.GetDetails()["change-id"]; id != nil {
+				var change string
+				require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(id, &change))
+				out["version "+change]++
+			}
+		}
+		return out
+	}
+	turn1, turn2 := markers("seat.turn-1.json"), markers("seat.turn-2.json")
+	require.Equal(t, 1, turn1["version audit-ledger"])
+	require.GreaterOrEqual(t, turn1["LocalActivity"], 3, "the ledger's writes")
+	require.Zero(t, turn1["grant answer"])
+	require.Equal(t, 1, turn2["grant answer"], "the scoped grant's answer, recorded")
+
 }
