@@ -150,8 +150,10 @@ func revoke(grants []Grant, id string) ([]Grant, error) {
 func (t *turn) useGrant(ctx workflow.Context, call activities.ToolCall) *Grant {
 	now := workflow.Now(ctx)
 	scoped := slices.ContainsFunc(t.grants, func(g Grant) bool { return g.When != "" && g.Tool == call.Name && g.live(now) })
-	g := grantFor(t.grants, call, now, nil)
-	if scoped {
+	var g *Grant
+	if !scoped {
+		g = grantFor(t.grants, call, now, nil)
+	} else {
 		spec, _ := t.settings.spec(call.Name)
 		var id string
 		if err := workflow.SideEffect(ctx, func(workflow.Context) any {
@@ -167,7 +169,6 @@ func (t *turn) useGrant(ctx workflow.Context, call activities.ToolCall) *Grant {
 			// A SideEffect result only fails to decode on a corrupt history.
 			panic(fmt.Errorf("grant for call %s: %w", call.ID, err))
 		}
-		g = nil
 		if i := slices.IndexFunc(t.grants, func(g Grant) bool { return g.ID == id }); id != "" && i >= 0 {
 			g = &t.grants[i]
 		}

@@ -49,8 +49,10 @@
   }
 
   function row(r) {
-    const outcome = r.outcome || (r.stage === 1 ? 'waiting' : '');
-    const decision = r.decision || (r.stage === 1 ? 'waiting' : '');
+    // Stage 1 waits for its decision; stage 2 is decided, its batch not
+    // yet ended; stage 3 has its outcome.
+    const decision = r.decision || 'waiting';
+    const outcome = r.outcome || (r.stage === 1 ? 'waiting' : 'not ended yet');
     const call = h('td', { class: 'ledger-call' },
       h('span', { class: 'tool-name' }, r.tool), ' ',
       h('span', { class: 'call-summary' }, TG.summary(r.tool, r.arguments)),
