@@ -101,14 +101,14 @@ func isUnauthorized(err error) bool {
 // which hold no data and which a browser loads without headers (the pages
 // then send the token the user typed with every API call), and the
 // decision links, each its own credential (its signature).
-var publicRoutes = []string{"/healthz", consolePath, inboxPath, ledgerPath, assetsPath + "*file", links.Path}
+var publicRoutes = []string{
+	"GET /healthz", "GET " + consolePath, "GET " + inboxPath, "GET " + ledgerPath, "GET " + assetsPath + "*file",
+	"GET " + links.Path, "POST " + links.Path,
+}
 
-// public reports whether a request may come without a token: a GET of a
-// public route, or the link page's form.
+// public reports whether a request may come without a token.
 func public(c *gin.Context) bool {
-	path := c.FullPath()
-	return (c.Request.Method == http.MethodGet && slices.Contains(publicRoutes, path)) ||
-		(c.Request.Method == http.MethodPost && path == links.Path)
+	return slices.Contains(publicRoutes, c.Request.Method+" "+c.FullPath())
 }
 
 // authenticate lets a request through when the API asks for no token, when
