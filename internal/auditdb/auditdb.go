@@ -78,6 +78,8 @@ type Ledger struct {
 	db       *sql.DB
 	postgres bool
 	where    string
+	// upsert is Write's statement, made once in the database's syntax.
+	upsert string
 }
 
 // Open opens the ledger at dsn and makes its table when it has none: a
@@ -103,6 +105,16 @@ func Open(ctx context.Context, dsn string) (*Ledger, error) {
 	if err != nil {
 		return nil, fmt.Errorf("audit ledger %s: %w", l.where, err)
 	}
+	ph := make([]string, len(columns))
+	sets := make([]string, 0, len(columns))
+	for i, c := range columns {
+		ph[i] = l.placeholder(i + 1)
+		if c != "id" {
+			sets = append(sets, fmt.Sprintf("%s = excluded.%s", c, c))
+		}
+	}
+	l.upsert = "INSERT INTO tollgate_audit (" + strings.Join(columns, ", ") + ") VALUES (" + strings.Join(ph, ", ") + ")" +
+		" ON CONFLICT (id) DO UPDATE SET " + strings.Join(sets, ", ") + " WHERE excluded.stage >= tollgate_audit.stage"
 	if err := l.migrate(ctx); err != nil {
 		l.db.Close()
 		return nil, fmt.Errorf("audit ledger %s: %w", l.where, err)
@@ -195,16 +207,6 @@ func (l *Ledger) Write(ctx context.Context, records []audit.Record) error {
 	if len(records) == 0 {
 		return nil
 	}
-	ph := make([]string, len(columns))
-	sets := make([]string, 0, len(columns))
-	for i, c := range columns {
-		ph[i] = l.placeholder(i + 1)
-		if c != "id" {
-			sets = append(sets, fmt.Sprintf("%s = excluded.%s", c, c))
-		}
-	}
-	stmt := "INSERT INTO tollgate_audit (" + strings.Join(columns, ", ") + ") VALUES (" + strings.Join(ph, ", ") + ")" +
-		" ON CONFLICT (id) DO UPDATE SET " + strings.Join(sets, ", ") + " WHERE excluded.stage >= tollgate_audit.stage"
 	tx, err := l.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("audit ledger %s: %w", l.where, err)
@@ -215,7 +217,7 @@ func (l *Ledger) Write(ctx context.Context, records []audit.Record) error {
 		if r.ID == "" || r.Tool == "" || r.Stage < audit.StageAsked || r.Stage > audit.StageEnded {
 			return fmt.Errorf("audit record %q of tool %q at stage %d: an id, a tool and a stage from %d to %d are required", r.ID, r.Tool, r.Stage, audit.StageAsked, audit.StageEnded)
 		}
-		if _, err := tx.ExecContext(ctx, stmt, values(&r)...); err != nil {
+		if _, err := tx.ExecContext(ctx, l.upsert, values(&r)...); err != nil {
 			return fmt.Errorf("audit ledger %s: write %s: %w", l.where, r.ID, err)
 		}
 	}
