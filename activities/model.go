@@ -140,9 +140,10 @@ func (m *Model) Chat(ctx context.Context, in ModelInput) (ModelOutput, error) {
 
 	inActivity := activity.IsActivity(ctx)
 	state := &requestState{}
+	beats := m.heartbeatStream(ctx, in.Tokens, inActivity)
 	stream, err := m.Client.CreateChatCompletionStream(context.WithValue(ctx, requestStateKey{}, state), req)
 	if err != nil {
-		return ModelOutput{}, m.classify(ctx, req.Model, err, state)
+		return ModelOutput{}, beats.withProgress(ctx, m.classify(ctx, req.Model, err, state))
 	}
 	defer stream.Close()
 
@@ -152,6 +153,7 @@ func (m *Model) Chat(ctx context.Context, in ModelInput) (ModelOutput, error) {
 		calls   ToolCallAssembler
 		finish  string
 		used    int
+		beat    time.Time
 	)
 	for {
 		chunk, err := stream.Recv()
@@ -159,10 +161,13 @@ func (m *Model) Chat(ctx context.Context, in ModelInput) (ModelOutput, error) {
 			break
 		}
 		if err != nil {
-			return ModelOutput{}, m.classify(ctx, req.Model, err, state)
+			return ModelOutput{}, beats.withProgress(ctx, m.classify(ctx, req.Model, err, state))
 		}
-		if inActivity {
+		if inActivity && beats == nil && time.Since(beat) >= heartbeatLiveness {
+			// The worker sends heartbeats often (for heartbeatStream); a
+			// call that only proves it is alive needs one a second.
 			activity.RecordHeartbeat(ctx)
+			beat = time.Now()
 		}
 		if chunk.Usage != nil {
 			used = chunk.Usage.TotalTokens
@@ -179,8 +184,10 @@ func (m *Model) Chat(ctx context.Context, in ModelInput) (ModelOutput, error) {
 			}
 		}
 		tokens.offer(ctx, content.String())
+		beats.offer(ctx, content.String())
 	}
-	return ModelOutput{Content: content.String(), ToolCalls: calls.Calls(), FinishReason: finish, Tokens: used}, nil
+	return ModelOutput{Content: content.String(), ToolCalls: calls.Calls(), FinishReason: finish, Tokens: used,
+		Pieces: beats.finish(content.String())}, nil
 }
 
 // chatRequest converts the activity's input to go-openai's request.
@@ -295,9 +302,9 @@ func (m *Model) classify(ctx context.Context, model string, err error, state *re
 }
 
 // tokenStream returns the batcher of one call's answer text, or nil when
-// nobody asked for tokens or nobody can deliver them.
+// nobody asked for tokens by signal or nobody can deliver them.
 func (m *Model) tokenStream(ctx context.Context, target *TokenTarget, inActivity bool) *tokenStream {
-	if target == nil || m.Tokens == nil {
+	if target == nil || target.Heartbeat || m.Tokens == nil {
 		return nil
 	}
 	t := &tokenStream{
@@ -350,6 +357,143 @@ func (t *tokenStream) offer(ctx context.Context, content string) {
 	t.sent = len(content)
 	t.batches++
 	t.last = time.Now()
+}
+
+// NextPiece returns the token event that makes the text the events of a
+// call spell so far (published) follow text, if one is needed. While an
+// attempt streams (final false), text that is still a prefix of published
+// is a retry catching up and needs none; a text that departs from
+// published starts it again (Reset). The final answer must match exactly.
+func NextPiece(published, text string, final bool) (TokenPiece, bool) {
+	switch {
+	case text == published:
+		return TokenPiece{}, false
+	case strings.HasPrefix(text, published):
+		return TokenPiece{Data: text[len(published):]}, true
+	case !final && strings.HasPrefix(published, text):
+		return TokenPiece{}, false
+	}
+	return TokenPiece{Data: text, Reset: true}, true
+}
+
+// Spell returns the text token events spell, applied in order.
+func Spell(pieces []TokenPiece) string {
+	var b strings.Builder
+	for _, p := range pieces {
+		if p.Reset {
+			b.Reset()
+		}
+		b.WriteString(p.Data)
+	}
+	return b.String()
+}
+
+// heartbeatLiveness is how often a call that streams by heartbeat records
+// its details while no new token event is due (the model is writing tool
+// calls, or nothing): often enough for any heartbeat timeout worth setting.
+const heartbeatLiveness = time.Second
+
+// heartbeatStream keeps one model call's token events in the activity's
+// heartbeat details (TokenTarget.Heartbeat): the first as soon as there is
+// text, each next one when FlushInterval has passed and there is new text.
+// The SDK sends the newest details at most once a throttle interval
+// (WorkerOptions sets it to DefaultFlushInterval); none of it is history.
+//
+// An attempt after the first begins with the details its predecessor left
+// on the server: those are what the API may have shown, so they stay, and
+// the new attempt's text follows them as NextPiece says.
+type heartbeatStream struct {
+	progress  TokenProgress
+	published string // the text progress spells
+	interval  time.Duration
+	piece     time.Time // when this attempt made its last piece
+	beat      time.Time // when the details were last recorded
+}
+
+// heartbeatStream returns the heartbeat streamer of one call, or nil when the
+// call does not stream by heartbeat.
+func (m *Model) heartbeatStream(ctx context.Context, target *TokenTarget, inActivity bool) *heartbeatStream {
+	if target == nil || !target.Heartbeat || !inActivity {
+		return nil
+	}
+	h := &heartbeatStream{progress: TokenProgress{Step: target.Step}, interval: cmp.Or(m.FlushInterval, DefaultFlushInterval)}
+	if activity.HasHeartbeatDetails(ctx) {
+		var prev TokenProgress
+		if err := activity.GetHeartbeatDetails(ctx, &prev); err == nil && prev.Step == target.Step {
+			h.progress.Pieces = prev.Pieces
+			h.published = Spell(prev.Pieces)
+		} else if err != nil {
+			logger(ctx).Warn("The previous attempt's token events cannot be read; this attempt starts the answer again",
+				"step", target.Step, "error", err)
+		}
+	}
+	return h
+}
+
+// offer gives the streamer the text so far; it adds a token event when one
+// is due, and records the details then, or when heartbeatLiveness has
+// passed without.
+func (h *heartbeatStream) offer(ctx context.Context, content string) {
+	if h == nil {
+		return
+	}
+	now := time.Now()
+	if h.piece.IsZero() || now.Sub(h.piece) >= h.interval {
+		if p, ok := NextPiece(h.published, content, false); ok {
+			h.add(p)
+			h.piece = now
+			h.record(ctx, now)
+			return
+		}
+	}
+	if now.Sub(h.beat) >= heartbeatLiveness {
+		h.record(ctx, now)
+	}
+}
+
+func (h *heartbeatStream) add(p TokenPiece) {
+	h.progress.Pieces = append(h.progress.Pieces, p)
+	if p.Reset {
+		h.published = ""
+	}
+	h.published += p.Data
+}
+
+func (h *heartbeatStream) record(ctx context.Context, now time.Time) {
+	activity.RecordHeartbeat(ctx, h.progress)
+	h.beat = now
+}
+
+// finish returns the call's token events, completed by the whole answer.
+func (h *heartbeatStream) finish(content string) []TokenPiece {
+	if h == nil {
+		return nil
+	}
+	if p, ok := NextPiece(h.published, content, true); ok {
+		h.add(p)
+	}
+	return h.progress.Pieces
+}
+
+// withProgress gives err the call's token events so far as its details, so
+// the turn logs them however the call ends: a cancelled call answers a
+// CanceledError, any other failure an ApplicationError with the same
+// message, type, retryability and delay.
+func (h *heartbeatStream) withProgress(ctx context.Context, err error) error {
+	if h == nil || err == nil {
+		return err
+	}
+	if errors.Is(ctx.Err(), context.Canceled) {
+		return temporal.NewCanceledError(h.progress)
+	}
+	opts := temporal.ApplicationErrorOptions{Details: []any{h.progress}}
+	msg, kind := err.Error(), ""
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) {
+		msg, kind = appErr.Message(), appErr.Type()
+		opts.NonRetryable, opts.Cause, opts.NextRetryDelay = appErr.NonRetryable(), appErr.Unwrap(), appErr.NextRetryDelay()
+	}
+	return temporal.NewApplicationErrorWithOptions(msg, kind, opts)
 }
 
 // logger returns the activity's logger in an activity and slog's default

@@ -24,13 +24,37 @@ const (
 )
 
 // TokenTarget names where streamed answer text is delivered while the model
-// is still answering: a signal to the turn workflow that called the model.
+// is still answering: a signal to the turn workflow that called the model,
+// or, with Heartbeat, the activity's own heartbeat details.
 type TokenTarget struct {
 	WorkflowID string `json:"workflowId"`
 	RunID      string `json:"runId"`
 	// Step is the model call's number within the turn, so the workflow can
 	// tell the text of one call from the next.
 	Step int `json:"step"`
+	// Heartbeat asks for the answer's token events in the activity's
+	// heartbeat details (a TokenProgress) and its result (ModelOutput.Pieces)
+	// instead of signals: they cost the turn's history nothing while the
+	// answer streams, and the API reads them with the activity's details.
+	Heartbeat bool `json:"heartbeat,omitempty"`
+}
+
+// TokenPiece is one token event of a model call's answer, as the turn logs
+// it: Data continues the text, or with Reset starts it again.
+type TokenPiece struct {
+	Data  string `json:"data"`
+	Reset bool   `json:"reset,omitempty"`
+}
+
+// TokenProgress is the heartbeat detail of a model call that streams by
+// heartbeat (TokenTarget.Heartbeat), and the detail of its errors: the token
+// events the call has made so far, every attempt's in order. Each one the
+// server holds begins with every one it held before, so the token events the
+// API shows from it while the call runs are the first the turn logs when the
+// call ends, however it ends.
+type TokenProgress struct {
+	Step   int          `json:"step"`
+	Pieces []TokenPiece `json:"pieces"`
 }
 
 // ModelInput is the input of the model activity.
@@ -55,6 +79,9 @@ type ModelOutput struct {
 	// Tokens is the call's total token usage as the server reported it
 	// (prompt and completion), 0 when it reported none.
 	Tokens int `json:"tokens,omitempty"`
+	// Pieces are the call's token events when it streamed by heartbeat:
+	// the ones its heartbeats carried, then the rest of Content.
+	Pieces []TokenPiece `json:"pieces,omitempty"`
 }
 
 // TokenBatch is the payload of the tokens signal the model activity sends to

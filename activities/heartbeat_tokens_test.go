@@ -1,0 +1,223 @@
+package activities_test
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/interceptor"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/worker"
+
+	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/internal/scripted"
+)
+
+// heartbeatEnv runs the model activity on reply in the SDK's test
+// environment, streaming by heartbeat, and records every detail it
+// heartbeats. prev, when set, is the previous attempt's last detail.
+type heartbeatEnv struct {
+	env  *testsuite.TestActivityEnvironment
+	sink *recordingSink
+
+	mu      sync.Mutex
+	details []activities.TokenProgress
+}
+
+func newHeartbeatEnv(t *testing.T, reply scripted.Reply, prev *activities.TokenProgress) *heartbeatEnv {
+	t.Helper()
+	var suite testsuite.WorkflowTestSuite
+	h := &heartbeatEnv{env: suite.NewTestActivityEnvironment(), sink: &recordingSink{}}
+	// Every detail the activity records, before the SDK's throttle picks
+	// the newest of each interval to send: what holds for all holds for
+	// those the server gets.
+	h.env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{&heartbeatRecorder{record: func(details []any) {
+		require.Len(t, details, 1)
+		p, ok := details[0].(activities.TokenProgress)
+		require.True(t, ok, "a detail is a TokenProgress: %#v", details[0])
+		h.mu.Lock()
+		h.details = append(h.details, p)
+		h.mu.Unlock()
+	}}}})
+	if prev != nil {
+		h.env.SetHeartbeatDetails(*prev)
+	}
+	m := serve(t, scripted.New(scripted.Always(reply), scripted.ChunkDelay(time.Millisecond)), h.sink)
+	m.FlushInterval = 5 * time.Millisecond
+	h.env.RegisterActivityWithOptions(m.Chat, activity.RegisterOptions{Name: activities.ModelActivity})
+	return h
+}
+
+func (h *heartbeatEnv) run(t *testing.T) (activities.ModelOutput, error) {
+	t.Helper()
+	in := userAsks("talk")
+	in.Tokens = &activities.TokenTarget{WorkflowID: "turn-1", Step: 2, Heartbeat: true}
+	val, err := h.env.ExecuteActivity(activities.ModelActivity, in)
+	var out activities.ModelOutput
+	if err == nil {
+		require.NoError(t, val.Get(&out))
+	}
+	return out, err
+}
+
+func (h *heartbeatEnv) recorded() []activities.TokenProgress {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]activities.TokenProgress(nil), h.details...)
+}
+
+// requirePrefixes requires every recorded detail to be the start of the
+// next and of final: what the API shows from one stays true.
+func requirePrefixes(t *testing.T, details []activities.TokenProgress, final []activities.TokenPiece) {
+	t.Helper()
+	var prev []activities.TokenPiece
+	for i, d := range details {
+		require.Equal(t, 2, d.Step)
+		require.GreaterOrEqual(t, len(d.Pieces), len(prev), "detail %d", i)
+		require.True(t, slices.Equal(prev, d.Pieces[:len(prev)]), "detail %d begins with the one before: %v, then %v", i, prev, d.Pieces)
+		prev = slices.Clone(d.Pieces)
+	}
+	require.LessOrEqual(t, len(prev), len(final))
+	require.True(t, slices.Equal(prev, final[:len(prev)]), "the result's pieces begin with the last detail's: %v, then %v", prev, final)
+}
+
+func TestAnAnswerStreamsInHeartbeatDetailsAndNoSignals(t *testing.T) {
+	text := longText(120)
+	h := newHeartbeatEnv(t, scripted.Reply{Content: text}, nil)
+	out, err := h.run(t)
+	require.NoError(t, err)
+	require.Equal(t, text, out.Content)
+	require.Equal(t, text, activities.Spell(out.Pieces))
+	require.Empty(t, h.sink.recorded(), "no tokens signal")
+
+	details := h.recorded()
+	require.GreaterOrEqual(t, len(details), 3, "a paced answer heartbeats several pieces")
+	require.Greater(t, len(out.Pieces), 2)
+	for _, p := range out.Pieces {
+		require.NotEmpty(t, p.Data)
+		require.False(t, p.Reset)
+	}
+	requirePrefixes(t, details, out.Pieces)
+	require.True(t, slices.ContainsFunc(details, func(d activities.TokenProgress) bool { return len(d.Pieces) == 1 }),
+		"the first text is recorded at once")
+}
+
+func TestARetriedCallKeepsWhatItsPredecessorRecorded(t *testing.T) {
+	t.Run("SameWords", func(t *testing.T) {
+		prev := activities.TokenProgress{Step: 2, Pieces: []activities.TokenPiece{{Data: "word0 word1 "}}}
+		h := newHeartbeatEnv(t, scripted.Reply{Content: longText(30)}, &prev)
+		out, err := h.run(t)
+		require.NoError(t, err)
+		require.Equal(t, prev.Pieces[0], out.Pieces[0])
+		require.Equal(t, longText(30), activities.Spell(out.Pieces))
+		for _, p := range out.Pieces {
+			require.False(t, p.Reset, "the retry said what its predecessor began to say")
+		}
+		requirePrefixes(t, append([]activities.TokenProgress{prev}, h.recorded()...), out.Pieces)
+	})
+	t.Run("OtherWords", func(t *testing.T) {
+		prev := activities.TokenProgress{Step: 2, Pieces: []activities.TokenPiece{{Data: "I will not "}}}
+		h := newHeartbeatEnv(t, scripted.Reply{Content: longText(30)}, &prev)
+		out, err := h.run(t)
+		require.NoError(t, err)
+		require.Equal(t, prev.Pieces[0], out.Pieces[0], "what the API may have shown stays")
+		require.True(t, out.Pieces[1].Reset, "then the answer starts again")
+		require.Equal(t, longText(30), activities.Spell(out.Pieces))
+		requirePrefixes(t, append([]activities.TokenProgress{prev}, h.recorded()...), out.Pieces)
+	})
+	t.Run("AnotherStepsDetailIsNotKept", func(t *testing.T) {
+		prev := activities.TokenProgress{Step: 1, Pieces: []activities.TokenPiece{{Data: "the previous call"}}}
+		h := newHeartbeatEnv(t, scripted.Reply{Content: "fresh"}, &prev)
+		out, err := h.run(t)
+		require.NoError(t, err)
+		require.Equal(t, []activities.TokenPiece{{Data: "fresh"}}, out.Pieces)
+	})
+}
+
+func TestAFailedCallCarriesItsPiecesAndKeepsItsKind(t *testing.T) {
+	t.Run("Rejected", func(t *testing.T) {
+		prev := activities.TokenProgress{Step: 2, Pieces: []activities.TokenPiece{{Data: "begun "}}}
+		h := newHeartbeatEnv(t, scripted.Reply{Status: http.StatusUnauthorized, Content: "bad key"}, &prev)
+		_, err := h.run(t)
+		var appErr *temporal.ApplicationError
+		require.ErrorAs(t, err, &appErr)
+		require.True(t, appErr.NonRetryable())
+		require.Equal(t, activities.ModelRequestRejectedError, appErr.Type())
+		require.Contains(t, appErr.Error(), "bad key")
+		var p activities.TokenProgress
+		require.NoError(t, appErr.Details(&p))
+		require.Equal(t, prev, p)
+	})
+	t.Run("ServerError", func(t *testing.T) {
+		h := newHeartbeatEnv(t, scripted.Reply{Status: http.StatusBadGateway, Content: "upstream"}, nil)
+		_, err := h.run(t)
+		var appErr *temporal.ApplicationError
+		require.ErrorAs(t, err, &appErr)
+		require.False(t, appErr.NonRetryable(), "a 502 is retried")
+		require.True(t, strings.Contains(appErr.Error(), "502"), appErr.Error())
+		var p activities.TokenProgress
+		require.NoError(t, appErr.Details(&p))
+		require.Empty(t, p.Pieces)
+	})
+}
+
+func TestNextPieceFollowsTheText(t *testing.T) {
+	for _, c := range []struct {
+		published, text string
+		final           bool
+		want            *activities.TokenPiece
+	}{
+		{"", "", false, nil},
+		{"", "Hel", false, &activities.TokenPiece{Data: "Hel"}},
+		{"Hel", "Hello", false, &activities.TokenPiece{Data: "lo"}},
+		{"Hello", "Hel", false, nil}, // a retry catching up
+		{"Hello", "Hel", true, &activities.TokenPiece{Data: "Hel", Reset: true}},
+		{"Hello", "Help", false, &activities.TokenPiece{Data: "Help", Reset: true}},
+		{"Hello", "Hello", true, nil},
+	} {
+		got, ok := activities.NextPiece(c.published, c.text, c.final)
+		if c.want == nil {
+			require.False(t, ok, "%+v", c)
+			continue
+		}
+		require.True(t, ok, "%+v", c)
+		require.Equal(t, *c.want, got, "%+v", c)
+	}
+	require.Equal(t, "Help", activities.Spell([]activities.TokenPiece{{Data: "Hel"}, {Data: "lo"}, {Data: "Help", Reset: true}}))
+}
+
+// heartbeatRecorder sees every heartbeat an activity records.
+type heartbeatRecorder struct {
+	interceptor.WorkerInterceptorBase
+	record func(details []any)
+}
+
+func (r *heartbeatRecorder) InterceptActivity(_ context.Context, next interceptor.ActivityInboundInterceptor) interceptor.ActivityInboundInterceptor {
+	return &heartbeatInbound{ActivityInboundInterceptorBase: interceptor.ActivityInboundInterceptorBase{Next: next}, record: r.record}
+}
+
+type heartbeatInbound struct {
+	interceptor.ActivityInboundInterceptorBase
+	record func(details []any)
+}
+
+func (i *heartbeatInbound) Init(outbound interceptor.ActivityOutboundInterceptor) error {
+	return i.Next.Init(&heartbeatOutbound{ActivityOutboundInterceptorBase: interceptor.ActivityOutboundInterceptorBase{Next: outbound}, record: i.record})
+}
+
+type heartbeatOutbound struct {
+	interceptor.ActivityOutboundInterceptorBase
+	record func(details []any)
+}
+
+func (o *heartbeatOutbound) RecordHeartbeat(ctx context.Context, details ...any) {
+	o.record(details)
+	o.Next.RecordHeartbeat(ctx, details...)
+}
