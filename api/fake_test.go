@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/serviceerror"
 
+	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
 )
@@ -112,6 +113,11 @@ func (f *fakeSource) Events(ctx context.Context, turnID string, after int, _ boo
 		after = 0
 	}
 	return workflows.EventsAfter(t.events, after), nil
+}
+
+// Live reads a model call's heartbeat details; the fake has no calls.
+func (f *fakeSource) Live(context.Context, string, string) ([]activities.TokenPiece, bool, error) {
+	return nil, false, nil
 }
 
 func (f *fakeSource) Watch(ctx context.Context, turnID string, changed func()) error {

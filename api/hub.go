@@ -11,7 +11,9 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 
+	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
 )
@@ -28,6 +30,10 @@ type eventSource interface {
 	// returns nil once the workflow has closed, a NotFound error while the
 	// workflow does not exist, or another error when watching failed.
 	Watch(ctx context.Context, turnID string, changed func()) error
+	// Live returns the token events in the heartbeat details of the turn's
+	// model call activityID (workflows.LiveTokens); running is false once
+	// that call is no longer pending.
+	Live(ctx context.Context, turnID, activityID string) (pieces []activities.TokenPiece, running bool, err error)
 }
 
 // hubSettings tunes the pollers; tests shorten them.
@@ -45,6 +51,9 @@ type hubSettings struct {
 	// closedRetries is how many failed reads of an ended turn end its
 	// streams with an error.
 	closedRetries int
+	// liveInterval is the time between two reads of a model call's
+	// heartbeat details while it streams its answer.
+	liveInterval time.Duration
 }
 
 // defaultHubSettings are the settings of a real server.
@@ -54,6 +63,7 @@ var defaultHubSettings = hubSettings{
 	maxBackoff:      time.Second,
 	notFoundTimeout: 2 * time.Minute,
 	closedRetries:   3,
+	liveInterval:    activities.DefaultFlushInterval,
 }
 
 // hub runs at most one poller per turn in this API process, however many
@@ -90,6 +100,9 @@ type feed struct {
 	// err ends the feed: nothing more will come.
 	err  error
 	subs map[*subscription]struct{}
+	// live is the model call whose heartbeat details are being read, "" when
+	// none is (readLive).
+	live string
 }
 
 // subscription is one client's place in a feed.
@@ -321,6 +334,9 @@ func (h *hub) poll(ctx context.Context, f *feed) {
 		}
 		backoff = h.settings.minBackoff
 		contiguous := f.add(resp.Events)
+		if l := resp.Live; l != nil && contiguous && l.After <= f.last() && f.startLive(l.ActivityID) {
+			go h.readLive(ctx, f, *l, log)
+		}
 		switch {
 		case f.finished():
 			return
@@ -330,6 +346,68 @@ func (h *hub) poll(ctx context.Context, f *feed) {
 		case ended:
 			f.fail(fmt.Errorf("turn %s ended without a finish event", f.turnID))
 			return
+		}
+	}
+}
+
+// startLive reports whether the caller should read the heartbeat details of
+// model call activityID: nobody reads them yet.
+func (f *feed) startLive(activityID string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.live == activityID {
+		return false
+	}
+	f.live = activityID
+	return true
+}
+
+func (f *feed) stopLive() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.live = ""
+}
+
+// liveFailures is how many failed reads in a row of a model call's details
+// end reading them; the turn logs the same token events when the call ends.
+const liveFailures = 3
+
+// readLive adds the token events of a model call that streams by heartbeat
+// to f while the call runs, reading its details every liveInterval. Their
+// numbers follow live.After; the turn logs the same events under the same
+// numbers when the call ends, so the poller's next read finds them had.
+// Heartbeats are no history events, so the watcher does not wake for them.
+func (h *hub) readLive(ctx context.Context, f *feed, live workflows.LiveTokens, log *slog.Logger) {
+	defer f.stopLive()
+	tick := time.NewTicker(h.settings.liveInterval)
+	defer tick.Stop()
+	failures := 0
+	for {
+		pieces, running, err := h.src.Live(ctx, f.turnID, live.ActivityID)
+		h.metrics.liveReads.Inc()
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			if failures++; failures >= liveFailures {
+				log.Warn("read the answer of a running model call; the rest comes when it ends", "activityId", live.ActivityID, "error", err)
+				return
+			}
+		default:
+			failures = 0
+			evs := make([]protocol.Event, len(pieces))
+			for i, p := range pieces {
+				evs[i] = protocol.Event{Seq: live.After + 1 + i, Type: protocol.EventToken, Data: p.Data, Reset: p.Reset}
+			}
+			f.add(evs)
+			if !running {
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
 		}
 	}
 }
@@ -383,6 +461,8 @@ func (h *hub) watch(ctx context.Context, turnID string, onClose, changed func(),
 type temporalSource struct {
 	client client.Client
 	log    *slog.Logger
+	// codec resolves the payload store's references; nil without a store.
+	codec converter.PayloadCodec
 }
 
 // Events reads a turn's events after after. An ended turn is read from its
@@ -411,6 +491,37 @@ func (s temporalSource) Events(ctx context.Context, turnID string, after int, cl
 		return workflows.EventsResponse{}, fmt.Errorf("decode %s of turn %s: %w", workflows.EventsQuery, turnID, err)
 	}
 	return resp, nil
+}
+
+// Live reads the heartbeat details of the turn's model call activityID from
+// the workflow's description: no worker and no history read.
+func (s temporalSource) Live(ctx context.Context, turnID, activityID string) ([]activities.TokenPiece, bool, error) {
+	d, err := s.client.DescribeWorkflow(ctx, turnID, "")
+	if err != nil {
+		return nil, false, fmt.Errorf("describe turn %s: %w", turnID, err)
+	}
+	for _, a := range d.RawResponse.GetPendingActivities() {
+		if a.GetActivityId() != activityID {
+			continue
+		}
+		var p activities.TokenProgress
+		if hb := a.GetHeartbeatDetails(); len(hb.GetPayloads()) > 0 {
+			if err := s.converter().FromPayloads(hb, &p); err != nil {
+				return nil, true, fmt.Errorf("decode the answer of model call %s of turn %s: %w", activityID, turnID, err)
+			}
+		}
+		return p.Pieces, true, nil
+	}
+	return nil, false, nil
+}
+
+// converter decodes payloads as the worker encoded them: through the payload
+// store's codec when there is one, since a long answer's details are stored.
+func (s temporalSource) converter() converter.DataConverter {
+	if s.codec == nil {
+		return converter.GetDefaultDataConverter()
+	}
+	return converter.NewCodecDataConverter(converter.GetDefaultDataConverter(), s.codec)
 }
 
 // Watch long-polls the turn's history and calls changed after each

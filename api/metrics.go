@@ -20,6 +20,9 @@ type metrics struct {
 	pollersRunning prometheus.Gauge
 	// eventQueries counts the reads of a turn's events from Temporal.
 	eventQueries prometheus.Counter
+	// liveReads counts the reads of a streaming model call's answer from
+	// its heartbeat details.
+	liveReads prometheus.Counter
 	// openStreams is the number of SSE streams open now.
 	openStreams prometheus.Gauge
 	// requests counts answered requests by route, method and status.
@@ -52,6 +55,10 @@ func newMetrics() *metrics {
 		eventQueries: f.NewCounter(prometheus.CounterOpts{
 			Name: "tollgate_api_event_queries_total",
 			Help: "Reads of a turn's events from Temporal.",
+		}),
+		liveReads: f.NewCounter(prometheus.CounterOpts{
+			Name: "tollgate_api_live_reads_total",
+			Help: "Reads of a running model call's answer from its heartbeat details (a turn's workflow description).",
 		}),
 		openStreams: f.NewGauge(prometheus.GaugeOpts{
 			Name: "tollgate_api_open_streams",

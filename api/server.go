@@ -147,7 +147,7 @@ func NewServer(o Options) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return newServer(o, temporalSource{client: o.Client, log: log}, defaultHubSettings)
+	return newServer(o, temporalSource{client: o.Client, log: log, codec: o.Codec}, defaultHubSettings)
 }
 
 // newServer builds the API on any event source; tests pass a fake.

@@ -184,7 +184,7 @@ func (r *report) markdown() string {
 	p("")
 	p("Each turn streams a %d-word answer from the scripted model at a word a millisecond, after %d Read",
 		historyTokens, historyToolCalls)
-	p("calls (unprotected). Temporal warns at %d events in one history.", historyLimit)
+	p("calls (unprotected). Temporal warns at %d events in one history; the goal is under %d a turn.", historyLimit, historyGoal)
 	p("")
 	p("| turn | events in the turn's history | of the %d warning | model calls | tool calls | token signals | `token` events | conversation's history |", historyLimit)
 	p("|---|---:|---:|---:|---:|---:|---:|---:|")
@@ -286,8 +286,13 @@ func (r *report) verdict() string {
 				most = h
 			}
 		}
-		fmt.Fprintf(&s, "A turn of %d tool calls and a %d-word answer leaves at most %d history events (%.1f%% of the %d warning): token batches are capped, so a long answer costs a handful of signals, not one per word. ",
-			historyToolCalls, historyTokens, most.TurnEvents, 100*float64(most.TurnEvents)/historyLimit, historyLimit)
+		fmt.Fprintf(&s, "A turn of %d tool calls and a %d-word answer leaves at most %d history events (%.1f%% of the %d warning; the goal is under %d): ",
+			historyToolCalls, historyTokens, most.TurnEvents, 100*float64(most.TurnEvents)/historyLimit, historyLimit, historyGoal)
+		if most.TokenSignals == 0 {
+			fmt.Fprintf(&s, "its answer's %d `token` events came from the model call's heartbeat details and cost the history no event; what is left is the workflow tasks and activities of the calls. ", most.TokenEvents)
+		} else {
+			fmt.Fprintf(&s, "its answer cost %d signals, each with a workflow task. ", most.TokenSignals)
+		}
 	}
 	in, st := r.LongTurn[0], r.LongTurn[1]
 	fmt.Fprintf(&s, "A long turn of %d steps got through %d of them with its payloads inline and %d with the payload store, whose history held %d KiB against %d KiB inline.",

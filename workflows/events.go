@@ -54,6 +54,17 @@ type EventsResponse struct {
 	Events []Event `json:"events"`
 	// Finished is true once the finish event is in the log: nothing follows.
 	Finished bool `json:"finished"`
+	// Live is set while a model call streams its token events by heartbeat.
+	Live *LiveTokens `json:"live,omitempty"`
+}
+
+// LiveTokens names the model call whose token events are in its activity's
+// heartbeat details (an activities.TokenProgress) while it runs: the i-th of
+// them (from 0) is the turn's event After+1+i, and the turn logs them under
+// those numbers when the call ends, however it ends.
+type LiveTokens struct {
+	ActivityID string `json:"activityId"`
+	After      int    `json:"after"`
 }
 
 // eventLog is a turn's append-only list of events.

@@ -38,4 +38,9 @@ const (
 	// writes a row for every call the gate asks about or a grant answers,
 	// in local activities (turn.auditing).
 	patchAuditLedger = "audit-ledger"
+	// patchTokensByHeartbeat (after v0.3.0): a turn's model call streams
+	// its answer in the activity's heartbeat details, not in signals that
+	// cost a workflow task each, and the turn logs the call's token events
+	// when it ends (turn.callModel).
+	patchTokensByHeartbeat = "tokens-by-heartbeat"
 )

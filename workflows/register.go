@@ -44,7 +44,10 @@ func RegisterMCP(r worker.Registry, m *activities.MCP) {
 // deadlock, and on a loaded machine (or under the race detector) takes
 // longer than a second.
 func WorkerOptions() worker.Options {
-	return worker.Options{DeadlockDetectionTimeout: 5 * time.Second}
+	// A model call's heartbeats carry its answer (patchTokensByHeartbeat):
+	// the SDK sends the newest details at most this often, so the API
+	// reads the answer as often as the signals used to carry it.
+	return worker.Options{DeadlockDetectionTimeout: 5 * time.Second, MaxHeartbeatThrottleInterval: activities.DefaultFlushInterval}
 }
 
 // RegisterNotifier registers the notice activity, for a worker whose

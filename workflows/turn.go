@@ -55,6 +55,10 @@ type turn struct {
 	step         int
 	modelRunning bool
 	answer       answerStream
+	// live names the model call that streams its token events by heartbeat
+	// while it runs (patchTokensByHeartbeat), nil otherwise; the events
+	// query says it, and the API reads them from the call's details.
+	live *LiveTokens
 
 	interrupted     bool
 	interruptReason string
@@ -165,7 +169,9 @@ func (t *turn) finish(reason, text string) {
 // setHandlers registers the turn's query, update and signal handlers.
 func (t *turn) setHandlers(ctx workflow.Context) error {
 	if err := workflow.SetQueryHandler(ctx, EventsQuery, func(req EventsRequest) (EventsResponse, error) {
-		return t.log.after(req.After), nil
+		resp := t.log.after(req.After)
+		resp.Live = t.live
+		return resp, nil
 	}); err != nil {
 		return fmt.Errorf("set %s query handler: %w", EventsQuery, err)
 	}
@@ -249,7 +255,8 @@ func (t *turn) setHandlers(ctx workflow.Context) error {
 // onTokens publishes what a token batch adds to the answer, while the model
 // call it belongs to runs; batches of an earlier step are dropped.
 func (t *turn) onTokens(b activities.TokenBatch) {
-	if !t.modelRunning || b.Step != t.step {
+	if !t.modelRunning || b.Step != t.step || t.live != nil {
+		// A call that streams by heartbeat logs its text when it ends.
 		return
 	}
 	if e, ok := t.answer.take(b); ok {
@@ -358,16 +365,68 @@ func (t *turn) callModel(ctx workflow.Context, messages []activities.Message) (a
 	var out activities.ModelOutput
 	opts := modelActivityOptions(t.settings)
 	opts.Summary = fmt.Sprintf("model call %d", t.step)
+	// A turn's answer streams in the call's heartbeat details, which cost
+	// its history nothing; a subagent's keeps the tokens signal, as its
+	// events reach the parent's stream only through the parent's log.
+	byHeartbeat := t.agent == "" &&
+		workflow.GetVersion(ctx, patchTokensByHeartbeat, workflow.DefaultVersion, 1) != workflow.DefaultVersion
+	if byHeartbeat {
+		in.Tokens.Heartbeat = true
+		opts.ActivityID = fmt.Sprintf("model-%d", t.step)
+		// The call's token events end in the log however it ends; a
+		// cancelled call answers with those it made.
+		opts.WaitForCancellation = true
+		t.live = &LiveTokens{ActivityID: opts.ActivityID, After: len(t.log.events)}
+	}
 	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), activities.ModelActivity, in).Get(ctx, &out)
 	t.modelRunning = false
+	if byHeartbeat {
+		// Nothing else is logged while the call runs, so these take the
+		// ids the API gave them from the details.
+		t.live = nil
+		pieces := out.Pieces
+		if err != nil {
+			pieces = tokenProgress(err)
+		} else if p, ok := activities.NextPiece(activities.Spell(pieces), out.Content, true); ok {
+			// An activity worker older than the patch sends no pieces.
+			pieces = append(pieces, p)
+		}
+		for _, p := range pieces {
+			t.log.append(Event{Type: EventToken, Data: p.Data, Reset: p.Reset})
+		}
+	}
 	if err != nil {
 		return out, err
 	}
 	t.used.Tokens += out.Tokens
+	if byHeartbeat {
+		return out, nil
+	}
 	if e, ok := t.answer.finish(out.Content); ok {
 		t.log.append(e)
 	}
 	return out, nil
+}
+
+// tokenProgress returns the token events a model call that streamed by
+// heartbeat made before it failed: its error's details, or the last details
+// it recorded when it timed out.
+func tokenProgress(err error) []activities.TokenPiece {
+	var (
+		p        activities.TokenProgress
+		canceled *temporal.CanceledError
+		timeout  *temporal.TimeoutError
+		appErr   *temporal.ApplicationError
+	)
+	switch {
+	case errors.As(err, &canceled) && canceled.HasDetails():
+		_ = canceled.Details(&p)
+	case errors.As(err, &timeout) && timeout.HasLastHeartbeatDetails():
+		_ = timeout.LastHeartbeatDetails(&p)
+	case errors.As(err, &appErr) && appErr.HasDetails():
+		_ = appErr.Details(&p)
+	}
+	return p.Pieces
 }
 
 // modelActivityOptions retry 429s, 5xx and network errors with backoff; the

@@ -1,0 +1,79 @@
+package workflows
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/tollgate/tollgate/activities"
+)
+
+// tokenEvents returns the data and reset flags of the token events.
+func tokenEvents(events []Event) []activities.TokenPiece {
+	var out []activities.TokenPiece
+	for _, e := range events {
+		if e.Type == EventToken {
+			out = append(out, activities.TokenPiece{Data: e.Data, Reset: e.Reset})
+		}
+	}
+	return out
+}
+
+func TestATurnLogsTheTokenEventsItsModelCallStreamedByHeartbeat(t *testing.T) {
+	pieces := []activities.TokenPiece{{Data: "I will "}, {Data: "I shall say it", Reset: true}, {Data: " plainly."}}
+	h := newHarness(t, testSettings())
+	var started []string
+	h.env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, _ converter.EncodedValues) {
+		if info.ActivityType.Name == activities.ModelActivity {
+			started = append(started, info.ActivityID)
+		}
+	})
+	var during EventsResponse
+	h.env.OnActivity(activities.ModelActivity, mock.Anything, mock.Anything).After(time.Minute).
+		Return(activities.ModelOutput{Content: "I shall say it plainly.", Pieces: pieces}, nil)
+	h.env.RegisterDelayedCallback(func() {
+		v, err := h.env.QueryWorkflow(EventsQuery, EventsRequest{})
+		require.NoError(t, err)
+		require.NoError(t, v.Get(&during))
+	}, 30*time.Second)
+
+	out := h.runTurn(userTurn("say it"))
+	require.Equal(t, []string{"model-1"}, started)
+	require.Equal(t, &LiveTokens{ActivityID: "model-1", After: 1}, during.Live,
+		"while the call runs, the query names it and where its events go")
+	require.Equal(t, []string{EventTurnStart}, eventTypes(during.Events))
+	require.Equal(t, pieces, tokenEvents(out.Events), "the call's pieces, as they were, under the numbers after Live.After")
+	require.Equal(t, []string{EventTurnStart, EventToken, EventToken, EventToken, EventFinish}, eventTypes(out.Events))
+}
+
+func TestAModelCallWithoutPiecesStillLogsItsAnswer(t *testing.T) {
+	// An activity worker older than the patch answers without pieces.
+	h := newHarness(t, testSettings(), activities.ModelOutput{Content: "whole answer"})
+	out := h.runTurn(userTurn("say it"))
+	require.Equal(t, []activities.TokenPiece{{Data: "whole answer"}}, tokenEvents(out.Events))
+	require.True(t, h.modelInputs[0].Tokens.Heartbeat)
+}
+
+func TestAFailedModelCallLogsThePiecesItStreamedBeforeItsError(t *testing.T) {
+	h := newHarness(t, testSettings())
+	progress := activities.TokenProgress{Step: 1, Pieces: []activities.TokenPiece{{Data: "Let me "}, {Data: "look"}}}
+	h.modelErr = temporal.NewApplicationErrorWithOptions("model m: server rejected the request with 400", activities.ModelRequestRejectedError,
+		temporal.ApplicationErrorOptions{NonRetryable: true, Details: []any{progress}})
+	out := h.runTurn(userTurn("say it"))
+	require.Equal(t, progress.Pieces, tokenEvents(out.Events))
+	require.Equal(t, []string{EventTurnStart, EventToken, EventToken, EventError, EventFinish}, eventTypes(out.Events))
+}
+
+func TestASubagentKeepsTheTokensSignal(t *testing.T) {
+	h := newHarness(t, testSettings())
+	h.env.ExecuteWorkflow(SubagentWorkflow, SubagentInput{Agent: AgentDef{Name: "scout"}, Prompt: "look", Settings: testSettings(), Depth: 1})
+	require.NoError(t, h.env.GetWorkflowError())
+	require.NotEmpty(t, h.modelInputs)
+	require.False(t, h.modelInputs[0].Tokens.Heartbeat, "a subagent's events reach the parent only through its log")
+}
