@@ -100,9 +100,6 @@ type feed struct {
 	// err ends the feed: nothing more will come.
 	err  error
 	subs map[*subscription]struct{}
-	// live is the model call whose heartbeat details are being read, "" when
-	// none is (readLive).
-	live string
 }
 
 // subscription is one client's place in a feed.
@@ -281,6 +278,8 @@ func (h *hub) poll(ctx context.Context, f *feed) {
 	backoff := h.settings.minBackoff
 	var retry <-chan time.Time
 	closedFailures := 0
+	var live liveReader
+	defer live.stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -334,9 +333,9 @@ func (h *hub) poll(ctx context.Context, f *feed) {
 		}
 		backoff = h.settings.minBackoff
 		contiguous := f.add(resp.Events)
-		if l := resp.Live; l != nil && contiguous && l.After <= f.last() && f.startLive(l.ActivityID) {
-			go h.readLive(ctx, f, *l, log)
-		}
+		live.follow(ctx, resp.Live, contiguous && resp.Live != nil && resp.Live.After <= f.last(), func(ctx context.Context, l workflows.LiveTokens) {
+			h.readLive(ctx, f, l, log)
+		})
 		switch {
 		case f.finished():
 			return
@@ -350,22 +349,37 @@ func (h *hub) poll(ctx context.Context, f *feed) {
 	}
 }
 
-// startLive reports whether the caller should read the heartbeat details of
-// model call activityID: nobody reads them yet.
-func (f *feed) startLive(activityID string) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.live == activityID {
-		return false
-	}
-	f.live = activityID
-	return true
+// liveReader is the poller's reader of a streaming model call's details: at
+// most one runs, for the call the turn's last read named.
+type liveReader struct {
+	activityID string
+	cancel     context.CancelFunc
 }
 
-func (f *feed) stopLive() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.live = ""
+// follow starts reading the call l names when it is not read yet and may
+// be (ok: the feed holds the events the call's pieces follow), and stops
+// reading a call the turn no longer names.
+func (r *liveReader) follow(ctx context.Context, l *workflows.LiveTokens, ok bool, read func(context.Context, workflows.LiveTokens)) {
+	switch {
+	case l != nil && l.ActivityID == r.activityID:
+		return // being read, or given up on
+	case l != nil && !ok:
+		return
+	}
+	r.stop()
+	if l == nil {
+		return
+	}
+	ctx, r.cancel = context.WithCancel(ctx)
+	r.activityID = l.ActivityID
+	go read(ctx, *l)
+}
+
+func (r *liveReader) stop() {
+	if r.cancel != nil {
+		r.cancel()
+	}
+	r.activityID, r.cancel = "", nil
 }
 
 // liveFailures is how many failed reads in a row of a model call's details
@@ -373,16 +387,24 @@ func (f *feed) stopLive() {
 const liveFailures = 3
 
 // readLive adds the token events of a model call that streams by heartbeat
-// to f while the call runs, reading its details every liveInterval. Their
-// numbers follow live.After; the turn logs the same events under the same
-// numbers when the call ends, so the poller's next read finds them had.
-// Heartbeats are no history events, so the watcher does not wake for them.
+// to f while the call runs, reading its details every liveInterval (the
+// first time a third of that after the call began: a call that ends sooner,
+// as one that only asks for tools often does, costs no read, since the
+// poller stops this when the turn no longer names the call). Their numbers
+// follow live.After; the turn logs the same events under the same numbers
+// when the call ends, so the poller's next read finds them had. Heartbeats
+// are no history events, so the watcher does not wake for them.
 func (h *hub) readLive(ctx context.Context, f *feed, live workflows.LiveTokens, log *slog.Logger) {
-	defer f.stopLive()
-	tick := time.NewTicker(h.settings.liveInterval)
-	defer tick.Stop()
+	wait := time.NewTimer(h.settings.liveInterval / 3)
+	defer wait.Stop()
 	failures := 0
 	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-wait.C:
+		}
+		wait.Reset(h.settings.liveInterval)
 		pieces, running, err := h.src.Live(ctx, f.turnID, live.ActivityID)
 		h.metrics.liveReads.Inc()
 		switch {
@@ -403,11 +425,6 @@ func (h *hub) readLive(ctx context.Context, f *feed, live workflows.LiveTokens, 
 			if !running {
 				return
 			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
 		}
 	}
 }
