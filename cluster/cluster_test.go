@@ -73,15 +73,12 @@ func TestEveryTurnFinishesOnceWhileAWorkerAndAnAPIAreKilled(t *testing.T) {
 		t.Skip("starts PostgreSQL and a Temporal server; `make cluster-test` runs it (" + envRun + "=1)")
 	}
 	n := turnCount(t)
-	root := moduleRoot(t)
 	workerBin := proctest.Build(t, "github.com/tollgate/tollgate/worker")
 	apiBin := proctest.Build(t, "github.com/tollgate/tollgate/api")
 
 	began := time.Now()
 	pg := proctest.StartPostgres(t, "temporal")
-	setupSchema(t, root, pg)
-	tc := startTemporal(t, root, pg)
-	setupNamespace(t, root, tc)
+	tc := proctest.StartTemporalServer(t, pg)
 	clusterUp := time.Since(began)
 	c, err := client.Dial(client.Options{HostPort: tc.HostPort, Namespace: tc.Namespace})
 	require.NoError(t, err)
@@ -394,7 +391,7 @@ func waitHealthy(t *testing.T, p *proctest.Process, addr string) {
 		resp.Body.Close()
 		assert.Equal(ct, http.StatusOK, resp.StatusCode)
 	}, readyWait, 50*time.Millisecond, "%s at %s is healthy", p.Name, addr)
-	requireRunning(t, p)
+	proctest.RequireRunning(t, p)
 }
 
 // listApprovals is GET /approvals at addr.

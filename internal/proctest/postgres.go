@@ -39,7 +39,7 @@ type Postgres struct {
 // foreground, so that it dies with the test binary; cleanup stops it.
 // PostgreSQL refuses to run as root: as root, initdb and the server run as
 // the postgres user of Debian's package.
-func StartPostgres(t *testing.T, user string) Postgres {
+func StartPostgres(t testing.TB, user string) Postgres {
 	t.Helper()
 	bin := postgresBin(t)
 	// Not t.TempDir: its parents are root's alone, and the server must
@@ -117,7 +117,7 @@ func StartPostgres(t *testing.T, user string) Postgres {
 // postgresBin finds the folder of PostgreSQL's server programs:
 // $TOLLGATE_POSTGRES_BIN, else the newest of Debian's
 // /usr/lib/postgresql/<version>/bin.
-func postgresBin(t *testing.T) string {
+func postgresBin(t testing.TB) string {
 	t.Helper()
 	if dir := os.Getenv(envPostgresBin); dir != "" {
 		_, err := os.Stat(filepath.Join(dir, "initdb"))
@@ -145,7 +145,7 @@ func majorOf(dir string) int {
 // postgresUser is who PostgreSQL runs as: nil (this process's user) unless
 // this process is root, which PostgreSQL refuses, and then the postgres
 // user that Debian's package makes.
-func postgresUser(t *testing.T) *syscall.Credential {
+func postgresUser(t testing.TB) *syscall.Credential {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		return nil

@@ -1,4 +1,4 @@
-package cluster_test
+package proctest
 
 import (
 	"bytes"
@@ -19,7 +19,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tollgate/tollgate/internal/devserver"
-	"github.com/tollgate/tollgate/internal/proctest"
 )
 
 // Where the Temporal server and its SQL schema tool are, when not in the
@@ -32,10 +31,10 @@ const (
 // setupTimeout bounds each of the compose file's setup scripts.
 const setupTimeout = 3 * time.Minute
 
-// temporal is a Temporal server with every service in one process, on
-// PostgreSQL.
-type temporal struct {
-	Process   *proctest.Process
+// TemporalServer is a Temporal server with every service in one process,
+// on PostgreSQL.
+type TemporalServer struct {
+	Process   *Process
 	HostPort  string // the frontend's gRPC address
 	Namespace string
 }
@@ -121,11 +120,26 @@ type service struct {
 	GRPC, Membership, HTTP string
 }
 
+// StartTemporalServer runs the Temporal server on pg as docker-compose.yml
+// runs it: the compose file's schema script, the server with the compose
+// file's configuration and dynamic config, and the compose file's namespace
+// script (the namespace and tollgate's search attributes). The server's
+// binaries come from `make temporal-server` (bin/) or their variables; it
+// dies with the test binary, and cleanup stops it.
+func StartTemporalServer(t testing.TB, pg Postgres) TemporalServer {
+	t.Helper()
+	root := moduleRoot(t)
+	setupSchema(t, root, pg)
+	tc := startTemporal(t, root, pg)
+	setupNamespace(t, root, tc)
+	return tc
+}
+
 // setupSchema creates Temporal's two databases with the compose file's
 // own script (deploy/temporal/setup-schema.sh), against the schema files
 // of the server's own version, twice: the script says it is safe to run
 // again.
-func setupSchema(t *testing.T, root string, pg proctest.Postgres) {
+func setupSchema(t testing.TB, root string, pg Postgres) {
 	t.Helper()
 	schema := filepath.Join(serverModule(t), "schema", "postgresql", "v12")
 	env := append(os.Environ(),
@@ -140,7 +154,7 @@ func setupSchema(t *testing.T, root string, pg proctest.Postgres) {
 
 // startTemporal runs the Temporal server on pg, as the compose file's
 // temporal service does, and returns once its frontend listens.
-func startTemporal(t *testing.T, root string, pg proctest.Postgres) temporal {
+func startTemporal(t testing.TB, root string, pg Postgres) TemporalServer {
 	t.Helper()
 	port := lowPorts(t)
 	services := []service{
@@ -165,8 +179,8 @@ func startTemporal(t *testing.T, root string, pg proctest.Postgres) temporal {
 	script := fmt.Sprintf("#!/bin/sh\nexec '%s' --root '%s' --config config --env cluster --allow-no-auth start\n",
 		toolBin(t, envServerBin, "temporal-server"), dir)
 	require.NoError(t, os.WriteFile(start, []byte(script), 0o755))
-	p := proctest.Start(t, "temporal-server", start, proctest.EnvironWithout("TEMPORAL_"))
-	tc := temporal{Process: p, HostPort: "127.0.0.1:" + services[0].GRPC, Namespace: "default"}
+	p := Start(t, "temporal-server", start, EnvironWithout("TEMPORAL_"))
+	tc := TemporalServer{Process: p, HostPort: "127.0.0.1:" + services[0].GRPC, Namespace: "default"}
 	require.Eventually(t, func() bool {
 		select {
 		case <-p.Exited:
@@ -179,7 +193,7 @@ func startTemporal(t *testing.T, root string, pg proctest.Postgres) temporal {
 		}
 		return err == nil
 	}, 2*time.Minute, 100*time.Millisecond, "the Temporal frontend listens on %s", tc.HostPort)
-	requireRunning(t, p)
+	RequireRunning(t, p)
 	return tc
 }
 
@@ -188,7 +202,7 @@ func startTemporal(t *testing.T, root string, pg proctest.Postgres) temporal {
 // membership ports in PostgreSQL as a SMALLINT (cluster_membership.rpc_port),
 // and one from the kernel's ephemeral range (32768 and up) stops it with
 // "unable to initialize membership heartbeats".
-func lowPorts(t *testing.T) func() string {
+func lowPorts(t testing.TB) func() string {
 	next := 20000 + rand.IntN(10000)
 	return func() string {
 		t.Helper()
@@ -209,7 +223,7 @@ func lowPorts(t *testing.T) func() string {
 // with the compose file's own script (deploy/temporal/setup-namespace.sh),
 // which waits for the cluster's health first and uses the operator API:
 // SQL visibility takes custom search attributes only that way.
-func setupNamespace(t *testing.T, root string, tc temporal) {
+func setupNamespace(t testing.TB, root string, tc TemporalServer) {
 	t.Helper()
 	runScript(t, filepath.Join(root, "deploy", "temporal", "setup-namespace.sh"), append(os.Environ(),
 		"PATH="+toolsPath(t)+":"+os.Getenv("PATH"),
@@ -219,7 +233,7 @@ func setupNamespace(t *testing.T, root string, tc temporal) {
 
 // runScript runs one of the compose file's setup scripts with env and
 // logs what it said.
-func runScript(t *testing.T, script string, env []string) {
+func runScript(t testing.TB, script string, env []string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 	defer cancel()
@@ -239,7 +253,7 @@ func runScript(t *testing.T, script string, env []string) {
 
 // toolsPath is a folder with the programs the setup scripts call by name:
 // temporal-sql-tool and the Temporal CLI (temporal).
-func toolsPath(t *testing.T) string {
+func toolsPath(t testing.TB) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "tools")
 	require.NoError(t, os.MkdirAll(dir, 0o755))
@@ -249,7 +263,7 @@ func toolsPath(t *testing.T) string {
 }
 
 // toolBin is $env, else bin/<name> in the module's folder.
-func toolBin(t *testing.T, env, name string) string {
+func toolBin(t testing.TB, env, name string) string {
 	t.Helper()
 	bin := os.Getenv(env)
 	if bin == "" {
@@ -263,7 +277,7 @@ func toolBin(t *testing.T, env, name string) string {
 // serverModule is the folder of the Temporal server's module, of the
 // version the server binary says it is, in the module cache (where
 // `go install` of the server put it): its schema files are there.
-func serverModule(t *testing.T) string {
+func serverModule(t testing.TB) string {
 	t.Helper()
 	out, err := exec.Command(toolBin(t, envServerBin, "temporal-server"), "--version").Output()
 	require.NoError(t, err)
@@ -279,15 +293,15 @@ func serverModule(t *testing.T) string {
 }
 
 // moduleRoot is the folder of this repository's module.
-func moduleRoot(t *testing.T) string {
+func moduleRoot(t testing.TB) string {
 	t.Helper()
 	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
 	require.NoError(t, err)
 	return strings.TrimSpace(string(out))
 }
 
-// requireRunning fails the test, with the process's log, when p has exited.
-func requireRunning(t *testing.T, p *proctest.Process) {
+// RequireRunning fails the test, with the process's log, when p has exited.
+func RequireRunning(t testing.TB, p *Process) {
 	t.Helper()
 	select {
 	case <-p.Exited:
