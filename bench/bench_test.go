@@ -5,16 +5,19 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
+	sdklog "go.temporal.io/sdk/log"
 
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/internal/devserver"
@@ -31,6 +34,37 @@ const (
 	envBenchRuns = "TOLLGATE_BENCH_RUNS"
 )
 
+// waitingTurns is waitingN, or $TOLLGATE_BENCH_WAITING.
+func waitingTurns(b *testing.B) int {
+	v := os.Getenv(envBenchWaiting)
+	if v == "" {
+		return waitingN
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < watchFewTurns+watchManyTurns {
+		b.Fatalf("%s=%q: want a number of %d or more", envBenchWaiting, v, watchFewTurns+watchManyTurns)
+	}
+	return n
+}
+
+// BenchmarkScale runs the scale stage of BenchmarkTollgate alone and logs
+// its section of the report on standard output, for a try of the waiting
+// turns and the watchers without the rest; it writes no file.
+//
+//	go test -run '^$' -bench '^BenchmarkScale$' -benchtime 1x -timeout 40m ./bench/
+func BenchmarkScale(b *testing.B) {
+	waiting := waitingTurns(b)
+	sys := startSystem(b)
+	for b.Loop() {
+		res, err := sys.scale(context.Background(), waiting)
+		if err != nil {
+			b.Fatal(err)
+		}
+		// Standard output: the testing package cuts a benchmark's long log.
+		fmt.Println((&report{Scale: res}).scaleMarkdown())
+	}
+}
+
 // BenchmarkTollgate measures tollgate against the raw Temporal floor, and
 // the history of a long turn with and without the payload store, and
 // writes the report to $TOLLGATE_BENCH_OUT when set. Run it once:
@@ -45,6 +79,7 @@ func BenchmarkTollgate(b *testing.B) {
 		}
 		runs = n
 	}
+	waiting := waitingTurns(b)
 	rep := &report{Date: time.Now(), Runs: runs, LoadBefore: loadAverage()}
 	sys := startSystem(b)
 	e := sys.env
@@ -126,6 +161,11 @@ func BenchmarkTollgate(b *testing.B) {
 			side.stats.CPU = cpu1.sub(cpu0).div(benchBurstTurns)
 		}
 
+		b.Logf("the decision path under load: the same-shape floor and tollgate at %v", loadLevels)
+		if rep.Load, err = e.decisionPathUnderLoad(ctx); err != nil {
+			b.Fatal(err)
+		}
+
 		b.Logf("fan-out: %d clients on %d paused turns", fanClients, fanTurns)
 		if rep.FanOut, err = e.fanOut(ctx); err != nil {
 			b.Fatal(err)
@@ -143,6 +183,11 @@ func BenchmarkTollgate(b *testing.B) {
 
 		b.Logf("a long turn: %d steps of %d Reads, inline and with the payload store", longTurnSteps, longTurnReads)
 		if rep.LongTurn, err = sys.longTurns(ctx); err != nil {
+			b.Fatal(err)
+		}
+
+		b.Logf("scale: %d waiting turns, and %d watchers on %d and on %d turns", waiting, watchClients, watchFewTurns, watchManyTurns)
+		if rep.Scale, err = sys.scale(ctx, waiting); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -176,11 +221,16 @@ func BenchmarkTollgate(b *testing.B) {
 // system is everything a run starts: the dev server, the binaries, the
 // scripted model, tollgate and the floor.
 type system struct {
-	tb       testing.TB
-	temporal *devserver.Server
-	client   client.Client
-	bins     binaries
-	env      *env
+	tb testing.TB
+	// address and namespace are where Temporal is: the run's dev server,
+	// or the scale stage's Temporal server.
+	address, namespace string
+	client             client.Client
+	bins               binaries
+	env                *env
+	// modelURL and workspace are the main tollgate's, for the scale runs'
+	// tollgate of their own.
+	modelURL, workspace string
 }
 
 // binaries are tollgate's worker and API, built from this tree.
@@ -198,7 +248,7 @@ func startSystem(tb testing.TB) *system {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(c.Close)
-	sys := &system{tb: tb, temporal: ts, client: c, bins: binaries{worker: buildWorker(), api: buildAPI()}}
+	sys := &system{tb: tb, address: ts.HostPort, namespace: ts.Namespace, client: c, bins: binaries{worker: buildWorker(), api: buildAPI()}}
 
 	// One model endpoint, as the worker has: the answer streams at once,
 	// except for the history turns, whose long answer streams a word a
@@ -220,9 +270,10 @@ func startSystem(tb testing.TB) *system {
 	if err := os.WriteFile(filepath.Join(workspace, "README.md"), []byte("# bench\n"), 0o644); err != nil {
 		tb.Fatal(err)
 	}
+	sys.modelURL, sys.workspace = model.URL, workspace
 	tg := sys.startTollgate("tollgate-bench", workspace, model.URL)
 	floorQueue := "tollgate-bench-floor"
-	w, err := startFloorWorker(c, floorQueue, workspace)
+	w, err := startFloorWorker(c, floorQueue, workspace, model.URL)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -243,7 +294,10 @@ func startSystem(tb testing.TB) *system {
 // tollgate is a worker and an API, the binaries, on a task queue of their
 // own.
 type tollgate struct {
-	worker, apiProcess        *proctest.Process
+	worker, apiProcess *proctest.Process
+	// workerName and workerEnv start the worker again after a crash.
+	workerName                string
+	workerEnv                 []string
 	api                       apiClient
 	apiMetrics, workerMetrics metricsReader
 }
@@ -257,8 +311,8 @@ func (s *system) startTollgate(queue, workspace, modelURL string, extra ...strin
 	tb := s.tb
 	tb.Helper()
 	common := append(proctest.EnvironWithout("TOLLGATE_", "TEMPORAL_", "OPENAI_", "OTEL_", config.EnvHTTPAddr+"="),
-		config.EnvTemporalAddress+"="+s.temporal.HostPort,
-		config.EnvTemporalNamespace+"="+s.temporal.Namespace,
+		config.EnvTemporalAddress+"="+s.address,
+		config.EnvTemporalNamespace+"="+s.namespace,
 		config.EnvTaskQueue+"="+queue,
 		// The worker and the API must use the same store.
 		config.EnvPayloadDir+"="+tb.TempDir(),
@@ -277,6 +331,8 @@ func (s *system) startTollgate(queue, workspace, modelURL string, extra ...strin
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	tg := &tollgate{
 		worker:        proctest.Start(tb, queue+"-worker", s.bins.worker, workerEnv),
+		workerName:    queue + "-worker",
+		workerEnv:     workerEnv,
 		apiProcess:    proctest.Start(tb, queue+"-api", s.bins.api, apiEnv),
 		api:           apiClient{base: "http://" + apiAddr, http: hc},
 		apiMetrics:    metricsReader{url: "http://" + apiAddr + "/metrics", http: hc},
@@ -351,4 +407,80 @@ func (s *system) longTurns(ctx context.Context) ([2]longTurnResult, error) {
 		out[i] = r
 	}
 	return out, nil
+}
+
+// scale pauses n turns on a tollgate of its own, measures each process's
+// memory and GET /approvals at that size, watches some of them with many
+// clients, then crashes the worker, starts another and decides the rest.
+func (s *system) scale(ctx context.Context, n int) (scaleResult, error) {
+	res := scaleResult{Waiting: n}
+	if n < watchFewTurns+watchManyTurns {
+		return res, fmt.Errorf("%d waiting turns: want at least %d", n, watchFewTurns+watchManyTurns)
+	}
+	queue := "scale-" + s.env.run
+	// The Temporal server on PostgreSQL, as docker-compose.yml runs it: a
+	// dev server gives way long before 2,000 open turns (its SQLite
+	// queries time out under that load, in memory or on a file, and it
+	// then answers that the namespace is not found).
+	pg := proctest.StartPostgres(s.tb, "temporal")
+	ts := proctest.StartTemporalServer(s.tb, pg)
+	c, err := client.Dial(client.Options{HostPort: ts.HostPort, Namespace: ts.Namespace, Logger: sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler))})
+	if err != nil {
+		return res, err
+	}
+	defer c.Close()
+	own := &system{tb: s.tb, address: ts.HostPort, namespace: ts.Namespace, client: c, bins: s.bins}
+	// The turns wait longer than the run takes, so none expires.
+	tg := own.startTollgate(queue, s.workspace, s.modelURL, config.EnvApprovalTimeout+"="+scaleApprovalTimeout.String())
+	defer tg.stop(s.tb)
+	e := &env{temporal: c, api: tg.api, apiMetrics: tg.apiMetrics, worker: tg.workerMetrics, run: s.env.run}
+
+	w0, a0, err := e.memoryOfBoth(ctx)
+	if err != nil {
+		return res, err
+	}
+	start := time.Now()
+	turns, err := e.pauseMany(ctx, n)
+	if err != nil {
+		return res, fmt.Errorf("%w\nthe worker's log ends:\n%s\nthe API's log ends:\n%s\nthe Temporal server's log ends:\n%s",
+			err, tail(tg.worker.Log()), tail(tg.apiProcess.Log()), tail(ts.Process.Log()))
+	}
+	res.PauseTime = time.Since(start)
+	if err := e.waitMetric(ctx, metricPollersRunning, 0); err != nil {
+		return res, fmt.Errorf("pollers of the paused turns did not stop: %w", err)
+	}
+	w1, a1, err := e.memoryOfBoth(ctx)
+	if err != nil {
+		return res, err
+	}
+	res.Worker = w1.sub(w0).div(n)
+	res.API = a1.sub(a0).div(n)
+
+	if res.Lists, err = e.timeLists(ctx, turns); err != nil {
+		return res, err
+	}
+
+	few, many := turns[:watchFewTurns], turns[watchFewTurns:watchFewTurns+watchManyTurns]
+	for i, ts := range [][]paused{few, many} {
+		if res.Watch[i], err = e.watchRun(ctx, ts, watchClients/len(ts)); err != nil {
+			return res, err
+		}
+	}
+	// The turns the watch runs did not decide.
+	rest := slices.Concat(few[watchDecisions:], many[watchDecisions:], turns[watchFewTurns+watchManyTurns:])
+
+	// The worker dies with every turn cached; a new one must replay each
+	// turn to take its decision.
+	crashed := tg.worker.Crash(s.tb)
+	tg.worker = proctest.Start(s.tb, tg.workerName, s.bins.worker, tg.workerEnv)
+	if err := waitUntil(ctx, 50*time.Millisecond, func(ctx context.Context) (bool, error) {
+		_, err := tg.workerMetrics.read(ctx)
+		return err == nil, nil
+	}); err != nil {
+		return res, fmt.Errorf("the restarted worker serves no metrics: %w", err)
+	}
+	res.Restart = time.Since(crashed)
+	res.Decided = len(rest)
+	res.DecideAll, res.Resumed, res.Retried, err = e.decideAll(ctx, rest)
+	return res, err
 }

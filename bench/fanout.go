@@ -48,8 +48,9 @@ type approvalStats struct {
 	Breakdown []segment
 }
 
-// paused is a turn that waits for its approval.
-type paused struct{ turnID, requestID string }
+// paused is a turn that waits for its approval, and its conversation
+// (when known).
+type paused struct{ conv, turnID, requestID string }
 
 // fanOut pauses fanTurns turns at their approval request, watches them with
 // fanClients SSE clients, and measures the API's queries, memory and CPU
@@ -253,7 +254,8 @@ type watchers struct {
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
 	transport *http.Transport
-	// results gets the arrival of every tool_result event at a client.
+	// results gets the arrival of every event of the watched type (a
+	// tool_result unless said otherwise) at a client.
 	results chan watcherEvent
 }
 
@@ -263,8 +265,14 @@ type watcherEvent struct {
 }
 
 // startWatchers starts perTurn SSE clients for each turn and returns once
-// every client has received its turn's approval_request.
+// every client has received its turn's approval_request; they report each
+// tool_result.
 func (e *env) startWatchers(ctx context.Context, turns []string, perTurn int) (*watchers, error) {
+	return e.startWatchersOf(ctx, turns, perTurn, protocol.EventToolResult)
+}
+
+// startWatchersOf is startWatchers reporting events of type typ.
+func (e *env) startWatchersOf(ctx context.Context, turns []string, perTurn int, typ string) (*watchers, error) {
 	n := len(turns) * perTurn
 	wctx, cancel := context.WithCancel(context.Background())
 	w := &watchers{cancel: cancel, transport: &http.Transport{}, results: make(chan watcherEvent, n)}
@@ -274,7 +282,7 @@ func (e *env) startWatchers(ctx context.Context, turns []string, perTurn int) (*
 	for _, turn := range turns {
 		for range perTurn {
 			w.wg.Go(func() {
-				err := watchOne(wctx, api, turn, func() { ready <- struct{}{} },
+				err := watchOne(wctx, api, turn, typ, func() { ready <- struct{}{} },
 					func(at time.Time) { w.results <- watcherEvent{turnID: turn, at: at} })
 				if err != nil && wctx.Err() == nil {
 					select {
@@ -311,18 +319,18 @@ func (w *watchers) stop() {
 }
 
 // watchOne streams a turn from its start, calling ready at its
-// approval_request and result at its tool_result.
-func watchOne(ctx context.Context, api apiClient, turn string, ready func(), result func(time.Time)) error {
+// approval_request and result at each event of type typ.
+func watchOne(ctx context.Context, api apiClient, turn, typ string, ready func(), result func(time.Time)) error {
 	resp, err := api.events(ctx, turn)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
 	for ev := range readStamped(resp.Body) {
-		switch ev.Type {
-		case protocol.EventApprovalRequest:
+		if ev.Type == protocol.EventApprovalRequest {
 			ready()
-		case protocol.EventToolResult:
+		}
+		if ev.Type == typ {
 			result(ev.at)
 		}
 	}
@@ -330,7 +338,8 @@ func watchOne(ctx context.Context, api apiClient, turn string, ready func(), res
 }
 
 // collectResults waits until n clients across ws have received turnID's
-// tool_result, and returns when each did.
+// watched event (tool_result unless said otherwise), and returns when each
+// did.
 func collectResults(ctx context.Context, turnID string, n int, ws ...*watchers) ([]time.Time, error) {
 	ctx, cancel := context.WithTimeout(ctx, benchWait)
 	defer cancel()
@@ -356,11 +365,11 @@ func collectResults(ctx context.Context, turnID string, n int, ws ...*watchers) 
 		select {
 		case ev := <-merged:
 			if ev.turnID != turnID {
-				return nil, fmt.Errorf("tool_result of %s while waiting for %s", ev.turnID, turnID)
+				return nil, fmt.Errorf("the watched event of %s while waiting for %s", ev.turnID, turnID)
 			}
 			got = append(got, ev.at)
 		case <-ctx.Done():
-			return nil, fmt.Errorf("%d of %d clients got the tool_result of %s: %w", len(got), n, turnID, ctx.Err())
+			return nil, fmt.Errorf("%d of %d clients got the watched event of %s: %w", len(got), n, turnID, ctx.Err())
 		}
 	}
 	return got, nil

@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/internal/scripted"
 	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
 )
@@ -47,25 +48,14 @@ func floorWorkflow(ctx workflow.Context) error {
 		e.Seq = len(log) + 1
 		log = append(log, e)
 	}
-	if err := workflow.SetQueryHandler(ctx, workflows.EventsQuery, func(req workflows.EventsRequest) (workflows.EventsResponse, error) {
-		resp := workflows.EventsResponse{Events: []protocol.Event{}}
-		if req.After < len(log) {
-			resp.Events = append(resp.Events, log[max(req.After, 0):]...)
-		}
-		return resp, nil
-	}); err != nil {
+	if err := setFloorEventsQuery(ctx, func() []protocol.Event { return log }); err != nil {
 		return err
 	}
 	publish(protocol.Event{Type: protocol.EventApprovalRequest, RequestID: "r", ToolName: activities.ToolWrite})
 	decisions := workflow.GetSignalChannel(ctx, floorSignalName)
 	var d protocol.ApprovalDecision
 	decisions.Receive(ctx, &d)
-	// The options of a tollgate tool call.
-	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		StartToCloseTimeout: 3 * time.Minute,
-		HeartbeatTimeout:    30 * time.Second,
-		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
-	})
+	actx := workflow.WithActivityOptions(ctx, floorToolOptions)
 	var out activities.ToolOutput
 	if err := workflow.ExecuteActivity(actx, floorActivityName, activities.ToolInput{Call: benchWriteCall}).Get(ctx, &out); err != nil {
 		return err
@@ -77,14 +67,39 @@ func floorWorkflow(ctx workflow.Context) error {
 	return nil
 }
 
-// startFloorWorker runs the floor on queue, with the options the worker
-// binary gives its own worker, and the very Write tool a turn runs, so that
-// the comparison is of everything around the tool.
-func startFloorWorker(c client.Client, queue, workspace string) (worker.Worker, error) {
+// floorToolOptions are the options of a tollgate tool call.
+var floorToolOptions = workflow.ActivityOptions{
+	StartToCloseTimeout: 3 * time.Minute,
+	HeartbeatTimeout:    30 * time.Second,
+	RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
+}
+
+// setFloorEventsQuery answers the events query from the log that log
+// returns, as a turn answers it.
+func setFloorEventsQuery(ctx workflow.Context, log func() []protocol.Event) error {
+	return workflow.SetQueryHandler(ctx, workflows.EventsQuery, func(req workflows.EventsRequest) (workflows.EventsResponse, error) {
+		l := log()
+		resp := workflows.EventsResponse{Events: []protocol.Event{}}
+		if req.After < len(l) {
+			resp.Events = append(resp.Events, l[max(req.After, 0):]...)
+		}
+		return resp, nil
+	})
+}
+
+// startFloorWorker runs the floors on queue, with the options the worker
+// binary gives its own worker, the very Write tool a turn runs and the
+// model activity on the same model server, so that the comparison is of
+// everything around them.
+func startFloorWorker(c client.Client, queue, workspace, modelURL string) (worker.Worker, error) {
 	w := worker.New(c, queue, workflows.WorkerOptions())
 	w.RegisterWorkflowWithOptions(floorWorkflow, workflow.RegisterOptions{Name: floorWorkflowName})
+	w.RegisterWorkflowWithOptions(shapedConversation, workflow.RegisterOptions{Name: shapedConversationName})
+	w.RegisterWorkflowWithOptions(shapedTurn, workflow.RegisterOptions{Name: shapedTurnName})
 	tools := &activities.Tools{Workspace: workspace, BashTimeout: 10 * time.Second}
 	w.RegisterActivityWithOptions(tools.Write, activity.RegisterOptions{Name: floorActivityName})
+	model := activities.NewModel(modelURL+"/v1", "bench", scripted.ModelName, nil)
+	w.RegisterActivityWithOptions(model.Chat, activity.RegisterOptions{Name: shapedModelName})
 	if err := w.Start(); err != nil {
 		return nil, fmt.Errorf("start the floor's worker on %s: %w", queue, err)
 	}
@@ -114,15 +129,26 @@ func (r *floorReader) watch(ctx context.Context, workflowID string) <-chan stamp
 		}
 	}
 	go func() {
-		it := r.client.GetWorkflowHistory(ctx, workflowID, "", true, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-		for it.HasNext() {
-			ev, err := it.Next()
-			if err != nil {
-				return
+		// A child workflow may not exist yet: its history is read again
+		// after a pause, as the API's watcher does.
+		for ctx.Err() == nil {
+			it := r.client.GetWorkflowHistory(ctx, workflowID, "", true, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+			for it.HasNext() {
+				ev, err := it.Next()
+				if err != nil {
+					break
+				}
+				switch ev.GetEventType() {
+				case enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+					poke()
+				case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
+					poke()
+					return
+				}
 			}
-			switch ev.GetEventType() {
-			case enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED, enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
-				poke()
+			select {
+			case <-ctx.Done():
+			case <-time.After(floorBackoff):
 			}
 		}
 	}()

@@ -27,6 +27,8 @@ type report struct {
 	FanOut   fanOutResult
 	History  []historyCost
 	LongTurn [2]longTurnResult // payloads inline, then with the store
+	Scale    scaleResult
+	Load     loadResult
 }
 
 // pathStats are one side's latencies and throughput.
@@ -197,7 +199,11 @@ func (r *report) markdown() string {
 	p("second model call) has %d events.", r.HistoryApproved)
 	p("")
 
+	p("%s", r.loadMarkdown())
+
 	p("%s", r.longTurnMarkdown())
+
+	p("%s", r.scaleMarkdown())
 
 	p("### What the numbers mean")
 	p("")
@@ -272,6 +278,16 @@ func (r *report) verdict() string {
 		fmt.Fprintf(&s, "Throughput is bound by CPU: a tollgate turn costs %.0f ms of dev-server CPU and %.0f ms in the other processes (the worker %.0f, the API %.0f; the floor %.0f and %.0f in all), so %d cores allow about %.0f turns a second at best. ",
 			ms(t.server), ms(t.ours()), ms(t.worker), ms(t.api), ms(f.server), ms(f.ours()),
 			runtime.NumCPU(), float64(runtime.NumCPU())*float64(time.Second)/float64(perTurn))
+	}
+	for i := range r.Load.Floor {
+		fl, tg := r.Load.Floor[i], r.Load.Tollgate[i]
+		lat, tps := ratio(tg.Latency.Result.p50, fl.Latency.Result.p50), tg.TurnsPerSec/fl.TurnsPerSec
+		fmt.Fprintf(&s, "At %d turns at a time against the same-shape floor, approve → `tool_result` is %.2fx at p50 (goal %.2fx: %s) and turns a second %.2fx (goal %.2fx: %s). ",
+			fl.Concurrency, lat, loadLatencyGoal, metGoal(lat <= loadLatencyGoal), tps, loadThroughputGoal, metGoal(tps >= loadThroughputGoal))
+	}
+	if sc := r.Scale; sc.Waiting > 0 {
+		fmt.Fprintf(&s, "With %d turns waiting at once on the Temporal server on PostgreSQL, the worker held %.0f KiB of heap per waiting turn and the API %.1f KiB; a page of `GET /approvals` took %.0f ms at p50; after a worker restart, %d decisions took %s and every turn had finished %s after the first. ",
+			sc.Waiting, sc.Worker.Heap/1024, sc.API.Heap/1024, ms(sc.Lists[0].Latency.p50), sc.Decided, sc.DecideAll.Round(time.Second), sc.Resumed.Round(time.Second))
 	}
 	f := r.FanOut
 	fmt.Fprintf(&s, "Watching costs the API one poller per turn, not per client: %d and %d clients caused %d and %d events queries to connect and %.1f and %.1f per second while the turns waited, ",

@@ -47,24 +47,34 @@ func (a apiClient) chat(ctx context.Context, query, conv string) (*http.Response
 
 // approve posts an approval of requestID and requires it to be accepted.
 func (a apiClient) approve(ctx context.Context, requestID string) error {
+	_, err := a.approveOnce(ctx, requestID, false)
+	return err
+}
+
+// approveOnce sends one approval of requestID and returns the answer's
+// status. again says the decision was sent before: the turn then may
+// answer that it is decided, as it is.
+func (a apiClient) approveOnce(ctx context.Context, requestID string, again bool) (int, error) {
 	body, _ := json.Marshal(protocol.DecisionRequest{RequestID: requestID, Decision: protocol.DecisionApprove})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.base+"/chat/approval", bytes.NewReader(body))
 	if err != nil {
-		return err
+		return 0, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := a.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("POST /chat/approval of %s: %w", requestID, err)
+		return 0, fmt.Errorf("POST /chat/approval of %s: %w", requestID, err)
 	}
 	defer resp.Body.Close()
 	var out struct {
-		Accepted bool `json:"accepted"`
+		Accepted bool   `json:"accepted"`
+		Reason   string `json:"reason"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || !out.Accepted {
-		return fmt.Errorf("approval of %s not accepted (%s): %v", requestID, resp.Status, err)
+	err = json.NewDecoder(resp.Body).Decode(&out)
+	if err != nil || !(out.Accepted || again && out.Reason == protocol.RejectDecided) {
+		return resp.StatusCode, fmt.Errorf("approval of %s not accepted (%s %s): %v", requestID, resp.Status, out.Reason, err)
 	}
-	return nil
+	return resp.StatusCode, nil
 }
 
 // events opens GET /chat/turns/:turnId/events from the turn's start.

@@ -193,22 +193,29 @@ func (e *env) floorTurn(ctx context.Context, name string) (turnSample, error) {
 // burst runs benchBurstTurns turns, benchConcurrency at a time, and returns
 // turns per second and the latencies under that load.
 func burst(ctx context.Context, name string, turn func(context.Context, string) (turnSample, error)) (float64, burstLatency, error) {
+	tps, lat, _, err := burstOf(ctx, name, benchConcurrency, benchBurstTurns, turn)
+	return tps, lat, err
+}
+
+// burstOf runs turns turns, concurrency at a time, and returns turns per
+// second, the latencies under that load and the samples.
+func burstOf(ctx context.Context, name string, concurrency, turns int, turn func(context.Context, string) (turnSample, error)) (float64, burstLatency, []turnSample, error) {
 	var (
 		mu      sync.Mutex
 		samples []turnSample
 		errs    []error
 		wg      sync.WaitGroup
 	)
-	next := make(chan int, benchBurstTurns)
-	for i := range benchBurstTurns {
+	next := make(chan int, turns)
+	for i := range turns {
 		next <- i
 	}
 	close(next)
 	start := time.Now()
-	for range benchConcurrency {
+	for range concurrency {
 		wg.Go(func() {
 			for i := range next {
-				s, err := turn(ctx, fmt.Sprintf("burst-%d", i))
+				s, err := turn(ctx, fmt.Sprintf("burst-%s-%d", name, i))
 				mu.Lock()
 				samples, errs = append(samples, s), append(errs, err)
 				mu.Unlock()
@@ -218,10 +225,10 @@ func burst(ctx context.Context, name string, turn func(context.Context, string) 
 	wg.Wait()
 	elapsed := time.Since(start)
 	if err := errors.Join(errs...); err != nil {
-		return 0, burstLatency{}, fmt.Errorf("%s burst: %w", name, err)
+		return 0, burstLatency{}, nil, fmt.Errorf("%s burst: %w", name, err)
 	}
-	return float64(benchBurstTurns) / elapsed.Seconds(),
-		burstLatency{Request: latencies(samples, requestLatency), Result: latencies(samples, resultLatency)}, nil
+	return float64(turns) / elapsed.Seconds(),
+		burstLatency{Request: latencies(samples, requestLatency), Result: latencies(samples, resultLatency)}, samples, nil
 }
 
 // waitUntil returns once cond holds, checking it every tick, or the error

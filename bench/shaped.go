@@ -1,0 +1,248 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/protocol"
+)
+
+// Names of the same-shape floor, registered on the floor's worker.
+const (
+	shapedConversationName = "BenchShapedConversation"
+	shapedTurnName         = "BenchShapedTurn"
+	shapedModelName        = "BenchShapedModel"
+)
+
+// shapedConversation is the same-shape floor's conversation: a parent
+// workflow that runs its one turn as a child, as a Conversation runs a
+// ChatTurn.
+func shapedConversation(ctx workflow.Context, query string) error {
+	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
+		WorkflowID: shapedTurnID(workflow.GetInfo(ctx).WorkflowExecution.ID),
+	})
+	return workflow.ExecuteChildWorkflow(cctx, shapedTurnName, query).Get(ctx, nil)
+}
+
+func shapedTurnID(conversationID string) string { return conversationID + "-turn" }
+
+// shapedTurn is the least a turn of the same shape as tollgate's does: a
+// model call (the same Model activity, on the same model server) that asks
+// for Write, the request published in a queryable log, the decision
+// signal, the Write tool, its result published, a second model call, and
+// finish. Everything tollgate adds around that (the policy, the
+// normalization, the preview, search attributes, grants, the ledger, the
+// Update's validation) is what the comparison weighs.
+func shapedTurn(ctx workflow.Context, query string) error {
+	var log []protocol.Event
+	publish := func(e protocol.Event) {
+		e.Seq = len(log) + 1
+		log = append(log, e)
+	}
+	if err := setFloorEventsQuery(ctx, func() []protocol.Event { return log }); err != nil {
+		return err
+	}
+	mctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: 5 * time.Minute,
+		HeartbeatTimeout:    time.Minute,
+		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
+	})
+	in := activities.ModelInput{
+		Messages: []activities.Message{{Role: activities.RoleUser, Content: query}},
+		Tools:    []activities.ToolSpec{{Name: activities.ToolWrite}},
+	}
+	var out activities.ModelOutput
+	if err := workflow.ExecuteActivity(mctx, shapedModelName, in).Get(ctx, &out); err != nil {
+		return err
+	}
+	if len(out.ToolCalls) != 1 {
+		return fmt.Errorf("the model asked for %d calls, not 1", len(out.ToolCalls))
+	}
+	call := out.ToolCalls[0]
+	publish(protocol.Event{Type: protocol.EventApprovalRequest, RequestID: "r", ToolCallID: call.ID, ToolName: call.Name})
+	var d protocol.ApprovalDecision
+	workflow.GetSignalChannel(ctx, floorSignalName).Receive(ctx, &d)
+	var result activities.ToolOutput
+	if err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, floorToolOptions), floorActivityName,
+		activities.ToolInput{Call: call}).Get(ctx, &result); err != nil {
+		return err
+	}
+	publish(protocol.Event{Type: protocol.EventToolResult, ToolResults: []protocol.ToolResult{{
+		ID: call.ID, Name: call.Name, Result: result.Result, Status: result.Status,
+	}}})
+	in.Messages = append(in.Messages,
+		activities.Message{Role: activities.RoleAssistant, ToolCalls: out.ToolCalls},
+		activities.Message{Role: activities.RoleTool, ToolCallID: call.ID, Name: call.Name, Content: result.Result})
+	if err := workflow.ExecuteActivity(mctx, shapedModelName, in).Get(ctx, &out); err != nil {
+		return err
+	}
+	publish(protocol.Event{Type: protocol.EventFinish, Reason: protocol.FinishStop, Text: out.Content})
+	return nil
+}
+
+// shapedFloorTurn runs one same-shape turn as tollgate's clients run one:
+// start its conversation, read the turn as the API reads one, decide by
+// signal, wait for tool_result and finish.
+func (e *env) shapedFloorTurn(ctx context.Context, name string) (turnSample, error) {
+	ctx, cancel := context.WithTimeout(ctx, benchWait)
+	defer cancel()
+	conv := "bench-shaped-" + e.run + "-" + name
+	s := turnSample{conv: conv, workflowID: shapedTurnID(conv)}
+	s.start = time.Now()
+	run, err := e.temporal.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: conv, TaskQueue: e.floorQueue}, shapedConversationName, queryApprove)
+	if err != nil {
+		return s, err
+	}
+	watchCtx, stopWatching := context.WithCancel(ctx)
+	defer stopWatching()
+	events := e.floor.watch(watchCtx, s.workflowID)
+	ev, err := awaitEvent(ctx, events, protocol.EventApprovalRequest)
+	if err != nil {
+		return s, fmt.Errorf("same-shape floor %s: %w%s", s.workflowID, err, whereStuck(e.temporal, s.workflowID))
+	}
+	s.request = ev.at
+	s.decide = time.Now()
+	d := protocol.ApprovalDecision{RequestID: ev.RequestID, Decision: protocol.DecisionApprove}
+	if err := e.temporal.SignalWorkflow(ctx, s.workflowID, "", floorSignalName, d); err != nil {
+		return s, err
+	}
+	s.decided = time.Now()
+	if ev, err = awaitEvent(ctx, events, protocol.EventToolResult); err != nil {
+		return s, fmt.Errorf("same-shape floor %s: %w%s", s.workflowID, err, whereStuck(e.temporal, s.workflowID))
+	}
+	if st := ev.ToolResults[0].Status; st != protocol.StatusOK {
+		return s, fmt.Errorf("same-shape floor %s: tool result %s: %s", s.workflowID, st, ev.ToolResults[0].Result)
+	}
+	s.result = ev.at
+	if ev, err = awaitEvent(ctx, events, protocol.EventFinish); err != nil {
+		return s, fmt.Errorf("same-shape floor %s: %w%s", s.workflowID, err, whereStuck(e.temporal, s.workflowID))
+	}
+	s.finish = ev.at
+	if err := run.Get(ctx, nil); err != nil {
+		return s, err
+	}
+	s.total = time.Since(s.start)
+	return s, nil
+}
+
+// Concurrencies of the decision path under load, and the turns of each.
+var loadLevels = []struct{ concurrency, turns int }{{10, 100}, {50, 200}}
+
+// loadRun is one side at one concurrency.
+type loadRun struct {
+	Concurrency, Turns int
+	TurnsPerSec        float64
+	Latency            burstLatency
+	samples            []turnSample
+}
+
+// loadResult is the decision path under load: the same-shape floor and
+// tollgate at each of loadLevels, and where the approval path's time goes
+// at the highest.
+type loadResult struct {
+	Floor, Tollgate []loadRun
+	Breakdown       []segment
+}
+
+// decisionPathUnderLoad runs the same-shape floor and tollgate at each
+// concurrency of loadLevels, floor first, and splits the approval path of
+// the highest into stretches.
+func (e *env) decisionPathUnderLoad(ctx context.Context) (loadResult, error) {
+	var res loadResult
+	for _, l := range loadLevels {
+		for _, side := range []struct {
+			name string
+			turn func(context.Context, string) (turnSample, error)
+			into *[]loadRun
+		}{{"shaped", e.shapedFloorTurn, &res.Floor}, {"tollgate", e.tollgateTurn, &res.Tollgate}} {
+			r := loadRun{Concurrency: l.concurrency, Turns: l.turns}
+			var err error
+			r.TurnsPerSec, r.Latency, r.samples, err = burstOf(ctx, fmt.Sprintf("%s-c%d", side.name, l.concurrency), l.concurrency, l.turns, side.turn)
+			if err != nil {
+				return res, err
+			}
+			*side.into = append(*side.into, r)
+		}
+	}
+	last := len(loadLevels) - 1
+	fl, tl := map[string][]time.Duration{}, map[string][]time.Duration{}
+	for _, side := range []struct {
+		samples []turnSample
+		into    map[string][]time.Duration
+		floor   bool
+	}{{res.Floor[last].samples, fl, true}, {res.Tollgate[last].samples, tl, false}} {
+		for _, s := range side.samples {
+			h, err := history(ctx, e.temporal, s.workflowID)
+			if err != nil {
+				return res, err
+			}
+			marks := approvalMarks(timedHistory(h), s.decide, s.result, side.floor)
+			if err := checkMarks(marks); err != nil {
+				return res, fmt.Errorf("%s: %w", s.workflowID, err)
+			}
+			addStretches(side.into, marks)
+		}
+	}
+	res.Breakdown = medians(fl, tl)
+	return res, nil
+}
+
+// loadMarkdown is the section of the decision path under load.
+func (r *report) loadMarkdown() string {
+	ld := r.Load
+	var b strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
+	p("### The decision path under load, against a floor of the same shape")
+	p("")
+	p("The same-shape floor is plain Temporal doing what a tollgate turn does for one approved call: a")
+	p("parent workflow per conversation, a child per turn, the Model activity on the same model server")
+	p("asking for Write, the request in a queryable log, the decision by signal, the same Write tool, its")
+	p("result, a second model call, finish; it runs on the benchmark's worker and is read as the API reads a")
+	p("turn. Its clients and tollgate's run the same turns, the floor's first, on the same dev server.")
+	p("")
+	p("| concurrency (turns) | approve → `tool_result` p50: floor | tollgate | ratio | p95: floor | tollgate | turns/s: floor | tollgate | ratio | start → `approval_request` p50: floor | tollgate |")
+	p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	for i := range ld.Floor {
+		f, t := ld.Floor[i], ld.Tollgate[i]
+		p("| %d (%d) | %.1f ms | %.1f ms | %.2fx | %.1f ms | %.1f ms | %.1f | %.1f | %.2fx | %.1f ms | %.1f ms |", f.Concurrency, f.Turns,
+			ms(f.Latency.Result.p50), ms(t.Latency.Result.p50), ratio(t.Latency.Result.p50, f.Latency.Result.p50),
+			ms(f.Latency.Result.p95), ms(t.Latency.Result.p95),
+			f.TurnsPerSec, t.TurnsPerSec, t.TurnsPerSec/f.TurnsPerSec,
+			ms(f.Latency.Request.p50), ms(t.Latency.Request.p50))
+	}
+	p("")
+	if len(ld.Floor) > 0 {
+		p("Where the approval path's time goes at concurrency %d (medians over its turns, from their histories):", ld.Floor[len(ld.Floor)-1].Concurrency)
+		p("")
+		p("| stretch | same-shape floor | tollgate |")
+		p("|---|---:|---:|")
+		for _, s := range ld.Breakdown {
+			p("| %s | %.1f ms | %.1f ms |", s.Name, ms(s.Floor), ms(s.Tollgate))
+		}
+		p("")
+	}
+	return b.String()
+}
+
+func ratio(a, b time.Duration) float64 { return a.Seconds() / b.Seconds() }
+
+// The issue's goals for the decision path under load, against the
+// same-shape floor.
+const (
+	loadLatencyGoal    = 1.15
+	loadThroughputGoal = 0.95
+)
+
+func metGoal(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "missed"
+}
