@@ -314,8 +314,10 @@ func (s *system) startTollgate(queue, workspace, modelURL string, extra ...strin
 		config.EnvTemporalAddress+"="+s.address,
 		config.EnvTemporalNamespace+"="+s.namespace,
 		config.EnvTaskQueue+"="+queue,
-		// The worker and the API must use the same store.
+		// The worker and the API must use the same store and ledger, the
+		// run's own.
 		config.EnvPayloadDir+"="+tb.TempDir(),
+		config.EnvAuditDB+"="+filepath.Join(tb.TempDir(), "audit.db"),
 	)
 	common = append(common, extra...)
 	workerAddr, apiAddr := proctest.FreeAddr(tb), proctest.FreeAddr(tb)
