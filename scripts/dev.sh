@@ -19,6 +19,8 @@ export TOLLGATE_AGENTS_DIR=${TOLLGATE_AGENTS_DIR:-./agents}
 export TOLLGATE_PAYLOAD_DIR=${TOLLGATE_PAYLOAD_DIR:-$STATE_DIR/payloads}
 # The audit ledger, a SQLite file the worker writes and the API reads.
 export TOLLGATE_AUDIT_DB=${TOLLGATE_AUDIT_DB:-$STATE_DIR/audit.db}
+# Everything talks over loopback: gzip would only cost CPU.
+export TOLLGATE_GRPC_COMPRESSION=${TOLLGATE_GRPC_COMPRESSION:-none}
 # Long enough to follow the README's tour at a reading pace; the default
 # of a deployment is 3m.
 export TOLLGATE_APPROVAL_TIMEOUT=${TOLLGATE_APPROVAL_TIMEOUT:-30m}

@@ -88,6 +88,10 @@ const (
 	// a postgres:// URL, or off. Default DefaultAuditDB. The worker writes
 	// it and the API reads it (GET /audit), so both name the same one.
 	EnvAuditDB = "TOLLGATE_AUDIT_DB"
+	// EnvGRPCCompression is how the process's Temporal clients compress
+	// their requests: gzip (the SDK's default) or none, which saves both
+	// sides the CPU where the network is not the cost (one machine, a LAN).
+	EnvGRPCCompression = "TOLLGATE_GRPC_COMPRESSION"
 	// EnvLinkSecret signs (the worker) and checks (the API) the one-click
 	// decision links of notices; unset, notices carry none and the API
 	// answers no link. At least 32 characters; both must have the same.
@@ -311,7 +315,7 @@ var known = []string{
 	EnvMaxSteps, EnvBashTimeout, EnvLogLevel,
 	EnvMetricsAddr, EnvMCPConfig, EnvAPITokens, EnvAllowBypass, EnvAllowUnauthenticated, EnvAllowedOrigins,
 	EnvCodecOrigins, EnvContextBudget, EnvPayloadDir, EnvPayloadThreshold, EnvPayloadS3Endpoint, EnvPayloadS3Secure, EnvPayloadS3Bucket,
-	EnvPayloadS3Prefix, EnvPayloadS3Region, EnvPayloadS3AccessKey, EnvPayloadS3SecretKey, EnvAuditDB,
+	EnvPayloadS3Prefix, EnvPayloadS3Region, EnvPayloadS3AccessKey, EnvPayloadS3SecretKey, EnvAuditDB, EnvGRPCCompression,
 	EnvLinkSecret, EnvPublicURL, EnvNotifyFormat, EnvNotifyReminder,
 	EnvBudgetTurnTokens, EnvBudgetTurnToolCalls, EnvBudgetTurnTime,
 	EnvBudgetConversationTokens, EnvBudgetConversationToolCalls, EnvBudgetConversationTime,
@@ -744,8 +748,17 @@ func (r *reader) temporal(address, namespace string) client.Options {
 	if r.lookup(EnvTemporalNamespace) != "" || opts.Namespace == "" {
 		opts.Namespace = namespace
 	}
+	if r.oneOf(EnvGRPCCompression, GRPCCompressionGzip, GRPCCompressionGzip, GRPCCompressionNone) == GRPCCompressionNone {
+		opts.ConnectionOptions.GrpcCompression = &client.GrpcCompressionNone{}
+	}
 	return opts
 }
+
+// Values of EnvGRPCCompression.
+const (
+	GRPCCompressionGzip = "gzip"
+	GRPCCompressionNone = "none"
+)
 
 // lookupEnv gives envconfig the variables as tollgate reads them: the
 // environment, then the configuration file (which holds only the keys in

@@ -139,6 +139,18 @@ func TestTheAuditLedgerIsASQLiteFileByDefaultAndOffTurnsItOff(t *testing.T) {
 	require.Empty(t, c.AuditDB)
 }
 
+func TestGRPCCompressionIsTheSDKsGzipUnlessTurnedOff(t *testing.T) {
+	c, err := Load(env(nil))
+	require.NoError(t, err)
+	require.Nil(t, c.Temporal.ConnectionOptions.GrpcCompression, "the SDK's default, gzip")
+	c, err = Load(env(map[string]string{"TOLLGATE_GRPC_COMPRESSION": "none"}))
+	require.NoError(t, err)
+	require.IsType(t, &client.GrpcCompressionNone{}, c.Temporal.ConnectionOptions.GrpcCompression)
+	_, err = Load(env(map[string]string{"TOLLGATE_GRPC_COMPRESSION": "zstd"}))
+	require.ErrorContains(t, err, "TOLLGATE_GRPC_COMPRESSION")
+	require.ErrorContains(t, err, "zstd")
+}
+
 func TestALinkSecretNeedsThePublicURLTheWorkerMakesLinksUnder(t *testing.T) {
 	secret := map[string]string{"TOLLGATE_LINK_SECRET": "0123456789abcdef0123456789abcdef"}
 	_, err := LoadFor(Worker, env(secret))

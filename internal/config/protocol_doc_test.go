@@ -84,6 +84,7 @@ func TestProtocolDocGivesEveryVariableLoadsDefault(t *testing.T) {
 		EnvNotifyFormat:         "json",
 		EnvPayloadThreshold:     strconv.Itoa(payloads.DefaultThreshold),
 		EnvPayloadS3Secure:      "false",
+		EnvGRPCCompression:      GRPCCompressionGzip,
 	}
 	for name, cell := range docVariables(t) {
 		if want, ok := defaults[name]; ok {
