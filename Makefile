@@ -86,13 +86,13 @@ lint: $(STATICCHECK)
 	go vet ./...
 	$(STATICCHECK) ./...
 
-# The benchmark (package bench): the worker and API binaries against the raw
-# Temporal floors on one tuned dev server, measured over HTTP and their
-# /metrics, then 2,000 turns waiting at once and hundreds of watchers on
-# the Temporal server on PostgreSQL (as for cluster-test); about fifteen
-# minutes on two cores. The figures
-# go to bench/RESULTS.md, which keeps the latest run and the one before,
-# never into a test's verdict.
+# The benchmark (package bench): the worker and API binaries against
+# Temporal floors (raw, and of tollgate's shape at 10 and 50 turns at a
+# time) on one tuned dev server, measured over HTTP and their /metrics,
+# then 2,000 turns waiting at once and hundreds of watchers on the Temporal
+# server on PostgreSQL (as for cluster-test); about ten minutes on two
+# cores. The figures go to bench/RESULTS.md, which keeps the latest run
+# and the one before, never into a test's verdict.
 bench: $(TEMPORAL) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL)
 	TOLLGATE_BENCH_OUT=$(CURDIR)/bench/RESULTS.md \
 		go test -run '^$$' -bench '^BenchmarkTollgate$$' -benchtime 1x -timeout 45m ./bench/
