@@ -1,8 +1,6 @@
 package workflows
 
 import (
-	"strings"
-
 	"github.com/tollgate/tollgate/activities"
 )
 
@@ -48,20 +46,17 @@ func (s *answerStream) finish(content string) (Event, bool) {
 	return s.publish(content, true)
 }
 
-// publish makes the published text follow text. While an attempt streams,
-// text that is still a prefix of the published text is a retry catching up
-// and publishes nothing; the final answer must match exactly.
+// publish makes the published text follow text, as activities.NextPiece
+// says (the model activity follows the same rule when it streams by
+// heartbeat).
 func (s *answerStream) publish(text string, final bool) (Event, bool) {
-	switch {
-	case text == s.published:
-		return Event{}, false
-	case strings.HasPrefix(text, s.published):
-		e := Event{Type: EventToken, Data: text[len(s.published):]}
-		s.published = text
-		return e, true
-	case !final && strings.HasPrefix(s.published, text):
+	p, ok := activities.NextPiece(s.published, text, final)
+	if !ok {
 		return Event{}, false
 	}
-	s.published = text
-	return Event{Type: EventToken, Data: text, Reset: true}, true
+	if p.Reset {
+		s.published = ""
+	}
+	s.published += p.Data
+	return Event{Type: EventToken, Data: p.Data, Reset: p.Reset}, true
 }
