@@ -103,25 +103,11 @@ func (e *env) shapedFloorTurn(ctx context.Context, name string) (turnSample, err
 	watchCtx, stopWatching := context.WithCancel(ctx)
 	defer stopWatching()
 	events := e.floor.watch(watchCtx, s.workflowID)
-	ev, err := awaitEvent(ctx, events, protocol.EventApprovalRequest)
-	if err != nil {
-		return s, fmt.Errorf("same-shape floor %s: %w%s", s.workflowID, err, whereStuck(e.temporal, s.workflowID))
-	}
-	s.request = ev.at
-	s.decide = time.Now()
-	d := protocol.ApprovalDecision{RequestID: ev.RequestID, Decision: protocol.DecisionApprove}
-	if err := e.temporal.SignalWorkflow(ctx, s.workflowID, "", floorSignalName, d); err != nil {
+	if err := e.approveFloor(ctx, "same-shape floor", &s, events); err != nil {
 		return s, err
 	}
-	s.decided = time.Now()
-	if ev, err = awaitEvent(ctx, events, protocol.EventToolResult); err != nil {
-		return s, fmt.Errorf("same-shape floor %s: %w%s", s.workflowID, err, whereStuck(e.temporal, s.workflowID))
-	}
-	if st := ev.ToolResults[0].Status; st != protocol.StatusOK {
-		return s, fmt.Errorf("same-shape floor %s: tool result %s: %s", s.workflowID, st, ev.ToolResults[0].Result)
-	}
-	s.result = ev.at
-	if ev, err = awaitEvent(ctx, events, protocol.EventFinish); err != nil {
+	ev, err := awaitEvent(ctx, events, protocol.EventFinish)
+	if err != nil {
 		return s, fmt.Errorf("same-shape floor %s: %w%s", s.workflowID, err, whereStuck(e.temporal, s.workflowID))
 	}
 	s.finish = ev.at

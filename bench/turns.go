@@ -164,21 +164,9 @@ func (e *env) floorTurn(ctx context.Context, name string) (turnSample, error) {
 	watchCtx, stopWatching := context.WithCancel(ctx)
 	defer stopWatching()
 	events := e.floor.watch(watchCtx, s.workflowID)
-	ev, err := awaitEvent(ctx, events, protocol.EventApprovalRequest)
-	if err != nil {
-		return s, fmt.Errorf("floor %s: %w%s", s.workflowID, err, whereStuck(e.temporal, s.workflowID))
-	}
-	s.request = ev.at
-	s.decide = time.Now()
-	d := protocol.ApprovalDecision{RequestID: ev.RequestID, Decision: protocol.DecisionApprove}
-	if err := e.temporal.SignalWorkflow(ctx, s.workflowID, "", floorSignalName, d); err != nil {
+	if err := e.approveFloor(ctx, "floor", &s, events); err != nil {
 		return s, err
 	}
-	s.decided = time.Now()
-	if ev, err = awaitEvent(ctx, events, protocol.EventToolResult); err != nil {
-		return s, fmt.Errorf("floor %s: %w%s", s.workflowID, err, whereStuck(e.temporal, s.workflowID))
-	}
-	s.result = ev.at
 	stopWatching()
 	if err := e.temporal.SignalWorkflow(ctx, s.workflowID, "", floorSignalName, nil); err != nil {
 		return s, err
@@ -188,6 +176,31 @@ func (e *env) floorTurn(ctx context.Context, name string) (turnSample, error) {
 	}
 	s.total = time.Since(s.start)
 	return s, nil
+}
+
+// approveFloor takes a floor turn from its approval_request, through the
+// decision signal, to its tool_result, stamping s; kind names the floor in
+// errors.
+func (e *env) approveFloor(ctx context.Context, kind string, s *turnSample, events <-chan stamped) error {
+	ev, err := awaitEvent(ctx, events, protocol.EventApprovalRequest)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w%s", kind, s.workflowID, err, whereStuck(e.temporal, s.workflowID))
+	}
+	s.request = ev.at
+	s.decide = time.Now()
+	d := protocol.ApprovalDecision{RequestID: ev.RequestID, Decision: protocol.DecisionApprove}
+	if err := e.temporal.SignalWorkflow(ctx, s.workflowID, "", floorSignalName, d); err != nil {
+		return err
+	}
+	s.decided = time.Now()
+	if ev, err = awaitEvent(ctx, events, protocol.EventToolResult); err != nil {
+		return fmt.Errorf("%s %s: %w%s", kind, s.workflowID, err, whereStuck(e.temporal, s.workflowID))
+	}
+	if st := ev.ToolResults[0].Status; st != protocol.StatusOK {
+		return fmt.Errorf("%s %s: tool result %s: %s", kind, s.workflowID, st, ev.ToolResults[0].Result)
+	}
+	s.result = ev.at
+	return nil
 }
 
 // burst runs benchBurstTurns turns, benchConcurrency at a time, and returns
