@@ -412,14 +412,17 @@ func TestToolsBashNonZeroExitIsErrorWithExitCode(t *testing.T) {
 
 func TestToolsBashTimesOutAndKillsProcessGroup(t *testing.T) {
 	ws, _ := newWorkspace(t)
-	const timeout = 200 * time.Millisecond
+	// Long enough for the guard (this test binary, race-built) and bash to
+	// start and echo on a loaded machine: at 200 ms a CI run once timed out
+	// before "started" was written.
+	const timeout = time.Second
 	tools := &Tools{Workspace: ws, BashTimeout: timeout}
 
 	start := time.Now()
 	out := call(t, tools.Bash, map[string]any{"command": "echo started; sleep 10 & echo $! > bg.pid; sleep 10"})
 	elapsed := time.Since(start)
 
-	requireToolError(t, out, "Bash: command timed out after 200ms")
+	requireToolError(t, out, "Bash: command timed out after 1s")
 	require.Contains(t, out.Result, "started")
 	require.GreaterOrEqual(t, elapsed, timeout)
 	require.Less(t, elapsed, timeout+3*time.Second, "a timed-out command must not run on")
