@@ -65,6 +65,33 @@ func BenchmarkScale(b *testing.B) {
 	}
 }
 
+// BenchmarkLoad runs the decision path under load alone (the same-shape
+// floor and tollgate at each of loadLevels, after a warm-up) on a system of
+// its own and logs its section of the report on standard output, for an
+// A/B of a change to the decision path; it writes no file.
+//
+//	go test -run '^$' -bench '^BenchmarkLoad$' -benchtime 1x -timeout 20m ./bench/
+func BenchmarkLoad(b *testing.B) {
+	sys := startSystem(b)
+	e := sys.env
+	ctx := context.Background()
+	for b.Loop() {
+		for i := range benchWarmup {
+			if _, err := e.shapedFloorTurn(ctx, fmt.Sprintf("warm-%d", i)); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := e.tollgateTurn(ctx, fmt.Sprintf("warm-%d", i)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		res, err := e.decisionPathUnderLoad(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		fmt.Println((&report{Load: res}).loadMarkdown())
+	}
+}
+
 // BenchmarkTollgate measures tollgate against the raw Temporal floor, and
 // the history of a long turn with and without the payload store, and
 // writes the report to $TOLLGATE_BENCH_OUT when set. Run it once:

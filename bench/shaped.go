@@ -126,7 +126,10 @@ type loadRun struct {
 	Concurrency, Turns int
 	TurnsPerSec        float64
 	Latency            burstLatency
-	samples            []turnSample
+	// CPU is each process's CPU time per turn over the run: for the
+	// floor, the benchmark's process holds its worker.
+	CPU     cpuTimes
+	samples []turnSample
 }
 
 // loadResult is the decision path under load: the same-shape floor and
@@ -149,11 +152,19 @@ func (e *env) decisionPathUnderLoad(ctx context.Context) (loadResult, error) {
 			into *[]loadRun
 		}{{"shaped", e.shapedFloorTurn, &res.Floor}, {"tollgate", e.tollgateTurn, &res.Tollgate}} {
 			r := loadRun{Concurrency: l.concurrency, Turns: l.turns}
-			var err error
+			cpu0, err := e.readCPU(ctx)
+			if err != nil {
+				return res, err
+			}
 			r.TurnsPerSec, r.Latency, r.samples, err = burstOf(ctx, fmt.Sprintf("%s-c%d", side.name, l.concurrency), l.concurrency, l.turns, side.turn)
 			if err != nil {
 				return res, err
 			}
+			cpu1, err := e.readCPU(ctx)
+			if err != nil {
+				return res, err
+			}
+			r.CPU = cpu1.sub(cpu0).div(l.turns)
 			*side.into = append(*side.into, r)
 		}
 	}
@@ -202,6 +213,22 @@ func (r *report) loadMarkdown() string {
 			ms(f.Latency.Result.p95), ms(t.Latency.Result.p95),
 			f.TurnsPerSec, t.TurnsPerSec, t.TurnsPerSec/f.TurnsPerSec,
 			ms(f.Latency.Request.p50), ms(t.Latency.Request.p50))
+	}
+	p("")
+	p("CPU per turn in each run, by process (the same-shape floor's worker runs in the benchmark's process, beside the")
+	p("clients and the model; tollgate's worker and API are processes of their own):")
+	p("")
+	p("| concurrency | side | dev server | benchmark's process | tollgate's worker | tollgate's API | all |")
+	p("|---|---|---:|---:|---:|---:|---:|")
+	for i := range ld.Floor {
+		for _, side := range []struct {
+			name string
+			r    loadRun
+		}{{"same-shape floor", ld.Floor[i]}, {"tollgate", ld.Tollgate[i]}} {
+			c := side.r.CPU
+			p("| %d | %s | %.1f ms | %.1f ms | %.1f ms | %.1f ms | %.1f ms |", side.r.Concurrency, side.name,
+				ms(max(c.server, 0)), ms(c.bench), ms(c.worker), ms(c.api), ms(c.ours()+max(c.server, 0)))
+		}
 	}
 	p("")
 	if len(ld.Floor) > 0 {
