@@ -2,7 +2,9 @@ package activities_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -33,6 +35,13 @@ type heartbeatEnv struct {
 
 func newHeartbeatEnv(t *testing.T, reply scripted.Reply, prev *activities.TokenProgress) *heartbeatEnv {
 	t.Helper()
+	return newHeartbeatEnvOn(t, scripted.New(scripted.Always(reply), scripted.ChunkDelay(time.Millisecond)), 5*time.Millisecond, prev)
+}
+
+// newHeartbeatEnvOn is newHeartbeatEnv with a model server of the test's and
+// the streamer's flush interval.
+func newHeartbeatEnvOn(t *testing.T, model http.Handler, flush time.Duration, prev *activities.TokenProgress) *heartbeatEnv {
+	t.Helper()
 	var suite testsuite.WorkflowTestSuite
 	h := &heartbeatEnv{env: suite.NewTestActivityEnvironment(), sink: &recordingSink{}}
 	// Every detail the activity records, before the SDK's throttle picks
@@ -49,8 +58,10 @@ func newHeartbeatEnv(t *testing.T, reply scripted.Reply, prev *activities.TokenP
 	if prev != nil {
 		h.env.SetHeartbeatDetails(*prev)
 	}
-	m := serve(t, scripted.New(scripted.Always(reply), scripted.ChunkDelay(time.Millisecond)), h.sink)
-	m.FlushInterval = 5 * time.Millisecond
+	srv := httptest.NewServer(model)
+	t.Cleanup(srv.Close)
+	m := activities.NewModel(srv.URL+"/v1", "", "test-model", h.sink)
+	m.FlushInterval = flush
 	h.env.RegisterActivityWithOptions(m.Chat, activity.RegisterOptions{Name: activities.ModelActivity})
 	return h
 }
@@ -106,7 +117,54 @@ func TestAnAnswerStreamsInHeartbeatDetailsAndNoSignals(t *testing.T) {
 	}
 	requirePrefixes(t, details, out.Pieces)
 	require.True(t, slices.ContainsFunc(details, func(d activities.TokenProgress) bool { return len(d.Pieces) == 1 }),
-		"the first text is recorded at once")
+		"the first text is recorded on its own, once the call has run an interval")
+}
+
+func TestAnAnswerQuickerThanAFlushIntervalSendsNoHeartbeat(t *testing.T) {
+	text := longText(20)
+	h := newHeartbeatEnvOn(t, scripted.New(scripted.Always(scripted.Reply{Content: text}), scripted.ChunkDelay(time.Millisecond)), time.Minute, nil)
+	out, err := h.run(t)
+	require.NoError(t, err)
+	require.Equal(t, text, activities.Spell(out.Pieces), "the pieces come with the result")
+	require.Empty(t, h.recorded(), "nothing was recorded in the call's first interval")
+}
+
+func TestTheFirstWordsAreRecordedWhenTheFirstIntervalIsUpThoughTheModelStalls(t *testing.T) {
+	// The model writes its first words, then says nothing more until the
+	// test has seen them in the details: only the streamer's timer can
+	// record them, as no next chunk comes to offer them.
+	var h *heartbeatEnv
+	seen := make(chan struct{})
+	model := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		chunk := func(delta string) {
+			fmt.Fprintf(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"model\":\"test-model\",\"choices\":[{\"index\":0,\"delta\":%s}]}\n\n", delta)
+			w.(http.Flusher).Flush()
+		}
+		chunk(`{"role":"assistant","content":"First words"}`)
+		select {
+		case <-seen:
+		case <-r.Context().Done():
+			return
+		}
+		chunk(`{"content":", then the rest."}`)
+		fmt.Fprint(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"model\":\"test-model\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n")
+	})
+	h = newHeartbeatEnvOn(t, model, 20*time.Millisecond, nil)
+	go func() {
+		defer close(seen)
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) && len(h.recorded()) == 0 {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	out, err := h.run(t)
+	require.NoError(t, err)
+	details := h.recorded()
+	require.NotEmpty(t, details, "the first words were recorded while the model stalled")
+	require.Equal(t, []activities.TokenPiece{{Data: "First words"}}, details[0].Pieces)
+	require.Equal(t, "First words, then the rest.", activities.Spell(out.Pieces))
+	requirePrefixes(t, details, out.Pieces)
 }
 
 func TestARetriedCallKeepsWhatItsPredecessorRecorded(t *testing.T) {

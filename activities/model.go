@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	openai "github.com/sashabaranov/go-openai"
@@ -394,20 +395,33 @@ func Spell(pieces []TokenPiece) string {
 const heartbeatLiveness = time.Second
 
 // heartbeatStream keeps one model call's token events in the activity's
-// heartbeat details (TokenTarget.Heartbeat): the first as soon as there is
+// heartbeat details (TokenTarget.Heartbeat): a piece as soon as there is
 // text, each next one when FlushInterval has passed and there is new text.
 // The SDK sends the newest details at most once a throttle interval
 // (WorkerOptions sets it to DefaultFlushInterval); none of it is history.
+//
+// Nothing is recorded before the call has run one interval: a call that
+// answers sooner sends no heartbeat at all (each is a write on the
+// server, and most tool-asking answers take milliseconds), and its pieces
+// reach the turn with its result. A piece made before then is recorded
+// when the interval is up, by a timer, so a slow model's first words are
+// not held until its next chunk.
 //
 // An attempt after the first begins with the details its predecessor left
 // on the server: those are what the API may have shown, so they stay, and
 // the new attempt's text follows them as NextPiece says.
 type heartbeatStream struct {
+	interval time.Duration
+	started  time.Time
+	piece    time.Time // when this attempt made its last piece
+
+	// mu guards what the first record's timer reads and writes.
+	mu        sync.Mutex
 	progress  TokenProgress
-	published string // the text progress spells
-	interval  time.Duration
-	piece     time.Time // when this attempt made its last piece
+	published string    // the text progress spells
 	beat      time.Time // when the details were last recorded
+	first     *time.Timer
+	done      bool // the call has returned: the timer records nothing
 }
 
 // heartbeatStream returns the heartbeat streamer of one call, or nil when the
@@ -416,7 +430,8 @@ func (m *Model) heartbeatStream(ctx context.Context, target *TokenTarget, inActi
 	if target == nil || !target.Heartbeat || !inActivity {
 		return nil
 	}
-	h := &heartbeatStream{progress: TokenProgress{Step: target.Step}, interval: cmp.Or(m.FlushInterval, DefaultFlushInterval)}
+	now := time.Now()
+	h := &heartbeatStream{progress: TokenProgress{Step: target.Step}, interval: cmp.Or(m.FlushInterval, DefaultFlushInterval), started: now, beat: now}
 	if activity.HasHeartbeatDetails(ctx) {
 		var prev TokenProgress
 		if err := activity.GetHeartbeatDetails(ctx, &prev); err == nil && prev.Step == target.Step {
@@ -431,17 +446,25 @@ func (m *Model) heartbeatStream(ctx context.Context, target *TokenTarget, inActi
 }
 
 // offer gives the streamer the text so far; it adds a token event when one
-// is due, and records the details then, or when heartbeatLiveness has
-// passed without.
+// is due, and records the details then (or, early in the call, when the
+// first interval is up), or when heartbeatLiveness has passed without.
 func (h *heartbeatStream) offer(ctx context.Context, content string) {
 	if h == nil {
 		return
 	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	now := time.Now()
 	if h.piece.IsZero() || now.Sub(h.piece) >= h.interval {
 		if p, ok := NextPiece(h.published, content, false); ok {
 			h.add(p)
 			h.piece = now
+			if early := h.started.Add(h.interval).Sub(now); early > 0 {
+				if h.first == nil {
+					h.first = time.AfterFunc(early, func() { h.recordLate(ctx) })
+				}
+				return
+			}
 			h.record(ctx, now)
 			return
 		}
@@ -459,9 +482,30 @@ func (h *heartbeatStream) add(p TokenPiece) {
 	h.published += p.Data
 }
 
+// record records the details; h.mu is held.
 func (h *heartbeatStream) record(ctx context.Context, now time.Time) {
 	activity.RecordHeartbeat(ctx, h.progress)
 	h.beat = now
+}
+
+// recordLate is the first record's timer: the pieces made in the call's
+// first interval, unless the call has returned.
+func (h *heartbeatStream) recordLate(ctx context.Context) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.done {
+		h.record(ctx, time.Now())
+	}
+}
+
+// end stops the first record's timer: the call returns its pieces itself.
+func (h *heartbeatStream) end() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.done = true
+	if h.first != nil {
+		h.first.Stop()
+	}
 }
 
 // finish returns the call's token events, completed by the whole answer.
@@ -469,6 +513,7 @@ func (h *heartbeatStream) finish(content string) []TokenPiece {
 	if h == nil {
 		return nil
 	}
+	h.end()
 	if p, ok := NextPiece(h.published, content, true); ok {
 		h.add(p)
 	}
@@ -483,6 +528,7 @@ func (h *heartbeatStream) withProgress(ctx context.Context, err error) error {
 	if h == nil || err == nil {
 		return err
 	}
+	h.end()
 	if errors.Is(ctx.Err(), context.Canceled) {
 		return temporal.NewCanceledError(h.progress)
 	}
