@@ -161,7 +161,8 @@ func upgradeFrom(t *testing.T, release string, srv *devserver.Server, modelURL, 
 	// The paused turn kept the code paths it had begun on (what it runs
 	// after its pause calls no GetVersion); the next turn took today's.
 	require.Equal(t, pausedPatches, patches(t, c, turnID), "the turn paused on %s took no patch of today's", release)
-	require.Contains(t, patches(t, c, events[0].TurnID), "normalized-calls", "the turn started on today's build")
+	require.Empty(t, patches(t, c, events[0].TurnID), "the turn started on today's build asked no patch")
+	require.Equal(t, workflows.PatchLevel, patchLevel(t, c, events[0].TurnID), "it took today's patches with the level it recorded")
 }
 
 // corpusReleases lists the releases that have a replay corpus.
@@ -370,6 +371,28 @@ func statuses(results []protocol.ToolResult) []string {
 		out[i] = r.Name + " " + r.Status
 	}
 	return out
+}
+
+// patchLevel is the patch level workflow id recorded with its settings
+// (workflows.Settings.PatchLevel), 0 when it recorded none.
+func patchLevel(t *testing.T, c client.Client, id string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	iter := c.GetWorkflowHistory(ctx, id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for iter.HasNext() {
+		e, err := iter.Next()
+		require.NoError(t, err)
+		marker := e.GetMarkerRecordedEventAttributes()
+		if marker.GetMarkerName() != "SideEffect" {
+			continue
+		}
+		// The settings are the workflow's first SideEffect.
+		var settings workflows.Settings
+		require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(marker.GetDetails()["data"], &settings))
+		return settings.PatchLevel
+	}
+	return 0
 }
 
 // patches lists the change ids of the version markers in the history of

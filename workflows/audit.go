@@ -35,7 +35,7 @@ func (t *turn) auditing(ctx workflow.Context) bool {
 		return false
 	}
 	if t.audited == nil {
-		v := workflow.GetVersion(ctx, patchAuditLedger, workflow.DefaultVersion, 1) != workflow.DefaultVersion
+		v := patched(ctx, t.settings, patchAuditLedger)
 		t.audited = &v
 	}
 	return *t.audited

@@ -73,7 +73,7 @@ func (t *turn) modelView(ctx workflow.Context) ([]activities.Message, error) {
 	}
 	// Only a turn that needs compaction asks for the patch: the others
 	// carry no marker for it.
-	if workflow.GetVersion(ctx, patchContextCompaction, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+	if !patched(ctx, t.settings, patchContextCompaction) {
 		return view, nil
 	}
 	if t.compact.summary != "" {

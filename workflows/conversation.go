@@ -48,7 +48,7 @@ func (w *Workflows) Conversation(ctx workflow.Context, in ConversationInput) err
 	c := &conversation{id: in.ConversationID, messages: in.Messages, turns: in.Turns, queue: in.Queue, grants: in.Grants, spent: in.Spent, raised: in.Raised, traces: map[int]workflowtrace.Span{}}
 	var settings Settings
 	if err := workflow.SideEffect(ctx, func(workflow.Context) any {
-		return w.Settings.withDefaults()
+		return w.Settings.recorded()
 	}).Get(&settings); err != nil {
 		return fmt.Errorf("conversation %s: settings: %w", c.id, err)
 	}

@@ -1,5 +1,11 @@
 package workflows
 
+import (
+	"slices"
+
+	"go.temporal.io/sdk/workflow"
+)
+
 // Patches: the change ids of workflow.GetVersion, one constant each, with
 // the release that added it. A change to the commands a workflow issues
 // goes behind a new one; docs/versioning.md says when, and when one may be
@@ -44,3 +50,33 @@ const (
 	// when it ends (turn.callModel).
 	patchTokensByHeartbeat = "tokens-by-heartbeat"
 )
+
+// PatchLevel is the patch level this build records in the settings of
+// every workflow it begins (Settings.PatchLevel, in the settings
+// SideEffect a turn and a conversation record at their start). A workflow
+// that recorded level 1 takes every patch of levelOne without asking
+// GetVersion, and runs its previews as local activities (turn.previews).
+// Asked one by one, the patches of levelOne cost every turn four markers
+// and four upserts of the TemporalChangeVersion search attribute, each a
+// visibility write on the server: most of the history a turn added to
+// plain Temporal's. A workflow that recorded no level (begun before
+// levels) asks each patch as it did. A patch added after a level is asked
+// with GetVersion until a release raises the level to include it
+// (docs/versioning.md).
+const PatchLevel = 1
+
+// levelOne are the patches a workflow of level 1 takes without asking.
+var levelOne = []string{
+	patchPolicyRecorded, patchStrictGate, patchNormalizedCalls, patchContextCompaction, patchHistoryLimit,
+	patchApprovalPreview, patchPlainNotRun, patchAuditLedger, patchTokensByHeartbeat,
+}
+
+// patched reports whether a workflow that runs with settings s takes the
+// patch id: at once where the level it recorded includes id, otherwise as
+// workflow.GetVersion answers (a marker the first time it is asked).
+func patched(ctx workflow.Context, s Settings, id string) bool {
+	if s.PatchLevel >= 1 && slices.Contains(levelOne, id) {
+		return true
+	}
+	return workflow.GetVersion(ctx, id, workflow.DefaultVersion, 1) != workflow.DefaultVersion
+}

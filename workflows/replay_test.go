@@ -17,6 +17,7 @@ import (
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/spantest"
 	"github.com/tollgate/tollgate/internal/telemetry"
 	"github.com/tollgate/tollgate/workflows"
@@ -216,6 +217,9 @@ func TestTodaysHistoriesOfTheApproversSeatReplay(t *testing.T) {
 		require.NoError(t, err)
 		out := map[string]int{}
 		for _, e := range history.GetEvents() {
+			if a := e.GetActivityTaskScheduledEventAttributes(); a != nil {
+				out["activity "+a.GetActivityType().GetName()]++
+			}
 			m := e.GetMarkerRecordedEventAttributes()
 			if m == nil {
 				continue
@@ -229,17 +233,24 @@ func TestTodaysHistoriesOfTheApproversSeatReplay(t *testing.T) {
 					out["grant answer"]++
 				}
 			}
-			if id := m.GetDetails()["change-id"]; id != nil {
-				var change string
-				require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(id, &change))
-				out["version "+change]++
+			if m.GetMarkerName() == "SideEffect" {
+				var settings workflows.Settings
+				if converter.GetDefaultDataConverter().FromPayloads(m.GetDetails()["data"], &settings) == nil && settings.PatchLevel > 0 {
+					out[fmt.Sprintf("patch level %d", settings.PatchLevel)]++
+				}
+			}
+			if m.GetMarkerName() == "Version" {
+				out["version markers"]++
 			}
 		}
 		return out
 	}
 	turn1, turn2 := markers("seat.turn-1.json"), markers("seat.turn-2.json")
-	require.Equal(t, 1, turn1["version audit-ledger"])
-	require.GreaterOrEqual(t, turn1["LocalActivity"], 3, "the ledger's writes")
+	// Today's turns take every patch of their level without a marker.
+	require.Equal(t, 1, turn1[fmt.Sprintf("patch level %d", workflows.PatchLevel)], "the level recorded with the settings")
+	require.Zero(t, turn1["version markers"])
+	require.GreaterOrEqual(t, turn1["LocalActivity"], 4, "the ledger's three writes and the preview")
+	require.Zero(t, turn1["activity "+activities.PreviewActivity], "the preview is a local activity")
 	require.Zero(t, turn1["grant answer"])
 	require.Equal(t, 1, turn2["grant answer"], "the scoped grant's answer, recorded")
 

@@ -89,6 +89,18 @@ type Settings struct {
 	// ContextBudget is the bytes of message text a model call may carry
 	// before the turn compacts its view (DefaultContextBudget).
 	ContextBudget int `json:"contextBudget,omitempty"`
+	// PatchLevel is the patch level of the build that began the workflow
+	// (patches.go): set when its settings are recorded, never by
+	// withDefaults, so that settings recorded before levels stay at 0.
+	PatchLevel int `json:"patchLevel,omitempty"`
+}
+
+// recorded are the settings a workflow of this build records at its start:
+// the worker's, with their defaults and this build's patch level.
+func (s Settings) recorded() Settings {
+	s = s.withDefaults()
+	s.PatchLevel = PatchLevel
+	return s
 }
 
 // withDefaults fills the zero fields of s.

@@ -98,7 +98,7 @@ func (t *turn) remember(g Grant) {
 func (w *Workflows) ChatTurn(ctx workflow.Context, in TurnInput) (TurnOutput, error) {
 	var settings Settings
 	if err := workflow.SideEffect(ctx, func(workflow.Context) any {
-		return w.Settings.withDefaults()
+		return w.Settings.recorded()
 	}).Get(&settings); err != nil {
 		return TurnOutput{}, fmt.Errorf("turn %d of conversation %s: settings: %w", in.Turn, in.ConversationID, err)
 	}
@@ -305,7 +305,7 @@ func (t *turn) run(ctx workflow.Context) (string, string) {
 		}
 		out, err := t.callModel(ctx, history)
 		if err != nil && isContextTooLong(err) && !t.compact.retried &&
-			workflow.GetVersion(ctx, patchContextCompaction, workflow.DefaultVersion, 1) != workflow.DefaultVersion {
+			patched(ctx, t.settings, patchContextCompaction) {
 			// The model's window is smaller than the budget: compact to
 			// half of what it refused, and ask once more.
 			t.compact.retried = true
@@ -369,7 +369,7 @@ func (t *turn) callModel(ctx workflow.Context, messages []activities.Message) (a
 	// its history nothing; a subagent's keeps the tokens signal, as its
 	// events reach the parent's stream only through the parent's log.
 	byHeartbeat := t.agent == "" &&
-		workflow.GetVersion(ctx, patchTokensByHeartbeat, workflow.DefaultVersion, 1) != workflow.DefaultVersion
+		patched(ctx, t.settings, patchTokensByHeartbeat)
 	if byHeartbeat {
 		in.Tokens.Heartbeat = true
 		opts.ActivityID = fmt.Sprintf("model-%d", t.step)
@@ -630,7 +630,7 @@ type vetting struct {
 // normalizes too, refuses it. Turns recorded before the patch see the
 // arguments as the model sent them, as they did (normalized reports which).
 func (t *turn) vetBatch(ctx workflow.Context, calls []activities.ToolCall) (out []activities.ToolCall, vetted []vetting, normalized bool) {
-	if workflow.GetVersion(ctx, patchNormalizedCalls, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+	if !patched(ctx, t.settings, patchNormalizedCalls) {
 		checks := t.checkBatch(ctx, calls)
 		vetted = make([]vetting, len(calls))
 		for i := range checks {
@@ -730,7 +730,7 @@ func (t *turn) checkBatch(ctx workflow.Context, calls []activities.ToolCall) []c
 		}
 		return checks
 	}
-	if workflow.GetVersion(ctx, patchPolicyRecorded, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+	if !patched(ctx, t.settings, patchPolicyRecorded) {
 		return evaluate()
 	}
 	var checks []check
@@ -747,6 +747,11 @@ func (t *turn) checkBatch(ctx workflow.Context, calls []activities.ToolCall) []c
 // the request shows anyway, so it is not asked for one. From patchApprovalPreview on; only batches with such a call ask
 // for the patch. A preview that fails is said to, and never holds up the
 // request.
+//
+// From patch level 1 on, a preview is a local activity: it only reads the
+// workspace, is safe to repeat and takes milliseconds, and so it costs the
+// turn a marker in the workflow task that publishes the request instead
+// of an activity task and another workflow task.
 func (t *turn) previews(ctx workflow.Context, calls []activities.ToolCall, vetted []vetting) []string {
 	out := make([]string, len(calls))
 	var wanted []int
@@ -756,17 +761,22 @@ func (t *turn) previews(ctx workflow.Context, calls []activities.ToolCall, vette
 			wanted = append(wanted, i)
 		}
 	}
-	if len(wanted) == 0 || workflow.GetVersion(ctx, patchApprovalPreview, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+	if len(wanted) == 0 || !patched(ctx, t.settings, patchApprovalPreview) {
 		return out
 	}
-	opts := workflow.ActivityOptions{
-		StartToCloseTimeout: 10 * time.Second,
-		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 2},
-	}
+	const timeout, attempts = 10 * time.Second, 2
 	futures := make([]workflow.Future, len(wanted))
 	for j, i := range wanted {
-		opts.Summary = "preview: " + callSummary(calls[i])
-		futures[j] = workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), activities.PreviewActivity, activities.ToolInput{Call: calls[i]})
+		summary, in := "preview: "+callSummary(calls[i]), activities.ToolInput{Call: calls[i]}
+		if t.settings.PatchLevel >= 1 {
+			futures[j] = workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+				StartToCloseTimeout: timeout, RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: attempts}, Summary: summary,
+			}), activities.PreviewActivity, in)
+			continue
+		}
+		futures[j] = workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+			StartToCloseTimeout: timeout, RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: attempts}, Summary: summary,
+		}), activities.PreviewActivity, in)
 	}
 	for j, i := range wanted {
 		if err := futures[j].Get(ctx, &out[i]); err != nil {
@@ -783,7 +793,7 @@ func (t *turn) previews(ctx workflow.Context, calls []activities.ToolCall, vette
 // patch.
 func (t *turn) outgrewHistory(ctx workflow.Context) bool {
 	return workflow.GetInfo(ctx).GetContinueAsNewSuggested() &&
-		workflow.GetVersion(ctx, patchHistoryLimit, workflow.DefaultVersion, 1) != workflow.DefaultVersion
+		patched(ctx, t.settings, patchHistoryLimit)
 }
 
 // strictGate reports whether this batch follows patchStrictGate: a
@@ -794,7 +804,7 @@ func (t *turn) strictGate(ctx workflow.Context, calls []activities.ToolCall) boo
 	if !t.bypass && !slices.ContainsFunc(calls, func(c activities.ToolCall) bool { return offers(t.clientTools, c.Name) }) {
 		return true // nothing in the batch that the patch changes
 	}
-	return workflow.GetVersion(ctx, patchStrictGate, workflow.DefaultVersion, 1) != workflow.DefaultVersion
+	return patched(ctx, t.settings, patchStrictGate)
 }
 
 // runTool runs one tool activity. A tool never runs twice: a failure of the
@@ -833,7 +843,7 @@ const (
 // cancelled turn). The patch is asked for once, at the first such call.
 func (t *turn) notRun(ctx workflow.Context, why int, detail string) string {
 	if t.plainNotRun == nil {
-		plain := workflow.GetVersion(ctx, patchPlainNotRun, workflow.DefaultVersion, 1) != workflow.DefaultVersion
+		plain := patched(ctx, t.settings, patchPlainNotRun)
 		t.plainNotRun = &plain
 	}
 	if !*t.plainNotRun {
