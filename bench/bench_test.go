@@ -66,25 +66,16 @@ func BenchmarkScale(b *testing.B) {
 }
 
 // BenchmarkLoad runs the decision path under load alone (the same-shape
-// floor and tollgate at each of loadLevels, after a warm-up) on a system of
-// its own and logs its section of the report on standard output, for an
-// A/B of a change to the decision path; it writes no file.
+// floor and tollgate at each of loadLevels, after a warm-up, on a dev
+// server and on the Temporal server on PostgreSQL) and logs its section of
+// the report on standard output, for an A/B of a change to the decision
+// path; it writes no file.
 //
 //	go test -run '^$' -bench '^BenchmarkLoad$' -benchtime 1x -timeout 20m ./bench/
 func BenchmarkLoad(b *testing.B) {
 	sys := startSystem(b)
-	e := sys.env
-	ctx := context.Background()
 	for b.Loop() {
-		for i := range benchWarmup {
-			if _, err := e.shapedFloorTurn(ctx, fmt.Sprintf("warm-%d", i)); err != nil {
-				b.Fatal(err)
-			}
-			if _, err := e.tollgateTurn(ctx, fmt.Sprintf("warm-%d", i)); err != nil {
-				b.Fatal(err)
-			}
-		}
-		res, err := e.decisionPathUnderLoad(ctx)
+		res, err := sys.loads(context.Background())
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -189,7 +180,7 @@ func BenchmarkTollgate(b *testing.B) {
 		}
 
 		b.Logf("the decision path under load: the same-shape floor and tollgate at %v", loadLevels)
-		if rep.Load, err = e.decisionPathUnderLoad(ctx); err != nil {
+		if rep.Load, err = sys.loads(ctx); err != nil {
 			b.Fatal(err)
 		}
 
@@ -258,6 +249,110 @@ type system struct {
 	// modelURL and workspace are the main tollgate's, for the scale runs'
 	// tollgate of their own.
 	modelURL, workspace string
+	// cl is the Temporal server on PostgreSQL that the load and scale
+	// stages share, started by the first that needs it.
+	cl *cluster
+}
+
+// cluster is a Temporal server on PostgreSQL, configured as
+// docker-compose.yml configures it, and a client of it.
+type cluster struct {
+	server proctest.TemporalServer
+	pg     proctest.Postgres
+	client client.Client
+}
+
+// cluster starts the run's Temporal server on PostgreSQL, once.
+func (s *system) cluster() (*cluster, error) {
+	if s.cl != nil {
+		return s.cl, nil
+	}
+	pg := proctest.StartPostgres(s.tb, "temporal")
+	ts := proctest.StartTemporalServer(s.tb, pg)
+	c, err := dialQuietly(ts.HostPort, ts.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	s.tb.Cleanup(c.Close)
+	s.cl = &cluster{server: ts, pg: pg, client: c}
+	return s.cl, nil
+}
+
+// cpu is the CPU time the cluster's Temporal server and PostgreSQL have
+// used so far.
+func (cl *cluster) cpu() time.Duration {
+	t, g := processCPU(cl.server.Process.Cmd.Process.Pid), groupCPU(cl.pg.PID)
+	if t < 0 || g < 0 {
+		return -1
+	}
+	return t + g
+}
+
+func dialQuietly(hostPort, namespace string) (client.Client, error) {
+	return client.Dial(client.Options{HostPort: hostPort, Namespace: namespace, Logger: sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler))})
+}
+
+// loads runs the decision path under load twice: on a tuned dev server of
+// its own, where tollgate's own costs show most (the server dispatches in
+// milliseconds), and on the cluster, as a deployment runs. A dev server
+// keeps its database behind one SQLite connection, which 50 turns at a time
+// (and at times 10) saturate: its queries are interrupted, it answers that
+// the namespace is not found, and whichever side meets that stalls. Such a
+// stage is reported with its error, and the run goes on.
+func (s *system) loads(ctx context.Context) ([]loadResult, error) {
+	ds := devserver.ForTest(s.tb)
+	dc, err := dialQuietly(ds.HostPort, ds.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	defer dc.Close()
+	pid := findServerPID(ds.HostPort)
+	dev := s.loadOn(ctx, "a tuned dev server (SQLite) of its own", ds.HostPort, ds.Namespace, dc, func() time.Duration { return processCPU(pid) })
+	cl, err := s.cluster()
+	if err != nil {
+		return nil, err
+	}
+	return []loadResult{dev, s.loadOn(ctx, "the Temporal server on PostgreSQL, as docker-compose.yml configures it", cl.server.HostPort, cl.server.Namespace, cl.client, cl.cpu)}, nil
+}
+
+// loadOn runs the decision path under load on the Temporal server at
+// address: a tollgate of its own and the same-shape floor's worker, each
+// with a connection of its own, warmed up first. A failure is the result's
+// Err.
+func (s *system) loadOn(ctx context.Context, server, address, namespace string, c client.Client, serverCPU func() time.Duration) loadResult {
+	res, err := func() (loadResult, error) {
+		own := &system{tb: s.tb, address: address, namespace: namespace, client: c, bins: s.bins}
+		queue := "load-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
+		tg := own.startTollgate(queue, s.workspace, s.modelURL)
+		defer tg.stop(s.tb)
+		fc, err := dialQuietly(address, namespace)
+		if err != nil {
+			return loadResult{}, err
+		}
+		defer fc.Close()
+		w, err := startFloorWorker(fc, queue+"-floor", s.workspace, s.modelURL)
+		if err != nil {
+			return loadResult{}, err
+		}
+		defer w.Stop()
+		e := &env{temporal: c, api: tg.api, apiMetrics: tg.apiMetrics, worker: tg.workerMetrics,
+			floorQueue: queue + "-floor", floor: &floorReader{client: c}, run: s.env.run, serverCPU: serverCPU}
+		for i := range benchWarmup {
+			if _, err := e.shapedFloorTurn(ctx, fmt.Sprintf("warm-%d", i)); err != nil {
+				return loadResult{}, err
+			}
+			if _, err := e.tollgateTurn(ctx, fmt.Sprintf("warm-%d", i)); err != nil {
+				return loadResult{}, err
+			}
+		}
+		return e.decisionPathUnderLoad(ctx)
+	}()
+	res.Server = server
+	if err != nil {
+		s.tb.Logf("the decision path under load on %s: %v", server, err)
+		res.Err = err.Error()
+	}
+	return res
 }
 
 // binaries are tollgate's worker and API, built from this tree.
@@ -300,11 +395,20 @@ func startSystem(tb testing.TB) *system {
 	sys.modelURL, sys.workspace = model.URL, workspace
 	tg := sys.startTollgate("tollgate-bench", workspace, model.URL)
 	floorQueue := "tollgate-bench-floor"
-	w, err := startFloorWorker(c, floorQueue, workspace, model.URL)
+	// The floor's worker has a connection of its own, as tollgate's worker
+	// (a process of its own) does: its polls and task completions do not
+	// share one with the floor's clients and reader.
+	fc, err := ts.Dial()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(fc.Close)
+	w, err := startFloorWorker(fc, floorQueue, workspace, model.URL)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(w.Stop)
+	pid := findServerPID(ts.HostPort)
 	sys.env = &env{
 		temporal:   c,
 		api:        tg.api,
@@ -313,7 +417,7 @@ func startSystem(tb testing.TB) *system {
 		floorQueue: floorQueue,
 		floor:      &floorReader{client: c},
 		run:        strconv.FormatInt(time.Now().UnixNano()%1e9, 36),
-		serverPID:  findServerPID(ts.HostPort),
+		serverCPU:  func() time.Duration { return processCPU(pid) },
 	}
 	return sys
 }
@@ -451,13 +555,11 @@ func (s *system) scale(ctx context.Context, n int) (scaleResult, error) {
 	// dev server gives way long before 2,000 open turns (its SQLite
 	// queries time out under that load, in memory or on a file, and it
 	// then answers that the namespace is not found).
-	pg := proctest.StartPostgres(s.tb, "temporal")
-	ts := proctest.StartTemporalServer(s.tb, pg)
-	c, err := client.Dial(client.Options{HostPort: ts.HostPort, Namespace: ts.Namespace, Logger: sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler))})
+	cl, err := s.cluster()
 	if err != nil {
 		return res, err
 	}
-	defer c.Close()
+	ts, c := cl.server, cl.client
 	own := &system{tb: s.tb, address: ts.HostPort, namespace: ts.Namespace, client: c, bins: s.bins}
 	// The turns wait longer than the run takes, so none expires.
 	tg := own.startTollgate(queue, s.workspace, s.modelURL, config.EnvApprovalTimeout+"="+scaleApprovalTimeout.String())

@@ -29,6 +29,15 @@ func (t cpuTimes) sub(before cpuTimes) cpuTimes {
 	return d
 }
 
+// add is t and u together.
+func (t cpuTimes) add(u cpuTimes) cpuTimes {
+	d := cpuTimes{bench: t.bench + u.bench, worker: t.worker + u.worker, api: t.api + u.api, server: -1}
+	if t.server >= 0 && u.server >= 0 {
+		d.server = t.server + u.server
+	}
+	return d
+}
+
 // ours is the CPU time of every process but the dev server's.
 func (t cpuTimes) ours() time.Duration { return t.bench + t.worker + t.api }
 
@@ -44,7 +53,10 @@ func (t cpuTimes) div(n int) cpuTimes {
 
 // readCPU reads the CPU time of every process of e.
 func (e *env) readCPU(ctx context.Context) (cpuTimes, error) {
-	t := cpuTimes{bench: selfCPU(), server: processCPU(e.serverPID)}
+	t := cpuTimes{bench: selfCPU(), server: -1}
+	if e.serverCPU != nil {
+		t.server = e.serverCPU()
+	}
 	w, err := e.worker.read(ctx)
 	if err != nil {
 		return t, err
@@ -88,6 +100,35 @@ func processCPU(pid int) time.Duration {
 		return -1
 	}
 	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
+// groupCPU is the CPU time the processes of process group pgid have used,
+// from /proc: a PostgreSQL server's postmaster and its backends (whose
+// time is lost from the sum when one exits: a pooled connection's lasts).
+func groupCPU(pgid int) time.Duration {
+	dirs, err := os.ReadDir("/proc")
+	if err != nil {
+		return -1
+	}
+	var sum time.Duration
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", d.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		_, rest, _ := strings.Cut(string(b), ") ")
+		// The process group is the 5th field of the whole line.
+		if f := strings.Fields(rest); len(f) > 2 && f[2] == strconv.Itoa(pgid) {
+			if c := processCPU(pid); c > 0 {
+				sum += c
+			}
+		}
+	}
+	return sum
 }
 
 // findServerPID finds the dev server listening on hostPort by its command

@@ -28,7 +28,7 @@ type report struct {
 	History  []historyCost
 	LongTurn [2]longTurnResult // payloads inline, then with the store
 	Scale    scaleResult
-	Load     loadResult
+	Load     []loadResult
 }
 
 // pathStats are one side's latencies and throughput.
@@ -279,11 +279,16 @@ func (r *report) verdict() string {
 			ms(t.server), ms(t.ours()), ms(t.worker), ms(t.api), ms(f.server), ms(f.ours()),
 			runtime.NumCPU(), float64(runtime.NumCPU())*float64(time.Second)/float64(perTurn))
 	}
-	for i := range r.Load.Floor {
-		fl, tg := r.Load.Floor[i], r.Load.Tollgate[i]
-		lat, tps := ratio(tg.Latency.Result.p50, fl.Latency.Result.p50), tg.TurnsPerSec/fl.TurnsPerSec
-		fmt.Fprintf(&s, "At %d turns at a time against the same-shape floor, approve → `tool_result` is %.2fx at p50 (goal %.2fx: %s) and turns a second %.2fx (goal %.2fx: %s). ",
-			fl.Concurrency, lat, loadLatencyGoal, metGoal(lat <= loadLatencyGoal), tps, loadThroughputGoal, metGoal(tps >= loadThroughputGoal))
+	for _, ld := range r.Load {
+		if ld.Err != "" {
+			fmt.Fprintf(&s, "On %s, the decision path under load did not finish (%s). ", ld.Server, firstLine(ld.Err))
+		}
+		for i := range ld.Floor {
+			fl, tg := ld.Floor[i], ld.Tollgate[i]
+			lat, tps := ratio(tg.Latency.Result.p50, fl.Latency.Result.p50), tg.TurnsPerSec/fl.TurnsPerSec
+			fmt.Fprintf(&s, "On %s at %d turns at a time against the same-shape floor, approve → `tool_result` is %.2fx at p50 (goal %.2fx: %s) and turns a second %.2fx (goal %.2fx: %s). ",
+				ld.Server, fl.Concurrency, lat, loadLatencyGoal, metGoal(lat <= loadLatencyGoal), tps, loadThroughputGoal, metGoal(tps >= loadThroughputGoal))
+		}
 	}
 	if sc := r.Scale; sc.Waiting > 0 {
 		fmt.Fprintf(&s, "With %d turns waiting at once on the Temporal server on PostgreSQL, the worker held %.0f KiB of heap per waiting turn and the API %.1f KiB; a page of `GET /approvals` took %.0f ms at p50; after a worker restart, %d decisions took %s and every turn had finished %s after the first. ",

@@ -118,6 +118,35 @@ func (e *env) shapedFloorTurn(ctx context.Context, name string) (turnSample, err
 	return s, nil
 }
 
+// side is one side of the decision path under load: a name for its turns
+// and how to run one.
+type side struct {
+	name string
+	turn func(context.Context, string) (turnSample, error)
+}
+
+// loadHalf runs n turns of s, concurrency at a time, and adds their
+// samples, time and CPU to r; half numbers the side's halves of a level.
+func (e *env) loadHalf(ctx context.Context, s side, concurrency, n, half int, r *loadRun) error {
+	cpu0, err := e.readCPU(ctx)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	_, _, samples, err := burstOf(ctx, fmt.Sprintf("%s-c%d-%d", s.name, concurrency, half), concurrency, n, s.turn)
+	if err != nil {
+		return err
+	}
+	r.elapsed += time.Since(start)
+	cpu1, err := e.readCPU(ctx)
+	if err != nil {
+		return err
+	}
+	r.samples = append(r.samples, samples...)
+	r.CPU = r.CPU.add(cpu1.sub(cpu0))
+	return nil
+}
+
 // Concurrencies of the decision path under load, and the turns of each.
 var loadLevels = []struct{ concurrency, turns int }{{10, 100}, {50, 200}}
 
@@ -130,45 +159,61 @@ type loadRun struct {
 	// floor, the benchmark's process holds its worker.
 	CPU     cpuTimes
 	samples []turnSample
+	elapsed time.Duration
 }
 
 // loadResult is the decision path under load: the same-shape floor and
 // tollgate at each of loadLevels, and where the approval path's time goes
 // at the highest.
 type loadResult struct {
+	// Server is the Temporal server the stage ran on; Err, when set, why
+	// it did not finish.
+	Server, Err     string
 	Floor, Tollgate []loadRun
 	Breakdown       []segment
 }
 
 // decisionPathUnderLoad runs the same-shape floor and tollgate at each
-// concurrency of loadLevels, floor first, and splits the approval path of
-// the highest into stretches.
+// concurrency of loadLevels and splits the approval path of the highest
+// into stretches. Each side runs its turns in two halves, in the order
+// floor, tollgate, tollgate, floor: the dev server slows as its database
+// grows over a run, and a side that always ran second would pay for it.
+//
+// A level that fails ends the stage with the error; the levels before it
+// are kept, and the breakdown is of the last of them.
 func (e *env) decisionPathUnderLoad(ctx context.Context) (loadResult, error) {
 	var res loadResult
+	floor := side{"shaped", e.shapedFloorTurn}
+	tollgate := side{"tollgate", e.tollgateTurn}
+	var failed error
+levels:
 	for _, l := range loadLevels {
-		for _, side := range []struct {
-			name string
-			turn func(context.Context, string) (turnSample, error)
-			into *[]loadRun
-		}{{"shaped", e.shapedFloorTurn, &res.Floor}, {"tollgate", e.tollgateTurn, &res.Tollgate}} {
-			r := loadRun{Concurrency: l.concurrency, Turns: l.turns}
-			cpu0, err := e.readCPU(ctx)
-			if err != nil {
-				return res, err
+		f := loadRun{Concurrency: l.concurrency, Turns: l.turns}
+		t := f
+		for i, half := range []struct {
+			side side
+			into *loadRun
+		}{{floor, &f}, {tollgate, &t}, {tollgate, &t}, {floor, &f}} {
+			n := l.turns / 2
+			if i >= 2 {
+				n = l.turns - n
 			}
-			r.TurnsPerSec, r.Latency, r.samples, err = burstOf(ctx, fmt.Sprintf("%s-c%d", side.name, l.concurrency), l.concurrency, l.turns, side.turn)
-			if err != nil {
-				return res, err
+			if err := e.loadHalf(ctx, half.side, l.concurrency, n, i/2, half.into); err != nil {
+				failed = fmt.Errorf("at %d turns at a time: %w", l.concurrency, err)
+				break levels
 			}
-			cpu1, err := e.readCPU(ctx)
-			if err != nil {
-				return res, err
-			}
-			r.CPU = cpu1.sub(cpu0).div(l.turns)
-			*side.into = append(*side.into, r)
 		}
+		for _, r := range []*loadRun{&f, &t} {
+			r.TurnsPerSec = float64(r.Turns) / r.elapsed.Seconds()
+			r.Latency = burstLatency{Request: latencies(r.samples, requestLatency), Result: latencies(r.samples, resultLatency)}
+			r.CPU = r.CPU.div(r.Turns)
+		}
+		res.Floor, res.Tollgate = append(res.Floor, f), append(res.Tollgate, t)
 	}
-	last := len(loadLevels) - 1
+	last := len(res.Floor) - 1
+	if last < 0 {
+		return res, failed
+	}
 	fl, tl := map[string][]time.Duration{}, map[string][]time.Duration{}
 	for _, side := range []struct {
 		samples []turnSample
@@ -188,12 +233,11 @@ func (e *env) decisionPathUnderLoad(ctx context.Context) (loadResult, error) {
 		}
 	}
 	res.Breakdown = medians(fl, tl)
-	return res, nil
+	return res, failed
 }
 
 // loadMarkdown is the section of the decision path under load.
 func (r *report) loadMarkdown() string {
-	ld := r.Load
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
 	p("### The decision path under load, against a floor of the same shape")
@@ -201,47 +245,69 @@ func (r *report) loadMarkdown() string {
 	p("The same-shape floor is plain Temporal doing what a tollgate turn does for one approved call: a")
 	p("parent workflow per conversation, a child per turn, the Model activity on the same model server")
 	p("asking for Write, the request in a queryable log, the decision by signal, the same Write tool, its")
-	p("result, a second model call, finish; it runs on the benchmark's worker and is read as the API reads a")
-	p("turn. Its clients and tollgate's run the same turns, the floor's first, on the same dev server.")
+	p("result, a second model call, finish; it runs on a worker in the benchmark's process, with a connection")
+	p("of its own, and is read as the API reads a turn. Its clients and tollgate's run the same turns on the")
+	p("same Temporal server, each side in two halves in the order floor, tollgate, tollgate, floor (a server")
+	p("slows as its database grows, and the order cancels that out). Each Temporal server below is fresh but")
+	p("for the warm-up; tollgate runs there with its default settings (audit ledger, payload store, search")
+	p("attributes).")
 	p("")
-	p("| concurrency (turns) | approve → `tool_result` p50: floor | tollgate | ratio | p95: floor | tollgate | turns/s: floor | tollgate | ratio | start → `approval_request` p50: floor | tollgate |")
-	p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-	for i := range ld.Floor {
-		f, t := ld.Floor[i], ld.Tollgate[i]
-		p("| %d (%d) | %.1f ms | %.1f ms | %.2fx | %.1f ms | %.1f ms | %.1f | %.1f | %.2fx | %.1f ms | %.1f ms |", f.Concurrency, f.Turns,
-			ms(f.Latency.Result.p50), ms(t.Latency.Result.p50), ratio(t.Latency.Result.p50, f.Latency.Result.p50),
-			ms(f.Latency.Result.p95), ms(t.Latency.Result.p95),
-			f.TurnsPerSec, t.TurnsPerSec, t.TurnsPerSec/f.TurnsPerSec,
-			ms(f.Latency.Request.p50), ms(t.Latency.Request.p50))
-	}
-	p("")
-	p("CPU per turn in each run, by process (the same-shape floor's worker runs in the benchmark's process, beside the")
-	p("clients and the model; tollgate's worker and API are processes of their own):")
-	p("")
-	p("| concurrency | side | dev server | benchmark's process | tollgate's worker | tollgate's API | all |")
-	p("|---|---|---:|---:|---:|---:|---:|")
-	for i := range ld.Floor {
-		for _, side := range []struct {
-			name string
-			r    loadRun
-		}{{"same-shape floor", ld.Floor[i]}, {"tollgate", ld.Tollgate[i]}} {
-			c := side.r.CPU
-			p("| %d | %s | %.1f ms | %.1f ms | %.1f ms | %.1f ms | %.1f ms |", side.r.Concurrency, side.name,
-				ms(max(c.server, 0)), ms(c.bench), ms(c.worker), ms(c.api), ms(c.ours()+max(c.server, 0)))
-		}
-	}
-	p("")
-	if len(ld.Floor) > 0 {
-		p("Where the approval path's time goes at concurrency %d (medians over its turns, from their histories):", ld.Floor[len(ld.Floor)-1].Concurrency)
+	for _, ld := range r.Load {
+		p("#### On %s", ld.Server)
 		p("")
-		p("| stretch | same-shape floor | tollgate |")
-		p("|---|---:|---:|")
-		for _, s := range ld.Breakdown {
-			p("| %s | %.1f ms | %.1f ms |", s.Name, ms(s.Floor), ms(s.Tollgate))
+		if ld.Err != "" {
+			p("The stage did not finish: %s", firstLine(ld.Err))
+			p("")
+		}
+		if len(ld.Floor) == 0 {
+			continue
+		}
+		p("| concurrency (turns) | approve → `tool_result` p50: floor | tollgate | ratio | p95: floor | tollgate | turns/s: floor | tollgate | ratio | start → `approval_request` p50: floor | tollgate |")
+		p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+		for i := range ld.Floor {
+			f, t := ld.Floor[i], ld.Tollgate[i]
+			p("| %d (%d) | %.1f ms | %.1f ms | %.2fx | %.1f ms | %.1f ms | %.1f | %.1f | %.2fx | %.1f ms | %.1f ms |", f.Concurrency, f.Turns,
+				ms(f.Latency.Result.p50), ms(t.Latency.Result.p50), ratio(t.Latency.Result.p50, f.Latency.Result.p50),
+				ms(f.Latency.Result.p95), ms(t.Latency.Result.p95),
+				f.TurnsPerSec, t.TurnsPerSec, t.TurnsPerSec/f.TurnsPerSec,
+				ms(f.Latency.Request.p50), ms(t.Latency.Request.p50))
 		}
 		p("")
+		p("CPU per turn in each run, by process (the floor's worker runs in the benchmark's process, beside the")
+		p("clients and the model; tollgate's worker and API are processes of their own; the server's figure")
+		p("includes PostgreSQL's processes where it has them):")
+		p("")
+		p("| concurrency | side | Temporal server | benchmark's process | tollgate's worker | tollgate's API | all |")
+		p("|---|---|---:|---:|---:|---:|---:|")
+		for i := range ld.Floor {
+			for _, side := range []struct {
+				name string
+				r    loadRun
+			}{{"same-shape floor", ld.Floor[i]}, {"tollgate", ld.Tollgate[i]}} {
+				c := side.r.CPU
+				p("| %d | %s | %.1f ms | %.1f ms | %.1f ms | %.1f ms | %.1f ms |", side.r.Concurrency, side.name,
+					ms(max(c.server, 0)), ms(c.bench), ms(c.worker), ms(c.api), ms(c.ours()+max(c.server, 0)))
+			}
+		}
+		p("")
+		if len(ld.Floor) > 0 {
+			p("Where the approval path's time goes at concurrency %d (medians over its turns, from their histories):", ld.Floor[len(ld.Floor)-1].Concurrency)
+			p("")
+			p("| stretch | same-shape floor | tollgate |")
+			p("|---|---:|---:|")
+			for _, s := range ld.Breakdown {
+				p("| %s | %.1f ms | %.1f ms |", s.Name, ms(s.Floor), ms(s.Tollgate))
+			}
+			p("")
+		}
 	}
 	return b.String()
+}
+
+// firstLine is the first line of s, for an error in the report.
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
 }
 
 func ratio(a, b time.Duration) float64 { return a.Seconds() / b.Seconds() }

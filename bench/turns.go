@@ -56,9 +56,9 @@ type env struct {
 	// run keeps this run's conversation and workflow ids apart from any
 	// earlier run's on a reused server.
 	run string
-	// serverPID is the dev server's process, for its CPU time; 0 when it
-	// cannot be found.
-	serverPID int
+	// serverCPU is the CPU time the Temporal server has used so far (with
+	// its database's processes), or -1 when it cannot tell.
+	serverCPU func() time.Duration
 }
 
 // benchScript is the benchmark's model. To queryApprove it asks to Write a

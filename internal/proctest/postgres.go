@@ -32,6 +32,9 @@ const postgresStop = 30 * time.Second
 type Postgres struct {
 	Host, Port     string
 	User, Password string
+	// PID is the server's main process, which leads the process group of
+	// all of its processes (for their CPU time).
+	PID int
 }
 
 // StartPostgres makes a new database cluster in a folder of its own, with
@@ -77,6 +80,7 @@ func StartPostgres(t testing.TB, user string) Postgres {
 	server.Stdout, server.Stderr = logFile, logFile
 	server.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	require.NoError(t, server.Start())
+	pg.PID = server.Process.Pid
 	exited := make(chan struct{})
 	var waitErr error
 	go func() { waitErr = server.Wait(); logFile.Close(); close(exited) }()
