@@ -106,28 +106,17 @@ func processCPU(pid int) time.Duration {
 // from /proc: a PostgreSQL server's postmaster and its backends (whose
 // time is lost from the sum when one exits: a pooled connection's lasts).
 func groupCPU(pgid int) time.Duration {
-	dirs, err := os.ReadDir("/proc")
-	if err != nil {
-		return -1
-	}
 	var sum time.Duration
-	for _, d := range dirs {
-		pid, err := strconv.Atoi(d.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", d.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		_, rest, _ := strings.Cut(string(b), ") ")
+	processes(func(pid int, read func(string) string) bool {
+		_, rest, _ := strings.Cut(read("stat"), ") ")
 		// The process group is the 5th field of the whole line.
 		if f := strings.Fields(rest); len(f) > 2 && f[2] == strconv.Itoa(pgid) {
 			if c := processCPU(pid); c > 0 {
 				sum += c
 			}
 		}
-	}
+		return true
+	})
 	return sum
 }
 
@@ -135,25 +124,37 @@ func groupCPU(pgid int) time.Duration {
 // line, or returns 0.
 func findServerPID(hostPort string) int {
 	_, port, _ := strings.Cut(hostPort, ":")
+	found := 0
+	processes(func(pid int, read func(string) string) bool {
+		args := strings.Split(read("cmdline"), "\x00")
+		if slices.Contains(args, "start-dev") && slices.Contains(args, port) && slices.Contains(args, "--port") {
+			found = pid
+		}
+		return found == 0
+	})
+	return found
+}
+
+// processes calls fn with each process in /proc and a reader of its files
+// ("" for one that cannot be read), until fn returns false.
+func processes(fn func(pid int, read func(name string) string) bool) {
 	dirs, err := os.ReadDir("/proc")
 	if err != nil {
-		return 0
+		return
 	}
 	for _, d := range dirs {
 		pid, err := strconv.Atoi(d.Name())
 		if err != nil {
 			continue
 		}
-		cmdline, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
-		if err != nil {
-			continue
+		read := func(name string) string {
+			b, _ := os.ReadFile(filepath.Join("/proc", d.Name(), name))
+			return string(b)
 		}
-		args := strings.Split(string(cmdline), "\x00")
-		if slices.Contains(args, "start-dev") && slices.Contains(args, port) && slices.Contains(args, "--port") {
-			return pid
+		if !fn(pid, read) {
+			return
 		}
 	}
-	return 0
 }
 
 // loadAverage is the machine's one-minute load average, or "" where
