@@ -48,6 +48,11 @@ type hubSettings struct {
 	// end with an error. A turn waits briefly behind the previous turn of
 	// its conversation before its workflow starts.
 	notFoundTimeout time.Duration
+	// startingFor is how long a turn that does not exist yet is looked for
+	// every minBackoff, before the waits grow: its conversation starts it
+	// moments after taking the message, later on a busy cluster, and a
+	// watcher that had backed off would find it up to maxBackoff late.
+	startingFor time.Duration
 	// closedRetries is how many failed reads of an ended turn end its
 	// streams with an error.
 	closedRetries int
@@ -62,6 +67,7 @@ var defaultHubSettings = hubSettings{
 	minBackoff:      50 * time.Millisecond,
 	maxBackoff:      time.Second,
 	notFoundTimeout: 2 * time.Minute,
+	startingFor:     2 * time.Second,
 	closedRetries:   3,
 	liveInterval:    activities.DefaultFlushInterval,
 }
@@ -460,18 +466,33 @@ func (h *hub) watch(ctx context.Context, turnID string, onClose, changed func(),
 			if time.Since(missingSince) >= h.settings.notFoundTimeout {
 				return fmt.Errorf("turn %s did not start within %s: %w", turnID, h.settings.notFoundTimeout, errTurnNotFound)
 			}
-			log.Debug("turn does not exist yet", "retryIn", backoff)
 		} else {
 			missingSince = time.Time{}
-			log.Warn("watch turn history", "error", err, "retryIn", backoff)
+		}
+		var wait time.Duration
+		wait, backoff = h.settings.retryWait(backoff, missingSince, time.Now())
+		if missingSince.IsZero() {
+			log.Warn("watch turn history", "error", err, "retryIn", wait)
+		} else {
+			log.Debug("turn does not exist yet", "retryIn", wait)
 		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(backoff):
+		case <-time.After(wait):
 		}
-		backoff = min(2*backoff, h.settings.maxBackoff)
 	}
+}
+
+// retryWait is how long the watcher waits before it tries again, and the
+// backoff after that: the backoff, doubling up to maxBackoff, but only
+// minBackoff while a turn that has not existed since missingSince (zero
+// when it exists) may be starting.
+func (s hubSettings) retryWait(backoff time.Duration, missingSince, now time.Time) (wait, next time.Duration) {
+	if !missingSince.IsZero() && now.Sub(missingSince) < s.startingFor {
+		return s.minBackoff, s.minBackoff
+	}
+	return backoff, min(2*backoff, s.maxBackoff)
 }
 
 // temporalSource reads turns from Temporal: the events query while a turn

@@ -255,3 +255,30 @@ func TestManyTurnsEachGetTheirOwnEvents(t *testing.T) {
 	}
 	require.EqualValues(t, 10, current(m.pollersStarted))
 }
+
+func TestATurnThatIsStartingIsLookedForAtTheShortestWaitThenLessOften(t *testing.T) {
+	s := hubSettings{minBackoff: 50 * time.Millisecond, maxBackoff: time.Second, startingFor: 2 * time.Second}
+	missing := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
+
+	// While the turn may be starting, every try waits the shortest time,
+	// however many came before.
+	backoff := s.minBackoff
+	for i := range 10 {
+		wait, next := s.retryWait(backoff, missing, missing.Add(time.Duration(i)*150*time.Millisecond))
+		require.Equal(t, s.minBackoff, wait, "try %d", i)
+		backoff = next
+	}
+	// Then the waits double up to the longest.
+	var waits []time.Duration
+	for range 6 {
+		var wait time.Duration
+		wait, backoff = s.retryWait(backoff, missing, missing.Add(3*time.Second))
+		waits = append(waits, wait)
+	}
+	ms := time.Millisecond
+	require.Equal(t, []time.Duration{50 * ms, 100 * ms, 200 * ms, 400 * ms, 800 * ms, 1000 * ms}, waits)
+	// Other failures (the turn exists) back off as before.
+	wait, next := s.retryWait(400*time.Millisecond, time.Time{}, missing)
+	require.Equal(t, 400*time.Millisecond, wait)
+	require.Equal(t, 800*time.Millisecond, next)
+}
