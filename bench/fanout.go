@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/protocol"
 )
 
@@ -213,7 +214,7 @@ func (e *env) approveWatched(ctx context.Context, turns []paused, perTurn int, w
 		if err != nil {
 			return st, err
 		}
-		marks := approvalMarks(timedHistory(h), at, firstAt, false)
+		marks := approvalMarks(timedHistory(h), at, firstAt, activities.ToolWrite)
 		if err := checkMarks(marks); err != nil {
 			return st, fmt.Errorf("%s: %w", t.turnID, err)
 		}

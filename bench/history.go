@@ -55,7 +55,11 @@ func breakdown(ctx context.Context, c client.Client, floor, tg []turnSample) ([]
 			if err != nil {
 				return nil, err
 			}
-			marks, err := pathMarks(timedHistory(h), s, side.floor)
+			model, tool := activities.ModelActivity, activities.ToolWrite
+			if side.floor {
+				model, tool = "", floorActivityName
+			}
+			marks, err := pathMarks(timedHistory(h), s, model, tool)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w\n%s", s.workflowID, err, timedHistory(h))
 			}
@@ -73,29 +77,28 @@ type mark struct {
 
 // pathMarks finds the moments that end each stretch of one sample's two
 // paths: the start path's marks, then the approval path's. The first mark
-// of each path is its start and has no key.
-func pathMarks(h timedEvents, s turnSample, floor bool) ([]mark, error) {
+// of each path is its start and has no key. model names the activity that
+// the turn calls before it asks ("" for the raw floor, which asks in its
+// first workflow task), tool the activity the approval runs.
+func pathMarks(h timedEvents, s turnSample, model, tool string) ([]mark, error) {
 	started := h.find(enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED, 0, "")
 	first := h.find(enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED, 0, "")
 	marks := []mark{{"", s.start}, {"created", started.at}, {"first-wait", h.byID(first.startedID).at}, {"first-run", first.at}}
-	if !floor {
-		msched := h.find(enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED, 0, activities.ModelActivity)
+	if model != "" {
+		msched := h.find(enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED, 0, model)
 		mdone := h.find(enumspb.EVENT_TYPE_ACTIVITY_TASK_COMPLETED, msched.id, "")
 		publish := h.find(enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED, mdone.id, "")
 		marks = append(marks, mark{"model", mdone.at}, mark{"pub-wait", h.byID(publish.startedID).at}, mark{"pub-run", publish.at})
 	}
 	marks = append(marks, mark{"seen", s.request})
-	marks = append(marks, approvalMarks(h, s.decide, s.result, floor)...)
+	marks = append(marks, approvalMarks(h, s.decide, s.result, tool)...)
 	return marks, checkMarks(marks)
 }
 
 // approvalMarks finds the moments that end each stretch of the approval
-// path, decided at decide and seen by the client at seen.
-func approvalMarks(h timedEvents, decide, seen time.Time, floor bool) []mark {
-	tool := activities.ToolWrite
-	if floor {
-		tool = floorActivityName
-	}
+// path, decided at decide and seen by the client at seen, which runs the
+// activity tool.
+func approvalMarks(h timedEvents, decide, seen time.Time, tool string) []mark {
 	tsched := h.find(enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED, 0, tool)
 	took := h.byID(tsched.taskCompletedID)
 	tdone := h.find(enumspb.EVENT_TYPE_ACTIVITY_TASK_COMPLETED, tsched.id, "")

@@ -216,17 +216,17 @@ levels:
 	}
 	fl, tl := map[string][]time.Duration{}, map[string][]time.Duration{}
 	for _, side := range []struct {
-		samples []turnSample
-		into    map[string][]time.Duration
-		floor   bool
-	}{{res.Floor[last].samples, fl, true}, {res.Tollgate[last].samples, tl, false}} {
+		samples     []turnSample
+		into        map[string][]time.Duration
+		model, tool string
+	}{{res.Floor[last].samples, fl, shapedModelName, floorActivityName}, {res.Tollgate[last].samples, tl, activities.ModelActivity, activities.ToolWrite}} {
 		for _, s := range side.samples {
 			h, err := history(ctx, e.temporal, s.workflowID)
 			if err != nil {
 				return res, err
 			}
-			marks := approvalMarks(timedHistory(h), s.decide, s.result, side.floor)
-			if err := checkMarks(marks); err != nil {
+			marks, err := pathMarks(timedHistory(h), s, side.model, side.tool)
+			if err != nil {
 				return res, fmt.Errorf("%s: %w", s.workflowID, err)
 			}
 			addStretches(side.into, marks)
@@ -291,7 +291,7 @@ func (r *report) loadMarkdown() string {
 		}
 		p("")
 		if len(ld.Floor) > 0 {
-			p("Where the approval path's time goes at concurrency %d (medians over its turns, from their histories):", ld.Floor[len(ld.Floor)-1].Concurrency)
+			p("Where a turn's time goes at concurrency %d, to its request and from its decision (medians over its turns, from their histories):", ld.Floor[len(ld.Floor)-1].Concurrency)
 			p("")
 			p("| stretch | same-shape floor | tollgate |")
 			p("|---|---:|---:|")
