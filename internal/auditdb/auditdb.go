@@ -17,7 +17,7 @@ import (
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver of database/sql
-	_ "modernc.org/sqlite"             // the "sqlite" driver of database/sql
+	"modernc.org/sqlite"               // the "sqlite" driver of database/sql
 
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/text"
@@ -102,7 +102,10 @@ func Open(ctx context.Context, dsn string) (*Ledger, error) {
 		}
 		// WAL lets the API read while the worker writes; busy_timeout
 		// makes a writer wait for another instead of failing.
-		l.db, err = sql.Open("sqlite", "file:"+dsn+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)")
+		// A transaction takes the write lock when it begins (immediate),
+		// so that one that would have to upgrade its read lock waits for
+		// another writer instead of failing at once.
+		l.db, err = sql.Open("sqlite", "file:"+dsn+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_txlock=immediate")
 	}
 	if err != nil {
 		return nil, fmt.Errorf("audit ledger %s: %w", l.where, err)
@@ -117,7 +120,7 @@ func Open(ctx context.Context, dsn string) (*Ledger, error) {
 	}
 	upsert := "INSERT INTO tollgate_audit (" + strings.Join(columns, ", ") + ") VALUES (" + strings.Join(ph, ", ") + ")" +
 		" ON CONFLICT (id) DO UPDATE SET " + strings.Join(sets, ", ") + " WHERE excluded.stage >= tollgate_audit.stage"
-	if err := l.migrate(ctx); err != nil {
+	if err := l.migrateWhenFree(ctx); err != nil {
 		l.db.Close()
 		return nil, fmt.Errorf("audit ledger %s: %w", l.where, err)
 	}
@@ -150,6 +153,34 @@ func (l *Ledger) Close() error { return errors.Join(l.upsert.Close(), l.db.Close
 
 // Ping checks that the database answers.
 func (l *Ledger) Ping(ctx context.Context) error { return l.db.PingContext(ctx) }
+
+// migrateWhenFree makes the table, trying again for a while where SQLite
+// answers that the database is locked without waiting for it: a new file
+// that a worker and an API open at the same moment is switched to WAL by
+// one of them, and the other's first statement can fail at once (a bench
+// run's worker stopped so).
+func (l *Ledger) migrateWhenFree(ctx context.Context) error {
+	deadline := time.Now().Add(sqliteBusyFor)
+	for {
+		err := l.migrate(ctx)
+		var busy *sqlite.Error
+		if l.postgres || !errors.As(err, &busy) || busy.Code()&0xff != sqliteBusy || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// sqliteBusy is SQLite's primary result code SQLITE_BUSY; sqliteBusyFor how
+// long Open tries again when it meets it.
+const (
+	sqliteBusy    = 5
+	sqliteBusyFor = 10 * time.Second
+)
 
 func (l *Ledger) migrate(ctx context.Context) error {
 	defs := make([]string, len(columns))

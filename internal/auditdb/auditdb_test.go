@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -72,22 +74,35 @@ func TestLedger(t *testing.T) {
 				testWriterAndReader(t, l, reader)
 			})
 			t.Run("workers and APIs that start together all open the database, which makes its table once", func(t *testing.T) {
-				d := dsn(t)
-				var wg sync.WaitGroup
-				errs := make(chan error, 8)
-				for range 8 {
-					wg.Go(func() {
-						l, err := auditdb.Open(context.Background(), d)
-						if err == nil {
-							err = l.Close()
-						}
-						errs <- err
-					})
-				}
-				wg.Wait()
-				close(errs)
-				for err := range errs {
-					require.NoError(t, err)
+				// Each round on a database nobody has opened yet: the race
+				// is in making it (a bench run's worker once stopped with
+				// SQLite's "database is locked" when its API opened the
+				// new file at the same moment).
+				for round := range 10 {
+					d := dsn(t)
+					var wg sync.WaitGroup
+					errs := make(chan error, 8)
+					for i := range 8 {
+						wg.Go(func() {
+							if i%2 == 1 {
+								// Half of them another process, as a worker
+								// and an API are: SQLite's file locks are
+								// per process.
+								errs <- openInAnotherProcess(d)
+								return
+							}
+							l, err := auditdb.Open(context.Background(), d)
+							if err == nil {
+								err = l.Close()
+							}
+							errs <- err
+						})
+					}
+					wg.Wait()
+					close(errs)
+					for err := range errs {
+						require.NoError(t, err, "round %d", round)
+					}
 				}
 			})
 			t.Run("a record without an id, a tool or a stage is refused, naming it", func(t *testing.T) {
@@ -253,4 +268,31 @@ func testWriterAndReader(t *testing.T, writer, reader *auditdb.Ledger) {
 	}
 	wg.Wait()
 	require.Len(t, list(t, reader, auditdb.Filter{}), n)
+}
+
+// envOpenLedger names the database TestOpenLedgerInThisProcess opens, when
+// this test binary runs as another process of a test.
+const envOpenLedger = "TOLLGATE_TEST_OPEN_LEDGER"
+
+// openInAnotherProcess opens and closes the ledger at dsn in a process of
+// its own: this test binary, running TestOpenLedgerInThisProcess.
+func openInAnotherProcess(dsn string) error {
+	cmd := exec.Command(os.Args[0], "-test.run=^TestOpenLedgerInThisProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(), envOpenLedger+"="+dsn)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("open %s in another process: %w\n%s", dsn, err, out)
+	}
+	return nil
+}
+
+// TestOpenLedgerInThisProcess is openInAnotherProcess's other process; run
+// alone, it does nothing.
+func TestOpenLedgerInThisProcess(t *testing.T) {
+	dsn := os.Getenv(envOpenLedger)
+	if dsn == "" {
+		t.Skip("run by openInAnotherProcess")
+	}
+	l, err := auditdb.Open(context.Background(), dsn)
+	require.NoError(t, err)
+	require.NoError(t, l.Close())
 }
