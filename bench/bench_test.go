@@ -300,7 +300,13 @@ func dialQuietly(hostPort, namespace string) (client.Client, error) {
 // the namespace is not found, and whichever side meets that stalls. Such a
 // stage is reported with its error, and the run goes on.
 func (s *system) loads(ctx context.Context) ([]loadResult, error) {
-	ds := devserver.ForTest(s.tb)
+	// The stage's own dev server stops when the stage ends: two dev
+	// servers' databases on one machine slow each other down.
+	ds, err := devserver.Run(devserver.Options{Dir: s.tb.TempDir()})
+	if err != nil {
+		return nil, err
+	}
+	defer ds.Stop()
 	dc, err := dialQuietly(ds.HostPort, ds.Namespace)
 	if err != nil {
 		return nil, err
