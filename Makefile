@@ -87,11 +87,11 @@ lint: $(STATICCHECK)
 	$(STATICCHECK) ./...
 
 # The benchmark (package bench): the worker and API binaries against
-# Temporal floors (raw, and of tollgate's shape at 10 and 50 turns at a
-# time) on one tuned dev server, measured over HTTP and their /metrics,
-# then 2,000 turns waiting at once and hundreds of watchers on the Temporal
-# server on PostgreSQL (as for cluster-test); about ten minutes on two
-# cores. The figures go to bench/RESULTS.md, which keeps the latest run
+# Temporal floors on a tuned dev server (raw), and of tollgate's shape at
+# 10 and 50 turns at a time on a fresh dev server and on the Temporal server
+# on PostgreSQL (as for cluster-test), measured over HTTP and their
+# /metrics, then 2,000 turns waiting at once and hundreds of watchers on
+# that server; about ten minutes on two cores. The figures go to bench/RESULTS.md, which keeps the latest run
 # and the one before, never into a test's verdict.
 bench: $(TEMPORAL) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL)
 	TOLLGATE_BENCH_OUT=$(CURDIR)/bench/RESULTS.md \
