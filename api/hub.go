@@ -398,10 +398,10 @@ const liveFailures = 3
 // can be there (the model activity records none in its first interval): a
 // call that ends sooner, as one that only asks for tools often does, costs
 // no read, since the poller stops this when the turn no longer names the
-// call. Their numbers
-// follow live.After; the turn logs the same events under the same numbers
-// when the call ends, so the poller's next read finds them had. Heartbeats
-// are no history events, so the watcher does not wake for them.
+// call. Their numbers follow live.After; the turn logs the same events
+// under the same numbers when the call ends, so the poller's next read
+// finds them had. Heartbeats are no history events, so the watcher does not
+// wake for them.
 func (h *hub) readLive(ctx context.Context, f *feed, live workflows.LiveTokens, log *slog.Logger) {
 	wait := time.NewTimer(h.settings.liveInterval + h.settings.liveInterval/3)
 	defer wait.Stop()

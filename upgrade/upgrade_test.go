@@ -24,6 +24,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 
@@ -377,42 +378,43 @@ func statuses(results []protocol.ToolResult) []string {
 // (workflows.Settings.PatchLevel), 0 when it recorded none.
 func patchLevel(t *testing.T, c client.Client, id string) int {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	defer cancel()
-	iter := c.GetWorkflowHistory(ctx, id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-	for iter.HasNext() {
-		e, err := iter.Next()
-		require.NoError(t, err)
-		marker := e.GetMarkerRecordedEventAttributes()
-		if marker.GetMarkerName() != "SideEffect" {
-			continue
-		}
-		// The settings are the workflow's first SideEffect.
-		var settings workflows.Settings
-		require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(marker.GetDetails()["data"], &settings))
-		return settings.PatchLevel
+	sideEffects := markers(t, c, id, "SideEffect")
+	if len(sideEffects) == 0 {
+		return 0
 	}
-	return 0
+	// The settings are the workflow's first SideEffect.
+	var settings workflows.Settings
+	require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(sideEffects[0].GetDetails()["data"], &settings))
+	return settings.PatchLevel
 }
 
 // patches lists the change ids of the version markers in the history of
 // workflow id: the patched code paths it took.
 func patches(t *testing.T, c client.Client, id string) []string {
 	t.Helper()
+	var ids []string
+	for _, m := range markers(t, c, id, "Version") {
+		var changeID string
+		require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(m.GetDetails()["change-id"], &changeID))
+		ids = append(ids, changeID)
+	}
+	return ids
+}
+
+// markers are the markers named name in the history of workflow id, in
+// order.
+func markers(t *testing.T, c client.Client, id, name string) []*historypb.MarkerRecordedEventAttributes {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
-	var ids []string
+	var out []*historypb.MarkerRecordedEventAttributes
 	iter := c.GetWorkflowHistory(ctx, id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	for iter.HasNext() {
 		e, err := iter.Next()
 		require.NoError(t, err)
-		marker := e.GetMarkerRecordedEventAttributes()
-		if marker.GetMarkerName() != "Version" {
-			continue
+		if m := e.GetMarkerRecordedEventAttributes(); m.GetMarkerName() == name {
+			out = append(out, m)
 		}
-		var changeID string
-		require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(marker.GetDetails()["change-id"], &changeID))
-		ids = append(ids, changeID)
 	}
-	return ids
+	return out
 }

@@ -203,7 +203,8 @@ func (l *Ledger) migrate(ctx context.Context) error {
 	// missing; PostgreSQL's CREATE ... IF NOT EXISTS is not safe against a
 	// concurrent one (the cluster test's two workers hit "duplicate key
 	// ... pg_type_typname_nsp_index"), so the statements run in one
-	// transaction under an advisory lock. SQLite's transaction is enough.
+	// transaction under an advisory lock. SQLite's transaction, which takes
+	// the write lock as it begins (_txlock=immediate), is enough.
 	tx, err := l.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("make the table: %w", err)
@@ -249,12 +250,13 @@ func (l *Ledger) Write(ctx context.Context, records []audit.Record) error {
 		return fmt.Errorf("audit ledger %s: %w", l.where, err)
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	upsert := tx.StmtContext(ctx, l.upsert)
 	for i := range records {
 		r := records[i]
 		if r.ID == "" || r.Tool == "" || r.Stage < audit.StageAsked || r.Stage > audit.StageEnded {
 			return fmt.Errorf("audit record %q of tool %q at stage %d: an id, a tool and a stage from %d to %d are required", r.ID, r.Tool, r.Stage, audit.StageAsked, audit.StageEnded)
 		}
-		if _, err := tx.StmtContext(ctx, l.upsert).ExecContext(ctx, values(&r)...); err != nil {
+		if _, err := upsert.ExecContext(ctx, values(&r)...); err != nil {
 			return fmt.Errorf("audit ledger %s: write %s: %w", l.where, r.ID, err)
 		}
 	}
