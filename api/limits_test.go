@@ -256,13 +256,11 @@ func TestALongConversationIsCompactedForTheModelAndKeptWholeForPeople(t *testing
 	require.LessOrEqual(t, compacted[0].BytesAfter, 20<<10)
 	require.Equal(t, "I no longer see the file; I would read it again.", second[len(second)-1].Text)
 
-	resp, err := http.Get(st.api.URL + "/conversations/compacted/messages?offset=0&limit=3")
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
 	var page workflows.MessagesPage
-	require.NoError(t, json.NewDecoder(resp.Body).Decode(&page))
-	require.Equal(t, 6, page.Total, "two turns: user, call, output, answer; user, answer")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		page = messagesPage(c, st.api.URL+"/conversations/compacted/messages?offset=0&limit=3")
+		require.Equal(c, 6, page.Total, "two turns: user, call, output, answer; user, answer")
+	}, waitFor, 50*time.Millisecond)
 	require.Len(t, page.Messages, 3)
 	require.Contains(t, page.Messages[2].Content, "a line of the big file", "the transcript keeps the whole output")
 	_, msgs = st.chat(t, `{"query": "and now?", "conversationId": "compacted"}`)
@@ -311,12 +309,23 @@ func TestATurnEndsWithAnErrorBeforeItsHistoryReachesTemporalsLimit(t *testing.T)
 	seq = 0
 	next := untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
 	require.Equal(t, "Fresh turn.", next[len(next)-1].Text)
-	resp, err := http.Get(st.api.URL + "/conversations/history-limit/messages?limit=1")
+	// The conversation adds a turn's messages in the task after the turn
+	// closes, moments after its finish event.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		page := messagesPage(c, st.api.URL+"/conversations/history-limit/messages?limit=1")
+		require.Equal(c, 1+2*steps+2, page.Total, "the first turn's calls and results are kept, then the next turn's")
+	}, waitFor, 50*time.Millisecond)
+}
+
+// messagesPage reads a page of GET /conversations/:id/messages at url.
+func messagesPage(t require.TestingT, url string) workflows.MessagesPage {
+	resp, err := http.Get(url)
 	require.NoError(t, err)
 	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
 	var page workflows.MessagesPage
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&page))
-	require.Equal(t, 1+2*steps+2, page.Total, "the first turn's calls and results are kept, then the next turn's")
+	return page
 }
 
 // TestAConversationOfSixtyLongMessagesGoesOnPastTwoMegabytes sends sixty

@@ -37,6 +37,13 @@ type conversation struct {
 	// lasts for many messages. Kept in memory only: a message queued when
 	// the conversation continues as new is traced under the new run.
 	traces map[int]workflowtrace.Span
+	// settings are those the run recorded at its start.
+	settings Settings
+	// idle is true while the run has no turn to run and will start the
+	// next message's turn at once; started is the number of the last turn
+	// whose workflow has started (or failed to).
+	idle    bool
+	started int
 }
 
 // Conversation owns a conversation's message log. Each user message, taken
@@ -45,13 +52,17 @@ type conversation struct {
 // approvals are declined) and runs next. The workflow continues as new,
 // carrying the full message log, before its history grows large.
 func (w *Workflows) Conversation(ctx workflow.Context, in ConversationInput) error {
-	c := &conversation{id: in.ConversationID, messages: in.Messages, turns: in.Turns, queue: in.Queue, grants: in.Grants, spent: in.Spent, raised: in.Raised, traces: map[int]workflowtrace.Span{}}
+	c := &conversation{id: in.ConversationID, messages: in.Messages, turns: in.Turns, queue: in.Queue, grants: in.Grants, spent: in.Spent, raised: in.Raised, traces: map[int]workflowtrace.Span{},
+		// A run with nothing queued goes idle before it does anything else;
+		// a message can come before its loop gets there (with the start).
+		idle: len(in.Queue) == 0}
 	var settings Settings
 	if err := workflow.SideEffect(ctx, func(workflow.Context) any {
 		return w.Settings.recorded()
 	}).Get(&settings); err != nil {
 		return fmt.Errorf("conversation %s: settings: %w", c.id, err)
 	}
+	c.settings = settings
 	if err := workflow.SetQueryHandler(ctx, StateQuery, func() (ConversationState, error) {
 		return ConversationState{
 			ConversationID: c.id, Turns: c.turns, Running: c.running,
@@ -94,21 +105,24 @@ func (w *Workflows) Conversation(ctx workflow.Context, in ConversationInput) err
 		return fmt.Errorf("set %s update handler: %w", RevokeGrantUpdate, err)
 	}
 
-	started := 0
+	ran := 0
 	for {
 		if len(c.queue) == 0 {
 			c.setStatus(ctx, settings, StatusIdle)
 		}
-		if err := workflow.Await(ctx, func() bool { return len(c.queue) > 0 }); err != nil {
+		c.idle = len(c.queue) == 0
+		err := workflow.Await(ctx, func() bool { return len(c.queue) > 0 })
+		c.idle = false
+		if err != nil {
 			return err // cancelled while idle
 		}
 		next := c.queue[0]
 		c.queue = c.queue[1:]
 		c.setStatus(ctx, settings, StatusRunning)
 		c.runTurn(ctx, next, settings)
-		started++
+		ran++
 
-		if started >= settings.TurnsPerRun || workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
+		if ran >= settings.TurnsPerRun || workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
 			// Let message handlers that already run finish, so no accepted
 			// message is lost, then carry everything into the new run.
 			if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
@@ -123,7 +137,17 @@ func (w *Workflows) Conversation(ctx workflow.Context, in ConversationInput) err
 
 // onMessage queues a user message, interrupts the running turn, if any, and
 // names the turn that will run the message.
+//
+// From patch level 2, a message that an idle conversation runs at once is
+// answered once its turn's workflow has started: the caller can read the
+// turn from then on, instead of looking for a workflow that does not exist
+// yet (each look a lookup on the server that finds nothing, which under
+// load cost the server more than anything else a watcher does). The answer
+// waits for no extra workflow task: the child's start wakes the
+// conversation anyway. A message queued behind a running turn is answered
+// at once, as before: its turn may start much later.
 func (c *conversation) onMessage(ctx workflow.Context, m UserMessage) (TurnRef, error) {
+	startsNow := c.idle && len(c.queue) == 0
 	c.turns++
 	n := c.turns
 	c.queue = append(c.queue, QueuedMessage{Turn: n, Message: m})
@@ -137,7 +161,13 @@ func (c *conversation) onMessage(ctx workflow.Context, m UserMessage) (TurnRef, 
 			workflow.GetLogger(ctx).Info("interrupt running turn", "turnId", c.running, "error", err)
 		}
 	}
-	return TurnRef{ConversationID: c.id, Turn: n, TurnID: TurnWorkflowID(c.id, n)}, nil
+	ref := TurnRef{ConversationID: c.id, Turn: n, TurnID: TurnWorkflowID(c.id, n)}
+	if startsNow && c.settings.PatchLevel >= 2 {
+		// Cancelled while it waits, the conversation still answers: the
+		// message was taken.
+		_ = workflow.Await(ctx, func() bool { return c.started >= n })
+	}
+	return ref, nil
 }
 
 // runTurn runs one queued message as a child ChatTurn and adds the user
@@ -171,6 +201,10 @@ func (c *conversation) runTurn(ctx workflow.Context, q QueuedMessage, settings S
 		Raised:         c.raised,
 	})
 	c.running, c.runningTurn = opts.WorkflowID, child
+	// Waiting for the start issues no command: the start's event wakes the
+	// conversation whether anything waits for it or not.
+	_ = child.GetChildWorkflowExecution().Get(ctx, nil)
+	c.started = q.Turn
 	// Only what the conversation keeps is decoded: a turn's result also
 	// holds its whole event log, which repeats every tool call and output,
 	// and decoding megabytes in workflow code holds up the workflow task.

@@ -54,7 +54,7 @@ const (
 // PatchLevel is the patch level this build records in the settings of
 // every workflow it begins (Settings.PatchLevel, in the settings
 // SideEffect a turn and a conversation record at their start). A workflow
-// that recorded level 1 takes every patch of levelOne without asking
+// that recorded level 1 or more takes every patch of levelOne without asking
 // GetVersion, and runs its previews as local activities (turn.previews).
 // Asked one by one, the patches of levelOne cost every turn four markers
 // and four upserts of the TemporalChangeVersion search attribute, each a
@@ -63,9 +63,15 @@ const (
 // levels) asks each patch as it did. A patch added after a level is asked
 // with GetVersion until a release raises the level to include it
 // (docs/versioning.md).
-const PatchLevel = 1
+//
+// Level 2 takes the patches of level 1 and changes one thing of its own: a
+// message that an idle conversation runs at once is answered when its
+// turn's workflow has started (conversation.onMessage), not in the task
+// that takes it.
+const PatchLevel = 2
 
-// levelOne are the patches a workflow of level 1 takes without asking.
+// levelOne are the patches a workflow of level 1 or more takes without
+// asking.
 var levelOne = []string{
 	patchPolicyRecorded, patchStrictGate, patchNormalizedCalls, patchContextCompaction, patchHistoryLimit,
 	patchApprovalPreview, patchPlainNotRun, patchAuditLedger, patchTokensByHeartbeat,

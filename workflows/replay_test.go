@@ -254,4 +254,25 @@ func TestTodaysHistoriesOfTheApproversSeatReplay(t *testing.T) {
 	require.Zero(t, turn1["grant answer"])
 	require.Equal(t, 1, turn2["grant answer"], "the scoped grant's answer, recorded")
 
+	// Both messages reached an idle conversation: each was answered only
+	// once its turn's workflow had started, so a reader of the turn never
+	// looks for a workflow that does not exist yet.
+	f, err := os.Open(filepath.Join(dir, "seat.conversation.json"))
+	require.NoError(t, err)
+	defer f.Close()
+	history, err := client.HistoryFromJSON(f, client.HistoryJSONOptions{})
+	require.NoError(t, err)
+	var order []string
+	for _, e := range history.GetEvents() {
+		if a := e.GetChildWorkflowExecutionStartedEventAttributes(); a != nil {
+			order = append(order, "started "+a.GetWorkflowExecution().GetWorkflowId())
+		}
+		if a := e.GetWorkflowExecutionUpdateCompletedEventAttributes(); a != nil {
+			var ref workflows.TurnRef
+			require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(a.GetOutcome().GetSuccess(), &ref))
+			order = append(order, "answered "+ref.TurnID)
+		}
+	}
+	turnIDs := []string{workflows.TurnWorkflowID("corpus-seat", 1), workflows.TurnWorkflowID("corpus-seat", 2)}
+	require.Equal(t, []string{"started " + turnIDs[0], "answered " + turnIDs[0], "started " + turnIDs[1], "answered " + turnIDs[1]}, order)
 }
