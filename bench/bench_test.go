@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -351,7 +352,11 @@ func (s *system) loadOn(ctx context.Context, server, address, namespace string, 
 				return loadResult{}, err
 			}
 		}
-		return e.decisionPathUnderLoad(ctx)
+		res, err := e.decisionPathUnderLoad(ctx)
+		if err != nil {
+			err = fmt.Errorf("%w%s", err, tg.problems())
+		}
+		return res, err
 	}()
 	res.Server = server
 	if err != nil {
@@ -511,6 +516,22 @@ func (s *system) startTollgate(queue, workspace, modelURL string, extra ...strin
 }
 
 // stop stops the worker and the API, as a deployment does.
+// problems are the last warnings and errors the worker and the API
+// logged, to say why a stage failed.
+func (t *tollgate) problems() string {
+	var b strings.Builder
+	for _, p := range []*proctest.Process{t.worker, t.apiProcess} {
+		var lines []string
+		for line := range strings.Lines(p.Log()) {
+			if strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR") {
+				lines = append(lines, line)
+			}
+		}
+		fmt.Fprintf(&b, "\n--- the last of %d warnings and errors of %s ---\n%s", len(lines), p.Name, strings.Join(lines[max(len(lines)-10, 0):], ""))
+	}
+	return b.String()
+}
+
 func (t *tollgate) stop(tb testing.TB) {
 	t.apiProcess.Stop(tb)
 	t.worker.Stop(tb)

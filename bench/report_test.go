@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -39,4 +40,22 @@ func TestWriteReportKeepsTheRunBeforeAndTheNotes(t *testing.T) {
 	require.Equal(t, 1, strings.Count(got, "Notes by hand."))
 	require.Less(t, strings.Index(got, latestMarker), strings.Index(got, beforeMarker))
 	require.Less(t, strings.Index(got, beforeMarker), strings.Index(got, notesMarker))
+}
+
+func TestTheBusyStretchRunsFromTheFirstEndToTheLastStart(t *testing.T) {
+	t0 := time.Now()
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	turn := func(start, end int) turnSample {
+		return turnSample{start: at(start), total: at(end).Sub(at(start))}
+	}
+	// Two clients: one runs 0–40 then 40–90, the other 5–30, 30–70, 70–100.
+	from, to := busy([]turnSample{turn(0, 40), turn(5, 30), turn(30, 70), turn(40, 90), turn(70, 100)})
+	require.Equal(t, at(30), from, "the first end")
+	require.Equal(t, at(70), to, "the last start")
+
+	// As many turns as clients: all start before any ends, and the
+	// stretch is empty.
+	from, to = busy([]turnSample{turn(0, 30), turn(1, 20)})
+	require.Equal(t, at(20), from)
+	require.Equal(t, from, to)
 }

@@ -132,34 +132,69 @@ func (e *env) loadHalf(ctx context.Context, s side, concurrency, n, half int, r 
 	if err != nil {
 		return err
 	}
-	start := time.Now()
 	_, _, samples, err := burstOf(ctx, fmt.Sprintf("%s-c%d-%d", s.name, concurrency, half), concurrency, n, s.turn)
 	if err != nil {
 		return err
 	}
-	r.elapsed += time.Since(start)
 	cpu1, err := e.readCPU(ctx)
 	if err != nil {
 		return err
 	}
-	r.samples = append(r.samples, samples...)
+	from, to := busy(samples)
+	for _, t := range samples {
+		if end := t.start.Add(t.total); !end.Before(from) && !end.After(to) {
+			r.busyTurns++
+		}
+		if !t.decide.Before(from) && !t.decide.After(to) {
+			r.samples = append(r.samples, t)
+		}
+	}
+	r.busyTime += to.Sub(from)
 	r.CPU = r.CPU.add(cpu1.sub(cpu0))
 	return nil
 }
 
-// Concurrencies of the decision path under load, and the turns of each.
-var loadLevels = []struct{ concurrency, turns int }{{10, 100}, {50, 200}}
+// busy is the stretch of a burst in which every client was busy: from the
+// first turn's end (before it, clients only started turns, and the turns
+// met less load) to the last turn's start (after it, clients run out of
+// turns one by one, and the burst waits for its slowest). Turns a second
+// over a whole burst would count both ramps, which at 50 turns at a time
+// are most of it.
+func busy(samples []turnSample) (from, to time.Time) {
+	for i, s := range samples {
+		if end := s.start.Add(s.total); i == 0 || end.Before(from) {
+			from = end
+		}
+		if i == 0 || s.start.After(to) {
+			to = s.start
+		}
+	}
+	if to.Before(from) {
+		to = from
+	}
+	return from, to
+}
+
+// Concurrencies of the decision path under load, and the turns of each:
+// enough that every client runs several, so that the stretch in which all
+// are busy holds most of them.
+var loadLevels = []struct{ concurrency, turns int }{{10, 200}, {50, 400}}
 
 // loadRun is one side at one concurrency.
 type loadRun struct {
 	Concurrency, Turns int
-	TurnsPerSec        float64
-	Latency            burstLatency
+	// TurnsPerSec are the turns that ended while every client was busy,
+	// per second of that stretch (busy).
+	TurnsPerSec float64
+	// Latency is of the turns decided while every client was busy.
+	Latency burstLatency
 	// CPU is each process's CPU time per turn over the run: for the
 	// floor, the benchmark's process holds its worker.
-	CPU     cpuTimes
-	samples []turnSample
-	elapsed time.Duration
+	CPU cpuTimes
+	// samples are the turns decided while every client was busy.
+	samples   []turnSample
+	busyTurns int
+	busyTime  time.Duration
 }
 
 // loadResult is the decision path under load: the same-shape floor and
@@ -204,7 +239,9 @@ levels:
 			}
 		}
 		for _, r := range []*loadRun{&f, &t} {
-			r.TurnsPerSec = float64(r.Turns) / r.elapsed.Seconds()
+			if r.busyTime > 0 {
+				r.TurnsPerSec = float64(r.busyTurns) / r.busyTime.Seconds()
+			}
 			r.Latency = burstLatency{Request: latencies(r.samples, requestLatency), Result: latencies(r.samples, resultLatency)}
 			r.CPU = r.CPU.div(r.Turns)
 		}
@@ -250,7 +287,9 @@ func (r *report) loadMarkdown() string {
 	p("same Temporal server, each side in two halves in the order floor, tollgate, tollgate, floor (a server")
 	p("slows as its database grows, and the order cancels that out). Each Temporal server below is fresh but")
 	p("for the warm-up; tollgate runs there with its default settings (audit ledger, payload store, search")
-	p("attributes).")
+	p("attributes). Turns a second are those that ended while every client was busy (from a half's first")
+	p("end to its last start, so neither ramp counts), per second of that stretch; latencies are of the turns")
+	p("decided in it.")
 	p("")
 	for _, ld := range r.Load {
 		p("#### On %s", ld.Server)
