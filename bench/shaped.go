@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -258,13 +259,15 @@ levels:
 		model, tool string
 	}{{res.Floor[last].samples, fl, shapedModelName, floorActivityName}, {res.Tollgate[last].samples, tl, activities.ModelActivity, activities.ToolWrite}} {
 		for _, s := range side.samples {
+			// After a level that failed, the server may not answer: the
+			// level's error comes first, so the report says what failed.
 			h, err := history(ctx, e.temporal, s.workflowID)
 			if err != nil {
-				return res, err
+				return res, errors.Join(failed, fmt.Errorf("where the time goes: %w", err))
 			}
 			marks, err := pathMarks(timedHistory(h), s, side.model, side.tool)
 			if err != nil {
-				return res, fmt.Errorf("%s: %w", s.workflowID, err)
+				return res, errors.Join(failed, fmt.Errorf("where the time goes: %s: %w", s.workflowID, err))
 			}
 			addStretches(side.into, marks)
 		}
