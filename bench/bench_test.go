@@ -515,7 +515,6 @@ func (s *system) startTollgate(queue, workspace, modelURL string, extra ...strin
 	return tg
 }
 
-// stop stops the worker and the API, as a deployment does.
 // problems are the last warnings and errors the worker and the API
 // logged, to say why a stage failed.
 func (t *tollgate) problems() string {
@@ -532,6 +531,7 @@ func (t *tollgate) problems() string {
 	return b.String()
 }
 
+// stop stops the worker and the API, as a deployment does.
 func (t *tollgate) stop(tb testing.TB) {
 	t.apiProcess.Stop(tb)
 	t.worker.Stop(tb)
