@@ -49,8 +49,10 @@ type hubSettings struct {
 	// its conversation before its workflow starts.
 	notFoundTimeout time.Duration
 	// startingFor is how long a turn that does not exist yet is looked for
-	// every minBackoff, before the waits grow: its conversation starts it
-	// moments after taking the message, later on a busy cluster, and a
+	// every minBackoff, before the waits grow. A turn sent to an idle
+	// conversation exists before POST /chat/stream learns its id (patch
+	// level 2); one queued behind a running turn starts moments after that
+	// turn stops, and so does any turn of an older conversation, and a
 	// watcher that had backed off would find it up to maxBackoff late.
 	startingFor time.Duration
 	// closedRetries is how many failed reads of an ended turn end its

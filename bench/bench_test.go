@@ -149,7 +149,7 @@ func BenchmarkTollgate(b *testing.B) {
 		rep.Tollgate.TurnsPerSec1 = float64(runs) / tgTime.Seconds()
 
 		b.Log("where the time goes")
-		if rep.Breakdown, err = breakdown(ctx, e.temporal, floor, tg); err != nil {
+		if rep.Breakdown, err = breakdown(ctx, e.temporal, floor, tg, ""); err != nil {
 			b.Fatal(err)
 		}
 		median := medianSample(tg, requestLatency)

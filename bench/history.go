@@ -42,24 +42,22 @@ var stretches = []struct{ key, name string }{
 
 // breakdown splits the two measured paths of every sample into stretches
 // that the workflows' histories (server time, same machine clock) and the
-// client's clock mark, and returns the median of each stretch.
-func breakdown(ctx context.Context, c client.Client, floor, tg []turnSample) ([]segment, error) {
+// client's clock mark, and returns the median of each stretch. floorModel
+// is the model activity the floor calls before it asks ("" for the raw
+// floor, which asks in its first workflow task).
+func breakdown(ctx context.Context, c client.Client, floor, tg []turnSample, floorModel string) ([]segment, error) {
 	fl, tl := map[string][]time.Duration{}, map[string][]time.Duration{}
 	for _, side := range []struct {
-		samples []turnSample
-		into    map[string][]time.Duration
-		floor   bool
-	}{{floor, fl, true}, {tg, tl, false}} {
+		samples     []turnSample
+		into        map[string][]time.Duration
+		model, tool string
+	}{{floor, fl, floorModel, floorActivityName}, {tg, tl, activities.ModelActivity, activities.ToolWrite}} {
 		for _, s := range side.samples {
 			h, err := history(ctx, c, s.workflowID)
 			if err != nil {
 				return nil, err
 			}
-			model, tool := activities.ModelActivity, activities.ToolWrite
-			if side.floor {
-				model, tool = "", floorActivityName
-			}
-			marks, err := pathMarks(timedHistory(h), s, model, tool)
+			marks, err := pathMarks(timedHistory(h), s, side.model, side.tool)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w\n%s", s.workflowID, err, timedHistory(h))
 			}

@@ -252,27 +252,13 @@ levels:
 	if last < 0 {
 		return res, failed
 	}
-	fl, tl := map[string][]time.Duration{}, map[string][]time.Duration{}
-	for _, side := range []struct {
-		samples     []turnSample
-		into        map[string][]time.Duration
-		model, tool string
-	}{{res.Floor[last].samples, fl, shapedModelName, floorActivityName}, {res.Tollgate[last].samples, tl, activities.ModelActivity, activities.ToolWrite}} {
-		for _, s := range side.samples {
-			// After a level that failed, the server may not answer: the
-			// level's error comes first, so the report says what failed.
-			h, err := history(ctx, e.temporal, s.workflowID)
-			if err != nil {
-				return res, errors.Join(failed, fmt.Errorf("where the time goes: %w", err))
-			}
-			marks, err := pathMarks(timedHistory(h), s, side.model, side.tool)
-			if err != nil {
-				return res, errors.Join(failed, fmt.Errorf("where the time goes: %s: %w", s.workflowID, err))
-			}
-			addStretches(side.into, marks)
-		}
+	// After a level that failed, the server may not answer: the level's
+	// error comes first, so the report says what failed.
+	b, err := breakdown(ctx, e.temporal, res.Floor[last].samples, res.Tollgate[last].samples, shapedModelName)
+	if err != nil {
+		return res, errors.Join(failed, fmt.Errorf("where the time goes: %w", err))
 	}
-	res.Breakdown = medians(fl, tl)
+	res.Breakdown = b
 	return res, failed
 }
 

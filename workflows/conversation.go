@@ -56,13 +56,11 @@ func (w *Workflows) Conversation(ctx workflow.Context, in ConversationInput) err
 		// A run with nothing queued goes idle before it does anything else;
 		// a message can come before its loop gets there (with the start).
 		idle: len(in.Queue) == 0}
-	var settings Settings
 	if err := workflow.SideEffect(ctx, func(workflow.Context) any {
 		return w.Settings.recorded()
-	}).Get(&settings); err != nil {
+	}).Get(&c.settings); err != nil {
 		return fmt.Errorf("conversation %s: settings: %w", c.id, err)
 	}
-	c.settings = settings
 	if err := workflow.SetQueryHandler(ctx, StateQuery, func() (ConversationState, error) {
 		return ConversationState{
 			ConversationID: c.id, Turns: c.turns, Running: c.running,
@@ -76,7 +74,7 @@ func (w *Workflows) Conversation(ctx workflow.Context, in ConversationInput) err
 			if strings.TrimSpace(m.Query) == "" {
 				return errors.New("the message is empty")
 			}
-			return validateClientTools(m.ClientTools, settings)
+			return validateClientTools(m.ClientTools, c.settings)
 		}},
 	); err != nil {
 		return fmt.Errorf("set %s update handler: %w", SendMessageUpdate, err)
@@ -108,7 +106,7 @@ func (w *Workflows) Conversation(ctx workflow.Context, in ConversationInput) err
 	ran := 0
 	for {
 		if len(c.queue) == 0 {
-			c.setStatus(ctx, settings, StatusIdle)
+			c.setStatus(ctx, StatusIdle)
 		}
 		c.idle = len(c.queue) == 0
 		err := workflow.Await(ctx, func() bool { return len(c.queue) > 0 })
@@ -118,11 +116,11 @@ func (w *Workflows) Conversation(ctx workflow.Context, in ConversationInput) err
 		}
 		next := c.queue[0]
 		c.queue = c.queue[1:]
-		c.setStatus(ctx, settings, StatusRunning)
-		c.runTurn(ctx, next, settings)
+		c.setStatus(ctx, StatusRunning)
+		c.runTurn(ctx, next)
 		ran++
 
-		if ran >= settings.TurnsPerRun || workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
+		if ran >= c.settings.TurnsPerRun || workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
 			// Let message handlers that already run finish, so no accepted
 			// message is lost, then carry everything into the new run.
 			if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
@@ -162,7 +160,7 @@ func (c *conversation) onMessage(ctx workflow.Context, m UserMessage) (TurnRef, 
 		}
 	}
 	ref := TurnRef{ConversationID: c.id, Turn: n, TurnID: TurnWorkflowID(c.id, n)}
-	if startsNow && c.settings.PatchLevel >= 2 {
+	if startsNow && c.settings.PatchLevel >= levelAnswerOnStart {
 		// Cancelled while it waits, the conversation still answers: the
 		// message was taken.
 		_ = workflow.Await(ctx, func() bool { return c.started >= n })
@@ -172,7 +170,7 @@ func (c *conversation) onMessage(ctx workflow.Context, m UserMessage) (TurnRef, 
 
 // runTurn runs one queued message as a child ChatTurn and adds the user
 // message and the turn's messages to the log.
-func (c *conversation) runTurn(ctx workflow.Context, q QueuedMessage, settings Settings) {
+func (c *conversation) runTurn(ctx workflow.Context, q QueuedMessage) {
 	user := activities.Message{Role: activities.RoleUser, Content: q.Message.Query}
 	messages := make([]activities.Message, 0, len(c.messages)+1)
 	messages = append(append(messages, c.messages...), user)
@@ -182,8 +180,8 @@ func (c *conversation) runTurn(ctx workflow.Context, q QueuedMessage, settings S
 		ParentClosePolicy: enumspb.PARENT_CLOSE_POLICY_REQUEST_CANCEL,
 		StaticSummary:     text.Truncate(q.Message.Query, 200),
 	}
-	if settings.SearchAttributes {
-		opts.TypedSearchAttributes = temporal.NewSearchAttributes(startAttributes(c.id, settings)...)
+	if c.settings.SearchAttributes {
+		opts.TypedSearchAttributes = temporal.NewSearchAttributes(startAttributes(c.id, c.settings)...)
 	}
 	// The child's span is no command: choosing its parent changes nothing
 	// in history.
@@ -240,8 +238,8 @@ func (c *conversation) runTurn(ctx workflow.Context, q QueuedMessage, settings S
 // setStatus keeps the conversation's StatusAttribute current, where the
 // settings it runs with say the attribute exists; a failed upsert only
 // costs the Web UI's view.
-func (c *conversation) setStatus(ctx workflow.Context, settings Settings, status string) {
-	if !settings.SearchAttributes || !settings.StatusAttribute {
+func (c *conversation) setStatus(ctx workflow.Context, status string) {
+	if !c.settings.SearchAttributes || !c.settings.StatusAttribute {
 		return
 	}
 	if err := workflow.UpsertTypedSearchAttributes(ctx, temporal.NewSearchAttributeKeyKeyword(StatusAttribute).ValueSet(status)); err != nil {

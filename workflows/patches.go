@@ -70,6 +70,16 @@ const (
 // that takes it.
 const PatchLevel = 2
 
+// The changes that a level makes without a patch id of its own: a
+// workflow that recorded the level (or a higher one) takes them.
+const (
+	// levelLocalPreviews: previews run as local activities (turn.previews).
+	levelLocalPreviews = 1
+	// levelAnswerOnStart: a message an idle conversation runs at once is
+	// answered when its turn's workflow has started (conversation.onMessage).
+	levelAnswerOnStart = 2
+)
+
 // levelOne are the patches a workflow of level 1 or more takes without
 // asking.
 var levelOne = []string{

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/interceptor"
@@ -55,14 +56,21 @@ func TestReplayCorpus(t *testing.T) {
 	}
 }
 
-// replayCorpusHistory replays the history at path and checks the events
-// it serves against the recorded ones; it returns the workflow type.
-func replayCorpusHistory(t *testing.T, path string) string {
+// readHistory reads the history recorded (as JSON) at path.
+func readHistory(t *testing.T, path string) *historypb.History {
+	t.Helper()
 	f, err := os.Open(path)
 	require.NoError(t, err)
 	defer f.Close()
 	history, err := client.HistoryFromJSON(f, client.HistoryJSONOptions{})
 	require.NoError(t, err, "read history %s", path)
+	return history
+}
+
+// replayCorpusHistory replays the history at path and checks the events
+// it serves against the recorded ones; it returns the workflow type.
+func replayCorpusHistory(t *testing.T, path string) string {
+	history := readHistory(t, path)
 	start := history.GetEvents()[0].GetWorkflowExecutionStartedEventAttributes()
 	typ, id := start.GetWorkflowType().GetName(), start.GetWorkflowId()
 
@@ -154,11 +162,7 @@ func TestReplayWithTracingMakesNoApprovalSpans(t *testing.T) {
 		if strings.HasSuffix(path, eventsSuffix) || strings.Contains(path, ".conversation") {
 			continue
 		}
-		f, err := os.Open(path)
-		require.NoError(t, err)
-		history, err := client.HistoryFromJSON(f, client.HistoryJSONOptions{})
-		f.Close()
-		require.NoError(t, err, "read history %s", path)
+		history := readHistory(t, path)
 		start := history.GetEvents()[0].GetWorkflowExecutionStartedEventAttributes()
 		replayer, err := worker.NewWorkflowReplayerWithOptions(worker.WorkflowReplayerOptions{
 			Interceptors: []interceptor.WorkerInterceptor{telemetry.NewTracingInterceptor(tp)},
@@ -210,12 +214,8 @@ func TestTodaysHistoriesOfTheApproversSeatReplay(t *testing.T) {
 	// activities behind its patch, and turn 2's scoped grant in a
 	// SideEffect.
 	markers := func(name string) map[string]int {
-		f, err := os.Open(filepath.Join(dir, name))
-		require.NoError(t, err)
-		defer f.Close()
-		history, err := client.HistoryFromJSON(f, client.HistoryJSONOptions{})
-		require.NoError(t, err)
 		out := map[string]int{}
+		history := readHistory(t, filepath.Join(dir, name))
 		for _, e := range history.GetEvents() {
 			if a := e.GetActivityTaskScheduledEventAttributes(); a != nil {
 				out["activity "+a.GetActivityType().GetName()]++
@@ -227,13 +227,12 @@ func TestTodaysHistoriesOfTheApproversSeatReplay(t *testing.T) {
 			out[m.GetMarkerName()]++
 			if m.GetMarkerName() == "SideEffect" {
 				// A string answer is a request id or, for a scoped grant,
-				// the id of the grant that answered.
+				// the id of the grant that answered; the settings are an
+				// object.
 				var answer string
 				if converter.GetDefaultDataConverter().FromPayloads(m.GetDetails()["data"], &answer) == nil && strings.HasPrefix(answer, "grant-") {
 					out["grant answer"]++
 				}
-			}
-			if m.GetMarkerName() == "SideEffect" {
 				var settings workflows.Settings
 				if converter.GetDefaultDataConverter().FromPayloads(m.GetDetails()["data"], &settings) == nil && settings.PatchLevel > 0 {
 					out[fmt.Sprintf("patch level %d", settings.PatchLevel)]++
@@ -257,13 +256,8 @@ func TestTodaysHistoriesOfTheApproversSeatReplay(t *testing.T) {
 	// Both messages reached an idle conversation: each was answered only
 	// once its turn's workflow had started, so a reader of the turn never
 	// looks for a workflow that does not exist yet.
-	f, err := os.Open(filepath.Join(dir, "seat.conversation.json"))
-	require.NoError(t, err)
-	defer f.Close()
-	history, err := client.HistoryFromJSON(f, client.HistoryJSONOptions{})
-	require.NoError(t, err)
 	var order []string
-	for _, e := range history.GetEvents() {
+	for _, e := range readHistory(t, filepath.Join(dir, "seat.conversation.json")).GetEvents() {
 		if a := e.GetChildWorkflowExecutionStartedEventAttributes(); a != nil {
 			order = append(order, "started "+a.GetWorkflowExecution().GetWorkflowId())
 		}

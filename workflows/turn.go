@@ -768,7 +768,7 @@ func (t *turn) previews(ctx workflow.Context, calls []activities.ToolCall, vette
 	futures := make([]workflow.Future, len(wanted))
 	for j, i := range wanted {
 		summary, in := "preview: "+callSummary(calls[i]), activities.ToolInput{Call: calls[i]}
-		if t.settings.PatchLevel >= 1 {
+		if t.settings.PatchLevel >= levelLocalPreviews {
 			futures[j] = workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
 				StartToCloseTimeout: timeout, RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: attempts}, Summary: summary,
 			}), activities.PreviewActivity, in)

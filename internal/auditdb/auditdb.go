@@ -18,6 +18,7 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver of database/sql
 	"modernc.org/sqlite"               // the "sqlite" driver of database/sql
+	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/text"
@@ -164,7 +165,7 @@ func (l *Ledger) migrateWhenFree(ctx context.Context) error {
 	for {
 		err := l.migrate(ctx)
 		var busy *sqlite.Error
-		if l.postgres || !errors.As(err, &busy) || busy.Code()&0xff != sqliteBusy || time.Now().After(deadline) {
+		if l.postgres || !errors.As(err, &busy) || busy.Code()&0xff != sqlite3.SQLITE_BUSY || time.Now().After(deadline) {
 			return err
 		}
 		select {
@@ -175,12 +176,9 @@ func (l *Ledger) migrateWhenFree(ctx context.Context) error {
 	}
 }
 
-// sqliteBusy is SQLite's primary result code SQLITE_BUSY; sqliteBusyFor how
-// long Open tries again when it meets it.
-const (
-	sqliteBusy    = 5
-	sqliteBusyFor = 10 * time.Second
-)
+// sqliteBusyFor is how long Open tries again when SQLite answers
+// SQLITE_BUSY (its primary result code, the low byte of an extended one).
+const sqliteBusyFor = 10 * time.Second
 
 func (l *Ledger) migrate(ctx context.Context) error {
 	defs := make([]string, len(columns))
