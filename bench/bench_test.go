@@ -348,6 +348,9 @@ func (s *system) loadOn(ctx context.Context, server, address, namespace string, 
 			if _, err := e.shapedFloorTurn(ctx, fmt.Sprintf("warm-%d", i)); err != nil {
 				return loadResult{}, err
 			}
+			if _, err := e.indexedFloorTurn(ctx, fmt.Sprintf("warm-indexed-%d", i)); err != nil {
+				return loadResult{}, err
+			}
 			if _, err := e.tollgateTurn(ctx, fmt.Sprintf("warm-%d", i)); err != nil {
 				return loadResult{}, err
 			}

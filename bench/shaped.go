@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/protocol"
+	"github.com/tollgate/tollgate/workflows"
 )
 
 // Names of the same-shape floor, registered on the floor's worker.
@@ -24,12 +26,31 @@ const (
 
 // shapedConversation is the same-shape floor's conversation: a parent
 // workflow that runs its one turn as a child, as a Conversation runs a
-// ChatTurn.
-func shapedConversation(ctx workflow.Context, query string) error {
-	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
-		WorkflowID: shapedTurnID(workflow.GetInfo(ctx).WorkflowExecution.ID),
-	})
-	return workflow.ExecuteChildWorkflow(cctx, shapedTurnName, query).Get(ctx, nil)
+// ChatTurn. Indexed, it keeps the search attributes a tollgate
+// conversation keeps (indexTurn).
+func shapedConversation(ctx workflow.Context, query string, indexed bool) error {
+	id := workflow.GetInfo(ctx).WorkflowExecution.ID
+	opts := workflow.ChildWorkflowOptions{WorkflowID: shapedTurnID(id)}
+	if indexed {
+		upsert(ctx, temporal.NewSearchAttributeKeyKeyword(workflows.StatusAttribute).ValueSet(workflows.StatusRunning))
+		opts.TypedSearchAttributes = temporal.NewSearchAttributes(
+			temporal.NewSearchAttributeKeyKeyword(workflows.ConversationIDAttribute).ValueSet(id),
+			temporal.NewSearchAttributeKeyKeyword(workflows.StatusAttribute).ValueSet(workflows.StatusRunning))
+	}
+	err := workflow.ExecuteChildWorkflow(workflow.WithChildOptions(ctx, opts), shapedTurnName, query, indexed).Get(ctx, nil)
+	if indexed {
+		upsert(ctx, temporal.NewSearchAttributeKeyKeyword(workflows.StatusAttribute).ValueSet(workflows.StatusIdle))
+	}
+	return err
+}
+
+// upsert sets search attributes as a tollgate workflow does; it fails only
+// for an attribute the namespace lacks, and tollgate's worker, started
+// first on the same namespace, adds them.
+func upsert(ctx workflow.Context, updates ...temporal.SearchAttributeUpdate) {
+	if err := workflow.UpsertTypedSearchAttributes(ctx, updates...); err != nil {
+		panic(fmt.Errorf("upsert search attributes: %w", err))
+	}
 }
 
 func shapedTurnID(conversationID string) string { return conversationID + "-turn" }
@@ -41,7 +62,14 @@ func shapedTurnID(conversationID string) string { return conversationID + "-turn
 // finish. Everything tollgate adds around that (the policy, the
 // normalization, the preview, search attributes, grants, the ledger, the
 // Update's validation) is what the comparison weighs.
-func shapedTurn(ctx workflow.Context, query string) error {
+//
+// Indexed, the floor also keeps the search attributes a tollgate turn and
+// its conversation keep, with the same writes at the same moments: the
+// turn starts with its conversation and running, lists its request while
+// it waits, and is running again once decided; the conversation is running
+// while its turn runs and idle after. The difference between the two
+// floors is what those visibility writes cost the server.
+func shapedTurn(ctx workflow.Context, query string, indexed bool) error {
 	var log []protocol.Event
 	publish := func(e protocol.Event) {
 		e.Seq = len(log) + 1
@@ -68,8 +96,16 @@ func shapedTurn(ctx workflow.Context, query string) error {
 	}
 	call := out.ToolCalls[0]
 	publish(protocol.Event{Type: protocol.EventApprovalRequest, RequestID: "r", ToolCallID: call.ID, ToolName: call.Name})
+	pending := temporal.NewSearchAttributeKeyKeywordList(workflows.PendingApprovalsAttribute)
+	status := temporal.NewSearchAttributeKeyKeyword(workflows.StatusAttribute)
+	if indexed {
+		upsert(ctx, pending.ValueSet([]string{workflow.GetInfo(ctx).WorkflowExecution.ID + "/r"}), status.ValueSet(workflows.StatusWaiting))
+	}
 	var d protocol.ApprovalDecision
 	workflow.GetSignalChannel(ctx, floorSignalName).Receive(ctx, &d)
+	if indexed {
+		upsert(ctx, pending.ValueUnset(), status.ValueSet(workflows.StatusRunning))
+	}
 	var result activities.ToolOutput
 	if err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, floorToolOptions), floorActivityName,
 		activities.ToolInput{Call: call}).Get(ctx, &result); err != nil {
@@ -92,12 +128,22 @@ func shapedTurn(ctx workflow.Context, query string) error {
 // start its conversation, read the turn as the API reads one, decide by
 // signal, wait for tool_result and finish.
 func (e *env) shapedFloorTurn(ctx context.Context, name string) (turnSample, error) {
+	return e.shapedTurn(ctx, name, false)
+}
+
+// indexedFloorTurn runs one same-shape turn that keeps tollgate's search
+// attributes.
+func (e *env) indexedFloorTurn(ctx context.Context, name string) (turnSample, error) {
+	return e.shapedTurn(ctx, name, true)
+}
+
+func (e *env) shapedTurn(ctx context.Context, name string, indexed bool) (turnSample, error) {
 	ctx, cancel := context.WithTimeout(ctx, benchWait)
 	defer cancel()
 	conv := "bench-shaped-" + e.run + "-" + name
 	s := turnSample{conv: conv, workflowID: shapedTurnID(conv)}
 	s.start = time.Now()
-	run, err := e.temporal.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: conv, TaskQueue: e.floorQueue}, shapedConversationName, queryApprove)
+	run, err := e.temporal.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: conv, TaskQueue: e.floorQueue}, shapedConversationName, queryApprove, indexed)
 	if err != nil {
 		return s, err
 	}
@@ -198,55 +244,58 @@ type loadRun struct {
 	busyTime  time.Duration
 }
 
-// loadResult is the decision path under load: the same-shape floor and
-// tollgate at each of loadLevels, and where the approval path's time goes
-// at the highest.
+// loadResult is the decision path under load: the same-shape floor, the
+// same floor keeping tollgate's search attributes (Indexed) and tollgate
+// at each of loadLevels, and where the approval path's time goes at the
+// highest.
 type loadResult struct {
 	// Server is the Temporal server the stage ran on; Err, when set, why
 	// it did not finish.
-	Server, Err     string
-	Floor, Tollgate []loadRun
-	Breakdown       []segment
+	Server, Err              string
+	Floor, Indexed, Tollgate []loadRun
+	Breakdown                []segment
 }
 
-// decisionPathUnderLoad runs the same-shape floor and tollgate at each
-// concurrency of loadLevels and splits the approval path of the highest
-// into stretches. Each side runs its turns in two halves, in the order
-// floor, tollgate, tollgate, floor: the dev server slows as its database
-// grows over a run, and a side that always ran second would pay for it.
+// decisionPathUnderLoad runs the same-shape floor, the indexed floor and
+// tollgate at each concurrency of loadLevels and splits the approval path
+// of the highest into stretches. Each side runs its turns in two halves, in
+// the order floor, indexed floor, tollgate, tollgate, indexed floor,
+// floor: the dev server slows as its database grows over a run, and a side
+// that always ran later would pay for it.
 //
 // A level that fails ends the stage with the error; the levels before it
 // are kept, and the breakdown is of the last of them.
 func (e *env) decisionPathUnderLoad(ctx context.Context) (loadResult, error) {
 	var res loadResult
 	floor := side{"shaped", e.shapedFloorTurn}
+	indexed := side{"indexed", e.indexedFloorTurn}
 	tollgate := side{"tollgate", e.tollgateTurn}
 	var failed error
 levels:
 	for _, l := range loadLevels {
 		f := loadRun{Concurrency: l.concurrency, Turns: l.turns}
-		t := f
+		x, t := f, f
 		for i, half := range []struct {
 			side side
 			into *loadRun
-		}{{floor, &f}, {tollgate, &t}, {tollgate, &t}, {floor, &f}} {
-			n := l.turns / 2
-			if i >= 2 {
+		}{{floor, &f}, {indexed, &x}, {tollgate, &t}, {tollgate, &t}, {indexed, &x}, {floor, &f}} {
+			n, second := l.turns/2, i >= 3
+			if second {
 				n = l.turns - n
 			}
-			if err := e.loadHalf(ctx, half.side, l.concurrency, n, i/2, half.into); err != nil {
+			if err := e.loadHalf(ctx, half.side, l.concurrency, n, btoi(second), half.into); err != nil {
 				failed = fmt.Errorf("at %d turns at a time: %w", l.concurrency, err)
 				break levels
 			}
 		}
-		for _, r := range []*loadRun{&f, &t} {
+		for _, r := range []*loadRun{&f, &x, &t} {
 			if r.busyTime > 0 {
 				r.TurnsPerSec = float64(r.busyTurns) / r.busyTime.Seconds()
 			}
 			r.Latency = burstLatency{Request: latencies(r.samples, requestLatency), Result: latencies(r.samples, resultLatency)}
 			r.CPU = r.CPU.div(r.Turns)
 		}
-		res.Floor, res.Tollgate = append(res.Floor, f), append(res.Tollgate, t)
+		res.Floor, res.Indexed, res.Tollgate = append(res.Floor, f), append(res.Indexed, x), append(res.Tollgate, t)
 	}
 	last := len(res.Floor) - 1
 	if last < 0 {
@@ -262,6 +311,19 @@ levels:
 	return res, failed
 }
 
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// namedRun is one side's run at one concurrency, named for the report.
+type namedRun struct {
+	name string
+	r    loadRun
+}
+
 // loadMarkdown is the section of the decision path under load.
 func (r *report) loadMarkdown() string {
 	var b strings.Builder
@@ -273,12 +335,15 @@ func (r *report) loadMarkdown() string {
 	p("asking for Write, the request in a queryable log, the decision by signal, the same Write tool, its")
 	p("result, a second model call, finish; it runs on a worker in the benchmark's process, with a connection")
 	p("of its own, and is read as the API reads a turn. Its clients and tollgate's run the same turns on the")
-	p("same Temporal server, each side in two halves in the order floor, tollgate, tollgate, floor (a server")
-	p("slows as its database grows, and the order cancels that out). Each Temporal server below is fresh but")
-	p("for the warm-up; tollgate runs there with its default settings (audit ledger, payload store, search")
-	p("attributes). Turns a second are those that ended while every client was busy (from a half's first")
-	p("end to its last start, so neither ramp counts), per second of that stretch; latencies are of the turns")
-	p("decided in it.")
+	p("same Temporal server. Each Temporal server below is fresh but for the warm-up; tollgate runs there")
+	p("with its default settings (audit ledger, payload store, search attributes). The indexed floor is the")
+	p("same floor keeping tollgate's search attributes with the same writes at the same moments (the turn")
+	p("lists its request while it waits and is running again once decided, the conversation is running")
+	p("while its turn runs and idle after): what is left between it and tollgate is tollgate's own work.")
+	p("Each side runs in two halves, in the order floor, indexed floor, tollgate, tollgate, indexed floor,")
+	p("floor (a server slows as its database grows, and the order cancels that out). Turns a second are")
+	p("those that ended while every client was busy (from a half's first end to its last start, so neither")
+	p("ramp counts), per second of that stretch; latencies are of the turns decided in it.")
 	p("")
 	for _, ld := range r.Load {
 		p("#### On %s", ld.Server)
@@ -290,15 +355,20 @@ func (r *report) loadMarkdown() string {
 		if len(ld.Floor) == 0 {
 			continue
 		}
-		p("| concurrency (turns) | approve → `tool_result` p50: floor | tollgate | ratio | p95: floor | tollgate | turns/s: floor | tollgate | ratio | start → `approval_request` p50: floor | tollgate |")
-		p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-		for i := range ld.Floor {
-			f, t := ld.Floor[i], ld.Tollgate[i]
-			p("| %d (%d) | %.1f ms | %.1f ms | %.2fx | %.1f ms | %.1f ms | %.1f | %.1f | %.2fx | %.1f ms | %.1f ms |", f.Concurrency, f.Turns,
-				ms(f.Latency.Result.p50), ms(t.Latency.Result.p50), ratio(t.Latency.Result.p50, f.Latency.Result.p50),
-				ms(f.Latency.Result.p95), ms(t.Latency.Result.p95),
-				f.TurnsPerSec, t.TurnsPerSec, t.TurnsPerSec/f.TurnsPerSec,
-				ms(f.Latency.Request.p50), ms(t.Latency.Request.p50))
+		p("| concurrency (turns) | floor | approve → `tool_result` p50: floor | tollgate | ratio | p95: floor | tollgate | turns/s: floor | tollgate | ratio | start → `approval_request` p50: floor | tollgate |")
+		p("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+		for i, t := range ld.Tollgate {
+			floors := []namedRun{{"same-shape", ld.Floor[i]}}
+			if i < len(ld.Indexed) {
+				floors = append(floors, namedRun{"indexed", ld.Indexed[i]})
+			}
+			for _, f := range floors {
+				p("| %d (%d) | %s | %.1f ms | %.1f ms | %.2fx | %.1f ms | %.1f ms | %.1f | %.1f | %.2fx | %.1f ms | %.1f ms |", t.Concurrency, t.Turns, f.name,
+					ms(f.r.Latency.Result.p50), ms(t.Latency.Result.p50), ratio(t.Latency.Result.p50, f.r.Latency.Result.p50),
+					ms(f.r.Latency.Result.p95), ms(t.Latency.Result.p95),
+					f.r.TurnsPerSec, t.TurnsPerSec, t.TurnsPerSec/f.r.TurnsPerSec,
+					ms(f.r.Latency.Request.p50), ms(t.Latency.Request.p50))
+			}
 		}
 		p("")
 		p("CPU per turn in each run, by process (the floor's worker runs in the benchmark's process, beside the")
@@ -308,10 +378,11 @@ func (r *report) loadMarkdown() string {
 		p("| concurrency | side | Temporal server | benchmark's process | tollgate's worker | tollgate's API | all |")
 		p("|---|---|---:|---:|---:|---:|---:|")
 		for i := range ld.Floor {
-			for _, side := range []struct {
-				name string
-				r    loadRun
-			}{{"same-shape floor", ld.Floor[i]}, {"tollgate", ld.Tollgate[i]}} {
+			sides := []namedRun{{"same-shape floor", ld.Floor[i]}, {"tollgate", ld.Tollgate[i]}}
+			if i < len(ld.Indexed) {
+				sides = slices.Insert(sides, 1, namedRun{"indexed floor", ld.Indexed[i]})
+			}
+			for _, side := range sides {
 				c := side.r.CPU
 				p("| %d | %s | %.1f ms | %.1f ms | %.1f ms | %.1f ms | %.1f ms |", side.r.Concurrency, side.name,
 					ms(max(c.server, 0)), ms(c.bench), ms(c.worker), ms(c.api), ms(c.ours()+max(c.server, 0)))
