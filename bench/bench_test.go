@@ -363,7 +363,11 @@ func (s *system) loadOn(ctx context.Context, server, address, namespace string, 
 	}()
 	res.Server = server
 	if err != nil {
+		// Whole, on standard error too: the testing package keeps only the
+		// first ten lines of a benchmark's log, and the worker's and the
+		// API's warnings come after them.
 		s.tb.Logf("the decision path under load on %s: %v", server, err)
+		fmt.Fprintf(os.Stderr, "the decision path under load on %s: %v\n", server, err)
 		res.Err = err.Error()
 	}
 	return res
