@@ -27,30 +27,36 @@ const (
 // shapedConversation is the same-shape floor's conversation: a parent
 // workflow that runs its one turn as a child, as a Conversation runs a
 // ChatTurn. Indexed, it keeps the search attributes a tollgate
-// conversation keeps (indexTurn).
+// conversation keeps (see shapedTurn).
 func shapedConversation(ctx workflow.Context, query string, indexed bool) error {
 	id := workflow.GetInfo(ctx).WorkflowExecution.ID
 	opts := workflow.ChildWorkflowOptions{WorkflowID: shapedTurnID(id)}
 	if indexed {
-		upsert(ctx, temporal.NewSearchAttributeKeyKeyword(workflows.StatusAttribute).ValueSet(workflows.StatusRunning))
+		if err := upsert(ctx, temporal.NewSearchAttributeKeyKeyword(workflows.StatusAttribute).ValueSet(workflows.StatusRunning)); err != nil {
+			return err
+		}
 		opts.TypedSearchAttributes = temporal.NewSearchAttributes(
 			temporal.NewSearchAttributeKeyKeyword(workflows.ConversationIDAttribute).ValueSet(id),
 			temporal.NewSearchAttributeKeyKeyword(workflows.StatusAttribute).ValueSet(workflows.StatusRunning))
 	}
-	err := workflow.ExecuteChildWorkflow(workflow.WithChildOptions(ctx, opts), shapedTurnName, query, indexed).Get(ctx, nil)
-	if indexed {
-		upsert(ctx, temporal.NewSearchAttributeKeyKeyword(workflows.StatusAttribute).ValueSet(workflows.StatusIdle))
+	if err := workflow.ExecuteChildWorkflow(workflow.WithChildOptions(ctx, opts), shapedTurnName, query, indexed).Get(ctx, nil); err != nil {
+		return err
 	}
-	return err
+	if indexed {
+		return upsert(ctx, temporal.NewSearchAttributeKeyKeyword(workflows.StatusAttribute).ValueSet(workflows.StatusIdle))
+	}
+	return nil
 }
 
-// upsert sets search attributes as a tollgate workflow does; it fails only
-// for an attribute the namespace lacks, and tollgate's worker, started
-// first on the same namespace, adds them.
-func upsert(ctx workflow.Context, updates ...temporal.SearchAttributeUpdate) {
+// upsert sets search attributes as a tollgate workflow does; the SDK
+// refuses only a reserved or unencodable one. The namespace must have
+// them (the server fails the workflow task otherwise): tollgate's worker,
+// started first on the same namespace, adds them.
+func upsert(ctx workflow.Context, updates ...temporal.SearchAttributeUpdate) error {
 	if err := workflow.UpsertTypedSearchAttributes(ctx, updates...); err != nil {
-		panic(fmt.Errorf("upsert search attributes: %w", err))
+		return fmt.Errorf("upsert search attributes: %w", err)
 	}
+	return nil
 }
 
 func shapedTurnID(conversationID string) string { return conversationID + "-turn" }
@@ -99,12 +105,16 @@ func shapedTurn(ctx workflow.Context, query string, indexed bool) error {
 	pending := temporal.NewSearchAttributeKeyKeywordList(workflows.PendingApprovalsAttribute)
 	status := temporal.NewSearchAttributeKeyKeyword(workflows.StatusAttribute)
 	if indexed {
-		upsert(ctx, pending.ValueSet([]string{workflow.GetInfo(ctx).WorkflowExecution.ID + "/r"}), status.ValueSet(workflows.StatusWaiting))
+		if err := upsert(ctx, pending.ValueSet([]string{workflow.GetInfo(ctx).WorkflowExecution.ID + "/r"}), status.ValueSet(workflows.StatusWaiting)); err != nil {
+			return err
+		}
 	}
 	var d protocol.ApprovalDecision
 	workflow.GetSignalChannel(ctx, floorSignalName).Receive(ctx, &d)
 	if indexed {
-		upsert(ctx, pending.ValueUnset(), status.ValueSet(workflows.StatusRunning))
+		if err := upsert(ctx, pending.ValueUnset(), status.ValueSet(workflows.StatusRunning)); err != nil {
+			return err
+		}
 	}
 	var result activities.ToolOutput
 	if err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, floorToolOptions), floorActivityName,
