@@ -291,6 +291,10 @@ func (r *recorder) recordApproversSeat() {
 	require.Equal(r.t, protocol.KindBudget, reqs[1].Kind)
 	r.decideByUpdate(reqs[1], workflows.ApprovalDecision{Decision: workflows.DecisionApprove})
 	r.finished(turn1.TurnID)
+	// The next message must find the conversation idle, which it is one
+	// workflow task after its turn ends; sooner, it queues behind the turn
+	// and is answered at once.
+	r.idle(workflows.ConversationWorkflowID(conv), turn1.TurnID)
 
 	turn2 := r.send(queueSeat, conv, workflows.UserMessage{Query: "seat: second"})
 	reqs = r.requests(turn2.TurnID, 1)
@@ -549,6 +553,32 @@ func (r *recorder) finished(id string) {
 		return err == nil
 	}, corpusWait, 20*time.Millisecond, "turn %s starts", id)
 	require.NoError(r.t, r.c.GetWorkflow(ctx, id, "").Get(ctx, nil), "turn %s", id)
+}
+
+// idle waits until conversation id has taken the end of its turn turnID:
+// its history holds the child's completion and no workflow task is
+// pending after it.
+func (r *recorder) idle(id, turnID string) {
+	r.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), corpusWait)
+	defer cancel()
+	require.EventuallyWithT(r.t, func(c *assert.CollectT) {
+		// History first: the task that the child's end schedules is over
+		// once a description read after it shows none pending.
+		ended := false
+		iter := r.c.GetWorkflowHistory(ctx, id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+		for iter.HasNext() {
+			e, err := iter.Next()
+			require.NoError(c, err)
+			if a := e.GetChildWorkflowExecutionCompletedEventAttributes(); a != nil && a.GetWorkflowExecution().GetWorkflowId() == turnID {
+				ended = true
+			}
+		}
+		require.True(c, ended, "conversation %s has the end of %s", id, turnID)
+		resp, err := r.c.DescribeWorkflow(ctx, id, "")
+		require.NoError(c, err)
+		assert.Nil(c, resp.RawResponse.GetPendingWorkflowTask(), "conversation %s is between tasks", id)
+	}, corpusWait, 20*time.Millisecond)
 }
 
 // runID is the current run of workflow id; it fails t, which is the wait's
