@@ -206,9 +206,11 @@ func TestResumeAfterDroppedConnectionHasNoGapNoDuplicate(t *testing.T) {
 func TestLateUnknownAndForgedRequestIDsAreNotAccepted(t *testing.T) {
 	// The model asks for a Write, which times out; its next answer waits
 	// for the test, so the turn is still running when the Write's request
-	// is late; then it asks for a Bash call, which is declined.
-	thinking, answer := make(chan struct{}), make(chan struct{})
-	var thought, release sync.Once
+	// is late; then it asks for a Bash call, which is declined. Its last
+	// answer waits too, so the turn still runs when the Bash decision is
+	// sent again (a turn that has ended answers every request "unknown").
+	thinking, answer, last := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var thought, release, finish sync.Once
 	script := func(req openai.ChatCompletionRequest) scripted.Reply {
 		switch countRole(req.Messages, openai.ChatMessageRoleTool) {
 		case 0:
@@ -222,13 +224,17 @@ func TestLateUnknownAndForgedRequestIDsAreNotAccepted(t *testing.T) {
 				{ID: "call_bash", Name: activities.ToolBash, Arguments: `{"command":"ls"}`},
 			}}
 		default:
+			<-last
 			return scripted.Reply{Content: "Done."}
 		}
 	}
 	st := newStack(t, withScript(script), withApprovalTimeout(2*time.Second))
-	// Registered after newStack's, so it runs before the model server's
-	// Close, which would otherwise wait for the held answer forever.
-	t.Cleanup(func() { release.Do(func() { close(answer) }) })
+	// Registered after newStack's, so they run before the model server's
+	// Close, which would otherwise wait for a held answer forever.
+	t.Cleanup(func() {
+		release.Do(func() { close(answer) })
+		finish.Do(func() { close(last) })
+	})
 	resp, msgs := st.chat(t, `{"query": "be late", "conversationId": "e2e-late"}`)
 	turnID := resp.Header.Get(protocol.HeaderTurnID)
 
@@ -262,6 +268,7 @@ func TestLateUnknownAndForgedRequestIDsAreNotAccepted(t *testing.T) {
 	bash := lastOf(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 1))
 	postDecision(t, st.api, bash.RequestID, protocol.DecisionDecline, "", true)
 	require.Equal(t, protocol.RejectDecided, postDecision(t, st.api, bash.RequestID, protocol.DecisionApprove, "", false)) // the other way
+	finish.Do(func() { close(last) })
 
 	rest := untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
 	require.Equal(t, []string{"call_bash Bash declined"}, resultStatuses(ofType(rest, protocol.EventToolResult)[0].ToolResults))
