@@ -166,7 +166,8 @@ func upgradeFrom(t *testing.T, release string, srv *devserver.Server, modelURL, 
 	require.Equal(t, workflows.PatchLevel, patchLevel(t, c, events[0].TurnID), "it took today's patches with the level it recorded")
 }
 
-// corpusReleases lists the releases that have a replay corpus.
+// corpusReleases lists the releases, and the patch levels no release
+// carried, that have a replay corpus.
 func corpusReleases(t *testing.T, root string) []string {
 	entries, err := os.ReadDir(filepath.Join(root, "workflows", "testdata", "replay"))
 	require.NoError(t, err)

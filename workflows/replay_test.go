@@ -24,8 +24,9 @@ import (
 	"github.com/tollgate/tollgate/workflows"
 )
 
-// The replay corpus: one folder per release (testdata/replay/v0.1.0), each
-// holding histories recorded by that release's workflow code
+// The replay corpus: one folder per release (testdata/replay/v0.1.0), and
+// one per patch level no release carried (level1-a364ee3), each holding
+// histories recorded by that build's workflow code
 // (<scenario>.<workflow>.json), the events each recorded turn or subagent
 // served (<scenario>.<workflow>.events.json), and the commit it was
 // recorded at (COMMIT). `make corpus RELEASE=vX.Y.Z` records one.
