@@ -138,16 +138,18 @@ func shapedTurn(ctx workflow.Context, query string, indexed bool) error {
 // start its conversation, read the turn as the API reads one, decide by
 // signal, wait for tool_result and finish.
 func (e *env) shapedFloorTurn(ctx context.Context, name string) (turnSample, error) {
-	return e.shapedTurn(ctx, name, false)
+	return e.runShapedTurn(ctx, name, false)
 }
 
 // indexedFloorTurn runs one same-shape turn that keeps tollgate's search
 // attributes.
 func (e *env) indexedFloorTurn(ctx context.Context, name string) (turnSample, error) {
-	return e.shapedTurn(ctx, name, true)
+	return e.runShapedTurn(ctx, name, true)
 }
 
-func (e *env) shapedTurn(ctx context.Context, name string, indexed bool) (turnSample, error) {
+// runShapedTurn runs the same-shape floor's conversation, indexed or not,
+// and its turn, as a client of tollgate runs a turn.
+func (e *env) runShapedTurn(ctx context.Context, name string, indexed bool) (turnSample, error) {
 	ctx, cancel := context.WithTimeout(ctx, benchWait)
 	defer cancel()
 	conv := "bench-shaped-" + e.run + "-" + name
@@ -289,11 +291,11 @@ levels:
 			side side
 			into *loadRun
 		}{{floor, &f}, {indexed, &x}, {tollgate, &t}, {tollgate, &t}, {indexed, &x}, {floor, &f}} {
-			n, second := l.turns/2, i >= 3
-			if second {
-				n = l.turns - n
+			n, which := l.turns/2, 0
+			if i >= 3 {
+				n, which = l.turns-n, 1
 			}
-			if err := e.loadHalf(ctx, half.side, l.concurrency, n, btoi(second), half.into); err != nil {
+			if err := e.loadHalf(ctx, half.side, l.concurrency, n, which, half.into); err != nil {
 				failed = fmt.Errorf("at %d turns at a time: %w", l.concurrency, err)
 				break levels
 			}
@@ -319,13 +321,6 @@ levels:
 	}
 	res.Breakdown = b
 	return res, failed
-}
-
-func btoi(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // namedRun is one side's run at one concurrency, named for the report.

@@ -566,10 +566,7 @@ func (r *recorder) idle(id, turnID string) {
 		// History first: the task that the child's end schedules is over
 		// once a description read after it shows none pending.
 		ended := false
-		iter := r.c.GetWorkflowHistory(ctx, id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-		for iter.HasNext() {
-			e, err := iter.Next()
-			require.NoError(c, err)
+		for _, e := range r.history(ctx, c, id, "").GetEvents() {
 			if a := e.GetChildWorkflowExecutionCompletedEventAttributes(); a != nil && a.GetWorkflowExecution().GetWorkflowId() == turnID {
 				ended = true
 			}
@@ -579,6 +576,19 @@ func (r *recorder) idle(id, turnID string) {
 		require.NoError(c, err)
 		assert.Nil(c, resp.RawResponse.GetPendingWorkflowTask(), "conversation %s is between tasks", id)
 	}, corpusWait, 20*time.Millisecond)
+}
+
+// history is the whole history of run runID of workflow id (its latest
+// run when runID is ""); it fails t, which may be a wait's collector.
+func (r *recorder) history(ctx context.Context, t require.TestingT, id, runID string) *historypb.History {
+	history := &historypb.History{}
+	iter := r.c.GetWorkflowHistory(ctx, id, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for iter.HasNext() {
+		e, err := iter.Next()
+		require.NoError(t, err)
+		history.Events = append(history.Events, e)
+	}
+	return history
 }
 
 // runID is the current run of workflow id; it fails t, which is the wait's
@@ -606,13 +616,7 @@ func (r *recorder) record(name, id, runID string) {
 			assert.Nil(c, resp.RawResponse.GetPendingWorkflowTask(), "workflow %s is between tasks", id)
 		}, corpusWait, 20*time.Millisecond)
 	}
-	history := &historypb.History{}
-	iter := r.c.GetWorkflowHistory(ctx, id, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-	for iter.HasNext() {
-		e, err := iter.Next()
-		require.NoError(r.t, err)
-		history.Events = append(history.Events, e)
-	}
+	history := r.history(ctx, r.t, id, runID)
 	b, err := temporalproto.CustomJSONMarshalOptions{Indent: "  "}.Marshal(history)
 	require.NoError(r.t, err)
 	require.NoError(r.t, os.WriteFile(filepath.Join(r.dir, name+".json"), b, 0o644))
