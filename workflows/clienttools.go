@@ -29,7 +29,9 @@ type clientCall struct {
 	ExpiresAt time.Time
 
 	answered bool
-	result   ClientToolResult
+	// expired is true when the call's time ran out before an answer came.
+	expired bool
+	result  ClientToolResult
 	// declined is the reason the call was declined before an answer came
 	// (a new message); empty otherwise.
 	declined string
@@ -44,6 +46,8 @@ func (g *gate) validateClientResult(ctx workflow.Context, r ClientToolResult) er
 	switch {
 	case cc == nil:
 		return rejection(RejectUnknown, fmt.Errorf("client tool call %q %q: %w", r.RequestID, r.ToolCallID, errUnknownRequest))
+	case cc.expired:
+		return rejection(RejectExpired, fmt.Errorf("client tool call %q: %w", cc.Call.ID, errExpired))
 	case cc.answered:
 		return rejection(RejectDecided, fmt.Errorf("client tool call %q: %w", cc.Call.ID, errAlreadyDecided))
 	case !workflow.Now(ctx).Before(cc.ExpiresAt):
@@ -109,7 +113,7 @@ func (g *gate) runClientTool(ctx workflow.Context, call activities.ToolCall, tim
 		cc.answered = true
 		return activities.ToolOutput{Status: activities.StatusDeclined, Result: declined(reasonCancelled)}
 	default:
-		cc.answered = true
+		cc.answered, cc.expired = true, true
 		return activities.ToolOutput{Status: activities.StatusTimeout, Result: clientTimeoutResponse}
 	}
 }

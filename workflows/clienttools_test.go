@@ -57,13 +57,20 @@ func TestClientToolAnsweredInTimeAnswersTheModel(t *testing.T) {
 func TestClientToolWithoutAnswerTimesOutAsDecline(t *testing.T) {
 	settings := testSettings()
 	settings.ApprovalTimeout = time.Hour
-	h := newHarness(t, settings, calls(call("c1", "PickColor", `{}`)))
+	// The next step's Write waits another hour: the turn still runs when
+	// the late answer comes.
+	h := newHarness(t, settings, calls(call("c1", "PickColor", `{}`)), calls(call("w", "Write", `{"file_path":"a","content":"b"}`)))
+	var late error
+	h.env.RegisterDelayedCallback(func() {
+		h.answer(ClientToolResult{RequestID: findEvent(t, h.events(), EventClientToolCall).RequestID, Result: "blue"}, &late)
+	}, 90*time.Minute)
 
 	out := h.runTurn(clientTurn())
 
 	result := findEvent(t, out.Events, EventToolResult).ToolResults[0]
 	require.Equal(t, activities.StatusTimeout, result.Status)
 	require.Equal(t, clientTimeoutResponse, result.Result)
+	require.Equal(t, RejectExpired, RejectionReason(late), "an answer after the call's time ran out is expired, not decided: %v", late)
 }
 
 func TestClientToolNamedLikeAWorkerToolIsRejected(t *testing.T) {

@@ -196,6 +196,10 @@ func (g *gate) validate(ctx workflow.Context, d ApprovalDecision) error {
 	switch {
 	case a == nil:
 		return rejection(RejectUnknown, fmt.Errorf("approval request %q: %w", d.RequestID, errUnknownRequest))
+	case a.decided && a.decidedBy == DecidedByTimer:
+		// Its time ran out: that is what a late decider is told, not that
+		// someone decided it (the timer decides it as a timeout).
+		return rejection(RejectExpired, fmt.Errorf("approval request %q: %w", d.RequestID, errExpired))
 	case a.decided:
 		return rejection(RejectDecided, fmt.Errorf("approval request %q: %w", d.RequestID, errAlreadyDecided))
 	case !workflow.Now(ctx).Before(a.ExpiresAt):
