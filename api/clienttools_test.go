@@ -1,15 +1,19 @@
 package main
 
 import (
+	"context"
 	"net/http"
+	"strings"
 	"testing"
 
 	openai "github.com/sashabaranov/go-openai"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/serviceerror"
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/scripted"
 	"github.com/tollgate/tollgate/protocol"
+	"github.com/tollgate/tollgate/workflows"
 )
 
 // pickColor is a model that calls the client tool PickColor, then says what
@@ -40,4 +44,26 @@ func TestClientToolIsAnsweredByToolCallIDAloneOverHTTP(t *testing.T) {
 	status, body = st.postJSON(t, "/chat/tool-result", `{"result":"red"}`)
 	require.Equal(t, http.StatusBadRequest, status)
 	require.Contains(t, body["error"], "toolCallId")
+}
+
+func TestBadClientToolsAreRefusedBeforeTheConversationStarts(t *testing.T) {
+	st := newStack(t)
+	for name, c := range map[string]struct{ tools, want string }{
+		"named like a worker tool": {`[{"name":"Bash","parameters":{"type":"object"}}]`, `"Bash"`},
+		"named like an MCP tool":   {`[{"name":"mcp__files__write","parameters":{"type":"object"}}]`, "mcp__"},
+		"declared twice":           {`[{"name":"Pick"},{"name":"Pick"}]`, "twice"},
+		"workspace paths":          {`[{"name":"Upload","parameters":{"type":"object","properties":{"file_path":{"type":"string"}}},"workspacePaths":["file_path"]}]`, "workspacePaths"},
+		"an MCP server":            {`[{"name":"Upload","mcp":{"server":"files","tool":"write"}}]`, "mcp"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			conv := "bad-tools-" + strings.ReplaceAll(name, " ", "-")
+			status, body := st.postJSON(t, "/chat/stream", `{"query":"go","conversationId":"`+conv+`","clientTools":`+c.tools+`}`)
+			require.Equal(t, http.StatusBadRequest, status, "%v", body)
+			require.Contains(t, body["error"], "clientTools")
+			require.Contains(t, body["error"], c.want)
+			_, err := st.client.DescribeWorkflow(context.Background(), workflows.ConversationWorkflowID(conv), "")
+			var notFound *serviceerror.NotFound
+			require.ErrorAs(t, err, &notFound, "a refused message starts no conversation")
+		})
+	}
 }

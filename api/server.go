@@ -238,6 +238,12 @@ func (s *Server) chatStream(c *gin.Context) {
 		}
 		return
 	}
+	// Checked before the message is sent: a message the conversation
+	// would refuse must not start one.
+	if err := workflows.CheckClientTools(req.ClientTools); err != nil {
+		writeError(c, s.log, badRequest("clientTools: %s", err))
+		return
+	}
 	conv := req.ConversationID
 	if conv == "" {
 		conv = uuid.NewString()

@@ -76,6 +76,10 @@ func TestClientToolWithoutAnswerTimesOutAsDecline(t *testing.T) {
 func TestClientToolNamedLikeAWorkerToolIsRejected(t *testing.T) {
 	require.ErrorContains(t, validateClientTools([]activities.ToolSpec{{Name: "Bash"}}, testSettings()), "tool the worker runs")
 	require.ErrorContains(t, validateClientTools([]activities.ToolSpec{pickColor, pickColor}, testSettings()), "twice")
+	require.ErrorContains(t, validateClientTools([]activities.ToolSpec{{Name: "mcp__files__write"}}, testSettings()), "tool the worker runs")
+	withPaths := pickColor
+	withPaths.WorkspacePaths = []string{"file_path"}
+	require.ErrorContains(t, validateClientTools([]activities.ToolSpec{withPaths}, testSettings()), "workspacePaths")
 	require.NoError(t, validateClientTools([]activities.ToolSpec{pickColor}, testSettings()))
 }
 
