@@ -199,11 +199,27 @@ func (s *Server) approve(c *gin.Context) {
 	}
 	if reason != "" {
 		s.metrics.decision(d.Decision, outcomeRejected)
-		c.JSON(http.StatusOK, gin.H{"accepted": false, "reason": reason})
+		answer := protocol.ApprovalResult{Reason: reason}
+		if lost := s.lostTurnOf(c.Request.Context(), d.RequestID, reason); lost != nil {
+			answer.Message = lost.Error()
+		}
+		c.JSON(http.StatusOK, answer)
 		return
 	}
 	s.metrics.decision(d.Decision, outcomeAccepted)
 	c.JSON(http.StatusOK, gin.H{"accepted": true})
+}
+
+// lostTurnOf says why the turn of request id ended, when it was refused
+// as unknown because the worker ended the turn for a payload its history
+// names and the store no longer holds: the answer then says so, rather
+// than leave the caller to guess at a mistyped id.
+func (s *Server) lostTurnOf(ctx context.Context, requestID, reason string) *turnLostError {
+	wid, ok := workflows.RequestWorkflowID(requestID)
+	if !ok || reason != protocol.RejectUnknown {
+		return nil
+	}
+	return closedLost(ctx, s.client, wid)
 }
 
 // decide sends d to the turn that waits for it, as the Update updateID,

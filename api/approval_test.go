@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/mocks"
@@ -126,6 +127,13 @@ func TestApprovalTheTurnDidNotTakeIsNotAccepted(t *testing.T) {
 				h := mocks.NewWorkflowUpdateHandle(t)
 				h.On("Get", mock.Anything, mock.Anything).Return(tc.getErr)
 				c.On("UpdateWorkflow", mock.Anything, mock.Anything).Return(h, nil)
+			}
+			if tc.reason == protocol.RejectUnknown {
+				// Unknown: the API looks whether the turn was ended for a
+				// lost payload, to say so (it was not).
+				it := mocks.NewHistoryEventIterator(t)
+				it.On("HasNext").Return(false)
+				c.On("GetWorkflowHistory", mock.Anything, testTurn, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_CLOSE_EVENT).Return(it)
 			}
 			ts := newMockedServer(t, c)
 			resp := postApprovalResult(t, ts, `{"requestId":"`+testRequestID+`","decision":"approve"}`)

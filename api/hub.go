@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/protocol"
@@ -328,6 +330,11 @@ func (h *hub) poll(ctx context.Context, f *feed) {
 				f.fail(fmt.Errorf("%s cannot be streamed as a turn: %w", f.turnID, err))
 				return
 			}
+			var lost *turnLostError
+			if errors.As(err, &lost) {
+				f.fail(err)
+				return
+			}
 			if ended {
 				if closedFailures++; closedFailures >= h.settings.closedRetries {
 					f.fail(fmt.Errorf("read the events of ended turn %s: %w", f.turnID, err))
@@ -355,6 +362,43 @@ func (h *hub) poll(ctx context.Context, f *feed) {
 			return
 		}
 	}
+}
+
+// turnLostError is why a turn ended that could not read its history: the
+// worker terminated it because a payload its history names is not in the
+// payload store (workflows.LostPayloads). Its events cannot be read either,
+// so its streams end with this at once.
+type turnLostError struct {
+	turnID, why string
+}
+
+func (e *turnLostError) Error() string { return "turn " + e.turnID + " ended: " + e.why }
+
+// lostTurn returns the turnLostError of workflow wid when err, what reading
+// its result gave, says it was terminated for a lost payload; nil otherwise.
+func lostTurn(ctx context.Context, c client.Client, wid string, err error) *turnLostError {
+	var terminated *temporal.TerminatedError
+	if !errors.As(err, &terminated) {
+		return nil
+	}
+	return closedLost(ctx, c, wid)
+}
+
+// closedLost returns the turnLostError of workflow wid when it has closed,
+// terminated for a lost payload; nil otherwise (running, closed otherwise,
+// or not found).
+func closedLost(ctx context.Context, c client.Client, wid string) *turnLostError {
+	it := c.GetWorkflowHistory(ctx, wid, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_CLOSE_EVENT)
+	for it.HasNext() {
+		ev, err := it.Next()
+		if err != nil {
+			return nil
+		}
+		if why, ok := workflows.LostPayload(ev.GetWorkflowExecutionTerminatedEventAttributes().GetReason()); ok {
+			return &turnLostError{turnID: wid, why: why}
+		}
+	}
+	return nil
 }
 
 // liveReader is the poller's reader of a streaming model call's details: at
@@ -521,6 +565,9 @@ func (s temporalSource) Events(ctx context.Context, turnID string, after int, cl
 			// No answer in time is not "no result": a query now would start
 			// with no time left.
 			return workflows.EventsResponse{}, fmt.Errorf("result of ended turn %s: %w", turnID, err)
+		}
+		if lost := lostTurn(ctx, s.client, turnID, err); lost != nil {
+			return workflows.EventsResponse{}, lost // its query would need the payload too
 		}
 		s.log.Debug("ended turn has no result; querying its events", "turnId", turnID, "error", err)
 	}

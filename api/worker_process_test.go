@@ -16,6 +16,7 @@ import (
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/auditdb"
+	"github.com/tollgate/tollgate/internal/payloads"
 	"github.com/tollgate/tollgate/internal/proctest"
 	"github.com/tollgate/tollgate/internal/scripted"
 	"github.com/tollgate/tollgate/workflows"
@@ -48,6 +49,9 @@ type testWorkerSpec struct {
 	ModelURL  string             `json:"modelUrl"`
 	Settings  workflows.Settings `json:"settings"`
 	AuditDB   string             `json:"auditDb"`
+	// PayloadDir, when set, is the worker's payload store, wired as the
+	// worker binary wires it (the store, and LostPayloads).
+	PayloadDir string `json:"payloadDir"`
 }
 
 // runTestWorker runs the worker that specJSON describes until it is
@@ -58,15 +62,22 @@ func runTestWorker(specJSON string) error {
 		return fmt.Errorf("%s: %w", envTestWorker, err)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	c, err := client.Dial(client.Options{
+	opts := client.Options{
 		HostPort:  spec.HostPort,
 		Namespace: spec.Namespace,
 		Logger:    sdklog.NewStructuredLogger(log),
-	})
+	}
+	lost := workflows.NewLostPayloads(log)
+	if spec.PayloadDir != "" {
+		opts.ExternalStorage, _, _ = payloads.Storage(payloads.Config{Dir: spec.PayloadDir})
+		opts.ConnectionOptions.DialOptions = append(opts.ConnectionOptions.DialOptions, lost.DialOption())
+	}
+	c, err := client.Dial(opts)
 	if err != nil {
 		return fmt.Errorf("dial Temporal at %s: %w", spec.HostPort, err)
 	}
 	defer c.Close()
+	lost.Attach(c)
 	w := worker.New(c, spec.TaskQueue, workflows.WorkerOptions())
 	workflows.Register(w, &workflows.Workflows{Settings: spec.Settings},
 		activities.NewModel(spec.ModelURL, "test", scripted.ModelName, workflows.TokenSignaler{Client: c}),
@@ -98,13 +109,14 @@ func (st *stack) workerSettings(change func(*workflows.Settings)) workflows.Sett
 func (st *stack) startTestWorker(t *testing.T, name string, settings workflows.Settings) *proctest.Process {
 	t.Helper()
 	spec, err := json.Marshal(testWorkerSpec{
-		HostPort:  st.temporal.HostPort,
-		Namespace: st.temporal.Namespace,
-		TaskQueue: st.queue,
-		Workspace: st.workspace,
-		ModelURL:  st.model.URL + "/v1",
-		Settings:  settings,
-		AuditDB:   st.auditDB,
+		HostPort:   st.temporal.HostPort,
+		Namespace:  st.temporal.Namespace,
+		TaskQueue:  st.queue,
+		Workspace:  st.workspace,
+		ModelURL:   st.model.URL + "/v1",
+		Settings:   settings,
+		AuditDB:    st.auditDB,
+		PayloadDir: st.payloadDir,
 	})
 	require.NoError(t, err)
 	exe, err := os.Executable()

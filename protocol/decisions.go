@@ -129,6 +129,10 @@ type ApprovalResult struct {
 	// Reason says why a decision was not taken (a Reject reason); only the
 	// API fills it in, from the validator's refusal.
 	Reason string `json:"reason,omitempty"`
+	// Message says more about a refusal where the API knows more: why the
+	// request's turn ended, when the worker ended it because its history
+	// names a payload that the payload store no longer holds.
+	Message string `json:"message,omitempty"`
 }
 
 // PendingApproval is one approval a turn waits for, as the pending query

@@ -81,8 +81,11 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err := payloads.Check(ctx, cfg.Payloads); err != nil {
 		return err
 	}
-	storage, _, err := payloads.Storage(cfg.Payloads)
+	storage, stored, err := payloads.Storage(cfg.Payloads)
 	if err != nil {
+		return err
+	}
+	if err := checkPayloadStore(ctx, cfg.Payloads, log); err != nil {
 		return err
 	}
 	var ledger *auditdb.Ledger
@@ -102,11 +105,18 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	opts := cfg.Temporal
 	opts.Logger, opts.MetricsHandler, opts.ExternalStorage = config.TemporalLogger(log), reg.Handler(), storage
 	opts.Interceptors = append(opts.Interceptors, tracing.Interceptors()...)
+	// A turn whose history names a payload the store no longer holds is
+	// ended, naming the payload, instead of failing its task for ever.
+	lost := workflows.NewLostPayloads(log)
+	if stored {
+		opts.ConnectionOptions.DialOptions = append(opts.ConnectionOptions.DialOptions, lost.DialOption())
+	}
 	c, err := client.Dial(opts)
 	if err != nil {
 		return fmt.Errorf("dial Temporal at %s: %w", cfg.TemporalAddress, err)
 	}
 	defer c.Close()
+	lost.Attach(c)
 
 	searchAttributes := true
 	if err := workflows.EnsureSearchAttributes(ctx, c, cfg.TemporalNamespace, log); err != nil {
@@ -171,6 +181,30 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	<-ctx.Done()
 	log.Info("worker stopping")
 	w.Stop()
+	return nil
+}
+
+// surveyLimit bounds how long the start-up check of the payload store
+// reads it.
+const surveyLimit = 10 * time.Second
+
+// checkPayloadStore is the start-up check of the payload store: one that
+// cannot store and read back a payload stops the worker; otherwise the
+// worker logs how much of the store it can read, as a warning when some
+// of it cannot be read (the turns whose histories name those payloads
+// will end when they next run, naming the payload).
+func checkPayloadStore(ctx context.Context, c payloads.Config, log *slog.Logger) error {
+	report, stored, err := payloads.Survey(ctx, c, surveyLimit)
+	switch {
+	case err != nil:
+		return err
+	case !stored:
+		return nil
+	case report.Checked > report.Readable:
+		log.Warn("payload store: some payloads cannot be read", "check", report.String())
+	default:
+		log.Info("payload store", "check", report.String())
+	}
 	return nil
 }
 

@@ -2,14 +2,19 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	commonpb "go.temporal.io/api/common/v1"
+	"go.temporal.io/sdk/converter"
 
+	"github.com/tollgate/tollgate/internal/payloads"
 	"github.com/tollgate/tollgate/internal/proctest"
 )
 
@@ -55,4 +60,31 @@ func TestMCPServerThatCannotStartStopsTheWorkerSayingWhy(t *testing.T) {
 	require.Contains(t, stderr.String(), "TOLLGATE_MCP_CONFIG")
 	require.Contains(t, stderr.String(), `MCP server \"search\"`)
 	require.Contains(t, stderr.String(), "SEARCH_API_KEY is not set")
+}
+
+func TestStartUpCheckSaysHowMuchOfThePayloadStoreItCanRead(t *testing.T) {
+	dir := t.TempDir()
+	store := filepath.Join(dir, "payloads")
+	ctx := context.Background()
+	for _, text := range []string{"one output", "another output"} {
+		p, err := converter.GetDefaultDataConverter().ToPayload(strings.Repeat(text+"\n", 4096))
+		require.NoError(t, err)
+		_, err = payloads.Dir(store).Store(converter.StorageDriverStoreContext{Context: ctx}, []*commonpb.Payload{p})
+		require.NoError(t, err)
+	}
+	// A lifecycle rule took every chunk of the store.
+	require.NoError(t, os.RemoveAll(filepath.Join(store, "chunks")))
+	bin := proctest.Build(t, "github.com/tollgate/tollgate/worker")()
+
+	cmd := exec.Command(bin)
+	// Nothing listens on this address: the worker stops when it dials,
+	// after the check.
+	cmd.Env = append(proctest.EnvironWithout("TOLLGATE_", "TEMPORAL_", "OPENAI_"), "TEMPORAL_ADDRESS=127.0.0.1:1",
+		"TOLLGATE_WORKSPACE="+filepath.Join(dir, "ws"), "TOLLGATE_METRICS_ADDR=off", "TOLLGATE_PAYLOAD_DIR="+store)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	require.Error(t, cmd.Run())
+
+	require.Contains(t, stderr.String(), "payload store: some payloads cannot be read")
+	require.Contains(t, stderr.String(), "payload folder "+store+" stores and reads back; it holds 2 payloads; of 2 checked, 0 can be read whole and 2 cannot")
 }

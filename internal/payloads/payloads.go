@@ -19,9 +19,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strings"
+	"time"
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
@@ -123,6 +127,35 @@ func claimed(c converter.StorageDriverClaim) (string, error) {
 	return k, nil
 }
 
+// MissingError says that a payload's manifest, or one of its chunks, is
+// not in the store: deleted (a folder wiped, a bucket's lifecycle rule) or
+// never there (a process configured with another store). Unlike a store
+// that does not answer, it does not pass: trying again reads the same
+// nothing. Its text names the payload by its key only, never where the
+// store is, since it reaches the people who read a turn's end.
+type MissingError struct {
+	Key string
+}
+
+func (e *MissingError) Error() string { return "payload " + e.Key + " is not in the payload store" }
+
+// Is makes a MissingError an os.ErrNotExist.
+func (e *MissingError) Is(target error) bool { return target == os.ErrNotExist }
+
+// missingPattern finds a MissingError's key in an error's text: what
+// crosses Temporal (a workflow task's failure) is text, not a Go error.
+var missingPattern = regexp.MustCompile(`payload ([0-9a-f]{64}) is not in the payload store`)
+
+// MissingKey returns the key of the payload that a MissingError's text,
+// somewhere in msg, names.
+func MissingKey(msg string) (string, bool) {
+	m := missingPattern.FindStringSubmatch(msg)
+	if m == nil {
+		return "", false
+	}
+	return m[1], true
+}
+
 // decode reads a stored payload back and checks it is what its key says.
 func decode(k string, b []byte) (*commonpb.Payload, error) {
 	sum := sha256.Sum256(b)
@@ -156,6 +189,9 @@ type blobs interface {
 	put(ctx context.Context, name string, b []byte) error
 	// get returns the blob, or an error wrapping os.ErrNotExist.
 	get(ctx context.Context, name string) ([]byte, error)
+	// list calls fn with the name of each blob under prefix, until ctx
+	// ends.
+	list(ctx context.Context, prefix string, fn func(name string)) error
 }
 
 // Name and Type identify the driver; the name is recorded with each claim.
@@ -216,7 +252,7 @@ func (s *store) Retrieve(ctx converter.StorageDriverRetrieveContext, claims []co
 			}
 			manifest, err := s.blobs.get(ctx.Context, manifestName(k))
 			if errors.Is(err, os.ErrNotExist) {
-				return fmt.Errorf("payload %s is not in %s: do the worker and this process use the same payload store (TOLLGATE_PAYLOAD_DIR, TOLLGATE_PAYLOAD_S3_*)?", k, s.where)
+				return fmt.Errorf("%w (%s): do the worker and this process use the same payload store (TOLLGATE_PAYLOAD_DIR, TOLLGATE_PAYLOAD_S3_*)?", &MissingError{Key: k}, s.where)
 			}
 			if err != nil {
 				return fmt.Errorf("payload %s in %s: %w", k, s.where, err)
@@ -232,6 +268,9 @@ func (s *store) Retrieve(ctx converter.StorageDriverRetrieveContext, claims []co
 			for ; len(rest) > 0; rest = rest[sha256.Size:] {
 				ck := hex.EncodeToString(rest[:sha256.Size])
 				chunk, err := s.blobs.get(ctx.Context, chunkName(ck))
+				if errors.Is(err, os.ErrNotExist) {
+					return fmt.Errorf("%w (%s): its chunk %s is gone", &MissingError{Key: k}, s.where, ck)
+				}
 				if err != nil {
 					return fmt.Errorf("payload %s in %s: chunk %s: %w", k, s.where, ck, err)
 				}
@@ -293,6 +332,30 @@ func (d dirBlobs) put(_ context.Context, name string, b []byte) error {
 
 func (d dirBlobs) get(_ context.Context, name string) ([]byte, error) {
 	return os.ReadFile(d.path(name))
+}
+
+func (d dirBlobs) list(ctx context.Context, prefix string, fn func(name string)) error {
+	root := d.path(prefix)
+	err := filepath.WalkDir(root, func(path string, e fs.DirEntry, err error) error {
+		switch {
+		case err != nil:
+			return err
+		case ctx.Err() != nil:
+			return filepath.SkipAll
+		case e.IsDir() || strings.HasSuffix(path, ".tmp"):
+			return nil // a folder, or a blob being written
+		}
+		rel, err := filepath.Rel(string(d), path)
+		if err != nil {
+			return err
+		}
+		fn(filepath.ToSlash(rel))
+		return nil
+	})
+	if errors.Is(err, os.ErrNotExist) {
+		return nil // nothing stored yet
+	}
+	return err
 }
 
 // S3 is the S3-compatible object storage driver.
@@ -367,6 +430,16 @@ func (s *s3Blobs) get(ctx context.Context, name string) ([]byte, error) {
 	return b, err
 }
 
+func (s *s3Blobs) list(ctx context.Context, prefix string, fn func(name string)) error {
+	for obj := range s.client.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{Prefix: s.prefix + prefix, Recursive: true}) {
+		if obj.Err != nil {
+			return obj.Err
+		}
+		fn(strings.TrimPrefix(obj.Key, s.prefix))
+	}
+	return ctx.Err()
+}
+
 // Codec resolves storage references for a remote codec endpoint (the
 // Temporal Web UI's and CLI's --codec-endpoint): Decode swaps each payload
 // that is a reference to one of storage's drivers for the payload it
@@ -407,4 +480,123 @@ func (c codec) Decode(payloads []*commonpb.Payload) ([]*commonpb.Payload, error)
 		out[i] = got[0]
 	}
 	return out, nil
+}
+
+// Report is what the start-up check found in a store: whether it stores
+// and reads a payload back, how many payloads it holds, and how many of
+// those it can read whole.
+type Report struct {
+	// Where names the store (the folder, or the bucket), for the
+	// operator's log.
+	Where string
+	// Payloads is how many payloads the store was seen to hold; Checked
+	// how many of them were checked, Readable how many of those have
+	// their manifest and every chunk.
+	Payloads, Checked, Readable int
+	// Complete is false when the check stopped at its time limit before
+	// it had seen the whole store.
+	Complete bool
+	// Unreadable names the first few payloads that cannot be read, and why.
+	Unreadable []string
+}
+
+// String says it in one line.
+func (r Report) String() string {
+	if r.Payloads == 0 {
+		return r.Where + " stores and reads back; it holds no payloads"
+	}
+	seen := fmt.Sprintf("%d payloads", r.Payloads)
+	if !r.Complete {
+		seen = fmt.Sprintf("%d payloads or more (the check stopped at its time limit)", r.Payloads)
+	}
+	s := fmt.Sprintf("%s stores and reads back; it holds %s; of %d checked, %d can be read whole", r.Where, seen, r.Checked, r.Readable)
+	if n := r.Checked - r.Readable; n > 0 {
+		s += fmt.Sprintf(" and %d cannot (%s)", n, strings.Join(r.Unreadable, "; "))
+	}
+	return s
+}
+
+// maxUnreadable bounds the payloads a Report names.
+const maxUnreadable = 3
+
+// Survey is the start-up check of the store c configures, after Check: it
+// stores a small payload and reads it back (a store that cannot do both
+// is an error: every turn would fail), then reads the store's manifests
+// and looks for their chunks, until limit, and reports how much of the
+// store can be read. Nothing is read whole: a manifest is a list of sums,
+// and a chunk is only looked for. It reports nothing for no store.
+func Survey(ctx context.Context, c Config, limit time.Duration) (Report, bool, error) {
+	var s *store
+	switch {
+	case c.S3Endpoint != "":
+		s3, err := NewS3(c)
+		if err != nil {
+			return Report{}, false, err
+		}
+		s = &s3.store
+	case c.Dir != "":
+		s = Dir(c.Dir).(*store)
+	default:
+		return Report{}, false, nil
+	}
+	r := Report{Where: s.where}
+	probe := &commonpb.Payload{Metadata: map[string][]byte{"encoding": []byte("binary/plain")}, Data: []byte("tollgate payload store probe")}
+	claims, err := s.Store(converter.StorageDriverStoreContext{Context: ctx}, []*commonpb.Payload{probe})
+	if err != nil {
+		return r, true, fmt.Errorf("the payload store cannot store: %w", err)
+	}
+	if _, err := s.Retrieve(converter.StorageDriverRetrieveContext{Context: ctx}, claims); err != nil {
+		return r, true, fmt.Errorf("the payload store cannot read back what it stored: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	err = s.blobs.list(ctx, "payloads/", func(name string) {
+		k := name[strings.LastIndex(name, "/")+1:]
+		if k == claims[0].ClaimData[claimKey] {
+			return // the probe
+		}
+		r.Payloads++
+		if ctx.Err() != nil {
+			return
+		}
+		r.Checked++
+		why := s.readable(ctx, name)
+		switch {
+		case why == "":
+			r.Readable++
+		case ctx.Err() != nil:
+			r.Checked-- // cut short by the limit, not unreadable
+		case len(r.Unreadable) < maxUnreadable:
+			r.Unreadable = append(r.Unreadable, k+": "+why)
+		}
+	})
+	r.Complete = err == nil && ctx.Err() == nil
+	if err != nil && ctx.Err() == nil {
+		return r, true, fmt.Errorf("list the payloads of %s: %w", s.where, err)
+	}
+	return r, true, nil
+}
+
+// readable says why the payload whose manifest is name cannot be read
+// whole, or "" when it can.
+func (s *store) readable(ctx context.Context, name string) string {
+	manifest, err := s.blobs.get(ctx, name)
+	if err != nil {
+		return "its manifest cannot be read: " + err.Error()
+	}
+	rest, ok := bytes.CutPrefix(manifest, []byte(manifestHeader))
+	if !ok || len(rest)%sha256.Size != 0 {
+		return "its manifest is corrupt"
+	}
+	for ; len(rest) > 0; rest = rest[sha256.Size:] {
+		ck := hex.EncodeToString(rest[:sha256.Size])
+		ok, err := s.blobs.has(ctx, chunkName(ck))
+		switch {
+		case err != nil:
+			return "chunk " + ck + ": " + err.Error()
+		case !ok:
+			return "its chunk " + ck + " is gone"
+		}
+	}
+	return ""
 }

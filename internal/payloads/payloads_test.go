@@ -3,6 +3,7 @@ package payloads
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -152,7 +153,13 @@ func TestS3StoresContentOnceAndReadsItBackOnARealServer(t *testing.T) {
 	}
 	require.Equal(t, 2, n, "two contents, two manifests")
 	_, err = s.Retrieve(retrieveCtx(), []converter.StorageDriverClaim{{ClaimData: map[string]string{claimKey: strings.Repeat("0", 64)}}})
-	require.ErrorContains(t, err, "is not in bucket")
+	var missing *MissingError
+	require.ErrorAs(t, err, &missing, "a payload the bucket does not hold is missing, not a store that failed")
+	require.ErrorContains(t, err, "(bucket "+cfg.S3Bucket+")")
+	report, ok, err := Survey(ctx, cfg, time.Minute)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, Report{Where: "bucket " + cfg.S3Bucket, Payloads: 2, Checked: 2, Readable: 2, Complete: true}, report)
 
 	storage, ok, err := Storage(cfg)
 	require.NoError(t, err)
@@ -200,4 +207,83 @@ func startVersityGW(t *testing.T) Config {
 		S3Endpoint: addr, S3Bucket: fmt.Sprintf("tollgate-%d", time.Now().UnixNano()), S3Prefix: "payloads/",
 		S3AccessKey: "tollgate-test", S3SecretKey: "tollgate-test-secret", S3Region: "us-east-1",
 	}
+}
+
+func TestAMissingPayloadIsAMissingErrorThatNamesItsKey(t *testing.T) {
+	dir := t.TempDir()
+	claims := roundTrip(t, Dir(dir))
+	key := claims[0].ClaimData[claimKey]
+
+	// A chunk gone (a lifecycle rule took it), then the manifest too.
+	for _, f := range files(t, filepath.Join(dir, "chunks")) {
+		require.NoError(t, os.Remove(f))
+	}
+	_, err := Dir(dir).Retrieve(retrieveCtx(), claims[:1])
+	var missing *MissingError
+	require.ErrorAs(t, err, &missing)
+	require.Equal(t, key, missing.Key)
+	require.ErrorIs(t, err, os.ErrNotExist)
+	require.NoError(t, os.RemoveAll(filepath.Join(dir, "payloads")))
+	_, err = Dir(dir).Retrieve(retrieveCtx(), claims[:1])
+	require.ErrorAs(t, err, &missing)
+	require.Equal(t, key, missing.Key)
+
+	// What crosses Temporal is the text, wrapped in the SDK's words.
+	got, ok := MissingKey(fmt.Sprintf("storage driver %q retrieve failed: %v", "tollgate-dir", err))
+	require.True(t, ok)
+	require.Equal(t, key, got)
+	require.NotContains(t, missing.Error(), dir, "the key, not where the store is")
+	_, ok = MissingKey("payload abc is not in the payload store")
+	require.False(t, ok)
+
+	// A store that does not answer is not a missing payload.
+	notDir := filepath.Join(dir, "file")
+	require.NoError(t, os.WriteFile(notDir, nil, 0o644))
+	_, err = Dir(notDir).Retrieve(retrieveCtx(), claims[:1])
+	require.Error(t, err)
+	require.False(t, errors.As(err, &missing), "%v", err)
+}
+
+func TestStartUpSurveySaysHowMuchOfTheStoreItCanRead(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	r, ok, err := Survey(ctx, Config{Dir: dir}, time.Minute)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, "payload folder "+dir+" stores and reads back; it holds no payloads", r.String())
+
+	var claims []converter.StorageDriverClaim
+	for i := range 4 {
+		c, err := Dir(dir).Store(storeCtx(), []*commonpb.Payload{payload(t, strings.Repeat(fmt.Sprintf("output %d\n", i), 4096))})
+		require.NoError(t, err)
+		claims = append(claims, c...)
+	}
+	r, _, err = Survey(ctx, Config{Dir: dir}, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, Report{Where: "payload folder " + dir, Payloads: 4, Checked: 4, Readable: 4, Complete: true}, r)
+
+	// One payload loses a chunk, another its manifest.
+	manifest, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(manifestName(claims[1].ClaimData[claimKey]))))
+	require.NoError(t, err)
+	chunk := fmt.Sprintf("%x", manifest[len(manifestHeader):len(manifestHeader)+sha256.Size])
+	require.NoError(t, os.Remove(filepath.Join(dir, filepath.FromSlash(chunkName(chunk)))))
+	require.NoError(t, os.Remove(filepath.Join(dir, filepath.FromSlash(manifestName(claims[2].ClaimData[claimKey])))))
+	r, _, err = Survey(ctx, Config{Dir: dir}, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, 3, r.Payloads)
+	require.Equal(t, 2, r.Readable)
+	require.Equal(t, "payload folder "+dir+" stores and reads back; it holds 3 payloads; of 3 checked, 2 can be read whole and 1 cannot ("+
+		claims[1].ClaimData[claimKey]+": its chunk "+chunk+" is gone)", r.String())
+
+	// A folder it cannot write stops the worker.
+	ro := t.TempDir()
+	require.NoError(t, os.Chmod(ro, 0o555))
+	if os.Getuid() != 0 { // root writes anyway
+		_, _, err = Survey(ctx, Config{Dir: ro}, time.Minute)
+		require.ErrorContains(t, err, "cannot store")
+	}
+
+	_, ok, err = Survey(ctx, Config{}, time.Minute)
+	require.NoError(t, err)
+	require.False(t, ok, "no store, nothing to say")
 }
