@@ -15,7 +15,8 @@ import (
 // marker in the turn's history, with no task of its own. A database that
 // does not answer is tried again for two minutes; then the turn goes on
 // without the rows (its history still holds the facts) and says so in the
-// worker's log.
+// worker's log. Since patchLedgerBehind only the write a loop makes before
+// it ends waits this long (flushAudit); the others use auditOptionsShort.
 var auditOptions = workflow.LocalActivityOptions{
 	StartToCloseTimeout:    10 * time.Second,
 	ScheduleToCloseTimeout: 2 * time.Minute,
@@ -25,6 +26,24 @@ var auditOptions = workflow.LocalActivityOptions{
 		MaximumInterval:    20 * time.Second,
 	},
 }
+
+// auditOptionsShort run a write of the ledger while the loop waits for
+// it mid-batch (patchLedgerBehind): a database that does not answer within
+// ledgerShortWait costs the batch that, once; the rows go with the loop's
+// next write, and the rest of the batch does not wait for the ledger.
+var auditOptionsShort = workflow.LocalActivityOptions{
+	StartToCloseTimeout:    5 * time.Second,
+	ScheduleToCloseTimeout: ledgerShortWait,
+	RetryPolicy: &temporal.RetryPolicy{
+		InitialInterval:    500 * time.Millisecond,
+		BackoffCoefficient: 2,
+		MaximumInterval:    2 * time.Second,
+	},
+}
+
+// ledgerShortWait is the most a ledger that does not answer holds a batch
+// (docs/security.md, The audit ledger).
+const ledgerShortWait = 10 * time.Second
 
 // auditing reports whether this loop writes the audit ledger: the worker
 // keeps one (Settings.Audit, recorded at the turn's start) and the loop
@@ -44,15 +63,83 @@ func (t *turn) auditing(ctx workflow.Context) bool {
 // writeAudit writes records to the ledger and waits for it. It runs on a
 // disconnected context: a cancelled turn still records how its calls
 // ended.
+//
+// Since patchLedgerBehind a write waits at most ledgerShortWait. One that
+// fails leaves its rows, and the ledger is behind for the rest of the
+// batch: the batch's later writes wait for nothing and add their rows to
+// those left, and the loop's next write (the next batch's, or flushAudit
+// before the loop ends) carries them all. A row's later stage replaces its
+// earlier one there, as it does in the ledger, so a row is never lost,
+// only late. Before, each write waited up to two minutes, and a batch
+// decided call by call waited that long for every decision.
 func (t *turn) writeAudit(ctx workflow.Context, records []audit.Record) {
 	if len(records) == 0 {
 		return
 	}
 	ctx, _ = workflow.NewDisconnectedContext(ctx)
-	err := workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, auditOptions), activities.AuditActivity, records).Get(ctx, nil)
-	if err != nil {
-		workflow.GetLogger(ctx).Error("audit ledger: rows not written; the turn's history still holds them", "rows", len(records), "error", err)
+	if !t.ledgerBounded(ctx) {
+		err := workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, auditOptions), activities.AuditActivity, records).Get(ctx, nil)
+		if err != nil {
+			workflow.GetLogger(ctx).Error("audit ledger: rows not written; the turn's history still holds them", "rows", len(records), "error", err)
+		}
+		return
 	}
+	t.unwritten = latestRows(append(t.unwritten, records...))
+	if t.ledgerBehind {
+		return
+	}
+	err := workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, auditOptionsShort), activities.AuditActivity, t.unwritten).Get(ctx, nil)
+	if err != nil {
+		t.ledgerBehind = true
+		workflow.GetLogger(ctx).Warn("audit ledger: rows not written yet; the loop writes them later, before it ends", "rows", len(t.unwritten), "error", err)
+		return
+	}
+	t.unwritten = nil
+}
+
+// ledgerBounded reports whether this loop follows patchLedgerBehind,
+// asked once, at its first write.
+func (t *turn) ledgerBounded(ctx workflow.Context) bool {
+	if t.boundedLedger == nil {
+		v := patched(ctx, t.settings, patchLedgerBehind)
+		t.boundedLedger = &v
+	}
+	return *t.boundedLedger
+}
+
+// newBatchForLedger lets a batch try the ledger again, whatever the last
+// batch found.
+func (t *turn) newBatchForLedger() { t.ledgerBehind = false }
+
+// flushAudit writes the rows the ledger has not taken yet, waiting for it
+// as long as writes did before patchLedgerBehind, before the loop ends.
+func (t *turn) flushAudit(ctx workflow.Context) {
+	if len(t.unwritten) == 0 {
+		return
+	}
+	ctx, _ = workflow.NewDisconnectedContext(ctx)
+	err := workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, auditOptions), activities.AuditActivity, t.unwritten).Get(ctx, nil)
+	if err != nil {
+		workflow.GetLogger(ctx).Error("audit ledger: rows not written; the turn's history still holds them", "rows", len(t.unwritten), "error", err)
+		return
+	}
+	t.unwritten = nil
+}
+
+// latestRows keeps the last record of each row id, in the place of its
+// first: a row's later stage replaces its earlier one.
+func latestRows(records []audit.Record) []audit.Record {
+	var out []audit.Record
+	at := map[string]int{}
+	for _, r := range records {
+		if i, ok := at[r.ID]; ok {
+			out[i] = r
+			continue
+		}
+		at[r.ID] = len(out)
+		out = append(out, r)
+	}
+	return out
 }
 
 // auditAsked is the ledger's row of request a, as it is asked.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/converter"
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/audit"
@@ -197,4 +198,60 @@ func TestASubagentsCallHasARowNamingTheSubagentAndItsTurn(t *testing.T) {
 	require.NotEqual(t, childID, r.TurnID, "the turn that started the subagent")
 	require.Equal(t, "bob", r.Principal)
 	require.Equal(t, audit.OutcomeOK, r.Outcome)
+}
+
+func TestALedgerThatIsDownCostsABatchOneShortWaitAndItsRowsComeLater(t *testing.T) {
+	settings := testSettings()
+	settings.Audit = true
+	settings.ApprovalTimeout = time.Hour
+	h := newHarness(t, settings, calls(
+		call("call_a", activities.ToolWrite, `{"file_path":"a.txt","content":"a"}`),
+		call("call_b", activities.ToolWrite, `{"file_path":"b.txt","content":"b"}`),
+		call("call_c", activities.ToolWrite, `{"file_path":"c.txt","content":"c"}`),
+	))
+	l, err := auditdb.Open(context.Background(), filepath.Join(t.TempDir(), "audit.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	auditor := &activities.Auditor{Ledger: l}
+	var down atomic.Bool
+	down.Store(true)
+	h.env.RegisterActivityWithOptions(func(ctx context.Context, records []audit.Record) error {
+		if down.Load() {
+			return errors.New("dial tcp 10.0.0.5:5432: connection refused")
+		}
+		return auditor.Audit(ctx, records)
+	}, activity.RegisterOptions{Name: activities.AuditActivity})
+	var ranAt time.Time
+	h.env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, _ converter.EncodedValues) {
+		if info.ActivityType.Name == activities.ToolWrite && ranAt.IsZero() {
+			ranAt = h.env.Now()
+		}
+	})
+	// Decided call by call, a minute apart, while the ledger is down.
+	var lastDecision time.Time
+	for i, tool := range []string{"call_a", "call_b", "call_c"} {
+		h.env.RegisterDelayedCallback(func() {
+			for _, e := range h.events() {
+				if e.Type == EventApprovalRequest && e.ToolCallID == tool {
+					h.decide(ApprovalDecision{RequestID: e.RequestID, Decision: DecisionApprove, Principal: "bob"})
+				}
+			}
+			lastDecision = h.env.Now()
+		}, time.Duration(i+1)*time.Minute)
+	}
+	// The ledger comes back while the turn ends.
+	h.env.RegisterDelayedCallback(func() { down.Store(false) }, 3*time.Minute+5*time.Second)
+
+	h.runTurn(userTurn("write three"))
+
+	require.Equal(t, []string{activities.ToolWrite, activities.ToolWrite, activities.ToolWrite}, h.ranTools())
+	require.False(t, ranAt.Before(lastDecision))
+	require.LessOrEqual(t, ranAt.Sub(lastDecision), ledgerShortWait, "the batch waited on the ledger for no more than one short wait after its last decision")
+	rows := ledgerRows(t, l)
+	require.Len(t, rows, 3, "no row is lost")
+	for _, r := range rows {
+		require.Equal(t, audit.StageEnded, r.Stage, "written before the turn ended, whole")
+		require.Equal(t, "bob", r.Principal)
+		require.Equal(t, audit.OutcomeOK, r.Outcome)
+	}
 }

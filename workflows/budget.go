@@ -141,6 +141,7 @@ func (t *turn) checkBudgets(ctx workflow.Context) bool {
 		a := t.gate.request(ctx, call, t.settings.ApprovalTimeout, note, note)
 		var row *audit.Record
 		if t.auditing(ctx) {
+			t.newBatchForLedger() // a budget's request is a batch of its own
 			r := t.auditAsked(ctx, a, check{Required: true})
 			r.Asked = note
 			row = &r

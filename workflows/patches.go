@@ -49,6 +49,11 @@ const (
 	// cost a workflow task each, and the turn logs the call's token events
 	// when it ends (turn.callModel).
 	patchTokensByHeartbeat = "tokens-by-heartbeat"
+	// patchLedgerBehind (after level 2): a ledger that does not answer
+	// costs a batch one short wait, not two minutes per write: the rows a
+	// failed write leaves go with the next write, and the loop writes
+	// what is left, with the long wait, before it ends (turn.writeAudit).
+	patchLedgerBehind = "ledger-behind"
 )
 
 // PatchLevel is the patch level this build records in the settings of
@@ -86,6 +91,16 @@ var levelOne = []string{
 	patchPolicyRecorded, patchStrictGate, patchNormalizedCalls, patchContextCompaction, patchHistoryLimit,
 	patchApprovalPreview, patchPlainNotRun, patchAuditLedger, patchTokensByHeartbeat,
 }
+
+// afterLevel are the patches added after PatchLevel's: a workflow that
+// records today's level still asks each with GetVersion (a marker the
+// first time), until a release raises the level to include them.
+var afterLevel = []string{patchLedgerBehind}
+
+// PatchesAfterLevel returns the patches that a workflow of today's level
+// still asks with GetVersion: the only version markers its history may
+// hold (the replay and upgrade tests check it).
+func PatchesAfterLevel() []string { return slices.Clone(afterLevel) }
 
 // patched reports whether a workflow that runs with settings s takes the
 // patch id: at once where the level it recorded includes id, otherwise as

@@ -284,6 +284,7 @@ func (w *Workflows) Subagent(ctx workflow.Context, in SubagentInput) (SubagentOu
 		return SubagentOutput{}, err
 	}
 	reason, text := t.run(ctx)
+	t.flushAudit(ctx)
 	t.finish(reason, text)
 	last := t.log.events[len(t.log.events)-1]
 	return SubagentOutput{FinishReason: reason, Text: text, Message: last.Message, Forwarded: f.drain(ctx), Grants: t.newGrants, GrantsUsed: t.grantsUsed, Usage: t.used}, nil

@@ -26,6 +26,13 @@ type turn struct {
 	// audited, once asked, says whether the loop writes the audit ledger
 	// (auditing).
 	audited *bool
+	// boundedLedger, once asked, says whether the loop follows
+	// patchLedgerBehind; then unwritten are the ledger's rows that a
+	// write has not taken yet, and ledgerBehind is true when a write of
+	// the current batch failed (writeAudit).
+	boundedLedger *bool
+	unwritten     []audit.Record
+	ledgerBehind  bool
 	// conversationID, input (the messages the loop starts from), system,
 	// tools, model and bypass are what this loop runs with.
 	conversationID string
@@ -126,6 +133,7 @@ func (w *Workflows) ChatTurn(ctx workflow.Context, in TurnInput) (TurnOutput, er
 		return TurnOutput{}, err
 	}
 	reason, text := t.run(ctx)
+	t.flushAudit(ctx)
 	t.finish(reason, text)
 	t.used.Time = workflow.Now(ctx).Sub(t.startedAt)
 	return TurnOutput{FinishReason: reason, Text: text, Messages: t.messages, Events: t.log.events, Grants: t.newGrants, GrantsUsed: t.grantsUsed,
@@ -451,6 +459,7 @@ func modelActivityOptions(s Settings) workflow.ActivityOptions {
 // returns one result per call, in the order the model made the calls.
 func (t *turn) runBatch(ctx workflow.Context, calls []activities.ToolCall) []ToolResult {
 	t.log.append(Event{Type: EventToolCall, ToolCalls: calls})
+	t.newBatchForLedger()
 
 	calls, vetted, normalized := t.vetBatch(ctx, calls)
 	strict := t.strictGate(ctx, calls)
