@@ -44,9 +44,9 @@ func TestATurnThatLostItsPayloadsEndsNamingOneAndItsConversationGoesOn(t *testin
 	request := turn.until(protocol.EventApprovalRequest, faultWait)
 
 	// The paused turn's payloads go (a folder wiped, a lifecycle rule), and
-	// the worker that held the turn in its cache with them: the next one
-	// must read the turn's history from the start.
-	first.Kill(t)
+	// the worker that held the turn in its cache is redeployed: the next
+	// one must read the turn's history from the start.
+	first.Stop(t)
 	var keys []string
 	manifests, err := filepath.Glob(filepath.Join(st.payloadDir, "payloads", "*", "*"))
 	require.NoError(t, err)
