@@ -130,7 +130,11 @@ func askAndDecide(ctx context.Context, a *asker, d decider, req request) (protoc
 		return dec, fmt.Errorf("send %s of %s: %w", dec.Decision, req.RequestID, err)
 	}
 	if !res.Accepted {
-		fmt.Fprintf(a.out, "not taken: %s %s\n", req.RequestID, refusal(res.Reason))
+		if res.Message != "" {
+			fmt.Fprintf(a.out, "not taken: %s %s: %s\n", req.RequestID, refusal(res.Reason), res.Message)
+		} else {
+			fmt.Fprintf(a.out, "not taken: %s %s\n", req.RequestID, refusal(res.Reason))
+		}
 		return dec, nil
 	}
 	switch {
@@ -188,9 +192,9 @@ func indent(s, prefix string) string {
 func refusal(reason string) string {
 	switch reason {
 	case protocol.RejectDecided:
-		return "was decided already (by someone else, a remembered decision, or the clock)"
+		return "was decided already (by someone else, or a remembered decision)"
 	case protocol.RejectExpired:
-		return "has expired"
+		return "has expired (no decision came in time)"
 	case protocol.RejectUnknown:
 		return "is unknown"
 	default:

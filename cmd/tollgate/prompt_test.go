@@ -18,6 +18,7 @@ type fakeDecider struct {
 	decisions []protocol.ApprovalDecision
 	accepted  bool
 	reason    string
+	message   string
 	err       error
 }
 
@@ -25,7 +26,7 @@ func (f *fakeDecider) decide(_ context.Context, d protocol.ApprovalDecision) (pr
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.decisions = append(f.decisions, d)
-	return protocol.ApprovalResult{Accepted: f.accepted, Reason: f.reason}, f.err
+	return protocol.ApprovalResult{Accepted: f.accepted, Reason: f.reason, Message: f.message}, f.err
 }
 
 var bashRequest = request{
@@ -92,8 +93,10 @@ func TestAskAndDecideSendsTheAnswerAndSaysWhatBecameOfIt(t *testing.T) {
 		{"approved", &fakeDecider{accepted: true}, "y\n", "sent: approve Bash\n", false},
 		{"declined with a reason", &fakeDecider{accepted: true}, "r\nnot now\n", "sent: decline Bash (not now)\n", false},
 		{"edited", &fakeDecider{accepted: true}, "e\n{\"command\":\"ls\"}\n", "sent: approve Bash with edited arguments\n", false},
-		{"too late", &fakeDecider{reason: protocol.RejectDecided}, "y\n", "not taken: " + bashRequest.RequestID + " was decided already (by someone else, a remembered decision, or the clock)\n", false},
-		{"expired", &fakeDecider{reason: protocol.RejectExpired}, "y\n", "not taken: " + bashRequest.RequestID + " has expired\n", false},
+		{"too late", &fakeDecider{reason: protocol.RejectDecided}, "y\n", "not taken: " + bashRequest.RequestID + " was decided already (by someone else, or a remembered decision)\n", false},
+		{"expired", &fakeDecider{reason: protocol.RejectExpired}, "y\n", "not taken: " + bashRequest.RequestID + " has expired (no decision came in time)\n", false},
+		{"turn lost", &fakeDecider{reason: protocol.RejectUnknown, message: "turn t ended: the turn's history names payload k, which is not in the payload store"}, "y\n",
+			"not taken: " + bashRequest.RequestID + " is unknown: turn t ended: the turn's history names payload k, which is not in the payload store\n", false},
 		{"API down", &fakeDecider{err: errors.New("connection refused")}, "y\n", "", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
