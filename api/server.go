@@ -308,6 +308,13 @@ func (s *Server) turnEvents(c *gin.Context) {
 		writeError(c, s.log, err)
 		return
 	}
+	// A mistyped id answers at once, not after the wait a starting turn
+	// gets.
+	if !s.hub.known(c.Request.Context(), turnID) {
+		writeError(c, s.log, fmt.Errorf("%w: no turn %s, and its conversation has given out no such turn (turn_start and the %s header carry a turn's id)",
+			errTurnNotFound, turnID, protocol.HeaderTurnID))
+		return
+	}
 	s.stream(c, turnID, after)
 }
 
