@@ -491,6 +491,25 @@ func TestResumingATurnThatDoesNotExistIsNotFoundAtOnceWhileAQueuedTurnStreams(t 
 		require.Less(t, time.Since(began), waitFor/2, "answered at once, not after keep-alives")
 	}
 
+	// The conversation lists both turns, the queued one without its
+	// message yet; a conversation that does not exist is 404.
+	var listed struct {
+		Turns []protocol.TurnSummary `json:"turns"`
+	}
+	getJSON(t, other.URL+"/conversations/"+conv+"/turns", http.StatusOK, &listed)
+	require.Equal(t, []protocol.TurnSummary{{TurnID: workflows.TurnWorkflowID(conv, 1), Message: "think"}, {TurnID: queued}}, listed.Turns)
+	getJSON(t, other.URL+"/conversations/"+conv+"/turns?limit=1", http.StatusOK, &listed)
+	require.Equal(t, []protocol.TurnSummary{{TurnID: queued}}, listed.Turns, "the last turn")
+	req, err := http.NewRequest(http.MethodGet, other.URL+"/conversations/no-such-conversation/turns", nil)
+	require.NoError(t, err)
+	status, _ := doJSON(t, req)
+	require.Equal(t, http.StatusNotFound, status)
+	req, err = http.NewRequest(http.MethodGet, other.URL+"/conversations/"+conv+"/turns?limit=0", nil)
+	require.NoError(t, err)
+	status, msg := doJSON(t, req)
+	require.Equal(t, http.StatusBadRequest, status)
+	require.Contains(t, msg, `limit "0" is not a whole number from 1 to 50`)
+
 	// The queued turn streams: it starts once the first one stops.
 	resp, msgs, _ := openStream(t, eventsURL(other, queued), nil)
 	require.Equal(t, http.StatusOK, resp.StatusCode)
@@ -499,4 +518,14 @@ func TestResumingATurnThatDoesNotExistIsNotFoundAtOnceWhileAQueuedTurnStreams(t 
 	require.Equal(t, protocol.EventTurnStart, events[0].Type)
 	require.Equal(t, queued, events[0].TurnID)
 	require.Equal(t, protocol.FinishStop, lastOf(events).Reason)
+}
+
+// getJSON GETs url, requires status and decodes the body into out.
+func getJSON(t *testing.T, url string, status int, out any) {
+	t.Helper()
+	resp, err := http.Get(url)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, status, resp.StatusCode)
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(out))
 }

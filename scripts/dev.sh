@@ -137,7 +137,8 @@ $(tail -n 20 "$log")"
 	say "built bin/temporal in $(minsec $((SECONDS - start)))"
 }
 if [ -n "${TEMPORAL_CLI:-}" ]; then
-	TEMPORAL=$(command -v "$TEMPORAL_CLI" 2>/dev/null) || die "TEMPORAL_CLI=$TEMPORAL_CLI is not a program that runs"
+	TEMPORAL=$(command -v "$TEMPORAL_CLI" 2>/dev/null) && [ -x "$TEMPORAL" ] ||
+		die "TEMPORAL_CLI=$TEMPORAL_CLI is not a program that runs"
 	is_wanted_cli "$TEMPORAL" || say "warning: TEMPORAL_CLI=$TEMPORAL_CLI says '$("$TEMPORAL" --version 2>&1 | head -n 1)'; make dev is made for $cli_version (Server $server_version), and another version may not take every flag it gives"
 elif command -v temporal >/dev/null && is_wanted_cli "$(command -v temporal)"; then
 	TEMPORAL=$(command -v temporal)
@@ -256,6 +257,10 @@ $(tail -n 20 "$LOGS/worker.log")"
 	mcp_tools=$(sed -n 's/.*msg="MCP server started" mcpServer=\([^ ]*\) type=[^ ]* tools="\[\(.*\)\]".*/  MCP      \1: \2/p' "$LOGS/worker.log")
 fi
 
+# The terminal client's default API is make dev's default address.
+client=$BIN/tollgate
+[ "$api" = 127.0.0.1:8080 ] || client="TOLLGATE_API=http://$api $client"
+
 cat <<EOF
 
 tollgate is running.
@@ -268,6 +273,7 @@ tollgate is running.
   Logs     $LOGS/ (${names[*]/%/.log})${mcp_tools:+
 $mcp_tools}
   Try      curl -N http://$api/chat/stream -H 'Content-Type: application/json' -d '{"query":"tidy up the workspace"}'
+  Decide   $client approvals --decide (what waits, anywhere; or curl http://$api/approvals), or http://$api/inbox
 Ctrl-C stops everything.
 
 EOF
