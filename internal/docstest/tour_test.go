@@ -384,10 +384,23 @@ func TestTheREADMETourAnswersWhatTheREADMEShows(t *testing.T) {
 	}
 	var types []string
 	for _, d := range rest {
-		types = append(types, eventType(t, d))
+		if typ := eventType(t, d); len(types) == 0 || typ != protocol.EventToken || types[len(types)-1] != typ {
+			types = append(types, typ)
+		}
 	}
-	require.Equal(t, []string{protocol.EventApprovalDecision, protocol.EventApprovalDecision, protocol.EventToolResult},
-		types[:3], "two decisions, then one tool_result")
+	require.Equal(t, []string{protocol.EventApprovalDecision, protocol.EventApprovalDecision, protocol.EventToolResult,
+		protocol.EventToken, protocol.EventFinish}, types, "two decisions, one tool_result, the answer's tokens, finish")
+	_, goesOn, ok := strings.Cut(string(readme), "The first stream goes on:")
+	require.True(t, ok, "the README says how the first stream goes on")
+	goesOn, _, _ = strings.Cut(goesOn, "\n\n")
+	var named []string
+	for _, span := range CodeSpans(goesOn) {
+		if span == strings.ToLower(span) { // event types; the tools' names are capitalized
+			named = append(named, span)
+		}
+	}
+	require.ElementsMatch(t, slices.Compact(slices.Sorted(slices.Values(types))), named,
+		"the README names the events the first stream goes on with, and no other")
 
 	require.Equal(t, 0, stack.dev.interrupt(t), "Ctrl-C stops make dev cleanly:\n%s", stack.dev.output())
 	require.Contains(t, stack.dev.output(), "dev: stopped")
