@@ -104,5 +104,8 @@ corpus: $(TEMPORAL)
 	@test -n "$(RELEASE)" || { echo "usage: make corpus RELEASE=vX.Y.Z"; exit 2; }
 	TOLLGATE_RECORD_CORPUS=$(RELEASE) go test -count=1 -run '^TestRecordReplayCorpus$$' ./workflows/
 
-dev: $(TEMPORAL)
+# The Temporal CLI is TEMPORAL_CLI, or temporal on PATH at
+# TEMPORAL_CLI_VERSION, or bin/temporal, which scripts/dev.sh builds (saying
+# so, and how long) when it is missing.
+dev:
 	scripts/dev.sh

@@ -285,17 +285,15 @@ func TestConsoleApprovesAndDeclinesByClickAndShowsTheResults(t *testing.T) {
 	b.do(chromedp.WaitVisible(chromedp.CSS(callIn(turn, "Bash") + ` [data-testid="approve"]`)))
 	b.waitUntil(count(turn+` [data-testid="approval-request"]`) + ` === 2`)
 
-	// Each call shows its arguments as indented JSON; the Write its content
-	// as added lines.
+	// Each call shows its arguments as indented JSON; the Write what the
+	// worker's preview says it does.
 	args := eval[string](b, fmt.Sprintf(`document.querySelector(%s).textContent`, jsQuote(callIn(turn, "Write")+` [data-testid="tool-args"]`)))
 	require.Contains(t, args, "\n  \"file_path\": \""+scripted.DemoNotePath+"\"")
-	added := eval[[]string](b, fmt.Sprintf(`[...document.querySelectorAll(%s)].map((e) => e.textContent)`, jsQuote(callIn(turn, "Write")+` [data-testid="diff-add"]`)))
-	require.Equal(t, []string{"+ A note from tollgate's demo model.", "+ You asked: tidy up, please"}, added)
+	preview := eval[string](b, fmt.Sprintf(`document.querySelector(%s).textContent`, jsQuote(callIn(turn, "Write")+` [data-testid="preview"]`)))
+	require.Contains(t, preview, "+ A note from tollgate's demo model.+ You asked: tidy up, please")
 	require.Equal(t, "Read", eval[string](b, `document.querySelector('.call .tool-name').textContent`))
 	// The unprotected Read has not run: its batch waits.
 	b.waitUntil(fmt.Sprintf(`document.querySelector(%s)?.textContent === "waiting for the batch"`, jsQuote(callIn(turn, "Read")+` [data-testid="call-status"]`)))
-	require.NotContains(t, eval[string](b, fmt.Sprintf(`document.querySelector(%s).textContent`, jsQuote(callIn(turn, "Write")+` [data-testid="diff"]`))), "−0",
-		"the console does not claim a write removes nothing: the worker's preview says what it replaces")
 	b.screenshot("console-mid-approval")
 
 	// Approve the Write, decline the Bash with a reason.
@@ -485,7 +483,8 @@ func TestConsoleNestsSubagentEventsUnderTheirTaskCall(t *testing.T) {
 	sub := task + ` [data-testid="subagent"][data-name="notetaker"]`
 	b.do(chromedp.WaitVisible(chromedp.CSS(sub + ` .call[data-tool="Write"] [data-testid="approve"]`)))
 	require.Equal(t, 1, eval[int](b, count(sub+` .call[data-tool="Read"]`)), "the subagent's calls are nested under the Task call")
-	require.Equal(t, 1, eval[int](b, count(sub+` [data-testid="diff"]`)))
+	require.Equal(t, 1, eval[int](b, count(sub+` [data-testid="preview"]`)), "the Write shows the worker's preview")
+	require.Zero(t, eval[int](b, count(sub+` [data-testid="diff"]`)), "and no diff of the console's own")
 	b.screenshot("console-subagent")
 
 	b.do(
@@ -659,4 +658,65 @@ func TestConsoleAsksToRaiseASpentBudgetAndTheTurnGoesOn(t *testing.T) {
 	require.Contains(t, head, "Budget spent: the turn tool calls budget is spent: 3 of 2 tool calls; approve to go on with it raised to 5")
 	b.do(chromedp.Click(chromedp.CSS(budget + ` [data-testid="approve"]`)))
 	b.do(chromedp.WaitVisible(chromedp.CSS(turn + ` [data-testid="finish"][data-reason="stop"]`)))
+}
+
+// TestConsoleOpensAConversationStartedElsewhereWithItsTurnsMessagesAndWaitingCalls
+// starts a conversation over HTTP, as curl does, and opens the console on
+// it twice: fresh at /, which lists the calls that wait elsewhere and opens
+// their conversation with a click, and at the inbox's link. Each time every
+// turn shows the message the API has, and the waiting calls are decided by
+// click. The Write overwrites a file: its card shows the worker's preview,
+// not a diff of its own.
+func TestConsoleOpensAConversationStartedElsewhereWithItsTurnsMessagesAndWaitingCalls(t *testing.T) {
+	st := newStack(t)
+	require.NoError(t, os.MkdirAll(filepath.Join(st.workspace, filepath.Dir(scripted.DemoNotePath)), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(st.workspace, scripted.DemoNotePath), []byte("an older note\n"), 0o644))
+	const conv = "started-with-curl"
+	waiting := func(query string) string {
+		t.Helper()
+		resp, msgs := st.chat(t, `{"query": "`+query+`", "conversationId": "`+conv+`"}`)
+		seq := 0
+		untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 2)
+		return resp.Header.Get(protocol.HeaderTurnID)
+	}
+	waiting("the first message")
+	turn2 := waiting("the second message") // the first turn stops for it
+
+	b := newBrowser(t)
+	b.do(chromedp.Navigate(st.api.URL + "/"))
+	listed := `[data-testid="elsewhere-conversation"][data-conversation-id="` + conv + `"]`
+	b.do(chromedp.WaitVisible(chromedp.CSS(listed)))
+	require.Contains(t, eval[string](b, `document.querySelector('[data-testid="elsewhere"]').textContent`), "2 calls wait for a decision in another conversation")
+	require.Contains(t, eval[string](b, fmt.Sprintf(`document.querySelector(%s).textContent`, jsQuote(listed))), "Write, Bash")
+	b.do(chromedp.Click(chromedp.CSS(listed + ` [data-testid="open-conversation"]`)))
+
+	b.waitUntil(count(consoleTurn) + ` === 2`)
+	b.waitUntil(`document.querySelector('[data-testid="conversation-id"]').textContent === ` + jsQuote(conv))
+	messages := `[...document.querySelectorAll('[data-testid="user-message"]')].map((e) => e.textContent)`
+	require.Equal(t, []string{"the first message", "the second message"}, eval[[]string](b, messages))
+	require.Equal(t, turn2, turnIDOf(b, nthTurn(2)))
+	second := nthTurn(2)
+	b.do(chromedp.WaitVisible(chromedp.CSS(callIn(second, "Write") + ` [data-testid="approve"]`)))
+	b.waitUntil(count(second+` [data-testid="approval-actions"]`) + ` === 2`)
+	b.waitUntil(`document.querySelector('[data-testid="elsewhere"]').hidden`)
+	// One truth about the Write: the worker's preview of the overwrite.
+	require.Zero(t, eval[int](b, count(callIn(second, "Write")+` [data-testid="diff"]`)), "no diff of the console's own")
+	require.Equal(t, 1, eval[int](b, count(callIn(second, "Write")+` [data-testid="preview"]`)))
+	require.True(t, strings.HasPrefix(eval[string](b, fmt.Sprintf(`document.querySelector(%s).textContent`, jsQuote(callIn(second, "Write")+` .preview-head`))),
+		"overwrite "+scripted.DemoNotePath))
+
+	b.do(
+		chromedp.Click(chromedp.CSS(callIn(second, "Bash")+` [data-testid="approve"]`)),
+		chromedp.Click(chromedp.CSS(callIn(second, "Write")+` [data-testid="decline"]`)),
+		chromedp.WaitVisible(chromedp.CSS(second+` [data-testid="finish"][data-reason="stop"]`)),
+	)
+	b.waitUntil(count(callIn(second, "Bash")+` [data-testid="tool-result"][data-status="ok"]`) + ` === 1`)
+
+	// From the inbox's link, in a browser that never saw the conversation.
+	turn3 := waiting("a third message")
+	inbox := newBrowser(t)
+	inbox.do(chromedp.Navigate(st.api.URL + "/?conversation=" + conv + "&turn=" + turn3))
+	inbox.waitUntil(count(consoleTurn) + ` === 3`)
+	require.Equal(t, []string{"the first message", "the second message", "a third message"}, eval[[]string](inbox, messages))
+	inbox.do(chromedp.WaitVisible(chromedp.CSS(callIn(nthTurn(3), "Bash") + ` [data-testid="approve"]`)))
 }

@@ -453,3 +453,79 @@ func countRole(msgs []openai.ChatCompletionMessage, role string) int {
 	}
 	return n
 }
+
+func TestResumingATurnThatDoesNotExistIsNotFoundAtOnceWhileAQueuedTurnStreams(t *testing.T) {
+	// The first turn's model call thinks until the test lets it, so the
+	// second message's turn is given its number but queued: it does not
+	// exist in Temporal yet when it is asked for.
+	think := make(chan struct{})
+	st := newStack(t, withScript(func(req openai.ChatCompletionRequest) scripted.Reply {
+		if countRole(req.Messages, openai.ChatMessageRoleUser) == 1 {
+			return scripted.Reply{Content: "Thinking it over.", Hold: think}
+		}
+		return scripted.Reply{Content: "Done."}
+	}))
+	const conv = "e2e-unknown-turn"
+	first, _ := st.chat(t, `{"query": "think", "conversationId": "`+conv+`"}`)
+	require.Equal(t, workflows.TurnWorkflowID(conv, 1), first.Header.Get(protocol.HeaderTurnID))
+	second, _ := chatAt(t, st.api.URL, `{"query": "and then", "conversationId": "`+conv+`"}`)
+	queued := second.Header.Get(protocol.HeaderTurnID)
+	require.Equal(t, workflows.TurnWorkflowID(conv, 2), queued)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	_, err := st.client.DescribeWorkflow(ctx, queued, "")
+	require.True(t, isNotFound(err), "the second turn waits behind the first: %v", err)
+
+	// Mistyped ids, a turn the conversation has not given out, and a
+	// conversation that does not exist: 404 at once, on any API instance.
+	other := st.newAPI(t)
+	for _, id := range []string{
+		workflows.TurnWorkflowID(conv+"x", 1), workflows.TurnWorkflowID(conv, 3), workflows.TurnWorkflowID("no-such-conversation", 1),
+	} {
+		began := time.Now()
+		req, err := http.NewRequest(http.MethodGet, eventsURL(other, id)+"?after=0", nil)
+		require.NoError(t, err)
+		status, msg := doJSON(t, req)
+		require.Equal(t, http.StatusNotFound, status, id)
+		require.Contains(t, msg, "turn not found: no turn "+id)
+		require.Less(t, time.Since(began), waitFor/2, "answered at once, not after keep-alives")
+	}
+
+	// The conversation lists both turns, the queued one without its
+	// message yet; a conversation that does not exist is 404.
+	var listed struct {
+		Turns []protocol.TurnSummary `json:"turns"`
+	}
+	getJSON(t, other.URL+"/conversations/"+conv+"/turns", http.StatusOK, &listed)
+	require.Equal(t, []protocol.TurnSummary{{TurnID: workflows.TurnWorkflowID(conv, 1), Message: "think"}, {TurnID: queued}}, listed.Turns)
+	getJSON(t, other.URL+"/conversations/"+conv+"/turns?limit=1", http.StatusOK, &listed)
+	require.Equal(t, []protocol.TurnSummary{{TurnID: queued}}, listed.Turns, "the last turn")
+	req, err := http.NewRequest(http.MethodGet, other.URL+"/conversations/no-such-conversation/turns", nil)
+	require.NoError(t, err)
+	status, _ := doJSON(t, req)
+	require.Equal(t, http.StatusNotFound, status)
+	req, err = http.NewRequest(http.MethodGet, other.URL+"/conversations/"+conv+"/turns?limit=0", nil)
+	require.NoError(t, err)
+	status, msg := doJSON(t, req)
+	require.Equal(t, http.StatusBadRequest, status)
+	require.Contains(t, msg, `limit "0" is not a whole number from 1 to 50`)
+
+	// The queued turn streams: it starts once the first one stops.
+	resp, msgs, _ := openStream(t, eventsURL(other, queued), nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	close(think)
+	events := streamToEnd(t, msgs)
+	require.Equal(t, protocol.EventTurnStart, events[0].Type)
+	require.Equal(t, queued, events[0].TurnID)
+	require.Equal(t, protocol.FinishStop, lastOf(events).Reason)
+}
+
+// getJSON GETs url, requires status and decodes the body into out.
+func getJSON(t *testing.T, url string, status int, out any) {
+	t.Helper()
+	resp, err := http.Get(url)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, status, resp.StatusCode)
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(out))
+}

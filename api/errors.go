@@ -31,7 +31,8 @@ var errUnknownTurn = errors.New("unknown turn: not a tollgate turn id")
 // has closed: it takes no more, and its id starts no new one.
 var errConversationEnded = errors.New("has ended (terminated, failed or cancelled) and takes no more messages; its id cannot start a new conversation: send without a conversationId, or with a new one")
 
-// errTurnNotFound ends a stream whose turn never appeared in Temporal.
+// errTurnNotFound answers a stream request for a turn that does not exist
+// and will not, and ends a stream whose turn never appeared in Temporal.
 var errTurnNotFound = errors.New("turn not found")
 
 // statusClientClosedRequest is nginx's status for a request its client
@@ -56,7 +57,7 @@ func errorStatus(err error) (int, string) {
 		return http.StatusRequestEntityTooLarge, err.Error()
 	case errors.Is(err, errUnsupportedMediaType):
 		return http.StatusUnsupportedMediaType, err.Error()
-	case errors.Is(err, errUnknownTurn), errors.Is(err, errUnknownGrant):
+	case errors.Is(err, errUnknownTurn), errors.Is(err, errTurnNotFound), errors.Is(err, errUnknownGrant):
 		return http.StatusNotFound, err.Error()
 	case errors.Is(err, context.Canceled):
 		// The client left; nobody reads the answer.

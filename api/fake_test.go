@@ -38,6 +38,9 @@ type fakeTurn struct {
 	events  []protocol.Event
 	closed  bool
 	missing bool
+	// absent: the turn does not exist and no conversation promised it, as
+	// Exists answers; a missing turn that is not absent is starting.
+	absent bool
 	// news is closed and replaced at every change.
 	news chan struct{}
 }
@@ -80,6 +83,22 @@ func (f *fakeSource) setMissing(turnID string, missing bool) {
 	t := f.turn(turnID)
 	t.missing = missing
 	f.change(t)
+}
+
+// setAbsent makes the turn one that does not exist and will not.
+func (f *fakeSource) setAbsent(turnID string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t := f.turn(turnID)
+	t.missing, t.absent = true, true
+	f.change(t)
+}
+
+// Exists answers whether the turn exists or is starting.
+func (f *fakeSource) Exists(_ context.Context, turnID string) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return !f.turn(turnID).absent, nil
 }
 
 // close closes the turn's workflow.

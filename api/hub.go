@@ -32,6 +32,11 @@ type eventSource interface {
 	// returns nil once the workflow has closed, a NotFound error while the
 	// workflow does not exist, or another error when watching failed.
 	Watch(ctx context.Context, turnID string, changed func()) error
+	// Exists reports whether the turn exists or is sure to: its workflow
+	// exists, or its conversation has given out its number (a turn queued
+	// behind another starts when that one stops). An error means it could
+	// not tell.
+	Exists(ctx context.Context, turnID string) (bool, error)
 	// Live returns the token events in the heartbeat details of the turn's
 	// model call activityID (workflows.LiveTokens); running is false once
 	// that call is no longer pending.
@@ -149,6 +154,27 @@ func (h *hub) subscribe(turnID string, after int) *subscription {
 	f.subs[s] = struct{}{}
 	f.mu.Unlock()
 	return s
+}
+
+// known reports whether turnID exists or is sure to, asking the source
+// unless this process streams it already. Where the source cannot tell
+// (no worker answers the conversation's query), the turn counts as known:
+// its stream then waits for it as before.
+func (h *hub) known(ctx context.Context, turnID string) bool {
+	h.mu.Lock()
+	f := h.feeds[turnID]
+	h.mu.Unlock()
+	if f != nil && f.last() > 0 {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(ctx, h.settings.queryTimeout)
+	defer cancel()
+	ok, err := h.src.Exists(ctx, turnID)
+	if err != nil {
+		h.log.Debug("cannot tell whether the turn exists; streaming it", "turnId", turnID, "error", err)
+		return true
+	}
+	return ok
 }
 
 // unsubscribe removes s from its feed; the last one to leave stops the
@@ -580,6 +606,32 @@ func (s temporalSource) Events(ctx context.Context, turnID string, after int, cl
 		return workflows.EventsResponse{}, fmt.Errorf("decode %s of turn %s: %w", workflows.EventsQuery, turnID, err)
 	}
 	return resp, nil
+}
+
+// Exists asks Temporal for the turn's workflow and, when there is none
+// (yet), its conversation for how many turns it has given out.
+func (s temporalSource) Exists(ctx context.Context, turnID string) (bool, error) {
+	_, err := s.client.DescribeWorkflow(ctx, turnID, "")
+	if !isNotFound(err) {
+		return err == nil, err
+	}
+	conv, n, ok := workflows.ParseTurnWorkflowID(turnID)
+	if !ok {
+		// No turn's id (a subagent's, say): its stream says what it is.
+		return true, nil
+	}
+	v, err := s.client.QueryWorkflow(ctx, workflows.ConversationWorkflowID(conv), "", workflows.StateQuery)
+	if isNotFound(err) {
+		return false, nil
+	}
+	var state workflows.ConversationState
+	if err == nil {
+		err = v.Get(&state)
+	}
+	if err != nil {
+		return false, fmt.Errorf("query %s of conversation %s: %w", workflows.StateQuery, conv, err)
+	}
+	return n <= state.Turns, nil
 }
 
 // Live reads the heartbeat details of the turn's model call activityID from

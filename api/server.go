@@ -139,6 +139,8 @@ type Server struct {
 	ledger *auditdb.Ledger
 	// links checks decision links, or is nil.
 	links *links.Key
+	// codec resolves the payload store's references; nil without a store.
+	codec converter.PayloadCodec
 }
 
 // NewServer builds the API on Temporal.
@@ -167,6 +169,7 @@ func newServer(o Options, src eventSource, settings hubSettings) *Server {
 		anyHost:        o.AnyHost,
 		allowedOrigins: o.AllowedOrigins,
 		codecOrigins:   o.CodecOrigins,
+		codec:          o.Codec,
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -191,6 +194,7 @@ func newServer(o Options, src eventSource, settings hubSettings) *Server {
 	r.POST("/chat/tool-result", chat, s.toolResult)
 	r.GET("/conversations/:conversationId/grants", approve, s.grants)
 	r.GET("/conversations/:conversationId/messages", read, s.messages)
+	r.GET("/conversations/:conversationId/turns", read, s.conversationTurns)
 	r.DELETE("/conversations/:conversationId/grants/:grantId", approve, s.revokeGrant)
 	r.GET("/approvals", approve, s.listApprovals)
 	r.GET("/audit", approve, s.listAudit)
@@ -312,6 +316,13 @@ func (s *Server) turnEvents(c *gin.Context) {
 	after, err := resumeCursor(c.Request)
 	if err != nil {
 		writeError(c, s.log, err)
+		return
+	}
+	// A mistyped id answers at once, not after the wait a starting turn
+	// gets.
+	if !s.hub.known(c.Request.Context(), turnID) {
+		writeError(c, s.log, fmt.Errorf("%w: no turn %s, and its conversation has given out no such turn (turn_start and the %s header carry a turn's id)",
+			errTurnNotFound, turnID, protocol.HeaderTurnID))
 		return
 	}
 	s.stream(c, turnID, after)

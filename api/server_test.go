@@ -172,6 +172,26 @@ func TestStreamOfAForeignTurnIDIsNotFound(t *testing.T) {
 	require.Contains(t, msg, "unknown turn")
 }
 
+func TestStreamOfATurnNobodyPromisedIsNotFoundAndOfAStartingTurnStreams(t *testing.T) {
+	src := newFakeSource()
+	absent, starting := workflows.TurnWorkflowID("c1", 9), workflows.TurnWorkflowID("c1", 2)
+	src.setAbsent(absent)
+	src.setMissing(starting, true)
+	_, ts := newTestServer(t, src, time.Hour)
+
+	req, err := http.NewRequest(http.MethodGet, eventsURL(ts, absent), nil)
+	require.NoError(t, err)
+	status, msg := doJSON(t, req)
+	require.Equal(t, http.StatusNotFound, status)
+	require.Contains(t, msg, "turn not found: no turn "+absent)
+
+	resp, msgs, _ := openStream(t, eventsURL(ts, starting), nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	src.publish(starting, protocol.EventTurnStart, protocol.EventFinish)
+	src.setMissing(starting, false)
+	require.Len(t, drain(t, msgs), 2)
+}
+
 func TestStreamOfATurnThatNeverStartsEndsWithAnErrorEvent(t *testing.T) {
 	src := newFakeSource()
 	src.setMissing(testTurn, true)

@@ -1,15 +1,24 @@
 #!/usr/bin/env bash
 # make dev: run tollgate on this machine. A tuned Temporal dev server with its
 # Web UI, the scripted model when no OPENAI_API_KEY is set, the worker and the
-# API. Ctrl-C stops them all. Logs go to $TOLLGATE_STATE_DIR/logs.
+# API. Ctrl-C stops them all (exit 0 when they all stop). Logs go to
+# $TOLLGATE_STATE_DIR/logs.
+#
+# The Temporal CLI is $TEMPORAL_CLI when set, else `temporal` on PATH when it
+# is the version the Makefile names, else bin/temporal, built the first time.
+# TOLLGATE_DEV_BIN (default bin) is where tollgate's binaries are built;
+# TOLLGATE_DEV_TEMPORAL_PORT, TOLLGATE_DEV_UI_PORT and TOLLGATE_DEV_MODEL_ADDR
+# move the dev server, its Web UI and the scripted model (the README's tour
+# test runs a second stack so).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 STATE_DIR=${TOLLGATE_STATE_DIR:-.tollgate}
 LOGS=$STATE_DIR/logs
-TEMPORAL_PORT=7233
-UI_PORT=8233
-MODEL_ADDR=127.0.0.1:8090
+BIN=${TOLLGATE_DEV_BIN:-bin}
+TEMPORAL_PORT=${TOLLGATE_DEV_TEMPORAL_PORT:-7233}
+UI_PORT=${TOLLGATE_DEV_UI_PORT:-8233}
+MODEL_ADDR=${TOLLGATE_DEV_MODEL_ADDR:-127.0.0.1:8090}
 export TEMPORAL_ADDRESS=127.0.0.1:$TEMPORAL_PORT
 export TEMPORAL_NAMESPACE=${TEMPORAL_NAMESPACE:-default}
 export HTTP_ADDR=${HTTP_ADDR:-127.0.0.1:8080}
@@ -41,25 +50,25 @@ if [ -z "${TOLLGATE_NOTIFY_URL:-}" ]; then
 	export TOLLGATE_NOTIFY_URL=http://$MODEL_ADDR/notices
 fi
 # The Web UI reads those payloads through the API's codec endpoint.
-export TOLLGATE_CODEC_ORIGINS=${TOLLGATE_CODEC_ORIGINS:-http://127.0.0.1:8233,http://localhost:8233}
+export TOLLGATE_CODEC_ORIGINS=${TOLLGATE_CODEC_ORIGINS:-http://127.0.0.1:$UI_PORT,http://localhost:$UI_PORT}
 
 say() { printf 'dev: %s\n' "$*"; }
 die() { say "$*" >&2; exit 1; }
 
-# ---- build ----------------------------------------------------------------
-if [ ! -x bin/temporal ]; then
-	say "building the Temporal CLI into bin/ (about six minutes the first time)"
-	make temporal
-fi
-go build -o bin/ ./worker ./api ./cmd/scripted-model
-mkdir -p "$LOGS"
-
 # ---- process supervision --------------------------------------------------
-pids=() names=()
+pids=() names=() heartbeat=""
+# cleanup stops what was started, API first, and exits with rc; after an
+# interrupt (Ctrl-C, a TERM) with 0 once everything stopped by itself, as
+# asked, or 130 when the interrupt came before anything ran.
 cleanup() {
-	local rc=$?
+	local rc=$? how=${1:-exit}
 	trap - INT TERM EXIT
 	set +e
+	[ -z "$heartbeat" ] || kill "$heartbeat" 2>/dev/null
+	if [ "$how" = interrupt ]; then
+		rc=130
+		((${#pids[@]} == 0)) || rc=0
+	fi
 	((${#pids[@]})) || exit $rc
 	say "stopping ${names[*]}"
 	# Reverse order: the API and worker leave before the server they use.
@@ -67,14 +76,84 @@ cleanup() {
 	for _ in $(seq 100); do
 		alive=0
 		for pid in "${pids[@]}"; do if kill -0 "$pid" 2>/dev/null; then alive=1; fi; done
-		((alive)) || exit $rc
+		if ((!alive)); then
+			[ "$how" != interrupt ] || say "stopped"
+			exit $rc
+		fi
 		sleep 0.1
 	done
 	say "killing what did not stop within 10s"
 	for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null; done
-	exit $rc
+	exit $((rc ? rc : 1))
 }
-trap cleanup INT TERM EXIT
+trap 'cleanup interrupt' INT TERM
+trap cleanup EXIT
+
+# ---- the Temporal CLI -----------------------------------------------------
+mkdir -p "$LOGS"
+# The version the Makefile installs; its dev server is Temporal Server
+# TEMPORAL_SERVER_VERSION, which a `go install` build reports (it says
+# version 0.0.0-DEV), and a release says both.
+makefile_var() { sed -n "s/^$1 := //p" Makefile; }
+cli_version=$(makefile_var TEMPORAL_CLI_VERSION)
+server_version=$(makefile_var TEMPORAL_SERVER_VERSION)
+# is_wanted_cli BIN: BIN is the Temporal CLI make dev is made for.
+is_wanted_cli() {
+	local v
+	v=$("$1" --version 2>/dev/null) || return 1
+	[[ $v == "temporal version ${cli_version#v} "* || $v == *"(Server ${server_version#v},"* ]]
+}
+# minsec SECONDS: 2m05s.
+minsec() { printf '%dm%02ds' $(($1 / 60)) $(($1 % 60)); }
+# build_cli builds bin/temporal with make, saying first what, why and how
+# long, then every 15s that it is still going. The build runs in the
+# foreground, so Ctrl-C stops it; the heartbeat ends with this script.
+build_cli() {
+	local log=$LOGS/temporal-build.log
+	cat <<END
+dev: building the Temporal CLI $cli_version into bin/temporal. make dev runs
+dev: Temporal's dev server and Web UI from it; tollgate's workflows run there.
+dev: The first build compiles some 1,300 packages (go install from the Go
+dev: module proxy): about six minutes on two cores, less on more. It is done
+dev: once: bin/temporal is reused after that.
+dev: To use a Temporal CLI you have instead, stop this (Ctrl-C) and run
+dev:   TEMPORAL_CLI=/path/to/temporal make dev
+dev: (or put temporal $cli_version on your PATH). The build's log: $log
+END
+	local start=$SECONDS rc=0
+	(
+		for ((i = 1; ; i++)); do
+			sleep 1
+			kill -0 $$ 2>/dev/null || exit 0
+			((i % 15)) || say "still building the Temporal CLI: $(minsec $((SECONDS - start))) so far, $(grep -vc '^go: \|^GOBIN=' "$log") of about 1,300 packages compiled"
+		done
+	) &
+	heartbeat=$!
+	GOFLAGS="${GOFLAGS:+$GOFLAGS }-v" make --no-print-directory temporal >"$log" 2>&1 || rc=$?
+	kill "$heartbeat" 2>/dev/null || true
+	heartbeat=""
+	((rc == 0)) || die "building the Temporal CLI failed; the end of $log:
+$(tail -n 20 "$log")"
+	say "built bin/temporal in $(minsec $((SECONDS - start)))"
+}
+if [ -n "${TEMPORAL_CLI:-}" ]; then
+	TEMPORAL=$(command -v "$TEMPORAL_CLI" 2>/dev/null) && [ -x "$TEMPORAL" ] ||
+		die "TEMPORAL_CLI=$TEMPORAL_CLI is not a program that runs"
+	is_wanted_cli "$TEMPORAL" || say "warning: TEMPORAL_CLI=$TEMPORAL_CLI says '$("$TEMPORAL" --version 2>&1 | head -n 1)'; make dev is made for $cli_version (Server $server_version), and another version may not take every flag it gives"
+elif command -v temporal >/dev/null && is_wanted_cli "$(command -v temporal)"; then
+	TEMPORAL=$(command -v temporal)
+else
+	TEMPORAL=bin/temporal
+	if [ ! -x "$TEMPORAL" ] && command -v temporal >/dev/null; then
+		say "temporal on your PATH says '$(temporal --version 2>&1 | head -n 1)', not $cli_version (Server $server_version); TEMPORAL_CLI=$(command -v temporal) make dev uses it anyway"
+	fi
+	[ -x "$TEMPORAL" ] || build_cli
+fi
+say "the Temporal CLI: $TEMPORAL"
+
+# ---- build ----------------------------------------------------------------
+say "building tollgate into $BIN/: worker, api, scripted-model and tollgate (the terminal client)"
+go build -o "$BIN/" ./worker ./api ./cmd/scripted-model ./cmd/tollgate
 
 # start NAME CMD...: runs CMD in the background with its output in the log.
 start() {
@@ -112,7 +191,7 @@ namespace_flag=()
 [ "$TEMPORAL_NAMESPACE" = default ] || namespace_flag=(--namespace "$TEMPORAL_NAMESPACE")
 # Tuned for one machine, as internal/devserver tunes the tests' servers
 # (TestMakeDevTunesItsServerAlike keeps the two alike).
-start temporal bin/temporal server start-dev --ip 127.0.0.1 --port $TEMPORAL_PORT \
+start temporal "$TEMPORAL" server start-dev --ip 127.0.0.1 --port $TEMPORAL_PORT \
 	--ui-port $UI_PORT --log-level warn \
 	--ui-codec-endpoint "http://${HTTP_ADDR/#:/127.0.0.1:}/codec" \
 	--db-filename "$STATE_DIR/temporal.db" "${namespace_flag[@]}" \
@@ -123,7 +202,7 @@ start temporal bin/temporal server start-dev --ip 127.0.0.1 --port $TEMPORAL_POR
 	--dynamic-config-value system.enableActivityEagerExecution=true
 wait_port temporal "$TEMPORAL_ADDRESS"
 for i in $(seq 300); do
-	bin/temporal operator namespace describe --address "$TEMPORAL_ADDRESS" \
+	"$TEMPORAL" operator namespace describe --address "$TEMPORAL_ADDRESS" \
 		--namespace "$TEMPORAL_NAMESPACE" >/dev/null 2>&1 && break
 	((i < 300)) || die "Temporal does not serve namespace $TEMPORAL_NAMESPACE after 30s; see $LOGS/temporal.log"
 	sleep 0.1
@@ -133,7 +212,7 @@ done
 # The scripted model's process runs when it is the model or the notices'
 # hook.
 if [ -z "${OPENAI_API_KEY:-}" ] || [ -n "$NOTICES" ]; then
-	start scripted-model bin/scripted-model -addr $MODEL_ADDR ${NOTICES:+-notices "$NOTICES"}
+	start scripted-model "$BIN/scripted-model" -addr $MODEL_ADDR ${NOTICES:+-notices "$NOTICES"}
 	wait_port scripted-model $MODEL_ADDR
 fi
 if [ -z "${OPENAI_API_KEY:-}" ]; then
@@ -154,9 +233,9 @@ else. Every Write, Edit and Bash call waits for your approval.
 EOF
 fi
 
-start worker bin/worker
+start worker "$BIN/worker"
 worker_pid=${pids[-1]}
-start api bin/api
+start api "$BIN/api"
 api=$HTTP_ADDR
 [ "${api%%:*}" ] || api=127.0.0.1$api
 wait_port api "$api"
@@ -178,6 +257,10 @@ $(tail -n 20 "$LOGS/worker.log")"
 	mcp_tools=$(sed -n 's/.*msg="MCP server started" mcpServer=\([^ ]*\) type=[^ ]* tools="\[\(.*\)\]".*/  MCP      \1: \2/p' "$LOGS/worker.log")
 fi
 
+# The terminal client's default API is make dev's default address.
+client=$BIN/tollgate
+[ "$api" = 127.0.0.1:8080 ] || client="TOLLGATE_API=http://$api $client"
+
 cat <<EOF
 
 tollgate is running.
@@ -190,6 +273,7 @@ tollgate is running.
   Logs     $LOGS/ (${names[*]/%/.log})${mcp_tools:+
 $mcp_tools}
   Try      curl -N http://$api/chat/stream -H 'Content-Type: application/json' -d '{"query":"tidy up the workspace"}'
+  Decide   $client approvals --decide (what waits, anywhere; or curl http://$api/approvals), or http://$api/inbox
 Ctrl-C stops everything.
 
 EOF

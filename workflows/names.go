@@ -124,8 +124,27 @@ func ConversationWorkflowID(conversationID string) string {
 
 // TurnWorkflowID is the workflow ID of turn n (from 1) of a conversation.
 func TurnWorkflowID(conversationID string, n int) string {
-	return fmt.Sprintf("%sconv-%s-turn-%d", workflowIDPrefix, conversationID, n)
+	return fmt.Sprintf("%s%s%d", ConversationWorkflowID(conversationID), turnIDSeparator, n)
 }
+
+// ParseTurnWorkflowID returns the conversation and number of a turn's
+// workflow ID; ok is false for any ID TurnWorkflowID does not make.
+func ParseTurnWorkflowID(id string) (conversationID string, n int, ok bool) {
+	rest, ok := strings.CutPrefix(id, ConversationWorkflowID(""))
+	i := strings.LastIndex(rest, turnIDSeparator)
+	if !ok || i <= 0 {
+		return "", 0, false
+	}
+	conversationID = rest[:i]
+	n, err := strconv.Atoi(rest[i+len(turnIDSeparator):])
+	if err != nil || n < 1 || TurnWorkflowID(conversationID, n) != id {
+		return "", 0, false
+	}
+	return conversationID, n, true
+}
+
+// turnIDSeparator joins a turn's number to its conversation's ID.
+const turnIDSeparator = "-turn-"
 
 // SubagentWorkflowID is the workflow ID of the n-th subagent (from 1) that
 // the workflow parentID (a turn or a subagent) starts.

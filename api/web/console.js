@@ -11,7 +11,9 @@
 //     is resumed with GET /chat/turns/{turnId}/events?after=lastSeq, with
 //     backoff, for as long as the turn has not finished.
 //   - localStorage keeps the conversation id and its recent turns (turnId,
-//     query), written when a turn is added. A reload rebuilds every kept turn from
+//     query), written when a turn is added; at load they are merged with
+//     the turns the API lists for the conversation (GET
+//     /conversations/{id}/turns), which knows those started elsewhere. A reload rebuilds every kept turn from
 //     scratch: a fresh view with lastSeq 0 streams ?after=0, which for an
 //     unfinished turn then simply goes on live. The server's log is the only
 //     source of truth, so nothing can be rendered twice.
@@ -121,12 +123,20 @@
       this.statusEl = h('span', { class: 'turn-status', testid: 'turn-status', 'data-state': 'connecting' }, 'connecting');
       this.timeline = h('div', { class: 'timeline' });
       this.root = newScope(this.timeline);
+      this.msgEl = h('div', { class: 'user-msg', testid: 'user-message' }, rec.query || '(a message sent elsewhere)');
       this.el = h('section', { class: 'turn', testid: 'turn', 'data-turn-id': rec.turnId },
         h('div', { class: 'turn-head' },
-          h('div', { class: 'user-msg', testid: 'user-message' }, rec.query || '(a message sent elsewhere)'),
+          this.msgEl,
           h('div', { class: 'turn-meta' }, h('code', { class: 'turn-id' }, rec.turnId), this.statusEl)),
         this.timeline);
       turnsEl.append(this.el);
+    }
+
+    // setQuery shows the user's message, once the API has said it.
+    setQuery(query) {
+      if (!query || this.rec.query) return;
+      this.rec.query = query;
+      this.msgEl.textContent = query;
     }
 
     setStatus(s, text) {
@@ -425,6 +435,10 @@
         panel);
       const card = scope.cards.get(ev.toolCallId);
       if (card) {
+        // The worker's preview, read where the files are, says what the
+        // call does: the card's own diff of the arguments would be a
+        // second, different story (a Write that overwrites, say).
+        if (ev.preview) card.querySelector(':scope > [data-testid="diff"]')?.remove();
         card.querySelector(':scope > .approval-slot').append(el);
         card.classList.add('needs-approval');
         this.setCardStatus(card, 'waiting', 'waiting for approval');
@@ -601,20 +615,97 @@
       form.requestSubmit();
     }
   });
-  document.getElementById('new-conversation').addEventListener('click', () => {
+  // switchTo leaves the conversation shown for conv (null: a new one).
+  function switchTo(conv) {
     for (const v of views.values()) {
       v.stopped = true; // ends its reconnect loop
       if (v.abort) v.abort();
     }
     views.clear();
     turnsEl.replaceChildren();
-    state.conversationId = null;
+    state.conversationId = conv;
     state.turns = [];
     save();
     showConversation();
     showConnection();
+    if (conv) openConversation(conv);
+    showElsewhere();
     query.focus();
-  });
+  }
+  document.getElementById('new-conversation').addEventListener('click', () => switchTo(null));
+
+  // ---- what the API knows of a conversation ------------------------------
+
+  // listedTurns asks the API for the conversation's last turns, each with
+  // the start of its message ({turnId, query}), or returns null when it
+  // cannot say (a token without the role, the network).
+  async function listedTurns(conv) {
+    try {
+      const resp = await fetch(`/conversations/${encodeURIComponent(conv)}/turns?limit=${keptTurns}`,
+        { headers: TG.authHeaders({ Accept: 'application/json' }) });
+      if (!resp.ok) return null;
+      return ((await resp.json()).turns || []).map((t) => ({ turnId: t.turnId, query: t.message || '' }));
+    } catch {
+      return null;
+    }
+  }
+
+  // openConversation shows every turn of conv the API lists, wherever it
+  // was started (curl, the terminal client, another browser), with its
+  // message and, streamed from the start, its waiting calls; then the
+  // turns kept here that it does not list (yet).
+  async function openConversation(conv) {
+    const listed = await listedTurns(conv);
+    if (state.conversationId !== conv) return; // left meanwhile
+    if (listed) {
+      const kept = new Map(state.turns.map((r) => [r.turnId, r]));
+      const turns = listed.map((r) => ({ turnId: r.turnId, query: r.query || kept.get(r.turnId)?.query || '' }));
+      for (const r of state.turns) if (!turns.some((t) => t.turnId === r.turnId)) turns.push(r);
+      state.turns = turns;
+      save();
+    }
+    for (const rec of state.turns) {
+      const view = views.get(rec.turnId);
+      if (view) view.setQuery(rec.query);
+      else open(rec);
+    }
+    for (const rec of state.turns) turnsEl.append(views.get(rec.turnId).el); // in the conversation's order
+  }
+
+  // showElsewhere lists the calls that wait for a decision in other
+  // conversations, each conversation with a button that opens it here. A
+  // token that may not list approvals shows nothing.
+  const elsewhereEl = document.getElementById('elsewhere');
+  const elsewhereEvery = 5000;
+  async function showElsewhere() {
+    let approvals;
+    try {
+      const resp = await fetch('/approvals', { headers: TG.authHeaders({ Accept: 'application/json' }) });
+      if (!resp.ok) throw new Error(`HTTP ${resp.status}`);
+      approvals = (await resp.json()).approvals || [];
+    } catch {
+      elsewhereEl.hidden = true;
+      return;
+    }
+    const byConv = new Map();
+    for (const a of approvals) {
+      if (a.conversationId === state.conversationId) continue;
+      if (!byConv.has(a.conversationId)) byConv.set(a.conversationId, []);
+      byConv.get(a.conversationId).push(a);
+    }
+    const n = [...byConv.values()].reduce((sum, list) => sum + list.length, 0);
+    elsewhereEl.hidden = n === 0;
+    elsewhereEl.replaceChildren(
+      h('div', { class: 'elsewhere-head' }, `${n} ${n === 1 ? 'call waits' : 'calls wait'} for a decision in ${byConv.size === 1 ? 'another conversation' : `${byConv.size} other conversations`}`),
+      h('ul', {}, [...byConv].map(([conv, list]) => h('li', { testid: 'elsewhere-conversation', 'data-conversation-id': conv },
+        h('button', { type: 'button', class: 'secondary', testid: 'open-conversation', onclick: () => switchTo(conv) }, 'Open'), ' ',
+        h('code', {}, conv), ' · ', list.map((a) => a.toolName).join(', '),
+        list[0].userMessage ? h('span', { class: 'elsewhere-msg' }, ` · “${list[0].userMessage}”`) : null))));
+  }
+  setInterval(() => {
+    if (document.visibilityState !== 'hidden') showElsewhere();
+  }, elsewhereEvery);
+  document.addEventListener('tollgate-token', showElsewhere);
 
   // ---- start -------------------------------------------------------------
 
@@ -638,6 +729,8 @@
   showConversation();
   showConnection();
   TG.startClock();
-  for (const rec of state.turns) open(rec);
+  if (state.conversationId) openConversation(state.conversationId);
+  else for (const rec of state.turns) open(rec);
+  showElsewhere();
   if (state.turns.length === 0) query.focus();
 })();

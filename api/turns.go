@@ -1,0 +1,79 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/gin-gonic/gin"
+	"go.temporal.io/sdk/converter"
+
+	"github.com/tollgate/tollgate/protocol"
+	"github.com/tollgate/tollgate/workflows"
+)
+
+// Sizes of GET /conversations/:conversationId/turns.
+const (
+	defaultListedTurns = 10
+	maxTurnsListed     = 50
+)
+
+// conversationTurns handles GET /conversations/:conversationId/turns: the
+// conversation's last turns (?limit=, 10 by default), oldest first, each
+// with the start of its user's message, so a console opens a conversation
+// started elsewhere (by curl, the terminal client, another browser) with
+// every turn and what was asked.
+func (s *Server) conversationTurns(c *gin.Context) {
+	conv := c.Param("conversationId")
+	if err := checkConversationID(conv); err != nil {
+		writeError(c, s.log, err)
+		return
+	}
+	limit := defaultListedTurns
+	if v := c.Query("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxTurnsListed {
+			writeError(c, s.log, badRequest("limit %q is not a whole number from 1 to %d", v, maxTurnsListed))
+			return
+		}
+		limit = n
+	}
+	ctx, cancel := context.WithTimeout(c.Request.Context(), queryTimeout)
+	defer cancel()
+	v, err := s.client.QueryWorkflow(ctx, workflows.ConversationWorkflowID(conv), "", workflows.StateQuery)
+	var state workflows.ConversationState
+	if err == nil {
+		err = v.Get(&state)
+	}
+	if err != nil {
+		writeError(c, s.log, fmt.Errorf("turns of conversation %s: %w", conv, err))
+		return
+	}
+	turns := make([]protocol.TurnSummary, 0, min(limit, state.Turns))
+	for n := max(1, state.Turns-limit+1); n <= state.Turns; n++ {
+		t := protocol.TurnSummary{TurnID: workflows.TurnWorkflowID(conv, n)}
+		d, err := s.client.DescribeWorkflow(ctx, t.TurnID, "")
+		switch {
+		case isNotFound(err):
+			// Queued behind a running turn, or past retention.
+		case err != nil:
+			writeError(c, s.log, fmt.Errorf("turn %s: %w", t.TurnID, err))
+			return
+		default:
+			if p := d.RawResponse.GetExecutionConfig().GetUserMetadata().GetSummary(); p != nil {
+				if err := s.converter().FromPayload(p, &t.Message); err != nil {
+					s.log.Debug("decode a turn's summary", "turnId", t.TurnID, "error", err)
+				}
+			}
+		}
+		turns = append(turns, t)
+	}
+	c.JSON(http.StatusOK, gin.H{"conversationId": conv, "turns": turns})
+}
+
+// converter decodes payloads as the worker encoded them: through the
+// payload store's codec when there is one.
+func (s *Server) converter() converter.DataConverter {
+	return temporalSource{codec: s.codec}.converter()
+}
