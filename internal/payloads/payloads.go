@@ -410,14 +410,14 @@ func (c codec) Decode(payloads []*commonpb.Payload) ([]*commonpb.Payload, error)
 		}
 		j := slices.IndexFunc(c.drivers, func(d converter.StorageDriver) bool { return d.Name() == ref.GetDriverName() })
 		if j < 0 {
-			return nil, &DecodeError{Index: i, Kind: DecodeBadReference, Err: fmt.Errorf("stored by driver %q, which this API does not have", ref.GetDriverName())}
+			return nil, &DecodeError{Index: i, Kind: DecodeBadReference, Err: fmt.Errorf("stored by driver %.100q, which this API does not have", ref.GetDriverName())}
 		}
 		claim := converter.StorageDriverClaim{ClaimData: ref.GetClaimData()}
 		id := ref.GetDriverName() + "\x00" + claim.ClaimData[claimKey]
 		got, ok := read[id]
 		if !ok {
 			if _, err := claimed(claim); err != nil {
-				return nil, &DecodeError{Index: i, Kind: DecodeBadReference, Err: err}
+				return nil, &DecodeError{Index: i, Kind: DecodeBadReference, Err: fmt.Errorf("its claim names no content (a %s key of %d hex digits)", claimKey, 2*sha256.Size)}
 			}
 			all, err := c.drivers[j].Retrieve(converter.StorageDriverRetrieveContext{Context: context.Background()},
 				[]converter.StorageDriverClaim{claim})
