@@ -66,7 +66,9 @@ type MCP struct {
 // are stopped.
 func StartMCP(ctx context.Context, cfg MCPConfig, log *slog.Logger) (*MCP, error) {
 	m := &MCP{}
-	seen := map[string]string{}
+	// offered is, by the name a tool is offered as, which server's which
+	// tool has it.
+	offered := map[string]MCPTool{}
 	for _, sc := range cfg.Servers {
 		s := &mcpServer{cfg: sc, dir: cfg.Dir, log: log.With("mcpServer", sc.Name), restarted: make(chan struct{})}
 		s.client = mcp.NewClient(&mcp.Implementation{Name: "tollgate", Version: "1"}, nil)
@@ -94,11 +96,16 @@ func StartMCP(ctx context.Context, cfg MCPConfig, log *slog.Logger) (*MCP, error
 				log.Warn("MCP tool not offered", "mcpServer", sc.Name, "tool", t.Name, "error", err)
 				continue
 			}
-			if other, dup := seen[spec.Name]; dup {
-				log.Warn("MCP tool not offered: another tool has its name", "mcpServer", sc.Name, "tool", t.Name, "name", spec.Name, "other", other)
-				continue
+			// Two tools under one name would leave the policy, the
+			// grants and the ledger unable to tell which of them a call
+			// is: server a's tool _x and server a_'s tool x are both
+			// mcp__a___x, as are one server's "a.b" and "a_b".
+			if other, dup := offered[spec.Name]; dup {
+				m.Close()
+				return nil, fmt.Errorf("MCP server %q's tool %q and MCP server %q's tool %q would both be offered as %s: rename a server in the configuration so that every tool has a name of its own",
+					other.Server, other.Tool, sc.Name, t.Name, spec.Name)
 			}
-			seen[spec.Name] = t.Name
+			offered[spec.Name] = *spec.MCP
 			m.specs = append(m.specs, spec)
 			names = append(names, spec.Name)
 		}

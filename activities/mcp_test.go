@@ -420,3 +420,55 @@ func TestMCPServerConfigRedactHidesEachExpandedValueLongestFirst(t *testing.T) {
 		s.Redact("abcdef abcd -v=1 a b/c a+b%2Fc a%20b%2Fc default-value"),
 		"the longer value whole; a one-character flag and a default written in the file stay")
 }
+
+// serveMCPTools serves, over streamable HTTP, an MCP server (the Go SDK's)
+// that offers tools of these names, and gives its URL.
+func serveMCPTools(t *testing.T, tools ...string) string {
+	t.Helper()
+	server := mcp.NewServer(&mcp.Implementation{Name: "tools-" + strings.Join(tools, "-"), Version: "1"}, nil)
+	for _, name := range tools {
+		server.AddTool(&mcp.Tool{Name: name, InputSchema: map[string]any{"type": "object"}},
+			func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: name + " ran"}}}, nil
+			})
+	}
+	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+func TestMCPToolsOfTwoServersUnderOneNameAreRefusedNamingBoth(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	start := func(servers map[string]string) (*MCP, error) {
+		t.Helper()
+		entries := map[string]any{}
+		for name, u := range servers {
+			entries[name] = map[string]string{"type": "http", "url": u}
+		}
+		b, err := json.Marshal(map[string]any{"mcpServers": entries})
+		require.NoError(t, err)
+		cfg, err := ParseMCPConfig(b, os.Getenv)
+		require.NoError(t, err)
+		m, err := StartMCP(ctx, cfg, slog.New(slog.DiscardHandler))
+		if m != nil {
+			t.Cleanup(m.Close) // before the servers' own
+		}
+		return m, err
+	}
+
+	// Server a's tool _x and server a_'s tool x are both mcp__a___x.
+	_, err := start(map[string]string{"a": serveMCPTools(t, "_x", "y"), "a_": serveMCPTools(t, "x")})
+	require.EqualError(t, err, `MCP server "a"'s tool "_x" and MCP server "a_"'s tool "x" would both be offered as mcp__a___x: rename a server in the configuration so that every tool has a name of its own`)
+	// One server's tools whose names differ only where a model takes no
+	// character.
+	_, err = start(map[string]string{"web": serveMCPTools(t, "search.v2", "search_v2")})
+	require.ErrorContains(t, err, `MCP server "web"'s tool "search.v2" and MCP server "web"'s tool "search_v2" would both be offered as mcp__web__search_v2`)
+
+	// Renamed, both are offered, each calling its own.
+	m, err := start(map[string]string{"a": serveMCPTools(t, "_x"), "b": serveMCPTools(t, "x")})
+	require.NoError(t, err)
+	require.Equal(t, []string{"mcp__a___x", "mcp__b__x"}, specNames(m.Specs()))
+	require.Equal(t, "_x ran", callMCP(t, m, "mcp__a___x", `{}`).Result)
+	require.Equal(t, "x ran", callMCP(t, m, "mcp__b__x", `{}`).Result)
+}
