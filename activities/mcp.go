@@ -66,7 +66,9 @@ type MCP struct {
 // are stopped.
 func StartMCP(ctx context.Context, cfg MCPConfig, log *slog.Logger) (*MCP, error) {
 	m := &MCP{}
-	seen := map[string]string{}
+	// offered is, by the name a tool is offered as, which server's which
+	// tool has it.
+	offered := map[string]MCPTool{}
 	for _, sc := range cfg.Servers {
 		s := &mcpServer{cfg: sc, dir: cfg.Dir, log: log.With("mcpServer", sc.Name), restarted: make(chan struct{})}
 		s.client = mcp.NewClient(&mcp.Implementation{Name: "tollgate", Version: "1"}, nil)
@@ -74,7 +76,9 @@ func StartMCP(ctx context.Context, cfg MCPConfig, log *slog.Logger) (*MCP, error
 		err := s.start(startCtx)
 		var tools []*mcp.Tool
 		if err == nil {
-			tools, err = s.listTools(startCtx)
+			if tools, err = s.listTools(startCtx); err != nil {
+				err = redacted(sc, err)
+			}
 		}
 		cancel()
 		if err != nil {
@@ -92,11 +96,16 @@ func StartMCP(ctx context.Context, cfg MCPConfig, log *slog.Logger) (*MCP, error
 				log.Warn("MCP tool not offered", "mcpServer", sc.Name, "tool", t.Name, "error", err)
 				continue
 			}
-			if other, dup := seen[spec.Name]; dup {
-				log.Warn("MCP tool not offered: another tool has its name", "mcpServer", sc.Name, "tool", t.Name, "name", spec.Name, "other", other)
-				continue
+			// Two tools under one name would leave the policy, the
+			// grants and the ledger unable to tell which of them a call
+			// is: server a's tool _x and server a_'s tool x are both
+			// mcp__a___x, as are one server's "a.b" and "a_b".
+			if other, dup := offered[spec.Name]; dup {
+				m.Close()
+				return nil, fmt.Errorf("MCP server %q's tool %q and MCP server %q's tool %q would both be offered as %s: rename a server in the configuration so that every tool has a name of its own",
+					other.Server, other.Tool, sc.Name, t.Name, spec.Name)
 			}
-			seen[spec.Name] = t.Name
+			offered[spec.Name] = *spec.MCP
 			m.specs = append(m.specs, spec)
 			names = append(names, spec.Name)
 		}
@@ -155,7 +164,7 @@ func (m *MCP) call(ctx context.Context, s *mcpServer, spec ToolSpec, in ToolInpu
 		if err := ctx.Err(); err != nil {
 			return ToolOutput{}, err
 		}
-		return ToolOutput{Status: StatusError, Result: spec.Name + ": " + fmt.Sprintf(format, args...)}, nil
+		return ToolOutput{Status: StatusError, Result: spec.Name + ": " + s.cfg.Redact(fmt.Sprintf(format, args...))}, nil
 	}
 	// The server gets the call the policy saw.
 	args, err := NormalizeArguments(spec, nil, in.Call.Arguments)
@@ -291,7 +300,7 @@ func (s *mcpServer) start(ctx context.Context) error {
 		cmd = exec.Command(s.cfg.Command, s.cfg.Args...)
 		cmd.Dir = s.dir
 		cmd.Env = mcpEnv(s.cfg.Env)
-		stderr = &tailWriter{log: s.log}
+		stderr = &tailWriter{log: s.log, redact: s.cfg.Redact}
 		cmd.Stderr = stderr
 		// A group of its own, killed whole on stop (a server run with npx
 		// is a child of npm); the kernel kills the server when the worker
@@ -323,12 +332,28 @@ func (s *mcpServer) start(ctx context.Context) error {
 	return nil
 }
 
-// startError says what could not be started.
+// startError says what could not be started, without the values the
+// configuration took from the environment.
 func startError(cfg MCPServerConfig, err error) error {
 	if cfg.Type == MCPStdio {
-		return fmt.Errorf("cannot start %s: %w", strings.Join(append([]string{cfg.Command}, cfg.Args...), " "), err)
+		return redacted(cfg, fmt.Errorf("cannot start %s: %w", strings.Join(append([]string{cfg.Command}, cfg.Args...), " "), err))
 	}
-	return fmt.Errorf("cannot connect to %s: %w", cfg.URL, err)
+	return redacted(cfg, fmt.Errorf("cannot connect to %s: %w", cfg.URL, err))
+}
+
+// redactedError is an error about a server whose message hides the
+// values its configuration took from the environment (MCPServerConfig.Redact).
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }
+
+// redacted is err with cfg's expanded values hidden from its message.
+func redacted(cfg MCPServerConfig, err error) error {
+	return &redactedError{msg: cfg.Redact(err.Error()), err: err}
 }
 
 func (s *mcpServer) listTools(ctx context.Context) ([]*mcp.Tool, error) {
@@ -368,7 +393,7 @@ func (s *mcpServer) supervise() {
 			if closed {
 				return
 			}
-			s.log.Warn("MCP server stopped; starting it again", "error", err, "stderr", tail)
+			s.log.Warn("MCP server stopped; starting it again", "error", s.cfg.Redact(fmt.Sprint(err)), "stderr", s.cfg.Redact(tail))
 			if time.Since(started) > time.Minute {
 				backoff = mcpRestartBackoff
 			}
@@ -520,10 +545,12 @@ func (t headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // tailWriter logs what a server writes to stderr, line by line, and keeps
 // the last lines for an error message.
 type tailWriter struct {
-	log  *slog.Logger
-	mu   sync.Mutex
-	buf  []byte
-	tail []string
+	log *slog.Logger
+	// redact hides the server's expanded values from each line.
+	redact func(string) string
+	mu     sync.Mutex
+	buf    []byte
+	tail   []string
 }
 
 const tailLines = 5
@@ -537,7 +564,7 @@ func (w *tailWriter) Write(p []byte) (int, error) {
 		if i < 0 {
 			break
 		}
-		line := strings.TrimSpace(string(w.buf[:i]))
+		line := w.redact(strings.TrimSpace(string(w.buf[:i])))
 		w.buf = w.buf[i+1:]
 		if line == "" {
 			continue
@@ -563,7 +590,7 @@ func (w *tailWriter) String() string {
 	defer w.mu.Unlock()
 	tail := w.tail
 	if rest := strings.TrimSpace(string(w.buf)); rest != "" {
-		tail = append(slices.Clone(tail), text.Truncate(rest, 500))
+		tail = append(slices.Clone(tail), text.Truncate(w.redact(rest), 500))
 	}
 	return strings.Join(tail, " | ")
 }

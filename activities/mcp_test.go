@@ -333,7 +333,8 @@ func TestParseMCPConfig(t *testing.T) {
 	}}`), getenv)
 	require.NoError(t, err)
 	require.Equal(t, []MCPServerConfig{
-		{Name: "fs", Type: MCPStdio, Command: "npx", Args: []string{"-y", "@modelcontextprotocol/server-filesystem", "/srv/data", "./ws"}, Env: map[string]string{"DEBUG": "0"}},
+		{Name: "fs", Type: MCPStdio, Command: "npx", Args: []string{"-y", "@modelcontextprotocol/server-filesystem", "/srv/data", "./ws"}, Env: map[string]string{"DEBUG": "0"},
+			expanded: []expansion{{name: "ROOT", value: "/srv"}}},
 		{Name: "implicit", Type: MCPHTTP, URL: "https://other.example.com/mcp"},
 		{Name: "remote", Type: MCPHTTP, URL: "https://mcp.example.com/mcp", Headers: map[string]string{"Authorization": "Bearer t0k"}},
 	}, cfg.Servers)
@@ -359,4 +360,115 @@ func TestMCPToolNameKeepsWhatModelsAccept(t *testing.T) {
 	require.Equal(t, "mcp__web__search_v2_beta", MCPToolName("web", "search.v2 beta"))
 	_, err := mcpSpec("server", &mcp.Tool{Name: strings.Repeat("x", 60), InputSchema: map[string]any{"type": "object"}})
 	require.ErrorContains(t, err, "longer than the 64 characters")
+}
+
+func TestMCPValuesFromTheEnvironmentAreInNoErrorLogOrResult(t *testing.T) {
+	const secret = "tok-3f9a/b?c=d&e"
+	t.Setenv("TEST_MCP_SECRET", secret)
+	var logs strings.Builder
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	requireRedacted := func(t *testing.T, text string) {
+		t.Helper()
+		for _, form := range []string{secret, url.QueryEscape(secret), url.PathEscape(secret)} {
+			require.NotContains(t, text, form)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, tc := range []struct{ name, config, want string }{
+		{"in args, echoed to stderr", `{"mcpServers":{"echoes":{"command":"sh","args":["-c","echo starting with $0 >&2; exit 1","${TEST_MCP_SECRET}"]}}}`,
+			"starting with ${TEST_MCP_SECRET}"},
+		{"in a url", `{"mcpServers":{"remote":{"type":"http","url":"http://127.0.0.1:1/mcp?key=${TEST_MCP_SECRET}"}}}`,
+			"cannot connect to http://127.0.0.1:1/mcp?key=${TEST_MCP_SECRET}"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := ParseMCPConfig([]byte(tc.config), os.Getenv)
+			require.NoError(t, err)
+			_, err = StartMCP(ctx, cfg, log)
+			require.ErrorContains(t, err, tc.want)
+			requireRedacted(t, err.Error())
+		})
+	}
+
+	// A server that ran and went away: the calls' results and the
+	// supervisor's log hide the value in its url too.
+	endpoint, stop := startEverythingHTTP(t, proctest.FreeAddr(t))
+	cfg, err := ParseMCPConfig([]byte(fmt.Sprintf(`{"mcpServers":{"remote":{"type":"http","url":%q}}}`, endpoint+"?key=${TEST_MCP_SECRET}")), os.Getenv)
+	require.NoError(t, err)
+	m, err := StartMCP(ctx, cfg, log)
+	require.NoError(t, err)
+	t.Cleanup(m.Close)
+	out := callMCP(t, m, "mcp__remote__echo", `{"message":"hello"}`)
+	require.Equal(t, StatusOK, out.Status, out.Result)
+	stop()
+	out = callMCP(t, m, "mcp__remote__echo", `{"message":"anyone?"}`)
+	require.Equal(t, StatusError, out.Status)
+	requireRedacted(t, out.Result)
+	require.Contains(t, out.Result, "key=${TEST_MCP_SECRET}", "the result says where it could not connect")
+	m.Close()
+	requireRedacted(t, logs.String())
+	require.Contains(t, logs.String(), "${TEST_MCP_SECRET}")
+}
+
+func TestMCPServerConfigRedactHidesEachExpandedValueLongestFirst(t *testing.T) {
+	env := map[string]string{"TOKEN": "abcdef", "PART": "abcd", "FLAG": "1", "URLISH": "a b/c"}
+	cfg, err := ParseMCPConfig([]byte(`{"mcpServers":{"s":{"command":"x","args":["${TOKEN}","${PART}","-v=${FLAG}","${URLISH}","${UNSET:-default-value}"]}}}`),
+		func(k string) string { return env[k] })
+	require.NoError(t, err)
+	s := cfg.Servers[0]
+	require.Equal(t, "${TOKEN} ${PART} -v=1 ${URLISH} ${URLISH} ${URLISH} default-value",
+		s.Redact("abcdef abcd -v=1 a b/c a+b%2Fc a%20b%2Fc default-value"),
+		"the longer value whole; a one-character flag and a default written in the file stay")
+}
+
+// serveMCPTools serves, over streamable HTTP, an MCP server (the Go SDK's)
+// that offers tools of these names, and gives its URL.
+func serveMCPTools(t *testing.T, tools ...string) string {
+	t.Helper()
+	server := mcp.NewServer(&mcp.Implementation{Name: "tools-" + strings.Join(tools, "-"), Version: "1"}, nil)
+	for _, name := range tools {
+		server.AddTool(&mcp.Tool{Name: name, InputSchema: map[string]any{"type": "object"}},
+			func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: name + " ran"}}}, nil
+			})
+	}
+	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+func TestMCPToolsOfTwoServersUnderOneNameAreRefusedNamingBoth(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	start := func(servers map[string]string) (*MCP, error) {
+		t.Helper()
+		entries := map[string]any{}
+		for name, u := range servers {
+			entries[name] = map[string]string{"type": "http", "url": u}
+		}
+		b, err := json.Marshal(map[string]any{"mcpServers": entries})
+		require.NoError(t, err)
+		cfg, err := ParseMCPConfig(b, os.Getenv)
+		require.NoError(t, err)
+		m, err := StartMCP(ctx, cfg, slog.New(slog.DiscardHandler))
+		if m != nil {
+			t.Cleanup(m.Close) // before the servers' own
+		}
+		return m, err
+	}
+
+	// Server a's tool _x and server a_'s tool x are both mcp__a___x.
+	_, err := start(map[string]string{"a": serveMCPTools(t, "_x", "y"), "a_": serveMCPTools(t, "x")})
+	require.EqualError(t, err, `MCP server "a"'s tool "_x" and MCP server "a_"'s tool "x" would both be offered as mcp__a___x: rename a server in the configuration so that every tool has a name of its own`)
+	// One server's tools whose names differ only where a model takes no
+	// character.
+	_, err = start(map[string]string{"web": serveMCPTools(t, "search.v2", "search_v2")})
+	require.ErrorContains(t, err, `MCP server "web"'s tool "search.v2" and MCP server "web"'s tool "search_v2" would both be offered as mcp__web__search_v2`)
+
+	// Renamed, both are offered, each calling its own.
+	m, err := start(map[string]string{"a": serveMCPTools(t, "_x"), "b": serveMCPTools(t, "x")})
+	require.NoError(t, err)
+	require.Equal(t, []string{"mcp__a___x", "mcp__b__x"}, specNames(m.Specs()))
+	require.Equal(t, "_x ran", callMCP(t, m, "mcp__a___x", `{}`).Result)
+	require.Equal(t, "x ran", callMCP(t, m, "mcp__b__x", `{}`).Result)
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/url"
 	"os"
 	"regexp"
 	"slices"
@@ -47,6 +48,36 @@ type MCPServerConfig struct {
 	// URL and Headers reach an HTTP server.
 	URL     string            `json:"url"`
 	Headers map[string]string `json:"headers"`
+
+	// expanded are the values ${VAR} took from the environment, which
+	// Redact hides.
+	expanded []expansion
+}
+
+// expansion is a value a ${VAR} of the configuration took.
+type expansion struct{ name, value string }
+
+// minRedacted is the shortest expanded value Redact hides: a shorter one
+// (a flag, a digit) is no secret, and hiding it everywhere would garble
+// the message.
+const minRedacted = 4
+
+// Redact hides, in a message about the server (an error, a log line, what
+// it wrote to stderr), every value its configuration took from the
+// environment, as written and as a URL would escape it: each becomes the
+// ${VAR} it came from. A token in args or a url (a query parameter, say)
+// is then never in the worker's errors, its log or a tool's result.
+func (s MCPServerConfig) Redact(text string) string {
+	var pairs []string
+	for _, e := range s.expanded {
+		for _, v := range []string{e.value, url.QueryEscape(e.value), url.PathEscape(e.value)} {
+			pairs = append(pairs, v, "${"+e.name+"}")
+		}
+	}
+	if len(pairs) == 0 {
+		return text
+	}
+	return strings.NewReplacer(pairs...).Replace(text)
 }
 
 // MCP server transports.
@@ -134,6 +165,7 @@ func parseServer(name string, raw json.RawMessage, getenv func(string) string) (
 	for k, v := range s.Headers {
 		s.Headers[k] = ex.expand("headers."+k, v)
 	}
+	s.expanded = ex.expanded
 	switch s.Type {
 	case MCPStdio:
 		if s.Command == "" {
@@ -160,6 +192,9 @@ func parseServer(name string, raw json.RawMessage, getenv func(string) string) (
 type expander struct {
 	getenv func(string) string
 	errs   []error
+	// expanded are the values taken from the environment, longest first,
+	// for Redact.
+	expanded []expansion
 }
 
 var variablePattern = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}`)
@@ -168,6 +203,12 @@ func (e *expander) expand(key, s string) string {
 	return variablePattern.ReplaceAllStringFunc(s, func(ref string) string {
 		m := variablePattern.FindStringSubmatch(ref)
 		if v := e.getenv(m[1]); v != "" {
+			if len(v) >= minRedacted && !slices.ContainsFunc(e.expanded, func(x expansion) bool { return x.value == v }) {
+				e.expanded = append(e.expanded, expansion{name: m[1], value: v})
+				// Longest first: a value inside another is hidden
+				// after it, not in the middle of it.
+				slices.SortStableFunc(e.expanded, func(a, b expansion) int { return len(b.value) - len(a.value) })
+			}
 			return v
 		}
 		if m[2] != "" {

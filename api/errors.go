@@ -11,6 +11,8 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
+
+	"github.com/tollgate/tollgate/internal/payloads"
 )
 
 // badRequestError is something wrong with what the client sent; its message
@@ -23,6 +25,9 @@ func (e *badRequestError) Error() string { return e.msg }
 func badRequest(format string, args ...any) error {
 	return &badRequestError{msg: fmt.Sprintf(format, args...)}
 }
+
+// errTooLarge is the cause of a 413 whose message says which limit.
+var errTooLarge = errors.New("too large")
 
 // errUnknownTurn answers a stream request for a turn id tollgate never makes.
 var errUnknownTurn = errors.New("unknown turn: not a tollgate turn id")
@@ -44,16 +49,30 @@ const statusClientClosedRequest = 499
 func errorStatus(err error) (int, string) {
 	var bad *badRequestError
 	var rejected *temporal.ApplicationError
+	var undecodable *payloads.DecodeError
+	var decodeLimit *payloads.DecodeLimitError
 	switch {
 	case errors.As(err, &bad):
 		return http.StatusBadRequest, bad.msg
+	case errors.As(err, &decodeLimit):
+		return http.StatusRequestEntityTooLarge, decodeLimit.Error()
+	case errors.As(err, &undecodable):
+		// Its message names no folder or bucket; the log has them.
+		switch undecodable.Kind {
+		case payloads.DecodeBadReference:
+			return http.StatusBadRequest, undecodable.Error()
+		case payloads.DecodeNotStored:
+			return http.StatusNotFound, undecodable.Error()
+		default:
+			return http.StatusInternalServerError, undecodable.Error()
+		}
 	case isUnauthorized(err):
 		return http.StatusUnauthorized, err.Error()
 	case errors.Is(err, errForbidden):
 		return http.StatusForbidden, err.Error()
 	case errors.Is(err, errConversationEnded):
 		return http.StatusConflict, err.Error()
-	case errors.Is(err, errBodyTooLarge):
+	case errors.Is(err, errBodyTooLarge), errors.Is(err, errTooLarge):
 		return http.StatusRequestEntityTooLarge, err.Error()
 	case errors.Is(err, errUnsupportedMediaType):
 		return http.StatusUnsupportedMediaType, err.Error()

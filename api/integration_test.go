@@ -254,7 +254,7 @@ func (st *stack) apiOptions() Options {
 	o := Options{Client: st.apiClient, TaskQueue: st.queue, HeartbeatInterval: 200 * time.Millisecond, Logger: st.log, AllowBypass: st.allowBypass, TracerProvider: st.tracer, Ledger: st.ledger, Links: st.links}
 	if st.payloadDir != "" {
 		storage, _, _ := payloads.Storage(payloads.Config{Dir: st.payloadDir})
-		o.Codec, o.CodecOrigins = payloads.Codec(storage), []string{testWebUIOrigin}
+		o.Codec, o.CodecOrigins = payloads.Codec(storage, codecDecodeBytes), []string{testWebUIOrigin}
 	}
 	return o
 }

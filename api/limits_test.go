@@ -212,8 +212,8 @@ func TestAWriteOfTwoAndAHalfMebibytesPassesThroughThePayloadStore(t *testing.T) 
 	tooBig, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	require.NoError(t, err)
-	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
-	require.Contains(t, string(tooBig), "request body too large")
+	require.Equal(t, http.StatusRequestEntityTooLarge, resp.StatusCode)
+	require.Contains(t, string(tooBig), "a codec request is at most 4 MiB")
 }
 
 // TestALongConversationIsCompactedForTheModelAndKeptWholeForPeople runs two

@@ -27,6 +27,18 @@ const PrincipalLink = "link"
 // at all, the style sheet, and a form that posts back here.
 const linkPolicy = "default-src 'none'; style-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
 
+// linkReferrerPolicy is the Referrer-Policy of the link pages. A link's
+// query is a credential, so no other site may see it in a Referer; the
+// policy sends one only to the API's own origin, which has the link
+// already (the page loads nothing from elsewhere and posts only here, by
+// linkPolicy). It must not be no-referrer: under that policy a browser
+// sends the form's POST with "Origin: null" (the Fetch standard's rule
+// for a request origin), which refuseCrossSite refuses, so the button
+// would never decide. With same-origin the POST carries the page's real
+// origin, and the cross-site check holds as for every other route: a
+// page elsewhere still posts with its own origin, or null, and is refused.
+const linkReferrerPolicy = "same-origin"
+
 // linkPage is the page a link shows: the call it decides and a button that
 // decides it (GET never does: a chat's link preview opens links too), or
 // what became of the decision, or why the link is refused.
@@ -176,7 +188,7 @@ func (s *Server) linkPage(c *gin.Context, status int, v linkView) {
 	h.Set("Cache-Control", "no-store")
 	h.Set("Content-Security-Policy", linkPolicy)
 	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Referrer-Policy", linkReferrerPolicy)
 	h.Set("Content-Type", "text/html; charset=utf-8")
 	c.Status(status)
 	if err := linkPage.Execute(c.Writer, v); err != nil {

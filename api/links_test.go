@@ -1,7 +1,11 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
+	"html"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -10,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -87,6 +92,7 @@ func getPage(t *testing.T, u string) (int, string) {
 		require.Equal(t, "text/html; charset=utf-8", resp.Header.Get("Content-Type"))
 		require.Contains(t, resp.Header.Get("Content-Security-Policy"), "form-action 'self'")
 		require.Equal(t, "no-store", resp.Header.Get("Cache-Control"))
+		require.Equal(t, "same-origin", resp.Header.Get("Referrer-Policy"), "a Referer only to the API, and the form's real Origin")
 	}
 	return resp.StatusCode, body
 }
@@ -205,4 +211,107 @@ func TestAnAPIWithoutALinkSecretTakesNoLink(t *testing.T) {
 	status, page := getPage(t, srv.URL+links.Path+"?request=x")
 	require.Equal(t, http.StatusNotFound, status)
 	require.Contains(t, page, "TOLLGATE_LINK_SECRET")
+}
+
+// crossSitePage serves, from another origin than the API's (localhost, not
+// 127.0.0.1), a page that posts a link's form to the API as soon as it
+// loads: what a site that got hold of a link could make a visitor's
+// browser do. With noReferrer the page asks its browser to send no
+// Referer, and so "Origin: null".
+func crossSitePage(t *testing.T, apiURL, link string, noReferrer bool) string {
+	t.Helper()
+	parsed, err := url.Parse(link)
+	require.NoError(t, err)
+	var page strings.Builder
+	page.WriteString(`<!doctype html><html><head>`)
+	if noReferrer {
+		page.WriteString(`<meta name="referrer" content="no-referrer">`)
+	}
+	fmt.Fprintf(&page, `</head><body onload="document.forms[0].submit()"><form method="post" action="%s">`, html.EscapeString(apiURL+links.Path))
+	for k, v := range parsed.Query() {
+		fmt.Fprintf(&page, `<input type="hidden" name="%s" value="%s">`, html.EscapeString(k), html.EscapeString(v[0]))
+	}
+	page.WriteString(`</form></body></html>`)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		_, _ = io.WriteString(w, page.String())
+	}))
+	t.Cleanup(srv.Close)
+	elsewhere := strings.Replace(srv.URL, "127.0.0.1", "localhost", 1)
+	require.NotEqual(t, srv.URL, elsewhere)
+	return elsewhere
+}
+
+// waitAcrossNavigation waits until a JavaScript expression is truthy in
+// the page, which may be navigating meanwhile (a form being posted): an
+// evaluation that a navigation interrupts is tried again.
+func (b *browser) waitAcrossNavigation(expr string) {
+	b.t.Helper()
+	deadline := time.Now().Add(browserWait)
+	for {
+		ctx, cancel := context.WithTimeout(b.ctx, time.Second)
+		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`!!(`+expr+`)`))
+		cancel()
+		if err == nil && ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.t.Fatalf("page: waited %s for %s (last error: %v)\n%s", browserWait, expr, err, b.pageText())
+		}
+		time.Sleep(20 * time.Millisecond) // the polling interval
+	}
+}
+
+// linkPageTitle waits for a link page whose title is want and returns
+// what it says.
+func linkPageTitle(b *browser, want string) string {
+	b.t.Helper()
+	b.waitAcrossNavigation(fmt.Sprintf(`document.querySelector('[data-testid="link-title"]')?.textContent === %s`, jsQuote(want)))
+	return b.pageText()
+}
+
+func TestALinkOpenedInABrowserDecidesByItsButtonAndAPageElsewhereCannotPostIt(t *testing.T) {
+	st, sink, _ := linkStack(t)
+	_, msgs := st.chat(t, `{"query":"one","conversationId":"links-browser"}`)
+	seq := 0
+	untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 2)
+	bash := sink.of(t, activities.NoticeApprovalRequest, "Bash")
+	write := sink.of(t, activities.NoticeApprovalRequest, "Write")
+	b := newBrowser(t)
+
+	// A page of another site that posts the Bash's approve link, with its
+	// origin or with none (null), is refused: the call still waits.
+	for _, noReferrer := range []bool{false, true} {
+		b.do(chromedp.Navigate(crossSitePage(t, st.api.URL, bash.ApproveURL, noReferrer)))
+		b.waitAcrossNavigation(fmt.Sprintf(`location.href.startsWith(%s) && document.body.innerText.includes("may not change anything here")`, jsQuote(st.api.URL+links.Path)))
+		require.Contains(t, b.pageText(), map[bool]string{false: `origin \"http://localhost:`, true: `origin \"null\"`}[noReferrer])
+	}
+	require.Empty(t, st.audit(t, "decision=approve").Records, "no page elsewhere decided")
+
+	// The person opens the approve link and clicks its button.
+	b.do(chromedp.Navigate(bash.ApproveURL))
+	linkPageTitle(b, "Approve Bash?")
+	b.do(chromedp.Click(chromedp.CSS(`[data-testid="link-submit"]`)))
+	require.Contains(t, linkPageTitle(b, "Approved: Bash"), "The turn goes on.")
+
+	// And the Write's decline link, with a reason.
+	b.do(chromedp.Navigate(write.DeclineURL))
+	linkPageTitle(b, "Decline Write?")
+	b.do(
+		chromedp.SendKeys(chromedp.CSS(`[data-testid="link-reason"]`), "not from my phone"),
+		chromedp.Click(chromedp.CSS(`[data-testid="link-submit"]`)),
+	)
+	linkPageTitle(b, "Declined: Write")
+
+	decisions := map[string]protocol.Event{}
+	for _, e := range untilEvent(t, msgs, &seq, protocol.EventFinish, 1) {
+		if e.Type == protocol.EventApprovalDecision {
+			decisions[e.RequestID] = e
+		}
+	}
+	require.Equal(t, protocol.DecisionApprove, decisions[bash.RequestID].Decision)
+	require.Equal(t, PrincipalLink, decisions[bash.RequestID].By)
+	require.Equal(t, protocol.DecisionDecline, decisions[write.RequestID].Decision)
+	require.Equal(t, "not from my phone", decisions[write.RequestID].Reason)
+	require.Equal(t, PrincipalLink, decisions[write.RequestID].By)
 }

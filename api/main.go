@@ -89,7 +89,7 @@ func run(cfg config.Config, log *slog.Logger) error {
 		}
 	}
 	if stored {
-		opts.Codec = payloads.Codec(storage)
+		opts.Codec = payloads.Codec(storage, codecDecodeBytes)
 	}
 	if cfg.AuditDB != "" {
 		ledger, err := auditdb.Open(context.Background(), cfg.AuditDB)

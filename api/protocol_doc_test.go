@@ -67,7 +67,7 @@ var httpMethod = regexp.MustCompile(`^(GET|HEAD|POST|PUT|PATCH|DELETE|OPTIONS)$`
 // reaches its Temporal client, which is nil.
 func docServer(t *testing.T, tokens []config.APIToken) *Server {
 	t.Helper()
-	s := NewServer(Options{Tokens: tokens, Codec: payloads.Codec(converter.ExternalStorage{})})
+	s := NewServer(Options{Tokens: tokens, Codec: payloads.Codec(converter.ExternalStorage{}, codecDecodeBytes)})
 	t.Cleanup(s.Close)
 	return s
 }

@@ -204,7 +204,7 @@ func newServer(o Options, src eventSource, settings hubSettings) *Server {
 	r.GET("/healthz", s.healthz)
 	r.GET("/metrics", gin.WrapH(promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{})))
 	if o.Codec != nil {
-		s.serveCodec(r, o.Codec, read)
+		s.serveCodec(r, o.Codec)
 	}
 	registerWeb(r)
 	r.NoRoute(func(c *gin.Context) {

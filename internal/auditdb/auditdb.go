@@ -92,7 +92,7 @@ func Open(ctx context.Context, dsn string) (*Ledger, error) {
 	l := &Ledger{}
 	var err error
 	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
-		l.postgres, l.where = true, "PostgreSQL "+redact(dsn)
+		l.postgres, l.where = true, "PostgreSQL "+text.RedactURL(dsn)
 		l.db, err = sql.Open("pgx", dsn)
 	} else {
 		l.where = "SQLite " + dsn
@@ -130,20 +130,6 @@ func Open(ctx context.Context, dsn string) (*Ledger, error) {
 		return nil, fmt.Errorf("audit ledger %s: prepare the write: %w", l.where, err)
 	}
 	return l, nil
-}
-
-// redact hides a URL's password.
-func redact(dsn string) string {
-	at := strings.LastIndex(dsn, "@")
-	scheme := strings.Index(dsn, "://")
-	if at < 0 || scheme < 0 {
-		return dsn
-	}
-	userinfo := dsn[scheme+3 : at]
-	if user, _, ok := strings.Cut(userinfo, ":"); ok {
-		return dsn[:scheme+3] + user + ":xxxxx" + dsn[at:]
-	}
-	return dsn
 }
 
 // Where names the database, without a password, for logs and errors.

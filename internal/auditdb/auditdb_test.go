@@ -296,3 +296,15 @@ func TestOpenLedgerInThisProcess(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, l.Close())
 }
+
+func TestALedgerThatCannotBeOpenedNamesItsDatabaseWithoutThePassword(t *testing.T) {
+	for _, dsn := range []string{
+		"postgres://tollgate:s3cret-pw@127.0.0.1:1/tollgate?connect_timeout=5",
+		"postgres://tollgate@127.0.0.1:1/tollgate?password=s3cret-pw&connect_timeout=5",
+	} {
+		_, err := auditdb.Open(context.Background(), dsn)
+		require.ErrorContains(t, err, "audit ledger PostgreSQL postgres://tollgate")
+		require.ErrorContains(t, err, "xxxxx")
+		require.NotContains(t, err.Error(), "s3cret-pw")
+	}
+}

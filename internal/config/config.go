@@ -539,18 +539,13 @@ func (r *reader) auditDB(name string) string {
 	case v == AuditOff:
 		return ""
 	case strings.HasPrefix(v, "postgres://") || strings.HasPrefix(v, "postgresql://"):
-		u, err := neturl.Parse(v)
-		if err != nil || u.Host == "" {
-			shown := "postgres://…"
-			if err == nil {
-				shown = u.Redacted()
-			}
-			r.fail(name, shown, "not a PostgreSQL URL (example: postgres://tollgate:secret@db:5432/tollgate)")
+		if u, err := neturl.Parse(v); err != nil || u.Host == "" {
+			r.fail(name, text.RedactURL(v), "not a PostgreSQL URL (example: postgres://tollgate:secret@db:5432/tollgate)")
 			return ""
 		}
 		return v
 	case strings.Contains(v, "://"):
-		r.fail(name, v, "neither a postgres:// URL nor a file path (%q keeps no ledger)", AuditOff)
+		r.fail(name, text.RedactURL(v), "neither a postgres:// URL nor a file path (%q keeps no ledger)", AuditOff)
 		return ""
 	}
 	return r.path(name, v)

@@ -266,6 +266,8 @@ func TestEachBadVariableIsNamedWithItsValue(t *testing.T) {
 		{"TOLLGATE_PUBLIC_URL", "tollgate.example.com", `TOLLGATE_PUBLIC_URL="tollgate.example.com": not an http(s) URL`},
 		{"TOLLGATE_AUDIT_DB", "mysql://db/x", `TOLLGATE_AUDIT_DB="mysql://db/x": neither a postgres:// URL nor a file path ("off" keeps no ledger)`},
 		{"TOLLGATE_AUDIT_DB", "postgres://tollgate:secret@/x", `TOLLGATE_AUDIT_DB="postgres://tollgate:xxxxx@/x": not a PostgreSQL URL`},
+		{"TOLLGATE_AUDIT_DB", "postgres:///x?user=tollgate&password=secret", `TOLLGATE_AUDIT_DB="postgres:///x?password=xxxxx&user=tollgate": not a PostgreSQL URL`},
+		{"TOLLGATE_AUDIT_DB", "mysql://tollgate:secret@db/x", `TOLLGATE_AUDIT_DB="mysql://tollgate:xxxxx@db/x": neither a postgres:// URL`},
 	} {
 		t.Run(tc.name+"="+tc.value, func(t *testing.T) {
 			_, err := Load(env(map[string]string{tc.name: tc.value}))

@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -445,11 +446,21 @@ func (s *s3Blobs) list(ctx context.Context, prefix string, fn func(name string))
 // that is a reference to one of storage's drivers for the payload it
 // names; every other payload, and Encode, pass through unchanged. History
 // keeps the references; a person reading it sees the messages.
-func Codec(storage converter.ExternalStorage) converter.PayloadCodec {
-	return codec{drivers: storage.Drivers}
+//
+// A reference is a few dozen bytes and its payload may be megabytes, and
+// one request may name the same one many times: so one Decode gives at
+// most limit bytes of stored payloads (a *DecodeLimitError past it), and
+// reads each payload it names once. Its errors never say where the store
+// is (a folder, a bucket): the caller reads them; the detail is in their
+// LogValue, for the log.
+func Codec(storage converter.ExternalStorage, limit int) converter.PayloadCodec {
+	return codec{drivers: storage.Drivers, limit: limit}
 }
 
-type codec struct{ drivers []converter.StorageDriver }
+type codec struct {
+	drivers []converter.StorageDriver
+	limit   int
+}
 
 // referenceType is the message type of a storage reference payload.
 var referenceType = string((&sdkpb.ExternalStorageReference{}).ProtoReflect().Descriptor().FullName())
@@ -458,6 +469,8 @@ func (codec) Encode(payloads []*commonpb.Payload) ([]*commonpb.Payload, error) {
 
 func (c codec) Decode(payloads []*commonpb.Payload) ([]*commonpb.Payload, error) {
 	out := make([]*commonpb.Payload, len(payloads))
+	read := map[string]*commonpb.Payload{} // by driver and claim: each is read once
+	total := 0
 	for i, p := range payloads {
 		out[i] = p
 		if string(p.GetMetadata()[converter.MetadataEncoding]) != converter.MetadataEncodingProtoJSON ||
@@ -466,18 +479,35 @@ func (c codec) Decode(payloads []*commonpb.Payload) ([]*commonpb.Payload, error)
 		}
 		ref := &sdkpb.ExternalStorageReference{}
 		if err := protojson.Unmarshal(p.GetData(), ref); err != nil {
-			return nil, fmt.Errorf("payload %d: a storage reference that cannot be read: %w", i, err)
+			return nil, &DecodeError{Index: i, Kind: DecodeBadReference, Err: fmt.Errorf("a storage reference that cannot be read: %w", err)}
 		}
 		j := slices.IndexFunc(c.drivers, func(d converter.StorageDriver) bool { return d.Name() == ref.GetDriverName() })
 		if j < 0 {
-			return nil, fmt.Errorf("payload %d: stored by driver %q, which this API does not have", i, ref.GetDriverName())
+			return nil, &DecodeError{Index: i, Kind: DecodeBadReference, Err: fmt.Errorf("stored by driver %.100q, which this API does not have", ref.GetDriverName())}
 		}
-		got, err := c.drivers[j].Retrieve(converter.StorageDriverRetrieveContext{Context: context.Background()},
-			[]converter.StorageDriverClaim{{ClaimData: ref.GetClaimData()}})
-		if err != nil {
-			return nil, fmt.Errorf("payload %d: %w", i, err)
+		claim := converter.StorageDriverClaim{ClaimData: ref.GetClaimData()}
+		id := ref.GetDriverName() + "\x00" + claim.ClaimData[claimKey]
+		got, ok := read[id]
+		if !ok {
+			if _, err := claimed(claim); err != nil {
+				return nil, &DecodeError{Index: i, Kind: DecodeBadReference, Err: fmt.Errorf("its claim names no content (a %s key of %d hex digits)", claimKey, 2*sha256.Size)}
+			}
+			all, err := c.drivers[j].Retrieve(converter.StorageDriverRetrieveContext{Context: context.Background()},
+				[]converter.StorageDriverClaim{claim})
+			if err != nil {
+				kind := DecodeUnreadable
+				if errors.Is(err, os.ErrNotExist) {
+					kind = DecodeNotStored
+				}
+				return nil, &DecodeError{Index: i, Kind: kind, Err: err}
+			}
+			got = all[0]
+			read[id] = got
 		}
-		out[i] = got[0]
+		if total += proto.Size(got); total > c.limit {
+			return nil, &DecodeLimitError{Limit: c.limit}
+		}
+		out[i] = got
 	}
 	return out, nil
 }
@@ -599,4 +629,56 @@ func (s *store) readable(ctx context.Context, name string) string {
 		}
 	}
 	return ""
+}
+
+// DecodeKind is why a payload could not be decoded.
+type DecodeKind int
+
+// The kinds of DecodeError.
+const (
+	// DecodeBadReference: the reference itself is wrong (not a reference,
+	// another driver's, a claim without a key): the caller's doing.
+	DecodeBadReference DecodeKind = iota
+	// DecodeNotStored: the store does not hold what it names.
+	DecodeNotStored
+	// DecodeUnreadable: the store failed to give it.
+	DecodeUnreadable
+)
+
+// DecodeError says which payload of a codec request could not be decoded
+// and why, without saying where the store is; Err has the detail.
+type DecodeError struct {
+	Index int
+	Kind  DecodeKind
+	Err   error
+}
+
+func (e *DecodeError) Error() string {
+	switch e.Kind {
+	case DecodeBadReference:
+		return fmt.Sprintf("payload %d: %v", e.Index, e.Err)
+	case DecodeNotStored:
+		return fmt.Sprintf("payload %d: the payload store does not hold the payload it names", e.Index)
+	default:
+		return fmt.Sprintf("payload %d: the payload store could not give the payload it names (the API's log says why)", e.Index)
+	}
+}
+
+func (e *DecodeError) Unwrap() error { return e.Err }
+
+// LogValue is the whole story, where the store is included, for the log.
+func (e *DecodeError) LogValue() slog.Value {
+	return slog.StringValue(fmt.Sprintf("payload %d: %v", e.Index, e.Err))
+}
+
+// DecodeLimitError is a codec request whose payloads decode to more than
+// its limit.
+type DecodeLimitError struct{ Limit int }
+
+func (e *DecodeLimitError) Error() string {
+	limit := fmt.Sprintf("%d bytes", e.Limit)
+	if e.Limit%(1<<20) == 0 {
+		limit = fmt.Sprintf("%d MiB", e.Limit>>20)
+	}
+	return "the payloads named decode to more than " + limit + ", the limit of one codec request: ask for fewer at a time"
 }

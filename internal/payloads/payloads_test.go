@@ -16,7 +16,9 @@ import (
 	"github.com/minio/minio-go/v7"
 	"github.com/stretchr/testify/require"
 	commonpb "go.temporal.io/api/common/v1"
+	sdkpb "go.temporal.io/api/sdk/v1"
 	"go.temporal.io/sdk/converter"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -286,4 +288,66 @@ func TestStartUpSurveySaysHowMuchOfTheStoreItCanRead(t *testing.T) {
 	_, ok, err = Survey(ctx, Config{}, time.Minute)
 	require.NoError(t, err)
 	require.False(t, ok, "no store, nothing to say")
+}
+
+// ref is the reference payload history holds for what claim names.
+func ref(t *testing.T, driver string, claim converter.StorageDriverClaim) *commonpb.Payload {
+	data, err := protojson.Marshal(&sdkpb.ExternalStorageReference{DriverName: driver, ClaimData: claim.ClaimData})
+	require.NoError(t, err)
+	return &commonpb.Payload{Metadata: map[string][]byte{
+		converter.MetadataEncoding: []byte(converter.MetadataEncodingProtoJSON), "messageType": []byte(referenceType),
+	}, Data: data}
+}
+
+func TestTheCodecDecodesReferencesWithinItsLimitAndNeverNamesTheStore(t *testing.T) {
+	dir := t.TempDir()
+	d := Dir(dir)
+	claims := roundTrip(t, d)
+	big, inline := ref(t, d.Name(), claims[0]), payload(t, "inline")
+	size := len(strings.Repeat("a long tool output\n", 1<<16))
+	c := Codec(converter.ExternalStorage{Drivers: []converter.StorageDriver{d}}, 3*size)
+
+	out, err := c.Decode([]*commonpb.Payload{big, inline, big})
+	require.NoError(t, err)
+	var s string
+	require.NoError(t, converter.GetDefaultDataConverter().FromPayload(out[0], &s))
+	require.Len(t, s, size)
+	require.Same(t, inline, out[1], "a payload that is no reference passes")
+
+	// Named once more than the limit allows, counted each time.
+	_, err = c.Decode([]*commonpb.Payload{big, big, big})
+	var limit *DecodeLimitError
+	require.ErrorAs(t, err, &limit)
+	require.Equal(t, fmt.Sprintf("the payloads named decode to more than %d bytes, the limit of one codec request: ask for fewer at a time", 3*size), err.Error())
+
+	for _, tc := range []struct {
+		name    string
+		payload *commonpb.Payload
+		kind    DecodeKind
+		message string
+	}{
+		{"another driver", ref(t, "elsewhere", claims[0]), DecodeBadReference, `payload 1: stored by driver "elsewhere", which this API does not have`},
+		{"no key", ref(t, d.Name(), converter.StorageDriverClaim{ClaimData: map[string]string{"key": "x"}}), DecodeBadReference, "payload 1: its claim names no content"},
+		{"not stored", ref(t, d.Name(), converter.StorageDriverClaim{ClaimData: map[string]string{claimKey: strings.Repeat("0", 64)}}), DecodeNotStored, "payload 1: the payload store does not hold the payload it names"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := c.Decode([]*commonpb.Payload{inline, tc.payload})
+			var de *DecodeError
+			require.ErrorAs(t, err, &de)
+			require.Equal(t, tc.kind, de.Kind)
+			require.ErrorContains(t, err, tc.message)
+			require.NotContains(t, err.Error(), dir)
+		})
+	}
+	// A store that fails: its log value says where, its message does not.
+	for _, f := range files(t, filepath.Join(dir, "payloads")) {
+		require.NoError(t, os.Remove(f))
+		require.NoError(t, os.Mkdir(f, 0o755))
+	}
+	_, err = c.Decode([]*commonpb.Payload{big})
+	var de *DecodeError
+	require.ErrorAs(t, err, &de)
+	require.Equal(t, DecodeUnreadable, de.Kind)
+	require.NotContains(t, err.Error(), dir)
+	require.Contains(t, de.LogValue().String(), dir)
 }

@@ -1,13 +1,46 @@
 // Package text holds the few string helpers tollgate's packages share:
-// cutting text to a size without breaking a character, and writing a
-// duration as a person would.
+// cutting text to a size without breaking a character, writing a
+// duration as a person would, and hiding a URL's password.
 package text
 
 import (
+	"net/url"
 	"strings"
 	"time"
 	"unicode/utf8"
 )
+
+// RedactURL returns a URL (a database's DSN, say) fit for a log or an
+// error: the password of its user info, and every query parameter whose
+// name says it holds a secret (password, sslpassword, …secret…,
+// …token…), become xxxxx. PostgreSQL takes a password either way
+// (postgres://user:pw@host/db or postgres://user@host/db?password=pw). A
+// string that is not a URL becomes its scheme and "…".
+func RedactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		scheme, _, _ := strings.Cut(s, "://")
+		return scheme + "://…"
+	}
+	if _, ok := u.User.Password(); ok {
+		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	}
+	q := u.Query()
+	hidden := false
+	for name := range q {
+		lower := strings.ToLower(name)
+		if strings.Contains(lower, "password") || strings.Contains(lower, "secret") || strings.Contains(lower, "token") {
+			for i := range q[name] {
+				q[name][i] = "xxxxx"
+			}
+			hidden = true
+		}
+	}
+	if hidden {
+		u.RawQuery = q.Encode()
+	}
+	return u.String()
+}
 
 // Truncate cuts s to at most n bytes of valid UTF-8, marking a cut with
 // "…" (which the n bytes do not count). Bytes that are not UTF-8 become

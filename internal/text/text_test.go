@@ -55,3 +55,19 @@ func TestDuration(t *testing.T) {
 		require.Equal(t, want, Duration(d), "%v", d)
 	}
 }
+
+func TestRedactURLHidesThePasswordWhereverTheURLHoldsIt(t *testing.T) {
+	for in, want := range map[string]string{
+		"postgres://tollgate:s3cret@db:5432/tollgate":                            "postgres://tollgate:xxxxx@db:5432/tollgate",
+		"postgres://tollgate@db:5432/tollgate?password=s3cret&sslmode=disable":   "postgres://tollgate@db:5432/tollgate?password=xxxxx&sslmode=disable",
+		"postgresql://db/tollgate?user=tollgate&PassWord=s3cret&sslpassword=k3y": "postgresql://db/tollgate?PassWord=xxxxx&sslpassword=xxxxx&user=tollgate",
+		"postgres://u:p%40ss@db/x?application_name=tollgate":                     "postgres://u:xxxxx@db/x?application_name=tollgate",
+		"postgres://tollgate@db:5432/tollgate?sslmode=require":                   "postgres://tollgate@db:5432/tollgate?sslmode=require",
+		"postgres://u:s3cret@db/x?password=s3cret":                               "postgres://u:xxxxx@db/x?password=xxxxx",
+		"postgres://u:s3cret@[::1%zone/x":                                        "postgres://…",
+	} {
+		got := RedactURL(in)
+		require.Equal(t, want, got, in)
+		require.NotContains(t, got, "s3cret")
+	}
+}
