@@ -67,7 +67,7 @@ func runTestWorker(specJSON string) error {
 		Namespace: spec.Namespace,
 		Logger:    sdklog.NewStructuredLogger(log),
 	}
-	lost := workflows.NewLostPayloads(log)
+	lost := workflows.NewLostPayloads(log, payloads.MissingKey)
 	if spec.PayloadDir != "" {
 		opts.ExternalStorage, _, _ = payloads.Storage(payloads.Config{Dir: spec.PayloadDir})
 		opts.ConnectionOptions.DialOptions = append(opts.ConnectionOptions.DialOptions, lost.DialOption())

@@ -107,7 +107,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	opts.Interceptors = append(opts.Interceptors, tracing.Interceptors()...)
 	// A turn whose history names a payload the store no longer holds is
 	// ended, naming the payload, instead of failing its task for ever.
-	lost := workflows.NewLostPayloads(log)
+	lost := workflows.NewLostPayloads(log, payloads.MissingKey)
 	if stored {
 		opts.ConnectionOptions.DialOptions = append(opts.ConnectionOptions.DialOptions, lost.DialOption())
 	}

@@ -12,8 +12,6 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"google.golang.org/grpc"
-
-	"github.com/tollgate/tollgate/internal/payloads"
 )
 
 // A turn whose history names a stored payload that is no longer in the
@@ -42,6 +40,10 @@ import (
 // backup lets it go on. It waits, and the worker logs why at error level.
 type LostPayloads struct {
 	log *slog.Logger
+	// missingKey finds the key of a missing payload in why a task failed
+	// (payloads.MissingKey): given by the worker, so that the workflows
+	// link no payload store.
+	missingKey func(msg string) (key string, missing bool)
 
 	mu sync.Mutex
 	// tasks are the workflow tasks this worker holds now, by task token:
@@ -80,10 +82,12 @@ func LostPayload(reason string) (string, bool) {
 	return strings.CutPrefix(reason, lostPayloadPrefix)
 }
 
-// NewLostPayloads returns a LostPayloads that logs to log. Add its
-// DialOption to the worker's client options, and Attach the client.
-func NewLostPayloads(log *slog.Logger) *LostPayloads {
-	return &LostPayloads{log: log, tasks: map[string]lostTask{}, ending: map[string]bool{}}
+// NewLostPayloads returns a LostPayloads that logs to log and finds a
+// missing payload's key in a failure's text with missingKey
+// (payloads.MissingKey). Add its DialOption to the worker's client
+// options, and Attach the client.
+func NewLostPayloads(log *slog.Logger, missingKey func(msg string) (key string, missing bool)) *LostPayloads {
+	return &LostPayloads{log: log, missingKey: missingKey, tasks: map[string]lostTask{}, ending: map[string]bool{}}
 }
 
 // DialOption is the gRPC interceptor that watches the worker's calls.
@@ -151,7 +155,7 @@ func (l *LostPayloads) release(token []byte) lostTask {
 // failed ends the workflow of task t when msg, why its task failed, says
 // a payload is missing.
 func (l *LostPayloads) failed(t lostTask, msg string) {
-	key, missing := payloads.MissingKey(msg)
+	key, missing := l.missingKey(msg)
 	if !missing || t.workflowID == "" {
 		return
 	}

@@ -14,6 +14,8 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/mocks"
 	"google.golang.org/grpc"
+
+	"github.com/tollgate/tollgate/internal/payloads"
 )
 
 // TestOnlyATurnOrSubagentWhoseTaskFailsOnAMissingPayloadIsEnded drives
@@ -26,7 +28,7 @@ func TestOnlyATurnOrSubagentWhoseTaskFailsOnAMissingPayloadIsEnded(t *testing.T)
 	c.On("TerminateWorkflow", mock.Anything, mock.Anything, mock.Anything, mock.Anything).Run(func(args mock.Arguments) {
 		terminated <- args.String(1) + " " + args.String(3)
 	}).Return(nil)
-	l := NewLostPayloads(slog.New(slog.DiscardHandler))
+	l := NewLostPayloads(slog.New(slog.DiscardHandler), payloads.MissingKey)
 	l.Attach(c)
 	call := func(req, reply any) {
 		require.NoError(t, l.intercept(context.Background(), "", req, reply, nil,
