@@ -146,7 +146,8 @@ func revoke(grants []Grant, id string) ([]Grant, error) {
 // must never change which grant answered. Only grants made by this build
 // have a scope, so a turn recorded before it never records one; scopeless
 // grants need nothing recorded (tool, arguments, the workflow's clock and
-// counts replay the same).
+// counts replay the same). A scope that fails, or would pass its cost
+// limit (policy.CostLimit), decides nothing: the call asks.
 func (t *turn) useGrant(ctx workflow.Context, call activities.ToolCall) *Grant {
 	now := workflow.Now(ctx)
 	scoped := slices.ContainsFunc(t.grants, func(g Grant) bool { return g.When != "" && g.Tool == call.Name && g.live(now) })
@@ -156,10 +157,13 @@ func (t *turn) useGrant(ctx workflow.Context, call activities.ToolCall) *Grant {
 	} else {
 		spec, _ := t.settings.spec(call.Name)
 		var id string
-		if err := workflow.SideEffect(ctx, func(workflow.Context) any {
+		if err := workflow.SideEffect(ctx, func(ctx workflow.Context) any {
 			g := grantFor(t.grants, call, now, func(g *Grant) bool {
-				ok, err := policy.EvalWhen(g.When, call.Arguments, spec.Hints())
-				return err == nil && ok // a scope that fails decides nothing: the call asks
+				ok, err := policy.EvalWhen(g.When, call.Arguments, spec.Hints(), t.cost)
+				if err != nil {
+					workflow.GetLogger(ctx).Warn("grant scope decides nothing: the call asks", "grantId", g.ID, "toolCallId", call.ID, "error", err)
+				}
+				return err == nil && ok
 			})
 			if g == nil {
 				return ""

@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -124,4 +125,39 @@ func TestARememberLimitWithoutRememberIsBadInput(t *testing.T) {
 	} {
 		require.Error(t, d.Check(), "%+v", d)
 	}
+}
+
+func TestAGrantScopeThatCostsTooMuchDecidesNothingAndTheCallAsks(t *testing.T) {
+	items := `[` + strings.TrimSuffix(strings.Repeat("1,", 300_000), ",") + `]`
+	h := newHarness(t, testSettings(), calls(
+		call("b0", "Bash", `{"command":"make"}`),
+		call("b1", "Bash", `{"command":"make","items":`+items+`}`),
+		call("b2", "Bash", `{"command":"make","items":[1,2,3]}`),
+	))
+	in := userTurn("go")
+	in.Grants = []Grant{
+		// Saved before scopes had a cost limit: it would hold the workflow
+		// task for seconds, past the SDK's deadlock detector.
+		{ID: "g-costly", Tool: "Bash", Decision: DecisionApprove, When: nestedAll(7)},
+		// Cheap on small arguments, past the limit on 300,000 items.
+		{ID: "g-items", Tool: "Bash", Decision: DecisionApprove, When: `args.items.all(x, x > 0)`},
+	}
+	var refused *updateOutcome
+	h.env.RegisterDelayedCallback(func() {
+		for _, e := range ofType(h.events(), EventApprovalRequest) {
+			refused = h.decide(ApprovalDecision{RequestID: e.RequestID, Decision: DecisionApprove, Remember: RememberConversation, RememberWhen: nestedAll(6)})
+			h.decide(ApprovalDecision{RequestID: e.RequestID, Decision: DecisionDecline})
+		}
+	}, time.Minute)
+
+	out := h.runTurn(in)
+
+	used := grantDecisions(out.Events)
+	require.Len(t, used, 1)
+	require.Equal(t, "b2", used[0].ToolCallID, "only the cheap scope on small arguments answers")
+	asked := ofType(out.Events, EventApprovalRequest)
+	require.Len(t, asked, 2)
+	require.Equal(t, []string{"b0", "b1"}, []string{asked[0].ToolCallID, asked[1].ToolCallID})
+	require.Equal(t, RejectInvalid, RejectionReason(refused.rejected))
+	require.ErrorContains(t, refused.rejected, "past the limit of 500000 that one call may cost")
 }
