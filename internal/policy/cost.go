@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"regexp/syntax"
@@ -48,10 +49,36 @@ const (
 // Budget is what the evaluations of one batch of calls may still cost
 // together (BatchCostLimit). A nil *Budget bounds each evaluation by
 // CostLimit alone.
-type Budget struct{ left uint64 }
+type Budget struct {
+	left uint64
+	// arguments were decoded into args, whose largest value has size:
+	// the expressions evaluated on one call (its rule, every scoped grant
+	// of its tool) decode its arguments once.
+	arguments string
+	args      map[string]any
+	size      uint64
+}
 
 // NewBudget returns the budget of one batch: BatchCostLimit.
 func NewBudget() *Budget { return &Budget{left: BatchCostLimit} }
+
+// decode reads a call's arguments, and the size of their largest value;
+// once for the same arguments in a row, when b is not nil. CEL never
+// changes what it reads, so they can be shared.
+func (b *Budget) decode(arguments string) (map[string]any, uint64, error) {
+	if b != nil && b.args != nil && b.arguments == arguments {
+		return b.args, b.size, nil
+	}
+	var args map[string]any
+	if err := json.Unmarshal([]byte(arguments), &args); err != nil {
+		return nil, 0, fmt.Errorf("arguments: %w", err)
+	}
+	size := largest(args)
+	if b != nil && args != nil {
+		b.arguments, b.args, b.size = arguments, args, size
+	}
+	return args, size, nil
+}
 
 // take says why c may not be evaluated on arguments whose largest value
 // has size n, or takes its estimated cost from b (when not nil).

@@ -2,7 +2,6 @@ package policy
 
 import (
 	"cmp"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -178,15 +177,15 @@ func EvalWhen(expr, arguments string, hints protocol.ToolAnnotations, budget *Bu
 	if err != nil {
 		return false, err
 	}
-	var args map[string]any
-	if err := json.Unmarshal([]byte(arguments), &args); err != nil {
-		return false, fmt.Errorf("arguments: %w", err)
+	args, size, err := budget.decode(arguments)
+	if err != nil {
+		return false, err
 	}
 	annotations := map[string]any{
 		"readOnlyHint": hints.ReadOnly, "destructiveHint": hints.Destructive,
 		"idempotentHint": hints.Idempotent, "openWorldHint": hints.OpenWorld, "title": hints.Title,
 	}
-	if err := budget.take(c, max(largest(args), largest(annotations))); err != nil {
+	if err := budget.take(c, max(size, largest(annotations))); err != nil {
 		return false, err
 	}
 	out, _, err := c.program.Eval(map[string]any{"args": args, "annotations": annotations})
