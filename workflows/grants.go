@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/workflow"
@@ -33,8 +34,12 @@ type Grant struct {
 	TurnID    string    `json:"turnId"`
 	CreatedAt time.Time `json:"createdAt"`
 	// By names who made the decision the grant remembers; every decision
-	// the grant makes is recorded as theirs.
-	By string `json:"by,omitempty"`
+	// the grant makes is recorded as theirs. Role is the role of the API
+	// token they decided with, if any. A grant answers only a call that By
+	// (in Role) may decide under the rule in force when the call comes
+	// (deciders, second person): see turn.grantsFor.
+	By   string `json:"by,omitempty"`
+	Role string `json:"role,omitempty"`
 	// ExpiresAt, when set, ends the grant (the decision's rememberFor).
 	ExpiresAt *time.Time `json:"expiresAt,omitempty"`
 	// Uses, when not 0, is how many calls the grant decides
@@ -69,20 +74,69 @@ type RevokeGrant struct {
 
 // grantFor returns the newest grant that covers call at now, or nil: one
 // for its tool (and its arguments, when the grant names them), live, and
-// whose scope, when it has one, inScope says holds.
-func grantFor(grants []Grant, call activities.ToolCall, now time.Time, inScope func(*Grant) bool) *Grant {
+// whose scope, when it has one, inScope says holds. Arguments compare as
+// canonicalJSON makes them when exact, and as floatCanonicalJSON does
+// otherwise (turns before patchGrantNarrowed).
+func grantFor(grants []Grant, call activities.ToolCall, now time.Time, exact bool, inScope func(*Grant) bool) *Grant {
 	if len(grants) == 0 {
 		return nil
 	}
-	args := canonicalJSON(call.Arguments)
 	for i := len(grants) - 1; i >= 0; i-- {
 		g := &grants[i]
-		if g.Tool == call.Name && (g.Arguments == "" || g.Arguments == args) && g.live(now) &&
+		if g.Tool == call.Name && g.sameArguments(call.Arguments, exact) && g.live(now) &&
 			(g.When == "" || (inScope != nil && inScope(g))) {
 			return g
 		}
 	}
 	return nil
+}
+
+// sameArguments reports whether g covers a call with arguments: any, when
+// g names none; otherwise the same JSON, with numbers compared as written
+// when exact, and as float64 (where 10000000000000000 and
+// 10000000000000001 are one number) when not.
+func (g *Grant) sameArguments(arguments string, exact bool) bool {
+	switch {
+	case g.Arguments == "":
+		return true
+	case exact:
+		return canonicalJSON(g.Arguments) == canonicalJSON(arguments)
+	default:
+		// g.Arguments was made by canonicalJSON, or by floatCanonicalJSON
+		// before it; floatCanonicalJSON reads both as it always did.
+		return floatCanonicalJSON(g.Arguments) == floatCanonicalJSON(arguments)
+	}
+}
+
+// grantsFor returns the grants that may answer call now, and whether
+// their arguments compare exactly (see grantFor).
+//
+// From patchGrantNarrowed on, a grant answers only a call that its maker
+// may decide under the rule in force now (deciders, second person: the
+// turn's rules and sender, as for a decision made now), and its arguments
+// compare with numbers as written. A turn recorded before the patch lets
+// every grant answer and compares numbers as float64, as it did. The patch
+// is asked only when it changes something: when a live grant of call's
+// tool is one that the new way leaves out.
+func (t *turn) grantsFor(ctx workflow.Context, call activities.ToolCall, now time.Time) ([]Grant, bool) {
+	rule := t.settings.rule(call.Name)
+	var narrowed []Grant
+	for _, g := range t.grants {
+		leftOut := g.Tool == call.Name && g.live(now) &&
+			(rule.MayDecide(g.By, g.Role, t.sender) != nil ||
+				(g.sameArguments(call.Arguments, false) && !g.sameArguments(call.Arguments, true)))
+		if !leftOut {
+			narrowed = append(narrowed, g)
+		}
+	}
+	if len(narrowed) == len(t.grants) {
+		// Every grant compares the same either way.
+		return t.grants, true
+	}
+	if !patched(ctx, t.settings, patchGrantNarrowed) {
+		return t.grants, false
+	}
+	return narrowed, true
 }
 
 // grantFrom makes the grant a remembered decision on a asks for.
@@ -95,6 +149,7 @@ func grantFrom(a *approval, turnID string) Grant {
 		TurnID:    turnID,
 		CreatedAt: a.decidedAt,
 		By:        a.by,
+		Role:      a.role,
 	}
 	if a.rememberFor > 0 {
 		expires := a.decidedAt.Add(a.rememberFor)
@@ -118,8 +173,26 @@ func grantID(requestID string) string {
 }
 
 // canonicalJSON re-encodes a JSON text with sorted keys and no spaces, so
-// that equal arguments compare equal however the model spaced them.
+// that equal arguments compare equal however the model spaced them. Numbers
+// stay as written: 10000000000000001 is not 10000000000000000, nor 1.0 1.
 func canonicalJSON(s string) string {
+	dec := json.NewDecoder(strings.NewReader(s))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil || dec.More() {
+		return s
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return s
+	}
+	return string(b)
+}
+
+// floatCanonicalJSON is canonicalJSON as it was before patchGrantNarrowed:
+// numbers read as float64, so ones that differ past float64's precision
+// compare equal.
+func floatCanonicalJSON(s string) string {
 	var v any
 	if err := json.Unmarshal([]byte(s), &v); err != nil {
 		return s
@@ -146,19 +219,21 @@ func revoke(grants []Grant, id string) ([]Grant, error) {
 // must never change which grant answered. Only grants made by this build
 // have a scope, so a turn recorded before it never records one; scopeless
 // grants need nothing recorded (tool, arguments, the workflow's clock and
-// counts replay the same). A scope that fails, or would pass its cost
-// limit (policy.CostLimit), decides nothing: the call asks.
+// counts replay the same). A scope that fails, or passes its cost limit
+// (policy.CostLimit), decides nothing: the call asks.
 func (t *turn) useGrant(ctx workflow.Context, call activities.ToolCall) *Grant {
 	now := workflow.Now(ctx)
-	scoped := slices.ContainsFunc(t.grants, func(g Grant) bool { return g.When != "" && g.Tool == call.Name && g.live(now) })
-	var g *Grant
+	grants, exact := t.grantsFor(ctx, call, now)
+	scoped := slices.ContainsFunc(grants, func(g Grant) bool { return g.When != "" && g.Tool == call.Name && g.live(now) })
+	var id string
 	if !scoped {
-		g = grantFor(t.grants, call, now, nil)
+		if g := grantFor(grants, call, now, exact, nil); g != nil {
+			id = g.ID
+		}
 	} else {
 		spec, _ := t.settings.spec(call.Name)
-		var id string
 		if err := workflow.SideEffect(ctx, func(ctx workflow.Context) any {
-			g := grantFor(t.grants, call, now, func(g *Grant) bool {
+			g := grantFor(grants, call, now, exact, func(g *Grant) bool {
 				ok, err := policy.EvalWhen(g.When, call.Arguments, spec.Hints(), t.cost)
 				if err != nil {
 					workflow.GetLogger(ctx).Warn("grant scope decides nothing: the call asks", "grantId", g.ID, "toolCallId", call.ID, "error", err)
@@ -173,14 +248,13 @@ func (t *turn) useGrant(ctx workflow.Context, call activities.ToolCall) *Grant {
 			// A SideEffect result only fails to decode on a corrupt history.
 			panic(fmt.Errorf("grant for call %s: %w", call.ID, err))
 		}
-		if i := slices.IndexFunc(t.grants, func(g Grant) bool { return g.ID == id }); id != "" && i >= 0 {
-			g = &t.grants[i]
-		}
 	}
-	if g != nil {
-		t.countGrantUse(g.ID, 1)
+	i := slices.IndexFunc(t.grants, func(g Grant) bool { return g.ID == id })
+	if id == "" || i < 0 {
+		return nil
 	}
-	return g
+	t.countGrantUse(id, 1)
+	return &t.grants[i]
 }
 
 // countGrantUse counts n calls decided by grant id, in the loop's grants

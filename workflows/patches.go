@@ -49,6 +49,12 @@ const (
 	// cost a workflow task each, and the turn logs the call's token events
 	// when it ends (turn.callModel).
 	patchTokensByHeartbeat = "tokens-by-heartbeat"
+	// patchGrantNarrowed (after v0.3.0): a grant answers only a call that
+	// its maker may decide under the rule in force when the call comes
+	// (deciders, second person), and a grant for the same arguments
+	// compares their numbers as written, not as float64
+	// (turn.grantsFor).
+	patchGrantNarrowed = "grant-narrowed"
 )
 
 // PatchLevel is the patch level this build records in the settings of

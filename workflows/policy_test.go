@@ -167,9 +167,9 @@ func TestRememberedApprovalSkipsLaterApprovalsInTheConversationUntilRevoked(t *t
 func TestGrantCoversOnlyItsToolWithTheSameArguments(t *testing.T) {
 	g := Grant{ID: "g", Tool: "Bash", Decision: DecisionApprove, Arguments: canonicalJSON(`{"command": "make"}`)}
 	now := time.Now()
-	require.NotNil(t, grantFor([]Grant{g}, call("x", "Bash", `{ "command":"make" }`), now, nil))
-	require.Nil(t, grantFor([]Grant{g}, call("x", "Bash", `{"command":"make deploy"}`), now, nil))
-	require.Nil(t, grantFor([]Grant{g}, call("x", "Write", `{"command":"make"}`), now, nil))
+	require.NotNil(t, grantFor([]Grant{g}, call("x", "Bash", `{ "command":"make" }`), now, true, nil))
+	require.Nil(t, grantFor([]Grant{g}, call("x", "Bash", `{"command":"make deploy"}`), now, true, nil))
+	require.Nil(t, grantFor([]Grant{g}, call("x", "Write", `{"command":"make"}`), now, true, nil))
 }
 
 func TestRememberedDeclineDeclinesWithoutAsking(t *testing.T) {
