@@ -44,6 +44,12 @@ const (
 	// map's entries) every argument is taken to have when an expression
 	// is compiled.
 	EstimatedArgumentSize = 4096
+	// MaxExpressionBytes bounds an expression's length: compiling one
+	// takes time too, in the workflow task that first evaluates it on a
+	// worker (a grant's scope, or a rule a turn recorded; a worker's own
+	// rules are compiled at its start), and cel-go took a second for 60 KB
+	// and about 20 ms for 2 KB.
+	MaxExpressionBytes = 2048
 )
 
 // Budget is what the evaluations of one batch of calls may still cost

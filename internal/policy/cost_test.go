@@ -40,6 +40,9 @@ func TestAnExpressionThatMayCostTooMuchIsRefusedNamingTheLimit(t *testing.T) {
 	require.ErrorContains(t, err, `tool Bash: when "[0,1,2`)
 	require.ErrorContains(t, err, "past the limit of 500000")
 
+	long := strings.Repeat(`args.command.contains("x") || `, 70) + "false"
+	require.ErrorContains(t, CheckWhen(long), "it is 2105 bytes long, past the limit of 2048 that an expression may be")
+
 	// What a rule usually does stays well within it.
 	for _, expr := range []string{
 		nestedAll(5),

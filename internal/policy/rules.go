@@ -119,11 +119,15 @@ var env = sync.OnceValues(func() (*cel.Env, error) {
 	)
 })
 
-// compileWhen compiles expr, and refuses it when its cost, estimated with
-// every argument EstimatedArgumentSize long, passes CostLimit.
+// compileWhen compiles expr, and refuses it when it is longer than
+// MaxExpressionBytes or its cost, estimated with every argument
+// EstimatedArgumentSize long, passes CostLimit.
 func compileWhen(expr string) (*compiled, error) {
 	if c, ok := programs.Load(expr); ok {
 		return c.(*compiled), nil
+	}
+	if len(expr) > MaxExpressionBytes {
+		return nil, fmt.Errorf("it is %d bytes long, past the limit of %d that an expression may be", len(expr), MaxExpressionBytes)
 	}
 	env, err := env()
 	if err != nil {
