@@ -73,17 +73,12 @@ type RevokeGrant struct {
 }
 
 // grantFor returns the newest grant that covers call at now, or nil: one
-// for its tool (and its arguments, when the grant names them), live, and
-// whose scope, when it has one, inScope says holds. Arguments compare as
-// canonicalJSON makes them when exact, and as floatCanonicalJSON does
-// otherwise (turns before patchGrantNarrowed).
-func grantFor(grants []Grant, call activities.ToolCall, now time.Time, exact bool, inScope func(*Grant) bool) *Grant {
-	if len(grants) == 0 {
-		return nil
-	}
+// for its tool, live, for its arguments when the grant names them (as same
+// compares them), and whose scope, when it has one, inScope says holds.
+func grantFor(grants []Grant, call activities.ToolCall, now time.Time, same, inScope func(*Grant) bool) *Grant {
 	for i := len(grants) - 1; i >= 0; i-- {
 		g := &grants[i]
-		if g.Tool == call.Name && g.sameArguments(call.Arguments, exact) && g.live(now) &&
+		if g.Tool == call.Name && (g.Arguments == "" || same(g)) && g.live(now) &&
 			(g.When == "" || (inScope != nil && inScope(g))) {
 			return g
 		}
@@ -91,25 +86,41 @@ func grantFor(grants []Grant, call activities.ToolCall, now time.Time, exact boo
 	return nil
 }
 
-// sameArguments reports whether g covers a call with arguments: any, when
-// g names none; otherwise the same JSON, with numbers compared as written
-// when exact, and as float64 (where 10000000000000000 and
-// 10000000000000001 are one number) when not.
-func (g *Grant) sameArguments(arguments string, exact bool) bool {
-	switch {
-	case g.Arguments == "":
-		return true
-	case exact:
-		return canonicalJSON(g.Arguments) == canonicalJSON(arguments)
-	default:
-		// g.Arguments was made by canonicalJSON, or by floatCanonicalJSON
-		// before it; floatCanonicalJSON reads both as it always did.
-		return floatCanonicalJSON(g.Arguments) == floatCanonicalJSON(arguments)
+// callArguments are a call's arguments as grants compare them: canonical
+// with numbers as written (exact), and with numbers read as float64
+// (float), as turns before patchGrantNarrowed compared them.
+type callArguments struct{ exact, float string }
+
+// argumentsOf reads call's arguments as grants compare them.
+func argumentsOf(call activities.ToolCall) callArguments {
+	return callArguments{exact: canonicalJSON(call.Arguments), float: floatCanonicalJSON(call.Arguments)}
+}
+
+// sameArguments returns how a grant that names arguments compares them
+// with args: exactly, or as float64 (where 10000000000000000 and
+// 10000000000000001 are one number). A grant's Arguments were made by
+// canonicalJSON, or by floatCanonicalJSON before it, and canonicalJSON
+// gives either back unchanged, so the exact comparison reads no JSON; the
+// float64 one reads each grant's once a turn (t.floats).
+func (t *turn) sameArguments(args callArguments, exact bool) func(*Grant) bool {
+	if exact {
+		return func(g *Grant) bool { return g.Arguments == args.exact }
+	}
+	return func(g *Grant) bool {
+		f, ok := t.floats[g.ID]
+		if !ok {
+			f = floatCanonicalJSON(g.Arguments)
+			if t.floats == nil {
+				t.floats = map[string]string{}
+			}
+			t.floats[g.ID] = f
+		}
+		return f == args.float
 	}
 }
 
-// grantsFor returns the grants that may answer call now, and whether
-// their arguments compare exactly (see grantFor).
+// grantsFor returns the grants that may answer call now, and how their
+// arguments compare with args (see sameArguments).
 //
 // From patchGrantNarrowed on, a grant answers only a call that its maker
 // may decide under the rule in force now (deciders, second person: the
@@ -118,25 +129,26 @@ func (g *Grant) sameArguments(arguments string, exact bool) bool {
 // every grant answer and compares numbers as float64, as it did. The patch
 // is asked only when it changes something: when a live grant of call's
 // tool is one that the new way leaves out.
-func (t *turn) grantsFor(ctx workflow.Context, call activities.ToolCall, now time.Time) ([]Grant, bool) {
+func (t *turn) grantsFor(ctx workflow.Context, call activities.ToolCall, args callArguments, now time.Time) ([]Grant, func(*Grant) bool) {
 	rule := t.settings.rule(call.Name)
+	exactly, asFloats := t.sameArguments(args, true), t.sameArguments(args, false)
 	var narrowed []Grant
 	for _, g := range t.grants {
 		leftOut := g.Tool == call.Name && g.live(now) &&
 			(rule.MayDecide(g.By, g.Role, t.sender) != nil ||
-				(g.sameArguments(call.Arguments, false) && !g.sameArguments(call.Arguments, true)))
+				(g.Arguments != "" && !exactly(&g) && asFloats(&g)))
 		if !leftOut {
 			narrowed = append(narrowed, g)
 		}
 	}
 	if len(narrowed) == len(t.grants) {
 		// Every grant compares the same either way.
-		return t.grants, true
+		return t.grants, exactly
 	}
 	if !patched(ctx, t.settings, patchGrantNarrowed) {
-		return t.grants, false
+		return t.grants, asFloats
 	}
-	return narrowed, true
+	return narrowed, exactly
 }
 
 // grantFrom makes the grant a remembered decision on a asks for.
@@ -222,18 +234,21 @@ func revoke(grants []Grant, id string) ([]Grant, error) {
 // counts replay the same). A scope that fails, or passes its cost limit
 // (policy.CostLimit), decides nothing: the call asks.
 func (t *turn) useGrant(ctx workflow.Context, call activities.ToolCall) *Grant {
+	if !slices.ContainsFunc(t.grants, func(g Grant) bool { return g.Tool == call.Name }) {
+		return nil // no grant to read the arguments for
+	}
 	now := workflow.Now(ctx)
-	grants, exact := t.grantsFor(ctx, call, now)
+	grants, same := t.grantsFor(ctx, call, argumentsOf(call), now)
 	scoped := slices.ContainsFunc(grants, func(g Grant) bool { return g.When != "" && g.Tool == call.Name && g.live(now) })
 	var id string
 	if !scoped {
-		if g := grantFor(grants, call, now, exact, nil); g != nil {
+		if g := grantFor(grants, call, now, same, nil); g != nil {
 			id = g.ID
 		}
 	} else {
 		spec, _ := t.settings.spec(call.Name)
 		if err := workflow.SideEffect(ctx, func(ctx workflow.Context) any {
-			g := grantFor(grants, call, now, exact, func(g *Grant) bool {
+			g := grantFor(grants, call, now, same, func(g *Grant) bool {
 				ok, err := policy.EvalWhen(g.When, call.Arguments, spec.Hints(), t.cost)
 				if err != nil {
 					workflow.GetLogger(ctx).Warn("grant scope decides nothing: the call asks", "grantId", g.ID, "toolCallId", call.ID, "error", err)

@@ -167,9 +167,12 @@ func TestRememberedApprovalSkipsLaterApprovalsInTheConversationUntilRevoked(t *t
 func TestGrantCoversOnlyItsToolWithTheSameArguments(t *testing.T) {
 	g := Grant{ID: "g", Tool: "Bash", Decision: DecisionApprove, Arguments: canonicalJSON(`{"command": "make"}`)}
 	now := time.Now()
-	require.NotNil(t, grantFor([]Grant{g}, call("x", "Bash", `{ "command":"make" }`), now, true, nil))
-	require.Nil(t, grantFor([]Grant{g}, call("x", "Bash", `{"command":"make deploy"}`), now, true, nil))
-	require.Nil(t, grantFor([]Grant{g}, call("x", "Write", `{"command":"make"}`), now, true, nil))
+	grantFor := func(c activities.ToolCall) *Grant {
+		return grantFor([]Grant{g}, c, now, (&turn{}).sameArguments(argumentsOf(c), true), nil)
+	}
+	require.NotNil(t, grantFor(call("x", "Bash", `{ "command":"make" }`)))
+	require.Nil(t, grantFor(call("x", "Bash", `{"command":"make deploy"}`)))
+	require.Nil(t, grantFor(call("x", "Write", `{"command":"make"}`)))
 }
 
 func TestRememberedDeclineDeclinesWithoutAsking(t *testing.T) {

@@ -73,6 +73,9 @@ type turn struct {
 	// calls each grant decided in this loop and its subagents.
 	grants, newGrants []Grant
 	grantsUsed        map[string]int
+	// floats are the grants' arguments as turns before patchGrantNarrowed
+	// compared them, by grant id, read once (sameArguments).
+	floats map[string]string
 	// cost is what the batch's rules and grant scopes may still cost
 	// (policy.BatchCostLimit), spent as they are evaluated: only where
 	// their answers are recorded, or in a turn that never records them,
