@@ -55,16 +55,15 @@ func TestCELRuleAsksOnlyForTheMatchingCallOfABatch(t *testing.T) {
 }
 
 func TestPolicyRuleThatCostsTooMuchAsksAndSaysWhy(t *testing.T) {
-	items := `[` + strings.TrimSuffix(strings.Repeat("1,", 300_000), ",") + `]`
 	// Settings recorded before rules had a cost limit may hold a rule that
 	// would hold the workflow task for seconds.
 	h := newHarness(t, ruleSettings(
 		Rule{Tool: "Bash", Require: RequireWhen, When: nestedAll(7)},
-		Rule{Tool: "Write", Require: RequireWhen, When: `args.items.exists(x, x < 0)`},
+		Rule{Tool: "Write", Require: RequireWhen, When: `args.content.matches("^[a-z]{1,100}$")`},
 	), calls(
 		call("b", "Bash", `{"command":"ls"}`),
-		call("w0", "Write", `{"file_path":"a","content":"b","items":[1,2,3]}`),
-		call("w1", "Write", `{"file_path":"a","content":"b","items":`+items+`}`),
+		call("w0", "Write", `{"file_path":"a","content":"B"}`),
+		call("w1", "Write", `{"file_path":"a","content":"`+strings.Repeat("B", 60_000)+`"}`),
 	))
 	h.env.RegisterDelayedCallback(func() {
 		for _, e := range ofType(h.events(), EventApprovalRequest) {
@@ -78,10 +77,10 @@ func TestPolicyRuleThatCostsTooMuchAsksAndSaysWhy(t *testing.T) {
 	for _, e := range ofType(out.Events, EventApprovalRequest) {
 		asked[e.ToolCallID] = e.Reason
 	}
-	require.Len(t, asked, 2, "w0's items are few: its rule says no")
+	require.Len(t, asked, 2, "w0's content is short: its rule says no")
 	require.Contains(t, asked["b"], "policy rule for Bash could not decide")
 	require.Contains(t, asked["b"], "past the limit of 500000 that one call may cost")
-	require.Contains(t, asked["w1"], "on these arguments (a value 300000 long) the expression may cost up to")
+	require.Contains(t, asked["w1"], "on these arguments (a value 60000 long) the expression may cost up to")
 	require.Equal(t, []string{"Write"}, h.ranTools())
 }
 
