@@ -3,9 +3,11 @@ package main
 import (
 	"net/http"
 	"testing"
+	"time"
 
 	openai "github.com/sashabaranov/go-openai"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/worker"
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/config"
@@ -70,4 +72,124 @@ func TestAClientToolThePolicyProtectsAsksBeforeTheClientIsToldToRunIt(t *testing
 	require.Equal(t, true, body["accepted"])
 	rest := untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
 	require.Equal(t, "Paid.", rest[len(rest)-1].Text)
+}
+
+// A grant is a decision made in advance: it answers only a call its
+// maker could decide now. Bob's remembered approval of Alice's Write must
+// not approve Bob's own Write, which the four-eyes rule keeps from him.
+func TestAGrantDoesNotLetItsMakerSkipTheSecondPerson(t *testing.T) {
+	st := newStack(t, withSettings(func(s *workflows.Settings) {
+		s.Rules = []workflows.Rule{
+			{Tool: activities.ToolWrite, Require: workflows.RequireAlways, SecondPerson: true},
+			{Tool: activities.ToolBash, Require: workflows.RequireNever},
+		}
+	}))
+	const aliceToken, bobToken = "alice-0123456789abcd", "bob-0123456789abcdef"
+	o := st.apiOptions()
+	o.Tokens = []config.APIToken{
+		{Token: aliceToken, Principal: "alice", Roles: config.DefaultRoles},
+		{Token: bobToken, Principal: "bob", Roles: config.DefaultRoles},
+	}
+	api := serveAPI(t, NewServer(o))
+	const conv = "four-eyes-grant"
+	decide := func(token, requestID, body string) string {
+		t.Helper()
+		resp, out := send(t, http.MethodPost, api.URL+"/chat/approval", "Bearer "+token, `{"requestId":"`+requestID+`",`+body+`}`)
+		require.Equal(t, http.StatusOK, resp.StatusCode, out)
+		return out
+	}
+
+	// Alice's turn: Bob approves her Write, and remembers it.
+	_, msgs := chatAs(t, api, aliceToken, `{"query": "write a note", "conversationId": "`+conv+`"}`)
+	seq := 0
+	write := requestsByTool(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 1))["Write"]
+	require.JSONEq(t, `{"accepted":true}`, decide(bobToken, write.RequestID, `"decision":"approve","remember":"conversation"`))
+	untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
+
+	// Bob's turn: his Write asks; he may not approve it, Alice may.
+	_, msgs = chatAs(t, api, bobToken, `{"query": "write another", "conversationId": "`+conv+`"}`)
+	seq = 0
+	events := untilEvent(t, msgs, &seq, protocol.EventHeartbeat, 1)
+	require.Empty(t, ofType(events, protocol.EventApprovalDecision), "bob's grant decided nothing in bob's turn")
+	write = requestsByTool(events)["Write"]
+	require.NotEmpty(t, write.RequestID, "bob's Write asks")
+	require.JSONEq(t, `{"accepted":false,"reason":"forbidden"}`, decide(bobToken, write.RequestID, `"decision":"approve"`))
+	require.JSONEq(t, `{"accepted":true}`, decide(aliceToken, write.RequestID, `"decision":"approve"`))
+	events = untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
+	d := ofType(events, protocol.EventApprovalDecision)
+	require.Len(t, d, 1)
+	require.Equal(t, "alice", d[0].By)
+	require.Empty(t, d[0].Grant)
+
+	// Alice's next turn: Bob's grant answers her Write, as he could.
+	_, msgs = chatAs(t, api, aliceToken, `{"query": "and one more", "conversationId": "`+conv+`"}`)
+	seq = 0
+	events = untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
+	require.Empty(t, ofType(events, protocol.EventApprovalRequest))
+	d = ofType(events, protocol.EventApprovalDecision)
+	require.Len(t, d, 1)
+	require.Equal(t, "bob", d[0].By)
+	require.NotEmpty(t, d[0].Grant)
+}
+
+// restartWorker stops the stack's worker and starts another on its queue,
+// with the stack's settings as change makes them: a new policy, say.
+func restartWorker(t *testing.T, st *stack, change func(*workflows.Settings)) {
+	t.Helper()
+	st.worker.Stop()
+	tools := stackTools(st.workspace)
+	wf := &workflows.Workflows{Settings: stackSettings(tools, time.Minute)}
+	change(&wf.Settings)
+	st.worker = worker.New(st.client, st.queue, workflows.WorkerOptions())
+	workflows.Register(st.worker, wf,
+		activities.NewModel(st.model.URL+"/v1", "test", scripted.ModelName, workflows.TokenSignaler{Client: st.client}), tools)
+	workflows.RegisterAuditor(st.worker, &activities.Auditor{Ledger: st.ledger})
+	require.NoError(t, st.worker.Start())
+	t.Cleanup(st.worker.Stop)
+}
+
+// A grant made before its tool's rule named deciders answers no call once
+// it does, unless its maker is one of them.
+func TestARuleThatGainsDecidersNarrowsTheGrantsMadeBefore(t *testing.T) {
+	st := newStack(t, withSettings(func(s *workflows.Settings) {
+		s.Rules = []workflows.Rule{{Tool: activities.ToolBash, Require: workflows.RequireNever}}
+	}))
+	const devToken, leadToken = "dev-0123456789abcdef", "lead-0123456789abcde"
+	o := st.apiOptions()
+	o.Tokens = []config.APIToken{
+		{Token: devToken, Principal: "dev", Roles: config.DefaultRoles},
+		{Token: leadToken, Principal: "lead", Roles: []string{config.RoleApprove}},
+	}
+	api := serveAPI(t, NewServer(o))
+	const conv = "deciders-later"
+	decide := func(token, requestID, body string) string {
+		t.Helper()
+		resp, out := send(t, http.MethodPost, api.URL+"/chat/approval", "Bearer "+token, `{"requestId":"`+requestID+`",`+body+`}`)
+		require.Equal(t, http.StatusOK, resp.StatusCode, out)
+		return out
+	}
+	_, msgs := chatAs(t, api, devToken, `{"query": "write a note", "conversationId": "`+conv+`"}`)
+	seq := 0
+	write := requestsByTool(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 1))["Write"]
+	require.JSONEq(t, `{"accepted":true}`, decide(devToken, write.RequestID, `"decision":"approve","remember":"conversation"`))
+	untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
+
+	// The operator's new policy: only lead decides Writes.
+	restartWorker(t, st, func(s *workflows.Settings) {
+		s.Rules = []workflows.Rule{
+			{Tool: activities.ToolWrite, Require: workflows.RequireAlways, Deciders: []string{"lead"}},
+			{Tool: activities.ToolBash, Require: workflows.RequireNever},
+		}
+	})
+
+	_, msgs = chatAs(t, api, devToken, `{"query": "write another", "conversationId": "`+conv+`"}`)
+	seq = 0
+	events := untilEvent(t, msgs, &seq, protocol.EventHeartbeat, 1)
+	require.Empty(t, ofType(events, protocol.EventApprovalDecision), "dev's grant decides no Write now that only lead may")
+	write = requestsByTool(events)["Write"]
+	require.JSONEq(t, `{"accepted":false,"reason":"forbidden"}`, decide(devToken, write.RequestID, `"decision":"approve"`))
+	require.JSONEq(t, `{"accepted":true}`, decide(leadToken, write.RequestID, `"decision":"approve"`))
+	d := ofType(untilEvent(t, msgs, &seq, protocol.EventFinish, 1), protocol.EventApprovalDecision)
+	require.Len(t, d, 1)
+	require.Equal(t, "lead", d[0].By)
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -134,4 +135,31 @@ func decideAll(t *testing.T, st *stack, events []protocol.Event) {
 			require.Equal(t, true, out["accepted"], out)
 		}
 	}
+}
+
+func TestAGrantScopeThatMayCostTooMuchIsRefusedWithA400NamingTheLimit(t *testing.T) {
+	st := newStack(t)
+	_, msgs := st.chat(t, `{"query":"one","conversationId":"grants-costly"}`)
+	seq := 0
+	asked := requestsByTool(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 2))
+	// A million iterations for every later Bash call, inside a workflow
+	// task: past the SDK's deadlock detector, the turn would never end.
+	costly := "true"
+	for i := 6; i > 0; i-- {
+		costly = `[0,1,2,3,4,5,6,7,8,9].all(x` + strconv.Itoa(i) + `, ` + costly + `)`
+	}
+	body, err := json.Marshal(map[string]any{"requestId": asked["Bash"].RequestID, "decision": "approve", "remember": "conversation", "rememberWhen": costly})
+	require.NoError(t, err)
+
+	status, out := st.postJSON(t, "/chat/approval", string(body))
+
+	require.Equal(t, http.StatusBadRequest, status, out)
+	require.Contains(t, out["error"], "rememberWhen")
+	require.Contains(t, out["error"], "past the limit of 500000 that one call may cost")
+	for _, tool := range []string{"Bash", "Write"} {
+		_, out := st.postJSON(t, "/chat/approval", `{"requestId":"`+asked[tool].RequestID+`","decision":"decline"}`)
+		require.Equal(t, true, out["accepted"], "the refused decision decided nothing: %v", out)
+	}
+	untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
+	require.Empty(t, st.grants(t, "grants-costly"))
 }

@@ -40,6 +40,35 @@ func TestPolicyRuleThatDoesNotCompileStopsTheWorker(t *testing.T) {
 	require.Contains(t, stderr.String(), `args.command.startsWith(`)
 }
 
+func TestPolicyRuleThatMayCostTooMuchStopsTheWorkerNamingItAndTheLimit(t *testing.T) {
+	dir := t.TempDir()
+	bin := proctest.Build(t, "github.com/tollgate/tollgate/worker")()
+	policyFile := filepath.Join(dir, "policy.yaml")
+	// A million iterations for every call: half a second and more in a
+	// workflow task, which the SDK fails as deadlocked past one.
+	costly := "true"
+	for i := 6; i > 0; i-- {
+		costly = "[0,1,2,3,4,5,6,7,8,9].all(x" + string(rune('0'+i)) + ", " + costly + ")"
+	}
+	require.NoError(t, os.WriteFile(policyFile, []byte("tools:\n  Read:\n    require: never\n  Write:\n    when: '"+costly+"'\n"), 0o644))
+
+	cmd := exec.Command(bin)
+	// Nothing listens on this address: the worker must stop before dialing.
+	cmd.Env = append(proctest.EnvironWithout("TOLLGATE_", "TEMPORAL_", "OPENAI_"), "TOLLGATE_POLICY_FILE="+policyFile, "TEMPORAL_ADDRESS=127.0.0.1:1",
+		"TOLLGATE_WORKSPACE="+filepath.Join(dir, "ws"))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+
+	var exit *exec.ExitError
+	require.True(t, errors.As(err, &exit), "the worker must exit with an error, got %v", err)
+	require.NotZero(t, exit.ExitCode())
+	require.Contains(t, stderr.String(), "TOLLGATE_POLICY_FILE")
+	require.Contains(t, stderr.String(), "tool Write")
+	require.Contains(t, stderr.String(), "past the limit of 500000 that one call may cost")
+	require.NotContains(t, stderr.String(), "tool Read")
+}
+
 func TestMCPServerThatCannotStartStopsTheWorkerSayingWhy(t *testing.T) {
 	dir := t.TempDir()
 	bin := proctest.Build(t, "github.com/tollgate/tollgate/worker")()

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/workflow"
@@ -33,8 +34,12 @@ type Grant struct {
 	TurnID    string    `json:"turnId"`
 	CreatedAt time.Time `json:"createdAt"`
 	// By names who made the decision the grant remembers; every decision
-	// the grant makes is recorded as theirs.
-	By string `json:"by,omitempty"`
+	// the grant makes is recorded as theirs. Role is the role of the API
+	// token they decided with, if any. A grant answers only a call that By
+	// (in Role) may decide under the rule in force when the call comes
+	// (deciders, second person): see turn.grantsFor.
+	By   string `json:"by,omitempty"`
+	Role string `json:"role,omitempty"`
 	// ExpiresAt, when set, ends the grant (the decision's rememberFor).
 	ExpiresAt *time.Time `json:"expiresAt,omitempty"`
 	// Uses, when not 0, is how many calls the grant decides
@@ -68,21 +73,82 @@ type RevokeGrant struct {
 }
 
 // grantFor returns the newest grant that covers call at now, or nil: one
-// for its tool (and its arguments, when the grant names them), live, and
-// whose scope, when it has one, inScope says holds.
-func grantFor(grants []Grant, call activities.ToolCall, now time.Time, inScope func(*Grant) bool) *Grant {
-	if len(grants) == 0 {
-		return nil
-	}
-	args := canonicalJSON(call.Arguments)
+// for its tool, live, for its arguments when the grant names them (as same
+// compares them), and whose scope, when it has one, inScope says holds.
+func grantFor(grants []Grant, call activities.ToolCall, now time.Time, same, inScope func(*Grant) bool) *Grant {
 	for i := len(grants) - 1; i >= 0; i-- {
 		g := &grants[i]
-		if g.Tool == call.Name && (g.Arguments == "" || g.Arguments == args) && g.live(now) &&
+		if g.Tool == call.Name && (g.Arguments == "" || same(g)) && g.live(now) &&
 			(g.When == "" || (inScope != nil && inScope(g))) {
 			return g
 		}
 	}
 	return nil
+}
+
+// callArguments are a call's arguments as grants compare them: canonical
+// with numbers as written (exact), and with numbers read as float64
+// (float), as turns before patchGrantNarrowed compared them.
+type callArguments struct{ exact, float string }
+
+// argumentsOf reads call's arguments as grants compare them.
+func argumentsOf(call activities.ToolCall) callArguments {
+	return callArguments{exact: canonicalJSON(call.Arguments), float: floatCanonicalJSON(call.Arguments)}
+}
+
+// sameArguments returns how a grant that names arguments compares them
+// with args: exactly, or as float64 (where 10000000000000000 and
+// 10000000000000001 are one number). A grant's Arguments were made by
+// canonicalJSON, or by floatCanonicalJSON before it, and canonicalJSON
+// gives either back unchanged, so the exact comparison reads no JSON; the
+// float64 one reads each grant's once a turn (t.floats).
+func (t *turn) sameArguments(args callArguments, exact bool) func(*Grant) bool {
+	if exact {
+		return func(g *Grant) bool { return g.Arguments == args.exact }
+	}
+	return func(g *Grant) bool {
+		f, ok := t.floats[g.ID]
+		if !ok {
+			f = floatCanonicalJSON(g.Arguments)
+			if t.floats == nil {
+				t.floats = map[string]string{}
+			}
+			t.floats[g.ID] = f
+		}
+		return f == args.float
+	}
+}
+
+// grantsFor returns the grants that may answer call now, and how their
+// arguments compare with args (see sameArguments).
+//
+// From patchGrantNarrowed on, a grant answers only a call that its maker
+// may decide under the rule in force now (deciders, second person: the
+// turn's rules and sender, as for a decision made now), and its arguments
+// compare with numbers as written. A turn recorded before the patch lets
+// every grant answer and compares numbers as float64, as it did. The patch
+// is asked only when it changes something: when a live grant of call's
+// tool is one that the new way leaves out.
+func (t *turn) grantsFor(ctx workflow.Context, call activities.ToolCall, args callArguments, now time.Time) ([]Grant, func(*Grant) bool) {
+	rule := t.settings.rule(call.Name)
+	exactly, asFloats := t.sameArguments(args, true), t.sameArguments(args, false)
+	var narrowed []Grant
+	for _, g := range t.grants {
+		leftOut := g.Tool == call.Name && g.live(now) &&
+			(rule.MayDecide(g.By, g.Role, t.sender) != nil ||
+				(g.Arguments != "" && !exactly(&g) && asFloats(&g)))
+		if !leftOut {
+			narrowed = append(narrowed, g)
+		}
+	}
+	if len(narrowed) == len(t.grants) {
+		// Every grant compares the same either way.
+		return t.grants, exactly
+	}
+	if !patched(ctx, t.settings, patchGrantNarrowed) {
+		return t.grants, asFloats
+	}
+	return narrowed, exactly
 }
 
 // grantFrom makes the grant a remembered decision on a asks for.
@@ -95,6 +161,7 @@ func grantFrom(a *approval, turnID string) Grant {
 		TurnID:    turnID,
 		CreatedAt: a.decidedAt,
 		By:        a.by,
+		Role:      a.role,
 	}
 	if a.rememberFor > 0 {
 		expires := a.decidedAt.Add(a.rememberFor)
@@ -118,8 +185,26 @@ func grantID(requestID string) string {
 }
 
 // canonicalJSON re-encodes a JSON text with sorted keys and no spaces, so
-// that equal arguments compare equal however the model spaced them.
+// that equal arguments compare equal however the model spaced them. Numbers
+// stay as written: 10000000000000001 is not 10000000000000000, nor 1.0 1.
 func canonicalJSON(s string) string {
+	dec := json.NewDecoder(strings.NewReader(s))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil || dec.More() {
+		return s
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return s
+	}
+	return string(b)
+}
+
+// floatCanonicalJSON is canonicalJSON as it was before patchGrantNarrowed:
+// numbers read as float64, so ones that differ past float64's precision
+// compare equal.
+func floatCanonicalJSON(s string) string {
 	var v any
 	if err := json.Unmarshal([]byte(s), &v); err != nil {
 		return s
@@ -146,20 +231,29 @@ func revoke(grants []Grant, id string) ([]Grant, error) {
 // must never change which grant answered. Only grants made by this build
 // have a scope, so a turn recorded before it never records one; scopeless
 // grants need nothing recorded (tool, arguments, the workflow's clock and
-// counts replay the same).
+// counts replay the same). A scope that fails, or passes its cost limit
+// (policy.CostLimit), decides nothing: the call asks.
 func (t *turn) useGrant(ctx workflow.Context, call activities.ToolCall) *Grant {
+	if !slices.ContainsFunc(t.grants, func(g Grant) bool { return g.Tool == call.Name }) {
+		return nil // no grant to read the arguments for
+	}
 	now := workflow.Now(ctx)
-	scoped := slices.ContainsFunc(t.grants, func(g Grant) bool { return g.When != "" && g.Tool == call.Name && g.live(now) })
-	var g *Grant
+	grants, same := t.grantsFor(ctx, call, argumentsOf(call), now)
+	scoped := slices.ContainsFunc(grants, func(g Grant) bool { return g.When != "" && g.Tool == call.Name && g.live(now) })
+	var id string
 	if !scoped {
-		g = grantFor(t.grants, call, now, nil)
+		if g := grantFor(grants, call, now, same, nil); g != nil {
+			id = g.ID
+		}
 	} else {
 		spec, _ := t.settings.spec(call.Name)
-		var id string
-		if err := workflow.SideEffect(ctx, func(workflow.Context) any {
-			g := grantFor(t.grants, call, now, func(g *Grant) bool {
-				ok, err := policy.EvalWhen(g.When, call.Arguments, spec.Hints())
-				return err == nil && ok // a scope that fails decides nothing: the call asks
+		if err := workflow.SideEffect(ctx, func(ctx workflow.Context) any {
+			g := grantFor(grants, call, now, same, func(g *Grant) bool {
+				ok, err := policy.EvalWhen(g.When, call.Arguments, spec.Hints(), t.cost)
+				if err != nil {
+					workflow.GetLogger(ctx).Warn("grant scope decides nothing: the call asks", "grantId", g.ID, "toolCallId", call.ID, "error", err)
+				}
+				return err == nil && ok
 			})
 			if g == nil {
 				return ""
@@ -169,14 +263,13 @@ func (t *turn) useGrant(ctx workflow.Context, call activities.ToolCall) *Grant {
 			// A SideEffect result only fails to decode on a corrupt history.
 			panic(fmt.Errorf("grant for call %s: %w", call.ID, err))
 		}
-		if i := slices.IndexFunc(t.grants, func(g Grant) bool { return g.ID == id }); id != "" && i >= 0 {
-			g = &t.grants[i]
-		}
 	}
-	if g != nil {
-		t.countGrantUse(g.ID, 1)
+	i := slices.IndexFunc(t.grants, func(g Grant) bool { return g.ID == id })
+	if id == "" || i < 0 {
+		return nil
 	}
-	return g
+	t.countGrantUse(id, 1)
+	return &t.grants[i]
 }
 
 // countGrantUse counts n calls decided by grant id, in the loop's grants

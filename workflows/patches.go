@@ -54,6 +54,12 @@ const (
 	// failed write leaves go with the next write, and the loop writes
 	// what is left, with the long wait, before it ends (turn.writeAudit).
 	patchLedgerBehind = "ledger-behind"
+	// patchGrantNarrowed (after level 2): a grant answers only a call that
+	// its maker may decide under the rule in force when the call comes
+	// (deciders, second person), and a grant for the same arguments
+	// compares their numbers as written, not as float64
+	// (turn.grantsFor).
+	patchGrantNarrowed = "grant-narrowed"
 )
 
 // PatchLevel is the patch level this build records in the settings of
@@ -95,7 +101,7 @@ var levelOne = []string{
 // afterLevel are the patches added after PatchLevel's: a workflow that
 // records today's level still asks each with GetVersion (a marker the
 // first time), until a release raises the level to include them.
-var afterLevel = []string{patchLedgerBehind}
+var afterLevel = []string{patchLedgerBehind, patchGrantNarrowed}
 
 // PatchesAfterLevel returns the patches that a workflow of today's level
 // still asks with GetVersion: the only version markers its history may

@@ -55,9 +55,11 @@ type check struct {
 	Always bool `json:"always,omitempty"`
 }
 
-// check applies the policy to call. A rule that fails at run time (a
-// missing argument, say) requires approval: policy errors fail closed.
-func (s Settings) check(call activities.ToolCall) check {
+// check applies the policy to call, its rule's evaluation taken from
+// budget (nil: bounded by policy.CostLimit alone). A rule that fails at run
+// time (a missing argument, say, or one so large that the rule passes its
+// cost limit) requires approval: policy errors fail closed.
+func (s Settings) check(call activities.ToolCall, budget *policy.Budget) check {
 	c := check{Timeout: s.ApprovalTimeout}
 	rule := s.rule(call.Name)
 	if rule == nil {
@@ -71,7 +73,7 @@ func (s Settings) check(call activities.ToolCall) check {
 	case RequireNever:
 	case RequireWhen:
 		spec, _ := s.spec(call.Name)
-		required, err := policy.EvalWhen(rule.When, call.Arguments, spec.Hints())
+		required, err := policy.EvalWhen(rule.When, call.Arguments, spec.Hints(), budget)
 		if err != nil {
 			c.Required, c.Problem = true, fmt.Sprintf("policy rule for %s could not decide (%v), so approval is required", call.Name, err)
 		} else {
@@ -98,5 +100,5 @@ func RequiresApproval(settings Settings, tool, arguments string) bool {
 		}
 		call.Arguments = args
 	}
-	return settings.check(call).Required
+	return settings.check(call, nil).Required
 }

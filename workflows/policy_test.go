@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,6 +19,16 @@ func ruleSettings(rules ...Rule) Settings {
 	s := testSettings()
 	s.Rules = rules
 	return s
+}
+
+// nestedAll is n comprehensions over ten numbers, one inside the other:
+// 10^n iterations, which cel-go's checker accepts; seven take seconds.
+func nestedAll(n int) string {
+	expr := "true"
+	for i := n; i > 0; i-- {
+		expr = "[0,1,2,3,4,5,6,7,8,9].all(x" + string(rune('0'+i)) + ", " + expr + ")"
+	}
+	return expr
 }
 
 const dangerousBash = `args.command.startsWith("rm ") || args.command.contains("sudo")`
@@ -41,6 +52,36 @@ func TestCELRuleAsksOnlyForTheMatchingCallOfABatch(t *testing.T) {
 	require.Equal(t, 1, requests)
 	require.Len(t, h.toolCalls, 1)
 	require.Equal(t, `{"command":"ls -la"}`, h.toolCalls[0].Arguments)
+}
+
+func TestPolicyRuleThatCostsTooMuchAsksAndSaysWhy(t *testing.T) {
+	// Settings recorded before rules had a cost limit may hold a rule that
+	// would hold the workflow task for seconds.
+	h := newHarness(t, ruleSettings(
+		Rule{Tool: "Bash", Require: RequireWhen, When: nestedAll(7)},
+		Rule{Tool: "Write", Require: RequireWhen, When: `args.content.matches("^[a-z]{1,100}$")`},
+	), calls(
+		call("b", "Bash", `{"command":"ls"}`),
+		call("w0", "Write", `{"file_path":"a","content":"B"}`),
+		call("w1", "Write", `{"file_path":"a","content":"`+strings.Repeat("B", 60_000)+`"}`),
+	))
+	h.env.RegisterDelayedCallback(func() {
+		for _, e := range ofType(h.events(), EventApprovalRequest) {
+			h.decide(ApprovalDecision{RequestID: e.RequestID, Decision: DecisionDecline})
+		}
+	}, time.Minute)
+
+	out := h.runTurn(userTurn("go"))
+
+	asked := map[string]string{}
+	for _, e := range ofType(out.Events, EventApprovalRequest) {
+		asked[e.ToolCallID] = e.Reason
+	}
+	require.Len(t, asked, 2, "w0's content is short: its rule says no")
+	require.Contains(t, asked["b"], "policy rule for Bash could not decide")
+	require.Contains(t, asked["b"], "past the limit of 500000 that one call may cost")
+	require.Contains(t, asked["w1"], "on these arguments (a value 60000 long) the expression may cost up to")
+	require.Equal(t, []string{"Write"}, h.ranTools())
 }
 
 func TestPolicyRuleThatFailsAtRunTimeRequiresApproval(t *testing.T) {
@@ -125,9 +166,12 @@ func TestRememberedApprovalSkipsLaterApprovalsInTheConversationUntilRevoked(t *t
 func TestGrantCoversOnlyItsToolWithTheSameArguments(t *testing.T) {
 	g := Grant{ID: "g", Tool: "Bash", Decision: DecisionApprove, Arguments: canonicalJSON(`{"command": "make"}`)}
 	now := time.Now()
-	require.NotNil(t, grantFor([]Grant{g}, call("x", "Bash", `{ "command":"make" }`), now, nil))
-	require.Nil(t, grantFor([]Grant{g}, call("x", "Bash", `{"command":"make deploy"}`), now, nil))
-	require.Nil(t, grantFor([]Grant{g}, call("x", "Write", `{"command":"make"}`), now, nil))
+	grantFor := func(c activities.ToolCall) *Grant {
+		return grantFor([]Grant{g}, c, now, (&turn{}).sameArguments(argumentsOf(c), true), nil)
+	}
+	require.NotNil(t, grantFor(call("x", "Bash", `{ "command":"make" }`)))
+	require.Nil(t, grantFor(call("x", "Bash", `{"command":"make deploy"}`)))
+	require.Nil(t, grantFor(call("x", "Write", `{"command":"make"}`)))
 }
 
 func TestRememberedDeclineDeclinesWithoutAsking(t *testing.T) {

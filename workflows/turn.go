@@ -80,6 +80,14 @@ type turn struct {
 	// calls each grant decided in this loop and its subagents.
 	grants, newGrants []Grant
 	grantsUsed        map[string]int
+	// floats are the grants' arguments as turns before patchGrantNarrowed
+	// compared them, by grant id, read once (sameArguments).
+	floats map[string]string
+	// cost is what the batch's rules and grant scopes may still cost
+	// (policy.BatchCostLimit), spent as they are evaluated: only where
+	// their answers are recorded, or in a turn that never records them,
+	// the same on every replay.
+	cost *policy.Budget
 
 	// used is what this loop spent (its subagents' included), spent what
 	// the conversation's earlier turns did; limits are the bounds as
@@ -460,6 +468,7 @@ func modelActivityOptions(s Settings) workflow.ActivityOptions {
 func (t *turn) runBatch(ctx workflow.Context, calls []activities.ToolCall) []ToolResult {
 	t.log.append(Event{Type: EventToolCall, ToolCalls: calls})
 	t.newBatchForLedger()
+	t.cost = policy.NewBudget()
 
 	calls, vetted, normalized := t.vetBatch(ctx, calls)
 	strict := t.strictGate(ctx, calls)
@@ -647,7 +656,9 @@ func (t *turn) vetBatch(ctx workflow.Context, calls []activities.ToolCall) (out 
 		}
 		return calls, vetted, false
 	}
-	vet := func() ([]activities.ToolCall, []vetting) {
+	// vet normalizes the calls, and asks the policy of each when check is
+	// true: only the recorded run needs the policy's answers.
+	vet := func(check bool) ([]activities.ToolCall, []vetting) {
 		out := slices.Clone(calls)
 		vetted := make([]vetting, len(calls))
 		for i := range out {
@@ -660,15 +671,17 @@ func (t *turn) vetBatch(ctx workflow.Context, calls []activities.ToolCall) (out 
 				continue
 			}
 			out[i].Arguments = args
-			vetted[i].Check = t.settings.check(out[i])
+			if check {
+				vetted[i].Check = t.settings.check(out[i], t.cost)
+			}
 		}
 		return out, vetted
 	}
-	if err := workflow.SideEffect(ctx, func(workflow.Context) any { _, v := vet(); return v }).Get(&vetted); err != nil {
+	if err := workflow.SideEffect(ctx, func(workflow.Context) any { _, v := vet(true); return v }).Get(&vetted); err != nil {
 		// A SideEffect result only fails to decode on a corrupt history.
 		panic(fmt.Errorf("vetting of %d calls: %w", len(calls), err))
 	}
-	out, _ = vet()
+	out, _ = vet(false)
 	for i := range out {
 		if vetted[i].Refused != "" {
 			out[i] = calls[i]
@@ -735,7 +748,7 @@ func (t *turn) checkBatch(ctx workflow.Context, calls []activities.ToolCall) []c
 	evaluate := func() []check {
 		checks := make([]check, len(calls))
 		for i, call := range calls {
-			checks[i] = t.settings.check(call)
+			checks[i] = t.settings.check(call, t.cost)
 		}
 		return checks
 	}

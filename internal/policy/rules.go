@@ -2,10 +2,11 @@ package policy
 
 import (
 	"cmp"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -90,24 +91,45 @@ func (r Rule) Validate() error {
 }
 
 // CheckWhen says why expr is not an expression EvalWhen can evaluate, or
-// nil: a grant's scope is checked with it before the grant is made.
+// nil: a grant's scope is checked with it before the grant is made, so a
+// scope that does not compile, or whose estimated cost passes CostLimit,
+// makes no grant.
 func CheckWhen(expr string) error {
 	_, err := compileWhen(expr)
 	return err
 }
 
-// programs caches compiled expressions: compiling is pure, so a cache
-// shared by all workflows keeps them deterministic.
-var programs sync.Map // string → cel.Program
+// compiled is an expression ready to evaluate.
+type compiled struct {
+	ast     *cel.Ast
+	program cel.Program
+}
 
-func compileWhen(expr string) (cel.Program, error) {
-	if p, ok := programs.Load(expr); ok {
-		return p.(cel.Program), nil
-	}
-	env, err := cel.NewEnv(
+// programs caches compiled expressions: compiling is pure, so a cache
+// shared by all workflows keeps them deterministic. Only expressions
+// within CostLimit are kept.
+var programs sync.Map // string → *compiled
+
+// env is the environment every expression is compiled in: the call's
+// arguments and its tool's annotations.
+var env = sync.OnceValues(func() (*cel.Env, error) {
+	return cel.NewEnv(
 		cel.Variable("args", cel.MapType(cel.StringType, cel.DynType)),
 		cel.Variable("annotations", cel.MapType(cel.StringType, cel.DynType)),
 	)
+})
+
+// compileWhen compiles expr, and refuses it when it is longer than
+// MaxExpressionBytes or its cost, estimated with every argument
+// EstimatedArgumentSize long, passes CostLimit.
+func compileWhen(expr string) (*compiled, error) {
+	if c, ok := programs.Load(expr); ok {
+		return c.(*compiled), nil
+	}
+	if len(expr) > MaxExpressionBytes {
+		return nil, fmt.Errorf("it is %d bytes long, past the limit of %d that an expression may be", len(expr), MaxExpressionBytes)
+	}
+	env, err := env()
 	if err != nil {
 		return nil, err
 	}
@@ -118,32 +140,59 @@ func compileWhen(expr string) (cel.Program, error) {
 	if ast.OutputType() != cel.BoolType && ast.OutputType() != cel.DynType {
 		return nil, fmt.Errorf("the expression gives %s, not bool", ast.OutputType())
 	}
+	cost, err := estimate(env, ast, EstimatedArgumentSize)
+	if err != nil {
+		return nil, err
+	}
+	if cost > CostLimit {
+		return nil, fmt.Errorf("it may cost up to %s to evaluate, past the limit of %d that one call may cost "+
+			"(cel-go's cost units, with every argument taken as %d long): it does too much work per call; "+
+			"most often that is comprehensions (all, exists, map, filter) inside one another, "+
+			"or matches with a large pattern, or one that is not a literal",
+			costText(cost), CostLimit, EstimatedArgumentSize)
+	}
 	p, err := env.Program(ast)
 	if err != nil {
 		return nil, err
 	}
-	programs.Store(expr, p)
-	return p, nil
+	c := &compiled{ast: ast, program: p}
+	programs.Store(expr, c)
+	return c, nil
+}
+
+// costText writes an estimated cost, which for an unbounded expression is
+// math.MaxUint64.
+func costText(c uint64) string {
+	if c == math.MaxUint64 {
+		return "no bound"
+	}
+	return strconv.FormatUint(c, 10)
 }
 
 // EvalWhen evaluates expr on a call's arguments (args) and its tool's
 // annotations (annotations.readOnlyHint, .destructiveHint,
 // .idempotentHint, .openWorldHint, .title: MCP's defaults for a tool that
-// says nothing).
-func EvalWhen(expr, arguments string, hints protocol.ToolAnnotations) (bool, error) {
-	p, err := compileWhen(expr)
+// says nothing). Before it runs, its cost on these very arguments is
+// estimated: past CostLimit, or past what budget (when not nil) has left,
+// it does not run, and the error says so; otherwise its estimate is taken
+// from budget.
+func EvalWhen(expr, arguments string, hints protocol.ToolAnnotations, budget *Budget) (bool, error) {
+	c, err := compileWhen(expr)
 	if err != nil {
 		return false, err
 	}
-	var args map[string]any
-	if err := json.Unmarshal([]byte(arguments), &args); err != nil {
-		return false, fmt.Errorf("arguments: %w", err)
+	args, size, err := budget.decode(arguments)
+	if err != nil {
+		return false, err
 	}
 	annotations := map[string]any{
 		"readOnlyHint": hints.ReadOnly, "destructiveHint": hints.Destructive,
 		"idempotentHint": hints.Idempotent, "openWorldHint": hints.OpenWorld, "title": hints.Title,
 	}
-	out, _, err := p.Eval(map[string]any{"args": args, "annotations": annotations})
+	if err := budget.take(c, max(size, largest(annotations))); err != nil {
+		return false, err
+	}
+	out, _, err := c.program.Eval(map[string]any{"args": args, "annotations": annotations})
 	if err != nil {
 		return false, err
 	}
