@@ -113,6 +113,32 @@ func checkConversationID(conv string) error {
 	return nil
 }
 
+// checkNewConversationID says what is wrong with the conversation id of a
+// message: checkConversationID's shape, and no TurnIDSeparator, so that no
+// id a client picks is the workflow ID of another conversation's turn or
+// subagent (workflows.MayNameAnotherTurn). A conversation that already
+// runs under such an id (one started before the API refused them) still
+// takes its messages: its workflow is a Conversation, where another
+// conversation's turn would be a ChatTurn.
+func (s *Server) checkNewConversationID(ctx context.Context, conv string) error {
+	if err := checkConversationID(conv); err != nil {
+		return err
+	}
+	if !workflows.MayNameAnotherTurn(conv) {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
+	defer cancel()
+	d, err := s.client.DescribeWorkflow(ctx, workflows.ConversationWorkflowID(conv), "")
+	if err == nil && d.WorkflowType.Name == workflows.ConversationWorkflow {
+		return nil
+	}
+	if err != nil && !isNotFound(err) {
+		return fmt.Errorf("look up conversation %s: %w", conv, err)
+	}
+	return badRequest("conversationId %q is not valid: it may not contain %q, which joins a conversation's id to its turns' numbers in their ids (tollgate-conv-<conversationId>%s<n>), so that it cannot name another conversation's turn", conv, workflows.TurnIDSeparator, workflows.TurnIDSeparator)
+}
+
 // Server is tollgate's HTTP API. It holds no state of its own beyond the
 // in-memory buffers of the turns being streamed: any instance can serve any
 // request.
@@ -241,7 +267,7 @@ func (s *Server) chatStream(c *gin.Context) {
 	conv := req.ConversationID
 	if conv == "" {
 		conv = uuid.NewString()
-	} else if err := checkConversationID(conv); err != nil {
+	} else if err := s.checkNewConversationID(c.Request.Context(), conv); err != nil {
 		writeError(c, s.log, err)
 		return
 	}

@@ -124,7 +124,39 @@ func ConversationWorkflowID(conversationID string) string {
 
 // TurnWorkflowID is the workflow ID of turn n (from 1) of a conversation.
 func TurnWorkflowID(conversationID string, n int) string {
-	return fmt.Sprintf("%sconv-%s-turn-%d", workflowIDPrefix, conversationID, n)
+	return fmt.Sprintf("%sconv-%s%s%d", workflowIDPrefix, conversationID, TurnIDSeparator, n)
+}
+
+// TurnIDSeparator joins a turn's number to its conversation's id in the
+// turn's workflow ID. Every workflow ID of a turn or a subagent holds it
+// after its conversation's id, so a conversation id without it can name no
+// other conversation's turn or subagent: the workflow ID of conversation
+// "a-turn-2" would be that of conversation "a"'s second turn.
+const TurnIDSeparator = "-turn-"
+
+// MayNameAnotherTurn reports whether a conversation's workflow ID could be
+// the workflow ID of another conversation's turn or subagent: the
+// conversation id holds TurnIDSeparator. The API starts no conversation
+// under such an id.
+func MayNameAnotherTurn(conversationID string) bool {
+	return strings.Contains(conversationID, TurnIDSeparator)
+}
+
+// ParseTurnWorkflowID returns the conversation and the number of the turn
+// whose workflow ID is id (a TurnWorkflowID, not a subagent's), or false
+// when id is not of that form.
+func ParseTurnWorkflowID(id string) (conversationID string, n int, ok bool) {
+	rest, found := strings.CutPrefix(id, workflowIDPrefix+"conv-")
+	i := strings.LastIndex(rest, TurnIDSeparator)
+	if !found || i <= 0 {
+		return "", 0, false
+	}
+	digits := rest[i+len(TurnIDSeparator):]
+	n, err := strconv.Atoi(digits)
+	if err != nil || n < 1 || strconv.Itoa(n) != digits {
+		return "", 0, false
+	}
+	return rest[:i], n, true
 }
 
 // SubagentWorkflowID is the workflow ID of the n-th subagent (from 1) that
