@@ -26,6 +26,10 @@ const (
 	// SubagentWorkflow runs a subagent, started by the Task tool, as a child
 	// of the turn (or subagent) whose model called Task.
 	SubagentWorkflow = "Subagent"
+	// SearchAttributesProbeWorkflow sets every search attribute tollgate
+	// sets, and nothing else: the worker runs it on a task queue of its
+	// own before it takes work (AwaitSearchAttributes).
+	SearchAttributesProbeWorkflow = "TollgateSearchAttributesProbe"
 )
 
 // TaskTool is the tool that starts a subagent.
