@@ -271,21 +271,61 @@ func (s *Server) chatStream(c *gin.Context) {
 		writeError(c, s.log, err)
 		return
 	}
-	ref, err := s.send(c.Request.Context(), conv, workflows.UserMessage{
+	msg := workflows.UserMessage{
 		Query: req.Query, Sender: principal(c), BypassApproval: req.BypassApproval, ClientTools: req.ClientTools,
-	})
+	}
+	after := 0
+	if key, err := idempotencyKey(c.Request); err != nil {
+		writeError(c, s.log, err)
+		return
+	} else if key != "" {
+		msg.IdempotencyKey = workflows.MessageKey(principal(c), key)
+		// A retry may say which of the turn's events it has.
+		if after, err = resumeCursor(c.Request); err != nil {
+			writeError(c, s.log, err)
+			return
+		}
+	}
+	ref, err := s.send(c.Request.Context(), conv, msg)
 	if err != nil {
 		writeError(c, s.log, err)
 		return
 	}
 	c.Header(protocol.HeaderConversationID, ref.ConversationID)
 	c.Header(protocol.HeaderTurnID, ref.TurnID)
-	s.stream(c, ref.TurnID, 0)
+	s.stream(c, ref.TurnID, after)
+}
+
+// maxIdempotencyKey bounds an Idempotency-Key header, in bytes.
+const maxIdempotencyKey = 255
+
+// idempotencyKey reads the Idempotency-Key header: "" when there is none,
+// the key without the quotes of a structured-field string when it has them.
+func idempotencyKey(r *http.Request) (string, error) {
+	v := r.Header.Get(protocol.HeaderIdempotencyKey)
+	if v == "" {
+		return "", nil
+	}
+	key := v
+	if len(key) >= 2 && key[0] == '"' && key[len(key)-1] == '"' {
+		key = key[1 : len(key)-1]
+	}
+	ok := key != "" && len(key) <= maxIdempotencyKey
+	for i := 0; ok && i < len(key); i++ {
+		ok = key[i] >= 0x20 && key[i] < 0x7f
+	}
+	if !ok {
+		return "", badRequest("%s header %.40q is not valid: use 1 to %d printable ASCII characters (a UUID, say)", protocol.HeaderIdempotencyKey, v, maxIdempotencyKey)
+	}
+	return key, nil
 }
 
 // send hands msg to its conversation, starting the conversation unless it
 // runs already, in one request (update-with-start): a new conversation gets
-// its first message with its first workflow task.
+// its first message with its first workflow task. A message with an
+// idempotency key has an Update ID made from it, so that the server answers
+// a retry of an Update it holds with that Update's outcome; the
+// conversation answers one it took earlier.
 func (s *Server) send(ctx context.Context, conv string, msg workflows.UserMessage) (workflows.TurnRef, error) {
 	ctx, cancel := context.WithTimeout(ctx, sendTimeout)
 	defer cancel()
@@ -298,9 +338,14 @@ func (s *Server) send(ctx context.Context, conv string, msg workflows.UserMessag
 		// grants would be reused.
 		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
 	}, workflows.ConversationWorkflow, workflows.ConversationInput{ConversationID: conv})
+	updateID := "" // the client makes one
+	if msg.IdempotencyKey != "" {
+		updateID = workflows.MessageUpdateID(conv, msg)
+	}
 	h, err := s.client.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
 		StartWorkflowOperation: start,
 		UpdateOptions: client.UpdateWorkflowOptions{
+			UpdateID:     updateID,
 			UpdateName:   workflows.SendMessageUpdate,
 			Args:         []any{msg},
 			WaitForStage: client.WorkflowUpdateStageCompleted,

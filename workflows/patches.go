@@ -49,6 +49,12 @@ const (
 	// cost a workflow task each, and the turn logs the call's token events
 	// when it ends (turn.callModel).
 	patchTokensByHeartbeat = "tokens-by-heartbeat"
+	// patchIdempotentMessages (after level 2): a message with the
+	// idempotency key of one the conversation took is answered with that
+	// message's turn and queues none (conversation.onMessage). Asked only
+	// when such a message comes: a worker of an earlier build, behind an
+	// API that sends keys, queued a second turn for it.
+	patchIdempotentMessages = "idempotent-messages"
 )
 
 // PatchLevel is the patch level this build records in the settings of
