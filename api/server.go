@@ -418,6 +418,12 @@ func (s *Server) stream(c *gin.Context, turnID string, after int) {
 	idle := time.NewTimer(s.heartbeat)
 	defer idle.Stop()
 	for {
+		if e, ok := sub.queuedNotice(); ok {
+			if werr := out.unnumbered(e); werr != nil {
+				return
+			}
+			idle.Reset(s.heartbeat)
+		}
 		events, done, err := sub.next()
 		if len(events) > 0 {
 			if werr := out.events(events); werr != nil {

@@ -373,6 +373,12 @@
           scope.container.append(el);
           return el;
         }
+        case 'queued': {
+          // The API's notice: the message waits behind the running turn.
+          const el = h('div', { class: 'meta', testid: 'queued' }, 'queued · waits for the conversation\'s running turn to end');
+          scope.container.append(el);
+          return el;
+        }
         case 'error': {
           const el = h('div', { class: 'error', testid: 'error' }, ev.message || 'error');
           scope.container.append(el);
