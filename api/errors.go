@@ -31,6 +31,10 @@ var errUnknownTurn = errors.New("unknown turn: not a tollgate turn id")
 // has closed: it takes no more, and its id starts no new one.
 var errConversationEnded = errors.New("has ended (terminated, failed or cancelled) and takes no more messages; its id cannot start a new conversation: send without a conversationId, or with a new one")
 
+// errUnknownConversation answers a request about a conversation whose id
+// names none (it is another conversation's turn's).
+var errUnknownConversation = errors.New("no such conversation")
+
 // errTurnNotFound ends a stream whose turn never appeared in Temporal.
 var errTurnNotFound = errors.New("turn not found")
 
@@ -59,7 +63,7 @@ func errorStatus(err error) (int, string) {
 		return http.StatusRequestEntityTooLarge, err.Error()
 	case errors.Is(err, errUnsupportedMediaType):
 		return http.StatusUnsupportedMediaType, err.Error()
-	case errors.Is(err, errUnknownTurn), errors.Is(err, errUnknownGrant):
+	case errors.Is(err, errUnknownTurn), errors.Is(err, errUnknownGrant), errors.Is(err, errUnknownConversation):
 		return http.StatusNotFound, err.Error()
 	case errors.Is(err, context.Canceled):
 		// The client left; nobody reads the answer.

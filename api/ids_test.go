@@ -40,6 +40,16 @@ func TestNoConversationIDTakesAnotherConversationsTurn(t *testing.T) {
 	}
 	_, err := st.client.DescribeWorkflow(context.Background(), workflows.ConversationWorkflowID("victim-turn-2"), "")
 	require.True(t, isNotFound(err), "no conversation started under the id of alice's turn: %v", err)
+	// Nor is alice's first turn any conversation's to read or change.
+	for _, req := range [][2]string{
+		{http.MethodGet, "/conversations/victim-turn-1/messages"},
+		{http.MethodGet, "/conversations/victim-turn-1/grants"},
+		{http.MethodDelete, "/conversations/victim-turn-1/grants/grant-0"},
+	} {
+		resp, body := send(t, req[0], api.URL+req[1], "Bearer "+bobToken, "")
+		require.Equal(t, http.StatusNotFound, resp.StatusCode, "%s %s: %s", req[0], req[1], body)
+		require.Contains(t, body, "no such conversation")
+	}
 
 	// alice's second turn runs whatever bob did.
 	turn2, msgs := chatAs(t, api, aliceToken, `{"query":"two","conversationId":"victim"}`)
@@ -65,8 +75,12 @@ func TestAConversationStartedUnderATurnLikeIDStillTakesMessages(t *testing.T) {
 	require.Equal(t, workflows.TurnWorkflowID(legacy, 1), turnID)
 	require.Equal(t, protocol.FinishStop, lastOf(streamToEnd(t, msgs)).Reason)
 
+	resp, body := send(t, http.MethodGet, api.URL+"/conversations/"+legacy+"/messages", "Bearer "+aliceToken, "")
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	require.Contains(t, body, `"total":2`)
+
 	// The id of one of its turns is no conversation's: refused.
-	resp, body := send(t, http.MethodPost, api.URL+"/chat/stream", "Bearer "+bobToken,
+	resp, body = send(t, http.MethodPost, api.URL+"/chat/stream", "Bearer "+bobToken,
 		`{"query":"mine","conversationId":"`+legacy+`-turn-1"}`)
 	require.Equal(t, http.StatusBadRequest, resp.StatusCode, body)
 }

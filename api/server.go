@@ -124,19 +124,47 @@ func (s *Server) checkNewConversationID(ctx context.Context, conv string) error 
 	if err := checkConversationID(conv); err != nil {
 		return err
 	}
+	if ok, err := s.isConversation(ctx, conv); ok || err != nil {
+		return err
+	}
+	return badRequest("conversationId %q is not valid: it may not contain %q, which joins a conversation's id to its turns' numbers in their ids (tollgate-conv-<conversationId>%s<n>), so that it cannot name another conversation's turn", conv, workflows.TurnIDSeparator, workflows.TurnIDSeparator)
+}
+
+// isConversation reports whether conv, a valid conversation id, names a
+// conversation: always, unless the id holds TurnIDSeparator, when its
+// workflow ID may be another conversation's turn's and only a workflow of
+// type Conversation under it (one started before the API refused such
+// ids) is one.
+func (s *Server) isConversation(ctx context.Context, conv string) (bool, error) {
 	if !workflows.MayNameAnotherTurn(conv) {
-		return nil
+		return true, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
 	defer cancel()
 	d, err := s.client.DescribeWorkflow(ctx, workflows.ConversationWorkflowID(conv), "")
-	if err == nil && d.WorkflowType.Name == workflows.ConversationWorkflow {
-		return nil
+	switch {
+	case err == nil:
+		return d.WorkflowType.Name == workflows.ConversationWorkflow, nil
+	case isNotFound(err):
+		return false, nil
+	default:
+		return false, fmt.Errorf("look up conversation %s: %w", conv, err)
 	}
-	if err != nil && !isNotFound(err) {
-		return fmt.Errorf("look up conversation %s: %w", conv, err)
+}
+
+// checkConversation says what is wrong with the conversation id of a
+// request that reads or changes a conversation: its shape, or that it
+// names no conversation (errUnknownConversation), which an id that names
+// another conversation's turn never does.
+func (s *Server) checkConversation(ctx context.Context, conv string) error {
+	if err := checkConversationID(conv); err != nil {
+		return err
 	}
-	return badRequest("conversationId %q is not valid: it may not contain %q, which joins a conversation's id to its turns' numbers in their ids (tollgate-conv-<conversationId>%s<n>), so that it cannot name another conversation's turn", conv, workflows.TurnIDSeparator, workflows.TurnIDSeparator)
+	ok, err := s.isConversation(ctx, conv)
+	if err == nil && !ok {
+		err = fmt.Errorf("conversation %s: %w", conv, errUnknownConversation)
+	}
+	return err
 }
 
 // Server is tollgate's HTTP API. It holds no state of its own beyond the
