@@ -125,3 +125,32 @@ func TestAnIdempotencyKeyThatIsNotValidIs400(t *testing.T) {
 		require.Contains(t, string(b), "Idempotency-Key header")
 	}
 }
+
+// TestAMessageWithAKeyAndNoConversationIsRetriedIntoTheSameConversation:
+// a client that lost the answer to a conversation's first message never
+// heard the id the API made; its retry lands in the same conversation,
+// on the same turn.
+func TestAMessageWithAKeyAndNoConversationIsRetriedIntoTheSameConversation(t *testing.T) {
+	st := newStack(t, withScript(answers))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var convs, turns []string
+	for range 2 {
+		resp, err := postKeyed(ctx, st.api.URL, "first-message-1", `{"query":"hello"}`)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		require.Equal(t, protocol.FinishStop, lastOf(streamToEnd(t, readSSE(resp.Body))).Reason)
+		resp.Body.Close()
+		convs = append(convs, resp.Header.Get(protocol.HeaderConversationID))
+		turns = append(turns, resp.Header.Get(protocol.HeaderTurnID))
+	}
+	require.Equal(t, convs[0], convs[1])
+	require.Equal(t, workflows.TurnWorkflowID(convs[0], 1), turns[1])
+	require.Len(t, st.replies.Requests(), 1, "one turn")
+
+	// Another key is another conversation.
+	resp, err := postKeyed(ctx, st.api.URL, "first-message-2", `{"query":"hello"}`)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.NotEqual(t, convs[0], resp.Header.Get(protocol.HeaderConversationID))
+}

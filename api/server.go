@@ -292,24 +292,33 @@ func (s *Server) chatStream(c *gin.Context) {
 		}
 		return
 	}
-	conv := req.ConversationID
-	if conv == "" {
-		conv = uuid.NewString()
-	} else if err := s.checkNewConversationID(c.Request.Context(), conv); err != nil {
-		writeError(c, s.log, err)
-		return
-	}
 	msg := workflows.UserMessage{
 		Query: req.Query, Sender: principal(c), BypassApproval: req.BypassApproval, ClientTools: req.ClientTools,
 	}
 	after := 0
-	if key, err := idempotencyKey(c.Request); err != nil {
+	key, err := idempotencyKey(c.Request)
+	if err != nil {
 		writeError(c, s.log, err)
 		return
-	} else if key != "" {
+	}
+	if key != "" {
 		msg.IdempotencyKey = workflows.MessageKey(principal(c), key)
 		// A retry may say which of the turn's events it has.
 		if after, err = resumeCursor(c.Request); err != nil {
+			writeError(c, s.log, err)
+			return
+		}
+	}
+	conv := req.ConversationID
+	switch {
+	case conv == "" && key != "":
+		// A retry of a message that started a conversation lands in the
+		// same one, though its client never heard the id.
+		conv = uuid.NewSHA1(keyedConversations, []byte(msg.IdempotencyKey)).String()
+	case conv == "":
+		conv = uuid.NewString()
+	default:
+		if err := s.checkNewConversationID(c.Request.Context(), conv); err != nil {
 			writeError(c, s.log, err)
 			return
 		}
@@ -323,6 +332,11 @@ func (s *Server) chatStream(c *gin.Context) {
 	c.Header(protocol.HeaderTurnID, ref.TurnID)
 	s.stream(c, ref.TurnID, after)
 }
+
+// keyedConversations is the name space of the conversation ids the API
+// makes from an Idempotency-Key (and its sender) for a message that names
+// no conversation: a version 5 UUID of the message's key.
+var keyedConversations = uuid.MustParse("5b0c1d2e-7a43-4f1e-9d5c-2f0e8a6b3c71")
 
 // maxIdempotencyKey bounds an Idempotency-Key header, in bytes.
 const maxIdempotencyKey = 255
