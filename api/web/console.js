@@ -204,8 +204,10 @@
         return;
       }
       if (m.id === null || m.id === '') {
-        // Keep-alives and the API's own errors are not part of the log.
+        // Keep-alives, the API's own errors and its queued notice are not
+        // part of the log.
         if (ev.type === 'error') this.note(ev.message || 'error');
+        if (ev.type === 'queued') this.note('queued: this message waits for the conversation\'s running turn to end');
         return;
       }
       const seq = Number(m.id);
@@ -370,12 +372,6 @@
           const kib = (n) => Math.round((n || 0) / 1024);
           const el = h('div', { class: 'compacted', testid: 'context-compacted' },
             `context compacted to fit the model: ${what.join(', ')} (${kib(ev.bytesBefore)} → ${kib(ev.bytesAfter)} KiB); the whole conversation is kept`);
-          scope.container.append(el);
-          return el;
-        }
-        case 'queued': {
-          // The API's notice: the message waits behind the running turn.
-          const el = h('div', { class: 'meta', testid: 'queued' }, 'queued · waits for the conversation\'s running turn to end');
           scope.container.append(el);
           return el;
         }
