@@ -504,10 +504,8 @@ func (h *hub) watch(ctx context.Context, turnID string, onClose, changed func(),
 			if ok {
 				queued(protocol.Event{Type: protocol.EventQueued, ConversationID: conv, TurnID: turnID})
 				missingSince, backoff = time.Time{}, h.settings.minBackoff
-				if behind != "" {
-					if err := h.src.Watch(ctx, behind, func() {}); err != nil && ctx.Err() == nil {
-						log.Debug("watch the turn this one waits for", "running", behind, "error", err)
-					}
+				if err := h.src.Watch(ctx, behind, func() {}); err != nil && ctx.Err() == nil {
+					log.Debug("watch the turn this one waits for", "running", behind, "error", err)
 				}
 			} else {
 				// Not queued (about to start, or not a turn its
@@ -553,8 +551,9 @@ func (h *hub) watch(ctx context.Context, turnID string, onClose, changed func(),
 }
 
 // queuedBehind asks the conversation of turnID whether the turn waits in
-// its queue, and returns the turn that runs now ("" between two turns)
-// and the conversation. It reports false when the turn is not queued, when
+// its queue behind a running turn, and returns that turn and the
+// conversation. It reports false when the turn is not queued, or queued
+// with no turn running (the conversation starts it next, in moments), when
 // turnID is not a turn's, or when the conversation did not answer.
 func (h *hub) queuedBehind(ctx context.Context, turnID string, log *slog.Logger) (running, conv string, queued bool) {
 	conv, n, ok := workflows.ParseTurnWorkflowID(turnID)
@@ -569,7 +568,7 @@ func (h *hub) queuedBehind(ctx context.Context, turnID string, log *slog.Logger)
 		return "", conv, false
 	}
 	// The queue holds the conversation's newest messages, in order.
-	if n <= st.Turns-st.Queued || n > st.Turns {
+	if n <= st.Turns-st.Queued || n > st.Turns || st.Running == "" {
 		return "", conv, false
 	}
 	return st.Running, conv, true
