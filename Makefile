@@ -77,7 +77,7 @@ test: $(TEMPORAL) $(VERSITYGW) $(MCP_SERVERS)
 # 200 turns while one worker and one API are killed; about a minute and a
 # half after the builds. Not part of `make test`.
 cluster-test: $(TEMPORAL) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL)
-	TOLLGATE_CLUSTER_TEST=1 go test -count=1 -v -run '^TestEveryTurnFinishesOnceWhileAWorkerAndAnAPIAreKilled$$' -timeout 20m ./cluster/
+	TOLLGATE_CLUSTER_TEST=1 go test -count=1 -v -run '^(TestEveryTurnFinishesOnceWhileAWorkerAndAnAPIAreKilled|TestAFreshNamespacesFirstMessagesAreAnswered)$$' -timeout 20m ./cluster/
 
 # gofmt skips the agent's workspace and hidden folders: they are not ours.
 lint: $(STATICCHECK)

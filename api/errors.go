@@ -36,9 +36,16 @@ var errUnknownTurn = errors.New("unknown turn: not a tollgate turn id")
 // has closed: it takes no more, and its id starts no new one.
 var errConversationEnded = errors.New("has ended (terminated, failed or cancelled) and takes no more messages; its id cannot start a new conversation: send without a conversationId, or with a new one")
 
+// errUnknownConversation answers a request about a conversation whose id
+// names none (it is another conversation's turn's).
+var errUnknownConversation = errors.New("no such conversation")
+
 // errTurnNotFound answers a stream request for a turn that does not exist
 // and will not, and ends a stream whose turn never appeared in Temporal.
 var errTurnNotFound = errors.New("turn not found")
+
+// retryAfter is the Retry-After header of a 503, in seconds.
+const retryAfter = "1"
 
 // statusClientClosedRequest is nginx's status for a request its client
 // abandoned; it only ever shows in logs.
@@ -76,13 +83,19 @@ func errorStatus(err error) (int, string) {
 		return http.StatusRequestEntityTooLarge, err.Error()
 	case errors.Is(err, errUnsupportedMediaType):
 		return http.StatusUnsupportedMediaType, err.Error()
-	case errors.Is(err, errUnknownTurn), errors.Is(err, errTurnNotFound), errors.Is(err, errUnknownGrant):
+	case errors.Is(err, errUnknownTurn), errors.Is(err, errTurnNotFound), errors.Is(err, errUnknownGrant), errors.Is(err, errUnknownConversation):
 		return http.StatusNotFound, err.Error()
 	case errors.Is(err, context.Canceled):
 		// The client left; nobody reads the answer.
 		return statusClientClosedRequest, "request cancelled"
 	case isUnavailable(err):
 		return http.StatusServiceUnavailable, "Temporal is not reachable or did not answer in time: " + err.Error()
+	case isNotReady(err):
+		// The workflow task that would have taken the request failed (on a
+		// fresh cluster, a service that does not know the search
+		// attributes yet): the request was not taken, and the next task
+		// may take it.
+		return http.StatusServiceUnavailable, "the workflow could not take the request now (its workflow task failed); send it again: " + err.Error()
 	case isNotFound(err):
 		return http.StatusNotFound, err.Error()
 	case errors.As(err, &rejected):
@@ -109,6 +122,10 @@ func writeError(c *gin.Context, log *slog.Logger, err error) {
 	}
 	log.Log(c.Request.Context(), level, "request failed",
 		"method", c.Request.Method, "path", c.Request.URL.Path, "status", status, "error", err)
+	if status == http.StatusServiceUnavailable {
+		// Every 503 is worth trying again, and says when.
+		c.Header("Retry-After", retryAfter)
+	}
 	c.AbortWithStatusJSON(status, gin.H{"error": msg})
 }
 
@@ -119,8 +136,9 @@ func isNotFound(err error) bool {
 	return errors.As(err, &nf)
 }
 
-// isNotReady reports whether a query failed because the workflow has not
-// run its first workflow task yet, so it has no query handlers.
+// isNotReady reports whether the workflow could not answer yet: a query
+// came before its first workflow task, so it has no query handlers, or an
+// Update was in a workflow task that failed, which did not take it.
 func isNotReady(err error) bool {
 	var nr *serviceerror.WorkflowNotReady
 	return errors.As(err, &nr)

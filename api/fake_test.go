@@ -22,6 +22,9 @@ import (
 type fakeSource struct {
 	mu    sync.Mutex
 	turns map[string]*fakeTurn
+	// conversations are the states Conversation answers; one not there
+	// is not found.
+	conversations map[string]workflows.ConversationState
 
 	// watching is the number of Watch calls running now.
 	watching atomic.Int32
@@ -132,6 +135,26 @@ func (f *fakeSource) Events(ctx context.Context, turnID string, after int, _ boo
 		after = 0
 	}
 	return workflows.EventsAfter(t.events, after), nil
+}
+
+// setConversation sets what Conversation answers for conv.
+func (f *fakeSource) setConversation(conv string, st workflows.ConversationState) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.conversations == nil {
+		f.conversations = map[string]workflows.ConversationState{}
+	}
+	f.conversations[conv] = st
+}
+
+func (f *fakeSource) Conversation(_ context.Context, conv string) (workflows.ConversationState, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	st, ok := f.conversations[conv]
+	if !ok {
+		return st, serviceerror.NewNotFound("workflow not found for ID: " + workflows.ConversationWorkflowID(conv))
+	}
+	return st, nil
 }
 
 // Live reads a model call's heartbeat details; the fake has no calls.

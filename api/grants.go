@@ -15,7 +15,7 @@ import (
 // grants handles GET /conversations/:conversationId/grants.
 func (s *Server) grants(c *gin.Context) {
 	conv := c.Param("conversationId")
-	if err := checkConversationID(conv); err != nil {
+	if err := s.checkConversation(c.Request.Context(), conv); err != nil {
 		writeError(c, s.log, err)
 		return
 	}
@@ -41,7 +41,7 @@ func (s *Server) grants(c *gin.Context) {
 // is once compacted.
 func (s *Server) messages(c *gin.Context) {
 	conv := c.Param("conversationId")
-	if err := checkConversationID(conv); err != nil {
+	if err := s.checkConversation(c.Request.Context(), conv); err != nil {
 		writeError(c, s.log, err)
 		return
 	}
@@ -73,7 +73,7 @@ func (s *Server) messages(c *gin.Context) {
 // revokeGrant handles DELETE /conversations/:conversationId/grants/:grantId.
 func (s *Server) revokeGrant(c *gin.Context) {
 	conv := c.Param("conversationId")
-	if err := checkConversationID(conv); err != nil {
+	if err := s.checkConversation(c.Request.Context(), conv); err != nil {
 		writeError(c, s.log, err)
 		return
 	}

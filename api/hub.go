@@ -41,6 +41,10 @@ type eventSource interface {
 	// model call activityID (workflows.LiveTokens); running is false once
 	// that call is no longer pending.
 	Live(ctx context.Context, turnID, activityID string) (pieces []activities.TokenPiece, running bool, err error)
+	// Conversation returns the state of a conversation (its turns, the one
+	// that runs, how many wait), to learn whether a turn that does not
+	// exist yet waits in its queue.
+	Conversation(ctx context.Context, conversationID string) (workflows.ConversationState, error)
 }
 
 // hubSettings tunes the pollers; tests shorten them.
@@ -52,8 +56,8 @@ type hubSettings struct {
 	// is tried again.
 	minBackoff, maxBackoff time.Duration
 	// notFoundTimeout is how long a turn may not exist before its streams
-	// end with an error. A turn waits briefly behind the previous turn of
-	// its conversation before its workflow starts.
+	// end with an error, unless its conversation says it is queued there
+	// (queued turns are waited for as long as they are).
 	notFoundTimeout time.Duration
 	// startingFor is how long a turn that does not exist yet is looked for
 	// every minBackoff, before the waits grow. A turn sent to an idle
@@ -115,6 +119,10 @@ type feed struct {
 	// err ends the feed: nothing more will come.
 	err  error
 	subs map[*subscription]struct{}
+	// queued, once set, is the notice that the turn waits in its
+	// conversation's queue (protocol.EventQueued), for every subscriber
+	// that joins before the turn's first event.
+	queued *protocol.Event
 }
 
 // subscription is one client's place in a feed.
@@ -125,6 +133,8 @@ type subscription struct {
 	// notify gets a value (never blocking, coalesced) when the feed has
 	// news for this client.
 	notify chan struct{}
+	// toldQueued is true once the client has had the feed's queued notice.
+	toldQueued bool
 }
 
 // subscribe adds a subscriber to turnID's feed, starting its poller when
@@ -211,6 +221,30 @@ func (s *subscription) next() (events []protocol.Event, done bool, err error) {
 		return events, true, nil
 	}
 	return events, f.err != nil, f.err
+}
+
+// queuedNotice returns the feed's queued notice once, while the turn has
+// no events yet and the client has not had it.
+func (s *subscription) queuedNotice() (protocol.Event, bool) {
+	f := s.feed
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if s.toldQueued || f.queued == nil || len(f.events) > 0 || s.cursor > 0 {
+		return protocol.Event{}, false
+	}
+	s.toldQueued = true
+	return *f.queued, true
+}
+
+// setQueued records that the turn waits in its conversation's queue and
+// tells the subscribers.
+func (f *feed) setQueued(e protocol.Event) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.queued == nil {
+		f.queued = &e
+		f.notifyLocked()
+	}
 }
 
 // changed returns the channel that gets a value when the feed has news.
@@ -305,7 +339,7 @@ func (h *hub) poll(ctx context.Context, f *feed) {
 		err := h.watch(ctx, f.turnID, func() {
 			markClosed()
 			changed()
-		}, changed, log)
+		}, changed, f.setQueued, log)
 		if err != nil {
 			watchFailed <- err
 		}
@@ -511,10 +545,14 @@ func (h *hub) readLive(ctx context.Context, f *feed, live workflows.LiveTokens, 
 
 // watch runs the source's watcher until the turn's workflow closes, then
 // calls onClose. It tries again after failures, and gives up with
-// errTurnNotFound when the turn does not exist for notFoundTimeout.
-func (h *hub) watch(ctx context.Context, turnID string, onClose, changed func(), log *slog.Logger) error {
+// errTurnNotFound when the turn does not exist for notFoundTimeout. A turn
+// that does not exist because its message waits in its conversation's
+// queue is no failure, however long it waits: watch calls queued with the
+// notice, waits (a long poll of its history, at no cost) for the turn that
+// runs to end, and looks again.
+func (h *hub) watch(ctx context.Context, turnID string, onClose, changed func(), queued func(protocol.Event), log *slog.Logger) error {
 	backoff := h.settings.minBackoff
-	var missingSince time.Time
+	var missingSince, nextAsk time.Time
 	for {
 		var seen atomic.Bool
 		err := h.src.Watch(ctx, turnID, func() {
@@ -530,6 +568,32 @@ func (h *hub) watch(ctx context.Context, turnID string, onClose, changed func(),
 		}
 		if seen.Load() {
 			backoff, missingSince = h.settings.minBackoff, time.Time{}
+		}
+		if isNotFound(err) && !time.Now().Before(nextAsk) {
+			behind, conv, ok := h.queuedBehind(ctx, turnID, log)
+			if ok {
+				queued(protocol.Event{Type: protocol.EventQueued, ConversationID: conv, TurnID: turnID})
+				missingSince, backoff = time.Time{}, h.settings.minBackoff
+				if err := h.src.Watch(ctx, behind, func() {}); err != nil && ctx.Err() == nil {
+					log.Debug("watch the turn this one waits for", "running", behind, "error", err)
+				}
+			} else {
+				// Not queued (about to start, or not a turn its
+				// conversation knows), or the conversation did not say:
+				// asked again after a while.
+				nextAsk = time.Now().Add(h.settings.startingFor)
+			}
+			if ctx.Err() != nil {
+				return nil
+			}
+			if ok {
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(h.settings.minBackoff):
+				}
+				continue
+			}
 		}
 		if isNotFound(err) {
 			if missingSince.IsZero() {
@@ -554,6 +618,30 @@ func (h *hub) watch(ctx context.Context, turnID string, onClose, changed func(),
 		case <-time.After(wait):
 		}
 	}
+}
+
+// queuedBehind asks the conversation of turnID whether the turn waits in
+// its queue behind a running turn, and returns that turn and the
+// conversation. It reports false when the turn is not queued, or queued
+// with no turn running (the conversation starts it next, in moments), when
+// turnID is not a turn's, or when the conversation did not answer.
+func (h *hub) queuedBehind(ctx context.Context, turnID string, log *slog.Logger) (running, conv string, queued bool) {
+	conv, n, ok := workflows.ParseTurnWorkflowID(turnID)
+	if !ok {
+		return "", "", false
+	}
+	qctx, cancel := context.WithTimeout(ctx, h.settings.queryTimeout)
+	defer cancel()
+	st, err := h.src.Conversation(qctx, conv)
+	if err != nil {
+		log.Debug("ask the conversation whether the turn is queued", "conversationId", conv, "error", err)
+		return "", conv, false
+	}
+	// The queue holds the conversation's newest messages, in order.
+	if n <= st.Turns-st.Queued || n > st.Turns || st.Running == "" {
+		return "", conv, false
+	}
+	return st.Running, conv, true
 }
 
 // retryWait is how long the watcher waits before it tries again, and the
@@ -620,18 +708,27 @@ func (s temporalSource) Exists(ctx context.Context, turnID string) (bool, error)
 		// No turn's id (a subagent's, say): its stream says what it is.
 		return true, nil
 	}
-	v, err := s.client.QueryWorkflow(ctx, workflows.ConversationWorkflowID(conv), "", workflows.StateQuery)
-	if isNotFound(err) {
+	state, err := s.Conversation(ctx, conv)
+	switch {
+	case isNotFound(err):
 		return false, nil
-	}
-	var state workflows.ConversationState
-	if err == nil {
-		err = v.Get(&state)
-	}
-	if err != nil {
-		return false, fmt.Errorf("query %s of conversation %s: %w", workflows.StateQuery, conv, err)
+	case err != nil:
+		return false, err
 	}
 	return n <= state.Turns, nil
+}
+
+// Conversation queries a conversation's state.
+func (s temporalSource) Conversation(ctx context.Context, conversationID string) (workflows.ConversationState, error) {
+	var st workflows.ConversationState
+	v, err := s.client.QueryWorkflow(ctx, workflows.ConversationWorkflowID(conversationID), "", workflows.StateQuery)
+	if err == nil {
+		err = v.Get(&st)
+	}
+	if err != nil {
+		return st, fmt.Errorf("query %s of conversation %s: %w", workflows.StateQuery, conversationID, err)
+	}
+	return st, nil
 }
 
 // Live reads the heartbeat details of the turn's model call activityID from

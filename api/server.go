@@ -113,6 +113,60 @@ func checkConversationID(conv string) error {
 	return nil
 }
 
+// checkNewConversationID says what is wrong with the conversation id of a
+// message: checkConversationID's shape, and no TurnIDSeparator, so that no
+// id a client picks is the workflow ID of another conversation's turn or
+// subagent (workflows.MayNameAnotherTurn). A conversation that already
+// runs under such an id (one started before the API refused them) still
+// takes its messages: its workflow is a Conversation, where another
+// conversation's turn would be a ChatTurn.
+func (s *Server) checkNewConversationID(ctx context.Context, conv string) error {
+	if err := checkConversationID(conv); err != nil {
+		return err
+	}
+	if ok, err := s.isConversation(ctx, conv); ok || err != nil {
+		return err
+	}
+	return badRequest("conversationId %q is not valid: it may not contain %q, which joins a conversation's id to its turns' numbers in their ids (tollgate-conv-<conversationId>%s<n>), so that it cannot name another conversation's turn", conv, workflows.TurnIDSeparator, workflows.TurnIDSeparator)
+}
+
+// isConversation reports whether conv, a valid conversation id, names a
+// conversation: always, unless the id holds TurnIDSeparator, when its
+// workflow ID may be another conversation's turn's and only a workflow of
+// type Conversation under it (one started before the API refused such
+// ids) is one.
+func (s *Server) isConversation(ctx context.Context, conv string) (bool, error) {
+	if !workflows.MayNameAnotherTurn(conv) {
+		return true, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
+	defer cancel()
+	d, err := s.client.DescribeWorkflow(ctx, workflows.ConversationWorkflowID(conv), "")
+	switch {
+	case err == nil:
+		return d.WorkflowType.Name == workflows.ConversationWorkflow, nil
+	case isNotFound(err):
+		return false, nil
+	default:
+		return false, fmt.Errorf("look up conversation %s: %w", conv, err)
+	}
+}
+
+// checkConversation says what is wrong with the conversation id of a
+// request that reads or changes a conversation: its shape, or that it
+// names no conversation (errUnknownConversation), which an id that names
+// another conversation's turn never does.
+func (s *Server) checkConversation(ctx context.Context, conv string) error {
+	if err := checkConversationID(conv); err != nil {
+		return err
+	}
+	ok, err := s.isConversation(ctx, conv)
+	if err == nil && !ok {
+		err = fmt.Errorf("conversation %s: %w", conv, errUnknownConversation)
+	}
+	return err
+}
+
 // Server is tollgate's HTTP API. It holds no state of its own beyond the
 // in-memory buffers of the turns being streamed: any instance can serve any
 // request.
@@ -248,28 +302,82 @@ func (s *Server) chatStream(c *gin.Context) {
 		writeError(c, s.log, badRequest("clientTools: %s", err))
 		return
 	}
-	conv := req.ConversationID
-	if conv == "" {
-		conv = uuid.NewString()
-	} else if err := checkConversationID(conv); err != nil {
+	msg := workflows.UserMessage{
+		Query: req.Query, Sender: principal(c), BypassApproval: req.BypassApproval, ClientTools: req.ClientTools,
+	}
+	after := 0
+	key, err := idempotencyKey(c.Request)
+	if err != nil {
 		writeError(c, s.log, err)
 		return
 	}
-	ref, err := s.send(c.Request.Context(), conv, workflows.UserMessage{
-		Query: req.Query, Sender: principal(c), BypassApproval: req.BypassApproval, ClientTools: req.ClientTools,
-	})
+	if key != "" {
+		msg.IdempotencyKey = workflows.MessageKey(principal(c), key)
+		// A retry may say which of the turn's events it has.
+		if after, err = resumeCursor(c.Request); err != nil {
+			writeError(c, s.log, err)
+			return
+		}
+	}
+	conv := req.ConversationID
+	switch {
+	case conv == "" && key != "":
+		// A retry of a message that started a conversation lands in the
+		// same one, though its client never heard the id.
+		conv = uuid.NewSHA1(keyedConversations, []byte(msg.IdempotencyKey)).String()
+	case conv == "":
+		conv = uuid.NewString()
+	default:
+		if err := s.checkNewConversationID(c.Request.Context(), conv); err != nil {
+			writeError(c, s.log, err)
+			return
+		}
+	}
+	ref, err := s.send(c.Request.Context(), conv, msg)
 	if err != nil {
 		writeError(c, s.log, err)
 		return
 	}
 	c.Header(protocol.HeaderConversationID, ref.ConversationID)
 	c.Header(protocol.HeaderTurnID, ref.TurnID)
-	s.stream(c, ref.TurnID, 0)
+	s.stream(c, ref.TurnID, after)
+}
+
+// keyedConversations is the name space of the conversation ids the API
+// makes from an Idempotency-Key (and its sender) for a message that names
+// no conversation: a version 5 UUID of the message's key.
+var keyedConversations = uuid.MustParse("5b0c1d2e-7a43-4f1e-9d5c-2f0e8a6b3c71")
+
+// maxIdempotencyKey bounds an Idempotency-Key header, in bytes.
+const maxIdempotencyKey = 255
+
+// idempotencyKey reads the Idempotency-Key header: "" when there is none,
+// the key without the quotes of a structured-field string when it has them.
+func idempotencyKey(r *http.Request) (string, error) {
+	v := r.Header.Get(protocol.HeaderIdempotencyKey)
+	if v == "" {
+		return "", nil
+	}
+	key := v
+	if len(key) >= 2 && key[0] == '"' && key[len(key)-1] == '"' {
+		key = key[1 : len(key)-1]
+	}
+	ok := key != "" && len(key) <= maxIdempotencyKey
+	for i := 0; ok && i < len(key); i++ {
+		ok = key[i] >= 0x20 && key[i] < 0x7f
+	}
+	if !ok {
+		return "", badRequest("%s header %.40q is not valid: use 1 to %d printable ASCII characters (a UUID, say)", protocol.HeaderIdempotencyKey, v, maxIdempotencyKey)
+	}
+	return key, nil
 }
 
 // send hands msg to its conversation, starting the conversation unless it
 // runs already, in one request (update-with-start): a new conversation gets
-// its first message with its first workflow task.
+// its first message with its first workflow task. A message with an
+// idempotency key has an Update ID made from it, so that the server answers
+// a retry of an Update it holds with that Update's outcome; the
+// conversation answers one it took earlier.
 func (s *Server) send(ctx context.Context, conv string, msg workflows.UserMessage) (workflows.TurnRef, error) {
 	ctx, cancel := context.WithTimeout(ctx, sendTimeout)
 	defer cancel()
@@ -282,9 +390,14 @@ func (s *Server) send(ctx context.Context, conv string, msg workflows.UserMessag
 		// grants would be reused.
 		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
 	}, workflows.ConversationWorkflow, workflows.ConversationInput{ConversationID: conv})
+	updateID := "" // the client makes one
+	if msg.IdempotencyKey != "" {
+		updateID = workflows.MessageUpdateID(conv, msg)
+	}
 	h, err := s.client.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
 		StartWorkflowOperation: start,
 		UpdateOptions: client.UpdateWorkflowOptions{
+			UpdateID:     updateID,
 			UpdateName:   workflows.SendMessageUpdate,
 			Args:         []any{msg},
 			WaitForStage: client.WorkflowUpdateStageCompleted,
@@ -364,6 +477,12 @@ func (s *Server) stream(c *gin.Context, turnID string, after int) {
 	idle := time.NewTimer(s.heartbeat)
 	defer idle.Stop()
 	for {
+		if e, ok := sub.queuedNotice(); ok {
+			if werr := out.unnumbered(e); werr != nil {
+				return
+			}
+			idle.Reset(s.heartbeat)
+		}
 		events, done, err := sub.next()
 		if len(events) > 0 {
 			if werr := out.events(events); werr != nil {

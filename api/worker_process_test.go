@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/auditdb"
+	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/internal/payloads"
 	"github.com/tollgate/tollgate/internal/proctest"
 	"github.com/tollgate/tollgate/internal/scripted"
@@ -28,7 +30,22 @@ import (
 // takes its settings from the environment, which has no heartbeat knobs).
 const envTestWorker = "TOLLGATE_TEST_WORKER"
 
+// envTestAPI, when "1", makes the test binary run the API, as the api
+// binary does, from the environment's configuration: a test can kill it.
+const envTestAPI = "TOLLGATE_TEST_API"
+
 func TestMain(m *testing.M) {
+	if os.Getenv(envTestAPI) == "1" {
+		cfg, err := config.LoadFor(config.API, os.Getenv)
+		if err == nil {
+			err = run(cfg, cfg.Logger(os.Stderr))
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "test api:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	if spec := os.Getenv(envTestWorker); spec != "" {
 		if err := runTestWorker(spec); err != nil {
 			fmt.Fprintln(os.Stderr, "test worker:", err)
@@ -123,4 +140,39 @@ func (st *stack) startTestWorker(t *testing.T, name string, settings workflows.S
 	require.NoError(t, err)
 	env := append(proctest.EnvironWithout("TOLLGATE_", "TEMPORAL_", "OPENAI_"), envTestWorker+"="+string(spec))
 	return proctest.Start(t, name, exe, env)
+}
+
+// startTestAPI runs this test binary as an API instance on st's Temporal
+// and task queue, as a process of its own that the test may kill, and
+// returns it once it answers GET /healthz, with its base URL.
+func (st *stack) startTestAPI(t *testing.T, name string) (*proctest.Process, string) {
+	t.Helper()
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	addr := proctest.FreeAddr(t)
+	p := proctest.Start(t, name, exe, append(proctest.EnvironWithout("TOLLGATE_", "TEMPORAL_", "OPENAI_", "HTTP_ADDR", "OTEL_"),
+		envTestAPI+"=1",
+		config.EnvTemporalAddress+"="+st.temporal.HostPort,
+		config.EnvTemporalNamespace+"="+st.temporal.Namespace,
+		config.EnvTaskQueue+"="+st.queue,
+		config.EnvHTTPAddr+"="+addr,
+		config.EnvAuditDB+"="+config.AuditOff,
+		config.EnvHeartbeatInterval+"=200ms",
+	))
+	url := "http://" + addr
+	require.Eventually(t, func() bool {
+		select {
+		case <-p.Exited:
+			return true // RequireRunning says why
+		default:
+		}
+		resp, err := http.Get(url + "/healthz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, time.Minute, 20*time.Millisecond, "%s answers at %s", name, url)
+	proctest.RequireRunning(t, p)
+	return p, url
 }

@@ -25,6 +25,11 @@ const (
 	// EventContextCompacted says the turn left tool outputs out of the
 	// model's view, or summarized earlier messages, to fit its budget.
 	EventContextCompacted = "context_compacted"
+	// EventQueued is the API's own, with no id, not part of the turn's
+	// log: the turn does not exist yet, as its message waits in its
+	// conversation behind another turn (ConversationID, TurnID). The
+	// stream waits, with keep-alives, for as long as it stays queued.
+	EventQueued = "queued"
 
 	// Events of a subagent as its parent's stream shows them, with Name.
 	EventSubagentStart  = "subagent_start"

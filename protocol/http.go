@@ -14,6 +14,11 @@ const (
 // Server-Sent Events clients send it when they reconnect.
 const HeaderLastEventID = "Last-Event-ID"
 
+// HeaderIdempotencyKey names a message of POST /chat/stream: a retry with
+// the same key (same principal, same conversation, same message) gets the
+// same turn's stream, never a second turn.
+const HeaderIdempotencyKey = "Idempotency-Key"
+
 // ChatRequest is the body of POST /chat/stream.
 type ChatRequest struct {
 	Query          string `json:"query"`

@@ -124,6 +124,8 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		// and GET /approvals) goes without the attributes.
 		searchAttributes = false
 		log.Warn("custom search attributes unavailable; create them with `temporal operator search-attribute create`", "error", err)
+	} else if err := awaitSearchAttributes(ctx, c, cfg.TemporalNamespace, log); err != nil {
+		return err
 	}
 	if err := os.MkdirAll(cfg.Workspace, 0o755); err != nil {
 		return fmt.Errorf("create workspace %s: %w", cfg.Workspace, err)
@@ -204,6 +206,23 @@ func checkPayloadStore(ctx context.Context, c payloads.Config, log *slog.Logger)
 		log.Warn("payload store: some payloads cannot be read", "check", report.String())
 	default:
 		log.Info("payload store", "check", report.String())
+	}
+	return nil
+}
+
+// searchAttributesWait bounds how long a starting worker waits for the
+// search attributes it set to be usable before it gives up.
+const searchAttributesWait = 2 * time.Minute
+
+// awaitSearchAttributes waits until a workflow can set tollgate's search
+// attributes (workflows.AwaitSearchAttributes): a worker that polled
+// before then would fail the workflow tasks of the first messages.
+func awaitSearchAttributes(ctx context.Context, c client.Client, namespace string, log *slog.Logger) error {
+	ctx, cancel := context.WithTimeout(ctx, searchAttributesWait)
+	defer cancel()
+	if err := workflows.AwaitSearchAttributes(ctx, c, namespace, log); err != nil {
+		return fmt.Errorf("the worker takes no work until its search attributes are usable, and they were not within %s "+
+			"(is every Temporal service up, and does the namespace's cache refresh?): %w", searchAttributesWait, err)
 	}
 	return nil
 }

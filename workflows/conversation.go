@@ -44,6 +44,9 @@ type conversation struct {
 	// whose workflow has started (or failed to).
 	idle    bool
 	started int
+	// keys are the idempotency keys of the messages taken in the last
+	// messageKeyWindow (idempotency.go).
+	keys []TakenKey
 }
 
 // Conversation owns a conversation's message log. Each user message, taken
@@ -52,7 +55,7 @@ type conversation struct {
 // approvals are declined) and runs next. The workflow continues as new,
 // carrying the full message log, before its history grows large.
 func (w *Workflows) Conversation(ctx workflow.Context, in ConversationInput) error {
-	c := &conversation{id: in.ConversationID, messages: in.Messages, turns: in.Turns, queue: in.Queue, grants: in.Grants, spent: in.Spent, raised: in.Raised, traces: map[int]workflowtrace.Span{},
+	c := &conversation{id: in.ConversationID, messages: in.Messages, turns: in.Turns, queue: in.Queue, grants: in.Grants, spent: in.Spent, raised: in.Raised, keys: in.Keys, traces: map[int]workflowtrace.Span{},
 		// A run with nothing queued goes idle before it does anything else;
 		// a message can come before its loop gets there (with the start).
 		idle: len(in.Queue) == 0}
@@ -73,6 +76,9 @@ func (w *Workflows) Conversation(ctx workflow.Context, in ConversationInput) err
 		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, m UserMessage) error {
 			if strings.TrimSpace(m.Query) == "" {
 				return errors.New("the message is empty")
+			}
+			if err := c.checkKey(m); err != nil {
+				return err
 			}
 			return validateClientTools(m.ClientTools, c.settings)
 		}},
@@ -128,6 +134,7 @@ func (w *Workflows) Conversation(ctx workflow.Context, in ConversationInput) err
 			}
 			return workflow.NewContinueAsNewError(ctx, ConversationWorkflow, ConversationInput{
 				ConversationID: c.id, Messages: c.messages, Turns: c.turns, Queue: c.queue, Grants: c.grants, Spent: c.spent, Raised: c.raised,
+				Keys: c.keys,
 			})
 		}
 	}
@@ -144,11 +151,22 @@ func (w *Workflows) Conversation(ctx workflow.Context, in ConversationInput) err
 // waits for no extra workflow task: the child's start wakes the
 // conversation anyway. A message queued behind a running turn is answered
 // at once, as before: its turn may start much later.
+//
+// A message with the idempotency key of one the conversation took
+// (patchIdempotentMessages) is answered with that message's turn, at once,
+// and queues nothing.
 func (c *conversation) onMessage(ctx workflow.Context, m UserMessage) (TurnRef, error) {
+	if k, ok := c.takenKey(m.IdempotencyKey); ok && patched(ctx, c.settings, patchIdempotentMessages) {
+		if k.Digest != m.digest() {
+			return TurnRef{}, errKeyReused
+		}
+		return TurnRef{ConversationID: c.id, Turn: k.Turn, TurnID: TurnWorkflowID(c.id, k.Turn)}, nil
+	}
 	startsNow := c.idle && len(c.queue) == 0
 	c.turns++
 	n := c.turns
 	c.queue = append(c.queue, QueuedMessage{Turn: n, Message: m})
+	c.rememberKey(workflow.Now(ctx), m, n)
 	c.traces[n] = workflowtrace.SpanOf(ctx)
 	if c.runningTurn != nil {
 		// The interrupted turn finishes at its next step; this message's

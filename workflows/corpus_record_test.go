@@ -69,6 +69,7 @@ func TestRecordReplayCorpus(t *testing.T) {
 	r.recordProtectedClientTool()
 	r.recordCompaction()
 	r.recordApproversSeat()
+	r.recordKeyedRetry()
 
 	commit, err := exec.Command("git", "rev-parse", release+"^{commit}").Output()
 	if err != nil {
@@ -204,6 +205,7 @@ var corpusReplies = map[string][]scripted.Reply{
 		{Content: "Written by the helper."},
 	},
 	"continue: first":  {{Content: "First."}},
+	"keyed: once":      {{Content: "Once."}},
 	"continue: second": {{Content: "Second."}},
 	"policy: calls": {
 		{ToolCalls: []activities.ToolCall{bashCall("r1a", "ls"), bashCall("r1b", "rm -f nothing.txt"), writeCall("r1c", "notes/r.txt")}},
@@ -420,6 +422,24 @@ func (r *recorder) recordContinueAsNew() {
 	r.record("continue-as-new.conversation-run-1", id, firstRun)
 	r.record("continue-as-new.conversation-run-2", id, secondRun)
 	r.record("continue-as-new.turn-2", turn2.TurnID, "")
+}
+
+// recordKeyedRetry: a message with an idempotency key, sent again once
+// the run that took it has continued as new, gets its turn back and queues
+// none (the idempotent-messages patch: its marker is in the second run).
+func (r *recorder) recordKeyedRetry() {
+	const conv = "corpus-keyed"
+	id := workflows.ConversationWorkflowID(conv)
+	msg := workflows.UserMessage{Query: "keyed: once", IdempotencyKey: workflows.MessageKey("corpus", "key-1")}
+	turn := r.send(queueContinue, conv, msg)
+	firstRun := r.runID(r.t, id)
+	r.finished(turn.TurnID)
+	require.EventuallyWithT(r.t, func(c *assert.CollectT) {
+		assert.NotEqual(c, firstRun, r.runID(c, id), "the conversation continued as new")
+	}, corpusWait, 20*time.Millisecond)
+	require.Equal(r.t, turn, r.send(queueContinue, conv, msg), "the retry gets the message's turn")
+	r.record("keyed-retry.conversation-run-1", id, firstRun)
+	r.record("keyed-retry.conversation-run-2", id, "")
 }
 
 func (r *recorder) recordPolicyRules() {

@@ -1,6 +1,8 @@
 package workflows
 
 import (
+	"time"
+
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/protocol"
 )
@@ -28,6 +30,12 @@ type UserMessage struct {
 	// ClientTools are tools the client runs itself, offered to the model
 	// for this turn.
 	ClientTools []activities.ToolSpec `json:"clientTools,omitempty"`
+	// IdempotencyKey, when set, names the message (the API makes it from
+	// the client's Idempotency-Key and the sender: MessageKey): a message
+	// with the key of one the conversation took in the last
+	// messageKeyWindow is answered with that message's turn, not queued
+	// again.
+	IdempotencyKey string `json:"idempotencyKey,omitempty"`
 }
 
 // TurnRef names the turn that runs (or will run) a user message.
@@ -55,6 +63,20 @@ type ConversationInput struct {
 	// conversation budgets people raised.
 	Spent  Usage   `json:"spent,omitempty,omitzero"`
 	Raised Budgets `json:"raised,omitempty,omitzero"`
+	// Keys are the idempotency keys of the messages taken in the last
+	// messageKeyWindow, oldest first.
+	Keys []TakenKey `json:"keys,omitempty"`
+}
+
+// TakenKey is the idempotency key of a message the conversation took, and
+// what it became.
+type TakenKey struct {
+	Key string `json:"key"`
+	// Digest is the message's (UserMessage.digest): the key of another
+	// message is refused.
+	Digest string    `json:"digest"`
+	Turn   int       `json:"turn"`
+	At     time.Time `json:"at"`
 }
 
 // QueuedMessage is a user message waiting for its turn.

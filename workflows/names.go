@@ -26,6 +26,10 @@ const (
 	// SubagentWorkflow runs a subagent, started by the Task tool, as a child
 	// of the turn (or subagent) whose model called Task.
 	SubagentWorkflow = "Subagent"
+	// SearchAttributesProbeWorkflow sets every search attribute tollgate
+	// sets, and nothing else: the worker runs it on a task queue of its
+	// own before it takes work (AwaitSearchAttributes).
+	SearchAttributesProbeWorkflow = "TollgateSearchAttributesProbe"
 )
 
 // TaskTool is the tool that starts a subagent.
@@ -124,27 +128,40 @@ func ConversationWorkflowID(conversationID string) string {
 
 // TurnWorkflowID is the workflow ID of turn n (from 1) of a conversation.
 func TurnWorkflowID(conversationID string, n int) string {
-	return fmt.Sprintf("%s%s%d", ConversationWorkflowID(conversationID), turnIDSeparator, n)
+	return fmt.Sprintf("%sconv-%s%s%d", workflowIDPrefix, conversationID, TurnIDSeparator, n)
 }
 
-// ParseTurnWorkflowID returns the conversation and number of a turn's
-// workflow ID; ok is false for any ID TurnWorkflowID does not make.
+// TurnIDSeparator joins a turn's number to its conversation's id in the
+// turn's workflow ID. Every workflow ID of a turn or a subagent holds it
+// after its conversation's id, so a conversation id without it can name no
+// other conversation's turn or subagent: the workflow ID of conversation
+// "a-turn-2" would be that of conversation "a"'s second turn.
+const TurnIDSeparator = "-turn-"
+
+// MayNameAnotherTurn reports whether a conversation's workflow ID could be
+// the workflow ID of another conversation's turn or subagent: the
+// conversation id holds TurnIDSeparator. The API starts no conversation
+// under such an id.
+func MayNameAnotherTurn(conversationID string) bool {
+	return strings.Contains(conversationID, TurnIDSeparator)
+}
+
+// ParseTurnWorkflowID returns the conversation and the number of the turn
+// whose workflow ID is id (a TurnWorkflowID, not a subagent's), or false
+// when id is not of that form.
 func ParseTurnWorkflowID(id string) (conversationID string, n int, ok bool) {
-	rest, ok := strings.CutPrefix(id, ConversationWorkflowID(""))
-	i := strings.LastIndex(rest, turnIDSeparator)
-	if !ok || i <= 0 {
+	rest, found := strings.CutPrefix(id, workflowIDPrefix+"conv-")
+	i := strings.LastIndex(rest, TurnIDSeparator)
+	if !found || i <= 0 {
 		return "", 0, false
 	}
-	conversationID = rest[:i]
-	n, err := strconv.Atoi(rest[i+len(turnIDSeparator):])
-	if err != nil || n < 1 || TurnWorkflowID(conversationID, n) != id {
+	digits := rest[i+len(TurnIDSeparator):]
+	n, err := strconv.Atoi(digits)
+	if err != nil || n < 1 || strconv.Itoa(n) != digits {
 		return "", 0, false
 	}
-	return conversationID, n, true
+	return rest[:i], n, true
 }
-
-// turnIDSeparator joins a turn's number to its conversation's ID.
-const turnIDSeparator = "-turn-"
 
 // SubagentWorkflowID is the workflow ID of the n-th subagent (from 1) that
 // the workflow parentID (a turn or a subagent) starts.

@@ -60,6 +60,12 @@ const (
 	// compares their numbers as written, not as float64
 	// (turn.grantsFor).
 	patchGrantNarrowed = "grant-narrowed"
+	// patchIdempotentMessages (after level 2): a message with the
+	// idempotency key of one the conversation took is answered with that
+	// message's turn and queues none (conversation.onMessage). Asked only
+	// when such a message comes: a worker of an earlier build, behind an
+	// API that sends keys, queued a second turn for it.
+	patchIdempotentMessages = "idempotent-messages"
 )
 
 // PatchLevel is the patch level this build records in the settings of
@@ -101,7 +107,7 @@ var levelOne = []string{
 // afterLevel are the patches added after PatchLevel's: a workflow that
 // records today's level still asks each with GetVersion (a marker the
 // first time), until a release raises the level to include them.
-var afterLevel = []string{patchLedgerBehind, patchGrantNarrowed}
+var afterLevel = []string{patchLedgerBehind, patchGrantNarrowed, patchIdempotentMessages}
 
 // PatchesAfterLevel returns the patches that a workflow of today's level
 // still asks with GetVersion: the only version markers its history may

@@ -214,8 +214,10 @@
         return;
       }
       if (m.id === null || m.id === '') {
-        // Keep-alives and the API's own errors are not part of the log.
+        // Keep-alives, the API's own errors and its queued notice are not
+        // part of the log.
         if (ev.type === 'error') this.note(ev.message || 'error');
+        if (ev.type === 'queued') this.note('queued: this message waits for the conversation\'s running turn to end');
         return;
       }
       const seq = Number(m.id);

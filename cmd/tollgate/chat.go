@@ -322,6 +322,8 @@ func (p *printer) handle(ctx context.Context, e protocol.Event, items <-chan str
 	case protocol.EventContextCompacted:
 		fmt.Fprintf(p.out, "%s(context compacted to fit the model: %s; %d → %d KiB; the whole conversation is kept)\n",
 			tag, compactedWhat(e), e.BytesBefore>>10, e.BytesAfter>>10)
+	case protocol.EventQueued:
+		fmt.Fprintf(p.out, "queued: turn %s waits for the conversation's running turn to end\n", e.TurnID)
 	case protocol.EventHeartbeat:
 	default:
 		fmt.Fprintf(p.out, "%s(%s event)\n", tag, e.Type)

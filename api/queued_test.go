@@ -1,0 +1,117 @@
+package main
+
+import (
+	"testing"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tollgate/tollgate/internal/scripted"
+	"github.com/tollgate/tollgate/protocol"
+	"github.com/tollgate/tollgate/workflows"
+)
+
+// TestAQueuedTurnsStreamSaysSoAndWaitsPastTheNotFoundLimit: the stream of
+// a turn whose message waits behind the conversation's running turn says
+// it is queued, then only keeps alive, for longer than a turn that does
+// not exist may take (notFoundTimeout), and streams the turn once it
+// starts.
+func TestAQueuedTurnsStreamSaysSoAndWaitsPastTheNotFoundLimit(t *testing.T) {
+	src := newFakeSource()
+	running, queued := workflows.TurnWorkflowID("q", 1), workflows.TurnWorkflowID("q", 2)
+	src.publish(running, protocol.EventTurnStart, protocol.EventApprovalRequest)
+	src.setMissing(queued, true)
+	src.setConversation("q", workflows.ConversationState{ConversationID: "q", Turns: 2, Running: running, Queued: 1})
+	_, ts := newTestServer(t, src, 10*time.Millisecond)
+
+	opened := time.Now()
+	_, msgs, _ := openStream(t, eventsURL(ts, queued), nil)
+	m, ok := nextMessage(t, msgs)
+	require.True(t, ok)
+	require.False(t, m.HasID, "the notice is not part of the turn's log")
+	require.JSONEq(t, `{"seq":0,"type":"queued","conversationId":"q","turnId":"`+queued+`"}`, m.Data)
+	// Keep-alives only, past the limit of a turn that does not exist.
+	for time.Since(opened) < 3*fastSettings.notFoundTimeout {
+		m, ok := nextMessage(t, msgs)
+		require.True(t, ok, "the stream goes on")
+		require.JSONEq(t, `{"type":"heartbeat"}`, m.Data)
+	}
+
+	// The running turn ends, and the queued one starts.
+	src.setConversation("q", workflows.ConversationState{ConversationID: "q", Turns: 2, Running: queued})
+	src.publish(queued, protocol.EventTurnStart, protocol.EventFinish)
+	src.setMissing(queued, false)
+	src.close(running)
+	var events []protocol.Event
+	for _, m := range drain(t, msgs) {
+		if m.HasID {
+			events = append(events, decodeEvent(t, m))
+		}
+	}
+	require.Equal(t, []string{protocol.EventTurnStart, protocol.EventFinish}, shape(events))
+}
+
+// TestAStreamResumedWhileItsTurnIsQueuedSaysSoAgain: a client that
+// resumes the stream of a queued turn by its id hears that it is queued.
+func TestAStreamResumedWhileItsTurnIsQueuedSaysSoAgain(t *testing.T) {
+	src := newFakeSource()
+	running, queued := workflows.TurnWorkflowID("r", 4), workflows.TurnWorkflowID("r", 6)
+	src.publish(running, protocol.EventTurnStart)
+	src.setMissing(queued, true)
+	src.setConversation("r", workflows.ConversationState{ConversationID: "r", Turns: 6, Running: running, Queued: 2})
+	_, ts := newTestServer(t, src, time.Hour)
+
+	for range 2 {
+		_, msgs, cancel := openStream(t, eventsURL(ts, queued)+"?after=0", nil)
+		m, ok := nextMessage(t, msgs)
+		require.True(t, ok)
+		require.Equal(t, protocol.EventQueued, decodeEvent(t, m).Type)
+		cancel()
+	}
+}
+
+// TestAMessageQueuedBehindABusyTurnIsStreamedWhenItsTurnRuns runs on a
+// real dev server: the conversation's first turn waits for its model,
+// which holds its answer, when a second message comes; that message's
+// stream says it is queued and keeps alive past the API's limit for a
+// turn that does not exist, then streams the turn when the first ends.
+func TestAMessageQueuedBehindABusyTurnIsStreamedWhenItsTurnRuns(t *testing.T) {
+	release := make(chan struct{})
+	script := func(req openai.ChatCompletionRequest) scripted.Reply {
+		if req.Messages[len(req.Messages)-1].Content == "one" {
+			return scripted.Reply{Content: "thinking it over", Hold: release}
+		}
+		return scripted.Reply{Content: "hello"}
+	}
+	st := newStack(t, withScript(script))
+	settings := defaultHubSettings
+	settings.notFoundTimeout, settings.startingFor = 300*time.Millisecond, 100*time.Millisecond
+	api := serveAPI(t, newServer(st.apiOptions(), temporalSource{client: st.apiClient, log: st.log}, settings))
+
+	_, first := chatAt(t, api.URL, `{"query":"one","conversationId":"busy-1"}`)
+	seq1 := 0
+	untilEvent(t, first, &seq1, protocol.EventTurnStart, 1)
+	require.Eventually(t, func() bool { return len(st.replies.Requests()) == 1 }, waitFor, 10*time.Millisecond, "turn 1 asks its model")
+
+	sent := time.Now()
+	resp, second := chatAt(t, api.URL, `{"query":"two","conversationId":"busy-1"}`)
+	turn2 := workflows.TurnWorkflowID("busy-1", 2)
+	require.Equal(t, turn2, resp.Header.Get(protocol.HeaderTurnID))
+	m, ok := nextMessage(t, second)
+	require.True(t, ok)
+	require.False(t, m.HasID)
+	require.JSONEq(t, `{"seq":0,"type":"queued","conversationId":"busy-1","turnId":"`+turn2+`"}`, m.Data)
+	for time.Since(sent) < 3*settings.notFoundTimeout {
+		m, ok := nextMessage(t, second)
+		require.True(t, ok, "the stream goes on")
+		require.JSONEq(t, `{"type":"heartbeat"}`, m.Data)
+	}
+
+	close(release)
+	untilEvent(t, first, &seq1, protocol.EventFinish, 1)
+	seq2 := 0
+	events := untilEvent(t, second, &seq2, protocol.EventFinish, 1)
+	require.Equal(t, protocol.EventTurnStart, events[0].Type)
+	require.Equal(t, protocol.FinishStop, lastOf(events).Reason)
+}

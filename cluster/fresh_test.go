@@ -1,0 +1,134 @@
+package cluster_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/tollgate/tollgate/internal/config"
+	"github.com/tollgate/tollgate/internal/proctest"
+	"github.com/tollgate/tollgate/internal/scripted"
+	"github.com/tollgate/tollgate/protocol"
+)
+
+// freshMessages is how many messages go out the moment the worker starts.
+const freshMessages = 4
+
+// TestAFreshNamespacesFirstMessagesAreAnswered starts a worker on a
+// namespace that has none of tollgate's search attributes, on a Temporal
+// server on PostgreSQL (SQL visibility), and sends messages at once: the
+// worker registers the attributes, and each service learns of them only
+// when its namespace cache refreshes. Every message must be answered with
+// its turn's stream to the end: the worker takes no work before the
+// attributes are usable, so no workflow task fails (the first messages
+// of such a cluster used to answer 500).
+func TestAFreshNamespacesFirstMessagesAreAnswered(t *testing.T) {
+	if os.Getenv(envRun) != "1" {
+		t.Skip("starts PostgreSQL and a Temporal server; `make cluster-test` runs it (" + envRun + "=1)")
+	}
+	workerBin := proctest.Build(t, "github.com/tollgate/tollgate/worker")
+	apiBin := proctest.Build(t, "github.com/tollgate/tollgate/api")
+	pg := proctest.StartPostgres(t, "temporal")
+	tc := proctest.StartTemporalServer(t, pg)
+
+	// A namespace of its own, made as an operator makes one: without
+	// tollgate's attributes, which the worker registers.
+	const namespace = "fresh"
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	nc, err := client.NewNamespaceClient(client.Options{HostPort: tc.HostPort})
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	require.NoError(t, nc.Register(ctx, &workflowservice.RegisterNamespaceRequest{
+		Namespace: namespace, WorkflowExecutionRetentionPeriod: durationpb.New(24 * time.Hour),
+	}))
+	require.Eventually(t, func() bool {
+		_, err := nc.Describe(ctx, namespace)
+		return err == nil
+	}, readyWait, 100*time.Millisecond, "namespace %s is known", namespace)
+
+	model := httptest.NewServer(scripted.New(func(openai.ChatCompletionRequest) scripted.Reply {
+		return scripted.Reply{Content: "hello"}
+	}))
+	t.Cleanup(model.Close)
+	env := append(proctest.EnvironWithout("TOLLGATE_", "TEMPORAL_", "OPENAI_", "HTTP_ADDR", "OTEL_"),
+		config.EnvTemporalAddress+"="+tc.HostPort,
+		config.EnvTemporalNamespace+"="+namespace,
+		config.EnvTaskQueue+"=fresh",
+		config.EnvMetricsAddr+"="+config.MetricsOff,
+		config.EnvOpenAIBaseURL+"="+model.URL+"/v1",
+		config.EnvOpenAIAPIKey+"=test",
+		config.EnvOpenAIModel+"="+scripted.ModelName,
+		config.EnvWorkspace+"="+t.TempDir(),
+		config.EnvPayloadDir+"="+t.TempDir(),
+		config.EnvAuditDB+"="+config.AuditOff,
+		config.EnvLogLevel+"=info",
+	)
+	addr := proctest.FreeAddr(t)
+	api := proctest.Start(t, "api", apiBin(), append(slices.Clip(env), config.EnvHTTPAddr+"="+addr))
+	waitHealthy(t, api, addr)
+	bin := workerBin()
+
+	// The worker starts, and the messages go out at once.
+	proctest.Start(t, "worker", bin, env)
+	var wg sync.WaitGroup
+	errs := make([]error, freshMessages)
+	for i := range errs {
+		wg.Go(func() { errs[i] = chatToFinish(ctx, addr, fmt.Sprintf("fresh-%d", i+1)) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+}
+
+// chatToFinish sends one message to conversation conv at addr and reads
+// its stream to the finish event.
+func chatToFinish(ctx context.Context, addr, conv string) error {
+	body, err := json.Marshal(protocol.ChatRequest{Query: "hello", ConversationID: conv})
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/chat/stream", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s: POST /chat/stream: %w", conv, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("%s: POST /chat/stream: %s: %s", conv, resp.Status, strings.TrimSpace(string(b)))
+	}
+	var last protocol.Event
+	err = protocol.ReadSSE(resp.Body, func(m protocol.SSEMessage) error {
+		return json.Unmarshal([]byte(m.Data), &last)
+	})
+	if err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("%s: stream: %w", conv, err)
+	}
+	if last.Type != protocol.EventFinish || last.Reason != protocol.FinishStop {
+		return fmt.Errorf("%s: the stream ended with %+v, not a finish", conv, last)
+	}
+	return nil
+}
