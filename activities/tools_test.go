@@ -190,7 +190,7 @@ func TestToolsWorkspaceReachedThroughSymlinkAcceptsBothSpellings(t *testing.T) {
 	require.Equal(t, "     1\tx\n", requireOK(t, call(t, tools.Read, map[string]any{"file_path": "a.txt"})))
 }
 
-func TestToolsAllowSymlinkInsideWorkspace(t *testing.T) {
+func TestToolsRunOnlyPathsWhoseLinksThePolicySawResolved(t *testing.T) {
 	ws, _ := newWorkspace(t)
 	tools := &Tools{Workspace: ws}
 	require.NoError(t, os.Mkdir(filepath.Join(ws, "real"), 0o755))
@@ -198,9 +198,18 @@ func TestToolsAllowSymlinkInsideWorkspace(t *testing.T) {
 	require.NoError(t, os.Symlink("real", filepath.Join(ws, "alias")))
 	require.NoError(t, os.Symlink(filepath.Join(ws, "real", "f.txt"), filepath.Join(ws, "abs-link.txt")))
 
-	require.Equal(t, "     1\tinside\n", requireOK(t, call(t, tools.Read, map[string]any{"file_path": "alias/f.txt"})))
-	require.Equal(t, "     1\tinside\n", requireOK(t, call(t, tools.Read, map[string]any{"file_path": "abs-link.txt"})))
-	requireOK(t, call(t, tools.Write, map[string]any{"file_path": "alias/new.txt", "content": "n"}))
+	// The turn gives the tool the resolved path (ResolveArguments), which
+	// runs; a path that still leads through a link was made a link after
+	// the policy read the call, and is refused, naming the real file.
+	require.Equal(t, "     1\tinside\n", requireOK(t, call(t, tools.Read, map[string]any{"file_path": "real/f.txt"})))
+	requireToolError(t, call(t, tools.Read, map[string]any{"file_path": "alias/f.txt"}),
+		`Read: file_path "alias/f.txt" leads through a symbolic link to "real/f.txt", which is not the file this call was checked for: call again with "real/f.txt"`)
+	requireToolError(t, call(t, tools.Read, map[string]any{"file_path": "abs-link.txt"}), `leads through a symbolic link to "real/f.txt"`)
+	requireToolError(t, call(t, tools.Write, map[string]any{"file_path": "alias/new.txt", "content": "n"}), `leads through a symbolic link to "real/new.txt"`)
+	requireToolError(t, call(t, tools.Edit, map[string]any{"file_path": "abs-link.txt", "old_string": "inside", "new_string": "pwned"}), "symbolic link")
+	requireNotExist(t, filepath.Join(ws, "real", "new.txt"))
+	require.Equal(t, "inside\n", readFile(t, filepath.Join(ws, "real", "f.txt")))
+	requireOK(t, call(t, tools.Write, map[string]any{"file_path": "real/new.txt", "content": "n"}))
 	require.Equal(t, "n", readFile(t, filepath.Join(ws, "real", "new.txt")))
 }
 
