@@ -97,3 +97,27 @@ func TestToolsBashStderrFloodIsCappedToo(t *testing.T) {
 	require.Contains(t, res, "[output truncated: 19999000 more bytes]")
 	require.Less(t, len(res), outputCap+100)
 }
+
+func TestToolsBashGetsNoSecretOfTheWorkersEnvironment(t *testing.T) {
+	ws, _ := newWorkspace(t)
+	for name, value := range map[string]string{
+		"OPENAI_API_KEY":                 "sk-model-key-0123456789",
+		"TOLLGATE_LINK_SECRET":           "link-secret-0123456789",
+		"TOLLGATE_PAYLOAD_S3_SECRET_KEY": "s3-secret-0123456789",
+		"TOLLGATE_AUDIT_DB":              "postgres://u:db-password-0123456789@db/audit",
+		"GOFLAGS":                        "-mod=mod",
+		"LANG":                           "C.UTF-8",
+	} {
+		t.Setenv(name, value)
+	}
+	tools := &Tools{Workspace: ws, BashEnv: []string{"GOFLAGS"}}
+
+	env := requireOK(t, call(t, tools.Bash, map[string]any{"command": "env; cat /proc/self/environ | tr '\\0' '\\n'"}))
+
+	for _, secret := range []string{"sk-model-key", "link-secret", "s3-secret", "db-password", "OPENAI_API_KEY", "TOLLGATE_"} {
+		require.NotContains(t, env, secret)
+	}
+	require.Contains(t, env, "GOFLAGS=-mod=mod", "a variable TOLLGATE_BASH_ENV names is passed on")
+	require.Contains(t, env, "LANG=C.UTF-8", "and the base few")
+	require.Contains(t, env, "PATH="+os.Getenv("PATH"))
+}

@@ -71,10 +71,11 @@ type guardedCommand struct {
 	status *os.File // the status pipe's read end
 }
 
-// startGuarded starts command with bash -c in dir under a guard, its stdout
-// and stderr written to out. The end of ctx kills the command and all it
-// started, as does the death of this process.
-func startGuarded(ctx context.Context, dir, command string, out io.Writer) (*guardedCommand, error) {
+// startGuarded starts command with bash -c in dir under a guard, with the
+// environment env (the guard's, which bash inherits), its stdout and stderr
+// written to out. The end of ctx kills the command and all it started, as
+// does the death of this process.
+func startGuarded(ctx context.Context, dir, command string, env []string, out io.Writer) (*guardedCommand, error) {
 	stopR, stopW, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("cannot guard the command: %w", err)
@@ -89,6 +90,8 @@ func startGuarded(ctx context.Context, dir, command string, out io.Writer) (*gua
 	cmd := exec.CommandContext(ctx, "/proc/self/exe", command)
 	cmd.Args[0] = guardName
 	cmd.Dir = dir
+	// Never nil, which would give the guard the worker's whole environment.
+	cmd.Env = append([]string{}, env...)
 	cmd.Stdin = stopR
 	// The same writer for both streams: exec then uses one pipe, so the
 	// output keeps its order and Write is never called concurrently.

@@ -19,7 +19,7 @@ func startGuardedIn(t *testing.T, command string) (g *guardedCommand, ws string,
 	t.Helper()
 	ws, _ = newWorkspace(t)
 	out = &bytes.Buffer{}
-	g, err := startGuarded(context.Background(), ws, command, out)
+	g, err := startGuarded(context.Background(), ws, command, allowedEnv(nil), out)
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		_ = g.stop.Close()

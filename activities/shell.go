@@ -48,19 +48,19 @@ func (t *Tools) Bash(ctx context.Context, in ToolInput) (ToolOutput, error) {
 				timeout = time.Duration(ms * float64(time.Millisecond))
 			}
 		}
-		return runBash(ctx, ws.real, *args.Command, timeout, t.outputCap())
+		return runBash(ctx, ws.real, *args.Command, allowedEnv(t.BashEnv), timeout, t.outputCap())
 	})
 }
 
-// runBash runs command in dir. A command that fails, is killed or times out
+// runBash runs command in dir with the environment env. A command that fails, is killed or times out
 // is an error whose message carries the output. When it times out or ctx
 // ends, its guard kills it and everything it started (see guard.go).
-func runBash(ctx context.Context, dir, command string, timeout time.Duration, capBytes int) (string, error) {
+func runBash(ctx context.Context, dir, command string, env []string, timeout time.Duration, capBytes int) (string, error) {
 	runCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 
 	out := &capWriter{max: capBytes}
-	g, err := startGuarded(runCtx, dir, command, out)
+	g, err := startGuarded(runCtx, dir, command, env, out)
 	if err != nil {
 		return "", err
 	}

@@ -48,6 +48,10 @@ type Tools struct {
 	BashTimeout time.Duration
 	// OutputCap is how many bytes of output Read and Bash return at most.
 	OutputCap int
+	// BashEnv names the variables of the worker's environment that a Bash
+	// command gets besides BaseEnv; it gets none of the others, which hold
+	// the worker's secrets.
+	BashEnv []string
 }
 
 // Activities returns the tool activities by their names, for registration

@@ -133,7 +133,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		}
 	}
 
-	tools := &activities.Tools{Workspace: cfg.Workspace, BashTimeout: cfg.BashTimeout}
+	tools := &activities.Tools{Workspace: cfg.Workspace, BashTimeout: cfg.BashTimeout, BashEnv: cfg.BashEnv}
 	model := activities.NewModel(cfg.OpenAIBaseURL, cfg.OpenAIAPIKey, cfg.OpenAIModel, workflows.TokenSignaler{Client: c})
 	wf := &workflows.Workflows{Settings: workflows.Settings{
 		RequiredTools:    cfg.RequiredTools,
