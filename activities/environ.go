@@ -1,6 +1,10 @@
 package activities
 
-import "os"
+import (
+	"os"
+
+	"golang.org/x/sys/unix"
+)
 
 // BaseEnv are the variables of the worker's environment that every program
 // the worker starts for a tool gets (a Bash command, a stdio MCP server):
@@ -24,4 +28,14 @@ func allowedEnv(extra []string) []string {
 		}
 	}
 	return env
+}
+
+// HideWorker makes the calling process (the worker) not dumpable (prctl
+// PR_SET_DUMPABLE 0), so that a process of the same user, a Bash command
+// or an MCP server, can neither read its environment (/proc/PID/environ:
+// the secrets commands are not given) or memory nor attach a debugger to
+// it. The worker's children are dumpable again once they exec. Root reads
+// them all the same: run the worker as an unprivileged user.
+func HideWorker() error {
+	return unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 }

@@ -11,7 +11,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -428,7 +427,7 @@ func TestToolsBashTimesOutAndKillsProcessGroup(t *testing.T) {
 	tools := &Tools{Workspace: ws, BashTimeout: timeout}
 
 	start := time.Now()
-	out := call(t, tools.Bash, map[string]any{"command": "echo started; sleep 10 & echo $! > bg.pid; sleep 10"})
+	out := call(t, tools.Bash, map[string]any{"command": "echo started; (read -r pid _ < /proc/self/stat; echo $pid > bg.pid; exec sleep 10) & sleep 10"})
 	elapsed := time.Since(start)
 
 	requireToolError(t, out, "Bash: command timed out after 1s")
@@ -571,22 +570,18 @@ func TestToolsSpecsDescribeFourToolsWithRequiredArguments(t *testing.T) {
 	require.Contains(t, string(specs[3].Parameters), "90000")
 }
 
-func TestToolsBashBackgroundProcessDoesNotHoldCallOpen(t *testing.T) {
+func TestToolsBashBackgroundProcessDoesNotHoldCallOpenAndEndsWithIt(t *testing.T) {
 	ws, _ := newWorkspace(t)
 	tools := &Tools{Workspace: ws}
-	t.Cleanup(func() {
-		if b, err := os.ReadFile(filepath.Join(ws, "bg.pid")); err == nil {
-			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-			}
-		}
-	})
 
 	start := time.Now()
-	res := requireOK(t, call(t, tools.Bash, map[string]any{"command": "sleep 10 & echo $! > bg.pid; echo started"}))
+	res := requireOK(t, call(t, tools.Bash, map[string]any{"command": "(read -r pid _ < /proc/self/stat; echo $pid > bg.pid; exec sleep 10) & until [ -s bg.pid ]; do sleep 0.01; done; echo started"}))
 	require.Contains(t, res, "started\n")
-	require.Contains(t, res, "left processes running in the background")
+	require.Contains(t, res, "(the command left processes running in the background; they were stopped when it ended)")
 	require.Less(t, time.Since(start), pipeGrace+3*time.Second)
+	pid, err := strconv.Atoi(strings.TrimSpace(readFile(t, filepath.Join(ws, "bg.pid"))))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return processGone(pid) }, killWait, 10*time.Millisecond, "the background sleep ended with the call")
 }
 
 func TestToolsWorkspaceRootRefusesSymlinkEscapeEvenUnchecked(t *testing.T) {
