@@ -49,13 +49,13 @@ const (
 	EnvNotifyURL         = "TOLLGATE_NOTIFY_URL"
 	EnvMaxSteps          = "TOLLGATE_MAX_STEPS"
 	EnvBashTimeout       = "TOLLGATE_BASH_TIMEOUT"
+	EnvLogLevel          = "TOLLGATE_LOG_LEVEL"
+	EnvMetricsAddr       = "TOLLGATE_METRICS_ADDR"
+	EnvMCPConfig         = "TOLLGATE_MCP_CONFIG"
 	// EnvBashEnv lists, comma-separated, the variables of the worker's
 	// environment that Bash commands get besides PATH, HOME and the few
 	// others every program needs (activities.BaseEnv). Default none.
 	EnvBashEnv = "TOLLGATE_BASH_ENV"
-	EnvLogLevel          = "TOLLGATE_LOG_LEVEL"
-	EnvMetricsAddr       = "TOLLGATE_METRICS_ADDR"
-	EnvMCPConfig         = "TOLLGATE_MCP_CONFIG"
 	// EnvAPITokens holds the API's bearer tokens as comma-separated
 	// token:principal[:role+role...] entries; unset, the API asks for none.
 	EnvAPITokens = "TOLLGATE_API_TOKENS"
