@@ -292,31 +292,49 @@ func (w *workspace) readRegular(rel, name string) ([]byte, error) {
 // creating it when it does not exist, keeping its mode when it does. It
 // writes only a regular file, and never waits on a special file: a FIFO
 // that no one reads fails to open with O_NONBLOCK, and what it opened is
-// checked (fstat) before a byte is written.
+// checked (fstat) before it is truncated or a byte is written. A file of
+// more than one hard link is refused: writing it would change the file
+// under its other names too, which the policy and the person did not see
+// (docs/readme.md hard-linked to README.md is README.md).
 func (w *workspace) writeRegular(rel, name string, data []byte) error {
 	if info, err := w.root.Lstat(rel); err == nil && !info.Mode().IsRegular() {
 		return notRegular(name, info.Mode())
 	}
-	f, err := w.root.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NONBLOCK, 0o644)
+	f, err := w.root.OpenFile(rel, os.O_WRONLY|os.O_CREATE|syscall.O_NONBLOCK, 0o644)
 	if errors.Is(err, syscall.ENXIO) {
 		return notRegular(name, fs.ModeNamedPipe)
 	}
 	if err != nil {
 		return fileErr("write", name, err)
 	}
-	if info, err := f.Stat(); err != nil || !info.Mode().IsRegular() {
-		f.Close()
-		if err != nil {
-			return fileErr("write", name, err)
-		}
-		return notRegular(name, info.Mode())
-	}
-	_, err = f.Write(data)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
+	defer f.Close()
+	info, err := f.Stat()
 	if err != nil {
 		return fileErr("write", name, err)
+	}
+	if !info.Mode().IsRegular() {
+		return notRegular(name, info.Mode())
+	}
+	if err := oneName(name, info); err != nil {
+		return err
+	}
+	if err := f.Truncate(0); err != nil {
+		return fileErr("write", name, err)
+	}
+	if _, err := f.Write(data); err != nil {
+		return fileErr("write", name, err)
+	}
+	if err := f.Close(); err != nil {
+		return fileErr("write", name, err)
+	}
+	return nil
+}
+
+// oneName refuses a file of more than one hard link, which a write would
+// change under its other names too.
+func oneName(name string, info fs.FileInfo) error {
+	if st, ok := info.Sys().(*syscall.Stat_t); ok && st.Nlink > 1 {
+		return fmt.Errorf("%q has %d hard links: writing it would change the same file under its other names, which this call does not show; use Bash for it", name, st.Nlink)
 	}
 	return nil
 }

@@ -67,9 +67,15 @@ func previewWrite(ws *workspace, arguments string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if _, err := ws.root.Lstat(rel); errors.Is(err, fs.ErrNotExist) {
+	info, err := ws.root.Lstat(rel)
+	if errors.Is(err, fs.ErrNotExist) {
 		lines := splitLines(args.Content)
 		return fmt.Sprintf("new file %s: +%d lines (%d bytes)\n%s", args.FilePath, len(lines), len(args.Content), diffLines(nil, lines)), nil
+	}
+	if err == nil {
+		if err := oneName(args.FilePath, info); err != nil {
+			return fmt.Sprintf("write %s would fail: %s", args.FilePath, err), nil
+		}
 	}
 	old, err := ws.readRegular(rel, args.FilePath)
 	var large errTooLarge
@@ -103,6 +109,11 @@ func previewEdit(ws *workspace, arguments string) (string, error) {
 	data, err := ws.readRegular(rel, args.FilePath)
 	if err != nil {
 		return "", err
+	}
+	if info, err := ws.root.Lstat(rel); err == nil {
+		if err := oneName(args.FilePath, info); err != nil {
+			return fmt.Sprintf("edit %s would fail: %s", args.FilePath, err), nil
+		}
 	}
 	updated, n, err := applyEdit(args.FilePath, string(data), args.OldString, args.NewString, args.ReplaceAll)
 	if err != nil {

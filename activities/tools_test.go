@@ -599,3 +599,20 @@ func TestToolsWorkspaceRootRefusesSymlinkEscapeEvenUnchecked(t *testing.T) {
 	requireNotExist(t, filepath.Join(outside, "new.txt"))
 	requireNotExist(t, filepath.Join(outside, "deep"))
 }
+
+func TestToolsWriteNoFileThatHasOtherNames(t *testing.T) {
+	ws, _ := newWorkspace(t)
+	tools := &Tools{Workspace: ws}
+	writeFile(t, filepath.Join(ws, "README.md"), "# readme\n")
+	require.NoError(t, os.Mkdir(filepath.Join(ws, "docs"), 0o755))
+	require.NoError(t, os.Link(filepath.Join(ws, "README.md"), filepath.Join(ws, "docs", "readme.md")))
+
+	requireToolError(t, call(t, tools.Write, map[string]any{"file_path": "docs/readme.md", "content": "pwned"}),
+		`Write: "docs/readme.md" has 2 hard links: writing it would change the same file under its other names`)
+	requireToolError(t, call(t, tools.Edit, map[string]any{"file_path": "docs/readme.md", "old_string": "readme", "new_string": "pwned"}), "hard links")
+	require.Equal(t, "# readme\n", readFile(t, filepath.Join(ws, "README.md")))
+	require.Equal(t, "     1\t# readme\n", requireOK(t, call(t, tools.Read, map[string]any{"file_path": "docs/readme.md"})), "reading it changes nothing")
+	require.Equal(t, `write docs/readme.md would fail: "docs/readme.md" has 2 hard links: writing it would change the same file under its other names, which this call does not show; use Bash for it`,
+		preview(t, tools, ToolWrite, map[string]any{"file_path": "docs/readme.md", "content": "pwned"}), "the person is told before deciding")
+	require.Contains(t, preview(t, tools, ToolEdit, map[string]any{"file_path": "docs/readme.md", "old_string": "readme", "new_string": "pwned"}), "edit docs/readme.md would fail: ")
+}
