@@ -57,12 +57,20 @@ func NormalizeArguments(spec ToolSpec, workspace []string, arguments string) (st
 // resolved lists the paths that links changed, by argument name: what a
 // workflow records so that NormalizeArgumentsWith makes the same view
 // again on replay without reading the file system.
+//
+// Where the workspace cannot be found (a worker without it), the view is
+// NormalizeArguments' alone, and the tool, which looks again, refuses a
+// path that leads through a link.
 func ResolveArguments(spec ToolSpec, workspace []string, arguments string) (args string, resolved map[string]string, err error) {
 	if len(workspace) == 0 || len(spec.WorkspacePaths) == 0 {
 		args, err := NormalizeArguments(spec, workspace, arguments)
 		return args, nil, err
 	}
-	real := workspace[len(workspace)-1]
+	real, err := filepath.EvalSymlinks(workspace[len(workspace)-1])
+	if err != nil {
+		args, err := NormalizeArguments(spec, workspace, arguments)
+		return args, nil, err
+	}
 	args, err = normalize(spec, workspace, arguments, func(name, p string) (string, error) {
 		r, err := realRelative(real, p)
 		if err != nil {

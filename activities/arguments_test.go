@@ -232,3 +232,18 @@ func quote(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
 }
+
+func TestResolvedArgumentsTakeAWorkspaceGivenOnlyByALinkOrNotFound(t *testing.T) {
+	ws, roots := linkedRepo(t)
+	write := specOf(t, ToolWrite)
+	got, resolved, err := ResolveArguments(write, roots[:1], `{"file_path":"docs/readme.md","content":"x"}`)
+	require.NoError(t, err, "the workspace spelled only as configured, through a link")
+	require.Equal(t, `{"file_path":"README.md","content":"x"}`, got)
+	require.Equal(t, map[string]string{"file_path": "README.md"}, resolved)
+
+	require.NoError(t, os.RemoveAll(ws))
+	got, resolved, err = ResolveArguments(write, roots, `{"file_path":"docs/readme.md","content":"x"}`)
+	require.NoError(t, err, "a worker without the workspace gives the lexical view; the tool looks again")
+	require.Equal(t, `{"file_path":"docs/readme.md","content":"x"}`, got)
+	require.Empty(t, resolved)
+}
