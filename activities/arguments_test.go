@@ -247,3 +247,21 @@ func TestResolvedArgumentsTakeAWorkspaceGivenOnlyByALinkOrNotFound(t *testing.T)
 	require.Equal(t, `{"file_path":"docs/readme.md","content":"x"}`, got)
 	require.Empty(t, resolved)
 }
+
+func TestALinkMadeAfterThePolicyReadTheCallIsRefusedWhenItRuns(t *testing.T) {
+	ws, roots := linkedRepo(t)
+	tools := &Tools{Workspace: ws}
+	writeFile(t, filepath.Join(ws, "docs", "notes.md"), "notes\n")
+	// What the turn gives the policy and then the tool: docs/notes.md is
+	// a file of its own.
+	args, resolved, err := ResolveArguments(specOf(t, ToolWrite), roots, `{"file_path":"docs/notes.md","content":"pwned"}`)
+	require.NoError(t, err)
+	require.Empty(t, resolved)
+
+	// Before the tool runs, it becomes a link to README.md.
+	require.NoError(t, os.Remove(filepath.Join(ws, "docs", "notes.md")))
+	require.NoError(t, os.Symlink("../README.md", filepath.Join(ws, "docs", "notes.md")))
+	requireToolError(t, callRaw(t, tools.Write, args),
+		`Write: file_path "docs/notes.md" leads through a symbolic link to "README.md", which is not the file this call was checked for`)
+	require.Equal(t, "# readme\n", readFile(t, filepath.Join(ws, "README.md")))
+}
