@@ -211,6 +211,11 @@ type guardedCommand struct {
 // written to out. The end of ctx kills the command and all it started, as
 // does the death of this process.
 func startGuarded(ctx context.Context, dir, command string, env []string, out io.Writer) (*guardedCommand, error) {
+	return startGuardedAs(ctx, guardIsolation(), dir, command, env, out)
+}
+
+// startGuardedAs is startGuarded under isolation iso.
+func startGuardedAs(ctx context.Context, iso isolation, dir, command string, env []string, out io.Writer) (*guardedCommand, error) {
 	stopR, stopW, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("cannot guard the command: %w", err)
@@ -222,7 +227,6 @@ func startGuarded(ctx context.Context, dir, command string, env []string, out io
 		return nil, fmt.Errorf("cannot guard the command: %w", err)
 	}
 	defer statusW.Close()
-	iso := guardIsolation()
 	cmd := exec.CommandContext(ctx, "/proc/self/exe", iso.mapping(), command)
 	cmd.Args[0] = guardName
 	cmd.Dir = dir

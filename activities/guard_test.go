@@ -16,9 +16,15 @@ import (
 // kills what is left of it when the test ends.
 func startGuardedIn(t *testing.T, command string) (g *guardedCommand, ws string, out *bytes.Buffer) {
 	t.Helper()
+	return startGuardedAsIn(t, guardIsolation(), command)
+}
+
+// startGuardedAsIn is startGuardedIn under isolation iso.
+func startGuardedAsIn(t *testing.T, iso isolation, command string) (g *guardedCommand, ws string, out *bytes.Buffer) {
+	t.Helper()
 	ws, _ = newWorkspace(t)
 	out = &bytes.Buffer{}
-	g, err := startGuarded(context.Background(), ws, command, allowedEnv(nil), out)
+	g, err := startGuardedAs(context.Background(), iso, ws, command, allowedEnv(nil), out)
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		_ = g.stop.Close()
@@ -98,4 +104,21 @@ func TestGuardIsTheInitOfAPIDNamespaceWhereTheSystemAllowsOne(t *testing.T) {
 	if os.Getuid() != 0 {
 		require.Equal(t, "CapEff:\t0000000000000000", lines[4], "and has no capability, not even in its namespace")
 	}
+}
+
+func TestGuardWithoutANamespaceStillKillsWhatLeftItsGroupAndSession(t *testing.T) {
+	// Where the system allows no namespace, the guard is a subreaper.
+	g, ws, _ := startGuardedAsIn(t, isolationNone, escapeCommand)
+	escapees := escapeesStarted(t, ws)
+	require.NoError(t, g.stop.Close())
+	end, err := g.wait()
+	require.Error(t, err)
+	require.True(t, end.Reported)
+	requireTreeGone(t, ws, escapees)
+
+	g, ws, _ = startGuardedAsIn(t, isolationNone, strings.Replace(escapeCommand, "echo ready; sleep 30", "echo ready", 1))
+	end, err = g.wait()
+	require.NoError(t, err)
+	require.True(t, end.Left, "what bash left ends with it there too")
+	requireTreeGone(t, ws, escapeesStarted(t, ws))
 }
