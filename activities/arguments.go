@@ -33,13 +33,82 @@ import (
 // form the model sent (workspace lists the folder's spellings: as
 // configured, and as resolved when that is reached through a link):
 // "docs/../src/a.go" is "src/a.go" and "/ws/docs/a.md" is "docs/a.md", so a
-// rule on args.file_path sees the file that will be touched. This is lexical: symbolic links are the tool's to refuse, when it
-// opens the path inside the workspace (os.Root).
+// rule on args.file_path sees the file that will be touched. This is
+// lexical: ResolveArguments follows the symbolic links of the workspace
+// too.
 //
 // It is pure: the workflow calls it to vet a batch (its outcome is recorded
 // in history), and the tool calls it again before it runs, so a call that a
 // turn of an older release let through unvetted is refused there too.
 func NormalizeArguments(spec ToolSpec, workspace []string, arguments string) (string, error) {
+	return normalize(spec, workspace, arguments, nil)
+}
+
+// ResolveArguments is NormalizeArguments, and then every workspace path is
+// the file the tool will really open: each symbolic link on the way is
+// followed (chains of them, a dangling one to where it points, the folder
+// of a file not yet written), so that `docs/src/main.go`, where docs/src
+// links to ../src, is `src/main.go` to the policy, a grant, the preview,
+// the ledger and the person who decides. A link that leads out of the
+// workspace is refused, as a `..` is. It reads the file system (lstat and
+// readlink, never an open, so a FIFO cannot block it) where the last of
+// workspace, the folder as resolved, is.
+//
+// resolved lists the paths that links changed, by argument name: what a
+// workflow records so that NormalizeArgumentsWith makes the same view
+// again on replay without reading the file system.
+//
+// Where the workspace cannot be found (a worker without it), the view is
+// NormalizeArguments' alone, and the tool, which looks again, refuses a
+// path that leads through a link.
+func ResolveArguments(spec ToolSpec, workspace []string, arguments string) (args string, resolved map[string]string, err error) {
+	if len(workspace) == 0 || len(spec.WorkspacePaths) == 0 {
+		args, err := NormalizeArguments(spec, workspace, arguments)
+		return args, nil, err
+	}
+	real, err := filepath.EvalSymlinks(workspace[len(workspace)-1])
+	if err != nil {
+		args, err := NormalizeArguments(spec, workspace, arguments)
+		return args, nil, err
+	}
+	args, err = normalize(spec, workspace, arguments, func(name, p string) (string, error) {
+		r, err := realRelative(real, p)
+		if err != nil {
+			return "", err
+		}
+		if r != p {
+			if resolved == nil {
+				resolved = map[string]string{}
+			}
+			resolved[name] = r
+		}
+		return r, nil
+	})
+	if err != nil {
+		return "", nil, err
+	}
+	return args, resolved, nil
+}
+
+// NormalizeArgumentsWith is NormalizeArguments with the workspace paths
+// that ResolveArguments resolved earlier (resolved, by argument name) in
+// place of the model's spelling: the view ResolveArguments gave, made
+// again without reading the file system.
+func NormalizeArgumentsWith(spec ToolSpec, workspace []string, arguments string, resolved map[string]string) (string, error) {
+	if len(resolved) == 0 {
+		return NormalizeArguments(spec, workspace, arguments)
+	}
+	return normalize(spec, workspace, arguments, func(name, p string) (string, error) {
+		if r, ok := resolved[name]; ok {
+			return r, nil
+		}
+		return p, nil
+	})
+}
+
+// normalize is NormalizeArguments, each clean workspace path then given to
+// resolve (named by its argument) when that is not nil.
+func normalize(spec ToolSpec, workspace []string, arguments string, resolve func(name, path string) (string, error)) (string, error) {
 	schema, err := parseSchema(spec.Parameters)
 	if err != nil {
 		return "", fmt.Errorf("the schema of %s cannot be read: %w", spec.Name, err)
@@ -79,6 +148,11 @@ func NormalizeArguments(spec ToolSpec, workspace []string, arguments string) (st
 		clean, err := workspacePath(workspace, p)
 		if err != nil {
 			return "", fmt.Errorf("%s %q %w", name, p, err)
+		}
+		if resolve != nil {
+			if clean, err = resolve(name, clean); err != nil {
+				return "", fmt.Errorf("%s %q %w", name, p, err)
+			}
 		}
 		values[name], _ = json.Marshal(clean) // a string always marshals
 	}

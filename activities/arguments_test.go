@@ -63,6 +63,70 @@ func TestPathsAreGivenRelativeToTheWorkspaceWhateverFormTheModelSent(t *testing.
 	}
 }
 
+// linkedRepo is docs/policy.md's repository with links inside it that
+// lead out of docs/: docs/src -> ../src, docs/readme.md -> ../README.md, a
+// chain docs/chain -> ../lib -> src, a dangling docs/new.md -> ../NEW.md,
+// and docs/out, a link out of the workspace. It gives the workspace's
+// roots, as configured (through a link of its own) and as resolved.
+func linkedRepo(t *testing.T) (ws string, roots []string) {
+	t.Helper()
+	real, _ := newWorkspace(t)
+	given := filepath.Join(t.TempDir(), "ws-link")
+	require.NoError(t, os.Symlink(real, given))
+	for _, dir := range []string{"docs", "src"} {
+		require.NoError(t, os.Mkdir(filepath.Join(real, dir), 0o755))
+	}
+	writeFile(t, filepath.Join(real, "src", "main.go"), "package main\n")
+	writeFile(t, filepath.Join(real, "README.md"), "# readme\n")
+	for link, target := range map[string]string{
+		"docs/src": "../src", "docs/readme.md": "../README.md", "lib": "src", "docs/chain": "../lib",
+		"docs/new.md": "../NEW.md", "docs/out": t.TempDir(),
+	} {
+		require.NoError(t, os.Symlink(target, filepath.Join(real, link)))
+	}
+	return real, WorkspaceRoots(given, real)
+}
+
+func TestResolvedArgumentsNameTheFileALinkInTheWorkspaceLeadsTo(t *testing.T) {
+	ws, roots := linkedRepo(t)
+	write := specOf(t, ToolWrite)
+	for sent, want := range map[string]string{
+		"docs/src/main.go":              "src/main.go",
+		"docs/readme.md":                "README.md",
+		"docs/chain/main.go":            "src/main.go",     // a chain of links
+		"docs/src/new/deep.go":          "src/new/deep.go", // a file not yet written, in a linked folder
+		"docs/new.md":                   "NEW.md",          // a dangling link: the file it would create
+		roots[0] + "/docs/src/main.go":  "src/main.go",     // the workspace as configured
+		ws + "/docs/readme.md":          "README.md",       // and as resolved
+		"docs/plain.md":                 "docs/plain.md",   // no link: as it was
+		"docs/../docs/src/../readme.md": "README.md",       // lexically docs/readme.md
+		"lib":                           "src",
+	} {
+		args := `{"file_path":` + quote(sent) + `,"content":"x"}`
+		got, resolved, err := ResolveArguments(write, roots, args)
+		require.NoError(t, err, sent)
+		require.Equal(t, `{"file_path":`+quote(want)+`,"content":"x"}`, got, sent)
+		lexical, err := NormalizeArguments(write, roots, args)
+		require.NoError(t, err)
+		if lexical == got {
+			require.Empty(t, resolved, sent)
+		} else {
+			require.Equal(t, map[string]string{"file_path": want}, resolved, sent)
+		}
+		again, err := NormalizeArgumentsWith(write, roots, args, resolved)
+		require.NoError(t, err)
+		require.Equal(t, got, again, "the recorded paths make the same view again: %s", sent)
+	}
+	for _, sent := range []string{"docs/out/x.md", "docs/out"} {
+		_, _, err := ResolveArguments(write, roots, `{"file_path":`+quote(sent)+`,"content":"x"}`)
+		require.ErrorContains(t, err, `file_path `+quote(sent)+` is outside the workspace: a symbolic link leads to`, "a link out is refused, as before")
+	}
+	require.NoError(t, os.Symlink("loop2", filepath.Join(ws, "loop1")))
+	require.NoError(t, os.Symlink("loop1", filepath.Join(ws, "loop2")))
+	_, _, err := ResolveArguments(write, roots, `{"file_path":"loop1/x","content":"x"}`)
+	require.ErrorContains(t, err, `file_path "loop1/x" cannot be resolved`)
+}
+
 func TestNormalizedArgumentsAreCompactInTheModelsOrderAndKeepTheirValues(t *testing.T) {
 	got, err := NormalizeArguments(specOf(t, ToolBash), nil, "{\n  \"timeout\": 120000,\n  \"command\": \"printf '%s\\\\n' \\\"a  b\\\"\", \"description\": \"print\"\n}")
 	require.NoError(t, err)
@@ -167,4 +231,37 @@ func FuzzPolicyAndToolSeeTheSameCall(f *testing.F) {
 func quote(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
+}
+
+func TestResolvedArgumentsTakeAWorkspaceGivenOnlyByALinkOrNotFound(t *testing.T) {
+	ws, roots := linkedRepo(t)
+	write := specOf(t, ToolWrite)
+	got, resolved, err := ResolveArguments(write, roots[:1], `{"file_path":"docs/readme.md","content":"x"}`)
+	require.NoError(t, err, "the workspace spelled only as configured, through a link")
+	require.Equal(t, `{"file_path":"README.md","content":"x"}`, got)
+	require.Equal(t, map[string]string{"file_path": "README.md"}, resolved)
+
+	require.NoError(t, os.RemoveAll(ws))
+	got, resolved, err = ResolveArguments(write, roots, `{"file_path":"docs/readme.md","content":"x"}`)
+	require.NoError(t, err, "a worker without the workspace gives the lexical view; the tool looks again")
+	require.Equal(t, `{"file_path":"docs/readme.md","content":"x"}`, got)
+	require.Empty(t, resolved)
+}
+
+func TestALinkMadeAfterThePolicyReadTheCallIsRefusedWhenItRuns(t *testing.T) {
+	ws, roots := linkedRepo(t)
+	tools := &Tools{Workspace: ws}
+	writeFile(t, filepath.Join(ws, "docs", "notes.md"), "notes\n")
+	// What the turn gives the policy and then the tool: docs/notes.md is
+	// a file of its own.
+	args, resolved, err := ResolveArguments(specOf(t, ToolWrite), roots, `{"file_path":"docs/notes.md","content":"pwned"}`)
+	require.NoError(t, err)
+	require.Empty(t, resolved)
+
+	// Before the tool runs, it becomes a link to README.md.
+	require.NoError(t, os.Remove(filepath.Join(ws, "docs", "notes.md")))
+	require.NoError(t, os.Symlink("../README.md", filepath.Join(ws, "docs", "notes.md")))
+	requireToolError(t, callRaw(t, tools.Write, args),
+		`Write: file_path "docs/notes.md" leads through a symbolic link to "README.md", which is not the file this call was checked for`)
+	require.Equal(t, "# readme\n", readFile(t, filepath.Join(ws, "README.md")))
 }

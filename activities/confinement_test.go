@@ -3,8 +3,12 @@ package activities
 import (
 	"fmt"
 	"os"
+	"os/exec"
+	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -96,4 +100,97 @@ func TestToolsBashStderrFloodIsCappedToo(t *testing.T) {
 	require.True(t, strings.HasPrefix(res, strings.Repeat("e", outputCap)), "the first bytes are kept")
 	require.Contains(t, res, "[output truncated: 19999000 more bytes]")
 	require.Less(t, len(res), outputCap+100)
+}
+
+func TestToolsBashGetsNoSecretOfTheWorkersEnvironment(t *testing.T) {
+	ws, _ := newWorkspace(t)
+	for name, value := range map[string]string{
+		"OPENAI_API_KEY":                 "sk-model-key-0123456789",
+		"TOLLGATE_LINK_SECRET":           "link-secret-0123456789",
+		"TOLLGATE_PAYLOAD_S3_SECRET_KEY": "s3-secret-0123456789",
+		"TOLLGATE_AUDIT_DB":              "postgres://u:db-password-0123456789@db/audit",
+		"GOFLAGS":                        "-mod=mod",
+		"LANG":                           "C.UTF-8",
+	} {
+		t.Setenv(name, value)
+	}
+	tools := &Tools{Workspace: ws, BashEnv: []string{"GOFLAGS"}}
+
+	env := requireOK(t, call(t, tools.Bash, map[string]any{"command": "env; cat /proc/self/environ | tr '\\0' '\\n'"}))
+
+	for _, secret := range []string{"sk-model-key", "link-secret", "s3-secret", "db-password", "OPENAI_API_KEY", "TOLLGATE_"} {
+		require.NotContains(t, env, secret)
+	}
+	require.Contains(t, env, "GOFLAGS=-mod=mod", "a variable TOLLGATE_BASH_ENV names is passed on")
+	require.Contains(t, env, "LANG=C.UTF-8", "and the base few")
+	require.Contains(t, env, "PATH="+os.Getenv("PATH"))
+}
+
+// envWorkerSecret is a variable of the worker's environment that a command
+// must not read, in the tests that run as an unprivileged user.
+const envWorkerSecret = "TOLLGATE_TEST_WORKER_SECRET"
+
+func TestNoProcessOfTheWorkersUserReadsItsEnvironment(t *testing.T) {
+	secret := os.Getenv(envWorkerSecret)
+	if os.Getuid() == 0 || secret == "" {
+		t.Skip("root reads every process's environment: TestToolsAsAnUnprivilegedUser runs this as nobody")
+	}
+	ws, _ := newWorkspace(t)
+	tools := &Tools{Workspace: ws}
+	environ := fmt.Sprintf("/proc/%d/environ", os.Getpid())
+
+	// A Bash command, and a plain child as a stdio MCP server is.
+	out := call(t, tools.Bash, map[string]any{"command": "cat " + environ})
+	require.NotContains(t, out.Result, secret)
+	require.Contains(t, out.Result, "Permission denied")
+	child, err := exec.Command("cat", environ).CombinedOutput()
+	require.Error(t, err)
+	require.NotContains(t, string(child), secret)
+	require.Contains(t, string(child), "Permission denied")
+}
+
+// unprivilegedTests are tests that must hold, and not be skipped, for a
+// worker that runs as an unprivileged user (as the image's does).
+var unprivilegedTests = []string{
+	"TestNoProcessOfTheWorkersUserReadsItsEnvironment",
+	"TestToolsBashCommandThatKillsItsGuardStillEndsAtItsTimeLimit",
+	"TestToolsBashGetsNoSecretOfTheWorkersEnvironment",
+	"TestGuardIsTheInitOfAPIDNamespaceWhereTheSystemAllowsOne",
+	"TestGuardEndsWhatACommandLeftRunningWhenItEnds",
+	"TestToolsBashTimeoutKillsProcessesThatLeftItsGroupAndSession",
+	"TestToolsBashWorkerKilledTakesProcessesThatLeftItsGroupAndSession",
+}
+
+// TestToolsAsAnUnprivilegedUser runs unprivilegedTests as the user nobody
+// in a hidden test binary (HideWorker, as the worker's main does), with a
+// secret in its environment: run as root (as CI does), the tests above
+// would prove nothing of what a worker without privilege may do.
+func TestToolsAsAnUnprivilegedUser(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("already unprivileged: the tests ran as this user")
+	}
+	nobody, err := user.Lookup("nobody")
+	if err != nil {
+		t.Skipf("no user nobody: %v", err)
+	}
+	uid, _ := strconv.Atoi(nobody.Uid)
+	gid, _ := strconv.Atoi(nobody.Gid)
+	// The test binary, where nobody may run it.
+	dir := t.TempDir()
+	require.NoError(t, os.Chmod(dir, 0o755))
+	require.NoError(t, os.Chmod(filepath.Dir(dir), 0o755))
+	bin := filepath.Join(dir, "activities.test")
+	exe, err := os.ReadFile(os.Args[0])
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(bin, exe, 0o755))
+
+	cmd := exec.Command(bin, "-test.count=1", "-test.v", "-test.run", "^("+strings.Join(unprivilegedTests, "|")+")$")
+	cmd.Dir = dir
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=/", envHidden + "=1", envWorkerSecret + "=worker-secret-0123456789"}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	for _, name := range unprivilegedTests {
+		require.Contains(t, string(out), "--- PASS: "+name+" ", "%s ran and passed as nobody:\n%s", name, out)
+	}
 }

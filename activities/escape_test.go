@@ -21,9 +21,11 @@ import (
 // parent, a subshell, exits at once) into a session of its own. Each writes
 // its pid, would write late<N>.txt ten seconds later, and sleep on (so
 // that only a kill ends it within the tests' deadlines). The command says
-// "ready" once both pids are written, and sleeps on too.
-const escapeCommand = `setsid sh -c 'echo $$ > esc1.pid; sleep 10; echo late > late1.txt; sleep 30' &
-(setsid sh -c 'echo $$ > esc2.pid; sleep 10; echo late > late2.txt; sleep 30' &)
+// "ready" once both pids are written, and sleeps on too. A pid is read from
+// /proc/self/stat, which gives it as the worker sees it, not as the PID
+// namespace of the command does ($$).
+const escapeCommand = `setsid sh -c 'read -r pid _ < /proc/self/stat; echo $pid > esc1.pid; sleep 10; echo late > late1.txt; sleep 30' &
+(setsid sh -c 'read -r pid _ < /proc/self/stat; echo $pid > esc2.pid; sleep 10; echo late > late2.txt; sleep 30' &)
 until [ -s esc1.pid ] && [ -s esc2.pid ]; do sleep 0.01; done
 echo ready; sleep 30`
 
@@ -123,7 +125,16 @@ func TestToolsBashCancelKillsProcessesThatLeftItsGroupAndSession(t *testing.T) {
 // escapeCommand with Bash in the workspace it names, until it is killed.
 const envBashWorker = "TOLLGATE_TEST_BASH_WORKER"
 
+// envHidden, when set, makes the test binary hide itself as the worker
+// does (HideWorker) before it runs its tests.
+const envHidden = "TOLLGATE_TEST_HIDDEN"
+
 func TestMain(m *testing.M) {
+	if os.Getenv(envHidden) != "" {
+		if err := HideWorker(); err != nil {
+			panic(err)
+		}
+	}
 	if ws := os.Getenv(envBashWorker); ws != "" {
 		_, _ = (&Tools{Workspace: ws}).Bash(context.Background(), ToolInput{Call: ToolCall{Arguments: `{"command": ` + strconv.Quote(escapeCommand) + `}`}})
 		os.Exit(0)
@@ -145,4 +156,31 @@ func TestToolsBashWorkerKilledTakesProcessesThatLeftItsGroupAndSession(t *testin
 	<-waited
 
 	requireTreeGone(t, ws, escapees)
+}
+
+// killGuardCommand is issue 25's command: a background job that would
+// write late.txt two seconds on, and a shell that kills its guard ($PPID)
+// and sleeps past its time limit. It writes killed.txt once the kill has
+// been sent, whatever became of it.
+const killGuardCommand = `(sleep 2; echo late > late.txt) & kill -9 $PPID; echo $? > killed.txt; sleep 30`
+
+func TestToolsBashCommandThatKillsItsGuardStillEndsAtItsTimeLimit(t *testing.T) {
+	if guardIsolation() == isolationNone {
+		t.Skip("this system allows no PID namespace, without which a command can kill its guard (docs/security.md)")
+	}
+	ws, _ := newWorkspace(t)
+	tools := &Tools{Workspace: ws, BashTimeout: time.Second}
+
+	start := time.Now()
+	out := call(t, tools.Bash, map[string]any{"command": killGuardCommand})
+	requireToolError(t, out, "Bash: command timed out after 1s")
+	require.FileExists(t, filepath.Join(ws, "killed.txt"), "the kill was sent before the time limit")
+
+	// The background job would write at 2 s; it is gone, so nothing is
+	// written by 4 s (twice its delay).
+	require.Never(t, func() bool {
+		_, err := os.Lstat(filepath.Join(ws, "late.txt"))
+		return err == nil
+	}, time.Until(start.Add(4*time.Second)), 20*time.Millisecond, "the background job outlived the call")
+	require.Empty(t, processesIn(ws), "no process of the command is left")
 }

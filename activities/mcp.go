@@ -13,7 +13,6 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -41,12 +40,6 @@ const (
 	// is closed before it is signalled, and then killed.
 	mcpStopGrace = 2 * time.Second
 )
-
-// mcpBaseEnv are the variables of the worker's environment a stdio server
-// gets besides its own env: what a program needs to run, none of the
-// worker's secrets (the model's key, Temporal's). The MCP SDKs for
-// TypeScript and Python pass the same few.
-var mcpBaseEnv = []string{"HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "TMPDIR", "LANG", "TZ"}
 
 // MCP runs the MCP servers of a configuration for the worker: it starts
 // each once, offers their tools, restarts a server that dies, and stops
@@ -506,15 +499,10 @@ func killGroup(cmd *exec.Cmd) {
 	}
 }
 
-// mcpEnv is a stdio server's environment: mcpBaseEnv from the worker's,
-// then the server's own.
+// mcpEnv is a stdio server's environment: BaseEnv from the worker's, then
+// the server's own.
 func mcpEnv(own map[string]string) []string {
-	var env []string
-	for _, name := range mcpBaseEnv {
-		if v, ok := os.LookupEnv(name); ok {
-			env = append(env, name+"="+v)
-		}
-	}
+	env := allowedEnv(nil)
 	for _, k := range slices.Sorted(maps.Keys(own)) {
 		env = append(env, k+"="+own[k])
 	}

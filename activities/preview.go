@@ -67,13 +67,24 @@ func previewWrite(ws *workspace, arguments string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	old, err := ws.root.ReadFile(rel)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
+	info, err := ws.root.Lstat(rel)
+	if errors.Is(err, fs.ErrNotExist) {
 		lines := splitLines(args.Content)
 		return fmt.Sprintf("new file %s: +%d lines (%d bytes)\n%s", args.FilePath, len(lines), len(args.Content), diffLines(nil, lines)), nil
+	}
+	if err == nil {
+		if err := oneName(args.FilePath, info); err != nil {
+			return fmt.Sprintf("write %s would fail: %s", args.FilePath, err), nil
+		}
+	}
+	old, err := ws.readRegular(rel, args.FilePath)
+	var large errTooLarge
+	switch {
+	case errors.As(err, &large):
+		return fmt.Sprintf("overwrite %s (%d bytes, too large to compare) with %d lines (%d bytes)",
+			args.FilePath, large.size, len(splitLines(args.Content)), len(args.Content)), nil
 	case err != nil:
-		return "", fileErr("read", args.FilePath, err)
+		return "", err
 	}
 	before, after := splitLines(string(old)), splitLines(args.Content)
 	removed, added := changed(before, after)
@@ -95,9 +106,14 @@ func previewEdit(ws *workspace, arguments string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	data, err := ws.root.ReadFile(rel)
+	data, err := ws.readRegular(rel, args.FilePath)
 	if err != nil {
-		return "", fileErr("read", args.FilePath, err)
+		return "", err
+	}
+	if info, err := ws.root.Lstat(rel); err == nil {
+		if err := oneName(args.FilePath, info); err != nil {
+			return fmt.Sprintf("edit %s would fail: %s", args.FilePath, err), nil
+		}
 	}
 	updated, n, err := applyEdit(args.FilePath, string(data), args.OldString, args.NewString, args.ReplaceAll)
 	if err != nil {

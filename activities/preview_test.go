@@ -3,11 +3,16 @@ package activities
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 )
 
 func preview(t *testing.T, tools *Tools, name string, args map[string]any) string {
@@ -68,4 +73,135 @@ func TestAPreviewIsNoLargerThanAToolsOutput(t *testing.T) {
 
 	got = preview(t, tools, ToolEdit, map[string]any{"file_path": "one-line.txt", "old_string": "é", "new_string": "é"})
 	require.Contains(t, got, "would fail: old_string and new_string are the same", "the preview says what Edit will say")
+}
+
+// specialFiles makes, in a new workspace, a FIFO that nothing writes or
+// reads (fifo), a sparse file of 1 GiB (sparse.bin: a few blocks on disk,
+// a gibibyte to whoever reads it) and, as root, a device node that reads
+// zeros for ever (zero, as /dev/zero).
+func specialFiles(t *testing.T) (ws string, tools *Tools) {
+	t.Helper()
+	ws, _ = newWorkspace(t)
+	require.NoError(t, syscall.Mkfifo(filepath.Join(ws, "fifo"), 0o644))
+	f, err := os.Create(filepath.Join(ws, "sparse.bin"))
+	require.NoError(t, err)
+	require.NoError(t, f.Truncate(1<<30))
+	require.NoError(t, f.Close())
+	if os.Getuid() == 0 {
+		require.NoError(t, unix.Mknod(filepath.Join(ws, "zero"), unix.S_IFCHR|0o666, int(unix.Mkdev(1, 5))))
+	}
+	return ws, &Tools{Workspace: ws}
+}
+
+// allocated is how many bytes fn allocates.
+func allocated(fn func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	fn()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
+}
+
+func TestAPreviewNeverWaitsOnASpecialFileNorReadsAHugeOneWhole(t *testing.T) {
+	ws, tools := specialFiles(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	previewIn := func(name string, args map[string]any) string {
+		b, _ := json.Marshal(args)
+		out, err := tools.Preview(ctx, ToolInput{Call: ToolCall{ID: "c1", Name: name, Arguments: string(b)}})
+		require.NoError(t, err, "a preview never fails, nor outlives its context")
+		return out
+	}
+
+	var got string
+	bytes := allocated(func() { got = previewIn(ToolWrite, map[string]any{"file_path": "sparse.bin", "content": "small\n"}) })
+	require.Equal(t, "overwrite sparse.bin (1073741824 bytes, too large to compare) with 1 lines (6 bytes)", got)
+	require.Less(t, bytes, uint64(1<<20), "the preview of a Write over 1 GiB allocates %d bytes", bytes)
+	t.Logf("the preview of a Write over 1 GiB allocated %d bytes", bytes)
+	bytes = allocated(func() {
+		got = previewIn(ToolEdit, map[string]any{"file_path": "sparse.bin", "old_string": "a", "new_string": "b"})
+	})
+	require.Equal(t, `(no preview: Edit: "sparse.bin" has 1073741824 bytes, more than the 16 MiB a tool reads whole; use Bash for it)`, got)
+	require.Less(t, bytes, uint64(1<<20), "the preview of an Edit of 1 GiB allocates %d bytes", bytes)
+
+	for name, args := range map[string]map[string]any{
+		ToolWrite: {"file_path": "fifo", "content": "x"},
+		ToolEdit:  {"file_path": "fifo", "old_string": "a", "new_string": "b"},
+	} {
+		got = previewIn(name, args)
+		require.Contains(t, got, `"fifo" is a named pipe (FIFO), not a regular file: file tools read and write regular files only`, name)
+	}
+	if os.Getuid() == 0 {
+		got = previewIn(ToolWrite, map[string]any{"file_path": "zero", "content": "x"})
+		require.Contains(t, got, `"zero" is a character device, not a regular file`)
+	}
+	require.NoError(t, ctx.Err(), "no preview waited")
+	require.Equal(t, int64(1<<30), fileSize(t, filepath.Join(ws, "sparse.bin")), "a preview changes nothing")
+}
+
+func fileSize(t *testing.T, path string) int64 {
+	t.Helper()
+	info, err := os.Stat(path)
+	require.NoError(t, err)
+	return info.Size()
+}
+
+func TestFileToolsNeverWaitOnASpecialFileNorReadAHugeOneWhole(t *testing.T) {
+	ws, tools := specialFiles(t)
+	const outputCap = 1000
+	tools.OutputCap = outputCap
+	start := time.Now()
+
+	for _, tc := range []struct {
+		tool toolFunc
+		args map[string]any
+		want string
+	}{
+		{tools.Read, map[string]any{"file_path": "fifo"}, `Read: "fifo" is a named pipe (FIFO), not a regular file`},
+		{tools.Write, map[string]any{"file_path": "fifo", "content": "x"}, `Write: "fifo" is a named pipe (FIFO), not a regular file`},
+		{tools.Edit, map[string]any{"file_path": "fifo", "old_string": "a", "new_string": "b"}, `Edit: "fifo" is a named pipe (FIFO), not a regular file`},
+		{tools.Edit, map[string]any{"file_path": "sparse.bin", "old_string": "a", "new_string": "b"}, `Edit: "sparse.bin" has 1073741824 bytes, more than the 16 MiB a tool reads whole`},
+	} {
+		var out ToolOutput
+		bytes := allocated(func() { out = call(t, tc.tool, tc.args) })
+		requireToolError(t, out, tc.want)
+		require.Less(t, bytes, uint64(1<<20), "%s allocates %d bytes", tc.want, bytes)
+	}
+	if os.Getuid() == 0 {
+		requireToolError(t, call(t, tools.Read, map[string]any{"file_path": "zero"}), `Read: "zero" is a character device, not a regular file`)
+		requireToolError(t, call(t, tools.Write, map[string]any{"file_path": "zero", "content": "x"}), `Write: "zero" is a character device`)
+	}
+	// Read streams the sparse file, and keeps no more than its cap.
+	var out ToolOutput
+	bytes := allocated(func() { out = call(t, tools.Read, map[string]any{"file_path": "sparse.bin"}) })
+	require.Contains(t, requireOK(t, out), "[output truncated at 1000 bytes in line 1")
+	require.Less(t, bytes, uint64(1<<20), "Read of 1 GiB allocates %d bytes", bytes)
+	require.Less(t, time.Since(start), 10*time.Second, "nothing waited")
+
+	// A FIFO that a reader holds open would take a Write: it is refused
+	// all the same, and the reader gets nothing.
+	r, err := os.OpenFile(filepath.Join(ws, "fifo"), os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	require.NoError(t, err)
+	defer r.Close()
+	requireToolError(t, call(t, tools.Write, map[string]any{"file_path": "fifo", "content": "x"}), "named pipe")
+	n, _ := r.Read(make([]byte, 1))
+	require.Zero(t, n)
+	require.Equal(t, int64(1<<30), fileSize(t, filepath.Join(ws, "sparse.bin")))
+}
+
+func TestAReadThatTheActivityCancelsStopsReading(t *testing.T) {
+	ws, _ := newWorkspace(t)
+	f, err := os.Create(filepath.Join(ws, "huge.bin"))
+	require.NoError(t, err)
+	require.NoError(t, f.Truncate(1<<40)) // a tebibyte of zeros, one line
+	require.NoError(t, f.Close())
+	tools := &Tools{Workspace: ws}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+
+	start := time.Now()
+	_, err = tools.Read(ctx, ToolInput{Call: ToolCall{Arguments: `{"file_path":"huge.bin","offset":2}`}})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Less(t, time.Since(start), 5*time.Second, "the read stopped with its context, not at the file's end")
 }

@@ -16,8 +16,10 @@ const (
 	// activity has no heartbeat timeout; heartbeats are also how an activity
 	// learns that it was cancelled.
 	heartbeatEvery = 5 * time.Second
-	// pipeGrace is how long Bash waits, after bash itself exited, for
-	// processes it left in the background to close its output.
+	// pipeGrace is how long Bash waits, after its guard exited, for the
+	// command's output to close (every process that held it is dead by
+	// then, unless the command killed its guard where no PID namespace
+	// holds it).
 	pipeGrace = time.Second
 )
 
@@ -48,43 +50,43 @@ func (t *Tools) Bash(ctx context.Context, in ToolInput) (ToolOutput, error) {
 				timeout = time.Duration(ms * float64(time.Millisecond))
 			}
 		}
-		return runBash(ctx, ws.real, *args.Command, timeout, t.outputCap())
+		return runBash(ctx, ws.real, *args.Command, allowedEnv(t.BashEnv), timeout, t.outputCap())
 	})
 }
 
-// runBash runs command in dir. A command that fails, is killed or times out
+// runBash runs command in dir with the environment env. A command that fails, is killed or times out
 // is an error whose message carries the output. When it times out or ctx
 // ends, its guard kills it and everything it started (see guard.go).
-func runBash(ctx context.Context, dir, command string, timeout time.Duration, capBytes int) (string, error) {
+func runBash(ctx context.Context, dir, command string, env []string, timeout time.Duration, capBytes int) (string, error) {
 	runCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 
 	out := &capWriter{max: capBytes}
-	g, err := startGuarded(runCtx, dir, command, out)
+	g, err := startGuarded(runCtx, dir, command, env, out)
 	if err != nil {
 		return "", err
 	}
 	stopHeartbeat := heartbeat(ctx)
-	status, reported, err := g.wait()
+	end, err := g.wait()
 	stopHeartbeat()
 
-	switch {
+	switch status := end.Status; {
 	case ctx.Err() != nil:
 		// The activity itself was cancelled or timed out; run reports it.
 		return "", ctx.Err()
 	case runCtx.Err() != nil:
 		return "", fmt.Errorf("command timed out after %s\n\n%s", text.Duration(timeout), out)
-	case errors.Is(err, exec.ErrWaitDelay):
-		// bash succeeded but left processes running that hold its output open;
-		// they keep running, and their later output is not shown.
-		return out.String() + "\n(the command left processes running in the background; their later output is not shown)", nil
-	case reported && status.Signaled():
+	case end.Reported && status.Signaled():
 		return "", fmt.Errorf("command was terminated (signal: %s)\n\n%s", status.Signal(), out)
-	case reported && status.ExitStatus() != 0:
+	case end.Reported && status.ExitStatus() != 0:
 		return "", fmt.Errorf("command failed with exit code %d\n\n%s", status.ExitStatus(), out)
-	case err != nil:
+	case err != nil && !(end.Reported && errors.Is(err, exec.ErrWaitDelay)):
 		// The guard failed (it says why in the output) or was killed.
 		return "", fmt.Errorf("command failed: %w\n\n%s", err, out)
+	case end.Left:
+		// What it started ends with the call, as at its time limit: a
+		// command's effects are what ran while it ran.
+		return out.String() + "\n(the command left processes running in the background; they were stopped when it ended)", nil
 	}
 	if out.Len() == 0 {
 		return "(no output)", nil

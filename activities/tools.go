@@ -48,6 +48,10 @@ type Tools struct {
 	BashTimeout time.Duration
 	// OutputCap is how many bytes of output Read and Bash return at most.
 	OutputCap int
+	// BashEnv names the variables of the worker's environment that a Bash
+	// command gets besides BaseEnv; it gets none of the others, which hold
+	// the worker's secrets.
+	BashEnv []string
 }
 
 // Activities returns the tool activities by their names, for registration
@@ -174,7 +178,7 @@ func (t *Tools) run(ctx context.Context, tool string, in ToolInput, fn func(*wor
 		if !ok {
 			return "", fmt.Errorf("no such tool")
 		}
-		args, err := NormalizeArguments(spec, ws.roots(), in.Call.Arguments)
+		args, err := runArguments(spec, ws, in.Call.Arguments)
 		if err != nil {
 			return "", err
 		}
@@ -188,6 +192,41 @@ func (t *Tools) run(ctx context.Context, tool string, in ToolInput, fn func(*wor
 		return ToolOutput{Status: StatusError, Result: tool + ": " + err.Error()}, nil
 	}
 	return ToolOutput{Status: StatusOK, Result: result}, nil
+}
+
+// runArguments gives the arguments a tool runs with: normalized, and its
+// workspace paths free of symbolic links. The turn resolved every link
+// before the policy read the call (ResolveArguments), so a path that leads
+// through one now was made a link after that (or came from a turn of an
+// older release, or was edited in by a signal's decision): the policy, and
+// the person, were asked about another file than the one it would reach,
+// and it is refused, naming the file it leads to.
+func runArguments(spec ToolSpec, ws *workspace, arguments string) (string, error) {
+	args, err := NormalizeArguments(spec, ws.roots(), arguments)
+	if err != nil {
+		return "", err
+	}
+	_, resolved, err := ResolveArguments(spec, ws.roots(), args)
+	if err != nil {
+		return "", err
+	}
+	for _, name := range spec.WorkspacePaths {
+		if real, ok := resolved[name]; ok {
+			var given string
+			_ = json.Unmarshal(argument(args, name), &given)
+			return "", fmt.Errorf("%s %q leads through a symbolic link to %q, which is not the file this call was checked for: call again with %q",
+				name, given, real, real)
+		}
+	}
+	return args, nil
+}
+
+// argument is the JSON value of the named member of normalized
+// arguments, or nil.
+func argument(args, name string) json.RawMessage {
+	var members map[string]json.RawMessage
+	_ = json.Unmarshal([]byte(args), &members)
+	return members[name]
 }
 
 // spec is the ToolSpec of the named tool.

@@ -11,7 +11,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -190,7 +189,7 @@ func TestToolsWorkspaceReachedThroughSymlinkAcceptsBothSpellings(t *testing.T) {
 	require.Equal(t, "     1\tx\n", requireOK(t, call(t, tools.Read, map[string]any{"file_path": "a.txt"})))
 }
 
-func TestToolsAllowSymlinkInsideWorkspace(t *testing.T) {
+func TestToolsRunOnlyPathsWhoseLinksThePolicySawResolved(t *testing.T) {
 	ws, _ := newWorkspace(t)
 	tools := &Tools{Workspace: ws}
 	require.NoError(t, os.Mkdir(filepath.Join(ws, "real"), 0o755))
@@ -198,9 +197,18 @@ func TestToolsAllowSymlinkInsideWorkspace(t *testing.T) {
 	require.NoError(t, os.Symlink("real", filepath.Join(ws, "alias")))
 	require.NoError(t, os.Symlink(filepath.Join(ws, "real", "f.txt"), filepath.Join(ws, "abs-link.txt")))
 
-	require.Equal(t, "     1\tinside\n", requireOK(t, call(t, tools.Read, map[string]any{"file_path": "alias/f.txt"})))
-	require.Equal(t, "     1\tinside\n", requireOK(t, call(t, tools.Read, map[string]any{"file_path": "abs-link.txt"})))
-	requireOK(t, call(t, tools.Write, map[string]any{"file_path": "alias/new.txt", "content": "n"}))
+	// The turn gives the tool the resolved path (ResolveArguments), which
+	// runs; a path that still leads through a link was made a link after
+	// the policy read the call, and is refused, naming the real file.
+	require.Equal(t, "     1\tinside\n", requireOK(t, call(t, tools.Read, map[string]any{"file_path": "real/f.txt"})))
+	requireToolError(t, call(t, tools.Read, map[string]any{"file_path": "alias/f.txt"}),
+		`Read: file_path "alias/f.txt" leads through a symbolic link to "real/f.txt", which is not the file this call was checked for: call again with "real/f.txt"`)
+	requireToolError(t, call(t, tools.Read, map[string]any{"file_path": "abs-link.txt"}), `leads through a symbolic link to "real/f.txt"`)
+	requireToolError(t, call(t, tools.Write, map[string]any{"file_path": "alias/new.txt", "content": "n"}), `leads through a symbolic link to "real/new.txt"`)
+	requireToolError(t, call(t, tools.Edit, map[string]any{"file_path": "abs-link.txt", "old_string": "inside", "new_string": "pwned"}), "symbolic link")
+	requireNotExist(t, filepath.Join(ws, "real", "new.txt"))
+	require.Equal(t, "inside\n", readFile(t, filepath.Join(ws, "real", "f.txt")))
+	requireOK(t, call(t, tools.Write, map[string]any{"file_path": "real/new.txt", "content": "n"}))
 	require.Equal(t, "n", readFile(t, filepath.Join(ws, "real", "new.txt")))
 }
 
@@ -419,7 +427,7 @@ func TestToolsBashTimesOutAndKillsProcessGroup(t *testing.T) {
 	tools := &Tools{Workspace: ws, BashTimeout: timeout}
 
 	start := time.Now()
-	out := call(t, tools.Bash, map[string]any{"command": "echo started; sleep 10 & echo $! > bg.pid; sleep 10"})
+	out := call(t, tools.Bash, map[string]any{"command": "echo started; (read -r pid _ < /proc/self/stat; echo $pid > bg.pid; exec sleep 10) & sleep 10"})
 	elapsed := time.Since(start)
 
 	requireToolError(t, out, "Bash: command timed out after 1s")
@@ -562,22 +570,18 @@ func TestToolsSpecsDescribeFourToolsWithRequiredArguments(t *testing.T) {
 	require.Contains(t, string(specs[3].Parameters), "90000")
 }
 
-func TestToolsBashBackgroundProcessDoesNotHoldCallOpen(t *testing.T) {
+func TestToolsBashBackgroundProcessDoesNotHoldCallOpenAndEndsWithIt(t *testing.T) {
 	ws, _ := newWorkspace(t)
 	tools := &Tools{Workspace: ws}
-	t.Cleanup(func() {
-		if b, err := os.ReadFile(filepath.Join(ws, "bg.pid")); err == nil {
-			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-			}
-		}
-	})
 
 	start := time.Now()
-	res := requireOK(t, call(t, tools.Bash, map[string]any{"command": "sleep 10 & echo $! > bg.pid; echo started"}))
+	res := requireOK(t, call(t, tools.Bash, map[string]any{"command": "(read -r pid _ < /proc/self/stat; echo $pid > bg.pid; exec sleep 10) & until [ -s bg.pid ]; do sleep 0.01; done; echo started"}))
 	require.Contains(t, res, "started\n")
-	require.Contains(t, res, "left processes running in the background")
+	require.Contains(t, res, "(the command left processes running in the background; they were stopped when it ended)")
 	require.Less(t, time.Since(start), pipeGrace+3*time.Second)
+	pid, err := strconv.Atoi(strings.TrimSpace(readFile(t, filepath.Join(ws, "bg.pid"))))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return processGone(pid) }, killWait, 10*time.Millisecond, "the background sleep ended with the call")
 }
 
 func TestToolsWorkspaceRootRefusesSymlinkEscapeEvenUnchecked(t *testing.T) {
@@ -594,4 +598,21 @@ func TestToolsWorkspaceRootRefusesSymlinkEscapeEvenUnchecked(t *testing.T) {
 	require.Error(t, ws.root.MkdirAll("out/deep", 0o755))
 	requireNotExist(t, filepath.Join(outside, "new.txt"))
 	requireNotExist(t, filepath.Join(outside, "deep"))
+}
+
+func TestToolsWriteNoFileThatHasOtherNames(t *testing.T) {
+	ws, _ := newWorkspace(t)
+	tools := &Tools{Workspace: ws}
+	writeFile(t, filepath.Join(ws, "README.md"), "# readme\n")
+	require.NoError(t, os.Mkdir(filepath.Join(ws, "docs"), 0o755))
+	require.NoError(t, os.Link(filepath.Join(ws, "README.md"), filepath.Join(ws, "docs", "readme.md")))
+
+	requireToolError(t, call(t, tools.Write, map[string]any{"file_path": "docs/readme.md", "content": "pwned"}),
+		`Write: "docs/readme.md" has 2 hard links: writing it would change the same file under its other names`)
+	requireToolError(t, call(t, tools.Edit, map[string]any{"file_path": "docs/readme.md", "old_string": "readme", "new_string": "pwned"}), "hard links")
+	require.Equal(t, "# readme\n", readFile(t, filepath.Join(ws, "README.md")))
+	require.Equal(t, "     1\t# readme\n", requireOK(t, call(t, tools.Read, map[string]any{"file_path": "docs/readme.md"})), "reading it changes nothing")
+	require.Equal(t, `write docs/readme.md would fail: "docs/readme.md" has 2 hard links: writing it would change the same file under its other names, which this call does not show; use Bash for it`,
+		preview(t, tools, ToolWrite, map[string]any{"file_path": "docs/readme.md", "content": "pwned"}), "the person is told before deciding")
+	require.Contains(t, preview(t, tools, ToolEdit, map[string]any{"file_path": "docs/readme.md", "old_string": "readme", "new_string": "pwned"}), "edit docs/readme.md would fail: ")
 }

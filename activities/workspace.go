@@ -78,15 +78,35 @@ func (w *workspace) resolve(arg, path string) (string, error) {
 	if !within(w.real, p) && !within(w.given, p) {
 		return "", fmt.Errorf("%s %q is outside the workspace", arg, path)
 	}
-	real, err := realPath(p)
-	if err != nil {
-		return "", fmt.Errorf("%s %q cannot be resolved: %w", arg, path, pathErr(err))
-	}
-	rel, err := filepath.Rel(w.real, real)
+	rel, err := filepath.Rel(w.real, p)
 	if err != nil || !filepath.IsLocal(rel) {
-		return "", fmt.Errorf("%s %q is outside the workspace: a symbolic link leads to %q", arg, path, real)
+		// An absolute path spelled with the workspace as configured.
+		if rel, err = filepath.Rel(w.given, p); err != nil {
+			return "", fmt.Errorf("%s %q is outside the workspace", arg, path)
+		}
 	}
-	return rel, nil
+	real, err := realRelative(w.real, filepath.ToSlash(rel))
+	if err != nil {
+		return "", fmt.Errorf("%s %q %w", arg, path, err)
+	}
+	return filepath.FromSlash(real), nil
+}
+
+// realRelative gives rel, a clean path relative to the workspace whose
+// real location (every link resolved) is real, with every symbolic link on
+// its way followed, relative to real too: the file a tool that opens rel
+// reaches. A link that leads out of the workspace is refused, naming where
+// it leads. Both paths are written with slashes.
+func realRelative(real, rel string) (string, error) {
+	resolved, err := realPath(filepath.Join(real, filepath.FromSlash(rel)))
+	if err != nil {
+		return "", fmt.Errorf("cannot be resolved: %w", pathErr(err))
+	}
+	out, err := filepath.Rel(real, resolved)
+	if err != nil || !filepath.IsLocal(out) {
+		return "", fmt.Errorf("%w: a symbolic link leads to %q", errOutsideWorkspace, resolved)
+	}
+	return filepath.ToSlash(out), nil
 }
 
 // within reports whether the clean absolute path p is dir or lies below it.

@@ -46,6 +46,15 @@ func main() {
 }
 
 func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	// Before any program of a tool starts (an MCP server, a command): none
+	// may read the worker's environment, which holds its secrets.
+	if err := activities.HideWorker(); err != nil {
+		log.Warn("the programs the worker starts may read its environment", "error", err)
+	}
+	if activities.BashIsolation() == "none" {
+		log.Warn("this system allows no PID namespace for Bash commands (neither CAP_SYS_ADMIN nor user namespaces): " +
+			"a command that kills its guard outlives its time limit; see docs/security.md")
+	}
 	// The policy is checked before anything else: a rule that does not
 	// compile stops the worker.
 	rules, err := policy.Load(cfg.PolicyFile)
@@ -145,7 +154,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		}
 	}
 
-	tools := &activities.Tools{Workspace: cfg.Workspace, BashTimeout: cfg.BashTimeout}
+	tools := &activities.Tools{Workspace: cfg.Workspace, BashTimeout: cfg.BashTimeout, BashEnv: cfg.BashEnv}
 	model := activities.NewModel(cfg.OpenAIBaseURL, cfg.OpenAIAPIKey, cfg.OpenAIModel, workflows.TokenSignaler{Client: c})
 	wf := &workflows.Workflows{Settings: workflows.Settings{
 		RequiredTools:    cfg.RequiredTools,
@@ -179,7 +188,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	log.Info("worker started", "taskQueue", cfg.TaskQueue, "temporal", cfg.TemporalAddress,
 		"workspace", cfg.Workspace, "requiredTools", cfg.RequiredTools, "model", cfg.OpenAIModel, "subagents", len(agentDefs), "policyRules", len(rules), "notices", cfg.NotifyURL != "", "links", cfg.NotifyURL != "" && cfg.Links != nil,
-		"audit", auditWhere(ledger), "mcpTools", len(mcpServers.Specs()), "tracing", tracing.On())
+		"audit", auditWhere(ledger), "mcpTools", len(mcpServers.Specs()), "tracing", tracing.On(), "bashIsolation", activities.BashIsolation())
 	<-ctx.Done()
 	log.Info("worker stopping")
 	w.Stop()

@@ -87,14 +87,15 @@ func (s Settings) check(call activities.ToolCall, budget *policy.Budget) check {
 
 // RequiresApproval reports whether settings' policy requires approval of a
 // call of tool with the given arguments, as the gate decides it: on the
-// arguments normalized for the tool when settings.Tools describes it (a
-// call whose arguments are refused never asks: it never runs). For code
+// arguments normalized for the tool when settings.Tools describes it, the
+// workspace's links followed (a call whose arguments are refused never
+// asks: it never runs). For code
 // outside a workflow that checks a policy (docs/policy.md's example policies are
 // tested with it).
 func RequiresApproval(settings Settings, tool, arguments string) bool {
 	call := activities.ToolCall{Name: tool, Arguments: arguments}
 	if spec, ok := settings.spec(tool); ok {
-		args, err := activities.NormalizeArguments(spec, settings.WorkspaceRoots, arguments)
+		args, _, err := activities.ResolveArguments(spec, settings.WorkspaceRoots, arguments)
 		if err != nil {
 			return false
 		}

@@ -3,6 +3,9 @@ package workflows
 import (
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -91,4 +94,73 @@ func TestThePendingApprovalsAttributeStaysUnderItsBudgetAndSaysWhenItListsFewer(
 	require.Equal(t, ClientToolSearchValue("call_pay"), got[0], "the client tool call is always listed")
 	require.Equal(t, PendingMoreValue, got[len(got)-1])
 	require.Equal(t, ids[:3], boundedKeywords(ids[:3], pendingAttributeBudget), "what fits is listed whole")
+}
+
+func TestAPathThroughALinkIsAskedAboutAsTheFileItReaches(t *testing.T) {
+	ws := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(ws, "src"), 0o755))
+	require.NoError(t, os.Mkdir(filepath.Join(ws, "docs"), 0o755))
+	require.NoError(t, os.Symlink("../src", filepath.Join(ws, "docs", "src")))
+	settings := testSettings()
+	write := slices.IndexFunc(settings.Tools, func(s activities.ToolSpec) bool { return s.Name == activities.ToolWrite })
+	settings.Tools[write] = (&activities.Tools{}).Specs()[1] // with its workspace path
+	require.Equal(t, activities.ToolWrite, settings.Tools[write].Name)
+	settings.WorkspaceRoots = []string{ws}
+	settings.Rules = []Rule{{Tool: activities.ToolWrite, Require: RequireWhen, When: `!args.file_path.startsWith("docs/")`}}
+	h := newHarness(t, settings, calls(
+		call("w1", "Write", `{"file_path":"docs/src/main.go","content":"x"}`),
+		call("w2", "Write", `{"file_path":"docs/a.md","content":"y"}`),
+	))
+	var request Event
+	var edited *updateOutcome
+	h.env.RegisterDelayedCallback(func() {
+		request = findEvent(t, h.events(), EventApprovalRequest)
+		edited = h.decide(ApprovalDecision{RequestID: request.RequestID, Decision: DecisionApprove, Arguments: `{"file_path":"docs/src/other.go","content":"x"}`})
+	}, time.Minute)
+	h.env.RegisterDelayedCallback(func() {
+		h.decide(ApprovalDecision{RequestID: request.RequestID, Decision: DecisionApprove})
+	}, 2*time.Minute)
+
+	out := h.runTurn(userTurn("write"))
+
+	require.Equal(t, "w1", request.ToolCallID, "the write through docs/src asks: it writes src/main.go")
+	require.Equal(t, `{"file_path":"src/main.go","content":"x"}`, request.Arguments)
+	require.Len(t, ofType(out.Events, EventApprovalRequest), 1, "docs/a.md is in docs/")
+	require.ErrorContains(t, edited.rejected, `the edited arguments of Write: file_path leads through a symbolic link to "src/other.go": name that file`)
+	var ran []string
+	for _, c := range h.toolCalls {
+		ran = append(ran, c.Arguments)
+	}
+	require.Equal(t, []string{`{"file_path":"src/main.go","content":"x"}`, `{"file_path":"docs/a.md","content":"y"}`}, ran, "the tool gets the path the policy read")
+}
+
+func TestAGrantScopedToAFolderAnswersNoCallThatALinkLeadsOutOf(t *testing.T) {
+	ws := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(ws, "src"), 0o755))
+	require.NoError(t, os.Mkdir(filepath.Join(ws, "docs"), 0o755))
+	require.NoError(t, os.Symlink("../src", filepath.Join(ws, "docs", "src")))
+	settings := testSettings()
+	write := slices.IndexFunc(settings.Tools, func(s activities.ToolSpec) bool { return s.Name == activities.ToolWrite })
+	settings.Tools[write] = (&activities.Tools{}).Specs()[1]
+	require.Equal(t, activities.ToolWrite, settings.Tools[write].Name)
+	settings.WorkspaceRoots = []string{ws}
+	h := newHarness(t, settings, calls(
+		call("w1", "Write", `{"file_path":"docs/a.md","content":"x"}`),
+		call("w2", "Write", `{"file_path":"docs/src/main.go","content":"y"}`),
+	))
+	in := userTurn("write")
+	in.Grants = []Grant{{ID: "g1", Tool: "Write", Decision: DecisionApprove, When: `args.file_path.startsWith("docs/")`}}
+	h.env.RegisterDelayedCallback(func() {
+		h.decide(ApprovalDecision{RequestID: h.requestID("Write"), Decision: DecisionDecline})
+	}, time.Minute)
+
+	out := h.runTurn(in)
+
+	used := grantDecisions(out.Events)
+	require.Len(t, used, 1)
+	require.Equal(t, "w1", used[0].ToolCallID, "the grant for docs/ answers docs/a.md")
+	asked := ofType(out.Events, EventApprovalRequest)
+	require.Len(t, asked, 1, "and not docs/src/main.go, which is src/main.go")
+	require.Equal(t, `{"file_path":"src/main.go","content":"y"}`, asked[0].Arguments)
+	require.Equal(t, []string{"Write"}, h.ranTools())
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -626,10 +627,17 @@ func (t *turn) runBatch(ctx workflow.Context, calls []activities.ToolCall) []Too
 }
 
 // vetting is what a turn records of a call before the gate looks at it:
-// why its arguments were refused, or what the policy says of it.
+// why its arguments were refused, or what the policy says of it, and the
+// workspace paths that symbolic links made other than the model wrote
+// them.
 type vetting struct {
 	Refused string `json:"refused,omitempty"`
 	Check   check  `json:"check"`
+	// Paths are the workspace paths of the call that lead through a
+	// symbolic link, each as the file it reaches, by argument name
+	// (activities.ResolveArguments). Histories recorded before links were
+	// resolved have none.
+	Paths map[string]string `json:"paths,omitempty"`
 }
 
 // vetBatch gives the calls of a batch as the gate, the policy, a grant and
@@ -647,6 +655,15 @@ type vetting struct {
 // normalizer refuses keeps its arguments as sent, and the tool, which
 // normalizes too, refuses it. Turns recorded before the patch see the
 // arguments as the model sent them, as they did (normalized reports which).
+//
+// The SideEffect also follows the symbolic links of every workspace path
+// (activities.ResolveArguments), so that the policy reads the file the
+// tool will reach, and records the paths a link changed (vetting.Paths),
+// which the view made again on replay takes. This reads the workspace from
+// the workflow's worker, which production.md has share it with every
+// worker of the task queue; it only lstats and reads links, and its answer
+// is recorded, so a replay never reads the file system. A history recorded
+// before links were resolved has no paths, and keeps the view it had.
 func (t *turn) vetBatch(ctx workflow.Context, calls []activities.ToolCall) (out []activities.ToolCall, vetted []vetting, normalized bool) {
 	if !patched(ctx, t.settings, patchNormalizedCalls) {
 		checks := t.checkBatch(ctx, calls)
@@ -656,35 +673,34 @@ func (t *turn) vetBatch(ctx workflow.Context, calls []activities.ToolCall) (out 
 		}
 		return calls, vetted, false
 	}
-	// vet normalizes the calls, and asks the policy of each when check is
-	// true: only the recorded run needs the policy's answers.
-	vet := func(check bool) ([]activities.ToolCall, []vetting) {
-		out := slices.Clone(calls)
+	vet := func() []vetting {
 		vetted := make([]vetting, len(calls))
-		for i := range out {
-			if !offers(t.tools, out[i].Name) {
+		for i, call := range calls {
+			if !offers(t.tools, call.Name) {
 				continue // answered as an unknown tool
 			}
-			args, err := t.normalize(out[i])
+			args, paths, err := t.resolve(call)
 			if err != nil {
 				vetted[i].Refused = err.Error()
 				continue
 			}
-			out[i].Arguments = args
-			if check {
-				vetted[i].Check = t.settings.check(out[i], t.cost)
-			}
+			call.Arguments = args
+			vetted[i].Paths = paths
+			vetted[i].Check = t.settings.check(call, t.cost)
 		}
-		return out, vetted
+		return vetted
 	}
-	if err := workflow.SideEffect(ctx, func(workflow.Context) any { _, v := vet(true); return v }).Get(&vetted); err != nil {
+	if err := workflow.SideEffect(ctx, func(workflow.Context) any { return vet() }).Get(&vetted); err != nil {
 		// A SideEffect result only fails to decode on a corrupt history.
 		panic(fmt.Errorf("vetting of %d calls: %w", len(calls), err))
 	}
-	out, _ = vet(false)
+	out = slices.Clone(calls)
 	for i := range out {
-		if vetted[i].Refused != "" {
-			out[i] = calls[i]
+		if vetted[i].Refused != "" || !offers(t.tools, out[i].Name) {
+			continue
+		}
+		if args, err := t.normalizeWith(out[i], vetted[i].Paths); err == nil {
+			out[i].Arguments = args
 		}
 	}
 	return out, vetted, true
@@ -719,8 +735,15 @@ func (t *turn) checkEdit(d ApprovalDecision) error {
 	if call.Name == protocol.BudgetTool {
 		return checkBudgetEdit(a.Call.Arguments, d.Arguments)
 	}
-	if _, err := t.normalize(call); err != nil {
+	_, paths, err := t.resolve(call)
+	if err != nil {
 		return rejection(RejectInvalid, fmt.Errorf("the edited arguments of %s: %w", call.Name, err))
+	}
+	// The edit runs as written (checked by no policy), and the tool
+	// refuses a path that leads through a link: say so now.
+	if len(paths) > 0 {
+		name := slices.Sorted(maps.Keys(paths))[0]
+		return rejection(RejectInvalid, fmt.Errorf("the edited arguments of %s: %s leads through a symbolic link to %q: name that file", call.Name, name, paths[name]))
 	}
 	return nil
 }
@@ -728,11 +751,38 @@ func (t *turn) checkEdit(d ApprovalDecision) error {
 // normalize gives call's arguments as NormalizeArguments makes them for the
 // tool the loop offers under its name.
 func (t *turn) normalize(call activities.ToolCall) (string, error) {
+	return t.normalizeWith(call, nil)
+}
+
+// normalizeWith is normalize with the workspace paths that links lead to
+// (vetting.Paths) in place.
+func (t *turn) normalizeWith(call activities.ToolCall, paths map[string]string) (string, error) {
+	spec, err := t.spec(call)
+	if err != nil {
+		return "", err
+	}
+	return activities.NormalizeArgumentsWith(spec, t.settings.WorkspaceRoots, call.Arguments, paths)
+}
+
+// resolve gives call's arguments as ResolveArguments makes them for the
+// tool the loop offers under its name: it reads the workspace, and so runs
+// only where its answer is recorded (vetBatch) or never replayed (an
+// Update's validator).
+func (t *turn) resolve(call activities.ToolCall) (string, map[string]string, error) {
+	spec, err := t.spec(call)
+	if err != nil {
+		return "", nil, err
+	}
+	return activities.ResolveArguments(spec, t.settings.WorkspaceRoots, call.Arguments)
+}
+
+// spec is the ToolSpec of the tool the loop offers under call's name.
+func (t *turn) spec(call activities.ToolCall) (activities.ToolSpec, error) {
 	i := slices.IndexFunc(t.tools, func(s activities.ToolSpec) bool { return s.Name == call.Name })
 	if i < 0 {
-		return "", fmt.Errorf("there is no tool named %q", call.Name)
+		return activities.ToolSpec{}, fmt.Errorf("there is no tool named %q", call.Name)
 	}
-	return activities.NormalizeArguments(t.tools[i], t.settings.WorkspaceRoots, call.Arguments)
+	return t.tools[i], nil
 }
 
 // checkBatch is what the policy says of each call of a batch, in order.

@@ -52,6 +52,10 @@ const (
 	EnvLogLevel          = "TOLLGATE_LOG_LEVEL"
 	EnvMetricsAddr       = "TOLLGATE_METRICS_ADDR"
 	EnvMCPConfig         = "TOLLGATE_MCP_CONFIG"
+	// EnvBashEnv lists, comma-separated, the variables of the worker's
+	// environment that Bash commands get besides PATH, HOME and the few
+	// others every program needs (activities.BaseEnv). Default none.
+	EnvBashEnv = "TOLLGATE_BASH_ENV"
 	// EnvAPITokens holds the API's bearer tokens as comma-separated
 	// token:principal[:role+role...] entries; unset, the API asks for none.
 	EnvAPITokens = "TOLLGATE_API_TOKENS"
@@ -216,6 +220,9 @@ type Config struct {
 	MaxSteps int
 	// BashTimeout is the default and the upper limit of one Bash call.
 	BashTimeout time.Duration
+	// BashEnv names the variables of the worker's environment that Bash
+	// commands get besides the base few; none of tollgate's own.
+	BashEnv []string
 	// LogLevel is the lowest level that is logged.
 	LogLevel slog.Level
 	// MetricsAddr is where the worker serves its metrics (GET /metrics);
@@ -312,7 +319,7 @@ var known = []string{
 	EnvTemporalAddress, EnvTemporalNamespace, EnvTaskQueue, EnvHTTPAddr,
 	EnvOpenAIBaseURL, EnvOpenAIAPIKey, EnvOpenAIModel, EnvWorkspace,
 	EnvRequiredTools, EnvApprovalTimeout, EnvHeartbeatInterval, EnvAgentsDir, EnvPolicyFile, EnvNotifyURL,
-	EnvMaxSteps, EnvBashTimeout, EnvLogLevel,
+	EnvMaxSteps, EnvBashTimeout, EnvBashEnv, EnvLogLevel,
 	EnvMetricsAddr, EnvMCPConfig, EnvAPITokens, EnvAllowBypass, EnvAllowUnauthenticated, EnvAllowedOrigins,
 	EnvCodecOrigins, EnvContextBudget, EnvPayloadDir, EnvPayloadThreshold, EnvPayloadS3Endpoint, EnvPayloadS3Secure, EnvPayloadS3Bucket,
 	EnvPayloadS3Prefix, EnvPayloadS3Region, EnvPayloadS3AccessKey, EnvPayloadS3SecretKey, EnvAuditDB, EnvGRPCCompression,
@@ -411,6 +418,7 @@ func LoadFor(uses Binary, getenv func(string) string) (Config, error) {
 			ConversationTime:      r.optionalDuration(EnvBudgetConversationTime, 24*time.Hour),
 		}
 		c.BashTimeout = r.duration(EnvBashTimeout, DefaultBashTimeout)
+		c.BashEnv = r.envNames(EnvBashEnv)
 		c.MetricsAddr = r.listenAddr(EnvMetricsAddr, DefaultMetricsAddr)
 		c.MCPConfig = r.mcpConfig(EnvMCPConfig)
 		c.ContextBudget = r.positiveInt(EnvContextBudget, protocol.DefaultContextBudget)
@@ -621,6 +629,32 @@ func (r *reader) list(name, def string) []string {
 		r.fail(name, raw, "no names in the list (example: %s; %q protects no tool)", def, NoRequiredTools)
 	}
 	return items
+}
+
+// envNamePattern is what the name of an environment variable may be.
+var envNamePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// envNames reads a comma-separated list of the names of environment
+// variables to pass on to commands, refusing a name that cannot be one and
+// any setting of tollgate's or of its Temporal client (TOLLGATE_*,
+// TEMPORAL_*, and the model's), which may hold a secret (the model's key,
+// the link secret, credentials) and is never a command's business.
+func (r *reader) envNames(name string) []string {
+	raw := r.str(name, "")
+	var names []string
+	for _, item := range strings.Split(raw, ",") {
+		item = strings.TrimSpace(item)
+		switch {
+		case item == "":
+		case !envNamePattern.MatchString(item):
+			r.fail(name, raw, "%q is not the name of an environment variable (letters, digits and _, not starting with a digit)", item)
+		case slices.Contains(known, item) || strings.HasPrefix(item, "TOLLGATE_") || strings.HasPrefix(item, "TEMPORAL_"):
+			r.fail(name, raw, "%s is a setting of tollgate's or of its Temporal client, which may hold a secret: commands never get it", item)
+		default:
+			names = append(names, item)
+		}
+	}
+	return names
 }
 
 func (r *reader) duration(name string, def time.Duration) time.Duration {
