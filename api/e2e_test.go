@@ -252,9 +252,10 @@ func TestLateUnknownAndForgedRequestIDsAreNotAccepted(t *testing.T) {
 		t.Fatal("the turn did not call the model again")
 	}
 
-	// The turn runs (it waits for the model), and none of these is taken.
+	// The turn runs (it waits for the model), and none of these is taken:
+	// the timed-out one is told it expired (the timer decided it).
 	for id, reason := range map[string]string{
-		write.RequestID: protocol.RejectDecided,
+		write.RequestID: protocol.RejectExpired,
 		workflows.NewRequestID(turnID, "00000000000000000000000000000000"):        protocol.RejectUnknown,
 		workflows.NewRequestID(workflows.TurnWorkflowID("e2e-nobody", 1), "0123"): protocol.RejectUnknown,
 	} {
@@ -510,9 +511,21 @@ func TestResumingATurnThatDoesNotExistIsNotFoundAtOnceWhileAQueuedTurnStreams(t 
 	require.Equal(t, http.StatusBadRequest, status)
 	require.Contains(t, msg, `limit "0" is not a whole number from 1 to 50`)
 
-	// The queued turn streams: it starts once the first one stops.
+	// The queued turn streams: it says it is queued, and starts once the
+	// first one stops.
 	resp, msgs, _ := openStream(t, eventsURL(other, queued), nil)
 	require.Equal(t, http.StatusOK, resp.StatusCode)
+	for m := range msgs {
+		require.False(t, m.HasID, "no event before the queued notice: %s", m.Data)
+		if m.Data == `{"type":"heartbeat"}` {
+			continue
+		}
+		var notice map[string]any
+		require.NoError(t, json.Unmarshal([]byte(m.Data), &notice))
+		require.Equal(t, "queued", notice["type"], m.Data)
+		require.Equal(t, queued, notice["turnId"])
+		break
+	}
 	close(think)
 	events := streamToEnd(t, msgs)
 	require.Equal(t, protocol.EventTurnStart, events[0].Type)
