@@ -51,6 +51,8 @@ type MCP struct {
 
 	servers []*mcpServer
 	specs   []ToolSpec
+	// workspace is the folder the tools' workspace paths are confined to.
+	workspace string
 }
 
 // StartMCP starts every server of cfg and lists its tools. A server that
@@ -58,7 +60,7 @@ type MCP struct {
 // (with the last lines it wrote to stderr), and the servers already started
 // are stopped.
 func StartMCP(ctx context.Context, cfg MCPConfig, log *slog.Logger) (*MCP, error) {
-	m := &MCP{}
+	m := &MCP{workspace: cfg.Workspace}
 	// offered is, by the name a tool is offered as, which server's which
 	// tool has it.
 	offered := map[string]MCPTool{}
@@ -82,6 +84,10 @@ func StartMCP(ctx context.Context, cfg MCPConfig, log *slog.Logger) (*MCP, error
 		m.servers = append(m.servers, s)
 		s.done = make(chan struct{})
 		go s.supervise()
+		if err := checkWorkspacePaths(sc, cfg.Workspace, tools); err != nil {
+			m.Close()
+			return nil, fmt.Errorf("MCP server %q: %w", sc.Name, err)
+		}
 		var names []string
 		for _, t := range tools {
 			spec, err := mcpSpec(sc.Name, t)
@@ -89,6 +95,7 @@ func StartMCP(ctx context.Context, cfg MCPConfig, log *slog.Logger) (*MCP, error
 				log.Warn("MCP tool not offered", "mcpServer", sc.Name, "tool", t.Name, "error", err)
 				continue
 			}
+			spec.WorkspacePaths = sc.WorkspacePaths[t.Name]
 			// Two tools under one name would leave the policy, the
 			// grants and the ledger unable to tell which of them a call
 			// is: server a's tool _x and server a_'s tool x are both
@@ -160,7 +167,7 @@ func (m *MCP) call(ctx context.Context, s *mcpServer, spec ToolSpec, in ToolInpu
 		return ToolOutput{Status: StatusError, Result: spec.Name + ": " + s.cfg.Redact(fmt.Sprintf(format, args...))}, nil
 	}
 	// The server gets the call the policy saw.
-	args, err := NormalizeArguments(spec, nil, in.Call.Arguments)
+	args, err := m.serverArguments(spec, in.Call.Arguments)
 	if err != nil {
 		return fail("%v", err)
 	}
@@ -183,6 +190,117 @@ func (m *MCP) call(ctx context.Context, s *mcpServer, spec ToolSpec, in ToolInpu
 	}
 	out.Result = text.Truncate(out.Result, m.outputCap())
 	return out, nil
+}
+
+// serverArguments are the arguments the server gets: normalized, and
+// where the configuration names workspace paths, checked as the built-in
+// tools check theirs when they run (runArguments: inside the workspace, no
+// symbolic link on the way, which the turn resolved before the policy read
+// the call) and then made absolute, since a server knows the workspace by
+// its absolute folder (server-filesystem's allowed directories) and runs
+// in another one (the configuration's). It is the file the policy and the
+// person saw, spelled for the server.
+func (m *MCP) serverArguments(spec ToolSpec, arguments string) (string, error) {
+	if len(spec.WorkspacePaths) == 0 {
+		return NormalizeArguments(spec, nil, arguments)
+	}
+	ws, err := openWorkspace(m.workspace)
+	if err != nil {
+		return "", err
+	}
+	defer ws.Close()
+	args, err := runArguments(spec, ws, arguments)
+	if err != nil {
+		return "", err
+	}
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(args), &members); err != nil {
+		return "", err
+	}
+	absolute := map[string]string{}
+	for _, name := range spec.WorkspacePaths {
+		var rel string
+		if json.Unmarshal(members[name], &rel) == nil && rel != "" {
+			absolute[name] = filepath.Join(ws.real, rel)
+		}
+	}
+	// The absolute paths are inside the workspace, so normalizing them
+	// again would give back the relative ones: write them in directly,
+	// keeping the keys' order.
+	return replaceStrings(args, absolute)
+}
+
+// replaceStrings sets the named members of a normalized JSON object to
+// the given strings, keeping the members' order.
+func replaceStrings(args string, values map[string]string) (string, error) {
+	if len(values) == 0 {
+		return args, nil
+	}
+	dec := json.NewDecoder(strings.NewReader(args))
+	var out bytes.Buffer
+	out.WriteByte('{')
+	if _, err := dec.Token(); err != nil {
+		return "", err
+	}
+	for i := 0; dec.More(); i++ {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", err
+		}
+		name, _ := tok.(string)
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return "", err
+		}
+		if s, ok := values[name]; ok {
+			v, _ = json.Marshal(s) // a string always marshals
+		}
+		if i > 0 {
+			out.WriteByte(',')
+		}
+		key, _ := json.Marshal(name) // a string always marshals
+		out.Write(key)
+		out.WriteByte(':')
+		out.Write(v)
+	}
+	out.WriteByte('}')
+	return out.String(), nil
+}
+
+// checkWorkspacePaths says what is wrong with a server's workspacePaths:
+// a tool the server does not offer, or an argument its schema does not
+// declare as a string (a path this cannot read as one would go unchecked),
+// or no workspace to confine them to.
+func checkWorkspacePaths(sc MCPServerConfig, workspace string, tools []*mcp.Tool) error {
+	if len(sc.WorkspacePaths) == 0 {
+		return nil
+	}
+	if workspace == "" {
+		return errors.New("workspacePaths needs the worker's workspace, and none is configured")
+	}
+	var errs []error
+	for _, tool := range slices.Sorted(maps.Keys(sc.WorkspacePaths)) {
+		i := slices.IndexFunc(tools, func(t *mcp.Tool) bool { return t.Name == tool })
+		if i < 0 {
+			errs = append(errs, fmt.Errorf("workspacePaths names tool %q, which the server does not offer", tool))
+			continue
+		}
+		params, err := json.Marshal(tools[i].InputSchema)
+		if err != nil {
+			return fmt.Errorf("tool %q's input schema: %w", tool, err)
+		}
+		schema, err := parseSchema(params)
+		if err != nil {
+			return fmt.Errorf("tool %q's input schema cannot be read: %w", tool, err)
+		}
+		for _, arg := range sc.WorkspacePaths[tool] {
+			prop, ok := schema.Properties[arg]
+			if !ok || typeName(prop.Type) != "string" {
+				errs = append(errs, fmt.Errorf("workspacePaths names argument %q of tool %q, which its schema does not declare as a string", arg, tool))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func (m *MCP) outputCap() int {

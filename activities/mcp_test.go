@@ -472,3 +472,66 @@ func TestMCPToolsOfTwoServersUnderOneNameAreRefusedNamingBoth(t *testing.T) {
 	require.Equal(t, "_x ran", callMCP(t, m, "mcp__a___x", `{}`).Result)
 	require.Equal(t, "x ran", callMCP(t, m, "mcp__b__x", `{}`).Result)
 }
+
+// TestMCPWorkspacePathsAreCheckedAsTheFileToolsCheckTheirs configures
+// server-filesystem's write_file "path" as a workspace path: the spec
+// says so (the turn resolves it before the policy), the server gets the
+// workspace's absolute path of the file the policy saw, a path that
+// leaves the workspace or leads through a link when the call runs is
+// refused before the server sees it, and a configuration naming a tool
+// or an argument the server does not have stops the start, naming them.
+func TestMCPWorkspacePathsAreCheckedAsTheFileToolsCheckTheirs(t *testing.T) {
+	ws := t.TempDir()
+	server := proctest.MCPServer(t, "mcp-server-filesystem")
+	start := func(paths map[string][]string, workspace string) (*MCP, error) {
+		b, _ := json.Marshal(map[string]any{"mcpServers": map[string]any{"fs": map[string]any{
+			"command": server, "args": []string{ws}, "workspacePaths": paths,
+		}}})
+		parsed, err := ParseMCPConfig(b, os.Getenv)
+		require.NoError(t, err)
+		parsed.Dir, parsed.Workspace = t.TempDir(), workspace
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		m, err := StartMCP(ctx, parsed, slog.New(slog.DiscardHandler))
+		if m != nil {
+			t.Cleanup(m.Close)
+		}
+		return m, err
+	}
+
+	_, err := start(map[string][]string{"write_file": {"path", "content", "mode"}, "no_such_tool": {"path"}}, ws)
+	require.ErrorContains(t, err, `MCP server "fs"`)
+	require.ErrorContains(t, err, `workspacePaths names tool "no_such_tool", which the server does not offer`)
+	require.ErrorContains(t, err, `workspacePaths names argument "mode" of tool "write_file", which its schema does not declare as a string`)
+	require.NotContains(t, err.Error(), `argument "content"`, "content is a string: a path, as far as the schema can say")
+	_, err = start(map[string][]string{"write_file": {"path"}}, "")
+	require.ErrorContains(t, err, "workspacePaths needs the worker's workspace")
+
+	m, err := start(map[string][]string{"write_file": {"path"}}, ws)
+	require.NoError(t, err)
+	write := mcpSpecNamed(t, m, "mcp__fs__write_file")
+	require.Equal(t, []string{"path"}, write.WorkspacePaths)
+	require.Empty(t, mcpSpecNamed(t, m, "mcp__fs__read_text_file").WorkspacePaths, "only what the configuration names")
+
+	require.NoError(t, os.MkdirAll(filepath.Join(ws, "src"), 0o755))
+	require.NoError(t, os.Mkdir(filepath.Join(ws, "docs"), 0o755))
+	require.NoError(t, os.Symlink("../src", filepath.Join(ws, "docs", "src")))
+	args, _, err := ResolveArguments(write, WorkspaceRoots(ws, ws), `{"path":"docs/src/main.go","content":"x"}`)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"path":"src/main.go","content":"x"}`, args, "the policy reads the file the link leads to")
+
+	out := callMCP(t, m, "mcp__fs__write_file", `{"path":"src/main.go","content":"written\n"}`)
+	require.Equal(t, StatusOK, out.Status, out.Result)
+	got, err := os.ReadFile(filepath.Join(ws, "src", "main.go"))
+	require.NoError(t, err)
+	require.Equal(t, "written\n", string(got), "a relative path is the workspace's file, whatever folder the server runs in")
+
+	out = callMCP(t, m, "mcp__fs__write_file", `{"path":"docs/src/other.go","content":"x"}`)
+	require.Equal(t, StatusError, out.Status)
+	require.Contains(t, out.Result, `leads through a symbolic link to "src/other.go"`)
+	require.NoFileExists(t, filepath.Join(ws, "src", "other.go"))
+
+	out = callMCP(t, m, "mcp__fs__write_file", `{"path":"../outside.txt","content":"x"}`)
+	require.Equal(t, StatusError, out.Status)
+	require.Contains(t, out.Result, "is outside the workspace")
+}

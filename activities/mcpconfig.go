@@ -29,6 +29,9 @@ type MCPConfig struct {
 	// Dir is the folder of the file: stdio servers run in it, so that
 	// relative paths in their arguments mean what they mean to its author.
 	Dir string
+	// Workspace is the tools' workspace (the worker's), which the
+	// arguments a server's workspacePaths name are confined to.
+	Workspace string
 }
 
 // MCPServerConfig is one server of an MCPConfig.
@@ -48,6 +51,15 @@ type MCPServerConfig struct {
 	// URL and Headers reach an HTTP server.
 	URL     string            `json:"url"`
 	Headers map[string]string `json:"headers"`
+	// WorkspacePaths names, by the server's own tool name, the arguments
+	// that name a file of the workspace (server-filesystem's write_file
+	// takes "path"): MCP's schemas cannot say that an argument is a path,
+	// so the configuration does. Those arguments are read as the
+	// built-in file tools' are: made relative to the workspace, refused
+	// when they leave it, and resolved through its symbolic links before
+	// the policy, a grant, the person and the ledger see the call; the
+	// server gets the same file, as an absolute path.
+	WorkspacePaths map[string][]string `json:"workspacePaths"`
 
 	// expanded are the values ${VAR} took from the environment, which
 	// Redact hides.

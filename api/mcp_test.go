@@ -145,3 +145,66 @@ func TestMCPToolsOfTheWorkerGoThroughTheGateOverHTTP(t *testing.T) {
 		}
 	}, 10*time.Second, 20*time.Millisecond)
 }
+
+// TestAnMCPToolsWorkspacePathsAreResolvedThroughLinksBeforeThePolicy runs
+// the worker binary with server-filesystem serving the workspace, its
+// write_file's "path" named a workspace path in .mcp.json, and the
+// documented policy "writes outside docs/ ask": a write through docs/src,
+// a link to ../src, asks as src/main.go, the person sees that file, and
+// the server writes it only once approved; a write that stays in docs/
+// runs unasked, given to the server as the workspace's absolute path.
+func TestAnMCPToolsWorkspacePathsAreResolvedThroughLinksBeforeThePolicy(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the worker, starts a Temporal dev server and an MCP server")
+	}
+	waitForBuild := proctest.Build(t, "github.com/tollgate/tollgate/worker")
+	script := func(req openai.ChatCompletionRequest) scripted.Reply {
+		if countRole(req.Messages, openai.ChatMessageRoleTool) > 0 {
+			return scripted.Reply{Content: "Done."}
+		}
+		return scripted.Reply{ToolCalls: []activities.ToolCall{
+			{ID: "c1", Name: "mcp__fs__write_file", Arguments: `{"path":"docs/src/main.go","content":"approved\n"}`},
+			{ID: "c2", Name: "mcp__fs__write_file", Arguments: `{"path":"docs/notes.md","content":"fine\n"}`},
+		}}
+	}
+	st := newStack(t, withScript(script), withoutWorker())
+	mainGo := filepath.Join(st.workspace, "src", "main.go")
+	require.NoError(t, os.MkdirAll(filepath.Dir(mainGo), 0o755))
+	require.NoError(t, os.WriteFile(mainGo, []byte("package main\n"), 0o644))
+	require.NoError(t, os.Mkdir(filepath.Join(st.workspace, "docs"), 0o755))
+	require.NoError(t, os.Symlink("../src", filepath.Join(st.workspace, "docs", "src")))
+
+	dir := t.TempDir()
+	mcpConfig := filepath.Join(dir, ".mcp.json")
+	require.NoError(t, os.WriteFile(mcpConfig, fmt.Appendf(nil, `{"mcpServers":{
+		"fs": {"command": %q, "args": [%q], "workspacePaths": {"write_file": ["path"]}}
+	}}`, proctest.MCPServer(t, "mcp-server-filesystem"), st.workspace), 0o644))
+	policyFile := filepath.Join(dir, "policy.yaml")
+	require.NoError(t, os.WriteFile(policyFile, []byte(`tools:
+  mcp__fs__write_file:
+    when: '!args.path.startsWith("docs/")'
+`), 0o644))
+	proctest.Start(t, "worker", waitForBuild(), st.workerEnv(
+		config.EnvMetricsAddr+"=off",
+		config.EnvMCPConfig+"="+mcpConfig,
+		config.EnvPolicyFile+"="+policyFile,
+		config.EnvPayloadDir+"="+t.TempDir(),
+	))
+
+	_, msgs := st.chat(t, `{"query": "write through a link", "conversationId": "mcp-linked"}`)
+	seq := 0
+	events := untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 1)
+	requests := ofType(events, protocol.EventApprovalRequest)
+	require.Len(t, requests, 1)
+	require.Equal(t, "c1", requests[0].ToolCallID, "the write through docs/src asks")
+	require.JSONEq(t, `{"path":"src/main.go","content":"approved\n"}`, requests[0].Arguments, "the person sees the file that would be written")
+	require.Equal(t, "package main\n", fileText(mainGo), "nothing is written before the approval")
+
+	postDecision(t, st.api, requests[0].RequestID, protocol.DecisionApprove, "", true)
+	events = append(events, untilEvent(t, msgs, &seq, protocol.EventFinish, 1)...)
+	require.Len(t, ofType(events, protocol.EventApprovalRequest), 1, "the write inside docs/ did not ask")
+	results := ofType(events, protocol.EventToolResult)[0].ToolResults
+	require.Equal(t, []string{"c1 mcp__fs__write_file ok", "c2 mcp__fs__write_file ok"}, resultStatuses(results), "%v", results)
+	require.Equal(t, "approved\n", fileText(mainGo), "the approved file is the one written")
+	require.Equal(t, "fine\n", fileText(filepath.Join(st.workspace, "docs", "notes.md")))
+}

@@ -70,6 +70,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 			return fmt.Errorf("%s: %w", config.EnvMCPConfig, err)
 		}
 	}
+	mcpCfg.Workspace = cfg.Workspace
 	mcpServers, err := activities.StartMCP(ctx, mcpCfg, log)
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", config.EnvMCPConfig, cfg.MCPConfig, err)

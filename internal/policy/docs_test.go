@@ -85,6 +85,7 @@ func TestToolsDocMCPExamplesAreTrue(t *testing.T) {
 	cfg, err := activities.ParseMCPConfig(example, func(string) string { return "" })
 	require.NoError(t, err)
 	require.Equal(t, []string{"-y", "@modelcontextprotocol/server-filesystem@2026.8.31", "./workspace"}, cfg.Servers[0].Args)
+	exampleCfg := cfg
 	cfg, err = activities.ParseMCPConfig([]byte(jsonBlocks[1][1]), func(name string) string { return map[string]string{"SEARCH_TOKEN": "t0k"}[name] })
 	require.NoError(t, err)
 	require.Equal(t, activities.MCPServerConfig{Name: "search", Type: activities.MCPHTTP, URL: "https://mcp.example.com/mcp",
@@ -99,6 +100,10 @@ func TestToolsDocMCPExamplesAreTrue(t *testing.T) {
 	fs, err := activities.ParseMCPConfig(fmt.Appendf(nil, `{"mcpServers":{"filesystem":{"command":%q,"args":[%q]}}}`,
 		proctest.MCPServer(t, "mcp-server-filesystem"), dir), os.Getenv)
 	require.NoError(t, err)
+	// The example's workspacePaths name tools and arguments the real
+	// server has: the worker would not start otherwise.
+	fs.Servers[0].WorkspacePaths, fs.Workspace = exampleCfg.Servers[0].WorkspacePaths, dir
+	require.NotEmpty(t, fs.Servers[0].WorkspacePaths)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	m, err := activities.StartMCP(ctx, fs, slog.New(slog.DiscardHandler))
@@ -112,8 +117,8 @@ func TestToolsDocMCPExamplesAreTrue(t *testing.T) {
 	require.True(t, requires("mcp__filesystem__move_file", `{"source":"a","destination":"b"}`), "destructive")
 	require.False(t, requires("mcp__filesystem__create_directory", `{"path":"x"}`), "not destructive")
 	require.False(t, requires("mcp__filesystem__read_text_file", `{"path":"x"}`), "read-only")
-	require.True(t, requires("mcp__filesystem__write_file", `{"path":"`+dir+`/src/a.go","content":""}`))
-	require.False(t, requires("mcp__filesystem__write_file", `{"path":"`+dir+`/notes/a.md","content":""}`), "its own rule")
+	require.True(t, requires("mcp__filesystem__write_file", `{"path":"src/a.go","content":""}`))
+	require.False(t, requires("mcp__filesystem__write_file", `{"path":"notes/a.md","content":""}`), "its own rule")
 	require.True(t, requires("mcp__search__query", `{}`), "the server's rule, though read-only")
 
 	// Without a policy, only what is not marked read-only asks.
