@@ -44,6 +44,12 @@ type conversation struct {
 	// whose workflow has started (or failed to).
 	idle    bool
 	started int
+	// compaction is the summary the turns read in place of the first
+	// messages; compacting is true while a person's compaction runs, and
+	// compactNext holds one asked for while a turn ran (context.go).
+	compaction  Compaction
+	compacting  bool
+	compactNext *CompactRequest
 }
 
 // Conversation owns a conversation's message log. Each user message, taken
@@ -53,6 +59,7 @@ type conversation struct {
 // carrying the full message log, before its history grows large.
 func (w *Workflows) Conversation(ctx workflow.Context, in ConversationInput) error {
 	c := &conversation{id: in.ConversationID, messages: in.Messages, turns: in.Turns, queue: in.Queue, grants: in.Grants, spent: in.Spent, raised: in.Raised, traces: map[int]workflowtrace.Span{},
+		compaction: in.Compaction,
 		// A run with nothing queued goes idle before it does anything else;
 		// a message can come before its loop gets there (with the start).
 		idle: len(in.Queue) == 0}
@@ -64,7 +71,7 @@ func (w *Workflows) Conversation(ctx workflow.Context, in ConversationInput) err
 	if err := workflow.SetQueryHandler(ctx, StateQuery, func() (ConversationState, error) {
 		return ConversationState{
 			ConversationID: c.id, Turns: c.turns, Running: c.running,
-			Messages: len(c.messages), Queued: len(c.queue),
+			Messages: len(c.messages), Queued: len(c.queue), Summarized: c.compaction.Covers,
 		}, nil
 	}); err != nil {
 		return fmt.Errorf("set %s query handler: %w", StateQuery, err)
@@ -83,6 +90,9 @@ func (w *Workflows) Conversation(ctx workflow.Context, in ConversationInput) err
 		return page(c.messages, req), nil
 	}); err != nil {
 		return fmt.Errorf("set %s query handler: %w", MessagesQuery, err)
+	}
+	if err := c.setCompactHandler(ctx); err != nil {
+		return err
 	}
 	if err := workflow.SetQueryHandler(ctx, GrantsQuery, func() ([]Grant, error) {
 		return append([]Grant{}, c.grants...), nil
@@ -109,7 +119,7 @@ func (w *Workflows) Conversation(ctx workflow.Context, in ConversationInput) err
 			c.setStatus(ctx, StatusIdle)
 		}
 		c.idle = len(c.queue) == 0
-		err := workflow.Await(ctx, func() bool { return len(c.queue) > 0 })
+		err := workflow.Await(ctx, func() bool { return len(c.queue) > 0 && !c.compacting })
 		c.idle = false
 		if err != nil {
 			return err // cancelled while idle
@@ -118,6 +128,7 @@ func (w *Workflows) Conversation(ctx workflow.Context, in ConversationInput) err
 		c.queue = c.queue[1:]
 		c.setStatus(ctx, StatusRunning)
 		c.runTurn(ctx, next)
+		c.compactQueued(ctx)
 		ran++
 
 		if ran >= c.settings.TurnsPerRun || workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
@@ -128,6 +139,7 @@ func (w *Workflows) Conversation(ctx workflow.Context, in ConversationInput) err
 			}
 			return workflow.NewContinueAsNewError(ctx, ConversationWorkflow, ConversationInput{
 				ConversationID: c.id, Messages: c.messages, Turns: c.turns, Queue: c.queue, Grants: c.grants, Spent: c.spent, Raised: c.raised,
+				Compaction: c.compaction,
 			})
 		}
 	}
@@ -172,8 +184,10 @@ func (c *conversation) onMessage(ctx workflow.Context, m UserMessage) (TurnRef, 
 // message and the turn's messages to the log.
 func (c *conversation) runTurn(ctx workflow.Context, q QueuedMessage) {
 	user := activities.Message{Role: activities.RoleUser, Content: q.Message.Query}
-	messages := make([]activities.Message, 0, len(c.messages)+1)
-	messages = append(append(messages, c.messages...), user)
+	// The turn reads the summary in place of the messages it stands for.
+	offset := min(c.compaction.Covers, len(c.messages))
+	messages := make([]activities.Message, 0, len(c.messages)-offset+1)
+	messages = append(append(messages, c.messages[offset:]...), user)
 
 	opts := workflow.ChildWorkflowOptions{
 		WorkflowID:        TurnWorkflowID(c.id, q.Turn),
@@ -197,6 +211,8 @@ func (c *conversation) runTurn(ctx workflow.Context, q QueuedMessage) {
 		ClientTools:    q.Message.ClientTools,
 		Spent:          c.spent,
 		Raised:         c.raised,
+		Offset:         offset,
+		Compaction:     c.compaction,
 	})
 	c.running, c.runningTurn = opts.WorkflowID, child
 	// Waiting for the start issues no command: the start's event wakes the
@@ -212,6 +228,7 @@ func (c *conversation) runTurn(ctx workflow.Context, q QueuedMessage) {
 		GrantsUsed map[string]int       `json:"grantsUsed,omitempty"`
 		Usage      Usage                `json:"usage,omitempty,omitzero"`
 		Raised     Budgets              `json:"raised,omitempty,omitzero"`
+		Compaction *Compaction          `json:"compaction,omitempty"`
 	}
 	err := child.Get(ctx, &out)
 	c.running, c.runningTurn = "", nil
@@ -233,6 +250,9 @@ func (c *conversation) runTurn(ctx workflow.Context, q QueuedMessage) {
 	c.grants = append(c.grants, out.Grants...)
 	c.spent = c.spent.Add(out.Usage)
 	c.raised = c.raised.raisedBy(out.Raised)
+	if out.Compaction != nil {
+		c.compaction = *out.Compaction
+	}
 }
 
 // setStatus keeps the conversation's StatusAttribute current, where the

@@ -49,6 +49,17 @@ const (
 	// cost a workflow task each, and the turn logs the call's token events
 	// when it ends (turn.callModel).
 	patchTokensByHeartbeat = "tokens-by-heartbeat"
+	// patchConversationCompaction (after patch level 2): the conversation
+	// keeps the summary a turn makes and carries it to its later turns
+	// (and across continue-as-new), which bring it up to date only when
+	// what came after it passes the budget again, in requests that each
+	// fit the model's window; the newest whole turns are never summarized,
+	// and a refusal for length gets smaller requests until one fits
+	// (turn.compactedView, turn.refit). Before it a turn summarized within
+	// itself, and its summary was lost (turn.modelViewInTurn). Asked by a
+	// turn when it first needs to compact, and by a conversation when a
+	// person asks it to compact.
+	patchConversationCompaction = "conversation-compaction"
 )
 
 // PatchLevel is the patch level this build records in the settings of

@@ -367,6 +367,8 @@
           const what = [];
           if (ev.elided) what.push(`${ev.elided} old tool output${ev.elided === 1 ? '' : 's'} left out`);
           if (ev.summarized) what.push(`${ev.summarized} earlier message${ev.summarized === 1 ? '' : 's'} summarized`);
+          if (ev.kept && ev.summarized) what.push(`${ev.kept} newer kept whole`);
+          if (ev.cut) what.push(`${ev.cut} long message${ev.cut === 1 ? '' : 's'} cut in the middle`);
           const kib = (n) => Math.round((n || 0) / 1024);
           const el = h('div', { class: 'compacted', testid: 'context-compacted' },
             `context compacted to fit the model: ${what.join(', ')} (${kib(ev.bytesBefore)} → ${kib(ev.bytesAfter)} KiB); the whole conversation is kept`);

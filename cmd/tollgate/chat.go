@@ -414,6 +414,12 @@ func compactedWhat(e protocol.Event) string {
 	}
 	if e.Summarized > 0 {
 		parts = append(parts, fmt.Sprintf("%d earlier %s summarized", e.Summarized, plural(e.Summarized, "message", "messages")))
+		if e.Kept > 0 {
+			parts = append(parts, fmt.Sprintf("%d newer kept whole", e.Kept))
+		}
+	}
+	if e.Cut > 0 {
+		parts = append(parts, fmt.Sprintf("%d long %s cut in the middle", e.Cut, plural(e.Cut, "message", "messages")))
 	}
 	return strings.Join(parts, ", ")
 }

@@ -1,0 +1,344 @@
+package workflows
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/internal/scripted"
+)
+
+// windowedModel is a model server with a context window, as OpenAI's: a
+// request past it is answered 400 context_length_exceeded. A summary
+// request is answered with a short summary, any other with "answer to"
+// and the start of the last user message.
+type windowedModel struct {
+	server *scripted.Server
+
+	mu sync.Mutex
+	// sent holds the requests the server took, in order; refused counts
+	// the others.
+	sent    []sentRequest
+	refused int
+}
+
+type sentRequest struct {
+	bytes    int
+	summary  bool
+	messages []openai.ChatCompletionMessage
+}
+
+func newWindowedModel(t *testing.T, h *harness, window int) *windowedModel {
+	m := &windowedModel{}
+	m.server = scripted.New(func(req openai.ChatCompletionRequest) scripted.Reply {
+		body, err := json.Marshal(req)
+		require.NoError(t, err)
+		summary := strings.HasPrefix(req.Messages[0].Content, foldPrompt)
+		m.mu.Lock()
+		m.sent = append(m.sent, sentRequest{bytes: len(body), summary: summary, messages: req.Messages})
+		m.mu.Unlock()
+		if summary {
+			return scripted.Reply{Content: fmt.Sprintf("The user sent long messages; the last one summarized began %.20q.", lastUser(req.Messages))}
+		}
+		return scripted.Reply{Content: "answer to " + lastUser(req.Messages)[:min(20, len(lastUser(req.Messages)))]}
+	}, scripted.Window(window))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		m.server.ServeHTTP(rec, r)
+		if rec.status != http.StatusOK {
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			m.refused++
+		}
+	}))
+	t.Cleanup(srv.Close)
+	h.chat = activities.NewModel(srv.URL+"/v1", "", "any", nil).Chat
+	return m
+}
+
+func (m *windowedModel) requests() ([]sentRequest, int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.sent), m.refused
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(status int) {
+	w.status = status
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func lastUser(msgs []openai.ChatCompletionMessage) string {
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].Role == openai.ChatMessageRoleUser {
+			return msgs[i].Content
+		}
+	}
+	return ""
+}
+
+// finishedTurns collects the outputs of the conversation's turns as they
+// end, by turn workflow ID.
+func finishedTurns(h *harness) func() map[string]TurnOutput {
+	var mu sync.Mutex
+	outs := map[string]TurnOutput{}
+	h.env.SetOnChildWorkflowCompletedListener(func(info *workflow.Info, result converter.EncodedValue, err error) {
+		if info.WorkflowType.Name != ChatTurnWorkflow {
+			return
+		}
+		var out TurnOutput
+		require.NoError(h.t, err)
+		require.NoError(h.t, result.Get(&out))
+		mu.Lock()
+		defer mu.Unlock()
+		outs[info.WorkflowExecution.ID] = out
+	})
+	return func() map[string]TurnOutput {
+		mu.Lock()
+		defer mu.Unlock()
+		return outs
+	}
+}
+
+// sendEach sends the messages one at a time, each once the conversation
+// is idle again (the test clock stands still while a turn's activities
+// run), then stops the conversation.
+func (h *harness) sendEach(queries []string) []TurnRef {
+	refs := make([]TurnRef, len(queries))
+	for i, q := range queries {
+		h.env.RegisterDelayedCallback(func() { h.send(q, &refs[i]) }, time.Duration(i+1)*time.Minute)
+	}
+	return refs
+}
+
+func pasted(n, size int) string {
+	line := fmt.Sprintf("message %d: a pasted log line with some numbers 12345 67890\n", n)
+	return strings.Repeat(line, size/len(line)+1)[:size]
+}
+
+func median(xs []int) int {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// TestSixtyFourPastedLogsFitA150kWindowWithFewSummaries is the issue's
+// conversation: 64 messages of 40 KB against a model with a 150,000-token
+// window that refuses anything longer, as OpenAI does.
+func TestSixtyFourPastedLogsFitA150kWindowWithFewSummaries(t *testing.T) {
+	settings := testSettings()
+	settings.ContextWindow = 150000
+	h := newHarness(t, settings)
+	model := newWindowedModel(t, h, 150000)
+	turnsDone := finishedTurns(h)
+	const n = 64
+	queries := make([]string, n)
+	for i := range queries {
+		queries[i] = pasted(i, 40<<10)
+	}
+	h.sendEach(queries)
+	var state ConversationState
+	h.env.RegisterDelayedCallback(func() {
+		v, err := h.env.QueryWorkflow(StateQuery)
+		require.NoError(t, err)
+		require.NoError(t, v.Get(&state))
+		h.env.CancelWorkflow()
+	}, time.Duration(n+1)*time.Minute)
+
+	h.env.ExecuteWorkflow(ConversationWorkflow, ConversationInput{ConversationID: "long"})
+
+	outs := turnsDone()
+	require.Len(t, outs, n)
+	for i := 1; i <= n; i++ {
+		out := outs[TurnWorkflowID("long", i)]
+		require.Equal(t, FinishStop, out.FinishReason, "turn %d", i)
+	}
+	require.Equal(t, 2*n, state.Messages)
+	require.Positive(t, state.Summarized)
+
+	sent, refused := model.requests()
+	require.Zero(t, refused, "no request passed the window")
+	var turnBytes []int
+	summaries := 0
+	for _, r := range sent {
+		if r.summary {
+			summaries++
+			continue
+		}
+		turnBytes = append(turnBytes, r.bytes)
+		// The previous user message reaches the model whole.
+		cur := lastUser(r.messages)
+		i := slices.Index(queries, cur)
+		require.GreaterOrEqual(t, i, 0)
+		if i > 0 {
+			require.True(t, slices.ContainsFunc(r.messages, func(m openai.ChatCompletionMessage) bool { return m.Content == queries[i-1] }),
+				"the request of turn %d holds the previous message whole", i+1)
+		}
+	}
+	if len(turnBytes) != n {
+		for i, r := range sent {
+			t.Logf("request %d: summary %v, %d bytes, %d messages, last user %.30q", i, r.summary, r.bytes, len(r.messages), lastUser(r.messages))
+		}
+	}
+	require.Len(t, turnBytes, n, "one call a turn")
+	perTurn := float64(len(sent)) / n
+	require.LessOrEqual(t, perTurn, 1.25, "model requests per turn, summaries included")
+	early, late := median(turnBytes[10:30]), median(turnBytes[44:64])
+	ratio := float64(late) / float64(early)
+	require.LessOrEqual(t, ratio, 1.3, "bytes sent per turn stay flat")
+	t.Logf("64 turns x 40 KB at a 150k window: %d requests (%d summaries), %.3f a turn; median bytes a turn %d (turns 11-30) and %d (45-64), ratio %.2f",
+		len(sent), summaries, perTurn, early, late, ratio)
+}
+
+func TestATwoMegabytePasteIsCutInTheMiddleAndSaysWhereTheWholeIsKept(t *testing.T) {
+	settings := testSettings()
+	settings.ContextWindow = 150000
+	h := newHarness(t, settings)
+	model := newWindowedModel(t, h, 150000)
+	turnsDone := finishedTurns(h)
+	paste := pasted(1, 2<<20)
+	h.sendEach([]string{"hello", paste, "what did it say?"})
+	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, time.Hour)
+
+	h.env.ExecuteWorkflow(ConversationWorkflow, ConversationInput{ConversationID: "paste"})
+
+	outs := turnsDone()
+	for i := 1; i <= 3; i++ {
+		require.Equal(t, FinishStop, outs[TurnWorkflowID("paste", i)].FinishReason, "turn %d", i)
+	}
+	sent, refused := model.requests()
+	require.Zero(t, refused, "no request passed the window")
+	second := sent[1].messages
+	cut := second[len(second)-1].Content
+	require.True(t, strings.HasPrefix(cut, paste[:1000]), "its beginning")
+	require.True(t, strings.HasSuffix(cut, paste[len(paste)-1000:]), "and its end")
+	require.Contains(t, cut, "bytes left out here to fit the model's context. The whole message is kept in the conversation's transcript: GET /conversations/paste/messages?offset=2&limit=1")
+	require.Equal(t, 1, findEvent(t, outs[TurnWorkflowID("paste", 2)].Events, EventContextCompacted).Cut)
+	last := sent[len(sent)-1].messages
+	require.Equal(t, "what did it say?", last[len(last)-1].Content)
+	require.True(t, slices.ContainsFunc(last, func(m openai.ChatCompletionMessage) bool { return strings.HasPrefix(m.Content, paste[:1000]) }),
+		"the next turn reads the paste's beginning still")
+}
+
+func TestATurnWhoseOwnToolOutputsPassTheWindowLeavesOutTheOldOnesAndCutsTheNewest(t *testing.T) {
+	settings := testSettings()
+	settings.ContextWindow = 20000 // 45,000 bytes of view
+	h := newHarness(t, settings,
+		calls(call("r1", "Read", `{"file_path":"a.log"}`)),
+		calls(call("r2", "Read", `{"file_path":"b.log"}`), call("r3", "Read", `{"file_path":"c.log"}`)),
+		activities.ModelOutput{Content: "Both logs are fine."},
+	)
+	big := strings.Repeat("a log line of the big file\n", 1500) // 40 KB
+	h.env.OnActivity(activities.ToolRead, mock.Anything, mock.Anything).Return(activities.ToolOutput{Status: activities.StatusOK, Result: big}, nil)
+
+	out := h.runTurn(userTurn("read the logs"))
+
+	require.Equal(t, FinishStop, out.FinishReason)
+	require.Len(t, h.modelInputs, 3)
+	budget := viewBudget(settings.withDefaults(), 20000)
+	second := h.modelInputs[1].Messages
+	require.Equal(t, big, second[len(second)-1].Content, "the first batch's output fits: whole")
+	third := h.modelInputs[2].Messages
+	require.LessOrEqual(t, viewSize(third), budget)
+	require.Equal(t, ElidedToolOutput, third[3].Content, "the output the model has read is left out first")
+	for _, m := range third[len(third)-2:] {
+		require.True(t, strings.HasPrefix(m.Content, big[:1000]), "the newest batch, which the model has not read, is never left out")
+		require.Contains(t, m.Content, "bytes left out here to fit the model's context. The whole message is kept in the conversation's transcript: GET /conversations/c1/messages?offset=")
+	}
+	e := ofType(out.Events, EventContextCompacted)
+	require.Equal(t, 1, e[len(e)-1].Elided)
+	require.Equal(t, 2, e[len(e)-1].Cut)
+}
+
+func TestAPersonCompactsTheConversationWithInstructionsAndTheNextTurnReadsTheSummary(t *testing.T) {
+	h := newHarness(t, testSettings(),
+		activities.ModelOutput{Content: "a1"}, activities.ModelOutput{Content: "a2"}, activities.ModelOutput{Content: "a3"},
+		activities.ModelOutput{Content: "We chose PostgreSQL for the schema."},
+		activities.ModelOutput{Content: "a4"},
+	)
+	turnsDone := finishedTurns(h)
+	h.sendEach([]string{"q1", "q2", "q3"})
+	var result CompactResult
+	h.env.RegisterDelayedCallback(func() {
+		h.env.UpdateWorkflow(CompactUpdate, "", &testsuite.TestUpdateCallback{
+			OnAccept: func() {}, OnReject: func(err error) { t.Errorf("rejected: %v", err) },
+			OnComplete: func(v any, err error) {
+				require.NoError(t, err)
+				result = v.(CompactResult)
+			},
+		}, CompactRequest{Instructions: "keep the decisions about the schema"})
+	}, 10*time.Minute)
+	var r4 TurnRef
+	h.env.RegisterDelayedCallback(func() { h.send("q4", &r4) }, 20*time.Minute)
+	var rejected error
+	h.env.RegisterDelayedCallback(func() {
+		h.env.UpdateWorkflow(CompactUpdate, "", &testsuite.TestUpdateCallback{
+			OnAccept: func() {}, OnReject: func(err error) { rejected = err }, OnComplete: func(any, error) {},
+		}, CompactRequest{Instructions: strings.Repeat("x", 5000)})
+	}, 25*time.Minute)
+	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, time.Hour)
+
+	h.env.ExecuteWorkflow(ConversationWorkflow, ConversationInput{ConversationID: "manual"})
+
+	require.Equal(t, CompactResult{Compacted: true, Summarized: 4, Kept: 2, BytesBefore: 12, BytesAfter: 35 + 4}, result)
+	require.Len(t, h.modelInputs, 5)
+	summaryCall := h.modelInputs[3].Messages
+	require.Equal(t, foldPrompt+foldInstructions+"keep the decisions about the schema", summaryCall[0].Content)
+	require.Equal(t, foldFirst+"user: q1\nassistant: a1\nuser: q2\nassistant: a2\n", summaryCall[1].Content)
+	require.Equal(t, []string{SummaryPrefix + "We chose PostgreSQL for the schema.", "q3", "a3", "q4"}, contents(h.modelInputs[4].Messages)[1:])
+	e := findEvent(t, turnsDone()[r4.TurnID].Events, EventContextCompacted)
+	require.Equal(t, 4, e.Summarized)
+	require.Equal(t, 3, e.Kept)
+	require.ErrorContains(t, rejected, "the instructions are 5000 bytes, more than the 4000 a compaction takes")
+}
+
+func TestAConversationThatContinuesAsNewKeepsItsSummary(t *testing.T) {
+	settings := testSettings()
+	settings.ContextBudget = 6000
+	settings.TurnsPerRun = 5
+	h := newHarness(t, settings)
+	queries := make([]string, 5)
+	for i := range queries {
+		queries[i] = pasted(i, 1500)
+	}
+	h.sendEach(queries)
+
+	h.env.ExecuteWorkflow(ConversationWorkflow, ConversationInput{ConversationID: "carried"})
+
+	next := continuedAs(t, h.env)
+	require.Positive(t, next.Compaction.Covers)
+	require.NotEmpty(t, next.Compaction.Summary)
+	require.Len(t, next.Messages, 10, "the transcript is carried whole")
+
+	// The next run's turn reads the summary it carried, and no more than
+	// the messages since.
+	h2 := newHarness(t, settings, activities.ModelOutput{Content: "a6"})
+	var r TurnRef
+	h2.env.RegisterDelayedCallback(func() { h2.send("q6", &r) }, time.Minute)
+	h2.env.RegisterDelayedCallback(h2.env.CancelWorkflow, time.Hour)
+	h2.env.ExecuteWorkflow(ConversationWorkflow, next)
+	require.Len(t, h2.modelInputs, 1, "no summary again")
+	view := h2.modelInputs[0].Messages
+	require.Equal(t, SummaryPrefix+next.Compaction.Summary, view[1].Content)
+	require.Equal(t, append(slices.Clone(next.Messages[next.Compaction.Covers:]), activities.Message{Role: activities.RoleUser, Content: "q6"}), view[2:])
+}
