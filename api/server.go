@@ -191,6 +191,7 @@ func newServer(o Options, src eventSource, settings hubSettings) *Server {
 	r.POST("/chat/tool-result", chat, s.toolResult)
 	r.GET("/conversations/:conversationId/grants", approve, s.grants)
 	r.GET("/conversations/:conversationId/messages", read, s.messages)
+	r.POST("/conversations/:conversationId/compact", chat, s.compact)
 	r.DELETE("/conversations/:conversationId/grants/:grantId", approve, s.revokeGrant)
 	r.GET("/approvals", approve, s.listApprovals)
 	r.GET("/audit", approve, s.listAudit)
