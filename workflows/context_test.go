@@ -34,12 +34,20 @@ type windowedModel struct {
 	// the others.
 	sent    []sentRequest
 	refused int
+	// index, when set, numbers the user messages to look for in each
+	// request (sentRequest.whole), and then the requests' messages are not
+	// kept: a long conversation's would take gigabytes.
+	index map[string]int
 }
 
 type sentRequest struct {
 	bytes    int
 	summary  bool
 	messages []openai.ChatCompletionMessage
+	// whole are the indexes, in windowedModel.index, of the user messages
+	// the request holds whole; last is its last user message's (-1: none).
+	whole []int
+	last  int
 }
 
 func newWindowedModel(t *testing.T, h *harness, window int) *windowedModel {
@@ -48,8 +56,17 @@ func newWindowedModel(t *testing.T, h *harness, window int) *windowedModel {
 		body, err := json.Marshal(req)
 		require.NoError(t, err)
 		summary := strings.HasPrefix(req.Messages[0].Content, foldPrompt)
+		r := sentRequest{bytes: len(body), summary: summary, last: -1}
 		m.mu.Lock()
-		m.sent = append(m.sent, sentRequest{bytes: len(body), summary: summary, messages: req.Messages})
+		if m.index == nil {
+			r.messages = req.Messages
+		}
+		for _, msg := range req.Messages {
+			if i, ok := m.index[msg.Content]; ok && msg.Role == openai.ChatMessageRoleUser {
+				r.whole, r.last = append(r.whole, i), i
+			}
+		}
+		m.sent = append(m.sent, r)
 		m.mu.Unlock()
 		if summary {
 			return scripted.Reply{Content: fmt.Sprintf("The user sent long messages; the last one summarized began %.20q.", lastUser(req.Messages))}
@@ -146,68 +163,122 @@ func median(xs []int) int {
 // conversation: 64 messages of 40 KB against a model with a 150,000-token
 // window that refuses anything longer, as OpenAI does.
 func TestSixtyFourPastedLogsFitA150kWindowWithFewSummaries(t *testing.T) {
-	settings := testSettings()
-	settings.ContextWindow = 150000
-	h := newHarness(t, settings)
-	model := newWindowedModel(t, h, 150000)
-	turnsDone := finishedTurns(h)
-	const n = 64
-	queries := make([]string, n)
-	for i := range queries {
-		queries[i] = pasted(i, 40<<10)
+	m := runLongConversation(t, 64, 40<<10, 150000, 10, 20)
+	t.Logf("64 turns x 40 KB at a 150k window: %s", m)
+}
+
+// TestAThousandShortMessagesStayFlat is the issue's second measure: 1,000
+// messages of 4 KB at the same window. A summary comes about every 60
+// turns, so medians are taken over 200 turns: 201-400 and the last 200.
+func TestAThousandShortMessagesStayFlat(t *testing.T) {
+	if testing.Short() {
+		t.Skip("1,000 turns")
 	}
-	h.sendEach(queries)
+	m := runLongConversation(t, 1000, 4<<10, 150000, 200, 200)
+	t.Logf("1,000 turns x 4 KB at a 150k window: %s", m)
+}
+
+// measure is what runLongConversation measured.
+type measure struct {
+	requests, summaries int
+	perTurn             float64
+	// early and late are the medians of the bytes sent a turn (request
+	// bodies, summaries included) over span turns from earlyFrom and the
+	// last span, and
+	// of the time a turn took, start to end (test clock aside: the real
+	// time of its activities and workflow tasks).
+	earlyBytes, lateBytes int
+	earlyTime, lateTime   time.Duration
+}
+
+func (m measure) String() string {
+	return fmt.Sprintf("%d requests (%d summaries), %.3f a turn; median bytes sent a turn %d (early turns) and %d (last turns), ratio %.2f; "+
+		"median time a turn %s and %s, ratio %.2f", m.requests, m.summaries, m.perTurn, m.earlyBytes, m.lateBytes,
+		float64(m.lateBytes)/float64(m.earlyBytes), m.earlyTime, m.lateTime, float64(m.lateTime)/float64(m.earlyTime))
+}
+
+// runLongConversation sends n messages of size bytes, one a turn, to a
+// conversation on a model with a window of tokens, and requires what the
+// issue asks: every turn ends with stop, no request passes the window, at
+// most 1.25 requests a turn, the previous user message whole in every
+// turn's request, and bytes sent a turn flat (at most 1.3 times, medians
+// of span turns from earlyFrom and of the last span).
+func runLongConversation(t *testing.T, n, size, window, earlyFrom, span int) measure {
+	settings := testSettings()
+	settings.ContextWindow = window
+	settings.TurnsPerRun = n + 1
+	h := newHarness(t, settings)
+	model := newWindowedModel(t, h, window)
+	turnsDone := finishedTurns(h)
+	queries := make([]string, n)
+	model.index = map[string]int{}
+	for i := range queries {
+		queries[i] = pasted(i, size)
+		model.index[queries[i]] = i
+	}
+	// Each turn's bytes and time: the requests sent and the real time
+	// between its message and the next (the test clock stands still while
+	// a turn runs).
+	sentBefore, started := make([]int, n+1), make([]time.Time, n+1)
 	var state ConversationState
-	h.env.RegisterDelayedCallback(func() {
-		v, err := h.env.QueryWorkflow(StateQuery)
-		require.NoError(t, err)
-		require.NoError(t, v.Get(&state))
-		h.env.CancelWorkflow()
-	}, time.Duration(n+1)*time.Minute)
+	// Each message's callback registers the next one: the test
+	// environment holds at most a thousand callbacks waiting.
+	var next func(i int)
+	next = func(i int) {
+		h.env.RegisterDelayedCallback(func() {
+			sent, _ := model.requests()
+			sentBefore[i], started[i] = len(sent), time.Now()
+			if i == n {
+				v, err := h.env.QueryWorkflow(StateQuery)
+				require.NoError(t, err)
+				require.NoError(t, v.Get(&state))
+				h.env.CancelWorkflow()
+				return
+			}
+			var ref TurnRef
+			h.send(queries[i], &ref)
+			next(i + 1)
+		}, time.Minute)
+	}
+	next(0)
 
 	h.env.ExecuteWorkflow(ConversationWorkflow, ConversationInput{ConversationID: "long"})
 
 	outs := turnsDone()
 	require.Len(t, outs, n)
 	for i := 1; i <= n; i++ {
-		out := outs[TurnWorkflowID("long", i)]
-		require.Equal(t, FinishStop, out.FinishReason, "turn %d", i)
+		require.Equal(t, FinishStop, outs[TurnWorkflowID("long", i)].FinishReason, "turn %d", i)
 	}
 	require.Equal(t, 2*n, state.Messages)
 	require.Positive(t, state.Summarized)
 
 	sent, refused := model.requests()
 	require.Zero(t, refused, "no request passed the window")
-	var turnBytes []int
-	summaries := 0
+	m := measure{requests: len(sent), perTurn: float64(len(sent)) / float64(n)}
+	turnBytes, turnTimes := make([]int, n), make([]int, n)
+	for i := range n {
+		for _, r := range sent[sentBefore[i]:sentBefore[i+1]] {
+			turnBytes[i] += r.bytes
+		}
+		turnTimes[i] = int(started[i+1].Sub(started[i]))
+	}
 	for _, r := range sent {
 		if r.summary {
-			summaries++
+			m.summaries++
 			continue
 		}
-		turnBytes = append(turnBytes, r.bytes)
 		// The previous user message reaches the model whole.
-		cur := lastUser(r.messages)
-		i := slices.Index(queries, cur)
-		require.GreaterOrEqual(t, i, 0)
-		if i > 0 {
-			require.True(t, slices.ContainsFunc(r.messages, func(m openai.ChatCompletionMessage) bool { return m.Content == queries[i-1] }),
-				"the request of turn %d holds the previous message whole", i+1)
+		require.GreaterOrEqual(t, r.last, 0)
+		if r.last > 0 {
+			require.Contains(t, r.whole, r.last-1, "the request of turn %d holds the previous message whole", r.last+1)
 		}
 	}
-	if len(turnBytes) != n {
-		for i, r := range sent {
-			t.Logf("request %d: summary %v, %d bytes, %d messages, last user %.30q", i, r.summary, r.bytes, len(r.messages), lastUser(r.messages))
-		}
-	}
-	require.Len(t, turnBytes, n, "one call a turn")
-	perTurn := float64(len(sent)) / n
-	require.LessOrEqual(t, perTurn, 1.25, "model requests per turn, summaries included")
-	early, late := median(turnBytes[10:30]), median(turnBytes[44:64])
-	ratio := float64(late) / float64(early)
-	require.LessOrEqual(t, ratio, 1.3, "bytes sent per turn stay flat")
-	t.Logf("64 turns x 40 KB at a 150k window: %d requests (%d summaries), %.3f a turn; median bytes a turn %d (turns 11-30) and %d (45-64), ratio %.2f",
-		len(sent), summaries, perTurn, early, late, ratio)
+	require.Equal(t, n, len(sent)-m.summaries, "one call a turn")
+	require.LessOrEqual(t, m.perTurn, 1.25, "model requests per turn, summaries included")
+	m.earlyBytes, m.lateBytes = median(turnBytes[earlyFrom:earlyFrom+span]), median(turnBytes[n-span:])
+	m.earlyTime, m.lateTime = time.Duration(median(turnTimes[earlyFrom:earlyFrom+span])), time.Duration(median(turnTimes[n-span:]))
+	require.LessOrEqual(t, float64(m.lateBytes)/float64(m.earlyBytes), 1.3, "bytes sent per turn stay flat")
+	return m
 }
 
 func TestATwoMegabytePasteIsCutInTheMiddleAndSaysWhereTheWholeIsKept(t *testing.T) {
