@@ -45,8 +45,10 @@ func TestALongConversationOfPastedLogsRunsOnAModelWithAWindow(t *testing.T) {
 		withSettings(func(s *workflows.Settings) { s.ContextWindow = 150000 }))
 	const n = 64
 	queries := make([]string, n)
+	took := make([]time.Duration, n)
 	start := time.Now()
 	for i := range queries {
+		began := time.Now()
 		line := fmt.Sprintf("message %d: a pasted log line with numbers 12345 67890\\n", i)
 		queries[i] = strings.Repeat(line, 40<<10/len(line))
 		body, err := json.Marshal(protocol.ChatRequest{Query: queries[i], ConversationID: "logs"})
@@ -55,6 +57,7 @@ func TestALongConversationOfPastedLogsRunsOnAModelWithAWindow(t *testing.T) {
 		seq := 0
 		events := untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
 		require.Equal(t, protocol.FinishStop, events[len(events)-1].Reason, "turn %d: %s", i+1, events[len(events)-1].Message)
+		took[i] = time.Since(began)
 	}
 	elapsed := time.Since(start)
 
@@ -74,7 +77,11 @@ func TestALongConversationOfPastedLogsRunsOnAModelWithAWindow(t *testing.T) {
 	}
 	perTurn := float64(len(requests)) / n
 	require.LessOrEqual(t, perTurn, 1.25, "model requests a turn, summaries included")
-	t.Logf("%d turns in %s: %d requests, %d of them summaries (%.2f a turn)", n, elapsed.Round(time.Millisecond), len(requests), summaries, perTurn)
+	early, late := slices.Clone(took[10:30]), slices.Clone(took[n-20:])
+	slices.Sort(early)
+	slices.Sort(late)
+	t.Logf("%d turns in %s: %d requests, %d of them summaries (%.2f a turn); median time a turn %s (turns 11-30) and %s (45-64)",
+		n, elapsed.Round(time.Millisecond), len(requests), summaries, perTurn, early[10].Round(time.Millisecond), late[10].Round(time.Millisecond))
 	page := messagesPage(t, st.api.URL+"/conversations/logs/messages?offset=0&limit=1")
 	require.Equal(t, 2*n, page.Total, "the transcript keeps every message")
 	require.Equal(t, queries[0], page.Messages[0].Content, "whole")
