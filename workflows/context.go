@@ -241,6 +241,8 @@ func (t *turn) fold(ctx workflow.Context, covers, keep int) error {
 	s := t.summarizer()
 	summary, err := s.fold(ctx, t.view.kept.Summary, t.input[covers:keep], t.view.offset+covers)
 	t.learnWindow(s.window)
+	// The budgets count what summaries spend.
+	t.used.Tokens += s.tokens
 	if err != nil {
 		return err
 	}
@@ -425,8 +427,8 @@ type summarizer struct {
 	// refuses a request as too long; refits counts those refusals.
 	window int
 	refits *int
-	// calls counts the model calls made.
-	calls int
+	// tokens counts what the summary requests spent, for the budgets.
+	tokens int
 }
 
 // fold returns summary brought up to date with msgs, the conversation's
@@ -457,13 +459,13 @@ func (s *summarizer) fold(ctx workflow.Context, summary string, msgs []activitie
 			text = foldSummarySoFar + summary + foldSince + piece.String()
 		}
 		in := activities.ModelInput{
-			Messages: []activities.Message{{Role: activities.RoleSystem, Content: system}, {Role: activities.RoleUser, Content: text}},
-			Model:    s.model,
+			Messages:  []activities.Message{{Role: activities.RoleSystem, Content: system}, {Role: activities.RoleUser, Content: text}},
+			Model:     s.model,
+			WantUsage: s.settings.Budgets.wantsUsage(),
 		}
 		var out activities.ModelOutput
 		opts := modelActivityOptions(s.settings)
 		opts.Summary = fmt.Sprintf("summarize messages %d to %d", first+i, first+j-1)
-		s.calls++
 		err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), activities.ModelActivity, in).Get(ctx, &out)
 		if err != nil && isContextTooLong(err) && *s.refits < maxRefits {
 			*s.refits++
@@ -474,6 +476,7 @@ func (s *summarizer) fold(ctx workflow.Context, summary string, msgs []activitie
 			return "", fmt.Errorf("summarize messages %d to %d: %w", first+i, first+j-1, err)
 		}
 		summary, i = strings.TrimSpace(out.Content), j
+		s.tokens += out.Tokens
 	}
 	return summary, nil
 }
@@ -557,6 +560,7 @@ func (c *conversation) compact(ctx workflow.Context, r CompactRequest) (CompactR
 	window := smallerWindow(c.settings.ContextWindow, c.compaction.Window)
 	s := &summarizer{settings: c.settings, model: c.settings.Model, conversationID: c.id, instructions: r.Instructions, window: window, refits: &refits}
 	summary, err := s.fold(ctx, c.compaction.Summary, c.messages[covers:keep], covers)
+	c.spent.Tokens += s.tokens
 	if s.window < window {
 		c.compaction.Window = s.window
 	}

@@ -413,3 +413,18 @@ func TestAConversationThatContinuesAsNewKeepsItsSummary(t *testing.T) {
 	require.Equal(t, SummaryPrefix+next.Compaction.Summary, view[1].Content)
 	require.Equal(t, append(slices.Clone(next.Messages[next.Compaction.Covers:]), activities.Message{Role: activities.RoleUser, Content: "q6"}), view[2:])
 }
+
+func TestTheBudgetsCountWhatSummariesSpend(t *testing.T) {
+	settings := testSettings()
+	settings.ContextBudget = 6000
+	settings.Budgets = Budgets{TurnTokens: 100000}
+	h := newHarness(t, settings,
+		activities.ModelOutput{Content: "Turns 0 to 2 were long messages.", Tokens: 1500},
+		activities.ModelOutput{Content: "Now this.", Tokens: 700},
+	)
+
+	out := h.runTurn(turns(4, 1500, "and now?"))
+
+	require.True(t, h.modelInputs[0].WantUsage, "the summary request asks for its usage")
+	require.Equal(t, 2200, out.Usage.Tokens, "the summary and the answer")
+}
