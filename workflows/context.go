@@ -501,7 +501,10 @@ func (s *summarizer) render(m activities.Message, index, room int) string {
 func (c *conversation) setCompactHandler(ctx workflow.Context) error {
 	err := workflow.SetUpdateHandlerWithOptions(ctx, CompactUpdate,
 		func(ctx workflow.Context, r CompactRequest) (CompactResult, error) {
-			if c.running != "" || c.compacting {
+			switch {
+			case c.compacting:
+				return CompactResult{Summarized: c.compaction.Covers, Reason: "another compaction runs now; ask again once it has ended"}, nil
+			case c.running != "":
 				c.compactNext = &r
 				return CompactResult{Queued: true, Summarized: c.compaction.Covers}, nil
 			}

@@ -428,3 +428,73 @@ func TestTheBudgetsCountWhatSummariesSpend(t *testing.T) {
 	require.True(t, h.modelInputs[0].WantUsage, "the summary request asks for its usage")
 	require.Equal(t, 2200, out.Usage.Tokens, "the summary and the answer")
 }
+
+func TestACompactionAskedWhileATurnRunsFollowsTheTurn(t *testing.T) {
+	h := newHarness(t, testSettings(),
+		activities.ModelOutput{Content: "a1"},
+		calls(call("b", "Bash", `{"command":"make"}`)),
+		activities.ModelOutput{Content: "a2"},
+		activities.ModelOutput{Content: "The user asked twice."},
+		activities.ModelOutput{Content: "a3"},
+		activities.ModelOutput{Content: "The user asked three times."},
+	)
+	h.sendEach([]string{"q1", "q2"})
+	var queued, again, third CompactResult
+	compact := func(res *CompactResult) func() {
+		return func() {
+			h.env.UpdateWorkflow(CompactUpdate, "", &testsuite.TestUpdateCallback{
+				OnAccept: func() {}, OnReject: func(err error) { t.Errorf("rejected: %v", err) },
+				OnComplete: func(v any, err error) {
+					require.NoError(t, err)
+					*res = v.(CompactResult)
+				},
+			}, CompactRequest{})
+		}
+	}
+	// Turn 2 waits for its Bash call's approval meanwhile (which times out
+	// after three minutes).
+	h.env.RegisterDelayedCallback(compact(&queued), 2*time.Minute+time.Second)
+	var r3 TurnRef
+	h.env.RegisterDelayedCallback(func() { h.send("q3", &r3) }, 10*time.Minute)
+	h.env.RegisterDelayedCallback(compact(&again), 20*time.Minute)
+	h.env.RegisterDelayedCallback(compact(&third), 21*time.Minute)
+	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, time.Hour)
+
+	h.env.ExecuteWorkflow(ConversationWorkflow, ConversationInput{ConversationID: "queued"})
+
+	require.Equal(t, CompactResult{Queued: true}, queued, "answered at once")
+	require.Len(t, h.modelInputs, 6)
+	require.Equal(t, foldPrompt, h.modelInputs[3].Messages[0].Content, "the compaction ran when turn 2 ended, before turn 3")
+	require.Equal(t, SummaryPrefix+"The user asked twice.", h.modelInputs[4].Messages[1].Content)
+	require.True(t, again.Compacted, "turn 2 is folded in once turn 3 is the newest")
+	require.Equal(t, 6, again.Summarized)
+	require.False(t, third.Compacted)
+	require.Contains(t, third.Reason, "nothing to summarize", "a compaction with nothing new makes no model call")
+}
+
+func TestACompactionAskedWhileAnotherRunsIsToldSo(t *testing.T) {
+	h := newHarness(t, testSettings(),
+		activities.ModelOutput{Content: "a1"}, activities.ModelOutput{Content: "a2"},
+		activities.ModelOutput{Content: "The user asked twice."},
+	)
+	h.sendEach([]string{"q1", "q2"})
+	results := make([]CompactResult, 2)
+	h.env.RegisterDelayedCallback(func() {
+		for i := range results {
+			h.env.UpdateWorkflow(CompactUpdate, "", &testsuite.TestUpdateCallback{
+				OnAccept: func() {}, OnReject: func(err error) { t.Errorf("rejected: %v", err) },
+				OnComplete: func(v any, err error) {
+					require.NoError(t, err)
+					results[i] = v.(CompactResult)
+				},
+			}, CompactRequest{})
+		}
+	}, 10*time.Minute)
+	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, time.Hour)
+
+	h.env.ExecuteWorkflow(ConversationWorkflow, ConversationInput{ConversationID: "twice"})
+
+	require.True(t, results[0].Compacted)
+	require.Equal(t, CompactResult{Reason: "another compaction runs now; ask again once it has ended"}, results[1])
+	require.Len(t, h.modelInputs, 3, "one summary request")
+}
