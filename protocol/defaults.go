@@ -35,5 +35,9 @@ const (
 	// BytesPerToken is how many bytes of text the workflows count as a
 	// token when they fit a view to a window: fewer than the four of
 	// English text, for code, logs and JSON.
+	//
+	// These three are frozen, as DefaultContextBudget is: settings
+	// recorded before them take the defaults on replay, and the count
+	// decides when a turn summarizes (docs/versioning.md).
 	BytesPerToken = 3
 )

@@ -35,8 +35,14 @@ import (
 //     while they fit in ContextRecent percent of the budget (keepFrom).
 //   - What still does not fit is left out in this order: old tool outputs
 //     (never those of the batch the model has not read), then the middle
-//     of the largest messages, with a notice that says where the whole
-//     message is kept (GET /conversations/{id}/messages).
+//     of the longest messages, each cut to the same length, with a notice
+//     that says where the whole message is kept
+//     (GET /conversations/{id}/messages).
+//
+// Whether a turn summarizes (a model call) and what its context_compacted
+// events say follow from this arithmetic, so it is frozen like viewSize:
+// BytesPerToken, viewBudget, keepFrom, elideRange and cutToFit change only
+// behind a patch of their own (docs/versioning.md).
 //   - A server that refuses a request as too long gets a smaller one, the
 //     summary requests included, until one fits or maxRefits were refused.
 
