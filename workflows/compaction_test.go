@@ -197,3 +197,25 @@ func TestAModelThatSaysTheViewIsTooLongGetsSmallerRequestsUntilOneFits(t *testin
 	require.Contains(t, findEvent(t, out.Events, EventError).Message, "could not be made to fit the model's context: 4 smaller requests were refused too")
 	require.Len(t, h.modelInputs, 1+maxRefits)
 }
+
+func TestASummaryRequestTheModelRefusesAsTooLongIsMadeSmaller(t *testing.T) {
+	settings := testSettings()
+	settings.ContextWindow = 8000 // 18,000 bytes of view
+	in := turns(8, 3000, "and now?")
+	h := newHarness(t, settings)
+	h.modelErrs = []error{temporal.NewNonRetryableApplicationError("model m: server rejected the request with 400 Bad Request: "+
+		"This model's maximum context length is 3000 tokens. However, your messages resulted in 4500 tokens.", activities.ModelContextTooLongError, nil)}
+
+	out := h.runTurn(in)
+
+	require.Equal(t, FinishStop, out.FinishReason)
+	first, second := h.modelInputs[0].Messages, h.modelInputs[1].Messages
+	require.Equal(t, foldPrompt, first[0].Content, "the refused request was a summary's")
+	require.Equal(t, foldPrompt, second[0].Content, "asked again, smaller")
+	require.Less(t, viewSize(second), viewSize(first)*3/4)
+	require.NotNil(t, out.Compaction)
+	require.Equal(t, 3000*(viewSize(first)/protocol.BytesPerToken)/4500, out.Compaction.Window, "the stated window, in tollgate's count, is kept")
+	for _, mi := range h.modelInputs[1:] {
+		require.LessOrEqual(t, viewSize(mi.Messages), viewBudget(settings.withDefaults(), out.Compaction.Window))
+	}
+}
