@@ -102,7 +102,7 @@ bench: $(TEMPORAL) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL)
 # workflows/testdata/replay/v0.2.0 (see docs/versioning.md).
 corpus: $(TEMPORAL)
 	@test -n "$(RELEASE)" || { echo "usage: make corpus RELEASE=vX.Y.Z"; exit 2; }
-	TOLLGATE_RECORD_CORPUS=$(RELEASE) go test -count=1 -run '^TestRecordReplayCorpus$$' ./workflows/
+	TOLLGATE_RECORD_CORPUS=$(RELEASE) TOLLGATE_RECORD_ONLY=$(ONLY) go test -count=1 -run '^TestRecordReplayCorpus$$' ./workflows/
 
 # The Temporal CLI is TEMPORAL_CLI, or temporal on PATH at
 # TEMPORAL_CLI_VERSION, or bin/temporal, which scripts/dev.sh builds (saying

@@ -720,3 +720,29 @@ func TestConsoleOpensAConversationStartedElsewhereWithItsTurnsMessagesAndWaiting
 	require.Equal(t, []string{"the first message", "the second message", "a third message"}, eval[[]string](inbox, messages))
 	inbox.do(chromedp.WaitVisible(chromedp.CSS(callIn(nthTurn(3), "Bash") + ` [data-testid="approve"]`)))
 }
+
+func TestConsoleCompactsTheConversationWithInstructions(t *testing.T) {
+	env := newStack(t, withScript(summaryScript))
+	b := newBrowser(t)
+	b.do(chromedp.Navigate(env.api.URL + "/"))
+	require.True(t, eval[bool](b, `document.querySelector('[data-testid="compact"]').disabled`), "no conversation to compact yet")
+	sendFromConsole(b, "first")
+	b.do(chromedp.WaitVisible(chromedp.CSS(nthTurn(1) + ` [data-testid="finish"][data-reason="stop"]`)))
+	sendFromConsole(b, "second")
+	b.do(chromedp.WaitVisible(chromedp.CSS(nthTurn(2) + ` [data-testid="finish"][data-reason="stop"]`)))
+
+	b.do(
+		chromedp.SendKeys(chromedp.CSS(`[data-testid="compact-instructions"]`), "keep the first"),
+		chromedp.Click(chromedp.CSS(`[data-testid="compact"]`)),
+	)
+	b.waitUntil(`document.querySelector('[data-testid="compact-status"]').dataset.state === 'compacted'`)
+	require.Equal(t, "summarized 2 messages, 2 kept whole", eval[string](b, `document.querySelector('[data-testid="compact-status"]').textContent`))
+	require.Empty(t, eval[string](b, `document.querySelector('[data-testid="compact-instructions"]').value`))
+
+	sendFromConsole(b, "third")
+	note := nthTurn(3) + ` [data-testid="context-compacted"]`
+	b.do(chromedp.WaitVisible(chromedp.CSS(note)))
+	require.Contains(t, eval[string](b, `document.querySelector(`+jsQuote(note)+`).textContent`), "2 earlier messages summarized, 3 newer kept whole")
+	last := env.replies.Requests()[len(env.replies.Requests())-1].Messages
+	require.Equal(t, workflows.SummaryPrefix+"The user pasted logs. keep the first", last[1].Content)
+}

@@ -41,12 +41,14 @@ func TestNoConversationIDTakesAnotherConversationsTurn(t *testing.T) {
 	_, err := st.client.DescribeWorkflow(context.Background(), workflows.ConversationWorkflowID("victim-turn-2"), "")
 	require.True(t, isNotFound(err), "no conversation started under the id of alice's turn: %v", err)
 	// Nor is alice's first turn any conversation's to read or change.
-	for _, req := range [][2]string{
+	for _, req := range [][3]string{
 		{http.MethodGet, "/conversations/victim-turn-1/messages"},
+		{http.MethodGet, "/conversations/victim-turn-1/turns"},
 		{http.MethodGet, "/conversations/victim-turn-1/grants"},
 		{http.MethodDelete, "/conversations/victim-turn-1/grants/grant-0"},
+		{http.MethodPost, "/conversations/victim-turn-1/compact", `{}`},
 	} {
-		resp, body := send(t, req[0], api.URL+req[1], "Bearer "+bobToken, "")
+		resp, body := send(t, req[0], api.URL+req[1], "Bearer "+bobToken, req[2])
 		require.Equal(t, http.StatusNotFound, resp.StatusCode, "%s %s: %s", req[0], req[1], body)
 		require.Contains(t, body, "no such conversation")
 	}

@@ -79,6 +79,7 @@ type stackOptions struct {
 	tracer          trace.TracerProvider
 	auditDB         string
 	links           *links.Key
+	window          int
 }
 
 // stackOption is one change to the stack newStack builds.
@@ -98,6 +99,12 @@ func withAuditDB(dsn string) stackOption {
 // withScript makes the model answer with script instead of scripted.Demo.
 func withScript(script scripted.Script) stackOption {
 	return func(o *stackOptions) { o.script = script }
+}
+
+// withModelWindow gives the stack's model a context window of tokens, past
+// which it answers 400 context_length_exceeded as OpenAI does.
+func withModelWindow(tokens int) stackOption {
+	return func(o *stackOptions) { o.window = tokens }
 }
 
 // withApprovalTimeout sets how long a call waits for a decision (default a
@@ -192,7 +199,7 @@ func newStack(t *testing.T, opts ...stackOption) *stack {
 	defer cancel()
 	require.NoError(t, workflows.EnsureSearchAttributes(ctx, c, st.temporal.Namespace, st.log))
 
-	st.replies = scripted.New(o.script)
+	st.replies = scripted.New(o.script, scripted.Window(o.window))
 	st.model = httptest.NewServer(st.replies)
 	t.Cleanup(st.model.Close)
 	st.workspace = t.TempDir()

@@ -217,9 +217,10 @@ func TestAWriteOfTwoAndAHalfMebibytesPassesThroughThePayloadStore(t *testing.T) 
 }
 
 // TestALongConversationIsCompactedForTheModelAndKeptWholeForPeople runs two
-// turns over HTTP: the first reads a file larger than the context budget,
-// the second sees it left out (context_compacted in its stream), and the
-// conversation's transcript still holds all of it.
+// turns over HTTP: the first reads a file larger than the context budget
+// and the model reads its beginning and end (its middle cut, with where to
+// read it whole), the second sees it left out (context_compacted in each
+// stream), and the conversation's transcript still holds all of it.
 func TestALongConversationIsCompactedForTheModelAndKeptWholeForPeople(t *testing.T) {
 	script := func(req openai.ChatCompletionRequest) scripted.Reply {
 		last := req.Messages[len(req.Messages)-1]
@@ -244,7 +245,11 @@ func TestALongConversationIsCompactedForTheModelAndKeptWholeForPeople(t *testing
 	_, msgs := st.chat(t, `{"query": "read the big file", "conversationId": "compacted"}`)
 	seq := 0
 	first := untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
-	require.Empty(t, ofType(first, protocol.EventContextCompacted), "the first turn's view fits until it reads the file")
+	cut := ofType(first, protocol.EventContextCompacted)
+	require.Len(t, cut, 1, "the first turn's view fits until it reads the file")
+	require.Equal(t, 1, cut[0].Cut, "the output the model has not read yet is cut, not left out")
+	require.Zero(t, cut[0].Elided)
+	require.LessOrEqual(t, cut[0].BytesAfter, 20<<10)
 
 	_, msgs = st.chat(t, `{"query": "what did it say?", "conversationId": "compacted"}`)
 	seq = 0

@@ -249,6 +249,7 @@ func newServer(o Options, src eventSource, settings hubSettings) *Server {
 	r.GET("/conversations/:conversationId/grants", approve, s.grants)
 	r.GET("/conversations/:conversationId/messages", read, s.messages)
 	r.GET("/conversations/:conversationId/turns", read, s.conversationTurns)
+	r.POST("/conversations/:conversationId/compact", chat, s.compact)
 	r.DELETE("/conversations/:conversationId/grants/:grantId", approve, s.revokeGrant)
 	r.GET("/approvals", approve, s.listApprovals)
 	r.GET("/audit", approve, s.listAudit)

@@ -26,7 +26,7 @@ const (
 // every turn and what was asked.
 func (s *Server) conversationTurns(c *gin.Context) {
 	conv := c.Param("conversationId")
-	if err := checkConversationID(conv); err != nil {
+	if err := s.checkConversation(c.Request.Context(), conv); err != nil {
 		writeError(c, s.log, err)
 		return
 	}

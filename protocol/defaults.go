@@ -24,4 +24,20 @@ const (
 	// turns whose recorded settings predate ContextBudget compact at it on
 	// replay (docs/versioning.md).
 	DefaultContextBudget = 400 << 10
+	// DefaultContextWindow is the context window, in tokens, of a model
+	// whose name tollgate does not know (TOLLGATE_MODEL_CONTEXT_WINDOW
+	// says otherwise).
+	DefaultContextWindow = 128000
+	// DefaultContextRecent is the share of the model's view, in percent,
+	// that the newest whole turns may take before older ones are
+	// summarized (TOLLGATE_CONTEXT_RECENT_PERCENT).
+	DefaultContextRecent = 25
+	// BytesPerToken is how many bytes of text the workflows count as a
+	// token when they fit a view to a window: fewer than the four of
+	// English text, for code, logs and JSON.
+	//
+	// These three are frozen, as DefaultContextBudget is: settings
+	// recorded before them take the defaults on replay, and the count
+	// decides when a turn summarizes (docs/versioning.md).
+	BytesPerToken = 3
 )

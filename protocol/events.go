@@ -144,9 +144,14 @@ type Event struct {
 
 	// context_compacted: how many tool outputs were left out of the
 	// model's view and how many earlier messages summarized, and the
-	// view's size in bytes of text before and after.
+	// view's size in bytes of text before and after. Kept is how many of
+	// the conversation's messages after the summarized ones the view
+	// carries (the conversation's first Summarized messages are those the
+	// summary stands for), Cut how many messages it cut in the middle.
 	Elided      int `json:"elided,omitempty"`
 	Summarized  int `json:"summarized,omitempty"`
+	Kept        int `json:"kept,omitempty"`
+	Cut         int `json:"cut,omitempty"`
 	BytesBefore int `json:"bytesBefore,omitempty"`
 	BytesAfter  int `json:"bytesAfter,omitempty"`
 

@@ -60,3 +60,34 @@ type ToolResultRequest struct {
 type ErrorBody struct {
 	Error string `json:"error"`
 }
+
+// MaxCompactInstructions bounds the instructions of a CompactRequest, in
+// bytes: they go into every summary request of the compaction.
+const MaxCompactInstructions = 4000
+
+// CompactRequest is the body of POST /conversations/{id}/compact.
+type CompactRequest struct {
+	// Instructions say what the summary must keep ("keep the decisions
+	// about the schema"); optional.
+	Instructions string `json:"instructions,omitempty"`
+}
+
+// CompactResult answers POST /conversations/{id}/compact.
+type CompactResult struct {
+	// Compacted is true when the conversation now reads a new summary;
+	// Queued when a turn runs, and the compaction follows it before the
+	// next message's turn.
+	Compacted bool `json:"compacted"`
+	Queued    bool `json:"queued,omitempty"`
+	// Summarized is how many of the conversation's first messages the
+	// summary stands for, Kept how many after them its next turn reads
+	// whole (GET /conversations/{id}/messages has them all).
+	Summarized int `json:"summarized"`
+	Kept       int `json:"kept"`
+	// BytesBefore and BytesAfter are the bytes of text the next turn
+	// would read before and after.
+	BytesBefore int `json:"bytesBefore,omitempty"`
+	BytesAfter  int `json:"bytesAfter,omitempty"`
+	// Reason says why nothing was compacted.
+	Reason string `json:"reason,omitempty"`
+}

@@ -173,6 +173,8 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		Budgets:          workflows.Budgets(cfg.Budgets),
 		Audit:            ledger != nil,
 		ContextBudget:    cfg.ContextBudget,
+		ContextWindow:    cfg.ContextWindow,
+		ContextRecent:    cfg.ContextRecent,
 	}}
 
 	w := worker.New(c, cfg.TaskQueue, workflows.WorkerOptions())

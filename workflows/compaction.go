@@ -54,13 +54,15 @@ func viewSize(msgs []activities.Message) int {
 	return n
 }
 
-// modelView is what the next model call reads: the system prompt, the
-// conversation and this loop's messages, compacted to the budget. Tool
-// outputs go first, oldest first, but for those of the newest batch; then,
-// once, everything before this turn's user message is summarized by a
-// model call. Before patchContextCompaction, and while the view fits,
-// it is the whole conversation, as it always was.
-func (t *turn) modelView(ctx workflow.Context) ([]activities.Message, error) {
+// modelViewInTurn is the model's view of a turn that compacts within
+// itself, as turns did before patchConversationCompaction: the system
+// prompt, the conversation and this loop's messages, compacted to the
+// budget. Tool outputs go first, oldest first, but for those of the newest
+// batch; then, once, everything before this turn's user message is
+// summarized by a model call, and the summary is the turn's alone. Before
+// patchContextCompaction, and while the view fits, it is the whole
+// conversation, as it always was.
+func (t *turn) modelViewInTurn(ctx workflow.Context) ([]activities.Message, error) {
 	view := make([]activities.Message, 0, 1+len(t.input)+len(t.messages))
 	view = append(view, activities.Message{Role: activities.RoleSystem, Content: t.system})
 	view = append(append(view, t.input...), t.messages...)

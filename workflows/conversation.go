@@ -47,6 +47,12 @@ type conversation struct {
 	// keys are the idempotency keys of the messages taken in the last
 	// messageKeyWindow (idempotency.go).
 	keys []TakenKey
+	// compaction is the summary the turns read in place of the first
+	// messages; compacting is true while a person's compaction runs, and
+	// compactNext holds one asked for while a turn ran (context.go).
+	compaction  Compaction
+	compacting  bool
+	compactNext *CompactRequest
 }
 
 // Conversation owns a conversation's message log. Each user message, taken
@@ -56,6 +62,7 @@ type conversation struct {
 // carrying the full message log, before its history grows large.
 func (w *Workflows) Conversation(ctx workflow.Context, in ConversationInput) error {
 	c := &conversation{id: in.ConversationID, messages: in.Messages, turns: in.Turns, queue: in.Queue, grants: in.Grants, spent: in.Spent, raised: in.Raised, keys: in.Keys, traces: map[int]workflowtrace.Span{},
+		compaction: in.Compaction,
 		// A run with nothing queued goes idle before it does anything else;
 		// a message can come before its loop gets there (with the start).
 		idle: len(in.Queue) == 0}
@@ -67,7 +74,7 @@ func (w *Workflows) Conversation(ctx workflow.Context, in ConversationInput) err
 	if err := workflow.SetQueryHandler(ctx, StateQuery, func() (ConversationState, error) {
 		return ConversationState{
 			ConversationID: c.id, Turns: c.turns, Running: c.running,
-			Messages: len(c.messages), Queued: len(c.queue),
+			Messages: len(c.messages), Queued: len(c.queue), Summarized: c.compaction.Covers,
 		}, nil
 	}); err != nil {
 		return fmt.Errorf("set %s query handler: %w", StateQuery, err)
@@ -89,6 +96,9 @@ func (w *Workflows) Conversation(ctx workflow.Context, in ConversationInput) err
 		return page(c.messages, req), nil
 	}); err != nil {
 		return fmt.Errorf("set %s query handler: %w", MessagesQuery, err)
+	}
+	if err := c.setCompactHandler(ctx); err != nil {
+		return err
 	}
 	if err := workflow.SetQueryHandler(ctx, GrantsQuery, func() ([]Grant, error) {
 		return append([]Grant{}, c.grants...), nil
@@ -115,7 +125,7 @@ func (w *Workflows) Conversation(ctx workflow.Context, in ConversationInput) err
 			c.setStatus(ctx, StatusIdle)
 		}
 		c.idle = len(c.queue) == 0
-		err := workflow.Await(ctx, func() bool { return len(c.queue) > 0 })
+		err := workflow.Await(ctx, func() bool { return len(c.queue) > 0 && !c.compacting })
 		c.idle = false
 		if err != nil {
 			return err // cancelled while idle
@@ -124,6 +134,7 @@ func (w *Workflows) Conversation(ctx workflow.Context, in ConversationInput) err
 		c.queue = c.queue[1:]
 		c.setStatus(ctx, StatusRunning)
 		c.runTurn(ctx, next)
+		c.compactQueued(ctx)
 		ran++
 
 		if ran >= c.settings.TurnsPerRun || workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
@@ -134,7 +145,8 @@ func (w *Workflows) Conversation(ctx workflow.Context, in ConversationInput) err
 			}
 			return workflow.NewContinueAsNewError(ctx, ConversationWorkflow, ConversationInput{
 				ConversationID: c.id, Messages: c.messages, Turns: c.turns, Queue: c.queue, Grants: c.grants, Spent: c.spent, Raised: c.raised,
-				Keys: c.keys,
+				Keys:       c.keys,
+				Compaction: c.compaction,
 			})
 		}
 	}
@@ -190,8 +202,10 @@ func (c *conversation) onMessage(ctx workflow.Context, m UserMessage) (TurnRef, 
 // message and the turn's messages to the log.
 func (c *conversation) runTurn(ctx workflow.Context, q QueuedMessage) {
 	user := activities.Message{Role: activities.RoleUser, Content: q.Message.Query}
-	messages := make([]activities.Message, 0, len(c.messages)+1)
-	messages = append(append(messages, c.messages...), user)
+	// The turn reads the summary in place of the messages it stands for.
+	offset := min(c.compaction.Covers, len(c.messages))
+	messages := make([]activities.Message, 0, len(c.messages)-offset+1)
+	messages = append(append(messages, c.messages[offset:]...), user)
 
 	opts := workflow.ChildWorkflowOptions{
 		WorkflowID:        TurnWorkflowID(c.id, q.Turn),
@@ -215,6 +229,8 @@ func (c *conversation) runTurn(ctx workflow.Context, q QueuedMessage) {
 		ClientTools:    q.Message.ClientTools,
 		Spent:          c.spent,
 		Raised:         c.raised,
+		Offset:         offset,
+		Compaction:     c.compaction,
 	})
 	c.running, c.runningTurn = opts.WorkflowID, child
 	// Waiting for the start issues no command: the start's event wakes the
@@ -230,6 +246,7 @@ func (c *conversation) runTurn(ctx workflow.Context, q QueuedMessage) {
 		GrantsUsed map[string]int       `json:"grantsUsed,omitempty"`
 		Usage      Usage                `json:"usage,omitempty,omitzero"`
 		Raised     Budgets              `json:"raised,omitempty,omitzero"`
+		Compaction *Compaction          `json:"compaction,omitempty"`
 	}
 	err := child.Get(ctx, &out)
 	c.running, c.runningTurn = "", nil
@@ -251,6 +268,9 @@ func (c *conversation) runTurn(ctx workflow.Context, q QueuedMessage) {
 	c.grants = append(c.grants, out.Grants...)
 	c.spent = c.spent.Add(out.Usage)
 	c.raised = c.raised.raisedBy(out.Raised)
+	if out.Compaction != nil {
+		c.compaction = *out.Compaction
+	}
 }
 
 // setStatus keeps the conversation's StatusAttribute current, where the

@@ -3,6 +3,7 @@ package workflows_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -35,6 +36,11 @@ import (
 // test is skipped.
 const envRecordCorpus = "TOLLGATE_RECORD_CORPUS"
 
+// envRecordOnly, when set, records only the scenarios whose names contain
+// it (`make corpus RELEASE=unreleased ONLY=conversation-compaction`), for
+// histories of paths newer than the last corpus (docs/versioning.md).
+const envRecordOnly = "TOLLGATE_RECORD_ONLY"
+
 // corpusWait bounds every wait of the recorder for a workflow to reach a
 // state.
 const corpusWait = 30 * time.Second
@@ -49,27 +55,41 @@ func TestRecordReplayCorpus(t *testing.T) {
 		t.Skip("set " + envRecordCorpus + "=<release> (make corpus) to record a replay corpus")
 	}
 	dir := filepath.Join(corpusDir, release)
-	require.NoError(t, os.RemoveAll(dir))
+	only := os.Getenv(envRecordOnly)
+	if only == "" {
+		// A whole corpus starts afresh; one scenario joins the others.
+		require.NoError(t, os.RemoveAll(dir))
+	}
 	require.NoError(t, os.MkdirAll(dir, 0o755))
 	r := newRecorder(t, dir)
 
-	r.recordDecisionsByUpdate()
-	r.recordDecisionsBySignal()
-	r.recordTimeoutWithNotices()
-	r.recordInterruptByNewMessage()
-	r.recordCancel()
-	r.recordClientTool()
-	r.recordSubagent()
-	r.recordContinueAsNew()
-	r.recordPolicyRules()
-	r.recordPausedTurn()
-	r.recordPausedSubagent()
-	r.recordBypassWithAnAlwaysRule()
-	r.recordRefusedArguments()
-	r.recordProtectedClientTool()
-	r.recordCompaction()
-	r.recordApproversSeat()
-	r.recordKeyedRetry()
+	for _, s := range []struct {
+		name   string
+		record func()
+	}{
+		{"update", r.recordDecisionsByUpdate},
+		{"signal", r.recordDecisionsBySignal},
+		{"timeout", r.recordTimeoutWithNotices},
+		{"interrupt", r.recordInterruptByNewMessage},
+		{"cancel", r.recordCancel},
+		{"client-tool", r.recordClientTool},
+		{"subagent", r.recordSubagent},
+		{"continue-as-new", r.recordContinueAsNew},
+		{"policy", r.recordPolicyRules},
+		{"paused", r.recordPausedTurn},
+		{"paused-subagent", r.recordPausedSubagent},
+		{"bypass", r.recordBypassWithAnAlwaysRule},
+		{"refused", r.recordRefusedArguments},
+		{"protected-client-tool", r.recordProtectedClientTool},
+		{"compaction", r.recordCompaction},
+		{"seat", r.recordApproversSeat},
+		{"keyed-retry", r.recordKeyedRetry},
+		{"conversation-compaction", r.recordConversationCompaction},
+	} {
+		if strings.Contains(s.name, only) {
+			s.record()
+		}
+	}
 
 	commit, err := exec.Command("git", "rev-parse", release+"^{commit}").Output()
 	if err != nil {
@@ -89,6 +109,7 @@ const (
 	queueStrict   = "corpus-strict"
 	queueCompact  = "corpus-compact"
 	queueSeat     = "corpus-seat"
+	queueWindow   = "corpus-window"
 )
 
 // recorder is a dev server with workers of today's code, a scripted model
@@ -164,6 +185,7 @@ func newRecorder(t *testing.T, dir string) *recorder {
 		}
 	})
 	start(queueCompact, func(s *workflows.Settings) { s.ContextBudget = 4000 })
+	start(queueWindow, func(s *workflows.Settings) { s.ContextBudget = 3000 })
 	require.NoError(t, os.WriteFile(filepath.Join(workspace, "big.txt"), []byte(strings.Repeat("a line of a big file\n", 300)), 0o644))
 	start(queueStrict, func(s *workflows.Settings) {
 		s.Rules = []workflows.Rule{
@@ -233,6 +255,11 @@ var corpusReplies = map[string][]scripted.Reply{
 		{Content: strings.Repeat("The file has many lines about a big file. ", 120)},
 	},
 	"compaction: again":      {{Content: "From the summary: it was a big file."}},
+	"window: first":          {{Content: strings.Repeat("A long first answer. ", 72)}},
+	"window: second":         {{Content: strings.Repeat("A long second answer. ", 68)}},
+	"window: third":          {{Content: "Third, from the summary."}},
+	"window: fourth":         {{Content: "Fourth, reading the same summary."}},
+	"window: fifth":          {{Content: "Fifth, after a person's compaction."}},
 	"subagent prompt: pause": {{ToolCalls: []activities.ToolCall{writeCall("h2w", "notes/paused.txt")}}, {Content: "Paused and done."}},
 	"seat: first":            {{ToolCalls: []activities.ToolCall{bashCall("g1", "git status")}}, {Content: "Status shown."}},
 	"seat: second":           {{ToolCalls: []activities.ToolCall{bashCall("g2", "git log")}}, {Content: "Log shown."}},
@@ -243,6 +270,9 @@ var corpusReplies = map[string][]scripted.Reply{
 func corpusScript(req openai.ChatCompletionRequest) scripted.Reply {
 	if len(req.Messages) > 0 && strings.HasPrefix(req.Messages[0].Content, "Summarize the conversation") {
 		return scripted.Reply{Content: "The user had big.txt read; it is a big file."}
+	}
+	if len(req.Messages) > 0 && strings.HasPrefix(req.Messages[0].Content, "You keep the running summary") {
+		return scripted.Reply{Content: "The user sent numbered messages; the answers were long."}
 	}
 	query, step := "", 0
 	for _, m := range req.Messages {
@@ -692,8 +722,42 @@ func (r *recorder) recordCompaction() {
 	turn2 := r.send(queueCompact, conv, workflows.UserMessage{Query: "compaction: again"})
 	r.finished(turn2.TurnID)
 	events := r.until(turn2.TurnID, workflows.Finished)
-	require.Len(r.t, ofType(events, workflows.EventContextCompacted), 1)
+	require.NotEmpty(r.t, ofType(events, workflows.EventContextCompacted))
 	r.record("compaction.conversation", workflows.ConversationWorkflowID(conv), "")
 	r.record("compaction.turn-1", turn1.TurnID, "")
 	r.record("compaction.turn-2", turn2.TurnID, "")
+}
+
+// recordConversationCompaction: a conversation whose third turn folds the
+// first into a summary the conversation keeps, whose fourth reads it
+// without summarizing again, and which a person then compacts, with
+// instructions, before the fifth.
+func (r *recorder) recordConversationCompaction() {
+	const conv = "corpus-conversation-compaction"
+	var turns []workflows.TurnRef
+	for _, q := range []string{"window: first", "window: second", "window: third", "window: fourth"} {
+		turn := r.send(queueWindow, conv, workflows.UserMessage{Query: q})
+		r.finished(turn.TurnID)
+		r.idle(workflows.ConversationWorkflowID(conv), turn.TurnID)
+		turns = append(turns, turn)
+	}
+	third := r.until(turns[2].TurnID, workflows.Finished)
+	require.Equal(r.t, 2, ofType(third, workflows.EventContextCompacted)[0].Summarized, "turn 3 summarized turn 1")
+	ctx, cancel := context.WithTimeout(context.Background(), corpusWait)
+	defer cancel()
+	h, err := r.c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+		WorkflowID: workflows.ConversationWorkflowID(conv), UpdateName: workflows.CompactUpdate,
+		Args: []any{workflows.CompactRequest{Instructions: "keep the numbers"}}, WaitForStage: client.WorkflowUpdateStageCompleted,
+	})
+	require.NoError(r.t, err)
+	var res workflows.CompactResult
+	require.NoError(r.t, h.Get(ctx, &res))
+	require.True(r.t, res.Compacted)
+	fifth := r.send(queueWindow, conv, workflows.UserMessage{Query: "window: fifth"})
+	r.finished(fifth.TurnID)
+	r.idle(workflows.ConversationWorkflowID(conv), fifth.TurnID)
+	r.record("conversation-compaction.conversation", workflows.ConversationWorkflowID(conv), "")
+	for i, turn := range append(turns, fifth) {
+		r.record(fmt.Sprintf("conversation-compaction.turn-%d", i+1), turn.TurnID, "")
+	}
 }

@@ -63,6 +63,9 @@ type ConversationInput struct {
 	// conversation budgets people raised.
 	Spent  Usage   `json:"spent,omitempty,omitzero"`
 	Raised Budgets `json:"raised,omitempty,omitzero"`
+	// Compaction is the summary the conversation's turns read in place of
+	// its first messages.
+	Compaction Compaction `json:"compaction,omitzero"`
 	// Keys are the idempotency keys of the messages taken in the last
 	// messageKeyWindow, oldest first.
 	Keys []TakenKey `json:"keys,omitempty"`
@@ -79,6 +82,25 @@ type TakenKey struct {
 	At     time.Time `json:"at"`
 }
 
+// Compaction is what a conversation keeps of its compacted past: a summary
+// that every later turn reads in place of the conversation's first Covers
+// messages (the transcript keeps them whole), and the context window a
+// model server said is smaller than the configured one.
+type Compaction struct {
+	Summary string `json:"summary,omitempty"`
+	Covers  int    `json:"covers,omitempty"`
+	// Window is the model's context window in tokens, counted as the
+	// workflows count them (protocol.BytesPerToken), when a server's
+	// refusal showed it smaller than the configured one.
+	Window int `json:"window,omitempty"`
+}
+
+// The manual compaction's request and answer; package protocol defines them.
+type (
+	CompactRequest = protocol.CompactRequest
+	CompactResult  = protocol.CompactResult
+)
+
 // QueuedMessage is a user message waiting for its turn.
 type QueuedMessage struct {
 	Turn    int         `json:"turn"`
@@ -93,14 +115,21 @@ type ConversationState struct {
 	Running  string `json:"running,omitempty"`
 	Messages int    `json:"messages"`
 	Queued   int    `json:"queued"`
+	// Summarized is how many of the first messages the turns read a
+	// summary of instead.
+	Summarized int `json:"summarized,omitempty"`
 }
 
 // TurnInput starts a ChatTurn.
 type TurnInput struct {
 	ConversationID string `json:"conversationId"`
 	Turn           int    `json:"turn"`
-	// Messages is the conversation so far, ending with the new user message.
+	// Messages is the conversation so far, ending with the new user
+	// message, from its message Offset on: the first Offset messages are
+	// those Compaction's summary stands for.
 	Messages       []activities.Message `json:"messages"`
+	Offset         int                  `json:"offset,omitempty"`
+	Compaction     Compaction           `json:"compaction,omitzero"`
 	BypassApproval bool                 `json:"bypassApproval,omitempty"`
 	// Sender is the principal who sent the message.
 	Sender string `json:"sender,omitempty"`
@@ -133,6 +162,9 @@ type TurnOutput struct {
 	// conversation budgets a person raised during it.
 	Usage  Usage   `json:"usage,omitempty,omitzero"`
 	Raised Budgets `json:"raised,omitempty,omitzero"`
+	// Compaction, when the turn changed it (a new summary, or a smaller
+	// window), is what the conversation keeps from now on.
+	Compaction *Compaction `json:"compaction,omitempty"`
 }
 
 // MessagesRequest asks for a page of a conversation's transcript: Limit

@@ -76,6 +76,10 @@ const (
 	// MessagesQuery returns a page of the conversation's whole transcript
 	// (MessagesRequest in, MessagesPage out), compacted or not for the model.
 	MessagesQuery = "messages"
+	// CompactUpdate summarizes the conversation's earlier messages now
+	// (CompactRequest in, CompactResult out): its next turn reads the
+	// summary in their place. While a turn runs it is queued behind it.
+	CompactUpdate = "compact"
 	// GrantsQuery returns the conversation's remembered decisions ([]Grant
 	// out).
 	GrantsQuery = "grants"

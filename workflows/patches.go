@@ -66,6 +66,17 @@ const (
 	// when such a message comes: a worker of an earlier build, behind an
 	// API that sends keys, queued a second turn for it.
 	patchIdempotentMessages = "idempotent-messages"
+	// patchConversationCompaction (after patch level 2): the conversation
+	// keeps the summary a turn makes and carries it to its later turns
+	// (and across continue-as-new), which bring it up to date only when
+	// what came after it passes the budget again, in requests that each
+	// fit the model's window; the newest whole turns are never summarized,
+	// and a refusal for length gets smaller requests until one fits
+	// (turn.compactedView, turn.refit). Before it a turn summarized within
+	// itself, and its summary was lost (turn.modelViewInTurn). Asked by a
+	// turn when it first needs to compact, and by a conversation when a
+	// person asks it to compact.
+	patchConversationCompaction = "conversation-compaction"
 )
 
 // PatchLevel is the patch level this build records in the settings of
@@ -107,7 +118,7 @@ var levelOne = []string{
 // afterLevel are the patches added after PatchLevel's: a workflow that
 // records today's level still asks each with GetVersion (a marker the
 // first time), until a release raises the level to include them.
-var afterLevel = []string{patchLedgerBehind, patchGrantNarrowed, patchIdempotentMessages}
+var afterLevel = []string{patchLedgerBehind, patchGrantNarrowed, patchIdempotentMessages, patchConversationCompaction}
 
 // PatchesAfterLevel returns the patches that a workflow of today's level
 // still asks with GetVersion: the only version markers its history may

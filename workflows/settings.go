@@ -87,8 +87,17 @@ type Settings struct {
 	// start subagents that cannot start their own.
 	MaxSubagentDepth int `json:"maxSubagentDepth"`
 	// ContextBudget is the bytes of message text a model call may carry
-	// before the turn compacts its view (DefaultContextBudget).
+	// before the turn compacts its view: DefaultContextBudget in settings
+	// recorded before ContextWindow existed, and otherwise, when set, a
+	// bound within the window's (viewBudget).
 	ContextBudget int `json:"contextBudget,omitempty"`
+	// ContextWindow is the model's context window in tokens
+	// (protocol.BytesPerToken bytes of text each); a view takes at most
+	// three quarters of it, leaving the rest for the answer.
+	ContextWindow int `json:"contextWindow,omitempty"`
+	// ContextRecent is the share of the view, in percent, that the newest
+	// whole turns may take before older ones are summarized.
+	ContextRecent int `json:"contextRecent,omitempty"`
 	// PatchLevel is the patch level of the build that began the workflow
 	// (patches.go): set when its settings are recorded, never by
 	// withDefaults, so that settings recorded before levels stay at 0.
@@ -129,8 +138,15 @@ func (s Settings) withDefaults() Settings {
 	if s.ModelHeartbeatTimeout <= 0 {
 		s.ModelHeartbeatTimeout = DefaultModelHeartbeatTimeout
 	}
-	if s.ContextBudget <= 0 {
+	if s.ContextBudget <= 0 && s.ContextWindow <= 0 {
+		// Settings recorded before the window: the frozen budget.
 		s.ContextBudget = DefaultContextBudget
+	}
+	if s.ContextWindow <= 0 {
+		s.ContextWindow = protocol.DefaultContextWindow
+	}
+	if s.ContextRecent <= 0 || s.ContextRecent > 90 {
+		s.ContextRecent = protocol.DefaultContextRecent
 	}
 	return s
 }

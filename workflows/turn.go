@@ -71,8 +71,11 @@ type turn struct {
 	interrupted     bool
 	interruptReason string
 
-	// compact is what the loop did to fit the model's context.
+	// compact is what the loop did to fit the model's context within
+	// itself (before patchConversationCompaction); view what it does of
+	// the conversation's compaction.
 	compact compaction
+	view    viewState
 
 	subagents subagentState
 
@@ -135,6 +138,7 @@ func (w *Workflows) ChatTurn(ctx workflow.Context, in TurnInput) (TurnOutput, er
 		limits:         limitsOf(settings.Budgets, in.Raised),
 		startedAt:      workflow.Now(ctx),
 	}
+	t.view.offset, t.view.kept = in.Offset, in.Compaction
 	if n := len(in.Messages); n > 0 && in.Messages[n-1].Role == activities.RoleUser {
 		t.userMessage = in.Messages[n-1].Content
 	}
@@ -145,8 +149,12 @@ func (w *Workflows) ChatTurn(ctx workflow.Context, in TurnInput) (TurnOutput, er
 	t.flushAudit(ctx)
 	t.finish(reason, text)
 	t.used.Time = workflow.Now(ctx).Sub(t.startedAt)
-	return TurnOutput{FinishReason: reason, Text: text, Messages: t.messages, Events: t.log.events, Grants: t.newGrants, GrantsUsed: t.grantsUsed,
-		Usage: t.used, Raised: t.raised}, nil
+	out := TurnOutput{FinishReason: reason, Text: text, Messages: t.messages, Events: t.log.events, Grants: t.newGrants, GrantsUsed: t.grantsUsed,
+		Usage: t.used, Raised: t.raised}
+	if t.view.changed {
+		out.Compaction = &t.view.kept
+	}
+	return out, nil
 }
 
 // start sets the loop's handlers and publishes turn_start.
@@ -321,7 +329,14 @@ func (t *turn) run(ctx workflow.Context) (string, string) {
 			return FinishError, ""
 		}
 		out, err := t.callModel(ctx, history)
-		if err != nil && isContextTooLong(err) && !t.compact.retried &&
+		if err != nil && isContextTooLong(err) && t.askCompactionPath(ctx) == pathConversation {
+			var failed string
+			if out, failed, err = t.refit(ctx, history, err); failed != "" && !isCancelled(ctx, err) {
+				t.log.append(Event{Type: EventError, Message: failed})
+				return FinishError, ""
+			}
+		}
+		if err != nil && isContextTooLong(err) && t.view.path == pathInTurn && !t.compact.retried &&
 			patched(ctx, t.settings, patchContextCompaction) {
 			// The model's window is smaller than the budget: compact to
 			// half of what it refused, and ask once more.

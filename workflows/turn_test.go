@@ -52,7 +52,10 @@ type harness struct {
 	// reply), before modelErr.
 	modelErrs   []error
 	modelInputs []activities.ModelInput
-	toolCalls   []activities.ToolCall
+	// chat, when set, answers the model calls instead of the replies (a
+	// real model activity, say).
+	chat      func(context.Context, activities.ModelInput) (activities.ModelOutput, error)
+	toolCalls []activities.ToolCall
 }
 
 func newHarness(t *testing.T, settings Settings, replies ...activities.ModelOutput) *harness {
@@ -79,10 +82,15 @@ func newHarness(t *testing.T, settings Settings, replies ...activities.ModelOutp
 
 // model answers each call with the next scripted reply; past the script it
 // answers with plain text.
-func (h *harness) model(_ context.Context, in activities.ModelInput) (activities.ModelOutput, error) {
+func (h *harness) model(ctx context.Context, in activities.ModelInput) (activities.ModelOutput, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.modelInputs = append(h.modelInputs, in)
+	if chat := h.chat; chat != nil {
+		h.mu.Unlock()
+		defer h.mu.Lock()
+		return chat(ctx, in)
+	}
 	if len(h.modelErrs) > 0 {
 		err := h.modelErrs[0]
 		h.modelErrs = h.modelErrs[1:]

@@ -379,6 +379,8 @@
           const what = [];
           if (ev.elided) what.push(`${ev.elided} old tool output${ev.elided === 1 ? '' : 's'} left out`);
           if (ev.summarized) what.push(`${ev.summarized} earlier message${ev.summarized === 1 ? '' : 's'} summarized`);
+          if (ev.kept && ev.summarized) what.push(`${ev.kept} newer kept whole`);
+          if (ev.cut) what.push(`${ev.cut} long message${ev.cut === 1 ? '' : 's'} cut in the middle`);
           const kib = (n) => Math.round((n || 0) / 1024);
           const el = h('div', { class: 'compacted', testid: 'context-compacted' },
             `context compacted to fit the model: ${what.join(', ')} (${kib(ev.bytesBefore)} → ${kib(ev.bytesAfter)} KiB); the whole conversation is kept`);
@@ -531,10 +533,51 @@
   const sendBtn = document.getElementById('send');
   const formError = document.getElementById('composer-error');
 
+  const compactBtn = document.getElementById('compact');
+  const compactInstructions = document.getElementById('compact-instructions');
+  const compactStatus = document.getElementById('compact-status');
+
   function showConversation() {
     convEl.textContent = state.conversationId || 'new';
     convEl.dataset.conversationId = state.conversationId || '';
+    compactBtn.disabled = !state.conversationId;
   }
+
+  // compact asks the conversation to summarize its earlier messages now
+  // (POST /conversations/{id}/compact), with the instructions typed beside
+  // the button; the next turn says what it reads (context_compacted).
+  async function compact() {
+    if (!state.conversationId) return;
+    compactBtn.disabled = true;
+    compactStatus.dataset.state = 'compacting';
+    compactStatus.textContent = 'compacting…';
+    try {
+      const resp = await fetch(`/conversations/${encodeURIComponent(state.conversationId)}/compact`, {
+        method: 'POST',
+        headers: TG.authHeaders({ 'Content-Type': 'application/json' }),
+        body: JSON.stringify({ instructions: compactInstructions.value.trim() }),
+      });
+      const out = await resp.json().catch(() => ({}));
+      if (!resp.ok) {
+        compactStatus.dataset.state = 'error';
+        compactStatus.textContent = out.error || `HTTP ${resp.status}`;
+        return;
+      }
+      compactStatus.dataset.state = out.compacted ? 'compacted' : out.queued ? 'queued' : 'unchanged';
+      compactStatus.textContent = out.queued
+        ? 'compacts when the running turn ends'
+        : out.compacted
+          ? `summarized ${out.summarized} messages, ${out.kept} kept whole`
+          : out.reason;
+      compactInstructions.value = '';
+    } catch (err) {
+      compactStatus.dataset.state = 'error';
+      compactStatus.textContent = `could not reach the API: ${err.message}`;
+    } finally {
+      compactBtn.disabled = !state.conversationId;
+    }
+  }
+  compactBtn.addEventListener('click', compact);
 
   function open(rec, first) {
     let view = views.get(rec.turnId);

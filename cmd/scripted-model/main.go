@@ -2,9 +2,12 @@
 // chat completions server that answers from a script (scripted.Demo) instead
 // of a language model, so that `make dev` works without an API key.
 //
-//	scripted-model -addr 127.0.0.1:8090 [-notices FILE]
+//	scripted-model -addr 127.0.0.1:8090 [-window TOKENS] [-notices FILE]
 //
-// Point OPENAI_BASE_URL at http://<addr>/v1. With -notices it is also
+// Point OPENAI_BASE_URL at http://<addr>/v1. Like a real model it has a
+// context window (-window, 128,000 tokens by default, counted as a token
+// per four bytes of request): a longer request is answered 400 with
+// OpenAI's context_length_exceeded body; 0 takes any length. With -notices it is also
 // `make dev`'s chat hook: each notice POSTed to /notices (TOLLGATE_NOTIFY_URL)
 // is appended to FILE as a line of JSON, links and all, for a person to read
 // and open.
@@ -31,21 +34,22 @@ import (
 func main() {
 	addr := flag.String("addr", "127.0.0.1:8090", "address to listen on")
 	delay := flag.Duration("chunk-delay", 30*time.Millisecond, "pause between the chunks of a streamed answer")
+	window := flag.Int("window", 128000, "context window in tokens (a token per four bytes of request); 0 takes any length")
 	notices := flag.String("notices", "", "append each notice POSTed to /notices to this file, a JSON line each")
 	flag.Parse()
 
-	if err := run(*addr, *delay, *notices); err != nil {
+	if err := run(*addr, *delay, *window, *notices); err != nil {
 		slog.Error("Scripted model stopped", "error", err)
 		os.Exit(1)
 	}
 }
 
-func run(addr string, delay time.Duration, notices string) error {
+func run(addr string, delay time.Duration, window int, notices string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
 	mux := http.NewServeMux()
-	mux.Handle("/", scripted.New(scripted.Demo(), scripted.ChunkDelay(delay)))
+	mux.Handle("/", scripted.New(scripted.Demo(), scripted.ChunkDelay(delay), scripted.Window(window)))
 	if notices != "" {
 		mux.Handle("POST /notices", noticeFile(notices))
 	}
@@ -56,7 +60,7 @@ func run(addr string, delay time.Duration, notices string) error {
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ListenAndServe() }()
-	slog.Info("Scripted model listening", "addr", addr, "baseUrl", "http://"+addr+"/v1", "chunkDelay", delay)
+	slog.Info("Scripted model listening", "addr", addr, "baseUrl", "http://"+addr+"/v1", "chunkDelay", delay, "window", window)
 
 	select {
 	case err := <-errc:

@@ -121,6 +121,24 @@ func (c *apiClient) pending(ctx context.Context, conversationID, tool string) ([
 	return res.Approvals, nil
 }
 
+// compact asks the API to compact the conversation now.
+func (c *apiClient) compact(ctx context.Context, conversationID string, req protocol.CompactRequest) (protocol.CompactResult, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return protocol.CompactResult{}, err
+	}
+	r, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/conversations/"+url.PathEscape(conversationID)+"/compact", bytes.NewReader(body))
+	if err != nil {
+		return protocol.CompactResult{}, err
+	}
+	r.Header.Set("Content-Type", "application/json")
+	var res protocol.CompactResult
+	if err := c.doJSON(r, &res); err != nil {
+		return protocol.CompactResult{}, err
+	}
+	return res, nil
+}
+
 // do sends r with the client's token, if any.
 func (c *apiClient) do(r *http.Request) (*http.Response, error) {
 	if c.token != "" {

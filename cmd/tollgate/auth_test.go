@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -97,4 +98,41 @@ func TestWithoutTheTokenTheClientSaysHowToGiveIt(t *testing.T) {
 	require.Equal(t, exitFail, code)
 	require.Equal(t, "tollgate approvals: GET /approvals: 401 Unauthorized: the bearer token is not valid "+
 		"(give the token with --token or $TOLLGATE_API_TOKEN)\n", errOut.String())
+}
+
+func TestCompactAsksTheAPIWithTheInstructionsAndSaysWhatItDid(t *testing.T) {
+	var got protocol.CompactRequest
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /conversations/{id}/compact", func(w http.ResponseWriter, r *http.Request) {
+		require.Equal(t, "schema:work", r.PathValue("id"))
+		require.Equal(t, "application/json", r.Header.Get("Content-Type"))
+		require.NoError(t, json.NewDecoder(r.Body).Decode(&got))
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"compacted": true, "summarized": 40, "kept": 2, "bytesBefore": 409600, "bytesAfter": 20480}`)
+	})
+	mux.HandleFunc("POST /conversations/nobody/compact", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotFound)
+		fmt.Fprint(w, `{"error": "compact conversation nobody: workflow not found"}`)
+	})
+	gate := &bearerGate{next: mux}
+	ts := httptest.NewServer(gate)
+	t.Cleanup(ts.Close)
+
+	var out, errOut strings.Builder
+	code := run(context.Background(), []string{"compact", "--conversation", "schema:work", "keep the decisions", "about the schema", "--api", ts.URL, "--token", testToken},
+		noEnv, strings.NewReader(""), &out, &errOut)
+	require.Equal(t, exitOK, code, errOut.String())
+	require.Equal(t, "keep the decisions about the schema", got.Instructions)
+	require.Equal(t, "Compacted: a summary stands for the first 40 messages, the next turn reads 2 after them whole (400 → 20 KiB); the transcript keeps them all.\n", out.String())
+
+	out.Reset()
+	code = run(context.Background(), []string{"compact", "--conversation", "nobody", "--api", ts.URL, "--token", testToken}, noEnv, strings.NewReader(""), &out, &errOut)
+	require.Equal(t, exitFail, code)
+	require.Contains(t, errOut.String(), "404 Not Found: compact conversation nobody: workflow not found")
+
+	errOut.Reset()
+	code = run(context.Background(), []string{"compact", "--api", ts.URL}, noEnv, strings.NewReader(""), &out, &errOut)
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errOut.String(), "tollgate compact: no --conversation")
 }

@@ -408,6 +408,18 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
+// compactedSays says what a compaction did.
+func compactedSays(r protocol.CompactResult) string {
+	switch {
+	case r.Queued:
+		return "A turn is running; the conversation compacts when it ends, before the next message."
+	case !r.Compacted:
+		return "Nothing compacted: " + r.Reason
+	}
+	return fmt.Sprintf("Compacted: a summary stands for the first %d %s, the next turn reads %d after them whole (%d → %d KiB); the transcript keeps them all.",
+		r.Summarized, plural(r.Summarized, "message", "messages"), r.Kept, r.BytesBefore>>10, r.BytesAfter>>10)
+}
+
 // compactedWhat says what a context_compacted event left out.
 func compactedWhat(e protocol.Event) string {
 	var parts []string
@@ -416,6 +428,12 @@ func compactedWhat(e protocol.Event) string {
 	}
 	if e.Summarized > 0 {
 		parts = append(parts, fmt.Sprintf("%d earlier %s summarized", e.Summarized, plural(e.Summarized, "message", "messages")))
+		if e.Kept > 0 {
+			parts = append(parts, fmt.Sprintf("%d newer kept whole", e.Kept))
+		}
+	}
+	if e.Cut > 0 {
+		parts = append(parts, fmt.Sprintf("%d long %s cut in the middle", e.Cut, plural(e.Cut, "message", "messages")))
 	}
 	return strings.Join(parts, ", ")
 }

@@ -248,11 +248,11 @@ func TestACompactedContextIsSaid(t *testing.T) {
 	var out strings.Builder
 	p := &printer{out: &out}
 	for _, e := range []protocol.Event{
-		{Type: protocol.EventContextCompacted, Elided: 3, Summarized: 12, BytesBefore: 500 << 10, BytesAfter: 90 << 10},
+		{Type: protocol.EventContextCompacted, Elided: 3, Summarized: 12, Kept: 5, Cut: 1, BytesBefore: 500 << 10, BytesAfter: 90 << 10},
 		{Type: protocol.EventSubagentPrefix + protocol.EventContextCompacted, Name: "notes", Elided: 1, BytesBefore: 30 << 10, BytesAfter: 10 << 10},
 	} {
 		require.NoError(t, p.handle(context.Background(), e, nil))
 	}
-	require.Equal(t, "(context compacted to fit the model: 3 old tool outputs left out, 12 earlier messages summarized; 500 → 90 KiB; the whole conversation is kept)\n"+
+	require.Equal(t, "(context compacted to fit the model: 3 old tool outputs left out, 12 earlier messages summarized, 5 newer kept whole, 1 long message cut in the middle; 500 → 90 KiB; the whole conversation is kept)\n"+
 		"[notes] (context compacted to fit the model: 1 old tool output left out; 30 → 10 KiB; the whole conversation is kept)\n", out.String())
 }

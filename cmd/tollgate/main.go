@@ -3,6 +3,7 @@
 //
 //	tollgate chat "tidy up the workspace" [--conversation ID] [--bypass]
 //	tollgate approvals [--decide] [--conversation ID] [--tool NAME]
+//	tollgate compact --conversation ID ["INSTRUCTIONS"]
 //
 // Every command takes --api URL (default $TOLLGATE_API, else
 // http://127.0.0.1:8080) and --token TOKEN (default $TOLLGATE_API_TOKEN), the
@@ -51,6 +52,11 @@ Usage:
   tollgate approvals [--decide] [--conversation ID] [--tool NAME] [--api URL] [--token TOKEN]
       List the approvals waiting across all conversations; with --decide,
       ask about each in turn.
+
+  tollgate compact --conversation ID ["INSTRUCTIONS"] [--api URL] [--token TOKEN]
+      Summarize the conversation's earlier messages now, keeping what
+      INSTRUCTIONS say ("keep the decisions about the schema"); its next
+      turn reads the summary in their place. The transcript keeps them all.
 
 The API is at --api, else $TOLLGATE_API, else ` + defaultAPI + `.
 An API that asks for a bearer token gets --token, else $TOLLGATE_API_TOKEN.
@@ -117,6 +123,23 @@ func run(ctx context.Context, args []string, getenv func(string) string, in io.R
 			fmt.Fprintf(errOut, "tollgate approvals: %v\n", err)
 			return exitFail
 		}
+		return exitOK
+	case "compact":
+		words, err := parseInterspersed(fs, rest)
+		if err != nil {
+			return exitUsage
+		}
+		if *conv == "" {
+			fmt.Fprint(errOut, "tollgate compact: no --conversation\n\n"+usage)
+			return exitUsage
+		}
+		req := protocol.CompactRequest{Instructions: strings.TrimSpace(strings.Join(words, " "))}
+		res, err := newClient().compact(ctx, *conv, req)
+		if err != nil {
+			fmt.Fprintf(errOut, "tollgate compact: %v\n", err)
+			return exitFail
+		}
+		fmt.Fprintln(out, compactedSays(res))
 		return exitOK
 	case "help", "-h", "--help":
 		fmt.Fprint(out, usage)

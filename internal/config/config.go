@@ -69,10 +69,17 @@ const (
 	// (scheme://host[:port]) besides the API's own that may send
 	// state-changing requests. Default none.
 	EnvAllowedOrigins = "TOLLGATE_ALLOWED_ORIGINS"
-	// EnvContextBudget is the bytes of message text a model call may carry
-	// before a turn compacts its view of the conversation; unset, the
-	// workflows' default (about 100,000 tokens).
+	// EnvContextBudget bounds the bytes of message text a model call may
+	// carry, within what the model's context window holds; unset, the
+	// window alone decides.
 	EnvContextBudget = "TOLLGATE_CONTEXT_BUDGET"
+	// EnvModelContextWindow is the model's context window in tokens;
+	// unset, ContextWindowOf the model's name.
+	EnvModelContextWindow = "TOLLGATE_MODEL_CONTEXT_WINDOW"
+	// EnvContextRecent is the share of the model's view, in percent (1 to
+	// 90), that the newest whole turns may take before older ones are
+	// summarized; default protocol.DefaultContextRecent.
+	EnvContextRecent = "TOLLGATE_CONTEXT_RECENT_PERCENT"
 	// EnvCodecOrigins lists the browser origins (the Temporal Web UI's) that
 	// may call the API's codec endpoint. Default none.
 	EnvCodecOrigins = "TOLLGATE_CODEC_ORIGINS"
@@ -247,9 +254,13 @@ type Config struct {
 	// AllowedOrigins are the browser origins besides the API's own that may
 	// send state-changing requests.
 	AllowedOrigins []string
-	// ContextBudget is EnvContextBudget's value; protocol.DefaultContextBudget
-	// when unset.
+	// ContextBudget is EnvContextBudget's value; 0 when unset.
 	ContextBudget int
+	// ContextWindow is EnvModelContextWindow's value, or the model's
+	// known window.
+	ContextWindow int
+	// ContextRecent is EnvContextRecent's value.
+	ContextRecent int
 	// CodecOrigins are the browser origins that may call the codec
 	// endpoint.
 	CodecOrigins []string
@@ -321,7 +332,7 @@ var known = []string{
 	EnvRequiredTools, EnvApprovalTimeout, EnvHeartbeatInterval, EnvAgentsDir, EnvPolicyFile, EnvNotifyURL,
 	EnvMaxSteps, EnvBashTimeout, EnvBashEnv, EnvLogLevel,
 	EnvMetricsAddr, EnvMCPConfig, EnvAPITokens, EnvAllowBypass, EnvAllowUnauthenticated, EnvAllowedOrigins,
-	EnvCodecOrigins, EnvContextBudget, EnvPayloadDir, EnvPayloadThreshold, EnvPayloadS3Endpoint, EnvPayloadS3Secure, EnvPayloadS3Bucket,
+	EnvCodecOrigins, EnvContextBudget, EnvModelContextWindow, EnvContextRecent, EnvPayloadDir, EnvPayloadThreshold, EnvPayloadS3Endpoint, EnvPayloadS3Secure, EnvPayloadS3Bucket,
 	EnvPayloadS3Prefix, EnvPayloadS3Region, EnvPayloadS3AccessKey, EnvPayloadS3SecretKey, EnvAuditDB, EnvGRPCCompression,
 	EnvLinkSecret, EnvPublicURL, EnvNotifyFormat, EnvNotifyReminder,
 	EnvBudgetTurnTokens, EnvBudgetTurnToolCalls, EnvBudgetTurnTime,
@@ -421,7 +432,12 @@ func LoadFor(uses Binary, getenv func(string) string) (Config, error) {
 		c.BashEnv = r.envNames(EnvBashEnv)
 		c.MetricsAddr = r.listenAddr(EnvMetricsAddr, DefaultMetricsAddr)
 		c.MCPConfig = r.mcpConfig(EnvMCPConfig)
-		c.ContextBudget = r.positiveInt(EnvContextBudget, protocol.DefaultContextBudget)
+		c.ContextBudget = r.optionalCount(EnvContextBudget, protocol.DefaultContextBudget)
+		c.ContextWindow = r.positiveInt(EnvModelContextWindow, ContextWindowOf(c.OpenAIModel))
+		c.ContextRecent = r.positiveInt(EnvContextRecent, protocol.DefaultContextRecent)
+		if c.ContextRecent > 90 {
+			r.fail(EnvContextRecent, strconv.Itoa(c.ContextRecent), "must be at most 90 (example: %d)", protocol.DefaultContextRecent)
+		}
 	}
 	if uses&API != 0 {
 		c.HTTPAddr = r.str(EnvHTTPAddr, DefaultHTTPAddr)

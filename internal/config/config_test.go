@@ -15,7 +15,6 @@ import (
 
 	"github.com/tollgate/tollgate/internal/links"
 	"github.com/tollgate/tollgate/internal/payloads"
-	"github.com/tollgate/tollgate/workflows"
 )
 
 // env returns a getenv over a fixed map, so tests never see the real
@@ -45,7 +44,8 @@ func TestLoadWithNothingSetGivesTheDocumentedDefaults(t *testing.T) {
 		BashTimeout:       2 * time.Minute,
 		LogLevel:          slog.LevelInfo,
 		MetricsAddr:       "127.0.0.1:9090",
-		ContextBudget:     workflows.DefaultContextBudget,
+		ContextWindow:     128000,
+		ContextRecent:     25,
 		Payloads:          payloads.Config{Dir: filepath.Join(wd, ".tollgate", "payloads"), Threshold: payloads.DefaultThreshold},
 		AuditDB:           filepath.Join(wd, ".tollgate", "audit.db"),
 		NotifyFormat:      "json",
@@ -70,6 +70,8 @@ func TestLoadTakesEveryVariableFromTheEnvironment(t *testing.T) {
 		"TOLLGATE_AGENTS_DIR":                     "/srv/agents",
 		"TOLLGATE_MAX_STEPS":                      "3",
 		"TOLLGATE_CONTEXT_BUDGET":                 "200000",
+		"TOLLGATE_MODEL_CONTEXT_WINDOW":           "32000",
+		"TOLLGATE_CONTEXT_RECENT_PERCENT":         "40",
 		"TOLLGATE_BASH_TIMEOUT":                   "5s",
 		"TOLLGATE_BASH_ENV":                       "GOPATH, GOFLAGS",
 		"TOLLGATE_LOG_LEVEL":                      "debug",
@@ -112,6 +114,8 @@ func TestLoadTakesEveryVariableFromTheEnvironment(t *testing.T) {
 		AgentsDir:         "/srv/agents",
 		MaxSteps:          3,
 		ContextBudget:     200000,
+		ContextWindow:     32000,
+		ContextRecent:     40,
 		BashTimeout:       5 * time.Second,
 		BashEnv:           []string{"GOPATH", "GOFLAGS"},
 		LogLevel:          slog.LevelDebug,
@@ -255,6 +259,8 @@ func TestEachBadVariableIsNamedWithItsValue(t *testing.T) {
 		{"TOLLGATE_MAX_STEPS", "many", `TOLLGATE_MAX_STEPS="many": not a whole number (example: 25)`},
 		{"TOLLGATE_MAX_STEPS", "0", `TOLLGATE_MAX_STEPS="0": must be at least 1 (example: 25)`},
 		{"TOLLGATE_CONTEXT_BUDGET", "0", `TOLLGATE_CONTEXT_BUDGET="0": must be at least 1 (example: 409600)`},
+		{"TOLLGATE_MODEL_CONTEXT_WINDOW", "128k", `TOLLGATE_MODEL_CONTEXT_WINDOW="128k": not a whole number (example: 128000)`},
+		{"TOLLGATE_CONTEXT_RECENT_PERCENT", "95", `TOLLGATE_CONTEXT_RECENT_PERCENT="95": must be at most 90 (example: 25)`},
 		{"TOLLGATE_REQUIRED_TOOLS", ",", `TOLLGATE_REQUIRED_TOOLS=",": no names in the list`},
 		{"TOLLGATE_LOG_LEVEL", "loud", `TOLLGATE_LOG_LEVEL="loud": not a log level`},
 		{"TOLLGATE_METRICS_ADDR", "9090", `TOLLGATE_METRICS_ADDR="9090": not a host:port to listen on (example: 127.0.0.1:9090; "off" for none)`},
@@ -379,5 +385,14 @@ func TestEachBinaryValidatesOnlyTheVariablesItUses(t *testing.T) {
 	for _, b := range []Binary{Worker, API} {
 		_, err = LoadFor(b, env(map[string]string{"TOLLGATE_LOG_LEVEL": "loud"}))
 		require.ErrorContains(t, err, "TOLLGATE_LOG_LEVEL")
+	}
+}
+
+func TestTheModelsWindowComesFromItsNameUnlessSet(t *testing.T) {
+	for model, window := range map[string]int{
+		"gpt-4o-mini": 128000, "gpt-4.1-nano": 1047576, "gpt-4": 8192, "openai/gpt-4o": 128000,
+		"claude-sonnet-4-5": 200000, "llama3.1:8b": 131072, "scripted": 128000,
+	} {
+		require.Equal(t, window, ContextWindowOf(model), model)
 	}
 }

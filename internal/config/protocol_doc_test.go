@@ -13,7 +13,7 @@ import (
 	"github.com/tollgate/tollgate/internal/docstest"
 	"github.com/tollgate/tollgate/internal/payloads"
 	"github.com/tollgate/tollgate/internal/text"
-	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 // protocolDoc is the wire protocol's reference, whose configuration table
@@ -78,7 +78,8 @@ func TestProtocolDocGivesEveryVariableLoadsDefault(t *testing.T) {
 		EnvMCPConfig:            DefaultMCPConfig,
 		EnvAllowBypass:          "false",
 		EnvAllowUnauthenticated: "false",
-		EnvContextBudget:        strconv.Itoa(workflows.DefaultContextBudget),
+		EnvModelContextWindow:   strconv.Itoa(protocol.DefaultContextWindow),
+		EnvContextRecent:        strconv.Itoa(protocol.DefaultContextRecent),
 		EnvPayloadDir:           DefaultPayloadDir,
 		EnvAuditDB:              DefaultAuditDB,
 		EnvNotifyFormat:         "json",

@@ -8,6 +8,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"sync"
@@ -70,6 +71,25 @@ func ChunkDelay(d time.Duration) Option {
 	return func(s *Server) { s.chunkDelay = d }
 }
 
+// Window gives the server a context window of tokens: a request longer
+// than that is answered 400 with OpenAI's context_length_exceeded body,
+// which states the window and the request's length, as OpenAI does. A
+// request's length is RequestTokens of its body.
+func Window(tokens int) Option {
+	return func(s *Server) { s.window = tokens }
+}
+
+// BytesPerToken is how many bytes of a request's JSON body the server
+// counts as one token: about what OpenAI's tokenizers make of English
+// text and JSON (150,000 tokens are about 600 KB of request).
+const BytesPerToken = 4
+
+// RequestTokens is the length in tokens that a Window counts for a request
+// whose JSON body has n bytes.
+func RequestTokens(n int) int {
+	return (n + BytesPerToken - 1) / BytesPerToken
+}
+
 // ModelName is the model the server lists and answers as when a request
 // names none.
 const ModelName = "tollgate-scripted"
@@ -80,6 +100,7 @@ const ModelName = "tollgate-scripted"
 type Server struct {
 	script     Script
 	chunkDelay time.Duration
+	window     int // tokens; 0 is no limit
 	mux        *http.ServeMux
 	completion atomic.Int64 // numbers the completions
 
@@ -121,7 +142,11 @@ func (s *Server) RequestTimes() []time.Time {
 
 func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	var req openai.ChatCompletionRequest
-	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+	body, err := io.ReadAll(r.Body)
+	if err == nil {
+		err = json.Unmarshal(body, &req)
+	}
+	if err != nil {
 		writeError(w, http.StatusBadRequest, "invalid JSON body: "+err.Error())
 		return
 	}
@@ -129,6 +154,16 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	s.requests = append(s.requests, req)
 	s.times = append(s.times, time.Now())
 	s.mu.Unlock()
+
+	if used := RequestTokens(len(body)); s.window > 0 && used > s.window {
+		// OpenAI's words and code for it.
+		writeJSON(w, http.StatusBadRequest, map[string]any{"error": map[string]any{
+			"message": fmt.Sprintf("This model's maximum context length is %d tokens. However, your messages resulted in %d tokens. "+
+				"Please reduce the length of the messages.", s.window, used),
+			"type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded",
+		}})
+		return
+	}
 
 	reply := s.script(req)
 	if (reply.HoldAfter <= 0 || reply.Status != 0 || !req.Stream) && !held(r, reply.Hold) {

@@ -380,3 +380,24 @@ func TestRequestTimesSayWhenEachRequestArrived(t *testing.T) {
 	require.False(t, times[1].Before(times[0]))
 	require.False(t, after.Before(times[1]))
 }
+
+func TestARequestPastTheWindowIsRefusedAsOpenAIRefusesIt(t *testing.T) {
+	client := start(t, scripted.New(scripted.Always(scripted.Reply{Content: "fits"}), scripted.Window(1000)))
+	ask := func(content string) (openai.ChatCompletionResponse, error) {
+		return client.CreateChatCompletion(context.Background(), openai.ChatCompletionRequest{
+			Model: "any", Messages: []openai.ChatCompletionMessage{{Role: "user", Content: content}},
+		})
+	}
+
+	resp, err := ask(strings.Repeat("a", 3000))
+	require.NoError(t, err, "about 760 tokens fit")
+	require.Equal(t, "fits", resp.Choices[0].Message.Content)
+
+	_, err = ask(strings.Repeat("a", 4000))
+	var apiErr *openai.APIError
+	require.ErrorAs(t, err, &apiErr)
+	require.Equal(t, http.StatusBadRequest, apiErr.HTTPStatusCode)
+	require.Equal(t, "context_length_exceeded", apiErr.Code)
+	require.Equal(t, "invalid_request_error", apiErr.Type)
+	require.Regexp(t, `^This model's maximum context length is 1000 tokens\. However, your messages resulted in 10\d\d tokens\.`, apiErr.Message)
+}
