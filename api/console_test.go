@@ -687,7 +687,9 @@ func TestConsoleOpensAConversationStartedElsewhereWithItsTurnsMessagesAndWaiting
 	listed := `[data-testid="elsewhere-conversation"][data-conversation-id="` + conv + `"]`
 	b.do(chromedp.WaitVisible(chromedp.CSS(listed)))
 	require.Contains(t, eval[string](b, `document.querySelector('[data-testid="elsewhere"]').textContent`), "2 calls wait for a decision in another conversation")
-	require.Contains(t, eval[string](b, fmt.Sprintf(`document.querySelector(%s).textContent`, jsQuote(listed))), "Write, Bash")
+	entry := eval[string](b, fmt.Sprintf(`document.querySelector(%s).textContent`, jsQuote(listed)))
+	require.Contains(t, entry, "Write", "the waiting calls, in the order the inbox lists them")
+	require.Contains(t, entry, "Bash")
 	b.do(chromedp.Click(chromedp.CSS(listed + ` [data-testid="open-conversation"]`)))
 
 	b.waitUntil(count(consoleTurn) + ` === 2`)
@@ -705,8 +707,11 @@ func TestConsoleOpensAConversationStartedElsewhereWithItsTurnsMessagesAndWaiting
 	require.True(t, strings.HasPrefix(eval[string](b, fmt.Sprintf(`document.querySelector(%s).textContent`, jsQuote(callIn(second, "Write")+` .preview-head`))),
 		"overwrite "+scripted.DemoNotePath))
 
+	// One click at a time: a decision redraws the turn's cards, and a
+	// click sent while they are redrawn can land on a card being replaced.
+	b.do(chromedp.Click(chromedp.CSS(callIn(second, "Bash") + ` [data-testid="approve"]`)))
+	b.waitUntil(count(callIn(second, "Bash")+` [data-testid="approval-decision"]`) + ` === 1`)
 	b.do(
-		chromedp.Click(chromedp.CSS(callIn(second, "Bash")+` [data-testid="approve"]`)),
 		chromedp.Click(chromedp.CSS(callIn(second, "Write")+` [data-testid="decline"]`)),
 		chromedp.WaitVisible(chromedp.CSS(second+` [data-testid="finish"][data-reason="stop"]`)),
 	)

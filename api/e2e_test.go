@@ -361,7 +361,7 @@ func streamToEnd(t *testing.T, msgs <-chan sseMessage) []protocol.Event {
 	var events []protocol.Event
 	for _, m := range drain(t, msgs) {
 		if !m.HasID {
-			require.JSONEq(t, `{"type":"heartbeat"}`, m.Data, "only keep-alives go without an id")
+			requireNotice(t, m)
 			continue
 		}
 		e := decodeEvent(t, m)

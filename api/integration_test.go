@@ -286,6 +286,21 @@ func chatAt(t *testing.T, baseURL, body string) (*http.Response, <-chan sseMessa
 	return resp, readSSE(resp.Body)
 }
 
+// requireNotice checks a message without an id: a keep-alive, or the
+// API's notice that the turn is queued behind another one of its
+// conversation, which a stream may get while the turn before still ends.
+func requireNotice(t require.TestingT, m sseMessage) {
+	if m.Data == `{"type":"heartbeat"}` {
+		return
+	}
+	var notice struct {
+		Type, TurnID string
+	}
+	require.NoError(t, json.Unmarshal([]byte(m.Data), &notice), m.Data)
+	require.Equal(t, "queued", notice.Type, "only keep-alives and the queued notice go without an id: %s", m.Data)
+	require.NotEmpty(t, notice.TurnID, m.Data)
+}
+
 // untilEvent reads numbered events until one of type typ (n of them when n
 // > 1), checking that ids go up by one from want, and returns them all.
 func untilEvent(t *testing.T, msgs <-chan sseMessage, want *int, typ string, n int) []protocol.Event {
@@ -295,7 +310,7 @@ func untilEvent(t *testing.T, msgs <-chan sseMessage, want *int, typ string, n i
 		m, ok := nextMessage(t, msgs)
 		require.True(t, ok, "stream ended before %s", typ)
 		if !m.HasID {
-			require.JSONEq(t, `{"type":"heartbeat"}`, m.Data)
+			requireNotice(t, m)
 			continue
 		}
 		e := decodeEvent(t, m)
