@@ -58,11 +58,20 @@ func hashOf(parts ...string) string {
 // took for another message.
 var errKeyReused = errors.New("this Idempotency-Key was sent with another message to this conversation: send a new key with a new message")
 
+// errConversationTaken refuses a FirstMessage to a conversation that
+// another message started.
+var errConversationTaken = errors.New("the conversation this Idempotency-Key names was started by another message: send the message with a new key")
+
 // checkKey says whether m may be taken: its key, if any, is new or names
-// this very message.
+// this very message, and a FirstMessage starts the conversation or is a
+// retry of the message that did.
 func (c *conversation) checkKey(m UserMessage) error {
-	if k, ok := c.takenKey(m.IdempotencyKey); ok && k.Digest != m.digest() {
+	k, ok := c.takenKey(m.IdempotencyKey)
+	switch {
+	case ok && k.Digest != m.digest():
 		return errKeyReused
+	case m.FirstMessage && c.turns > 0 && !ok:
+		return errConversationTaken
 	}
 	return nil
 }
