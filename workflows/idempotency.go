@@ -60,7 +60,7 @@ var errKeyReused = errors.New("this Idempotency-Key was sent with another messag
 
 // errConversationTaken refuses a FirstMessage to a conversation that
 // another message started.
-var errConversationTaken = errors.New("the conversation this Idempotency-Key names was started by another message: send the message with a new key")
+var errConversationTaken = errors.New("the conversation this Idempotency-Key names was started by another message (or by this one more than a day ago, when the conversation forgot the key): send the message with a new key")
 
 // checkKey says whether m may be taken: its key, if any, is new or names
 // this very message, and a FirstMessage starts the conversation or is a
