@@ -150,8 +150,17 @@ func TestAMessageWithAKeyAndNoConversationIsRetriedIntoTheSameConversation(t *te
 	require.Equal(t, workflows.TurnWorkflowID(convs[0], 1), turns[1])
 	require.Len(t, st.replies.Requests(), 1, "one turn")
 
+	// A retry that names the conversation the first attempt was told of
+	// is the same message too.
+	resp, err := postKeyed(ctx, st.api.URL, "first-message-1", `{"query":"hello","conversationId":"`+convs[0]+`"}`)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, turns[0], resp.Header.Get(protocol.HeaderTurnID))
+	resp.Body.Close()
+	require.Len(t, st.replies.Requests(), 1, "one turn")
+
 	// Another key is another conversation.
-	resp, err := postKeyed(ctx, st.api.URL, "first-message-2", `{"query":"hello"}`)
+	resp, err = postKeyed(ctx, st.api.URL, "first-message-2", `{"query":"hello"}`)
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.NotEqual(t, convs[0], resp.Header.Get(protocol.HeaderConversationID))

@@ -36,9 +36,10 @@ func MessageUpdateID(conversationID string, m UserMessage) string {
 }
 
 // digest is what makes two messages the same message: all the sender
-// sent, not the key.
+// sent, not the key, nor whether the API made the conversation's id from
+// it (a retry may name the conversation its first attempt was told of).
 func (m UserMessage) digest() string {
-	m.IdempotencyKey = ""
+	m.IdempotencyKey, m.FirstMessage = "", false
 	b, _ := json.Marshal(m) // a struct of strings, bools and specs always encodes
 	return hashOf(string(b))
 }
