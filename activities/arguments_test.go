@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -264,4 +266,29 @@ func TestALinkMadeAfterThePolicyReadTheCallIsRefusedWhenItRuns(t *testing.T) {
 	requireToolError(t, callRaw(t, tools.Write, args),
 		`Write: file_path "docs/notes.md" leads through a symbolic link to "README.md", which is not the file this call was checked for`)
 	require.Equal(t, "# readme\n", readFile(t, filepath.Join(ws, "README.md")))
+}
+
+// ResolveArguments runs in a workflow task (the turn's vetting
+// SideEffect), which the SDK fails as deadlocked past a second, on every
+// attempt: a model's long path must cost it little. A Write to 100 KB of
+// a/a/a/… that does not exist took 8.6 s (each name walked up and joined
+// again), and through a link that loops, forty times that.
+func TestALongPathIsResolvedWellWithinAWorkflowTask(t *testing.T) {
+	ws, roots := linkedRepo(t)
+	require.NoError(t, os.Symlink("loop", filepath.Join(ws, "loop")))
+	write := specOf(t, ToolWrite)
+	deep := strings.Repeat("a/", 50_000) + "x"
+	for _, p := range []string{deep, "docs/src/" + deep, "loop/" + deep} {
+		args, _ := json.Marshal(map[string]string{"file_path": p, "content": "x"})
+		start := time.Now()
+		got, _, err := ResolveArguments(write, roots, string(args))
+		took := time.Since(start)
+		require.Less(t, took, 250*time.Millisecond, "%.20s…", p)
+		if strings.HasPrefix(p, "loop/") {
+			require.ErrorContains(t, err, "too many levels of symbolic links")
+			continue
+		}
+		require.NoError(t, err)
+		require.Contains(t, got, `"file_path":"`)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // maxLinks bounds how many symbolic links realPath follows, so that a loop of
@@ -120,20 +121,16 @@ func within(dir, p string) bool {
 // filepath.EvalSymlinks and the rest is appended as it is. A dangling link is
 // followed to where it points, because writing through it would create the
 // file there.
+//
+// The prefix is found from the root down, stopping at the first name that
+// is not there, so that what it costs follows the folders that exist, not
+// the length of the path: this runs in a workflow task (the turn's vetting
+// SideEffect), where a model's 100 KB path of a/a/a/… that does not exist,
+// walked up one name at a time and joined again at each, took seconds, and
+// the task failed as deadlocked on every attempt.
 func realPath(p string) (string, error) {
 	for range maxLinks {
-		existing, rest := p, ""
-		for {
-			if _, err := os.Lstat(existing); err == nil {
-				break
-			}
-			parent := filepath.Dir(existing)
-			if parent == existing {
-				break
-			}
-			rest = filepath.Join(filepath.Base(existing), rest)
-			existing = parent
-		}
+		existing, rest := existingPrefix(p)
 		real, err := filepath.EvalSymlinks(existing)
 		if err == nil {
 			return filepath.Join(real, rest), nil
@@ -150,6 +147,27 @@ func realPath(p string) (string, error) {
 		p = filepath.Join(target, rest)
 	}
 	return "", errors.New("too many levels of symbolic links")
+}
+
+// existingPrefix splits the clean absolute path p into its longest prefix
+// that exists (lstat: a link counts as itself) and the rest, relative to
+// it. A prefix after one that does not exist cannot exist either (p has no
+// ".."), so the names are looked at from the root down, and each Lstat
+// costs the walk of what exists.
+func existingPrefix(p string) (existing, rest string) {
+	existing = p[:len(filepath.VolumeName(p))+1] // the root
+	for i := len(existing); i < len(p); {
+		j := strings.IndexByte(p[i:], filepath.Separator)
+		end := len(p)
+		if j >= 0 {
+			end = i + j
+		}
+		if _, err := os.Lstat(p[:end]); err != nil {
+			return existing, p[i:]
+		}
+		existing, i = p[:end], end+1
+	}
+	return existing, ""
 }
 
 // pathErr drops the operation and path from a *fs.PathError: they name the

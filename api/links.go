@@ -21,7 +21,7 @@ import (
 // PrincipalLink is who a decision made through a signed link is recorded
 // as: whoever holds the link, which names no one. A rule whose deciders do
 // not list it refuses such decisions.
-const PrincipalLink = "link"
+const PrincipalLink = protocol.PrincipalLink
 
 // linkPolicy is the Content-Security-Policy of the link pages: no script
 // at all, the style sheet, and a form that posts back here.

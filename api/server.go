@@ -326,6 +326,10 @@ func (s *Server) chatStream(c *gin.Context) {
 		// A retry of a message that started a conversation lands in the
 		// same one, though its client never heard the id.
 		conv = uuid.NewSHA1(keyedConversations, []byte(msg.IdempotencyKey)).String()
+		// Anyone who knows the key and the sender can make the id too:
+		// the message must start the conversation (or be a retry of the
+		// one that did), never join one another message started.
+		msg.FirstMessage = true
 	case conv == "":
 		conv = uuid.NewString()
 	default:

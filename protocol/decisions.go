@@ -14,6 +14,16 @@ const (
 	DecisionTimeout = "timeout"
 )
 
+// Principals that name no API token: who a decision is recorded as when it
+// came through a signed link (PrincipalLink) or a Temporal signal that named
+// nobody (PrincipalTemporal). No token may be called either, or its
+// decisions would read as theirs, and a rule's deciders that list one
+// would take the other.
+const (
+	PrincipalLink     = "link"
+	PrincipalTemporal = "temporal"
+)
+
 // RememberConversation is the only scope a decision can be remembered for.
 const RememberConversation = "conversation"
 

@@ -522,11 +522,26 @@ func (c *conversation) setCompactHandler(ctx workflow.Context) error {
 			if n := len(r.Instructions); n > protocol.MaxCompactInstructions {
 				return rejection(RejectInvalid, fmt.Errorf("the instructions are %d bytes, more than the %d a compaction takes", n, protocol.MaxCompactInstructions))
 			}
-			return nil
+			return c.checkCompactionBudget()
 		}},
 	)
 	if err != nil {
 		return fmt.Errorf("set %s update handler: %w", CompactUpdate, err)
+	}
+	return nil
+}
+
+// checkCompactionBudget refuses a person's compaction while the
+// conversation's token budget is spent: its summary is a model call that
+// no turn asks a person to raise the budget for, so that anyone who may
+// chat could otherwise go on spending (a long message, whose turn stops
+// at the budget, then a compaction, and again). A validator's, so it
+// issues no command; a compaction queued behind a turn that passes the
+// budget still runs, once, as a turn's last model call may pass it.
+func (c *conversation) checkCompactionBudget() error {
+	limit := limitsOf(c.settings.Budgets, c.raised).conversationTokens
+	if limit > 0 && int64(c.spent.Tokens) >= limit {
+		return fmt.Errorf("the conversation's token budget is spent (%d of %d tokens), and a summary is a model call: send a message, whose turn asks a person to raise the budget, then compact", c.spent.Tokens, limit)
 	}
 	return nil
 }

@@ -498,3 +498,45 @@ func TestACompactionAskedWhileAnotherRunsIsToldSo(t *testing.T) {
 	require.Equal(t, CompactResult{Reason: "another compaction runs now; ask again once it has ended"}, results[1])
 	require.Len(t, h.modelInputs, 3, "one summary request")
 }
+
+// A person's compaction is a model call like a turn's, but no turn asks
+// for it: a conversation past its token budget, whose every turn asks a
+// person to raise it first, must not let anyone with the chat role spend
+// on summaries instead (send a long message, compact, again). It is
+// refused, naming the budget; raised, it runs.
+func TestACompactionIsRefusedWhenTheConversationsTokenBudgetIsSpent(t *testing.T) {
+	s := testSettings()
+	s.Budgets.ConversationTokens = 500
+	h := newHarness(t, s, activities.ModelOutput{Content: "The user asked twice."})
+	history := []activities.Message{
+		{Role: activities.RoleUser, Content: "q1"}, {Role: activities.RoleAssistant, Content: "a1"},
+		{Role: activities.RoleUser, Content: "q2"}, {Role: activities.RoleAssistant, Content: "a2"},
+	}
+	var rejected error
+	var result CompactResult
+	compact := func() {
+		h.env.UpdateWorkflow(CompactUpdate, "", &testsuite.TestUpdateCallback{
+			OnAccept: func() {}, OnReject: func(err error) { rejected = err },
+			OnComplete: func(v any, err error) {
+				require.NoError(t, err)
+				result = v.(CompactResult)
+			},
+		}, CompactRequest{})
+	}
+	h.env.RegisterDelayedCallback(compact, time.Minute)
+	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, time.Hour)
+	h.env.ExecuteWorkflow(ConversationWorkflow, ConversationInput{ConversationID: "spent", Messages: history, Turns: 2, Spent: Usage{Tokens: 600}})
+	require.ErrorContains(t, rejected, "the conversation's token budget is spent (600 of 500 tokens)")
+	require.Empty(t, h.modelInputs, "no summary request")
+
+	// Raised by a person (in a turn), the compaction runs.
+	h = newHarness(t, s, activities.ModelOutput{Content: "The user asked twice."})
+	rejected = nil
+	h.env.RegisterDelayedCallback(compact, time.Minute)
+	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, time.Hour)
+	h.env.ExecuteWorkflow(ConversationWorkflow, ConversationInput{ConversationID: "raised", Messages: history, Turns: 2,
+		Spent: Usage{Tokens: 600}, Raised: Budgets{ConversationTokens: 1200}})
+	require.NoError(t, rejected)
+	require.True(t, result.Compacted)
+	require.Len(t, h.modelInputs, 1)
+}

@@ -37,7 +37,7 @@ const (
 // PrincipalTemporal is who a decision that came by signal without a
 // principal is recorded as: whoever may signal a workflow has Temporal
 // access, which tollgate trusts (the API's tokens do not cover it).
-const PrincipalTemporal = "temporal"
+const PrincipalTemporal = protocol.PrincipalTemporal
 
 // approval is one call waiting for a person's decision.
 type approval struct {

@@ -36,9 +36,10 @@ func MessageUpdateID(conversationID string, m UserMessage) string {
 }
 
 // digest is what makes two messages the same message: all the sender
-// sent, not the key.
+// sent, not the key, nor whether the API made the conversation's id from
+// it (a retry may name the conversation its first attempt was told of).
 func (m UserMessage) digest() string {
-	m.IdempotencyKey = ""
+	m.IdempotencyKey, m.FirstMessage = "", false
 	b, _ := json.Marshal(m) // a struct of strings, bools and specs always encodes
 	return hashOf(string(b))
 }
@@ -58,11 +59,20 @@ func hashOf(parts ...string) string {
 // took for another message.
 var errKeyReused = errors.New("this Idempotency-Key was sent with another message to this conversation: send a new key with a new message")
 
+// errConversationTaken refuses a FirstMessage to a conversation that
+// another message started.
+var errConversationTaken = errors.New("the conversation this Idempotency-Key names was started by another message (or by this one more than a day ago, when the conversation forgot the key): send the message with a new key")
+
 // checkKey says whether m may be taken: its key, if any, is new or names
-// this very message.
+// this very message, and a FirstMessage starts the conversation or is a
+// retry of the message that did.
 func (c *conversation) checkKey(m UserMessage) error {
-	if k, ok := c.takenKey(m.IdempotencyKey); ok && k.Digest != m.digest() {
+	k, ok := c.takenKey(m.IdempotencyKey)
+	switch {
+	case ok && k.Digest != m.digest():
 		return errKeyReused
+	case m.FirstMessage && c.turns > 0 && !ok:
+		return errConversationTaken
 	}
 	return nil
 }

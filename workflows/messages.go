@@ -36,6 +36,14 @@ type UserMessage struct {
 	// messageKeyWindow is answered with that message's turn, not queued
 	// again.
 	IdempotencyKey string `json:"idempotencyKey,omitempty"`
+	// FirstMessage says the API made the conversation's id from the
+	// message's key (the message named no conversation): the message
+	// must start its conversation, or be a retry of the message that did.
+	// Without it a second person who guessed the key (the id is a
+	// version 5 UUID of it and the sender's name) could start that
+	// conversation first, and the first person's message would become a
+	// turn of theirs, reading their messages.
+	FirstMessage bool `json:"firstMessage,omitempty"`
 }
 
 // TurnRef names the turn that runs (or will run) a user message.

@@ -761,6 +761,8 @@ func (r *reader) tokens(name string) []APIToken {
 			fail("the token may hold only letters, digits and -._~+/ (then '=' padding)")
 		case !principalPattern.MatchString(principal):
 			fail("the principal must be a name: a letter or digit, then up to 63 letters, digits, '.', '_', '@' or '-'")
+		case principal == protocol.PrincipalLink || principal == protocol.PrincipalTemporal:
+			fail("the principal %q is who decisions through a signed link (%s) or a Temporal signal that names nobody (%s) are recorded as: a token named so would decide as them", principal, protocol.PrincipalLink, protocol.PrincipalTemporal)
 		case !rolesOK:
 			// Not shown either: a token written in the wrong place would be.
 			fail("the roles after the second ':' must be %s, joined by '+'", strings.Join(AllRoles, ", "))

@@ -111,3 +111,14 @@ func TestAPITokenNeverPrintsItsToken(t *testing.T) {
 		require.True(t, strings.Contains(s, "alice"), s)
 	}
 }
+
+// A token named link or temporal would decide as a signed link or a
+// Temporal signal are recorded: the ledger could not tell them apart, and
+// a rule whose deciders list link (to take links) would take the token.
+func TestAPITokensMayNotBeNamedAsLinksAndSignalsAreRecorded(t *testing.T) {
+	for _, name := range []string{"link", "temporal"} {
+		_, err := Load(env(map[string]string{"TOLLGATE_API_TOKENS": "aaaaaaaaaaaaaaaa:alice, bbbbbbbbbbbbbbbb:" + name + ":approve"}))
+		require.ErrorContains(t, err, `TOLLGATE_API_TOKENS: entry 2 (not shown): the principal "`+name+`" is who decisions through a signed link`)
+		require.NotContains(t, err.Error(), "bbbbbbbbbbbbbbbb", "the token is not shown")
+	}
+}
