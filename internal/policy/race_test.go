@@ -1,7 +1,0 @@
-//go:build race
-
-package policy
-
-// raceDetector is true in a build with the race detector, which makes
-// cel-go several times slower.
-const raceDetector = true
