@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -38,7 +39,11 @@ const freshMessages = 4
 // when its namespace cache refreshes. Every message must be answered with
 // its turn's stream to the end: the worker takes no work before the
 // attributes are usable, so no workflow task fails (the first messages
-// of such a cluster used to answer 500).
+// of such a cluster used to answer 500). A brand-new namespace can also
+// keep a message waiting until each service's namespace cache knows it;
+// the API then answers 503 with Retry-After, never 500, and the client
+// sends the message again with its Idempotency-Key: each conversation
+// still runs exactly one turn.
 func TestAFreshNamespacesFirstMessagesAreAnswered(t *testing.T) {
 	if os.Getenv(envRun) != "1" {
 		t.Skip("starts PostgreSQL and a Temporal server; `make cluster-test` runs it (" + envRun + "=1)")
@@ -97,23 +102,50 @@ func TestAFreshNamespacesFirstMessagesAreAnswered(t *testing.T) {
 	for _, err := range errs {
 		require.NoError(t, err)
 	}
+	for i := range freshMessages {
+		conv := fmt.Sprintf("fresh-%d", i+1)
+		resp, err := http.Get("http://" + addr + "/conversations/" + conv + "/turns")
+		require.NoError(t, err)
+		var listed struct{ Turns []protocol.TurnSummary }
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&listed))
+		resp.Body.Close()
+		require.Len(t, listed.Turns, 1, "%s ran its message once, however often it was sent", conv)
+	}
 }
 
-// chatToFinish sends one message to conversation conv at addr and reads
-// its stream to the finish event.
+// chatToFinish sends one message to conversation conv at addr, again
+// (with the same Idempotency-Key, after its Retry-After) while the API
+// answers 503, and reads its stream to the finish event.
 func chatToFinish(ctx context.Context, addr, conv string) error {
 	body, err := json.Marshal(protocol.ChatRequest{Query: "hello", ConversationID: conv})
 	if err != nil {
 		return err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/chat/stream", bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return fmt.Errorf("%s: POST /chat/stream: %w", conv, err)
+	var resp *http.Response
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/chat/stream", bytes.NewReader(body))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set(protocol.HeaderIdempotencyKey, conv+"-first")
+		resp, err = http.DefaultClient.Do(req)
+		if err != nil {
+			return fmt.Errorf("%s: POST /chat/stream: %w", conv, err)
+		}
+		if resp.StatusCode != http.StatusServiceUnavailable {
+			break
+		}
+		wait, err := strconv.Atoi(resp.Header.Get("Retry-After"))
+		resp.Body.Close()
+		if err != nil {
+			return fmt.Errorf("%s: a 503 without a Retry-After in seconds: %w", conv, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: still 503 at the test's deadline", conv)
+		case <-time.After(time.Duration(wait) * time.Second):
+		}
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
