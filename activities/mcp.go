@@ -213,58 +213,11 @@ func (m *MCP) serverArguments(spec ToolSpec, arguments string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	var members map[string]json.RawMessage
-	if err := json.Unmarshal([]byte(args), &members); err != nil {
-		return "", err
-	}
-	absolute := map[string]string{}
-	for _, name := range spec.WorkspacePaths {
-		var rel string
-		if json.Unmarshal(members[name], &rel) == nil && rel != "" {
-			absolute[name] = filepath.Join(ws.real, rel)
-		}
-	}
-	// The absolute paths are inside the workspace, so normalizing them
-	// again would give back the relative ones: write them in directly,
-	// keeping the keys' order.
-	return replaceStrings(args, absolute)
-}
-
-// replaceStrings sets the named members of a normalized JSON object to
-// the given strings, keeping the members' order.
-func replaceStrings(args string, values map[string]string) (string, error) {
-	if len(values) == 0 {
-		return args, nil
-	}
-	dec := json.NewDecoder(strings.NewReader(args))
-	var out bytes.Buffer
-	out.WriteByte('{')
-	if _, err := dec.Token(); err != nil {
-		return "", err
-	}
-	for i := 0; dec.More(); i++ {
-		tok, err := dec.Token()
-		if err != nil {
-			return "", err
-		}
-		name, _ := tok.(string)
-		var v json.RawMessage
-		if err := dec.Decode(&v); err != nil {
-			return "", err
-		}
-		if s, ok := values[name]; ok {
-			v, _ = json.Marshal(s) // a string always marshals
-		}
-		if i > 0 {
-			out.WriteByte(',')
-		}
-		key, _ := json.Marshal(name) // a string always marshals
-		out.Write(key)
-		out.WriteByte(':')
-		out.Write(v)
-	}
-	out.WriteByte('}')
-	return out.String(), nil
+	// The paths are now inside the workspace, relative, with no link on
+	// the way: each is spelled from the workspace's real folder.
+	return normalize(spec, ws.roots(), args, func(_, rel string) (string, error) {
+		return filepath.Join(ws.real, rel), nil
+	})
 }
 
 // checkWorkspacePaths says what is wrong with a server's workspacePaths:
