@@ -202,23 +202,31 @@ func (t *Tools) run(ctx context.Context, tool string, in ToolInput, fn func(*wor
 // the person, were asked about another file than the one it would reach,
 // and it is refused, naming the file it leads to.
 func runArguments(spec ToolSpec, ws *workspace, arguments string) (string, error) {
-	args, err := NormalizeArguments(spec, ws.roots(), arguments)
-	if err != nil {
-		return "", err
+	args, resolved, err := ResolveArguments(spec, ws.roots(), arguments)
+	if err == nil && len(resolved) == 0 {
+		return args, nil
 	}
-	_, resolved, err := ResolveArguments(spec, ws.roots(), args)
+	// Refused: normalized once more (only here), so that the error names
+	// each path as the policy read it, not as the model spelled it.
+	clean, nerr := NormalizeArguments(spec, ws.roots(), arguments)
+	if nerr != nil {
+		return "", nerr
+	}
 	if err != nil {
+		if _, _, named := ResolveArguments(spec, ws.roots(), clean); named != nil {
+			err = named
+		}
 		return "", err
 	}
 	for _, name := range spec.WorkspacePaths {
 		if real, ok := resolved[name]; ok {
 			var given string
-			_ = json.Unmarshal(argument(args, name), &given)
+			_ = json.Unmarshal(argument(clean, name), &given)
 			return "", fmt.Errorf("%s %q leads through a symbolic link to %q, which is not the file this call was checked for: call again with %q",
 				name, given, real, real)
 		}
 	}
-	return args, nil
+	return args, nil // not reached: resolved names a workspace path
 }
 
 // argument is the JSON value of the named member of normalized
