@@ -88,9 +88,6 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	workflows.AddApprovalsPending(reg)
 	_, stopMetrics := serveMetrics(cfg.MetricsAddr, reg, log)
 	defer stopMetrics()
-	if err := payloads.Check(ctx, cfg.Payloads); err != nil {
-		return err
-	}
 	storage, stored, err := payloads.Storage(cfg.Payloads)
 	if err != nil {
 		return err
@@ -203,8 +200,8 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 const surveyLimit = 10 * time.Second
 
 // checkPayloadStore is the start-up check of the payload store: one that
-// cannot store and read back a payload stops the worker; otherwise the
-// worker logs how much of the store it can read, as a warning when some
+// cannot be reached, or cannot store and read back a payload, stops the
+// worker; otherwise the worker logs how much of the store it can read, as a warning when some
 // of it cannot be read (the turns whose histories name those payloads
 // will end when they next run, naming the payload).
 func checkPayloadStore(ctx context.Context, c payloads.Config, log *slog.Logger) error {

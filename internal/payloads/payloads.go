@@ -549,13 +549,16 @@ func (r Report) String() string {
 // maxUnreadable bounds the payloads a Report names.
 const maxUnreadable = 3
 
-// Survey is the start-up check of the store c configures, after Check: it
-// stores a small payload and reads it back (a store that cannot do both
+// Survey is the start-up check of the store c configures: it reaches the
+// store (Check), stores a small payload and reads it back (a store that cannot do both
 // is an error: every turn would fail), then reads the store's manifests
 // and looks for their chunks, until limit, and reports how much of the
 // store can be read. Nothing is read whole: a manifest is a list of sums,
 // and a chunk is only looked for. It reports nothing for no store.
 func Survey(ctx context.Context, c Config, limit time.Duration) (Report, bool, error) {
+	if err := Check(ctx, c); err != nil {
+		return Report{}, true, err
+	}
 	var s *store
 	switch {
 	case c.S3Endpoint != "":
