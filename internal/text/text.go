@@ -22,9 +22,6 @@ func RedactURL(s string) string {
 		scheme, _, _ := strings.Cut(s, "://")
 		return scheme + "://…"
 	}
-	if _, ok := u.User.Password(); ok {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
-	}
 	q := u.Query()
 	hidden := false
 	for name := range q {
@@ -39,7 +36,7 @@ func RedactURL(s string) string {
 	if hidden {
 		u.RawQuery = q.Encode()
 	}
-	return u.String()
+	return u.Redacted() // the user info's password is xxxxx too
 }
 
 // Truncate cuts s to at most n bytes of valid UTF-8, marking a cut with
