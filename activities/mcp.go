@@ -204,11 +204,11 @@ func (m *MCP) serverArguments(spec ToolSpec, arguments string) (string, error) {
 	if len(spec.WorkspacePaths) == 0 {
 		return NormalizeArguments(spec, nil, arguments)
 	}
-	ws, err := openWorkspace(m.workspace)
+	// Only where it is: the server, not this process, opens the files.
+	ws, err := findWorkspace(m.workspace)
 	if err != nil {
 		return "", err
 	}
-	defer ws.Close()
 	args, err := runArguments(spec, ws, arguments)
 	if err != nil {
 		return "", err

@@ -27,6 +27,20 @@ type workspace struct {
 
 // openWorkspace opens dir for one tool call. The caller closes it.
 func openWorkspace(dir string) (*workspace, error) {
+	ws, err := findWorkspace(dir)
+	if err != nil {
+		return nil, err
+	}
+	ws.root, err = os.OpenRoot(ws.real)
+	if err != nil {
+		return nil, fmt.Errorf("workspace %q is not usable: %w", dir, pathErr(err))
+	}
+	return ws, nil
+}
+
+// findWorkspace is where dir is, as configured and as resolved, without
+// opening it (its root is nil): what checking a call's paths takes.
+func findWorkspace(dir string) (*workspace, error) {
 	if dir == "" {
 		return nil, errors.New("no workspace is configured")
 	}
@@ -40,11 +54,7 @@ func openWorkspace(dir string) (*workspace, error) {
 	if err != nil {
 		return nil, fmt.Errorf("workspace %q is not usable: %w", dir, pathErr(err))
 	}
-	root, err := os.OpenRoot(real)
-	if err != nil {
-		return nil, fmt.Errorf("workspace %q is not usable: %w", dir, pathErr(err))
-	}
-	return &workspace{given: given, real: real, root: root}, nil
+	return &workspace{given: given, real: real}, nil
 }
 
 func (w *workspace) Close() error { return w.root.Close() }
