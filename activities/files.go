@@ -48,7 +48,7 @@ func (t *Tools) Read(ctx context.Context, in ToolInput) (ToolOutput, error) {
 		if err != nil {
 			return "", err
 		}
-		f, err := ws.openRegular(rel, *args.FilePath)
+		f, _, err := ws.openRegular(rel, *args.FilePath)
 		if err != nil {
 			return "", err
 		}
@@ -239,41 +239,38 @@ func (e errTooLarge) Error() string {
 // regular file, without ever waiting on a special file: it looks first
 // (lstat), then opens with O_NONBLOCK, so that a FIFO put there since
 // opens at once rather than waiting for a writer, and checks again what it
-// opened (fstat). A FIFO, a device or a socket is refused, naming it.
-func (w *workspace) openRegular(rel, name string) (*os.File, error) {
+// opened (fstat), which it gives with the file. A FIFO, a device or a
+// socket is refused, naming it.
+func (w *workspace) openRegular(rel, name string) (*os.File, fs.FileInfo, error) {
 	if info, err := w.root.Lstat(rel); err != nil {
-		return nil, fileErr("read", name, err)
+		return nil, nil, fileErr("read", name, err)
 	} else if !info.Mode().IsRegular() {
-		return nil, notRegular(name, info.Mode())
+		return nil, nil, notRegular(name, info.Mode())
 	}
 	f, err := w.root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		return nil, fileErr("read", name, err)
+		return nil, nil, fileErr("read", name, err)
 	}
 	info, err := f.Stat()
 	switch {
 	case err != nil:
 		f.Close()
-		return nil, fileErr("read", name, err)
+		return nil, nil, fileErr("read", name, err)
 	case !info.Mode().IsRegular():
 		f.Close()
-		return nil, notRegular(name, info.Mode())
+		return nil, nil, notRegular(name, info.Mode())
 	}
-	return f, nil
+	return f, info, nil
 }
 
 // readRegular reads the whole of rel, which names name, if it is a regular
 // file of at most maxFileBytes (openRegular).
 func (w *workspace) readRegular(rel, name string) ([]byte, error) {
-	f, err := w.openRegular(rel, name)
+	f, info, err := w.openRegular(rel, name)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	info, err := f.Stat()
-	if err != nil {
-		return nil, fileErr("read", name, err)
-	}
 	if info.Size() > maxFileBytes {
 		return nil, errTooLarge{name, info.Size()}
 	}
