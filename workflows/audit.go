@@ -78,10 +78,7 @@ func (t *turn) writeAudit(ctx workflow.Context, records []audit.Record) {
 	}
 	ctx, _ = workflow.NewDisconnectedContext(ctx)
 	if !t.ledgerBounded(ctx) {
-		err := workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, auditOptions), activities.AuditActivity, records).Get(ctx, nil)
-		if err != nil {
-			workflow.GetLogger(ctx).Error("audit ledger: rows not written; the turn's history still holds them", "rows", len(records), "error", err)
-		}
+		writeRowsLong(ctx, records)
 		return
 	}
 	t.unwritten = latestRows(append(t.unwritten, records...))
@@ -118,12 +115,21 @@ func (t *turn) flushAudit(ctx workflow.Context) {
 		return
 	}
 	ctx, _ = workflow.NewDisconnectedContext(ctx)
-	err := workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, auditOptions), activities.AuditActivity, t.unwritten).Get(ctx, nil)
-	if err != nil {
-		workflow.GetLogger(ctx).Error("audit ledger: rows not written; the turn's history still holds them", "rows", len(t.unwritten), "error", err)
-		return
+	if writeRowsLong(ctx, t.unwritten) {
+		t.unwritten = nil
 	}
-	t.unwritten = nil
+}
+
+// writeRowsLong writes rows to the ledger, waiting as long as auditOptions
+// let it, and says in the worker's log when it could not: the turn's
+// history still holds them. It reports whether the ledger took them.
+func writeRowsLong(ctx workflow.Context, rows []audit.Record) bool {
+	err := workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, auditOptions), activities.AuditActivity, rows).Get(ctx, nil)
+	if err != nil {
+		workflow.GetLogger(ctx).Error("audit ledger: rows not written; the turn's history still holds them", "rows", len(rows), "error", err)
+		return false
+	}
+	return true
 }
 
 // latestRows keeps the last record of each row id, in the place of its

@@ -119,10 +119,7 @@ func (t *turn) summarizable(view []activities.Message) int {
 func (t *turn) summarize(ctx workflow.Context, msgs []activities.Message, n int) error {
 	var b strings.Builder
 	for _, m := range msgs {
-		fmt.Fprintf(&b, "%s: %s\n", m.Role, m.Content)
-		for _, c := range m.ToolCalls {
-			fmt.Fprintf(&b, "  (called %s with %s)\n", c.Name, c.Arguments)
-		}
+		writeTranscript(&b, m)
 	}
 	in := activities.ModelInput{
 		Messages: []activities.Message{
@@ -139,6 +136,15 @@ func (t *turn) summarize(ctx workflow.Context, msgs []activities.Message, n int)
 	}
 	t.compact.summary, t.compact.summarized = strings.TrimSpace(out.Content), n
 	return nil
+}
+
+// writeTranscript writes m to b as a summary request shows it: its role
+// and text, and the tools it called.
+func writeTranscript(b *strings.Builder, m activities.Message) {
+	fmt.Fprintf(b, "%s: %s\n", m.Role, m.Content)
+	for _, c := range m.ToolCalls {
+		fmt.Fprintf(b, "  (called %s with %s)\n", c.Name, c.Arguments)
+	}
 }
 
 // elide replaces tool outputs with ElidedToolOutput, oldest first, until

@@ -491,10 +491,7 @@ func (s *summarizer) fold(ctx workflow.Context, summary string, msgs []activitie
 // request shows it, at most room bytes.
 func (s *summarizer) render(m activities.Message, index, room int) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s: %s\n", m.Role, m.Content)
-	for _, c := range m.ToolCalls {
-		fmt.Fprintf(&b, "  (called %s with %s)\n", c.Name, c.Arguments)
-	}
+	writeTranscript(&b, m)
 	if b.Len() <= room {
 		return b.String()
 	}

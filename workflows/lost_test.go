@@ -25,11 +25,23 @@ func TestOnlyATurnOrSubagentWhoseTaskFailsOnAMissingPayloadIsEnded(t *testing.T)
 	missing := `storage driver "tollgate-dir" retrieve failed: payload ` + key + ` is not in the payload store (payload folder /srv/p): …`
 	c := mocks.NewClient(t)
 	terminated := make(chan string, 4)
+	// A termination runs in a goroutine of its own, and stays in l.ending
+	// until it returns: held here, it shows in ending() at once, so that
+	// the failures that must end nothing are checked as they come, not by
+	// how soon a goroutine would have run.
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
 	c.On("TerminateWorkflow", mock.Anything, mock.Anything, mock.Anything, mock.Anything).Run(func(args mock.Arguments) {
 		terminated <- args.String(1) + " " + args.String(3)
+		<-release
 	}).Return(nil)
 	l := NewLostPayloads(slog.New(slog.DiscardHandler), payloads.MissingKey)
 	l.Attach(c)
+	ending := func() int {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return len(l.ending)
+	}
 	call := func(req, reply any) {
 		require.NoError(t, l.intercept(context.Background(), "", req, reply, nil,
 			func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error { return nil }))
@@ -47,10 +59,13 @@ func TestOnlyATurnOrSubagentWhoseTaskFailsOnAMissingPayloadIsEnded(t *testing.T)
 
 	task("t1", "conv-turn-1", ChatTurnWorkflow)
 	fail("t1", "storage driver \"tollgate-s3\" retrieve failed: dial tcp: connection refused")
+	require.Zero(t, ending(), "a store that does not answer ends nothing")
 	task("t2", "conv", ConversationWorkflow)
 	fail("t2", missing)
+	require.Zero(t, ending(), "a conversation is never ended")
 	task("t3", "conv-turn-1", ChatTurnWorkflow)
 	fail("t3", missing)
+	require.Equal(t, 1, ending(), "the turn is being ended")
 
 	select {
 	case got := <-terminated:
