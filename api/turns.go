@@ -69,7 +69,7 @@ func (s *Server) conversationTurns(c *gin.Context) {
 		}
 		turns = append(turns, t)
 	}
-	c.JSON(http.StatusOK, gin.H{"conversationId": conv, "turns": turns})
+	c.JSON(http.StatusOK, protocol.TurnList{ConversationID: conv, Turns: turns})
 }
 
 // converter decodes payloads as the worker encoded them: through the
