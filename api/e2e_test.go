@@ -515,14 +515,10 @@ func TestResumingATurnThatDoesNotExistIsNotFoundAtOnceWhileAQueuedTurnStreams(t 
 	resp, msgs, _ := openStream(t, eventsURL(other, queued), nil)
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	for m := range msgs {
-		require.False(t, m.HasID, "no event before the queued notice: %s", m.Data)
 		if m.Data == `{"type":"heartbeat"}` {
 			continue
 		}
-		var notice map[string]any
-		require.NoError(t, json.Unmarshal([]byte(m.Data), &notice))
-		require.Equal(t, "queued", notice["type"], m.Data)
-		require.Equal(t, queued, notice["turnId"])
+		requireQueued(t, m, conv, queued)
 		break
 	}
 	close(think)

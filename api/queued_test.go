@@ -29,8 +29,7 @@ func TestAQueuedTurnsStreamSaysSoAndWaitsPastTheNotFoundLimit(t *testing.T) {
 	_, msgs, _ := openStream(t, eventsURL(ts, queued), nil)
 	m, ok := nextMessage(t, msgs)
 	require.True(t, ok)
-	require.False(t, m.HasID, "the notice is not part of the turn's log")
-	require.JSONEq(t, `{"seq":0,"type":"queued","conversationId":"q","turnId":"`+queued+`"}`, m.Data)
+	requireQueued(t, m, "q", queued)
 	// Keep-alives only, past the limit of a turn that does not exist.
 	for time.Since(opened) < 3*fastSettings.notFoundTimeout {
 		m, ok := nextMessage(t, msgs)
@@ -66,7 +65,7 @@ func TestAStreamResumedWhileItsTurnIsQueuedSaysSoAgain(t *testing.T) {
 		_, msgs, cancel := openStream(t, eventsURL(ts, queued)+"?after=0", nil)
 		m, ok := nextMessage(t, msgs)
 		require.True(t, ok)
-		require.Equal(t, protocol.EventQueued, decodeEvent(t, m).Type)
+		requireQueued(t, m, "r", queued)
 		cancel()
 	}
 }
@@ -100,8 +99,7 @@ func TestAMessageQueuedBehindABusyTurnIsStreamedWhenItsTurnRuns(t *testing.T) {
 	require.Equal(t, turn2, resp.Header.Get(protocol.HeaderTurnID))
 	m, ok := nextMessage(t, second)
 	require.True(t, ok)
-	require.False(t, m.HasID)
-	require.JSONEq(t, `{"seq":0,"type":"queued","conversationId":"busy-1","turnId":"`+turn2+`"}`, m.Data)
+	requireQueued(t, m, "busy-1", turn2)
 	for time.Since(sent) < 3*settings.notFoundTimeout {
 		m, ok := nextMessage(t, second)
 		require.True(t, ok, "the stream goes on")
