@@ -41,13 +41,9 @@ func (s *Server) conversationTurns(c *gin.Context) {
 	}
 	ctx, cancel := context.WithTimeout(c.Request.Context(), queryTimeout)
 	defer cancel()
-	v, err := s.client.QueryWorkflow(ctx, workflows.ConversationWorkflowID(conv), "", workflows.StateQuery)
-	var state workflows.ConversationState
-	if err == nil {
-		err = v.Get(&state)
-	}
+	state, err := temporalSource{client: s.client}.Conversation(ctx, conv)
 	if err != nil {
-		writeError(c, s.log, fmt.Errorf("turns of conversation %s: %w", conv, err))
+		writeError(c, s.log, err)
 		return
 	}
 	turns := make([]protocol.TurnSummary, 0, min(limit, state.Turns))
