@@ -70,6 +70,30 @@ func TestAStreamResumedWhileItsTurnIsQueuedSaysSoAgain(t *testing.T) {
 	}
 }
 
+// TestASecondStreamOfAQueuedTurnIsNotLookedUpAgain: once this process
+// streams a turn its conversation said is queued, another client's stream
+// of it opens without asking Temporal again whether it exists.
+func TestASecondStreamOfAQueuedTurnIsNotLookedUpAgain(t *testing.T) {
+	src := newFakeSource()
+	running, queued := workflows.TurnWorkflowID("s", 1), workflows.TurnWorkflowID("s", 2)
+	src.publish(running, protocol.EventTurnStart)
+	src.setMissing(queued, true)
+	src.setConversation("s", workflows.ConversationState{ConversationID: "s", Turns: 2, Running: running, Queued: 1})
+	_, ts := newTestServer(t, src, time.Hour)
+
+	_, first, _ := openStream(t, eventsURL(ts, queued), nil)
+	m, ok := nextMessage(t, first)
+	require.True(t, ok)
+	requireQueued(t, m, "s", queued)
+	require.EqualValues(t, 1, src.exists.Load())
+
+	_, second, _ := openStream(t, eventsURL(ts, queued), nil)
+	m, ok = nextMessage(t, second)
+	require.True(t, ok)
+	requireQueued(t, m, "s", queued)
+	require.EqualValues(t, 1, src.exists.Load(), "the second stream is not looked up")
+}
+
 // TestAMessageQueuedBehindABusyTurnIsStreamedWhenItsTurnRuns runs on a
 // real dev server: the conversation's first turn waits for its model,
 // which holds its answer, when a second message comes; that message's
