@@ -494,10 +494,9 @@ func TestResumingATurnThatDoesNotExistIsNotFoundAtOnceWhileAQueuedTurnStreams(t 
 
 	// The conversation lists both turns, the queued one without its
 	// message yet; a conversation that does not exist is 404.
-	var listed struct {
-		Turns []protocol.TurnSummary `json:"turns"`
-	}
+	var listed protocol.TurnList
 	getJSON(t, other.URL+"/conversations/"+conv+"/turns", http.StatusOK, &listed)
+	require.Equal(t, conv, listed.ConversationID)
 	require.Equal(t, []protocol.TurnSummary{{TurnID: workflows.TurnWorkflowID(conv, 1), Message: "think"}, {TurnID: queued}}, listed.Turns)
 	getJSON(t, other.URL+"/conversations/"+conv+"/turns?limit=1", http.StatusOK, &listed)
 	require.Equal(t, []protocol.TurnSummary{{TurnID: queued}}, listed.Turns, "the last turn")
@@ -516,14 +515,10 @@ func TestResumingATurnThatDoesNotExistIsNotFoundAtOnceWhileAQueuedTurnStreams(t 
 	resp, msgs, _ := openStream(t, eventsURL(other, queued), nil)
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	for m := range msgs {
-		require.False(t, m.HasID, "no event before the queued notice: %s", m.Data)
 		if m.Data == `{"type":"heartbeat"}` {
 			continue
 		}
-		var notice map[string]any
-		require.NoError(t, json.Unmarshal([]byte(m.Data), &notice))
-		require.Equal(t, "queued", notice["type"], m.Data)
-		require.Equal(t, queued, notice["turnId"])
+		requireQueued(t, m, conv, queued)
 		break
 	}
 	close(think)

@@ -32,6 +32,8 @@ type fakeSource struct {
 	// it is closed.
 	reads    atomic.Int32
 	readGate chan struct{}
+	// exists counts Exists calls.
+	exists atomic.Int32
 	// ignoreAfter makes Events answer the whole log whatever the cursor, as
 	// a sloppy source might: the hub must still send no duplicates.
 	ignoreAfter bool
@@ -99,6 +101,7 @@ func (f *fakeSource) setAbsent(turnID string) {
 
 // Exists answers whether the turn exists or is starting.
 func (f *fakeSource) Exists(_ context.Context, turnID string) (bool, error) {
+	f.exists.Add(1)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return !f.turn(turnID).absent, nil

@@ -167,14 +167,15 @@ func (h *hub) subscribe(turnID string, after int) *subscription {
 }
 
 // known reports whether turnID exists or is sure to, asking the source
-// unless this process streams it already. Where the source cannot tell
-// (no worker answers the conversation's query), the turn counts as known:
-// its stream then waits for it as before.
+// unless this process streams it already (it has events, or its
+// conversation said it is queued). Where the source cannot tell (no worker
+// answers the conversation's query), the turn counts as known: its stream
+// then waits for it as before.
 func (h *hub) known(ctx context.Context, turnID string) bool {
 	h.mu.Lock()
 	f := h.feeds[turnID]
 	h.mu.Unlock()
-	if f != nil && f.last() > 0 {
+	if f != nil && f.seen() {
 		return true
 	}
 	ctx, cancel := context.WithTimeout(ctx, h.settings.queryTimeout)
@@ -255,6 +256,14 @@ func (f *feed) last() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return len(f.events)
+}
+
+// seen reports whether the turn is known to exist or to be queued: it
+// has events, or the queued notice.
+func (f *feed) seen() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.events) > 0 || f.queued != nil
 }
 
 func (f *feed) finishedLocked() bool { return workflows.Finished(f.events) }

@@ -293,12 +293,17 @@ func requireNotice(t require.TestingT, m sseMessage) {
 	if m.Data == `{"type":"heartbeat"}` {
 		return
 	}
-	var notice struct {
-		Type, TurnID string
-	}
+	var notice protocol.Event
 	require.NoError(t, json.Unmarshal([]byte(m.Data), &notice), m.Data)
-	require.Equal(t, "queued", notice.Type, "only keep-alives and the queued notice go without an id: %s", m.Data)
+	require.Equal(t, protocol.EventQueued, notice.Type, "only keep-alives and the queued notice go without an id: %s", m.Data)
 	require.NotEmpty(t, notice.TurnID, m.Data)
+}
+
+// requireQueued checks that m is the notice, outside the turn's log, that
+// turnID waits in conversation conv's queue.
+func requireQueued(t require.TestingT, m sseMessage, conv, turnID string) {
+	require.False(t, m.HasID, "the notice is not part of the turn's log: %s", m.Data)
+	require.JSONEq(t, `{"seq":0,"type":"queued","conversationId":"`+conv+`","turnId":"`+turnID+`"}`, m.Data)
 }
 
 // untilEvent reads numbered events until one of type typ (n of them when n

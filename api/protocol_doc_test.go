@@ -172,6 +172,8 @@ func TestProtocolDocNamesEveryFieldOfTheBodies(t *testing.T) {
 		{"### `GET /approvals`", []any{protocol.PendingApproval{}}, true},
 		{"### `GET /conversations/:conversationId/grants`", []any{workflows.Grant{}}, false},
 		{"### `GET /conversations/:conversationId/messages`", []any{workflows.MessagesPage{}, activities.Message{}}, true},
+		{"### `GET /conversations/:conversationId/turns`", []any{protocol.TurnList{}}, false},
+		{"### `POST /conversations/:conversationId/compact`", []any{protocol.CompactResult{}}, false},
 		{"### The decision body", []any{protocol.DecisionRequest{}, protocol.ApprovalDecision{}}, false},
 		{"## Notices", []any{activities.Notice{}}, false},
 	} {

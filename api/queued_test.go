@@ -29,8 +29,7 @@ func TestAQueuedTurnsStreamSaysSoAndWaitsPastTheNotFoundLimit(t *testing.T) {
 	_, msgs, _ := openStream(t, eventsURL(ts, queued), nil)
 	m, ok := nextMessage(t, msgs)
 	require.True(t, ok)
-	require.False(t, m.HasID, "the notice is not part of the turn's log")
-	require.JSONEq(t, `{"seq":0,"type":"queued","conversationId":"q","turnId":"`+queued+`"}`, m.Data)
+	requireQueued(t, m, "q", queued)
 	// Keep-alives only, past the limit of a turn that does not exist.
 	for time.Since(opened) < 3*fastSettings.notFoundTimeout {
 		m, ok := nextMessage(t, msgs)
@@ -66,9 +65,33 @@ func TestAStreamResumedWhileItsTurnIsQueuedSaysSoAgain(t *testing.T) {
 		_, msgs, cancel := openStream(t, eventsURL(ts, queued)+"?after=0", nil)
 		m, ok := nextMessage(t, msgs)
 		require.True(t, ok)
-		require.Equal(t, protocol.EventQueued, decodeEvent(t, m).Type)
+		requireQueued(t, m, "r", queued)
 		cancel()
 	}
+}
+
+// TestASecondStreamOfAQueuedTurnIsNotLookedUpAgain: once this process
+// streams a turn its conversation said is queued, another client's stream
+// of it opens without asking Temporal again whether it exists.
+func TestASecondStreamOfAQueuedTurnIsNotLookedUpAgain(t *testing.T) {
+	src := newFakeSource()
+	running, queued := workflows.TurnWorkflowID("s", 1), workflows.TurnWorkflowID("s", 2)
+	src.publish(running, protocol.EventTurnStart)
+	src.setMissing(queued, true)
+	src.setConversation("s", workflows.ConversationState{ConversationID: "s", Turns: 2, Running: running, Queued: 1})
+	_, ts := newTestServer(t, src, time.Hour)
+
+	_, first, _ := openStream(t, eventsURL(ts, queued), nil)
+	m, ok := nextMessage(t, first)
+	require.True(t, ok)
+	requireQueued(t, m, "s", queued)
+	require.EqualValues(t, 1, src.exists.Load())
+
+	_, second, _ := openStream(t, eventsURL(ts, queued), nil)
+	m, ok = nextMessage(t, second)
+	require.True(t, ok)
+	requireQueued(t, m, "s", queued)
+	require.EqualValues(t, 1, src.exists.Load(), "the second stream is not looked up")
 }
 
 // TestAMessageQueuedBehindABusyTurnIsStreamedWhenItsTurnRuns runs on a
@@ -100,8 +123,7 @@ func TestAMessageQueuedBehindABusyTurnIsStreamedWhenItsTurnRuns(t *testing.T) {
 	require.Equal(t, turn2, resp.Header.Get(protocol.HeaderTurnID))
 	m, ok := nextMessage(t, second)
 	require.True(t, ok)
-	require.False(t, m.HasID)
-	require.JSONEq(t, `{"seq":0,"type":"queued","conversationId":"busy-1","turnId":"`+turn2+`"}`, m.Data)
+	requireQueued(t, m, "busy-1", turn2)
 	for time.Since(sent) < 3*settings.notFoundTimeout {
 		m, ok := nextMessage(t, second)
 		require.True(t, ok, "the stream goes on")

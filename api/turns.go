@@ -8,6 +8,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"go.temporal.io/sdk/converter"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
@@ -17,6 +18,8 @@ import (
 const (
 	defaultListedTurns = 10
 	maxTurnsListed     = 50
+	// describedAtOnce bounds the turns described in parallel.
+	describedAtOnce = 10
 )
 
 // conversationTurns handles GET /conversations/:conversationId/turns: the
@@ -41,35 +44,43 @@ func (s *Server) conversationTurns(c *gin.Context) {
 	}
 	ctx, cancel := context.WithTimeout(c.Request.Context(), queryTimeout)
 	defer cancel()
-	v, err := s.client.QueryWorkflow(ctx, workflows.ConversationWorkflowID(conv), "", workflows.StateQuery)
-	var state workflows.ConversationState
-	if err == nil {
-		err = v.Get(&state)
-	}
+	state, err := temporalSource{client: s.client}.Conversation(ctx, conv)
 	if err != nil {
-		writeError(c, s.log, fmt.Errorf("turns of conversation %s: %w", conv, err))
+		writeError(c, s.log, err)
 		return
 	}
-	turns := make([]protocol.TurnSummary, 0, min(limit, state.Turns))
-	for n := max(1, state.Turns-limit+1); n <= state.Turns; n++ {
-		t := protocol.TurnSummary{TurnID: workflows.TurnWorkflowID(conv, n)}
-		d, err := s.client.DescribeWorkflow(ctx, t.TurnID, "")
-		switch {
-		case isNotFound(err):
-			// Queued behind a running turn, or past retention.
-		case err != nil:
-			writeError(c, s.log, fmt.Errorf("turn %s: %w", t.TurnID, err))
-			return
-		default:
+	// One description a turn, asked at once: the answer waits for the
+	// slowest, not for their sum.
+	first := max(1, state.Turns-limit+1)
+	turns := make([]protocol.TurnSummary, state.Turns-first+1)
+	dc := s.converter()
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(describedAtOnce)
+	for i := range turns {
+		t := &turns[i]
+		t.TurnID = workflows.TurnWorkflowID(conv, first+i)
+		g.Go(func() error {
+			d, err := s.client.DescribeWorkflow(gctx, t.TurnID, "")
+			switch {
+			case isNotFound(err):
+				// Queued behind a running turn, or past retention.
+				return nil
+			case err != nil:
+				return fmt.Errorf("turn %s: %w", t.TurnID, err)
+			}
 			if p := d.RawResponse.GetExecutionConfig().GetUserMetadata().GetSummary(); p != nil {
-				if err := s.converter().FromPayload(p, &t.Message); err != nil {
+				if err := dc.FromPayload(p, &t.Message); err != nil {
 					s.log.Debug("decode a turn's summary", "turnId", t.TurnID, "error", err)
 				}
 			}
-		}
-		turns = append(turns, t)
+			return nil
+		})
 	}
-	c.JSON(http.StatusOK, gin.H{"conversationId": conv, "turns": turns})
+	if err := g.Wait(); err != nil {
+		writeError(c, s.log, err)
+		return
+	}
+	c.JSON(http.StatusOK, protocol.TurnList{ConversationID: conv, Turns: turns})
 }
 
 // converter decodes payloads as the worker encoded them: through the

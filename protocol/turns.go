@@ -10,3 +10,10 @@ type TurnSummary struct {
 	// longer keeps.
 	Message string `json:"message"`
 }
+
+// TurnList answers GET /conversations/:conversationId/turns: the
+// conversation's last turns, oldest first.
+type TurnList struct {
+	ConversationID string        `json:"conversationId"`
+	Turns          []TurnSummary `json:"turns"`
+}

@@ -78,17 +78,8 @@ func (c *apiClient) stream(r *http.Request) (*http.Response, error) {
 func (c *apiClient) decide(ctx context.Context, d protocol.ApprovalDecision) (protocol.ApprovalResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, decisionTimeout)
 	defer cancel()
-	body, err := json.Marshal(d)
-	if err != nil {
-		return protocol.ApprovalResult{}, err
-	}
-	r, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/chat/approval", bytes.NewReader(body))
-	if err != nil {
-		return protocol.ApprovalResult{}, err
-	}
-	r.Header.Set("Content-Type", "application/json")
 	var res protocol.ApprovalResult
-	if err := c.doJSON(r, &res); err != nil {
+	if err := c.postJSON(ctx, "/chat/approval", d, &res); err != nil {
 		return protocol.ApprovalResult{}, err
 	}
 	return res, nil
@@ -123,20 +114,25 @@ func (c *apiClient) pending(ctx context.Context, conversationID, tool string) ([
 
 // compact asks the API to compact the conversation now.
 func (c *apiClient) compact(ctx context.Context, conversationID string, req protocol.CompactRequest) (protocol.CompactResult, error) {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return protocol.CompactResult{}, err
-	}
-	r, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/conversations/"+url.PathEscape(conversationID)+"/compact", bytes.NewReader(body))
-	if err != nil {
-		return protocol.CompactResult{}, err
-	}
-	r.Header.Set("Content-Type", "application/json")
 	var res protocol.CompactResult
-	if err := c.doJSON(r, &res); err != nil {
+	if err := c.postJSON(ctx, "/conversations/"+url.PathEscape(conversationID)+"/compact", req, &res); err != nil {
 		return protocol.CompactResult{}, err
 	}
 	return res, nil
+}
+
+// postJSON POSTs body as JSON to path and decodes the answer into dst.
+func (c *apiClient) postJSON(ctx context.Context, path string, body, dst any) error {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	r, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	r.Header.Set("Content-Type", "application/json")
+	return c.doJSON(r, dst)
 }
 
 // do sends r with the client's token, if any.
