@@ -1,6 +1,7 @@
 package activities
 
 import (
+	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/text"
 
 	"bytes"
@@ -53,6 +54,9 @@ type MCP struct {
 	specs   []ToolSpec
 	// workspace is the folder the tools' workspace paths are confined to.
 	workspace string
+	// Ledger, when set, takes the audit ledger's rows that a turn hands a
+	// tool's activity (ToolInput.Ledger) while the tool runs.
+	Ledger audit.Writer
 }
 
 // StartMCP starts every server of cfg and lists its tools. A server that
@@ -132,9 +136,9 @@ func (m *MCP) Activities() map[string]any {
 	}
 	for _, spec := range m.specs {
 		i := slices.IndexFunc(m.servers, func(s *mcpServer) bool { return s.cfg.Name == spec.MCP.Server })
-		out[spec.Name] = func(ctx context.Context, in ToolInput) (ToolOutput, error) {
+		out[spec.Name] = Carried(m.Ledger, func(ctx context.Context, in ToolInput) (ToolOutput, error) {
 			return m.call(ctx, m.servers[i], spec, in)
-		}
+		})
 	}
 	return out
 }

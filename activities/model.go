@@ -1,6 +1,7 @@
 package activities
 
 import (
+	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/text"
 
 	"cmp"
@@ -95,6 +96,9 @@ type Model struct {
 	// history, of one model call (DefaultMaxBatches when zero). The workflow
 	// takes the rest of the text from the activity's result.
 	MaxBatches int
+	// Ledger, when set, takes the audit ledger's rows that a turn hands a
+	// model call (ModelInput.Ledger) while the model answers.
+	Ledger audit.Writer
 
 	// tracked is set when Client sends through a requestTracker.
 	tracked bool
@@ -133,7 +137,14 @@ func NewModel(baseURL, apiKey, model string, sink TokenSink) *Model {
 // ModelRateLimitedError that tells Temporal when to retry; any other 4xx,
 // and a request the client refuses to send, is a non-retryable application
 // error of type ModelRequestRejectedError.
-func (m *Model) Chat(ctx context.Context, in ModelInput) (ModelOutput, error) {
+func (m *Model) Chat(ctx context.Context, in ModelInput) (out ModelOutput, err error) {
+	n := Carry(ctx, m.Ledger, in.Ledger, func() { out, err = m.chat(ctx, in) })
+	out.LedgerRows = n
+	return out, err
+}
+
+// chat is Chat without the ledger's rows.
+func (m *Model) chat(ctx context.Context, in ModelInput) (ModelOutput, error) {
 	req, err := chatRequest(in, cmp.Or(in.Model, m.DefaultModel))
 	if err != nil {
 		return ModelOutput{}, temporal.NewNonRetryableApplicationError(err.Error(), ModelRequestRejectedError, err)

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/protocol"
 	"go.temporal.io/sdk/activity"
 )
@@ -52,6 +53,9 @@ type Tools struct {
 	// command gets besides BaseEnv; it gets none of the others, which hold
 	// the worker's secrets.
 	BashEnv []string
+	// Ledger, when set, takes the audit ledger's rows that a turn hands a
+	// tool's activity (ToolInput.Ledger) while the tool runs.
+	Ledger audit.Writer
 }
 
 // Activities returns the tool activities by their names, for registration
@@ -65,10 +69,10 @@ type Tools struct {
 // the tools in a stable order for the model.
 func (t *Tools) Activities() map[string]any {
 	return map[string]any{
-		ToolRead:  t.Read,
-		ToolWrite: t.Write,
-		ToolEdit:  t.Edit,
-		ToolBash:  t.Bash,
+		ToolRead:  Carried(t.Ledger, t.Read),
+		ToolWrite: Carried(t.Ledger, t.Write),
+		ToolEdit:  Carried(t.Ledger, t.Edit),
+		ToolBash:  Carried(t.Ledger, t.Bash),
 	}
 }
 

@@ -3,7 +3,10 @@
 // dependency struct and takes one struct in and returns one struct out.
 package activities
 
-import "github.com/tollgate/tollgate/protocol"
+import (
+	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/protocol"
+)
 
 // The contract's types and names that the activities take and give; see
 // package protocol.
@@ -69,6 +72,9 @@ type ModelInput struct {
 	// include_usage option), for a token budget. Some servers refuse the
 	// option, so it is sent only when a budget needs it.
 	WantUsage bool `json:"wantUsage,omitempty"`
+	// Ledger are rows of the audit ledger that the activity writes while
+	// the model answers, for its turn (carry).
+	Ledger []audit.Record `json:"ledger,omitempty"`
 }
 
 // ModelOutput is the model's complete answer to one call.
@@ -82,6 +88,9 @@ type ModelOutput struct {
 	// Pieces are the call's token events when it streamed by heartbeat:
 	// the ones its heartbeats carried, then the rest of Content.
 	Pieces []TokenPiece `json:"pieces,omitempty"`
+	// LedgerRows is how many of the input's Ledger rows the ledger took:
+	// all or none.
+	LedgerRows int `json:"ledgerRows,omitempty"`
 }
 
 // TokenBatch is the payload of the tokens signal the model activity sends to
@@ -106,6 +115,9 @@ const (
 // it (or as a person edited it before approving).
 type ToolInput struct {
 	Call ToolCall `json:"call"`
+	// Ledger are rows of the audit ledger that the activity writes while
+	// the tool runs, for its turn (carry).
+	Ledger []audit.Record `json:"ledger,omitempty"`
 }
 
 // ToolOutput is what a tool answers the model. A tool that fails answers
@@ -113,4 +125,7 @@ type ToolInput struct {
 type ToolOutput struct {
 	Result string `json:"result"`
 	Status string `json:"status"`
+	// LedgerRows is how many of the input's Ledger rows the ledger took:
+	// all or none.
+	LedgerRows int `json:"ledgerRows,omitempty"`
 }

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -20,11 +21,16 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
 
+	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/auditdb"
 	"github.com/tollgate/tollgate/internal/proctest"
+	"github.com/tollgate/tollgate/internal/scripted"
 	"github.com/tollgate/tollgate/protocol"
+	"github.com/tollgate/tollgate/workflows"
 )
 
 // TestTheAuditLedgerListsEveryDecisionOverHTTP runs turns whose calls a
@@ -231,4 +237,75 @@ func TestTheLedgerPageListsFiltersPagesAndExportsTheRows(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(lines[0]), &r))
 	require.Equal(t, "Write", r.Tool)
 	require.Equal(t, "decline", r.Decision)
+}
+
+// TestAnApprovedCallWaitsForNoLedgerWrite runs one approved call with the
+// ledger on, as a worker does by default, and reads its turn's history:
+// between the decision and the tool, and between the tool and the model
+// call that reads its result, the turn wrote nothing (a ledger write is a
+// local activity's marker there); the row is whole all the same, written
+// by the activities that ran anyway; and the turn's history stays within
+// 40 events.
+func TestAnApprovedCallWaitsForNoLedgerWrite(t *testing.T) {
+	replies := map[string][]scripted.Reply{
+		"write": {{ToolCalls: []activities.ToolCall{{ID: "call_w", Name: activities.ToolWrite, Arguments: `{"file_path":"a.txt","content":"hi"}`}}}, {Content: "Written."}},
+	}
+	st := newStack(t, withScript(byQuery(replies)))
+	_, msgs := st.chat(t, `{"query":"write","conversationId":"ledger-off-path"}`)
+	seq := 0
+	req := requestsByTool(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 1))[activities.ToolWrite]
+	_, out := st.postJSON(t, "/chat/approval", `{"requestId":"`+req.RequestID+`","decision":"approve"}`)
+	require.Equal(t, true, out["accepted"], out)
+	untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
+
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	var events []*historypb.HistoryEvent
+	iter := st.client.GetWorkflowHistory(ctx, workflows.TurnWorkflowID("ledger-off-path", 1), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for iter.HasNext() {
+		e, err := iter.Next()
+		require.NoError(t, err)
+		events = append(events, e)
+	}
+	require.LessOrEqual(t, len(events), 40, "one approved call with the ledger on")
+	// markersBetween counts the markers after the first event from accepts
+	// up to the first event after it that to accepts.
+	markersBetween := func(from, to func(*historypb.HistoryEvent) bool) int {
+		start := slices.IndexFunc(events, from)
+		require.GreaterOrEqual(t, start, 0)
+		n := 0
+		for _, e := range events[start+1:] {
+			if to(e) {
+				return n
+			}
+			if e.GetEventType() == enumspb.EVENT_TYPE_MARKER_RECORDED {
+				n++
+			}
+		}
+		t.Fatalf("no event after %d", start)
+		return n
+	}
+	scheduled := func(activity string) func(*historypb.HistoryEvent) bool {
+		return func(e *historypb.HistoryEvent) bool {
+			return e.GetActivityTaskScheduledEventAttributes().GetActivityType().GetName() == activity
+		}
+	}
+	accepted := func(e *historypb.HistoryEvent) bool {
+		return e.GetEventType() == enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
+	}
+	write := events[slices.IndexFunc(events, scheduled(activities.ToolWrite))].GetEventId()
+	written := func(e *historypb.HistoryEvent) bool {
+		return e.GetActivityTaskCompletedEventAttributes().GetScheduledEventId() == write
+	}
+	require.Zero(t, markersBetween(accepted, scheduled(activities.ToolWrite)),
+		"nothing is written between the decision and the tool")
+	require.Zero(t, markersBetween(written, scheduled(activities.ModelActivity)),
+		"nothing is written between the tool and the model call that reads its result")
+
+	rows := st.audit(t, "conversationId=ledger-off-path").Records
+	require.Len(t, rows, 1)
+	require.Equal(t, audit.StageEnded, rows[0].Stage)
+	require.Equal(t, protocol.DecisionApprove, rows[0].Decision)
+	require.Equal(t, audit.OutcomeOK, rows[0].Outcome)
+	require.NotNil(t, rows[0].DecidedAt)
 }

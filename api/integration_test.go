@@ -217,8 +217,9 @@ func newStack(t *testing.T, opts ...stackOption) *stack {
 			change(&wf.Settings)
 		}
 		st.worker = worker.New(c, st.queue, workflows.WorkerOptions())
-		workflows.Register(st.worker, wf,
-			activities.NewModel(st.model.URL+"/v1", "test", scripted.ModelName, workflows.TokenSignaler{Client: c}), tools)
+		model := activities.NewModel(st.model.URL+"/v1", "test", scripted.ModelName, workflows.TokenSignaler{Client: c})
+		tools.Ledger, model.Ledger = st.ledger, st.ledger
+		workflows.Register(st.worker, wf, model, tools)
 		workflows.RegisterAuditor(st.worker, &activities.Auditor{Ledger: st.ledger})
 		for name, fn := range o.activities {
 			st.worker.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name})

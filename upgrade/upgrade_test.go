@@ -29,6 +29,8 @@ import (
 	"go.temporal.io/sdk/converter"
 
 	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/auditdb"
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/internal/devserver"
 	"github.com/tollgate/tollgate/internal/proctest"
@@ -75,6 +77,7 @@ func TestTurnsPausedByEarlierReleasesFinishOnTodaysBuild(t *testing.T) {
 // its batch decided, stops both, and finishes the turn on today's.
 func upgradeFrom(t *testing.T, release string, srv *devserver.Server, modelURL, oldWorkerBin, oldAPIBin, newWorkerBin, newAPIBin string) {
 	workspace, payloadDir := t.TempDir(), t.TempDir()
+	ledgerPath := filepath.Join(t.TempDir(), "audit.db")
 	require.NoError(t, os.WriteFile(filepath.Join(workspace, "README.md"), []byte("# upgrade\n"), 0o644))
 	env := func(httpAddr string) []string {
 		return append(proctest.EnvironWithout("TOLLGATE_", "TEMPORAL_", "OPENAI_", "HTTP_ADDR"),
@@ -88,6 +91,7 @@ func upgradeFrom(t *testing.T, release string, srv *devserver.Server, modelURL, 
 			"OPENAI_MODEL="+scripted.ModelName,
 			"TOLLGATE_WORKSPACE="+workspace,
 			"TOLLGATE_PAYLOAD_DIR="+payloadDir,
+			"TOLLGATE_AUDIT_DB="+ledgerPath,
 			"TOLLGATE_APPROVAL_TIMEOUT=10m",
 			"TOLLGATE_HEARTBEAT_INTERVAL=1s",
 		)
@@ -117,6 +121,8 @@ func upgradeFrom(t *testing.T, release string, srv *devserver.Server, modelURL, 
 	turnID := before[0].TurnID
 	lastSeen := before[len(before)-1].Seq
 	pausedPatches := patches(t, c, turnID)
+	// A release that keeps a ledger has written the paused calls' rows.
+	pausedRows := ledgerRows(t, ledgerPath, conv)
 
 	// A deployment: both stop, today's build starts.
 	oldAPI.Stop(t)
@@ -143,6 +149,15 @@ func upgradeFrom(t *testing.T, release string, srv *devserver.Server, modelURL, 
 	require.Equal(t, []string{"Read ok", "Write ok", "Bash ok"}, statuses(results[0].ToolResults),
 		"the call approved on %s and the one approved today both ran", release)
 	require.FileExists(t, filepath.Join(workspace, scripted.DemoNotePath))
+	if len(pausedRows) > 0 {
+		rows := ledgerRows(t, ledgerPath, conv)
+		require.Len(t, rows, len(pausedRows), "the calls the earlier release asked about, and no more")
+		for _, r := range rows {
+			require.Equal(t, audit.StageEnded, r.Stage, "today's build completed the row of %s that %s began", r.Tool, release)
+			require.Equal(t, audit.OutcomeOK, r.Outcome, r.Tool)
+			require.Equal(t, protocol.DecisionApprove, r.Decision, r.Tool)
+		}
+	}
 
 	// Today's build serves the turn's whole log under the ids the
 	// earlier release gave it.
@@ -382,6 +397,22 @@ func statuses(results []protocol.ToolResult) []string {
 
 // patchLevel is the patch level workflow id recorded with its settings
 // (workflows.Settings.PatchLevel), 0 when it recorded none.
+// ledgerRows reads the audit ledger's rows of conversation conv, from the
+// SQLite file the workers share (an earlier release may have kept none:
+// then there is no file, or no table).
+func ledgerRows(t *testing.T, path, conv string) []audit.Record {
+	t.Helper()
+	if _, err := os.Stat(path); err != nil {
+		return nil
+	}
+	l, err := auditdb.Open(context.Background(), path)
+	require.NoError(t, err)
+	defer l.Close()
+	page, err := l.List(context.Background(), auditdb.Filter{Conversation: conv, Limit: auditdb.MaxLimit})
+	require.NoError(t, err)
+	return page.Records
+}
+
 func patchLevel(t *testing.T, c client.Client, id string) int {
 	t.Helper()
 	sideEffects := markers(t, c, id, "SideEffect")

@@ -174,6 +174,13 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		ContextRecent:    cfg.ContextRecent,
 	}}
 
+	if ledger != nil {
+		// The activities a turn runs carry its ledger rows (Tools.Ledger).
+		tools.Ledger, model.Ledger = ledger, ledger
+		if mcpServers != nil {
+			mcpServers.Ledger = ledger
+		}
+	}
 	w := worker.New(c, cfg.TaskQueue, workflows.WorkerOptions())
 	workflows.Register(w, wf, model, tools)
 	workflows.RegisterMCP(w, mcpServers)

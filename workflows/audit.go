@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"slices"
 	"strconv"
 	"time"
 
@@ -73,7 +74,7 @@ func (t *turn) auditing(ctx workflow.Context) bool {
 // only late. Before, each write waited up to two minutes, and a batch
 // decided call by call waited that long for every decision.
 func (t *turn) writeAudit(ctx workflow.Context, records []audit.Record) {
-	if len(records) == 0 {
+	if len(records) == 0 && len(t.unwritten) == 0 {
 		return
 	}
 	ctx, _ = workflow.NewDisconnectedContext(ctx)
@@ -102,6 +103,66 @@ func (t *turn) ledgerBounded(ctx workflow.Context) bool {
 		t.boundedLedger = &v
 	}
 	return *t.boundedLedger
+}
+
+// offPath reports whether this loop keeps the ledger's writes off the
+// decision path (levelLedgerOffPath): then a batch's last decision and its
+// outcomes are owed (owe), not written while the tool or its result
+// waits.
+func (t *turn) offPath(ctx workflow.Context) bool {
+	return t.settings.PatchLevel >= levelLedgerOffPath && t.auditing(ctx) && t.ledgerBounded(ctx)
+}
+
+// owe keeps records for a later write without waiting for the ledger:
+// the next activity the loop runs carries them (carried), or the loop's
+// next write of its own does (writeAudit, flushAudit, writeOwed). A row's
+// later stage replaces its earlier one, as in the ledger.
+func (t *turn) owe(records []audit.Record) {
+	t.unwritten = latestRows(append(t.unwritten, records...))
+}
+
+// carried is what the next activity takes to the ledger while it runs
+// (activities.carry): every row owed, unless the ledger failed the
+// batch already (then the rows wait for the loop's next write of its own,
+// and no activity waits for the ledger again). A loop of a level before
+// levelLedgerOffPath hands its activities nothing.
+func (t *turn) carried() []audit.Record {
+	if t.settings.PatchLevel < levelLedgerOffPath || t.ledgerBehind || len(t.unwritten) == 0 {
+		return nil
+	}
+	return slices.Clone(t.unwritten)
+}
+
+// took settles the rows an activity carried: n of them reached the ledger
+// (all or none). Rows it took are no longer owed, unless a later stage of
+// theirs is owed now; rows it did not take stay owed, and the ledger is
+// behind for the rest of the batch.
+func (t *turn) took(ctx workflow.Context, rows []audit.Record, n int) {
+	if len(rows) == 0 {
+		return
+	}
+	if n != len(rows) {
+		t.ledgerBehind = true
+		workflow.GetLogger(ctx).Warn("audit ledger: rows an activity carried were not written; the loop writes them later, before it ends", "rows", len(rows))
+		return
+	}
+	stage := make(map[string]int, len(rows))
+	for _, r := range rows {
+		stage[r.ID] = r.Stage
+	}
+	t.unwritten = slices.DeleteFunc(t.unwritten, func(r audit.Record) bool {
+		s, ok := stage[r.ID]
+		return ok && s == r.Stage
+	})
+}
+
+// writeOwed writes the rows owed before the loop runs what carries none (a
+// subagent, a client's tool), so that the ledger has the decision while
+// it runs.
+func (t *turn) writeOwed(ctx workflow.Context) {
+	if len(t.unwritten) > 0 {
+		t.writeAudit(ctx, nil)
+	}
 }
 
 // newBatchForLedger lets a batch try the ledger again, whatever the last

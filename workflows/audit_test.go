@@ -255,3 +255,106 @@ func TestALedgerThatIsDownCostsABatchOneShortWaitAndItsRowsComeLater(t *testing.
 		require.Equal(t, audit.OutcomeOK, r.Outcome)
 	}
 }
+
+// carryingLedger gives h's worker a ledger that its tool and model
+// activities write the rows they carry to, as a worker's do
+// (activities.Tools.Ledger), and an Audit local activity that records
+// the stages each of its writes holds.
+func carryingLedger(t *testing.T, h *harness, carryFails bool) (*auditdb.Ledger, *[][]int) {
+	t.Helper()
+	l, err := auditdb.Open(context.Background(), filepath.Join(t.TempDir(), "audit.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	var carrier audit.Writer = l
+	if carryFails {
+		carrier = failingWriter{}
+	}
+	var writes [][]int
+	h.env.RegisterActivityWithOptions(func(ctx context.Context, records []audit.Record) error {
+		var stages []int
+		for _, r := range records {
+			stages = append(stages, r.Stage)
+		}
+		h.mu.Lock()
+		writes = append(writes, stages)
+		h.mu.Unlock()
+		return l.Write(ctx, records)
+	}, activity.RegisterOptions{Name: activities.AuditActivity})
+	for _, name := range testTools {
+		h.env.RegisterActivityWithOptions(activities.Carried(carrier, h.tool(name)), activity.RegisterOptions{Name: name})
+	}
+	h.env.RegisterActivityWithOptions(func(ctx context.Context, in activities.ModelInput) (out activities.ModelOutput, err error) {
+		out.LedgerRows = activities.Carry(ctx, carrier, in.Ledger, func() { out, err = h.model(ctx, in) })
+		return out, err
+	}, activity.RegisterOptions{Name: activities.ModelActivity})
+	return l, &writes
+}
+
+type failingWriter struct{}
+
+func (failingWriter) Write(context.Context, []audit.Record) error {
+	return errors.New("dial tcp 10.0.0.5:5432: connection refused")
+}
+
+func TestNoLedgerWriteSitsBetweenADecisionAndItsToolOrTheToolAndItsResult(t *testing.T) {
+	settings := testSettings()
+	settings.Audit = true
+	h := newHarness(t, settings, calls(
+		call("call_write", activities.ToolWrite, `{"file_path":"a.txt","content":"x"}`),
+		call("call_bash", activities.ToolBash, `{"command":"make"}`),
+	))
+	l, writes := carryingLedger(t, h, false)
+	var toolInputs []activities.ToolInput
+	h.env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, args converter.EncodedValues) {
+		if info.ActivityType.Name == activities.ToolWrite || info.ActivityType.Name == activities.ToolBash {
+			var in activities.ToolInput
+			require.NoError(t, args.Get(&in))
+			toolInputs = append(toolInputs, in)
+		}
+	})
+	// The Write is decided while the Bash still waits, then the Bash.
+	h.env.RegisterDelayedCallback(func() {
+		h.decide(ApprovalDecision{RequestID: h.requestID(activities.ToolWrite), Decision: DecisionApprove, Principal: "bob"})
+	}, time.Minute)
+	h.env.RegisterDelayedCallback(func() {
+		h.decide(ApprovalDecision{RequestID: h.requestID(activities.ToolBash), Decision: DecisionDecline, Reason: "not now", Principal: "bob"})
+	}, 2*time.Minute)
+
+	h.runTurn(userTurn("write and build"))
+
+	require.Equal(t, [][]int{{audit.StageAsked, audit.StageAsked}, {audit.StageDecided}}, *writes,
+		"the turn's own writes: the asked rows, and the decision that left another call waiting; none after the last decision")
+	require.Len(t, toolInputs, 1)
+	require.Len(t, toolInputs[0].Ledger, 1, "the tool carried the last decision")
+	require.Equal(t, "call_bash", toolInputs[0].Ledger[0].ToolCallID)
+	require.Equal(t, audit.StageDecided, toolInputs[0].Ledger[0].Stage)
+	last := h.modelInputs[len(h.modelInputs)-1]
+	require.Len(t, last.Ledger, 2, "the model call that reads the results carried the outcomes")
+	rows := ledgerRows(t, l)
+	require.Len(t, rows, 2)
+	require.Equal(t, audit.StageEnded, rows["call_write"].Stage)
+	require.Equal(t, audit.OutcomeOK, rows["call_write"].Outcome)
+	require.Equal(t, audit.StageEnded, rows["call_bash"].Stage)
+	require.Equal(t, audit.OutcomeNotRun, rows["call_bash"].Outcome)
+	require.Equal(t, "not now", rows["call_bash"].Reason)
+}
+
+func TestRowsAnActivityCouldNotWriteAreWrittenBeforeTheTurnEnds(t *testing.T) {
+	settings := testSettings()
+	settings.Audit = true
+	h := newHarness(t, settings, calls(call("call_write", activities.ToolWrite, `{"file_path":"a.txt","content":"x"}`)))
+	l, writes := carryingLedger(t, h, true)
+	h.env.RegisterDelayedCallback(func() {
+		h.decide(ApprovalDecision{RequestID: h.requestID(activities.ToolWrite), Decision: DecisionApprove, Principal: "bob"})
+	}, time.Minute)
+
+	h.runTurn(userTurn("write"))
+
+	require.Equal(t, []string{activities.ToolWrite}, h.ranTools())
+	require.Equal(t, [][]int{{audit.StageAsked}, {audit.StageEnded}}, *writes,
+		"the tool could not write the decision; the turn wrote the whole row itself before it ended")
+	require.Empty(t, h.modelInputs[len(h.modelInputs)-1].Ledger, "after a failed carry no activity of the batch waits on the ledger again")
+	rows := ledgerRows(t, l)
+	require.Equal(t, audit.StageEnded, rows["call_write"].Stage)
+	require.Equal(t, audit.OutcomeOK, rows["call_write"].Outcome)
+}

@@ -156,7 +156,11 @@ func newRecorder(t *testing.T, dir string) *recorder {
 		w := worker.New(c, queue, workflows.WorkerOptions())
 		m := activities.NewModel(model.URL+"/v1", "test", scripted.ModelName, workflows.TokenSignaler{Client: c})
 		m.FlushInterval = 20 * time.Millisecond
-		workflows.Register(w, &workflows.Workflows{Settings: s}, m, tools)
+		tl := *tools
+		if s.Audit {
+			tl.Ledger, m.Ledger = ledger, ledger
+		}
+		workflows.Register(w, &workflows.Workflows{Settings: s}, m, &tl)
 		if s.Notify {
 			workflows.RegisterNotifier(w, &activities.Notifier{URL: notices.URL})
 		}

@@ -132,8 +132,9 @@ func TestARememberLimitWithoutRememberIsBadInput(t *testing.T) {
 // with grants made before: bob's own for Write (second_person), alice's
 // older one for Write, dev's for any Bash (made before Bash gained
 // deciders), and ops's, in the admin role, for one Bash command.
-func narrowingTurn(t *testing.T) (*harness, TurnInput) {
+func narrowingTurn(t *testing.T, level int) (*harness, TurnInput) {
 	settings := testSettings()
+	settings.beginAt = level
 	settings.Rules = []Rule{
 		{Tool: activities.ToolWrite, Require: RequireAlways, SecondPerson: true},
 		{Tool: activities.ToolBash, Require: RequireAlways, Deciders: []string{"lead", DeciderRolePrefix + "admin"}},
@@ -155,7 +156,7 @@ func narrowingTurn(t *testing.T) (*harness, TurnInput) {
 }
 
 func TestAGrantAnswersOnlyACallItsMakerMayDecideUnderTheRuleInForce(t *testing.T) {
-	h, in := narrowingTurn(t)
+	h, in := narrowingTurn(t, 0)
 	var bobsOwn *updateOutcome
 	h.env.RegisterDelayedCallback(func() {
 		bobsOwn = h.decide(ApprovalDecision{RequestID: h.requestID("Bash"), Decision: DecisionApprove, Principal: "dev", Role: "approve"})
@@ -179,7 +180,7 @@ func TestAGrantAnswersOnlyACallItsMakerMayDecideUnderTheRuleInForce(t *testing.T
 }
 
 func TestATurnRecordedBeforeGrantsWereNarrowedLetsEveryGrantAnswer(t *testing.T) {
-	h, in := narrowingTurn(t)
+	h, in := narrowingTurn(t, 2) // grant-narrowed came after level 2
 	h.env.OnGetVersion(patchGrantNarrowed, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
 
 	out := h.runTurn(in)
@@ -195,6 +196,9 @@ func TestATurnRecordedBeforeGrantsWereNarrowedLetsEveryGrantAnswer(t *testing.T)
 func TestAGrantWhoseMakerMayStillDecideAsksForNoPatch(t *testing.T) {
 	settings := testSettings()
 	settings.Rules = []Rule{{Tool: activities.ToolWrite, Require: RequireAlways, SecondPerson: true}}
+	// A turn of level 3 or later asks for no patch at all; one of level 2
+	// asks for this one only where it may change the answer.
+	settings.beginAt = 2
 	h := newHarness(t, settings, calls(call("w", "Write", `{"file_path":"a","content":"b"}`)))
 	in := userTurn("write")
 	in.Sender = "alice"

@@ -49,24 +49,24 @@ const (
 	// cost a workflow task each, and the turn logs the call's token events
 	// when it ends (turn.callModel).
 	patchTokensByHeartbeat = "tokens-by-heartbeat"
-	// patchLedgerBehind (after level 2): a ledger that does not answer
+	// patchLedgerBehind (after level 2, in level 3): a ledger that does not answer
 	// costs a batch one short wait, not two minutes per write: the rows a
 	// failed write leaves go with the next write, and the loop writes
 	// what is left, with the long wait, before it ends (turn.writeAudit).
 	patchLedgerBehind = "ledger-behind"
-	// patchGrantNarrowed (after level 2): a grant answers only a call that
+	// patchGrantNarrowed (after level 2, in level 3): a grant answers only a call that
 	// its maker may decide under the rule in force when the call comes
 	// (deciders, second person), and a grant for the same arguments
 	// compares their numbers as written, not as float64
 	// (turn.grantsFor).
 	patchGrantNarrowed = "grant-narrowed"
-	// patchIdempotentMessages (after level 2): a message with the
+	// patchIdempotentMessages (after level 2, in level 3): a message with the
 	// idempotency key of one the conversation took is answered with that
 	// message's turn and queues none (conversation.onMessage). Asked only
 	// when such a message comes: a worker of an earlier build, behind an
 	// API that sends keys, queued a second turn for it.
 	patchIdempotentMessages = "idempotent-messages"
-	// patchConversationCompaction (after patch level 2): the conversation
+	// patchConversationCompaction (after level 2, in level 3): the conversation
 	// keeps the summary a turn makes and carries it to its later turns
 	// (and across continue-as-new), which bring it up to date only when
 	// what came after it passes the budget again, in requests that each
@@ -82,9 +82,10 @@ const (
 // PatchLevel is the patch level this build records in the settings of
 // every workflow it begins (Settings.PatchLevel, in the settings
 // SideEffect a turn and a conversation record at their start). A workflow
-// that recorded level 1 or more takes every patch of levelOne without asking
-// GetVersion, and runs its previews as local activities (turn.previews).
-// Asked one by one, the patches of levelOne cost every turn four markers
+// that recorded level 1 or more takes the patches of its level and of the
+// levels below (levels) without asking GetVersion, and runs its previews as
+// local activities (turn.previews).
+// Asked one by one, the patches of level 1 cost every turn four markers
 // and four upserts of the TemporalChangeVersion search attribute, each a
 // visibility write on the server: most of the history a turn added to
 // plain Temporal's. A workflow that recorded no level (begun before
@@ -96,7 +97,13 @@ const (
 // message that an idle conversation runs at once is answered when its
 // turn's workflow has started (conversation.onMessage), not in the task
 // that takes it.
-const PatchLevel = 2
+//
+// Level 3 takes the patches of level 2 and those added after it
+// (ledger-behind to conversation-compaction), and changes one thing of its
+// own: no write of the audit ledger sits between a decision and its tool,
+// or between a tool and its result (turn.owe). Asked one by one, the
+// patches after level 2 cost a turn a marker and an upsert each.
+const PatchLevel = 3
 
 // The changes that a level makes without a patch id of its own: a
 // workflow that recorded the level (or a higher one) takes them.
@@ -106,19 +113,25 @@ const (
 	// levelAnswerOnStart: a message an idle conversation runs at once is
 	// answered when its turn's workflow has started (conversation.onMessage).
 	levelAnswerOnStart = 2
+	// levelLedgerOffPath: the rows of a batch's last decision and of its
+	// outcomes go to the ledger with the next activity the turn runs,
+	// which writes them while it works, instead of a local activity that
+	// the tool, or the tool's result, waits for (turn.owe).
+	levelLedgerOffPath = 3
 )
 
-// levelOne are the patches a workflow of level 1 or more takes without
-// asking.
-var levelOne = []string{
-	patchPolicyRecorded, patchStrictGate, patchNormalizedCalls, patchContextCompaction, patchHistoryLimit,
-	patchApprovalPreview, patchPlainNotRun, patchAuditLedger, patchTokensByHeartbeat,
+// levels are the patches each level takes without asking: a workflow of
+// level n takes those of levels 1 to n.
+var levels = map[int][]string{
+	1: {patchPolicyRecorded, patchStrictGate, patchNormalizedCalls, patchContextCompaction, patchHistoryLimit,
+		patchApprovalPreview, patchPlainNotRun, patchAuditLedger, patchTokensByHeartbeat},
+	3: {patchLedgerBehind, patchGrantNarrowed, patchIdempotentMessages, patchConversationCompaction},
 }
 
 // afterLevel are the patches added after PatchLevel's: a workflow that
 // records today's level still asks each with GetVersion (a marker the
 // first time), until a release raises the level to include them.
-var afterLevel = []string{patchLedgerBehind, patchGrantNarrowed, patchIdempotentMessages, patchConversationCompaction}
+var afterLevel = []string{}
 
 // PatchesAfterLevel returns the patches that a workflow of today's level
 // still asks with GetVersion: the only version markers its history may
@@ -129,8 +142,10 @@ func PatchesAfterLevel() []string { return slices.Clone(afterLevel) }
 // patch id: at once where the level it recorded includes id, otherwise as
 // workflow.GetVersion answers (a marker the first time it is asked).
 func patched(ctx workflow.Context, s Settings, id string) bool {
-	if s.PatchLevel >= 1 && slices.Contains(levelOne, id) {
-		return true
+	for level, ids := range levels {
+		if s.PatchLevel >= level && slices.Contains(ids, id) {
+			return true
+		}
 	}
 	return workflow.GetVersion(ctx, id, workflow.DefaultVersion, 1) != workflow.DefaultVersion
 }

@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"cmp"
 	"slices"
 	"time"
 
@@ -102,13 +103,17 @@ type Settings struct {
 	// (patches.go): set when its settings are recorded, never by
 	// withDefaults, so that settings recorded before levels stay at 0.
 	PatchLevel int `json:"patchLevel,omitempty"`
+	// beginAt, when set, is the level workflows begin at instead of
+	// PatchLevel: only tests set it, to run the branches a workflow of an
+	// earlier level takes.
+	beginAt int
 }
 
 // recorded are the settings a workflow of this build records at its start:
 // the worker's, with their defaults and this build's patch level.
 func (s Settings) recorded() Settings {
 	s = s.withDefaults()
-	s.PatchLevel = PatchLevel
+	s.PatchLevel = cmp.Or(s.beginAt, PatchLevel)
 	return s
 }
 

@@ -393,6 +393,7 @@ func (t *turn) callModel(ctx workflow.Context, messages []activities.Message) (a
 			Step:       t.step,
 		},
 		WantUsage: t.settings.Budgets.wantsUsage(),
+		Ledger:    t.carried(),
 	}
 	var out activities.ModelOutput
 	opts := modelActivityOptions(t.settings)
@@ -412,6 +413,7 @@ func (t *turn) callModel(ctx workflow.Context, messages []activities.Message) (a
 	}
 	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), activities.ModelActivity, in).Get(ctx, &out)
 	t.modelRunning = false
+	t.took(ctx, in.Ledger, out.LedgerRows)
 	if byHeartbeat {
 		// Nothing else is logged while the call runs, so these take the
 		// ids the API gave them from the details.
@@ -555,13 +557,20 @@ func (t *turn) runBatch(ctx workflow.Context, calls []activities.ToolCall) []Too
 		var onDecided func([]*approval)
 		if len(asked) > 0 {
 			// Each decision reaches the ledger when it is taken, not when
-			// the last call of its batch is.
+			// the last call of its batch is. Off the decision path, the
+			// decisions that end the wait are owed instead: the batch's
+			// first activity carries them while it runs.
+			offPath := t.offPath(ctx)
 			onDecided = func(decided []*approval) {
 				var out []audit.Record
 				for _, a := range decided {
 					if i := slices.Index(approvals, a); i >= 0 && rows[i] != nil {
 						out = append(out, auditDecided(*rows[i], a))
 					}
+				}
+				if offPath && !slices.ContainsFunc(waiting, func(a *approval) bool { return !a.decided }) {
+					t.owe(out)
+					return
 				}
 				t.writeAudit(ctx, out)
 			}
@@ -618,8 +627,10 @@ func (t *turn) runBatch(ctx workflow.Context, calls []activities.ToolCall) []Too
 		}
 		var out activities.ToolOutput
 		if call.Name == TaskTool {
+			t.writeOwed(ctx)
 			out = t.runSubagent(ctx, call)
 		} else if offers(t.clientTools, call.Name) {
+			t.writeOwed(ctx)
 			out = t.gate.runClientTool(ctx, call, vetted[i].Check.Timeout)
 		} else {
 			out = t.runTool(ctx, call)
@@ -636,7 +647,12 @@ func (t *turn) runBatch(ctx workflow.Context, calls []activities.ToolCall) []Too
 			ended = append(ended, auditEnded(ctx, *r, approvals[i], ran[i], results[i]))
 		}
 	}
-	t.writeAudit(ctx, ended)
+	if len(ended) > 0 && t.offPath(ctx) {
+		// The model call that reads the results carries the outcomes.
+		t.owe(ended)
+	} else {
+		t.writeAudit(ctx, ended)
+	}
 	t.log.append(Event{Type: EventToolResult, ToolResults: results})
 	return results
 }
@@ -904,7 +920,9 @@ func (t *turn) runTool(ctx workflow.Context, call activities.ToolCall) activitie
 		Summary:             callSummary(call),
 	}
 	var out activities.ToolOutput
-	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), call.Name, activities.ToolInput{Call: call}).Get(ctx, &out)
+	rows := t.carried()
+	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), call.Name, activities.ToolInput{Call: call, Ledger: rows}).Get(ctx, &out)
+	t.took(ctx, rows, out.LedgerRows)
 	if err != nil {
 		return activities.ToolOutput{
 			Status: activities.StatusError,
