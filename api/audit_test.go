@@ -267,6 +267,7 @@ func TestAnApprovedCallWaitsForNoLedgerWrite(t *testing.T) {
 		require.NoError(t, err)
 		events = append(events, e)
 	}
+	t.Logf("one approved call with the ledger on: %d events", len(events))
 	require.LessOrEqual(t, len(events), 40, "one approved call with the ledger on")
 	// markersBetween counts the markers after the first event from accepts
 	// up to the first event after it that to accepts.
