@@ -65,17 +65,23 @@ func TestTurnsPausedByEarlierReleasesFinishOnTodaysBuild(t *testing.T) {
 	srv := devserver.ForTest(t)
 	model := httptest.NewServer(scripted.New(scripted.Demo()))
 	t.Cleanup(model.Close)
+	ledgers := 0
 	for _, r := range releases {
 		t.Run(r, func(t *testing.T) {
 			oldWorker, oldAPI := builds[r]()
-			upgradeFrom(t, r, srv, model.URL, oldWorker, oldAPI, newWorker(), newAPI())
+			if upgradeFrom(t, r, srv, model.URL, oldWorker, oldAPI, newWorker(), newAPI()) {
+				ledgers++
+			}
 		})
 	}
+	require.NotZero(t, ledgers, "no earlier release kept a ledger whose rows today's build completed")
 }
 
 // upgradeFrom pauses a turn on release's worker and API, with one call of
-// its batch decided, stops both, and finishes the turn on today's.
-func upgradeFrom(t *testing.T, release string, srv *devserver.Server, modelURL, oldWorkerBin, oldAPIBin, newWorkerBin, newAPIBin string) {
+// its batch decided, stops both, and finishes the turn on today's. It
+// reports whether the release kept an audit ledger, whose rows of the
+// turn today's build then completed.
+func upgradeFrom(t *testing.T, release string, srv *devserver.Server, modelURL, oldWorkerBin, oldAPIBin, newWorkerBin, newAPIBin string) bool {
 	workspace, payloadDir := t.TempDir(), t.TempDir()
 	ledgerPath := filepath.Join(t.TempDir(), "audit.db")
 	require.NoError(t, os.WriteFile(filepath.Join(workspace, "README.md"), []byte("# upgrade\n"), 0o644))
@@ -182,6 +188,7 @@ func upgradeFrom(t *testing.T, release string, srv *devserver.Server, modelURL, 
 	require.Equal(t, pausedPatches, patches(t, c, turnID), "the turn paused on %s took no patch of today's", release)
 	require.Subset(t, workflows.PatchesAfterLevel(), patches(t, c, events[0].TurnID), "the turn started on today's build asked no patch of its level")
 	require.Equal(t, workflows.PatchLevel, patchLevel(t, c, events[0].TurnID), "it took today's patches with the level it recorded")
+	return len(pausedRows) > 0
 }
 
 // corpusReleases lists the releases, and the patch levels no release
