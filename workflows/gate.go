@@ -352,16 +352,25 @@ func (g *gate) await(ctx workflow.Context, reqs []*approval, onDecided func([]*a
 	timerCtx, cancelTimers := workflow.WithCancel(ctx)
 	defer cancelTimers()
 	sel := workflow.NewSelector(ctx)
+	oneTimer := g.settings.PatchLevel >= levelOneTimer
+	var expire func()
+	if oneTimer {
+		expire = g.expireTogether(ctx, timerCtx, sel, reqs)
+		expire()
+	}
 	for _, a := range reqs {
-		// The Web UI shows a timer by its summary: name the call it waits
-		// for (a summary is metadata, not part of what replay matches).
-		timer := workflow.NewTimerWithOptions(timerCtx, a.ExpiresAt.Sub(workflow.Now(ctx)),
-			workflow.TimerOptions{Summary: "approval: " + callSummary(a.Call)})
-		sel.AddFuture(timer, func(f workflow.Future) {
-			if f.Get(ctx, nil) == nil {
-				g.decide(ctx, a, DecisionTimeout, reasonTimeout, "", "", DecidedByTimer)
-			}
-		})
+		if !oneTimer {
+			// The Web UI shows a timer by its summary: name the call it
+			// waits for (a summary is metadata, not part of what replay
+			// matches).
+			timer := workflow.NewTimerWithOptions(timerCtx, a.ExpiresAt.Sub(workflow.Now(ctx)),
+				workflow.TimerOptions{Summary: "approval: " + callSummary(a.Call)})
+			sel.AddFuture(timer, func(f workflow.Future) {
+				if f.Get(ctx, nil) == nil {
+					g.decide(ctx, a, DecisionTimeout, reasonTimeout, "", "", DecidedByTimer)
+				}
+			})
+		}
 		if g.notify {
 			// A reminder Settings.ReminderBefore the timeout, or when four
 			// fifths of the time have passed.
@@ -402,6 +411,49 @@ func (g *gate) await(ctx workflow.Context, reqs []*approval, onDecided func([]*a
 			onDecided(news)
 		}
 	}
+}
+
+// expireTogether gives the requests of a batch one durable timer, not one
+// each (levelOneTimer): it runs to the soonest expiry of those still
+// waiting; when it fires, every request whose time is up is timed out,
+// and the returned arm starts the next timer for the rest, if any wait.
+// A batch of n calls with one timeout costs its history two timer events,
+// not 2n. The caller arms the first.
+func (g *gate) expireTogether(ctx, timerCtx workflow.Context, sel workflow.Selector, reqs []*approval) (arm func()) {
+	arm = func() {
+		var next time.Time
+		waiting := 0
+		for _, a := range reqs {
+			if a.decided {
+				continue
+			}
+			waiting++
+			if next.IsZero() || a.ExpiresAt.Before(next) {
+				next = a.ExpiresAt
+			}
+		}
+		if waiting == 0 {
+			return
+		}
+		summary := "approval: " + callSummary(reqs[0].Call)
+		if len(reqs) > 1 {
+			summary = fmt.Sprintf("approval: %d calls", len(reqs))
+		}
+		timer := workflow.NewTimerWithOptions(timerCtx, next.Sub(workflow.Now(ctx)), workflow.TimerOptions{Summary: summary})
+		sel.AddFuture(timer, func(f workflow.Future) {
+			if f.Get(ctx, nil) != nil {
+				return
+			}
+			now := workflow.Now(ctx)
+			for _, a := range reqs {
+				if !a.decided && !a.ExpiresAt.After(now) {
+					g.decide(ctx, a, DecisionTimeout, reasonTimeout, "", "", DecidedByTimer)
+				}
+			}
+			arm()
+		})
+	}
+	return arm
 }
 
 // upsertPending keeps the pending-approvals search attribute current, so

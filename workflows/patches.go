@@ -99,9 +99,10 @@ const (
 // that takes it.
 //
 // Level 3 takes the patches of level 2 and those added after it
-// (ledger-behind to conversation-compaction), and changes one thing of its
+// (ledger-behind to conversation-compaction), and changes two things of its
 // own: no write of the audit ledger sits between a decision and its tool,
-// or between a tool and its result (turn.owe). Asked one by one, the
+// or between a tool and its result (turn.owe), and a batch's requests wait
+// on one timer (gate.expireTogether). Asked one by one, the
 // patches after level 2 cost a turn a marker and an upsert each.
 const PatchLevel = 3
 
@@ -118,6 +119,10 @@ const (
 	// which writes them while it works, instead of a local activity that
 	// the tool, or the tool's result, waits for (turn.owe).
 	levelLedgerOffPath = 3
+	// levelOneTimer: a batch's requests wait on one durable timer, to the
+	// soonest expiry of those still waiting, not one timer each
+	// (gate.expireTogether).
+	levelOneTimer = 3
 )
 
 // levels are the patches each level takes without asking: a workflow of

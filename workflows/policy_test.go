@@ -286,3 +286,30 @@ func noRejection(t *testing.T) *testsuite.TestUpdateCallback {
 		OnComplete: func(_ any, err error) { require.NoError(t, err) },
 	}
 }
+
+func TestABatchWaitsOnOneTimerAndEachCallTimesOutAtItsOwnTime(t *testing.T) {
+	settings := ruleSettings(Rule{Tool: "Bash", Require: RequireAlways, Timeout: time.Minute})
+	h := newHarness(t, settings, calls(
+		call("w1", "Write", `{"file_path":"a","content":"a"}`),
+		call("b", "Bash", `{"command":"make"}`),
+		call("w2", "Write", `{"file_path":"b","content":"b"}`),
+		call("e", "Edit", `{"file_path":"a","old_string":"a","new_string":"c"}`),
+	))
+	var timers []time.Duration
+	h.env.SetOnTimerScheduledListener(func(_ string, d time.Duration) { timers = append(timers, d) })
+	h.env.RegisterDelayedCallback(func() {
+		h.decide(ApprovalDecision{RequestID: h.requestID("Edit"), Decision: DecisionApprove})
+	}, 30*time.Second)
+
+	out := h.runTurn(userTurn("write, build, edit"))
+
+	var order []string
+	for _, e := range ofType(out.Events, EventApprovalDecision) {
+		order = append(order, e.ToolCallID+" "+e.Decision)
+	}
+	require.Equal(t, []string{"e approve", "b timeout", "w1 timeout", "w2 timeout"}, order,
+		"the Edit decided, then the Bash timed out at its rule's minute, then the Writes with the default")
+	require.Equal(t, []time.Duration{time.Minute, 2 * time.Minute}, timers,
+		"one timer to the Bash's expiry, then one to the Writes': not one a call")
+	require.Equal(t, []string{"Edit"}, h.ranTools())
+}
