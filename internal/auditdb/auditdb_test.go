@@ -331,7 +331,7 @@ func testPending(t *testing.T, l *auditdb.Ledger) {
 		row("r1", "c1", "Write", "ann", time.Minute),
 		row("r2", "c2", "Bash", "bob", 2*time.Minute),
 		row("r2b", "c2", "Bash", "bob", 2*time.Minute), // the same expiry: by id
-		row("gone", "c1", "Bash", "ann", -time.Second),  // expired: its timer declines it
+		row("gone", "c1", "Bash", "ann", -time.Second), // expired: its timer declines it
 		row("decided", "c2", "Bash", "bob", 5*time.Minute),
 	}
 	rows[5].Stage, rows[5].Decision = audit.StageDecided, "approve"
