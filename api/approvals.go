@@ -109,7 +109,7 @@ func (s *Server) listApprovals(c *gin.Context) {
 	sum := sha256.Sum256(body)
 	etag := `"` + base64.RawURLEncoding.EncodeToString(sum[:18]) + `"`
 	c.Header("ETag", etag)
-	c.Header("Cache-Control", "no-cache")
+	c.Header("Cache-Control", "private, no-cache")
 	if matchesETag(c.GetHeader("If-None-Match"), etag) {
 		c.Status(http.StatusNotModified)
 		return
