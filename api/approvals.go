@@ -19,7 +19,6 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 
-	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/auditdb"
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/internal/links"
@@ -94,7 +93,16 @@ func (s *Server) listApprovals(c *gin.Context) {
 	}
 	page := ledgerPage{Approvals: make([]protocol.PendingApproval, 0, len(rows)), Total: total}
 	for _, r := range rows {
-		page.Approvals = append(page.Approvals, pendingOfRow(r))
+		// A row at stage asked says what the turn's pending query would.
+		p := protocol.PendingApproval{
+			RequestID: r.ID, WorkflowID: r.WorkflowID, TurnID: r.TurnID, ConversationID: r.ConversationID,
+			ToolCallID: r.ToolCallID, ToolName: r.Tool, Arguments: r.Arguments, RequestedAt: r.RequestedAt,
+			Preview: r.Preview, Subagent: r.Agent, UserMessage: r.UserMessage,
+		}
+		if r.ExpiresAt != nil {
+			p.ExpiresAt = *r.ExpiresAt
+		}
+		page.Approvals = append(page.Approvals, p)
 	}
 	if more {
 		page.NextPageToken = s.pageToken(q, auditdb.KeyOf(rows[len(rows)-1]))
@@ -126,27 +134,6 @@ func matchesETag(header, etag string) bool {
 		}
 	}
 	return false
-}
-
-// pendingOfRow is the pending approval a ledger row at stage asked says.
-func pendingOfRow(r audit.Record) protocol.PendingApproval {
-	p := protocol.PendingApproval{
-		RequestID:      r.ID,
-		WorkflowID:     r.WorkflowID,
-		TurnID:         r.TurnID,
-		ConversationID: r.ConversationID,
-		ToolCallID:     r.ToolCallID,
-		ToolName:       r.Tool,
-		Arguments:      r.Arguments,
-		RequestedAt:    r.RequestedAt,
-		Preview:        r.Preview,
-		Subagent:       r.Agent,
-		UserMessage:    r.UserMessage,
-	}
-	if r.ExpiresAt != nil {
-		p.ExpiresAt = *r.ExpiresAt
-	}
-	return p
 }
 
 // readApprovalsQuery reads GET /approvals' filters, limit and pageToken.

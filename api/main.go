@@ -129,7 +129,7 @@ func run(cfg config.Config, log *slog.Logger) error {
 	if opts.Ledger != nil {
 		log.Info("GET /approvals lists from the audit ledger: every worker must write this same ledger ("+config.EnvAuditDB+")", "ledger", opts.Ledger.Where())
 	} else {
-		log.Warn("GET /approvals asks every waiting turn, without the audit ledger ("+config.EnvAuditDB+" is off): slow past a few hundred waiting turns")
+		log.Warn("GET /approvals asks every waiting turn, without the audit ledger (" + config.EnvAuditDB + " is off): slow past a few hundred waiting turns")
 	}
 
 	select {
