@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
 	"go.temporal.io/api/serviceerror"
@@ -32,8 +33,9 @@ import (
 // holds, not a query of every waiting turn. Without a ledger it asks the
 // turns (approvalsFromTurns), which is slow past a few hundred.
 
-// maxPrincipalFilter bounds the principal GET /approvals filters on.
-const maxPrincipalFilter = 200
+// maxFilter bounds the tool and the principal GET /approvals filters on:
+// a principal has at most 64 characters, a tool name fewer than this.
+const maxFilter = 200
 
 // approvalsQuery is what one GET /approvals asks the ledger for.
 type approvalsQuery struct {
@@ -144,8 +146,13 @@ func (s *Server) readApprovalsQuery(c *gin.Context) (approvalsQuery, error) {
 			return q, err
 		}
 	}
-	if len(q.principal) > maxPrincipalFilter {
-		return q, badRequest("principal is %d bytes long: a principal has at most %d", len(q.principal), maxPrincipalFilter)
+	for name, v := range map[string]string{"tool": q.tool, "principal": q.principal} {
+		if len(v) > maxFilter {
+			return q, badRequest("%s is %d bytes long: at most %d", name, len(v), maxFilter)
+		}
+		if !utf8.ValidString(v) || strings.ContainsRune(v, 0) {
+			return q, badRequest("%s %.40q is not text: no tool or principal holds a NUL or bytes that are not UTF-8", name, v)
+		}
 	}
 	if v := c.Query("limit"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -197,8 +204,8 @@ func (s *Server) readPageToken(q approvalsQuery, token string) (auditdb.PendingK
 // pageMAC is the HMAC of a token's payload under the filters it pages.
 func (s *Server) pageMAC(q approvalsQuery, payload string) []byte {
 	m := hmac.New(sha256.New, s.pageKey)
-	// No filter holds a NUL: a conversation id is checked, and tool and
-	// principal are compared to what the ledger holds, which has none.
+	// No filter holds a NUL (readApprovalsQuery), so the NUL that ends
+	// each makes the message unambiguous.
 	for _, v := range []string{q.conversation, q.tool, q.principal, payload} {
 		m.Write([]byte(v))
 		m.Write([]byte{0})

@@ -199,7 +199,9 @@ func testInboxFromLedger(t *testing.T, st *stack) {
 	for q, msg := range map[string]string{
 		"limit=0":                               `limit "0" is not a whole number from 1 to 1000`,
 		"conversationId=a%20b":                  "conversationId",
-		"principal=" + strings.Repeat("p", 201): "a principal has at most 200",
+		"principal=" + strings.Repeat("p", 201): "principal is 201 bytes long: at most 200",
+		"tool=Bash%00":                          "tool \"Bash\\x00\" is not text",
+		"principal=%ff":                         "principal \"\\xff\" is not text",
 	} {
 		status, page, _ := inboxGet(t, api, inboxAnnToken, q, "")
 		require.Equal(t, http.StatusBadRequest, status, q)
