@@ -20,6 +20,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/config"
+	"github.com/tollgate/tollgate/internal/links"
 	"github.com/tollgate/tollgate/internal/proctest"
 	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
@@ -170,6 +171,11 @@ func testInboxFromLedger(t *testing.T, st *stack) {
 		tokens[page.Approvals[0].RequestID] = token
 	}
 	require.Equal(t, requestIDs(all.Approvals), paged)
+	// Another instance of the same deployment (the same tokens) takes a
+	// token this one made.
+	status, next, _ := inboxGet(t, serveAPI(t, NewServer(o)), inboxAnnToken, "limit=1&pageToken="+url.QueryEscape(tokens[paged[0]]), "")
+	require.Equal(t, http.StatusOK, status, next.NextPageToken)
+	require.Equal(t, paged[1:2], requestIDs(next.Approvals))
 	writeToken := list("tool=Write&limit=1").NextPageToken
 	require.NotEmpty(t, writeToken)
 
@@ -333,4 +339,21 @@ func TestAnInboxWhoseWorkerWritesNoLedgerAsksTheTurns(t *testing.T) {
 		require.ElementsMatch(c, asked, requestIDs(approvalsAt(c, st.api.URL, "")))
 	}, waitFor, 50*time.Millisecond)
 	require.Positive(t, metric(t, st.api, "tollgate_api_pending_queries_total"), "it asked the turn")
+}
+
+func TestPageTokensAreKeyedByTheSecretsEveryInstanceShares(t *testing.T) {
+	secret, err := links.NewKey(strings.Repeat("s", links.MinSecretLength))
+	require.NoError(t, err)
+	other, err := links.NewKey(strings.Repeat("o", links.MinSecretLength))
+	require.NoError(t, err)
+	tokens := []config.APIToken{{Token: "a-0123456789abcdef"}, {Token: "b-0123456789abcdef"}}
+	reversed := []config.APIToken{tokens[1], tokens[0]}
+
+	require.Equal(t, pageKey(&secret, tokens), pageKey(&secret, reversed), "the same secrets, in any order: the same key")
+	require.Equal(t, pageKey(nil, tokens), pageKey(nil, reversed))
+	require.NotEqual(t, pageKey(&secret, tokens), pageKey(&other, tokens), "another link secret")
+	require.NotEqual(t, pageKey(nil, tokens), pageKey(nil, tokens[:1]), "a token fewer")
+	require.NotEqual(t, pageKey(&secret, nil), pageKey(nil, nil))
+	require.NotEqual(t, pageKey(nil, nil), pageKey(nil, nil), "no secret at all: a key of its own for each process")
+	require.NotEqual(t, secret.Derive(pageTokenPurpose), pageKey(&secret, nil), "not the derived key itself")
 }
