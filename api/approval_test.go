@@ -193,10 +193,12 @@ func postApprovalResult(t *testing.T, ts *httptest.Server, body string) string {
 }
 
 // TestApprovalsArePagedByWaitingTurns pauses four turns at their approvals
-// and walks GET /approvals a turn a page: every request once, the last page
-// without a token; a bad limit or token is refused naming it.
+// and walks GET /approvals of an API without the ledger a turn a page:
+// every request once, the last page without a token; a bad limit or token
+// is refused naming it, and so is the principal filter, which needs the
+// ledger.
 func TestApprovalsArePagedByWaitingTurns(t *testing.T) {
-	st := newStack(t)
+	st := newStack(t, withAPIWithoutLedger())
 	want := map[string]bool{}
 	for i := range 4 {
 		_, msgs := st.chat(t, fmt.Sprintf(`{"query":"one","conversationId":"paged-%d"}`, i))
@@ -245,6 +247,7 @@ func TestApprovalsArePagedByWaitingTurns(t *testing.T) {
 		"limit=0":              `limit \"0\" is not a whole number from 1 to 1000`,
 		"pageToken=abc":        "pageToken needs the limit it was made with",
 		"limit=1&pageToken=!!": "is not one GET /approvals made",
+		"principal=ann":        "principal needs the audit ledger",
 	} {
 		resp, err := http.Get(st.api.URL + "/approvals?" + query)
 		require.NoError(t, err)

@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/proctest"
 	"github.com/tollgate/tollgate/internal/scripted"
 	"github.com/tollgate/tollgate/protocol"
@@ -750,4 +751,51 @@ func TestConsoleCompactsTheConversationWithInstructions(t *testing.T) {
 	require.Contains(t, eval[string](b, `document.querySelector(`+jsQuote(note)+`).textContent`), "2 earlier messages summarized, 3 newer kept whole")
 	last := env.replies.Requests()[len(env.replies.Requests())-1].Messages
 	require.Equal(t, workflows.SummaryPrefix+"The user pasted logs. keep the first", last[1].Content)
+}
+
+// TestInboxShowsAPageOfThousandsAndStaysLiveOnUnchangedPolls opens the
+// inbox over 250 waiting rows of the ledger and a real waiting turn: it
+// shows the first 100, soonest to expire first, says how many wait, shows
+// 100 more on a click, polls with the last answer's ETag and hears 304
+// while nothing changes, and a decision made elsewhere still moves its
+// card to the decided ones.
+func TestInboxShowsAPageOfThousandsAndStaysLiveOnUnchangedPolls(t *testing.T) {
+	st := newStack(t)
+	_, msgs := st.chat(t, `{"query": "among many", "conversationId": "inbox-many"}`)
+	seq := 0
+	asked := requestsByTool(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 2))
+	now := time.Now()
+	var rows []audit.Record
+	for i := range 250 {
+		expires := now.Add(time.Hour + time.Duration(i)*time.Second)
+		wid := fmt.Sprintf("tollgate-conv-many-%d-turn-1", i)
+		rows = append(rows, audit.Record{
+			ID: wid + "/apr-1", Stage: audit.StageAsked, ConversationID: fmt.Sprintf("many-%d", i), TurnID: wid, WorkflowID: wid,
+			ToolCallID: "call_1", Tool: "Edit", Arguments: `{"file_path":"a.txt","old_string":"a","new_string":"b"}`,
+			RequestedAt: now, ExpiresAt: &expires, UserMessage: "edit it",
+		})
+	}
+	require.NoError(t, st.ledger.Write(context.Background(), rows))
+
+	b := newBrowser(t)
+	b.do(chromedp.Navigate(st.api.URL + "/inbox"))
+	cards := count(`#approvals [data-testid="approval"]`)
+	b.waitUntil(cards + ` === 100`)
+	require.Equal(t, "252 pending · showing 100", eval[string](b, `document.querySelector('[data-testid="inbox-count"]').textContent`))
+	require.ElementsMatch(t, []string{"Write", "Bash"}, eval[[]string](b, `[...document.querySelectorAll('#approvals [data-testid="approval"]')].slice(0, 2).map((e) => e.dataset.tool)`),
+		"the real turn's calls expire first")
+
+	// Polls of an unchanged inbox are answered 304, and draw nothing.
+	changed := eval[int](b, `window.tollgateInboxPolls.changed`)
+	b.waitUntil(`window.tollgateInboxPolls.unchanged >= 2`)
+	require.Equal(t, changed, eval[int](b, `window.tollgateInboxPolls.changed`))
+
+	b.do(chromedp.Click(chromedp.CSS(`[data-testid="inbox-more"]`)))
+	b.waitUntil(cards + ` === 200`)
+
+	_, out := st.postJSON(t, "/chat/approval", `{"requestId":"`+asked["Bash"].RequestID+`","decision":"approve"}`)
+	require.Equal(t, true, out["accepted"], out)
+	b.waitUntil(count(`[data-testid="decided-approval"][data-tool="Bash"]`) + ` === 1`)
+	b.waitUntil(`document.querySelector('[data-testid="inbox-count"]').textContent === '251 pending · showing 200'`)
+	require.Greater(t, eval[int](b, `window.tollgateInboxPolls.changed`), changed)
 }

@@ -45,6 +45,8 @@ type stack struct {
 	ledger  *auditdb.Ledger
 	// links checks the API's decision links, or is nil.
 	links *links.Key
+	// apiNoLedger keeps the ledger from the stack's API.
+	apiNoLedger bool
 	// worker is nil withoutWorker.
 	worker worker.Worker
 	api    *httptest.Server
@@ -80,10 +82,18 @@ type stackOptions struct {
 	auditDB         string
 	links           *links.Key
 	window          int
+	apiNoLedger     bool
 }
 
 // stackOption is one change to the stack newStack builds.
 type stackOption func(*stackOptions)
+
+// withAPIWithoutLedger has the stack's API read no audit ledger
+// (TOLLGATE_AUDIT_DB=off on the API): GET /approvals asks the turns, and
+// GET /audit is 404. The worker still writes it.
+func withAPIWithoutLedger() stackOption {
+	return func(o *stackOptions) { o.apiNoLedger = true }
+}
 
 // withLinks has the stack's API check decision links with key.
 func withLinks(key *links.Key) stackOption {
@@ -172,7 +182,7 @@ func newStack(t *testing.T, opts ...stackOption) *stack {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	st := &stack{temporal: devserver.ForTestWith(t, o.devserver), queue: "tollgate-api-test", allowBypass: o.allowBypass, tracer: o.tracer, links: o.links}
+	st := &stack{temporal: devserver.ForTestWith(t, o.devserver), queue: "tollgate-api-test", allowBypass: o.allowBypass, tracer: o.tracer, links: o.links, apiNoLedger: o.apiNoLedger}
 	clientOpts := st.temporal.ClientOptions()
 	if o.tracer != nil {
 		clientOpts.Interceptors = append(clientOpts.Interceptors, telemetry.NewTracingInterceptor(o.tracer))
@@ -260,6 +270,9 @@ func (st *stack) newAPI(t *testing.T) *httptest.Server {
 // apiOptions are the options of the stack's API instances.
 func (st *stack) apiOptions() Options {
 	o := Options{Client: st.apiClient, TaskQueue: st.queue, HeartbeatInterval: 200 * time.Millisecond, Logger: st.log, AllowBypass: st.allowBypass, TracerProvider: st.tracer, Ledger: st.ledger, Links: st.links}
+	if st.apiNoLedger {
+		o.Ledger = nil
+	}
 	if st.payloadDir != "" {
 		storage, _, _ := payloads.Storage(payloads.Config{Dir: st.payloadDir})
 		o.Codec, o.CodecOrigins = payloads.Codec(storage, codecDecodeBytes), []string{testWebUIOrigin}

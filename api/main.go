@@ -126,6 +126,11 @@ func run(cfg config.Config, log *slog.Logger) error {
 		"namespace", cfg.TemporalNamespace, "taskQueue", cfg.TaskQueue,
 		"auth", len(cfg.APITokens) > 0, "principals", slices.Compact(slices.Sorted(slices.Values(principals))),
 		"bypass", cfg.AllowBypass && len(cfg.APITokens) == 0, "allowedOrigins", cfg.AllowedOrigins, "tracing", tracing.On())
+	if opts.Ledger != nil {
+		log.Info("GET /approvals lists from the audit ledger: every worker must write this same ledger ("+config.EnvAuditDB+")", "ledger", opts.Ledger.Where())
+	} else {
+		log.Warn("GET /approvals asks every waiting turn, without the audit ledger (" + config.EnvAuditDB + " is off): slow past a few hundred waiting turns")
+	}
 
 	select {
 	case err := <-served:

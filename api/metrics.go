@@ -20,6 +20,9 @@ type metrics struct {
 	pollersRunning prometheus.Gauge
 	// eventQueries counts the reads of a turn's events from Temporal.
 	eventQueries prometheus.Counter
+	// pendingQueries counts the queries of a waiting turn's pending
+	// approvals: GET /approvals without the ledger asks every waiting turn.
+	pendingQueries prometheus.Counter
 	// liveReads counts the reads of a streaming model call's answer from
 	// its heartbeat details.
 	liveReads prometheus.Counter
@@ -55,6 +58,10 @@ func newMetrics() *metrics {
 		eventQueries: f.NewCounter(prometheus.CounterOpts{
 			Name: "tollgate_api_event_queries_total",
 			Help: "Reads of a turn's events from Temporal.",
+		}),
+		pendingQueries: f.NewCounter(prometheus.CounterOpts{
+			Name: "tollgate_api_pending_queries_total",
+			Help: "Queries of a waiting turn's pending approvals: GET /approvals asks every waiting turn when it does not read the audit ledger, and a decision link asks its turn.",
 		}),
 		liveReads: f.NewCounter(prometheus.CounterOpts{
 			Name: "tollgate_api_live_reads_total",

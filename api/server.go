@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -193,6 +194,11 @@ type Server struct {
 	ledger *auditdb.Ledger
 	// links checks decision links, or is nil.
 	links *links.Key
+	// pageKey signs GET /approvals' page tokens (pageKey).
+	pageKey []byte
+	// ledgerMissWarned is when turnsWaitOutsideLedger last warned (Unix
+	// nanoseconds).
+	ledgerMissWarned atomic.Int64
 	// codec resolves the payload store's references; nil without a store.
 	codec converter.PayloadCodec
 }
@@ -219,6 +225,7 @@ func newServer(o Options, src eventSource, settings hubSettings) *Server {
 
 		ledger:         o.Ledger,
 		links:          o.Links,
+		pageKey:        pageKey(o.Links, o.Tokens),
 		allowBypass:    o.AllowBypass,
 		anyHost:        o.AnyHost,
 		allowedOrigins: o.AllowedOrigins,
@@ -518,10 +525,12 @@ func (s *Server) stream(c *gin.Context, turnID string, after int) {
 	}
 }
 
-// listApprovals handles GET /approvals: the approvals every running turn
-// waits for, soonest to expire first, optionally only those of one
-// conversation (?conversationId=) or one tool (?tool=).
-func (s *Server) listApprovals(c *gin.Context) {
+// approvalsFromTurns answers GET /approvals without the audit ledger: the
+// approvals every running turn waits for, asked of each (8 at a time),
+// soonest to expire first, optionally only those of one conversation
+// (?conversationId=) or one tool (?tool=). Its limit and pageToken page
+// visibility's waiting turns.
+func (s *Server) approvalsFromTurns(c *gin.Context) {
 	ctx := c.Request.Context()
 	conv, tool := c.Query("conversationId"), c.Query("tool")
 	if conv != "" {
@@ -595,6 +604,7 @@ func approvalsPage(c *gin.Context) (turnsPage, error) {
 func (s *Server) pendingIn(ctx context.Context, wid string) ([]protocol.PendingApproval, error) {
 	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
 	defer cancel()
+	s.metrics.pendingQueries.Inc()
 	var pending []protocol.PendingApproval
 	v, err := s.client.QueryWorkflow(ctx, wid, "", workflows.PendingQuery)
 	if err == nil {

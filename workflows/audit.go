@@ -10,6 +10,7 @@ import (
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/text"
 )
 
 // auditOptions run the ledger's writes as local activities: each is one
@@ -212,7 +213,11 @@ func latestRows(records []audit.Record) []audit.Record {
 // auditAsked is the ledger's row of request a, as it is asked.
 func (t *turn) auditAsked(ctx workflow.Context, a *approval, c check) audit.Record {
 	expires := a.ExpiresAt
-	return t.auditRow(ctx, a.RequestID, a.Call, c, a.RequestedAt, &expires)
+	r := t.auditRow(ctx, a.RequestID, a.Call, c, a.RequestedAt, &expires)
+	// What the inbox shows of a waiting call (GET /approvals lists these
+	// rows): the row's later stages carry them on.
+	r.Preview, r.UserMessage = a.Preview, text.Truncate(t.userMessage, pendingMessageBytes)
+	return r
 }
 
 // auditRow is the start of a row: who asked what, and why it asked.

@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/workflowtrace"
 	"github.com/tollgate/tollgate/protocol"
 )
@@ -339,8 +340,9 @@ func (g *gate) pending() []PendingApproval {
 	return out
 }
 
-// pendingMessageBytes bounds the user's message a pending approval shows.
-const pendingMessageBytes = 500
+// pendingMessageBytes bounds the user's message a pending approval shows,
+// in the pending query and in the ledger's row (GET /approvals reads either).
+const pendingMessageBytes = audit.UserMessageBytes
 
 // await blocks until every request in reqs is decided: by a person, by its
 // own durable timer (timeout), or by cancellation of ctx (decline). After

@@ -720,18 +720,33 @@
   // showElsewhere lists the calls that wait for a decision in other
   // conversations, each conversation with a button that opens it here. A
   // token that may not list approvals shows nothing.
+  // It reads the first page of GET /approvals (the soonest to expire), and
+  // sends the last answer's ETag: an unchanged inbox is a 304 and nothing
+  // is drawn again.
   const elsewhereEl = document.getElementById('elsewhere');
   const elsewhereEvery = 5000;
+  const elsewhereLimit = 100;
+  let elsewhere = { tag: '', approvals: [], conv: null };
   async function showElsewhere() {
     let approvals;
     try {
-      const resp = await fetch('/approvals', { headers: TG.authHeaders({ Accept: 'application/json' }) });
-      if (!resp.ok) throw new Error(`HTTP ${resp.status}`);
-      approvals = (await resp.json()).approvals || [];
+      const headers = { Accept: 'application/json' };
+      if (elsewhere.tag) headers['If-None-Match'] = elsewhere.tag;
+      const resp = await fetch(`/approvals?limit=${elsewhereLimit}`, { headers: TG.authHeaders(headers), cache: 'no-store' });
+      if (resp.status === 304) {
+        if (elsewhere.conv === state.conversationId) return;
+        approvals = elsewhere.approvals;
+      } else {
+        if (!resp.ok) throw new Error(`HTTP ${resp.status}`);
+        approvals = (await resp.json()).approvals || [];
+        elsewhere = { tag: resp.headers.get('ETag') || '', approvals, conv: null };
+      }
     } catch {
+      elsewhere = { tag: '', approvals: [], conv: null };
       elsewhereEl.hidden = true;
       return;
     }
+    elsewhere.conv = state.conversationId;
     const byConv = new Map();
     for (const a of approvals) {
       if (a.conversationId === state.conversationId) continue;

@@ -3,16 +3,21 @@
 //
 // It stays current by polling GET /approvals every 2 seconds (and at once
 // after a decision or a filter change), only while the page is visible.
-// GET /approvals reads Temporal visibility and asks each waiting turn, so
-// the list is the same from any API instance; a 2-second poll of one
-// request per open inbox is cheap next to that, and needs no extra stream.
-// Rows are kept by request id, so a reason being typed survives a refresh.
+// GET /approvals reads the audit ledger's index, so the list is the same
+// from any API instance. The page shows the first pageSize approvals, and
+// "Show more" another pageSize each; a poll asks for as many as are shown,
+// with the ETag of the last answer, and an inbox where nothing changed
+// hears 304 with no body: thousands waiting cost a poll what the shown
+// rows cost, and nothing when they stay the same. Rows are kept by request
+// id, so a reason being typed survives a refresh.
 'use strict';
 
 (() => {
   const { h } = TG;
   const pollEvery = 2000;
   const filterDelay = 300;
+  const pageSize = 100;
+  const maxShown = 1000; // GET /approvals' largest page
 
   const list = document.getElementById('approvals');
   const empty = document.getElementById('inbox-empty');
@@ -21,7 +26,13 @@
   const errorEl = document.getElementById('inbox-error');
   const convInput = document.getElementById('filter-conversation');
   const toolInput = document.getElementById('filter-tool');
+  const principalInput = document.getElementById('filter-principal');
+  const moreButton = document.getElementById('inbox-more');
   const rows = new Map(); // requestId → row element
+  // polls counts the answers that changed the list and those that did not
+  // (304), for the tests.
+  const polls = { changed: 0, unchanged: 0 };
+  window.tollgateInboxPolls = polls;
   const decidedList = document.getElementById('decided');
   const decidedHead = document.getElementById('decided-head');
 
@@ -29,11 +40,13 @@
   const params = new URLSearchParams(location.search);
   convInput.value = params.get('conversationId') || '';
   toolInput.value = params.get('tool') || '';
+  principalInput.value = params.get('principal') || '';
 
   function filterQuery() {
     const q = new URLSearchParams();
     if (convInput.value.trim()) q.set('conversationId', convInput.value.trim());
     if (toolInput.value.trim()) q.set('tool', toolInput.value.trim());
+    if (principalInput.value.trim()) q.set('principal', principalInput.value.trim());
     return q.toString();
   }
 
@@ -105,7 +118,7 @@
   // show makes the list match approvals (in their order), keeping the rows
   // that stay; a row that no longer waits was decided elsewhere (another
   // inbox, the console, the CLI, a grant, the clock).
-  function show(approvals, q) {
+  function show(approvals, total, more, q) {
     if (q !== shownQuery) {
       // A list under another filter: the rows it leaves out still wait.
       for (const el of rows.values()) el.remove();
@@ -128,13 +141,17 @@
       if (list.children[i] !== el) list.insertBefore(el, list.children[i] || null);
     });
     empty.hidden = approvals.length > 0;
-    count.textContent = `${approvals.length} pending`;
-    document.title = approvals.length ? `(${approvals.length}) tollgate inbox` : 'tollgate inbox';
+    count.textContent = more ? `${total} pending · showing ${approvals.length}` : `${total} pending`;
+    moreButton.hidden = !more || shown >= maxShown;
+    document.title = total ? `(${total}) tollgate inbox` : 'tollgate inbox';
     TG.tick();
   }
 
-  // shownQuery is the filter the listed rows were fetched under.
+  // shownQuery is the filter the listed rows were fetched under; shown is
+  // how many rows a poll asks for; etag is the last answer's, for its URL.
   let shownQuery = filterQuery();
+  let shown = pageSize;
+  let etag = { url: '', tag: '' };
   let generation = 0;
   let timer = null;
 
@@ -144,13 +161,29 @@
     clearTimeout(timer);
     const gen = ++generation;
     const q = filterQuery();
+    const url = `/approvals?${q ? `${q}&` : ''}limit=${shown}`;
     try {
-      const resp = await fetch(`/approvals${q ? `?${q}` : ''}`, { headers: TG.authHeaders({ Accept: 'application/json' }) });
+      const headers = { Accept: 'application/json' };
+      if (etag.url === url && etag.tag && q === shownQuery) headers['If-None-Match'] = etag.tag;
+      const resp = await fetch(url, { headers: TG.authHeaders(headers), cache: 'no-store' });
+      if (gen !== generation) return;
+      if (resp.status === 304) {
+        // Nothing changed since the last answer: the list stands.
+        polls.unchanged++;
+        errorEl.textContent = '';
+        statusEl.dataset.state = 'live';
+        statusEl.textContent = `updated ${new Date().toLocaleTimeString()}`;
+        schedule();
+        return;
+      }
       const out = await resp.json().catch(() => ({}));
       if (gen !== generation) return;
       if (!resp.ok) throw new Error(out.error || `HTTP ${resp.status}`);
+      polls.changed++;
+      etag = { url, tag: resp.headers.get('ETag') || '' };
       errorEl.textContent = '';
-      show(out.approvals || [], q);
+      const approvals = out.approvals || [];
+      show(approvals, out.total ?? approvals.length, Boolean(out.nextPageToken), q);
       statusEl.dataset.state = 'live';
       statusEl.textContent = `updated ${new Date().toLocaleTimeString()}`;
     } catch (err) {
@@ -176,6 +209,7 @@
   const onFilter = () => {
     clearTimeout(filterTimer);
     filterTimer = setTimeout(() => {
+      shown = pageSize;
       const q = filterQuery();
       history.replaceState(null, '', q ? `?${q}` : location.pathname);
       refresh();
@@ -183,6 +217,11 @@
   };
   convInput.addEventListener('input', onFilter);
   toolInput.addEventListener('input', onFilter);
+  principalInput.addEventListener('input', onFilter);
+  moreButton.addEventListener('click', () => {
+    shown = Math.min(shown + pageSize, maxShown);
+    refresh();
+  });
   document.getElementById('filters').addEventListener('submit', (e) => {
     e.preventDefault();
     refresh();

@@ -80,7 +80,17 @@ type Record struct {
 	Outcome    string     `json:"outcome,omitempty"`
 	Result     string     `json:"result,omitempty"`
 	FinishedAt *time.Time `json:"finishedAt,omitempty"`
+	// Preview says what the call will do, as the person was shown it;
+	// UserMessage is the start of the message that led to the call (at
+	// most UserMessageBytes). Rows written before the ledger had them
+	// have neither.
+	Preview     string `json:"preview,omitempty"`
+	UserMessage string `json:"userMessage,omitempty"`
 }
+
+// UserMessageBytes bounds a row's UserMessage: what GET /approvals shows of
+// the message, as the turn's pending query does.
+const UserMessageBytes = 500
 
 // MaxResult bounds the bytes of a row's Result: the ledger says what
 // happened, the history and the transcript keep all of it.

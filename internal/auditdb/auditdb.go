@@ -29,14 +29,20 @@ var columns = []string{
 	"id", "stage", "conversation_id", "turn_id", "workflow_id", "agent", "tool_call_id", "tool", "arguments", "asked",
 	"sender", "requested_at", "expires_at", "decision", "decided_by", "principal", "role", "reason", "grant_id",
 	"decided_at", "edited_arguments", "edit_diff", "outcome", "result", "finished_at",
+	"preview", "user_message",
 }
+
+// addedColumns are the columns added after the table was first made:
+// migrate adds them to a table that lacks them, and rows written before
+// read them as empty.
+var addedColumns = []string{"preview", "user_message"}
 
 func values(r *audit.Record) []any {
 	// PostgreSQL's text holds UTF-8 without NUL; a tool's output may have
 	// any bytes.
 	clean := func(s string) string { return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD") }
 	for _, f := range []*string{&r.ConversationID, &r.TurnID, &r.WorkflowID, &r.Agent, &r.ToolCallID, &r.Tool, &r.Arguments, &r.Asked,
-		&r.Sender, &r.Decision, &r.DecidedBy, &r.Principal, &r.Role, &r.Reason, &r.Grant, &r.EditedArguments, &r.EditDiff, &r.Outcome, &r.Result} {
+		&r.Sender, &r.Decision, &r.DecidedBy, &r.Principal, &r.Role, &r.Reason, &r.Grant, &r.EditedArguments, &r.EditDiff, &r.Outcome, &r.Result, &r.Preview, &r.UserMessage} {
 		*f = clean(*f)
 	}
 	r.Result = text.Truncate(r.Result, audit.MaxResult)
@@ -44,6 +50,7 @@ func values(r *audit.Record) []any {
 		r.ID, r.Stage, r.ConversationID, r.TurnID, r.WorkflowID, r.Agent, r.ToolCallID, r.Tool, r.Arguments, r.Asked,
 		r.Sender, micros(&r.RequestedAt), micros(r.ExpiresAt), r.Decision, r.DecidedBy, r.Principal, r.Role, r.Reason, r.Grant,
 		micros(r.DecidedAt), r.EditedArguments, r.EditDiff, r.Outcome, r.Result, micros(r.FinishedAt),
+		r.Preview, r.UserMessage,
 	}
 }
 
@@ -51,7 +58,8 @@ func scan(r *audit.Record, s interface{ Scan(...any) error }) error {
 	var requested, expires, decided, finished int64
 	err := s.Scan(&r.ID, &r.Stage, &r.ConversationID, &r.TurnID, &r.WorkflowID, &r.Agent, &r.ToolCallID, &r.Tool, &r.Arguments, &r.Asked,
 		&r.Sender, &requested, &expires, &r.Decision, &r.DecidedBy, &r.Principal, &r.Role, &r.Reason, &r.Grant,
-		&decided, &r.EditedArguments, &r.EditDiff, &r.Outcome, &r.Result, &finished)
+		&decided, &r.EditedArguments, &r.EditDiff, &r.Outcome, &r.Result, &finished,
+		&r.Preview, &r.UserMessage)
 	r.RequestedAt = time.UnixMicro(requested).UTC()
 	r.ExpiresAt, r.DecidedAt, r.FinishedAt = fromMicros(expires), fromMicros(decided), fromMicros(finished)
 	return err
@@ -183,6 +191,20 @@ func (l *Ledger) migrate(ctx context.Context) error {
 		"CREATE INDEX IF NOT EXISTS tollgate_audit_requested ON tollgate_audit (requested_at, id)",
 		"CREATE INDEX IF NOT EXISTS tollgate_audit_conversation ON tollgate_audit (conversation_id, requested_at)",
 	}
+	// GET /approvals lists the rows at stage asked, soonest to expire
+	// first, unfiltered or by tool, conversation or sender (Pending): an
+	// index each, holding only the asked rows, so that it stays as small as
+	// what waits (and the terminated turns' rows until they expire) however
+	// long the ledger grows. Pending's queries say "stage = 1" literally,
+	// as a partial index needs.
+	for _, ix := range []struct{ name, cols string }{
+		{"tollgate_audit_pending", "expires_at, id"},
+		{"tollgate_audit_pending_tool", "tool, expires_at, id"},
+		{"tollgate_audit_pending_conversation", "conversation_id, expires_at, id"},
+		{"tollgate_audit_pending_sender", "sender, expires_at, id"},
+	} {
+		stmts = append(stmts, fmt.Sprintf("CREATE INDEX IF NOT EXISTS %s ON tollgate_audit (%s) WHERE stage = %d", ix.name, ix.cols, audit.StageAsked))
+	}
 	// Workers and APIs start together and each makes the table when it is
 	// missing; PostgreSQL's CREATE ... IF NOT EXISTS is not safe against a
 	// concurrent one (the cluster test's two workers hit "duplicate key
@@ -199,13 +221,55 @@ func (l *Ledger) migrate(ctx context.Context) error {
 			return fmt.Errorf("make the table: lock: %w", err)
 		}
 	}
-	for _, s := range stmts {
+	if _, err := tx.ExecContext(ctx, stmts[0]); err != nil {
+		return fmt.Errorf("make the table: %w", err)
+	}
+	if err := l.addColumns(ctx, tx); err != nil {
+		return err
+	}
+	for _, s := range stmts[1:] {
 		if _, err := tx.ExecContext(ctx, s); err != nil {
 			return fmt.Errorf("make the table: %w", err)
 		}
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("make the table: %w", err)
+	}
+	return nil
+}
+
+// addColumns adds the addedColumns a table made before them lacks.
+func (l *Ledger) addColumns(ctx context.Context, tx *sql.Tx) error {
+	have := map[string]bool{}
+	if !l.postgres {
+		rows, err := tx.QueryContext(ctx, "SELECT name FROM pragma_table_info('tollgate_audit')")
+		if err != nil {
+			return fmt.Errorf("read the table's columns: %w", err)
+		}
+		for rows.Next() {
+			var name string
+			if err := rows.Scan(&name); err != nil {
+				rows.Close()
+				return fmt.Errorf("read the table's columns: %w", err)
+			}
+			have[name] = true
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("read the table's columns: %w", err)
+		}
+	}
+	for _, c := range addedColumns {
+		if have[c] {
+			continue
+		}
+		add := "ALTER TABLE tollgate_audit ADD COLUMN "
+		if l.postgres {
+			add += "IF NOT EXISTS "
+		}
+		if _, err := tx.ExecContext(ctx, add+c+" TEXT NOT NULL DEFAULT ''"); err != nil {
+			return fmt.Errorf("add the column %s: %w", c, err)
+		}
 	}
 	return nil
 }
@@ -370,4 +434,107 @@ func decodeCursor(c string) (int64, string, error) {
 		return 0, "", fmt.Errorf("cursor %q: %w", c, ErrBadCursor)
 	}
 	return n, id, nil
+}
+
+// PendingFilter selects the rows that wait for a decision: at stage asked
+// and not expired. Zero fields select everything.
+type PendingFilter struct {
+	Conversation string
+	Tool         string
+	// Sender is who sent the message that led to the call.
+	Sender string
+	// Now is the time the rows' expiry is measured against: a row that
+	// expires at Now or before is left out (its turn's timer declines it,
+	// or declined it already).
+	Now time.Time
+	// After, when set, is the last row of the page before.
+	After *PendingKey
+	// Limit is the page size: 0 is MaxLimit, at most MaxLimit.
+	Limit int
+}
+
+// PendingKey is where a row stands in Pending's order.
+type PendingKey struct {
+	// ExpiresAt is the row's expiry, in microseconds since the epoch, as
+	// the ledger keeps it.
+	ExpiresAt int64
+	ID        string
+}
+
+// KeyOf is r's place in Pending's order.
+func KeyOf(r audit.Record) PendingKey { return PendingKey{ExpiresAt: micros(r.ExpiresAt), ID: r.ID} }
+
+// Pending returns the rows f selects, soonest to expire first (then by
+// id), and whether more follow. It reads the partial indexes migrate makes
+// and nothing of the rows of calls already decided.
+func (l *Ledger) Pending(ctx context.Context, f PendingFilter) ([]audit.Record, bool, error) {
+	limit := f.Limit
+	if limit <= 0 || limit > MaxLimit {
+		limit = MaxLimit
+	}
+	where, args := l.pendingWhere(f)
+	if f.After != nil {
+		args = append(args, f.After.ExpiresAt, f.After.ID)
+		where = append(where, fmt.Sprintf("(expires_at, id) > (%s, %s)", l.placeholder(len(args)-1), l.placeholder(len(args))))
+	}
+	q := "SELECT " + strings.Join(columns, ", ") + " FROM tollgate_audit WHERE " + strings.Join(where, " AND ") +
+		fmt.Sprintf(" ORDER BY expires_at, id LIMIT %d", limit+1)
+	rows, err := l.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, false, fmt.Errorf("audit ledger %s: pending rows: %w", l.where, err)
+	}
+	defer rows.Close()
+	out := []audit.Record{}
+	for rows.Next() {
+		var r audit.Record
+		if err := scan(&r, rows); err != nil {
+			return nil, false, fmt.Errorf("audit ledger %s: pending rows: %w", l.where, err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, false, fmt.Errorf("audit ledger %s: pending rows: %w", l.where, err)
+	}
+	if len(out) > limit {
+		return out[:limit], true, nil
+	}
+	return out, false, nil
+}
+
+// CountPending counts the rows f selects, ignoring its After and Limit.
+func (l *Ledger) CountPending(ctx context.Context, f PendingFilter) (int, error) {
+	where, args := l.pendingWhere(f)
+	var n int
+	err := l.db.QueryRowContext(ctx, "SELECT count(*) FROM tollgate_audit WHERE "+strings.Join(where, " AND "), args...).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("audit ledger %s: count pending rows: %w", l.where, err)
+	}
+	return n, nil
+}
+
+// pendingWhere is the condition of Pending's rows but for the page's.
+func (l *Ledger) pendingWhere(f PendingFilter) ([]string, []any) {
+	now := f.Now
+	if now.IsZero() {
+		now = time.Now()
+	}
+	// The stage is written out, not bound: the partial indexes are only
+	// used for a condition that names their own.
+	where := []string{fmt.Sprintf("stage = %d", audit.StageAsked)}
+	args := []any{}
+	add := func(cond string, v any) {
+		args = append(args, v)
+		where = append(where, strings.ReplaceAll(cond, "?", l.placeholder(len(args))))
+	}
+	add("expires_at > ?", now.UnixMicro())
+	if f.Conversation != "" {
+		add("conversation_id = ?", f.Conversation)
+	}
+	if f.Tool != "" {
+		add("tool = ?", f.Tool)
+	}
+	if f.Sender != "" {
+		add("sender = ?", f.Sender)
+	}
+	return where, args
 }

@@ -105,6 +105,13 @@ func TestLedger(t *testing.T) {
 					}
 				}
 			})
+			t.Run("pending rows: the asked and unexpired ones, soonest to expire first, filtered and paged", func(t *testing.T) {
+				l, _ := open(t)
+				testPending(t, l)
+			})
+			t.Run("a table made before the inbox's columns and indexes gains them, and its rows read without a preview", func(t *testing.T) {
+				testMigratesAnOldTable(t, dsn(t))
+			})
 			t.Run("a record without an id, a tool or a stage is refused, naming it", func(t *testing.T) {
 				l, _ := open(t)
 				err := l.Write(context.Background(), []audit.Record{{ID: "r1", Stage: audit.StageAsked}})
@@ -307,4 +314,129 @@ func TestALedgerThatCannotBeOpenedNamesItsDatabaseWithoutThePassword(t *testing.
 		require.ErrorContains(t, err, "xxxxx")
 		require.NotContains(t, err.Error(), "s3cret-pw")
 	}
+}
+
+func testPending(t *testing.T, l *auditdb.Ledger) {
+	ctx := context.Background()
+	now := time.Now().UTC()
+	row := func(id, conv, tool, sender string, expiresIn time.Duration) audit.Record {
+		r := asked(id, conv, tool, now.Add(-time.Minute))
+		expires := now.Add(expiresIn)
+		r.ExpiresAt, r.Sender = &expires, sender
+		r.Preview, r.UserMessage = "preview of "+id, "message of "+id
+		return r
+	}
+	rows := []audit.Record{
+		row("r3", "c1", "Bash", "ann", 3*time.Minute),
+		row("r1", "c1", "Write", "ann", time.Minute),
+		row("r2", "c2", "Bash", "bob", 2*time.Minute),
+		row("r2b", "c2", "Bash", "bob", 2*time.Minute), // the same expiry: by id
+		row("gone", "c1", "Bash", "ann", -time.Second), // expired: its timer declines it
+		row("decided", "c2", "Bash", "bob", 5*time.Minute),
+	}
+	rows[5].Stage, rows[5].Decision = audit.StageDecided, "approve"
+	require.NoError(t, l.Write(ctx, rows))
+	// A later stage of a listed row takes it out.
+	require.NoError(t, l.Write(ctx, []audit.Record{ended(row("ended", "c1", "Bash", "ann", 4*time.Minute), "decline", "bob", audit.OutcomeNotRun)}))
+
+	ids := func(f auditdb.PendingFilter) []string {
+		t.Helper()
+		f.Now = now
+		recs, more, err := l.Pending(ctx, f)
+		require.NoError(t, err)
+		require.False(t, more)
+		n, err := l.CountPending(ctx, f)
+		require.NoError(t, err)
+		require.Equal(t, len(recs), n, "the count agrees with the rows")
+		var out []string
+		for _, r := range recs {
+			out = append(out, r.ID)
+		}
+		return out
+	}
+	require.Equal(t, []string{"r1", "r2", "r2b", "r3"}, ids(auditdb.PendingFilter{}))
+	require.Equal(t, []string{"r2", "r2b", "r3"}, ids(auditdb.PendingFilter{Tool: "Bash"}))
+	require.Equal(t, []string{"r1", "r3"}, ids(auditdb.PendingFilter{Conversation: "c1"}))
+	require.Equal(t, []string{"r2", "r2b"}, ids(auditdb.PendingFilter{Sender: "bob"}))
+	require.Equal(t, []string{"r2", "r2b"}, ids(auditdb.PendingFilter{Sender: "bob", Tool: "Bash", Conversation: "c2"}))
+	require.Empty(t, ids(auditdb.PendingFilter{Sender: "carol"}))
+
+	recs, _, err := l.Pending(ctx, auditdb.PendingFilter{Now: now, Limit: 1})
+	require.NoError(t, err)
+	require.Equal(t, "preview of r1", recs[0].Preview)
+	require.Equal(t, "message of r1", recs[0].UserMessage)
+	require.Equal(t, "ann", recs[0].Sender)
+
+	// Pages of two, each after the last row of the one before, to the end.
+	var got []string
+	f := auditdb.PendingFilter{Now: now, Limit: 2}
+	for pages := 0; ; pages++ {
+		require.Less(t, pages, 3)
+		recs, more, err := l.Pending(ctx, f)
+		require.NoError(t, err)
+		for _, r := range recs {
+			got = append(got, r.ID)
+		}
+		if !more {
+			break
+		}
+		k := auditdb.KeyOf(recs[len(recs)-1])
+		f.After = &k
+	}
+	require.Equal(t, []string{"r1", "r2", "r2b", "r3"}, got)
+}
+
+// testMigratesAnOldTable opens a ledger whose table was made by a build
+// before the preview, user_message and pending indexes.
+func testMigratesAnOldTable(t *testing.T, dsn string) {
+	ctx := context.Background()
+	driver, source := "pgx", dsn
+	if !strings.HasPrefix(dsn, "postgres") {
+		require.NoError(t, os.MkdirAll(filepath.Dir(dsn), 0o755))
+		driver, source = "sqlite", "file:"+dsn
+	}
+	db, err := sql.Open(driver, source)
+	require.NoError(t, err)
+	defer db.Close()
+	old := []string{"id TEXT PRIMARY KEY", "stage BIGINT NOT NULL DEFAULT 0"}
+	for _, c := range []string{"conversation_id", "turn_id", "workflow_id", "agent", "tool_call_id", "tool", "arguments", "asked", "sender",
+		"decision", "decided_by", "principal", "role", "reason", "grant_id", "edited_arguments", "edit_diff", "outcome", "result"} {
+		old = append(old, c+" TEXT NOT NULL DEFAULT ''")
+	}
+	for _, c := range []string{"requested_at", "expires_at", "decided_at", "finished_at"} {
+		old = append(old, c+" BIGINT NOT NULL DEFAULT 0")
+	}
+	_, err = db.Exec("CREATE TABLE tollgate_audit (" + strings.Join(old, ", ") + ")")
+	require.NoError(t, err)
+	expires := time.Now().Add(time.Hour).UnixMicro()
+	_, err = db.Exec(fmt.Sprintf("INSERT INTO tollgate_audit (id, stage, conversation_id, tool, requested_at, expires_at) VALUES ('old', 1, 'c1', 'Bash', %d, %d)", time.Now().UnixMicro(), expires))
+	require.NoError(t, err)
+
+	l, err := auditdb.Open(ctx, dsn)
+	require.NoError(t, err)
+	defer l.Close()
+	recs, _, err := l.Pending(ctx, auditdb.PendingFilter{})
+	require.NoError(t, err)
+	require.Len(t, recs, 1)
+	require.Equal(t, "old", recs[0].ID)
+	require.Empty(t, recs[0].Preview)
+	require.Empty(t, recs[0].UserMessage)
+
+	var indexes int
+	q := "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name LIKE 'tollgate_audit_pending%'"
+	if driver == "pgx" {
+		q = "SELECT count(*) FROM pg_indexes WHERE indexname LIKE 'tollgate_audit_pending%'"
+	}
+	require.NoError(t, db.QueryRow(q).Scan(&indexes))
+	require.Equal(t, 4, indexes, "the inbox's indexes are made at start")
+
+	// A second start finds them all and changes nothing.
+	again, err := auditdb.Open(ctx, dsn)
+	require.NoError(t, err)
+	require.NoError(t, again.Close())
+	r := asked("new", "c1", "Bash", time.Now())
+	r.Preview = "a preview"
+	require.NoError(t, l.Write(ctx, []audit.Record{r}))
+	recs = list(t, l, auditdb.Filter{RequestID: "new"})
+	require.Equal(t, "a preview", recs[0].Preview)
 }

@@ -73,6 +73,16 @@ func NewKey(secret string) (Key, error) {
 	return Key{secret: []byte(secret)}, nil
 }
 
+// Derive is a key for purpose made from the link secret (its HMAC-SHA256
+// of purpose): another use of the secret every instance shares, such as
+// GET /approvals' page tokens, without a MAC of one purpose ever being
+// one of another's or of a link.
+func (k Key) Derive(purpose string) []byte {
+	m := hmac.New(sha256.New, k.secret)
+	m.Write([]byte("derive\x00" + purpose))
+	return m.Sum(nil)
+}
+
 // ArgsDigest is the hex SHA-256 of a call's arguments.
 func ArgsDigest(arguments string) string {
 	sum := sha256.Sum256([]byte(arguments))
