@@ -93,6 +93,7 @@ func (t *turn) writeAudit(ctx workflow.Context, records []audit.Record) {
 		workflow.GetLogger(ctx).Warn("audit ledger: rows not written yet; the loop writes them later, before it ends", "rows", len(t.unwritten), "error", err)
 		return
 	}
+	t.wrote(t.unwritten)
 	t.unwritten = nil
 }
 
@@ -127,11 +128,31 @@ func (t *turn) owe(records []audit.Record) {
 // batch already (then the rows wait for the loop's next write of its own,
 // and no activity waits for the ledger again). A loop of a level before
 // levelLedgerOffPath hands its activities nothing.
+//
+// A row the ledger has already goes without what it has had since it was
+// asked (audit.Record.Trimmed): an activity's input is history, and a
+// Write's content or a preview need not be there twice.
 func (t *turn) carried() []audit.Record {
 	if t.settings.PatchLevel < levelLedgerOffPath || t.ledgerBehind || len(t.unwritten) == 0 {
 		return nil
 	}
-	return slices.Clone(t.unwritten)
+	out := slices.Clone(t.unwritten)
+	for i, r := range out {
+		if t.inLedger[r.ID] {
+			out[i] = r.Trimmed()
+		}
+	}
+	return out
+}
+
+// wrote notes the rows the ledger took.
+func (t *turn) wrote(rows []audit.Record) {
+	if t.inLedger == nil {
+		t.inLedger = map[string]bool{}
+	}
+	for _, r := range rows {
+		t.inLedger[r.ID] = true
+	}
 }
 
 // took settles the rows an activity carried: n of them reached the ledger
@@ -147,6 +168,7 @@ func (t *turn) took(ctx workflow.Context, rows []audit.Record, n int) {
 		workflow.GetLogger(ctx).Warn("audit ledger: rows an activity carried were not written; the loop writes them later, before it ends", "rows", len(rows))
 		return
 	}
+	t.wrote(rows)
 	stage := make(map[string]int, len(rows))
 	for _, r := range rows {
 		stage[r.ID] = r.Stage
@@ -178,6 +200,7 @@ func (t *turn) flushAudit(ctx workflow.Context) {
 	}
 	ctx, _ = workflow.NewDisconnectedContext(ctx)
 	if writeRowsLong(ctx, t.unwritten) {
+		t.wrote(t.unwritten)
 		t.unwritten = nil
 	}
 }

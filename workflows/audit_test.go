@@ -328,10 +328,13 @@ func TestNoLedgerWriteSitsBetweenADecisionAndItsToolOrTheToolAndItsResult(t *tes
 	require.Len(t, toolInputs[0].Ledger, 1, "the tool carried the last decision")
 	require.Equal(t, "call_bash", toolInputs[0].Ledger[0].ToolCallID)
 	require.Equal(t, audit.StageDecided, toolInputs[0].Ledger[0].Stage)
+	require.Empty(t, toolInputs[0].Ledger[0].Arguments, "a row the ledger has goes without what it had since it was asked")
 	last := h.modelInputs[len(h.modelInputs)-1]
 	require.Len(t, last.Ledger, 2, "the model call that reads the results carried the outcomes")
 	rows := ledgerRows(t, l)
 	require.Len(t, rows, 2)
+	require.Equal(t, `{"file_path":"a.txt","content":"x"}`, rows["call_write"].Arguments, "the ledger kept the arguments")
+	require.Equal(t, "preview of Write "+rows["call_write"].Arguments, rows["call_write"].Preview, "and the preview")
 	require.Equal(t, audit.StageEnded, rows["call_write"].Stage)
 	require.Equal(t, audit.OutcomeOK, rows["call_write"].Outcome)
 	require.Equal(t, audit.StageEnded, rows["call_bash"].Stage)

@@ -34,6 +34,9 @@ type turn struct {
 	boundedLedger *bool
 	unwritten     []audit.Record
 	ledgerBehind  bool
+	// inLedger are the ids of the rows the ledger has taken a stage of
+	// (carried).
+	inLedger map[string]bool
 	// conversationID, input (the messages the loop starts from), system,
 	// tools, model and bypass are what this loop runs with.
 	conversationID string

@@ -136,3 +136,12 @@ func compact(v json.RawMessage) string {
 	b, _ := json.Marshal(x)
 	return string(b)
 }
+
+// Trimmed is r without what its row has had since it was asked and
+// never changes (its arguments, preview and user's message): a later stage
+// of a row the ledger has already, carried in an activity's input, need
+// not repeat them (the ledger keeps a column a write leaves empty).
+func (r Record) Trimmed() Record {
+	r.Arguments, r.Preview, r.UserMessage = "", "", ""
+	return r
+}

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -36,6 +37,11 @@ var columns = []string{
 // migrate adds them to a table that lacks them, and rows written before
 // read them as empty.
 var addedColumns = []string{"preview", "user_message"}
+
+// keptWhenEmpty are the columns a row has from its first stage on and never
+// changes: a later stage written without them (audit.Record.Trimmed) keeps
+// what the row has.
+var keptWhenEmpty = []string{"arguments", "preview", "user_message"}
 
 func values(r *audit.Record) []any {
 	// PostgreSQL's text holds UTF-8 without NUL; a tool's output may have
@@ -123,7 +129,11 @@ func Open(ctx context.Context, dsn string) (*Ledger, error) {
 	sets := make([]string, 0, len(columns))
 	for i, c := range columns {
 		ph[i] = l.placeholder(i + 1)
-		if c != "id" {
+		switch {
+		case c == "id":
+		case slices.Contains(keptWhenEmpty, c):
+			sets = append(sets, fmt.Sprintf("%s = CASE WHEN excluded.%s = '' THEN tollgate_audit.%s ELSE excluded.%s END", c, c, c, c))
+		default:
 			sets = append(sets, fmt.Sprintf("%s = excluded.%s", c, c))
 		}
 	}

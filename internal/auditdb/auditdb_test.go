@@ -165,6 +165,17 @@ func testAskedThenEnded(t *testing.T, l *auditdb.Ledger) {
 	require.Len(t, got, 1)
 	require.Equal(t, e, got[0])
 	require.Equal(t, "- command: \"ls\"\n+ command: \"ls -la\"", got[0].EditDiff)
+
+	// A later stage written trimmed, as an activity carries it, keeps
+	// what the row had since it was asked.
+	b := asked("r2", "c1", "Write", t0)
+	b.Preview, b.UserMessage = "+ hello", "write hello"
+	require.NoError(t, l.Write(ctx, []audit.Record{b}))
+	be := ended(b, "approve", "bob", audit.OutcomeOK)
+	require.NoError(t, l.Write(ctx, []audit.Record{be.Trimmed()}))
+	row := list(t, l, auditdb.Filter{RequestID: "r2"})
+	require.Len(t, row, 1)
+	require.Equal(t, be, row[0], "the arguments, preview and message of the asked row, the rest of the ended one")
 }
 
 func testIdempotent(t *testing.T, l *auditdb.Ledger) {
