@@ -119,7 +119,7 @@ func (s *Server) decideByLink(c *gin.Context) {
 	reason, err := s.decide(c.Request.Context(), d, "link-"+uuid.NewString())
 	if err != nil {
 		s.metrics.decision(d.Decision, outcomeError)
-		status, msg := errorStatus(err)
+		status, msg := errorStatus(s.temporal, err)
 		s.linkPage(c, status, linkView{Title: "The decision was not sent", Message: msg})
 		return
 	}
@@ -155,7 +155,7 @@ func (s *Server) checkLink(ctx context.Context, q url.Values) (links.Link, *prot
 	}
 	pending, err := s.pendingIn(ctx, wid)
 	if err != nil && !isNotFound(err) && !isQueryFailed(err) {
-		status, msg := errorStatus(err)
+		status, msg := errorStatus(s.temporal, err)
 		return l, nil, status, msg
 	}
 	for i := range pending {
@@ -190,6 +190,9 @@ func (s *Server) linkPage(c *gin.Context, status int, v linkView) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Referrer-Policy", linkReferrerPolicy)
 	h.Set("Content-Type", "text/html; charset=utf-8")
+	if status == http.StatusServiceUnavailable {
+		h.Set("Retry-After", retryAfter)
+	}
 	c.Status(status)
 	if err := linkPage.Execute(c.Writer, v); err != nil {
 		s.log.Warn("link page", "error", err)
