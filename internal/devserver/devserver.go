@@ -53,6 +53,9 @@ var tunedFlags = []string{
 	"--log-level", "warn",
 	"--sqlite-pragma", "journal_mode=wal",
 	"--sqlite-pragma", "synchronous=normal",
+	// The write-ahead log is cut back to 16 MB after a checkpoint, rather
+	// than keep the largest size a burst ever gave it.
+	"--sqlite-pragma", "journal_size_limit=16777216",
 	"--dynamic-config-value", "history.transferProcessorMaxPollRPS=1000",
 	"--dynamic-config-value", "matching.numTaskqueueReadPartitions=1",
 	"--dynamic-config-value", "matching.numTaskqueueWritePartitions=1",
