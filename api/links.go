@@ -107,6 +107,13 @@ func (s *Server) decideByLink(c *gin.Context) {
 		s.linkPage(c, http.StatusBadRequest, linkView{Title: "This link cannot decide", Message: "the form could not be read: " + err.Error()})
 		return
 	}
+	release, err := s.calls.acquire("decide by link")
+	if err != nil {
+		status, msg := errorStatus(s.temporal, err)
+		s.linkPage(c, status, linkView{Title: "The decision was not sent", Message: msg})
+		return
+	}
+	defer release()
 	l, call, status, msg := s.checkLink(c.Request.Context(), c.Request.PostForm)
 	if call == nil {
 		s.linkPage(c, status, linkView{Title: "This link cannot decide", Message: msg})

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
 
+	"github.com/tollgate/tollgate/internal/links"
 	"github.com/tollgate/tollgate/protocol"
 )
 
@@ -173,6 +175,15 @@ func TestTemporalCallsPastTheLimitAnswer503AtOnce(t *testing.T) {
 		require.Equal(t, retryAfter, a.retryAfter)
 		require.Contains(t, a.error, "Temporal at "+st.temporal.HostPort+" is busy: this API has as many calls to it in flight as it allows")
 	}
+
+	// A decision link's page says so too.
+	resp, err := http.PostForm(api.URL+links.Path, url.Values{})
+	require.NoError(t, err)
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "%s", page)
+	require.Equal(t, retryAfter, resp.Header.Get("Retry-After"))
+	require.Contains(t, string(page), "as many calls to it in flight as it allows")
 
 	require.Equal(t, http.StatusServiceUnavailable, (<-held).status, "the held query ran out of time while the server was paused")
 	require.NoError(t, st.temporal.Resume())
