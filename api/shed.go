@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/gin-gonic/gin"
+
+	"github.com/tollgate/tollgate/internal/config"
 )
 
 // errShed refuses a request that would put one more Temporal call in
@@ -34,7 +36,7 @@ func (l callLimit) acquire(what string) (release func(), err error) {
 	case l <- struct{}{}:
 		return func() { <-l }, nil
 	default:
-		return nil, fmt.Errorf("%s: %w (%d)", what, errShed, cap(l))
+		return nil, fmt.Errorf("%s: %w (%s=%d)", what, errShed, config.EnvMaxTemporalCalls, cap(l))
 	}
 }
 

@@ -174,6 +174,7 @@ func TestTemporalCallsPastTheLimitAnswer503AtOnce(t *testing.T) {
 		require.Equal(t, http.StatusServiceUnavailable, a.status, "%s %s past the limit: %+v", c.method, c.path, a)
 		require.Equal(t, retryAfter, a.retryAfter)
 		require.Contains(t, a.error, "Temporal at "+st.temporal.HostPort+" is busy: this API has as many calls to it in flight as it allows")
+		require.Contains(t, a.error, "TOLLGATE_MAX_TEMPORAL_CALLS=1", "and names the setting")
 	}
 
 	// A decision link's page says so too.
