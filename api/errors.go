@@ -186,8 +186,8 @@ func (e *cancelledByTemporalError) Unwrap() error {
 // isUnavailable reports whether err means Temporal could not be reached,
 // refused the call for load, or did not answer in time: the client may try
 // again. A namespace the server says it does not know counts: an
-// overloaded dev server says so of the namespace it serves (a namespace
-// that is really missing is caught when the worker starts).
+// overloaded dev server says so of the namespace it serves (one that is
+// really missing keeps answering so, and the message names it).
 func isUnavailable(err error) bool {
 	var (
 		unavailable *serviceerror.Unavailable
@@ -227,6 +227,8 @@ func unavailableMessage(server string, err error) string {
 	var (
 		nsNotFound *serviceerror.NamespaceNotFound
 		exhausted  *serviceerror.ResourceExhausted
+		canceled   *serviceerror.Canceled
+		ours       *cancelledByTemporalError
 	)
 	var what string
 	switch {
@@ -234,6 +236,8 @@ func unavailableMessage(server string, err error) string {
 		what = "is busy: this API has as many calls to it in flight as it allows"
 	case errors.As(err, &exhausted):
 		what = "is overloaded and refused the call"
+	case errors.As(err, &canceled), errors.As(err, &ours):
+		what = "cancelled the call"
 	case errors.As(err, &nsNotFound):
 		what = "does not serve namespace " + strconv.Quote(nsNotFound.Namespace) + " now (an overloaded or restarting server says so)"
 	case isServerUnavailable(err):

@@ -1,18 +1,24 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/gin-gonic/gin"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
 	"github.com/tollgate/tollgate/internal/links"
@@ -190,4 +196,47 @@ func TestTemporalCallsPastTheLimitAnswer503AtOnce(t *testing.T) {
 	require.NoError(t, st.temporal.Resume())
 	require.Equal(t, http.StatusNotFound, ask(t, http.MethodGet, api.URL+"/conversations/limited/messages", "").status,
 		"its place is free again: the query reaches Temporal, which knows no such conversation")
+}
+
+// TestEveryTemporalUnavailabilityMapsTo503 walks the mapping itself for
+// the unavailabilities a paused or unknown-namespace server does not
+// produce (a server that refuses for load, or cancels a call), beside the
+// ones the tests above meet for real: each is a 503 naming the server,
+// and a missing workflow stays a 404, a client that left a 499.
+func TestEveryTemporalUnavailabilityMapsTo503(t *testing.T) {
+	const server = "Temporal at 127.0.0.1:7233"
+	for _, tc := range []struct {
+		err    error
+		status int
+		says   string
+	}{
+		{serviceerror.NewUnavailable("connection refused"), http.StatusServiceUnavailable, server + " is unavailable"},
+		{serviceerror.NewDeadlineExceeded("deadline"), http.StatusServiceUnavailable, server + " did not answer in time"},
+		{fmt.Errorf("query: %w", context.DeadlineExceeded), http.StatusServiceUnavailable, server + " did not answer in time"},
+		{serviceerror.NewResourceExhausted(enumspb.RESOURCE_EXHAUSTED_CAUSE_RPS_LIMIT, "rps"), http.StatusServiceUnavailable, server + " is overloaded and refused the call"},
+		{serviceerror.NewCanceled("shutting down"), http.StatusServiceUnavailable, server + " cancelled the call"},
+		{serviceerror.NewNamespaceNotFound("default"), http.StatusServiceUnavailable, server + ` does not serve namespace "default" now`},
+		{serviceerror.NewNamespaceUnavailable("default"), http.StatusServiceUnavailable, server + " is unavailable"},
+		{serviceerror.NewNotFound("workflow not found"), http.StatusNotFound, "workflow not found"},
+		{fmt.Errorf("query: %w", context.Canceled), statusClientClosedRequest, "request cancelled"},
+	} {
+		status, msg := errorStatus(server, tc.err)
+		require.Equal(t, tc.status, status, "%v", tc.err)
+		require.Contains(t, msg, tc.says, "%v", tc.err)
+	}
+}
+
+// TestACallCancelledWhileTheClientWaitsIs503: a Temporal call that ends
+// with context.Canceled while its client is still there was cancelled on
+// the server's side (a shutdown, say): 503 with Retry-After, not the 499
+// of a client that left.
+func TestACallCancelledWhileTheClientWaitsIs503(t *testing.T) {
+	w := httptest.NewRecorder()
+	c, _ := gin.CreateTestContext(w)
+	c.Request = httptest.NewRequest(http.MethodGet, "/conversations/c1/grants", nil)
+	c.Set(temporalKey, "Temporal at 127.0.0.1:7233")
+	writeError(c, slog.New(slog.DiscardHandler), fmt.Errorf("grants of conversation c1: %w", context.Canceled))
+	require.Equal(t, http.StatusServiceUnavailable, w.Code, w.Body.String())
+	require.Equal(t, retryAfter, w.Header().Get("Retry-After"))
+	require.Contains(t, w.Body.String(), "Temporal at 127.0.0.1:7233 cancelled the call; try again in 1s: grants of conversation c1")
 }
