@@ -44,18 +44,18 @@ const (
 	EnvRequiredTools     = "TOLLGATE_REQUIRED_TOOLS"
 	EnvApprovalTimeout   = "TOLLGATE_APPROVAL_TIMEOUT"
 	EnvHeartbeatInterval = "TOLLGATE_HEARTBEAT_INTERVAL"
+	EnvAgentsDir         = "TOLLGATE_AGENTS_DIR"
+	EnvPolicyFile        = "TOLLGATE_POLICY_FILE"
+	EnvNotifyURL         = "TOLLGATE_NOTIFY_URL"
+	EnvMaxSteps          = "TOLLGATE_MAX_STEPS"
+	EnvBashTimeout       = "TOLLGATE_BASH_TIMEOUT"
+	EnvLogLevel          = "TOLLGATE_LOG_LEVEL"
+	EnvMetricsAddr       = "TOLLGATE_METRICS_ADDR"
+	EnvMCPConfig         = "TOLLGATE_MCP_CONFIG"
 	// EnvMaxTemporalCalls bounds the Temporal calls the API's requests
 	// have in flight at once (starting a turn, a decision, a query); a
 	// request past it answers 503 with Retry-After at once.
 	EnvMaxTemporalCalls = "TOLLGATE_MAX_TEMPORAL_CALLS"
-	EnvAgentsDir        = "TOLLGATE_AGENTS_DIR"
-	EnvPolicyFile       = "TOLLGATE_POLICY_FILE"
-	EnvNotifyURL        = "TOLLGATE_NOTIFY_URL"
-	EnvMaxSteps         = "TOLLGATE_MAX_STEPS"
-	EnvBashTimeout      = "TOLLGATE_BASH_TIMEOUT"
-	EnvLogLevel         = "TOLLGATE_LOG_LEVEL"
-	EnvMetricsAddr      = "TOLLGATE_METRICS_ADDR"
-	EnvMCPConfig        = "TOLLGATE_MCP_CONFIG"
 	// EnvBashEnv lists, comma-separated, the variables of the worker's
 	// environment that Bash commands get besides PATH, HOME and the few
 	// others every program needs (activities.BaseEnv). Default none.
@@ -161,13 +161,13 @@ const (
 	DefaultRequiredTools     = "Write,Edit,Bash"
 	DefaultApprovalTimeout   = protocol.DefaultApprovalTimeout
 	DefaultHeartbeatInterval = 15 * time.Second
+	DefaultMaxSteps          = protocol.DefaultMaxSteps
+	DefaultBashTimeout       = protocol.DefaultBashTimeout
+	DefaultMetricsAddr       = "127.0.0.1:9090"
+	DefaultPayloadDir        = ".tollgate/payloads"
+	DefaultAuditDB           = ".tollgate/audit.db"
 	// DefaultMaxTemporalCalls is EnvMaxTemporalCalls's default.
 	DefaultMaxTemporalCalls = 64
-	DefaultMaxSteps         = protocol.DefaultMaxSteps
-	DefaultBashTimeout      = protocol.DefaultBashTimeout
-	DefaultMetricsAddr      = "127.0.0.1:9090"
-	DefaultPayloadDir       = ".tollgate/payloads"
-	DefaultAuditDB          = ".tollgate/audit.db"
 	// DefaultMCPConfig is read when it exists, as Claude Code reads a
 	// project's .mcp.json; a file named by TOLLGATE_MCP_CONFIG must exist.
 	DefaultMCPConfig = ".mcp.json"
