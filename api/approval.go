@@ -284,6 +284,6 @@ func (s *Server) offer(ctx context.Context, wid, update, updateID string, arg, r
 		}
 		return reason, nil
 	default:
-		return "", fmt.Errorf("send %s to %s: %w", update, wid, err)
+		return "", fmt.Errorf("send %s to %s (within %s): %w", update, wid, updateTimeout, err)
 	}
 }

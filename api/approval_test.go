@@ -148,7 +148,7 @@ func TestApprovalWhenTemporalIsUnreachableIs503(t *testing.T) {
 	ts := newMockedServer(t, c)
 	status, msg := postApproval(t, ts, `{"requestId":"`+testRequestID+`","decision":"approve"}`)
 	require.Equal(t, http.StatusServiceUnavailable, status)
-	require.Contains(t, msg, "Temporal is not reachable")
+	require.Contains(t, msg, "Temporal is unavailable (down, restarting or overloaded); try again in 1s")
 }
 
 func TestHealthzFollowsTemporal(t *testing.T) {

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 
 	"github.com/gin-gonic/gin"
 	"go.temporal.io/api/serviceerror"
@@ -52,8 +54,10 @@ const retryAfter = "1"
 const statusClientClosedRequest = 499
 
 // errorStatus maps an error to the HTTP status and the message a client sees.
-// It is the one place that decides how failures look over HTTP.
-func errorStatus(err error) (int, string) {
+// It is the one place that decides how failures look over HTTP. server
+// names the Temporal server the API uses ("Temporal at HOST:PORT"), for
+// the messages of its unavailability.
+func errorStatus(server string, err error) (int, string) {
 	var bad *badRequestError
 	var rejected *temporal.ApplicationError
 	var undecodable *payloads.DecodeError
@@ -86,10 +90,11 @@ func errorStatus(err error) (int, string) {
 	case errors.Is(err, errUnknownTurn), errors.Is(err, errTurnNotFound), errors.Is(err, errUnknownGrant), errors.Is(err, errUnknownConversation):
 		return http.StatusNotFound, err.Error()
 	case errors.Is(err, context.Canceled):
-		// The client left; nobody reads the answer.
+		// The client left; nobody reads the answer. (A call Temporal
+		// cancelled while the client waits is writeError's 503.)
 		return statusClientClosedRequest, "request cancelled"
 	case isUnavailable(err):
-		return http.StatusServiceUnavailable, "Temporal is not reachable or did not answer in time: " + err.Error()
+		return http.StatusServiceUnavailable, unavailableMessage(server, err)
 	case isNotReady(err):
 		// The workflow task that would have taken the request failed (on a
 		// fresh cluster, a service that does not know the search
@@ -110,7 +115,13 @@ func errorStatus(err error) (int, string) {
 // writeError answers the request with err as {"error": "..."} and logs it
 // at a level that matches who is at fault.
 func writeError(c *gin.Context, log *slog.Logger, err error) {
-	status, msg := errorStatus(err)
+	if errors.Is(err, context.Canceled) && c.Request.Context().Err() == nil {
+		// Not this client leaving: the call was cancelled on Temporal's
+		// side (a server shutting down, a shed load), which a retry may
+		// get past.
+		err = &cancelledByTemporalError{err: err}
+	}
+	status, msg := errorStatus(c.GetString(temporalKey), err)
 	level := slog.LevelDebug
 	switch {
 	case status == http.StatusServiceUnavailable:
@@ -152,19 +163,89 @@ func isQueryFailed(err error) bool {
 	return errors.As(err, &qf)
 }
 
-// isUnavailable reports whether err means Temporal could not be reached or
-// did not answer in time: the client may try again.
+// temporalKey is the request's gin key of "Temporal at HOST:PORT", the
+// server the API uses, which the messages of a 503 name.
+const temporalKey = "tollgate.temporal"
+
+// cancelledByTemporalError is a Temporal call cancelled while its client
+// still waited: on the server's side, not the client's.
+type cancelledByTemporalError struct{ err error }
+
+func (e *cancelledByTemporalError) Error() string { return e.err.Error() }
+
+// Unwrap keeps the cause visible to errors.As, but not as a
+// context.Canceled: the client did not leave.
+func (e *cancelledByTemporalError) Unwrap() error {
+	var sc *serviceerror.Canceled
+	if errors.As(e.err, &sc) {
+		return sc
+	}
+	return nil
+}
+
+// isUnavailable reports whether err means Temporal could not be reached,
+// refused the call for load, or did not answer in time: the client may try
+// again. A namespace the server says it does not know counts: an
+// overloaded dev server says so of the namespace it serves (one that is
+// really missing keeps answering so, and the message names it).
 func isUnavailable(err error) bool {
 	var (
 		unavailable *serviceerror.Unavailable
 		nsUnavail   *serviceerror.NamespaceUnavailable
+		nsNotFound  *serviceerror.NamespaceNotFound
 		deadline    *serviceerror.DeadlineExceeded
 		exhausted   *serviceerror.ResourceExhausted
+		canceled    *serviceerror.Canceled
+		ours        *cancelledByTemporalError
 		updateWait  *client.WorkflowUpdateServiceTimeoutOrCanceledError
 	)
 	return errors.As(err, &unavailable) || errors.As(err, &nsUnavail) ||
-		errors.As(err, &deadline) || errors.As(err, &exhausted) ||
-		errors.As(err, &updateWait) || errors.Is(err, context.DeadlineExceeded)
+		errors.As(err, &nsNotFound) || errors.As(err, &deadline) ||
+		errors.As(err, &exhausted) || errors.As(err, &canceled) ||
+		errors.As(err, &ours) || errors.As(err, &updateWait) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, errShed)
+}
+
+// isServerUnavailable reports whether Temporal itself said it cannot serve
+// now (down, overloaded, its namespace not loaded), as opposed to a call
+// of ours that ran out of time, which a query no worker answers does too.
+func isServerUnavailable(err error) bool {
+	var (
+		unavailable *serviceerror.Unavailable
+		nsUnavail   *serviceerror.NamespaceUnavailable
+		nsNotFound  *serviceerror.NamespaceNotFound
+		exhausted   *serviceerror.ResourceExhausted
+	)
+	return errors.As(err, &unavailable) || errors.As(err, &nsUnavail) ||
+		errors.As(err, &nsNotFound) || errors.As(err, &exhausted)
+}
+
+// unavailableMessage says which Temporal did not serve what, and that a
+// retry is welcome (Retry-After says when).
+func unavailableMessage(server string, err error) string {
+	server = cmp.Or(server, "Temporal")
+	var (
+		nsNotFound *serviceerror.NamespaceNotFound
+		exhausted  *serviceerror.ResourceExhausted
+		canceled   *serviceerror.Canceled
+		ours       *cancelledByTemporalError
+	)
+	var what string
+	switch {
+	case errors.Is(err, errShed):
+		what = "is busy: this API has as many calls to it in flight as it allows"
+	case errors.As(err, &exhausted):
+		what = "is overloaded and refused the call"
+	case errors.As(err, &canceled), errors.As(err, &ours):
+		what = "cancelled the call"
+	case errors.As(err, &nsNotFound):
+		what = "does not serve namespace " + strconv.Quote(nsNotFound.Namespace) + " now (an overloaded or restarting server says so)"
+	case isServerUnavailable(err):
+		what = "is unavailable (down, restarting or overloaded)"
+	default:
+		what = "did not answer in time"
+	}
+	return server + " " + what + "; try again in " + retryAfter + "s: " + err.Error()
 }
 
 // isRejectedUpdate reports whether an Update failed because the workflow

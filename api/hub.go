@@ -170,22 +170,27 @@ func (h *hub) subscribe(turnID string, after int) *subscription {
 // unless this process streams it already (it has events, or its
 // conversation said it is queued). Where the source cannot tell (no worker
 // answers the conversation's query), the turn counts as known: its stream
-// then waits for it as before.
-func (h *hub) known(ctx context.Context, turnID string) bool {
+// then waits for it as before. Where Temporal itself cannot serve (it
+// says so, or does not describe the turn in time, which needs no
+// worker), the error says so: the stream is not opened on a guess.
+func (h *hub) known(ctx context.Context, turnID string) (bool, error) {
 	h.mu.Lock()
 	f := h.feeds[turnID]
 	h.mu.Unlock()
 	if f != nil && f.seen() {
-		return true
+		return true, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, h.settings.queryTimeout)
 	defer cancel()
 	ok, err := h.src.Exists(ctx, turnID)
 	if err != nil {
+		if isServerUnavailable(err) || (errors.Is(err, errNotDescribed) && isUnavailable(err)) {
+			return false, err
+		}
 		h.log.Debug("cannot tell whether the turn exists; streaming it", "turnId", turnID, "error", err)
-		return true
+		return true, nil
 	}
-	return ok
+	return ok, nil
 }
 
 // unsubscribe removes s from its feed; the last one to leave stops the
@@ -709,8 +714,11 @@ func (s temporalSource) Events(ctx context.Context, turnID string, after int, cl
 // (yet), its conversation for how many turns it has given out.
 func (s temporalSource) Exists(ctx context.Context, turnID string) (bool, error) {
 	_, err := s.client.DescribeWorkflow(ctx, turnID, "")
-	if !isNotFound(err) {
-		return err == nil, err
+	if err != nil && !isNotFound(err) {
+		return false, fmt.Errorf("%w %s: %w", errNotDescribed, turnID, err)
+	}
+	if err == nil {
+		return true, nil
 	}
 	conv, n, ok := workflows.ParseTurnWorkflowID(turnID)
 	if !ok {
@@ -726,6 +734,10 @@ func (s temporalSource) Exists(ctx context.Context, turnID string) (bool, error)
 	}
 	return n <= state.Turns, nil
 }
+
+// errNotDescribed marks an error of Exists that came from Temporal's
+// description of the workflow, which no worker takes part in.
+var errNotDescribed = errors.New("no description from Temporal of turn")
 
 // Conversation queries a conversation's state.
 func (s temporalSource) Conversation(ctx context.Context, conversationID string) (workflows.ConversationState, error) {

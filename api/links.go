@@ -107,6 +107,13 @@ func (s *Server) decideByLink(c *gin.Context) {
 		s.linkPage(c, http.StatusBadRequest, linkView{Title: "This link cannot decide", Message: "the form could not be read: " + err.Error()})
 		return
 	}
+	release, err := s.calls.acquire("decide by link")
+	if err != nil {
+		status, msg := errorStatus(s.temporal, err)
+		s.linkPage(c, status, linkView{Title: "The decision was not sent", Message: msg})
+		return
+	}
+	defer release()
 	l, call, status, msg := s.checkLink(c.Request.Context(), c.Request.PostForm)
 	if call == nil {
 		s.linkPage(c, status, linkView{Title: "This link cannot decide", Message: msg})
@@ -119,7 +126,7 @@ func (s *Server) decideByLink(c *gin.Context) {
 	reason, err := s.decide(c.Request.Context(), d, "link-"+uuid.NewString())
 	if err != nil {
 		s.metrics.decision(d.Decision, outcomeError)
-		status, msg := errorStatus(err)
+		status, msg := errorStatus(s.temporal, err)
 		s.linkPage(c, status, linkView{Title: "The decision was not sent", Message: msg})
 		return
 	}
@@ -155,7 +162,7 @@ func (s *Server) checkLink(ctx context.Context, q url.Values) (links.Link, *prot
 	}
 	pending, err := s.pendingIn(ctx, wid)
 	if err != nil && !isNotFound(err) && !isQueryFailed(err) {
-		status, msg := errorStatus(err)
+		status, msg := errorStatus(s.temporal, err)
 		return l, nil, status, msg
 	}
 	for i := range pending {
@@ -190,6 +197,9 @@ func (s *Server) linkPage(c *gin.Context, status int, v linkView) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Referrer-Policy", linkReferrerPolicy)
 	h.Set("Content-Type", "text/html; charset=utf-8")
+	if status == http.StatusServiceUnavailable {
+		h.Set("Retry-After", retryAfter)
+	}
 	c.Status(status)
 	if err := linkPage.Execute(c.Writer, v); err != nil {
 		s.log.Warn("link page", "error", err)

@@ -71,6 +71,8 @@ func run(cfg config.Config, log *slog.Logger) error {
 
 	opts := Options{
 		Client:            c,
+		TemporalAddress:   cfg.TemporalAddress,
+		MaxTemporalCalls:  cfg.MaxTemporalCalls,
 		TaskQueue:         cfg.TaskQueue,
 		HeartbeatInterval: cfg.HeartbeatInterval,
 		Logger:            log,

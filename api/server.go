@@ -38,6 +38,12 @@ import (
 type Options struct {
 	// Client is the one Temporal client of the process.
 	Client client.Client
+	// TemporalAddress is where Client connects (host:port), which the
+	// answers name when Temporal is unavailable; "" names it "Temporal".
+	TemporalAddress string
+	// MaxTemporalCalls bounds the Temporal calls requests have in flight;
+	// a request past it answers 503 at once. 0 bounds nothing.
+	MaxTemporalCalls int
 	// TaskQueue is where conversations are started.
 	TaskQueue string
 	// HeartbeatInterval is how often an idle stream gets a keep-alive.
@@ -172,7 +178,11 @@ func (s *Server) checkConversation(ctx context.Context, conv string) error {
 // in-memory buffers of the turns being streamed: any instance can serve any
 // request.
 type Server struct {
-	client    client.Client
+	client client.Client
+	// temporal is "Temporal at HOST:PORT", or "Temporal".
+	temporal string
+	// calls bounds the Temporal calls requests have in flight.
+	calls     callLimit
 	taskQueue string
 	heartbeat time.Duration
 	log       *slog.Logger
@@ -217,6 +227,8 @@ func newServer(o Options, src eventSource, settings hubSettings) *Server {
 	gin.SetMode(gin.ReleaseMode)
 	s := &Server{
 		client:    o.Client,
+		temporal:  "Temporal",
+		calls:     newCallLimit(o.MaxTemporalCalls),
 		taskQueue: cmp.Or(o.TaskQueue, workflows.DefaultTaskQueue),
 		heartbeat: o.HeartbeatInterval,
 		log:       o.Logger,
@@ -235,6 +247,9 @@ func newServer(o Options, src eventSource, settings hubSettings) *Server {
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
+	if o.TemporalAddress != "" {
+		s.temporal = "Temporal at " + o.TemporalAddress
+	}
 	if s.heartbeat <= 0 {
 		s.heartbeat = config.DefaultHeartbeatInterval
 	}
@@ -249,16 +264,17 @@ func newServer(o Options, src eventSource, settings hubSettings) *Server {
 	r.Use(s.recoverPanics, s.logRequests, s.refuseForeignHost, s.refuseCrossSite, s.authenticate)
 	chat, approve := s.requireRole(config.RoleChat), s.requireRole(config.RoleApprove)
 	read := s.requireRole(readRoles...) // whoever may read a turn
+	limit := s.limitTemporalCalls
 	r.POST("/chat/stream", chat, s.chatStream)
 	r.GET("/chat/turns/:turnId/events", read, s.turnEvents)
-	r.POST("/chat/approval", approve, s.approve)
-	r.POST("/chat/tool-result", chat, s.toolResult)
-	r.GET("/conversations/:conversationId/grants", approve, s.grants)
-	r.GET("/conversations/:conversationId/messages", read, s.messages)
-	r.GET("/conversations/:conversationId/turns", read, s.conversationTurns)
-	r.POST("/conversations/:conversationId/compact", chat, s.compact)
-	r.DELETE("/conversations/:conversationId/grants/:grantId", approve, s.revokeGrant)
-	r.GET("/approvals", approve, s.listApprovals)
+	r.POST("/chat/approval", approve, limit, s.approve)
+	r.POST("/chat/tool-result", chat, limit, s.toolResult)
+	r.GET("/conversations/:conversationId/grants", approve, limit, s.grants)
+	r.GET("/conversations/:conversationId/messages", read, limit, s.messages)
+	r.GET("/conversations/:conversationId/turns", read, limit, s.conversationTurns)
+	r.POST("/conversations/:conversationId/compact", chat, limit, s.compact)
+	r.DELETE("/conversations/:conversationId/grants/:grantId", approve, limit, s.revokeGrant)
+	r.GET("/approvals", approve, limit, s.listApprovals)
 	r.GET("/audit", approve, s.listAudit)
 	// A link is its own credential: its signature, checked by the handler.
 	r.GET(links.Path, s.showLink)
@@ -391,6 +407,11 @@ func idempotencyKey(r *http.Request) (string, error) {
 // a retry of an Update it holds with that Update's outcome; the
 // conversation answers one it took earlier.
 func (s *Server) send(ctx context.Context, conv string, msg workflows.UserMessage) (workflows.TurnRef, error) {
+	release, err := s.calls.acquire("send a message to conversation " + conv)
+	if err != nil {
+		return workflows.TurnRef{}, err
+	}
+	defer release()
 	ctx, cancel := context.WithTimeout(ctx, sendTimeout)
 	defer cancel()
 	start := s.client.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
@@ -424,7 +445,7 @@ func (s *Server) send(ctx context.Context, conv string, msg workflows.UserMessag
 		return workflows.TurnRef{}, fmt.Errorf("conversation %s %w", conv, errConversationEnded)
 	}
 	if err != nil {
-		return workflows.TurnRef{}, fmt.Errorf("send message to conversation %s: %w", conv, err)
+		return workflows.TurnRef{}, fmt.Errorf("send message to conversation %s (within %s): %w", conv, sendTimeout, err)
 	}
 	s.log.Debug("message sent", "conversationId", conv, "turnId", ref.TurnID)
 	return ref, nil
@@ -445,7 +466,12 @@ func (s *Server) turnEvents(c *gin.Context) {
 	}
 	// A mistyped id answers at once, not after the wait a starting turn
 	// gets.
-	if !s.hub.known(c.Request.Context(), turnID) {
+	known, err := s.hub.known(c.Request.Context(), turnID)
+	if err != nil {
+		writeError(c, s.log, err)
+		return
+	}
+	if !known {
 		writeError(c, s.log, fmt.Errorf("%w: no turn %s, and its conversation has given out no such turn (turn_start and the %s header carry a turn's id)",
 			errTurnNotFound, turnID, protocol.HeaderTurnID))
 		return
@@ -729,6 +755,7 @@ func (s *Server) logRequests(c *gin.Context) {
 // recoverPanics turns a handler's panic into a logged 500 instead of a
 // dropped connection.
 func (s *Server) recoverPanics(c *gin.Context) {
+	c.Set(temporalKey, s.temporal) // for writeError's 503s
 	defer func() {
 		r := recover()
 		if r == nil {

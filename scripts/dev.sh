@@ -191,15 +191,77 @@ namespace_flag=()
 [ "$TEMPORAL_NAMESPACE" = default ] || namespace_flag=(--namespace "$TEMPORAL_NAMESPACE")
 # Tuned for one machine, as internal/devserver tunes the tests' servers
 # (TestMakeDevTunesItsServerAlike keeps the two alike).
-start temporal "$TEMPORAL" server start-dev --ip 127.0.0.1 --port $TEMPORAL_PORT \
-	--ui-port $UI_PORT --log-level warn \
-	--ui-codec-endpoint "http://${HTTP_ADDR/#:/127.0.0.1:}/codec" \
-	--db-filename "$STATE_DIR/temporal.db" "${namespace_flag[@]}" \
-	--sqlite-pragma journal_mode=wal --sqlite-pragma synchronous=normal \
-	--dynamic-config-value history.transferProcessorMaxPollRPS=1000 \
-	--dynamic-config-value matching.numTaskqueueReadPartitions=1 \
-	--dynamic-config-value matching.numTaskqueueWritePartitions=1 \
-	--dynamic-config-value system.enableActivityEagerExecution=true
+temporal_args=(server start-dev --ip 127.0.0.1 --port $TEMPORAL_PORT
+	--ui-port $UI_PORT --log-level warn
+	--ui-codec-endpoint "http://${HTTP_ADDR/#:/127.0.0.1:}/codec"
+	--db-filename "$STATE_DIR/temporal.db" "${namespace_flag[@]}"
+	--sqlite-pragma journal_mode=wal --sqlite-pragma synchronous=normal
+	--sqlite-pragma journal_size_limit=16777216
+	--dynamic-config-value history.transferProcessorMaxPollRPS=1000
+	--dynamic-config-value matching.numTaskqueueReadPartitions=1
+	--dynamic-config-value matching.numTaskqueueWritePartitions=1
+	--dynamic-config-value system.enableActivityEagerExecution=true)
+# The dev server keeps its database behind one SQLite connection, and the
+# SQLite driver it is built with (modernc.org/sqlite v1.34.1) can leave that
+# connection refusing every statement with `interrupted (9)` for good: a
+# query whose caller gives up just after its first row leaks the statement,
+# and the interrupt stays set while any statement is open. Under load many
+# callers give up, and one is unlucky: the server then answers nothing
+# (`Namespace default is not found`) until it restarts. So make dev asks it
+# every PROBE_EVERY seconds whether it serves the namespace, and restarts it
+# (same database, same ports; every workflow carries on) when PROBE_FAILURES
+# asks in a row went unanswered. docs/production.md has the measurements.
+PROBE_EVERY=${TOLLGATE_DEV_PROBE_EVERY:-5}
+PROBE_FAILURES=${TOLLGATE_DEV_PROBE_FAILURES:-3}
+# probe_temporal: the dev server answers for its namespace within 5s.
+probe_temporal() {
+	"$TEMPORAL" operator namespace describe --address "$TEMPORAL_ADDRESS" \
+		--namespace "$TEMPORAL_NAMESPACE" --command-timeout 5s >/dev/null 2>&1
+}
+# supervise_temporal runs the dev server, restarts it when it stops
+# answering, and exits with its status when it exits by itself. A TERM or
+# an INT stops it (make dev's cleanup, Ctrl-C).
+supervise_temporal() {
+	set +e # it runs in a subshell of its own
+	local child="" nap="" failures restarts=0 stopping=0
+	trap 'stopping=1; kill -TERM $child $nap 2>/dev/null' TERM INT
+	while :; do
+		"$TEMPORAL" "${temporal_args[@]}" >>"$LOGS/temporal.log" 2>&1 &
+		child=$! failures=0
+		while ((!stopping)) && kill -0 "$child" 2>/dev/null; do
+			sleep "$PROBE_EVERY" &
+			nap=$!
+			wait $nap 2>/dev/null
+			((!stopping)) || break
+			if probe_temporal; then
+				failures=0
+			elif ((++failures >= PROBE_FAILURES)); then
+				restarts=$((restarts + 1))
+				say "the Temporal dev server has not answered for $((failures * PROBE_EVERY))s; restarting it (restart $restarts; its log: $LOGS/temporal.log)" >&2
+				printf '%s dev: restarting the dev server: %d probes in a row unanswered\n' "$(date -u +%FT%TZ)" "$failures" >>"$LOGS/temporal.log"
+				stop_child
+				continue 2
+			fi
+		done
+		wait "$child"
+		local status=$?
+		# A signal to this shell ends that wait early: the server is
+		# still stopping.
+		((!stopping)) || { stop_child; status=0; }
+		exit $status
+	done
+}
+# stop_child stops supervise_temporal's server: TERM, and KILL if it has not
+# exited within 5s (a server that answers nothing may not stop either).
+stop_child() {
+	kill -TERM "$child" 2>/dev/null
+	for _ in $(seq 50); do kill -0 "$child" 2>/dev/null || break; sleep 0.1; done
+	kill -KILL "$child" 2>/dev/null
+	wait "$child" 2>/dev/null
+}
+: >"$LOGS/temporal.log"
+supervise_temporal &
+pids+=($!) names+=(temporal)
 wait_port temporal "$TEMPORAL_ADDRESS"
 for i in $(seq 300); do
 	"$TEMPORAL" operator namespace describe --address "$TEMPORAL_ADDRESS" \

@@ -52,6 +52,10 @@ const (
 	EnvLogLevel          = "TOLLGATE_LOG_LEVEL"
 	EnvMetricsAddr       = "TOLLGATE_METRICS_ADDR"
 	EnvMCPConfig         = "TOLLGATE_MCP_CONFIG"
+	// EnvMaxTemporalCalls bounds the Temporal calls the API's requests
+	// have in flight at once (starting a turn, a decision, a query); a
+	// request past it answers 503 with Retry-After at once.
+	EnvMaxTemporalCalls = "TOLLGATE_MAX_TEMPORAL_CALLS"
 	// EnvBashEnv lists, comma-separated, the variables of the worker's
 	// environment that Bash commands get besides PATH, HOME and the few
 	// others every program needs (activities.BaseEnv). Default none.
@@ -162,6 +166,8 @@ const (
 	DefaultMetricsAddr       = "127.0.0.1:9090"
 	DefaultPayloadDir        = ".tollgate/payloads"
 	DefaultAuditDB           = ".tollgate/audit.db"
+	// DefaultMaxTemporalCalls is EnvMaxTemporalCalls's default.
+	DefaultMaxTemporalCalls = 64
 	// DefaultMCPConfig is read when it exists, as Claude Code reads a
 	// project's .mcp.json; a file named by TOLLGATE_MCP_CONFIG must exist.
 	DefaultMCPConfig = ".mcp.json"
@@ -202,6 +208,8 @@ type Config struct {
 	ApprovalTimeout time.Duration
 	// HeartbeatInterval is how often an idle stream gets a keep-alive.
 	HeartbeatInterval time.Duration
+	// MaxTemporalCalls bounds the API's Temporal calls in flight (API only).
+	MaxTemporalCalls int
 	// AgentsDir is the absolute path of the folder of subagent definitions;
 	// empty when none is configured.
 	AgentsDir string
@@ -329,7 +337,7 @@ var principalPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$`)
 var known = []string{
 	EnvTemporalAddress, EnvTemporalNamespace, EnvTaskQueue, EnvHTTPAddr,
 	EnvOpenAIBaseURL, EnvOpenAIAPIKey, EnvOpenAIModel, EnvWorkspace,
-	EnvRequiredTools, EnvApprovalTimeout, EnvHeartbeatInterval, EnvAgentsDir, EnvPolicyFile, EnvNotifyURL,
+	EnvRequiredTools, EnvApprovalTimeout, EnvHeartbeatInterval, EnvMaxTemporalCalls, EnvAgentsDir, EnvPolicyFile, EnvNotifyURL,
 	EnvMaxSteps, EnvBashTimeout, EnvBashEnv, EnvLogLevel,
 	EnvMetricsAddr, EnvMCPConfig, EnvAPITokens, EnvAllowBypass, EnvAllowUnauthenticated, EnvAllowedOrigins,
 	EnvCodecOrigins, EnvContextBudget, EnvModelContextWindow, EnvContextRecent, EnvPayloadDir, EnvPayloadThreshold, EnvPayloadS3Endpoint, EnvPayloadS3Secure, EnvPayloadS3Bucket,
@@ -442,6 +450,7 @@ func LoadFor(uses Binary, getenv func(string) string) (Config, error) {
 	if uses&API != 0 {
 		c.HTTPAddr = r.str(EnvHTTPAddr, DefaultHTTPAddr)
 		c.HeartbeatInterval = r.duration(EnvHeartbeatInterval, DefaultHeartbeatInterval)
+		c.MaxTemporalCalls = r.positiveInt(EnvMaxTemporalCalls, DefaultMaxTemporalCalls)
 		c.APITokens = r.tokens(EnvAPITokens)
 		c.AllowBypass = r.boolean(EnvAllowBypass)
 		c.AllowUnauthenticated = r.boolean(EnvAllowUnauthenticated)

@@ -72,6 +72,7 @@ func TestProtocolDocGivesEveryVariableLoadsDefault(t *testing.T) {
 		EnvApprovalTimeout:      text.Duration(DefaultApprovalTimeout),
 		EnvHeartbeatInterval:    text.Duration(DefaultHeartbeatInterval),
 		EnvMaxSteps:             strconv.Itoa(DefaultMaxSteps),
+		EnvMaxTemporalCalls:     strconv.Itoa(DefaultMaxTemporalCalls),
 		EnvBashTimeout:          text.Duration(DefaultBashTimeout),
 		EnvLogLevel:             strings.ToLower(slog.LevelInfo.String()),
 		EnvMetricsAddr:          DefaultMetricsAddr,

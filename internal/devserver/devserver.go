@@ -53,6 +53,9 @@ var tunedFlags = []string{
 	"--log-level", "warn",
 	"--sqlite-pragma", "journal_mode=wal",
 	"--sqlite-pragma", "synchronous=normal",
+	// The write-ahead log is cut back to 16 MB after a checkpoint, rather
+	// than keep the largest size a burst ever gave it.
+	"--sqlite-pragma", "journal_size_limit=16777216",
 	"--dynamic-config-value", "history.transferProcessorMaxPollRPS=1000",
 	"--dynamic-config-value", "matching.numTaskqueueReadPartitions=1",
 	"--dynamic-config-value", "matching.numTaskqueueWritePartitions=1",
@@ -202,6 +205,28 @@ func (s *Server) Stop() error {
 // answers, and a killed process keeps SQLite's write-ahead log.
 func (s *Server) Crash() error {
 	return s.halt(false)
+}
+
+// Pause stops the server's processes with SIGSTOP, as a machine that has
+// stopped scheduling them would: connections stay open and nothing is
+// answered until Resume.
+func (s *Server) Pause() error { return s.signal(syscall.SIGSTOP) }
+
+// Resume continues a paused server with SIGCONT.
+func (s *Server) Resume() error { return s.signal(syscall.SIGCONT) }
+
+// signal sends sig to the running server's process group.
+func (s *Server) signal(sig syscall.Signal) error {
+	s.mu.Lock()
+	cmd := s.cmd
+	s.mu.Unlock()
+	if cmd == nil {
+		return errors.New("devserver: not running")
+	}
+	if err := syscall.Kill(-cmd.Process.Pid, sig); err != nil {
+		return fmt.Errorf("devserver: %s to %s: %w", sig, s.HostPort, err)
+	}
+	return nil
 }
 
 // Restart stops the server gracefully, if it runs, and starts it again on
