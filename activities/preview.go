@@ -1,19 +1,47 @@
 package activities
 
 import (
-	"github.com/tollgate/tollgate/internal/text"
-
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"strings"
+	"sync"
+
+	"github.com/tollgate/tollgate/internal/text"
 )
 
 // PreviewActivity is the name of the activity that shows what a call will
 // do before a person is asked about it.
 const PreviewActivity = "Preview"
+
+// PreviewsActivity is the name of the activity that shows what each call
+// of a batch will do (Previews): one local activity, and so one marker in
+// the turn's history, for the whole batch.
+const PreviewsActivity = "Previews"
+
+// Previews is Preview of every call of ins, made at once, in their order:
+// a preview that cannot be made says why in its place ("(no preview:
+// ...)"), and never fails the others.
+func (t *Tools) Previews(ctx context.Context, ins []ToolInput) ([]string, error) {
+	out := make([]string, len(ins))
+	var wg sync.WaitGroup
+	for i, in := range ins {
+		wg.Go(func() {
+			p, err := t.Preview(ctx, in)
+			if err != nil {
+				p = "(no preview: " + err.Error() + ")"
+			}
+			out[i] = p
+		})
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
 
 // previewLines bounds the lines a preview shows; the rest is counted.
 const previewLines = 200

@@ -205,3 +205,34 @@ func TestAReadThatTheActivityCancelsStopsReading(t *testing.T) {
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.Less(t, time.Since(start), 5*time.Second, "the read stopped with its context, not at the file's end")
 }
+
+func TestPreviewsOfABatchAreEachCallsPreviewInItsPlace(t *testing.T) {
+	ws, _ := newWorkspace(t)
+	tools := &Tools{Workspace: ws}
+	writeFile(t, filepath.Join(ws, "a.txt"), "one\ntwo\n")
+	require.NoError(t, unix.Mkfifo(filepath.Join(ws, "pipe"), 0o644))
+	call := func(id, name string, args map[string]any) ToolInput {
+		b, err := json.Marshal(args)
+		require.NoError(t, err)
+		return ToolInput{Call: ToolCall{ID: id, Name: name, Arguments: string(b)}}
+	}
+	ins := []ToolInput{
+		call("w", ToolWrite, map[string]any{"file_path": "new.md", "content": "# New\n"}),
+		call("e", ToolEdit, map[string]any{"file_path": "a.txt", "old_string": "four", "new_string": "4"}),
+		call("p", ToolWrite, map[string]any{"file_path": "pipe", "content": "x"}),
+		call("o", ToolEdit, map[string]any{"file_path": "../x", "old_string": "a", "new_string": "b"}),
+		call("b", ToolBash, map[string]any{"command": "make"}),
+	}
+	got, err := tools.Previews(context.Background(), ins)
+	require.NoError(t, err)
+	require.Len(t, got, len(ins))
+	for i, in := range ins {
+		one, err := tools.Preview(context.Background(), in)
+		require.NoError(t, err)
+		require.Equal(t, one, got[i], "call %s: its own preview, in its place", in.Call.ID)
+	}
+	require.True(t, strings.HasPrefix(got[0], "new file new.md"), got[0])
+	require.Contains(t, got[1], "would fail")
+	require.Contains(t, got[3], "(no preview: Edit: file_path \"../x\" is outside the workspace")
+	require.Contains(t, got[4], "$ make")
+}

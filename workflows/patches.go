@@ -99,10 +99,11 @@ const (
 // that takes it.
 //
 // Level 3 takes the patches of level 2 and those added after it
-// (ledger-behind to conversation-compaction), and changes two things of its
-// own: no write of the audit ledger sits between a decision and its tool,
-// or between a tool and its result (turn.owe), and a batch's requests wait
-// on one timer (gate.expireTogether). Asked one by one, the
+// (ledger-behind to conversation-compaction), and changes three things of
+// its own: no write of the audit ledger sits between a decision and its
+// tool, or between a tool and its result (turn.owe), a batch's requests
+// wait on one timer (gate.expireTogether), and one local activity
+// previews a batch (turn.previews). Asked one by one, the
 // patches after level 2 cost a turn a marker and an upsert each.
 const PatchLevel = 3
 
@@ -123,6 +124,9 @@ const (
 	// soonest expiry of those still waiting, not one timer each
 	// (gate.expireTogether).
 	levelOneTimer = 3
+	// levelOnePreview: one local activity previews every call of a batch
+	// that may ask (turn.previews), not one a call.
+	levelOnePreview = 3
 )
 
 // levels are the patches each level takes without asking: a workflow of

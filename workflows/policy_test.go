@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/tollgate/tollgate/activities"
@@ -312,4 +314,32 @@ func TestABatchWaitsOnOneTimerAndEachCallTimesOutAtItsOwnTime(t *testing.T) {
 	require.Equal(t, []time.Duration{time.Minute, 2 * time.Minute}, timers,
 		"one timer to the Bash's expiry, then one to the Writes': not one a call")
 	require.Equal(t, []string{"Edit"}, h.ranTools())
+}
+
+func TestOneLocalActivityPreviewsABatch(t *testing.T) {
+	h := newHarness(t, testSettings(), calls(
+		call("w", "Write", `{"file_path":"a","content":"a"}`),
+		call("b", "Bash", `{"command":"make"}`),
+		call("r", "Read", `{"file_path":"a"}`),
+	))
+	var started []string
+	h.env.SetOnLocalActivityStartedListener(func(info *activity.Info, _ context.Context, _ []any) {
+		started = append(started, info.ActivityType.Name)
+	})
+	h.env.RegisterDelayedCallback(func() {
+		h.decide(ApprovalDecision{RequestID: h.requestID("Write"), Decision: DecisionApprove})
+		h.decide(ApprovalDecision{RequestID: h.requestID("Bash"), Decision: DecisionApprove})
+	}, time.Minute)
+
+	out := h.runTurn(userTurn("write and build"))
+
+	require.Equal(t, []string{activities.PreviewsActivity}, started, "one preview activity for the batch's two protected calls")
+	previews := map[string]string{}
+	for _, e := range ofType(out.Events, EventApprovalRequest) {
+		previews[e.ToolCallID] = e.Preview
+	}
+	require.Equal(t, map[string]string{
+		"w": `preview of Write {"file_path":"a","content":"a"}`,
+		"b": `preview of Bash {"command":"make"}`,
+	}, previews)
 }

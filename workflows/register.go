@@ -34,6 +34,7 @@ func Register(r worker.Registry, w *Workflows, model *activities.Model, tools *a
 		r.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name})
 	}
 	r.RegisterActivityWithOptions(tools.Preview, activity.RegisterOptions{Name: activities.PreviewActivity})
+	r.RegisterActivityWithOptions(tools.Previews, activity.RegisterOptions{Name: activities.PreviewsActivity})
 }
 
 // RegisterMCP registers an activity for each tool of the MCP servers, named

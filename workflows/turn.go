@@ -857,7 +857,9 @@ func (t *turn) checkBatch(ctx workflow.Context, calls []activities.ToolCall) []c
 // From patch level 1 on, a preview is a local activity: it only reads the
 // workspace, is safe to repeat and takes milliseconds, and so it costs the
 // turn a marker in the workflow task that publishes the request instead
-// of an activity task and another workflow task.
+// of an activity task and another workflow task. From level 3 on, one
+// local activity previews the whole batch (levelOnePreview): one marker,
+// not one a call.
 func (t *turn) previews(ctx workflow.Context, calls []activities.ToolCall, vetted []vetting) []string {
 	out := make([]string, len(calls))
 	var wanted []int
@@ -871,6 +873,29 @@ func (t *turn) previews(ctx workflow.Context, calls []activities.ToolCall, vette
 		return out
 	}
 	const timeout, attempts = 10 * time.Second, 2
+	if t.settings.PatchLevel >= levelOnePreview {
+		ins := make([]activities.ToolInput, len(wanted))
+		for j, i := range wanted {
+			ins[j] = activities.ToolInput{Call: calls[i]}
+		}
+		summary := "preview: " + callSummary(calls[wanted[0]])
+		if len(wanted) > 1 {
+			summary = fmt.Sprintf("previews: %d calls", len(wanted))
+		}
+		var got []string
+		err := workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+			StartToCloseTimeout: timeout, RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: attempts}, Summary: summary,
+		}), activities.PreviewsActivity, ins).Get(ctx, &got)
+		for j, i := range wanted {
+			switch {
+			case err != nil:
+				out[i] = "(no preview: " + activityErrorMessage(err) + ")"
+			case j < len(got):
+				out[i] = got[j]
+			}
+		}
+		return out
+	}
 	futures := make([]workflow.Future, len(wanted))
 	for j, i := range wanted {
 		summary, in := "preview: "+callSummary(calls[i]), activities.ToolInput{Call: calls[i]}

@@ -74,6 +74,13 @@ func newHarness(t *testing.T, settings Settings, replies ...activities.ModelOutp
 	h.env.RegisterActivityWithOptions(func(_ context.Context, in activities.ToolInput) (string, error) {
 		return "preview of " + in.Call.Name + " " + in.Call.Arguments, nil
 	}, activity.RegisterOptions{Name: activities.PreviewActivity})
+	h.env.RegisterActivityWithOptions(func(_ context.Context, ins []activities.ToolInput) ([]string, error) {
+		out := make([]string, len(ins))
+		for i, in := range ins {
+			out[i] = "preview of " + in.Call.Name + " " + in.Call.Arguments
+		}
+		return out, nil
+	}, activity.RegisterOptions{Name: activities.PreviewsActivity})
 	for _, name := range testTools {
 		h.env.RegisterActivityWithOptions(h.tool(name), activity.RegisterOptions{Name: name})
 	}
