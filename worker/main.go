@@ -174,6 +174,10 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		ContextRecent:    cfg.ContextRecent,
 	}}
 
+	// The cache is the SDK's, one for the process, set before the first
+	// worker starts: a waiting turn evicted from it costs nothing until its
+	// decision comes, when its history (a few dozen events) is replayed.
+	worker.SetStickyWorkflowCacheSize(cfg.WorkflowCacheSize)
 	w := worker.New(c, cfg.TaskQueue, workflows.WorkerOptions())
 	workflows.Register(w, wf, model, tools)
 	workflows.RegisterMCP(w, mcpServers)
@@ -188,7 +192,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	log.Info("worker started", "taskQueue", cfg.TaskQueue, "temporal", cfg.TemporalAddress,
 		"workspace", cfg.Workspace, "requiredTools", cfg.RequiredTools, "model", cfg.OpenAIModel, "subagents", len(agentDefs), "policyRules", len(rules), "notices", cfg.NotifyURL != "", "links", cfg.NotifyURL != "" && cfg.Links != nil,
-		"audit", auditWhere(ledger), "mcpTools", len(mcpServers.Specs()), "tracing", tracing.On(), "bashIsolation", activities.BashIsolation())
+		"audit", auditWhere(ledger), "workflowCacheSize", cfg.WorkflowCacheSize, "mcpTools", len(mcpServers.Specs()), "tracing", tracing.On(), "bashIsolation", activities.BashIsolation())
 	<-ctx.Done()
 	log.Info("worker stopping")
 	w.Stop()

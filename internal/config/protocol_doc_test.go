@@ -72,6 +72,7 @@ func TestProtocolDocGivesEveryVariableLoadsDefault(t *testing.T) {
 		EnvApprovalTimeout:      text.Duration(DefaultApprovalTimeout),
 		EnvHeartbeatInterval:    text.Duration(DefaultHeartbeatInterval),
 		EnvMaxSteps:             strconv.Itoa(DefaultMaxSteps),
+		EnvWorkflowCacheSize:    strconv.Itoa(DefaultWorkflowCacheSize),
 		EnvBashTimeout:          text.Duration(DefaultBashTimeout),
 		EnvLogLevel:             strings.ToLower(slog.LevelInfo.String()),
 		EnvMetricsAddr:          DefaultMetricsAddr,
