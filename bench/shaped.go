@@ -240,7 +240,9 @@ func busy(samples []turnSample) (from, to time.Time) {
 type loadLevel struct{ concurrency, turns int }
 
 // String is how a level reads in the log.
-func (l loadLevel) String() string { return fmt.Sprintf("%d at a time (%d turns)", l.concurrency, l.turns) }
+func (l loadLevel) String() string {
+	return fmt.Sprintf("%d at a time (%d turns)", l.concurrency, l.turns)
+}
 
 // Concurrencies of the decision path under load, and the turns of each:
 // enough that every client runs several, so that the stretch in which all
