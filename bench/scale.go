@@ -60,8 +60,8 @@ const (
 // The scale run's API asks for tokens, so that its turns have principals
 // to list them by: half the turns are scaleAlice's, half scaleBob's.
 const (
-	scaleAlice, scaleAliceToken = "alice", "bench-alice-token"
-	scaleBob, scaleBobToken     = "bob", "bench-bob-token"
+	scaleAlice, scaleAliceToken = "alice", "bench-token-of-alice"
+	scaleBob, scaleBobToken     = "bob", "bench-token-of-bob-0"
 )
 
 // envBenchWaiting overrides waitingN.

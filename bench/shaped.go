@@ -391,10 +391,10 @@ func (r *report) loadMarkdown() string {
 				if j == 0 {
 					latGoal, tpsGoal = goalCell(lat, lat <= loadLatencyGoal), goalCell(tps, tps >= loadThroughputGoal)
 				}
-				p("| %d (%d) | %s | %.1f ms | %.1f ms | %.2fx | %s | %.1f ms | %.1f ms | %.1f | %.1f | %.2fx | %s | %.1f ms | %.1f ms |", t.Concurrency, t.Turns, f.name,
-					ms(f.r.Latency.Result.p50), ms(t.Latency.Result.p50), lat, latGoal,
+				p("| %d (%d) | %s | %.1f ms | %.1f ms | %s | %s | %.1f ms | %.1f ms | %.1f | %.1f | %s | %s | %.1f ms | %.1f ms |", t.Concurrency, t.Turns, f.name,
+					ms(f.r.Latency.Result.p50), ms(t.Latency.Result.p50), ratioCell(lat), latGoal,
 					ms(f.r.Latency.Result.p95), ms(t.Latency.Result.p95),
-					f.r.TurnsPerSec, t.TurnsPerSec, tps, tpsGoal,
+					f.r.TurnsPerSec, t.TurnsPerSec, ratioCell(tps), tpsGoal,
 					ms(f.r.Latency.Request.p50), ms(t.Latency.Request.p50))
 			}
 		}
@@ -445,6 +445,15 @@ const (
 	loadLatencyGoal    = 1.15
 	loadThroughputGoal = 0.95
 )
+
+// ratioCell is a ratio in a table, or a dash where either side measured
+// nothing.
+func ratioCell(x float64) string {
+	if math.IsNaN(x) || math.IsInf(x, 0) || x == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.2fx", x)
+}
 
 // goalCell is a goal's cell in a table: pass or fail, or "no figure" when
 // the run measured too little to have a ratio (a quick try).
