@@ -668,9 +668,9 @@ func (s *system) scale(ctx context.Context, n int) (scaleResult, error) {
 		config.EnvWorkflowCacheSize+"="+strconv.Itoa(sz.Cache),
 		config.EnvAPITokens+"="+scaleAliceToken+":"+scaleAlice+","+scaleBobToken+":"+scaleBob)
 	defer tg.stop(s.tb)
-	api := tg.api
-	api.token = scaleAliceToken
-	e := &env{temporal: c, api: api, apiMetrics: tg.apiMetrics, worker: tg.workerMetrics, run: s.env.run}
+	api, apiMetrics := tg.api, tg.apiMetrics
+	api.token, apiMetrics.token = scaleAliceToken, scaleAliceToken
+	e := &env{temporal: c, api: api, apiMetrics: apiMetrics, worker: tg.workerMetrics, run: s.env.run}
 	logs := func(err error) error {
 		return fmt.Errorf("%w\nthe worker's log ends:\n%s\nthe API's log ends:\n%s\nthe Temporal server's log ends:\n%s",
 			err, tail(tg.worker.Log()), tail(tg.apiProcess.Log()), tail(ts.Process.Log()))
@@ -690,15 +690,24 @@ func (s *system) scale(ctx context.Context, n int) (scaleResult, error) {
 		if err != nil {
 			return nil, w, a, 0, err
 		}
-		cached, err := tg.workerMetrics.value(ctx, metricStickyCache)
-		return turns, w, a, cached, err
+		sc, err := tg.workerMetrics.read(ctx)
+		if err != nil {
+			return nil, w, a, 0, err
+		}
+		return turns, w, a, sc.most(metricStickyCache), nil
 	}
-	w0, a0, err := e.memoryOfBoth(ctx)
+	wStart, aStart, err := e.memoryOfBoth(ctx)
 	if err != nil {
 		return res, err
 	}
+	// The first few turns warm the worker up (its pools, buffers and
+	// connections grow once); the cached turns' cost is over the next.
 	start := time.Now()
-	first, w1, _, cached1, err := pause(0, sz.CachedFirst)
+	warm, w0, _, _, err := pause(0, sz.Warm)
+	if err != nil {
+		return res, err
+	}
+	first, w1, _, cached1, err := pause(sz.Warm, sz.CachedFirst)
 	if err != nil {
 		return res, err
 	}
@@ -706,10 +715,10 @@ func (s *system) scale(ctx context.Context, n int) (scaleResult, error) {
 	if err != nil {
 		return res, err
 	}
-	turns := slices.Concat(first, rest)
+	turns := slices.Concat(warm, first, rest)
 	res.PauseTime = time.Since(start)
-	res.Worker, res.API = w2.sub(w0).div(n), a2.sub(a0).div(n)
-	res.Cached = w1.sub(w0).div(sz.CachedFirst)
+	res.Worker, res.API = w2.sub(wStart).div(n), a2.sub(aStart).div(n)
+	res.Cached = w1.sub(w0).div(sz.CachedFirst - sz.Warm)
 	res.CacheAt = [2]float64{cached1, cached2}
 	// The further turns the cache took (two workflows each) cost what the
 	// first did; the rest is what an evicted turn costs.

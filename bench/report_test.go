@@ -64,7 +64,7 @@ func TestTheBusyStretchRunsFromTheFirstEndToTheLastStart(t *testing.T) {
 
 func TestScaleSizesFitTheWaitingTurnsAtEverySize(t *testing.T) {
 	full := sizesFor(waitingN)
-	require.Equal(t, scaleSizes{Waiting: waitingN, FewTurns: 50, ManyTurns: 500, Clients: 500, Decisions: 30, Cache: config.DefaultWorkflowCacheSize, CachedFirst: 400}, full,
+	require.Equal(t, scaleSizes{Waiting: waitingN, FewTurns: 50, ManyTurns: 500, Clients: 500, Decisions: 30, Cache: config.DefaultWorkflowCacheSize, CachedFirst: 400, Warm: 100}, full,
 		"at 2,000 waiting: 500 watchers on 50 turns and on 500, and the worker's default cache")
 	for _, n := range []int{waitingLeast, 100, 551, waitingN} {
 		s := sizesFor(n)

@@ -85,8 +85,9 @@ type scaleSizes struct {
 	// Cache is the worker's TOLLGATE_WORKFLOW_CACHE_SIZE, half the waiting
 	// turns (the default, 1000, at 2,000 waiting). A waiting turn is two
 	// workflows in it, the turn and its conversation, so the first
-	// CachedFirst turns all fit and the rest evict.
-	Cache, CachedFirst int
+	// CachedFirst turns all fit and the rest evict. The first Warm of them
+	// warm the worker up, and the cached turns' cost is over the others.
+	Cache, CachedFirst, Warm int
 }
 
 // sizesFor scales the watch runs and the cache to n waiting turns: at
@@ -101,6 +102,7 @@ func sizesFor(n int) scaleSizes {
 	}
 	s.Cache = n / 2
 	s.CachedFirst = s.Cache * 2 / 5
+	s.Warm = max(1, s.CachedFirst/4)
 	return s
 }
 
@@ -489,19 +491,21 @@ func (r *report) scaleMarkdown() string {
 	p("")
 	p("Memory from each process's /metrics before and after, over the turns; the worker's first %d turns", sc.CachedFirst)
 	p("(%d workflows with their conversations) fit its cache, which held %.0f workflows after them and", 2*sc.CachedFirst, sc.CacheAt[0])
-	p("%.0f after all %d (`%s`):", sc.CacheAt[1], sc.Waiting, metricStickyCache)
+	p("%.0f after all %d (`%s`). A cached turn's cost is over turns %d to %d (the first %d warm the", sc.CacheAt[1], sc.Waiting, metricStickyCache, sc.Warm+1, sc.CachedFirst, sc.Warm)
+	p("worker up); an evicted turn's over the rest, less the cost at that rate of those the cache took:")
 	p("")
 	p("| per waiting turn | resident (`%s`) | heap (`%s`) |", metricRSS, metricHeapAlloc)
 	p("|---|---:|---:|")
 	p("| worker, over all %d | %s | %s |", sc.Waiting, kib(sc.Worker.RSS), kib(sc.Worker.Heap))
-	p("| worker, a turn in its cache (the first %d) | %s | %s |", sc.CachedFirst, kib(sc.Cached.RSS), kib(sc.Cached.Heap))
-	p("| worker, a turn evicted (the rest, less the cache's share; goal: near zero) | %s | %s |", kib(sc.Evicted.RSS), kib(sc.Evicted.Heap))
+	p("| worker, a turn in its cache | %s | %s |", kib(sc.Cached.RSS), kib(sc.Cached.Heap))
+	p("| worker, a turn evicted from it (goal: near zero) | %s | %s |", kib(sc.Evicted.RSS), kib(sc.Evicted.Heap))
 	p("| API, over all %d | %s | %s |", sc.Waiting, kib(sc.API.RSS), kib(sc.API.Heap))
 	p("")
 	p("The heaps are read just after a GC where one came within 5 s, else as they are; resident memory")
 	p("a Go process has once taken it keeps for minutes, so an evicted turn shows in the heap first. A")
-	p("cache of %d workflows costs about %s resident at a cached turn's rate (two workflows a turn).",
-		config.DefaultWorkflowCacheSize, kib(sc.Cached.RSS*float64(config.DefaultWorkflowCacheSize)/2))
+	p("cache of %d workflows (the default) costs about %.0f MiB resident at a cached turn's rate (two",
+		config.DefaultWorkflowCacheSize, sc.Cached.RSS*float64(config.DefaultWorkflowCacheSize)/2/(1<<20))
+	p("workflows a turn); the SDK's own default of 10,000, ten times that.")
 	p("")
 	p("GET /approvals while all %d wait, up to %d requests of each kind one after another (at most %s a kind):", sc.Waiting, listRequests, listBudget)
 	p("")

@@ -118,6 +118,11 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if stored {
 		opts.ConnectionOptions.DialOptions = append(opts.ConnectionOptions.DialOptions, lost.DialOption())
 	}
+	// The cache is the SDK's, one for the process, set before any worker
+	// starts (the search attributes' probe below is one): a waiting turn
+	// evicted from it costs nothing until its decision comes, when its
+	// history (a few dozen events) is replayed.
+	worker.SetStickyWorkflowCacheSize(cfg.WorkflowCacheSize)
 	c, err := client.Dial(opts)
 	if err != nil {
 		return fmt.Errorf("dial Temporal at %s: %w", cfg.TemporalAddress, err)
@@ -174,10 +179,6 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		ContextRecent:    cfg.ContextRecent,
 	}}
 
-	// The cache is the SDK's, one for the process, set before the first
-	// worker starts: a waiting turn evicted from it costs nothing until its
-	// decision comes, when its history (a few dozen events) is replayed.
-	worker.SetStickyWorkflowCacheSize(cfg.WorkflowCacheSize)
 	w := worker.New(c, cfg.TaskQueue, workflows.WorkerOptions())
 	workflows.Register(w, wf, model, tools)
 	workflows.RegisterMCP(w, mcpServers)
