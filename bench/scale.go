@@ -149,11 +149,14 @@ type memoryPerUnit struct{ RSS, Heap float64 }
 // listStats is the latency of one kind of GET /approvals; Err is the
 // kind's first failure (the filter may not exist yet).
 type listStats struct {
-	Kind     string
-	Listed   int
-	Requests int
-	Latency  summary
-	Err      string
+	Kind string
+	// Listed is how many the last request listed; Foreign how many of them
+	// the filter should have left out (a filter the API ignores lists
+	// them all).
+	Listed, Foreign int
+	Requests        int
+	Latency         summary
+	Err             string
 }
 
 // pagingStats is a walk through every waiting approval with pageToken.
@@ -248,6 +251,8 @@ func (e *env) pauseMany(ctx context.Context, from, to int, tokens ...string) ([]
 type listKind struct {
 	name  string
 	query func(i int) url.Values
+	// foreign, when set, says an approval the filter should have left out.
+	foreign func(protocol.PendingApproval) bool
 }
 
 // timeLists times GET /approvals unfiltered, a page of it, by tool, by
@@ -255,12 +260,19 @@ type listKind struct {
 // or listBudget. A kind that fails is reported with its error, and the
 // others go on.
 func (e *env) timeLists(ctx context.Context, turns []paused) []listStats {
+	aliceAsked := map[string]bool{}
+	for i := 0; i < len(turns); i += 2 {
+		aliceAsked[turns[i].conv] = true
+	}
 	kinds := []listKind{
-		{"(unfiltered)", func(int) url.Values { return nil }},
-		{"?limit=" + strconv.Itoa(listPage), func(int) url.Values { return url.Values{"limit": {strconv.Itoa(listPage)}} }},
-		{"?tool=" + activities.ToolWrite, func(int) url.Values { return url.Values{"tool": {activities.ToolWrite}} }},
-		{"?principal=" + scaleAlice, func(int) url.Values { return url.Values{"principal": {scaleAlice}} }},
-		{"?conversationId=", func(i int) url.Values {
+		{name: "(unfiltered)", query: func(int) url.Values { return nil }},
+		{name: "?limit=" + strconv.Itoa(listPage), query: func(int) url.Values { return url.Values{"limit": {strconv.Itoa(listPage)}} }},
+		{name: "?tool=" + activities.ToolWrite, query: func(int) url.Values { return url.Values{"tool": {activities.ToolWrite}} }},
+		{name: "?principal=" + scaleAlice, query: func(int) url.Values { return url.Values{"principal": {scaleAlice}} },
+			// pauseMany gives scaleAlice's token to every other turn, from
+			// the first.
+			foreign: func(a protocol.PendingApproval) bool { return !aliceAsked[a.ConversationID] }},
+		{name: "?conversationId=", query: func(i int) url.Values {
 			return url.Values{"conversationId": {turns[i*len(turns)/listRequests].conv}}
 		}},
 	}
@@ -280,7 +292,12 @@ func (e *env) timeLists(ctx context.Context, turns []paused) []listStats {
 				break
 			}
 			ds = append(ds, time.Since(at))
-			st.Listed = got
+			st.Listed, st.Foreign = len(got), 0
+			for _, a := range got {
+				if k.foreign != nil && k.foreign(a) {
+					st.Foreign++
+				}
+			}
 		}
 		st.Requests, st.Latency = len(ds), summarize(ds)
 		out = append(out, st)
@@ -304,7 +321,7 @@ func (e *env) pageThrough(ctx context.Context) pagingStats {
 		}
 		ds = append(ds, time.Since(at))
 		st.Pages++
-		st.Listed += got
+		st.Listed += len(got)
 		if next == "" {
 			break
 		}
@@ -318,34 +335,34 @@ func (e *env) pageThrough(ctx context.Context) pagingStats {
 	return st
 }
 
-// approvals calls GET /approvals with query and returns how many it listed
-// and its nextPageToken.
-func (a apiClient) approvals(ctx context.Context, query url.Values) (int, string, error) {
+// approvals calls GET /approvals with query and returns what it listed and
+// its nextPageToken.
+func (a apiClient) approvals(ctx context.Context, query url.Values) ([]protocol.PendingApproval, string, error) {
 	u := a.base + "/approvals"
 	if len(query) > 0 {
 		u += "?" + query.Encode()
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
-		return 0, "", err
+		return nil, "", err
 	}
 	resp, err := a.send(req)
 	if err != nil {
-		return 0, "", fmt.Errorf("GET %s: %w", u, err)
+		return nil, "", fmt.Errorf("GET %s: %w", u, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return 0, "", fmt.Errorf("GET %s: %s: %s", u, resp.Status, strings.TrimSpace(string(b)))
+		return nil, "", fmt.Errorf("GET %s: %s: %s", u, resp.Status, strings.TrimSpace(string(b)))
 	}
 	var body struct {
 		Approvals     []protocol.PendingApproval `json:"approvals"`
 		NextPageToken string                     `json:"nextPageToken"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
-		return 0, "", fmt.Errorf("GET %s: %w", u, err)
+		return nil, "", fmt.Errorf("GET %s: %w", u, err)
 	}
-	return len(body.Approvals), body.NextPageToken, nil
+	return body.Approvals, body.NextPageToken, nil
 }
 
 // watchRun connects perTurn clients to each turn, then decides decisions
@@ -523,7 +540,11 @@ func (r *report) scaleMarkdown() string {
 		if l.Err != "" {
 			verdict += "; then failed: " + mdCell(firstLine(l.Err))
 		}
-		p("| %s | %d | %d | %.1f ms | %.1f ms | %.1f ms | %s |", l.Kind, l.Requests, l.Listed, ms(l.Latency.p50), ms(l.Latency.p95), ms(l.Latency.max), verdict)
+		listed := strconv.Itoa(l.Listed)
+		if l.Foreign > 0 {
+			listed += fmt.Sprintf(" (%d of them not the filter's: the API does not filter on it)", l.Foreign)
+		}
+		p("| %s | %d | %s | %.1f ms | %.1f ms | %.1f ms | %s |", l.Kind, l.Requests, listed, ms(l.Latency.p50), ms(l.Latency.p95), ms(l.Latency.max), verdict)
 	}
 	p("")
 	pg := sc.Paging
