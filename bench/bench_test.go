@@ -628,7 +628,9 @@ func (s *system) longTurns(ctx context.Context) ([2]longTurnResult, error) {
 		{"inline", []string{config.EnvPayloadThreshold + "=" + strconv.Itoa(longTurnInline)}},
 		{"store", nil},
 	} {
-		queue := "long-turn-" + way.name + "-" + s.env.run
+		// The queue names the turn's conversation too, which may not hold
+		// "-turn-".
+		queue := "longturn-" + way.name + "-" + s.env.run
 		storeDir := s.tb.TempDir()
 		tg := s.startTollgate(queue, workspace, model.URL, append(way.extra, maxSteps, config.EnvPayloadDir+"="+storeDir)...)
 		r, err := runLongTurn(ctx, s.client, tg.api, queue, storeDir)

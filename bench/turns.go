@@ -29,7 +29,6 @@ const (
 	historyToolCalls = 10
 	historyTokens    = 2000
 	historyLimit     = 10240 // Temporal's history event count warning
-	historyGoal      = 100   // events a turn of historyToolCalls calls and a long answer should stay under
 	benchWait        = time.Minute
 )
 
