@@ -285,6 +285,10 @@ func (r *report) verdict() string {
 		for i := range ld.Floor {
 			fl, tg := ld.Floor[i], ld.Tollgate[i]
 			lat, tps := ratio(tg.Latency.Result.p50, fl.Latency.Result.p50), tg.TurnsPerSec/fl.TurnsPerSec
+			if ratioCell(lat) == "—" || ratioCell(tps) == "—" {
+				fmt.Fprintf(&s, "On %s at %d turns at a time, too few turns ran for a ratio. ", ld.Server, fl.Concurrency)
+				continue
+			}
 			fmt.Fprintf(&s, "On %s at %d turns at a time against the same-shape floor, approve → `tool_result` is %.2fx at p50 (goal %.2fx: %s) and turns a second %.2fx (goal %.2fx: %s)",
 				ld.Server, fl.Concurrency, lat, loadLatencyGoal, metGoal(lat <= loadLatencyGoal), tps, loadThroughputGoal, metGoal(tps >= loadThroughputGoal))
 			if i < len(ld.Indexed) {

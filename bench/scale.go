@@ -537,6 +537,9 @@ func (r *report) scaleMarkdown() string {
 		if l.Latency.p50 < 200*time.Millisecond && l.Latency.p95 < 500*time.Millisecond {
 			verdict = "met"
 		}
+		if l.Foreign > 0 {
+			verdict = "not measured: the filter is ignored"
+		}
 		if l.Err != "" {
 			verdict += "; then failed: " + mdCell(firstLine(l.Err))
 		}
