@@ -88,14 +88,20 @@ lint: $(STATICCHECK)
 
 # The benchmark (package bench): the worker and API binaries against
 # Temporal floors on a tuned dev server (raw), and of tollgate's shape at
-# 10 and 50 turns at a time on a fresh dev server and on the Temporal server
-# on PostgreSQL (as for cluster-test), measured over HTTP and their
-# /metrics, then 2,000 turns waiting at once and hundreds of watchers on
-# that server; about ten minutes on two cores. The figures go to bench/RESULTS.md, which keeps the latest run
-# and the one before, never into a test's verdict.
+# 1, 10 and 50 turns at a time on a fresh dev server and on the Temporal
+# server on PostgreSQL (as for cluster-test), measured over HTTP and their
+# /metrics, the history of each turn shape, then 2,000 turns waiting at once
+# and hundreds of watchers on that server; some 15-25 minutes on two cores
+# (RESULTS.md's "How long the run took" has each stage's time). The figures
+# go to bench/RESULTS.md, which keeps the latest run and the one before,
+# never into a test's verdict. For a quick try of the slow stages alone:
+# TOLLGATE_BENCH_WAITING=100 with BenchmarkScale, TOLLGATE_BENCH_LOAD_TURNS=1
+# with BenchmarkLoad (bench/bench_test.go).
 bench: $(TEMPORAL) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL)
+	@start=$$(date +%s); \
 	TOLLGATE_BENCH_OUT=$(CURDIR)/bench/RESULTS.md \
-		go test -run '^$$' -bench '^BenchmarkTollgate$$' -benchtime 1x -timeout 45m ./bench/
+		go test -run '^$$' -bench '^BenchmarkTollgate$$' -benchtime 1x -timeout 60m ./bench/; \
+	status=$$?; echo "make bench: $$(( $$(date +%s) - start )) s in all (each stage's time is in bench/RESULTS.md)"; exit $$status
 
 # Records the replay corpus of a release from a run of today's workflow
 # code on a dev server: `make corpus RELEASE=v0.2.0` writes

@@ -42,10 +42,28 @@ func waitingTurns(b *testing.B) int {
 		return waitingN
 	}
 	n, err := strconv.Atoi(v)
-	if err != nil || n < watchFewTurns+watchManyTurns {
-		b.Fatalf("%s=%q: want a number of %d or more", envBenchWaiting, v, watchFewTurns+watchManyTurns)
+	if err != nil || n < waitingLeast {
+		b.Fatalf("%s=%q: want a number of %d or more", envBenchWaiting, v, waitingLeast)
 	}
 	return n
+}
+
+// loadLevelsOf is loadLevels, or with $TOLLGATE_BENCH_LOAD_TURNS turns a
+// client in each half of every level.
+func loadLevelsOf(tb testing.TB) []loadLevel {
+	v := os.Getenv(envBenchLoadTurns)
+	if v == "" {
+		return loadLevels
+	}
+	k, err := strconv.Atoi(v)
+	if err != nil || k < 1 {
+		tb.Fatalf("%s=%q: want a number of 1 or more", envBenchLoadTurns, v)
+	}
+	out := make([]loadLevel, len(loadLevels))
+	for i, l := range loadLevels {
+		out[i] = loadLevel{concurrency: l.concurrency, turns: 2 * k * l.concurrency}
+	}
+	return out
 }
 
 // BenchmarkScale runs the scale stage of BenchmarkTollgate alone and logs
@@ -59,10 +77,27 @@ func BenchmarkScale(b *testing.B) {
 	for b.Loop() {
 		res, err := sys.scale(context.Background(), waiting)
 		if err != nil {
-			b.Fatal(err)
+			res.Err = err.Error()
+			fmt.Fprintf(os.Stderr, "the scale stage: %v\n", err)
 		}
 		// Standard output: the testing package cuts a benchmark's long log.
 		fmt.Println((&report{Scale: res}).scaleMarkdown())
+	}
+}
+
+// BenchmarkHistory runs the history stage of BenchmarkTollgate alone (a
+// turn of each shape) and logs its section of the report on standard
+// output; it writes no file.
+//
+//	go test -run '^$' -bench '^BenchmarkHistory$' -benchtime 1x ./bench/
+func BenchmarkHistory(b *testing.B) {
+	sys := startSystem(b)
+	for b.Loop() {
+		res, err := sys.env.historyShapes(context.Background())
+		if err != nil {
+			b.Fatal(err)
+		}
+		fmt.Println((&report{History: res}).historyMarkdown())
 	}
 }
 
@@ -76,7 +111,7 @@ func BenchmarkScale(b *testing.B) {
 func BenchmarkLoad(b *testing.B) {
 	sys := startSystem(b)
 	for b.Loop() {
-		res, err := sys.loads(context.Background())
+		res, err := sys.loads(context.Background(), loadLevelsOf(b))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -108,6 +143,20 @@ func BenchmarkTollgate(b *testing.B) {
 		}
 	})
 	ctx := context.Background()
+	// stage times each stage, into the report and the log as it ends.
+	stage := func(name string, f func() error) {
+		start := time.Now()
+		err := f()
+		rep.Stages = append(rep.Stages, stageTime{Name: name, Took: time.Since(start)})
+		// Standard error as well, as it ends: the testing package prints a
+		// benchmark's log only when the benchmark ends.
+		fmt.Fprintf(os.Stderr, "bench: stage %q took %s\n", name, time.Since(start).Round(time.Second))
+		b.Logf("stage %q took %s", name, time.Since(start).Round(time.Second))
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	runStart := time.Now()
 	for range b.N {
 		b.Log("warming up")
 		for i := range benchWarmup {
@@ -180,36 +229,50 @@ func BenchmarkTollgate(b *testing.B) {
 			side.stats.CPU = cpu1.sub(cpu0).div(benchBurstTurns)
 		}
 
-		b.Logf("the decision path under load: the same-shape floor and tollgate at %v", loadLevels)
-		if rep.Load, err = sys.loads(ctx); err != nil {
-			b.Fatal(err)
-		}
+		rep.Stages = append(rep.Stages, stageTime{Name: "warm-up, latency, throughput (dev server)", Took: time.Since(runStart)})
+		fmt.Fprintf(os.Stderr, "bench: stage %q took %s\n", rep.Stages[0].Name, rep.Stages[0].Took.Round(time.Second))
+
+		levels := loadLevelsOf(b)
+		b.Logf("the decision path under load: the same-shape floor and tollgate at %v", levels)
+		stage("the decision path under load (dev server, then PostgreSQL)", func() (err error) {
+			rep.Load, err = sys.loads(ctx, levels)
+			return err
+		})
 
 		b.Logf("fan-out: %d clients on %d paused turns", fanClients, fanTurns)
-		if rep.FanOut, err = e.fanOut(ctx); err != nil {
-			b.Fatal(err)
-		}
+		stage("fan-out", func() (err error) {
+			rep.FanOut, err = e.fanOut(ctx)
+			return err
+		})
 
-		b.Log("history cost")
-		rep.History = nil
-		for _, q := range []string{queryHistoryBatch, queryHistorySteps} {
-			h, err := e.historyCost(ctx, q)
-			if err != nil {
-				b.Fatal(err)
-			}
-			rep.History = append(rep.History, h)
-		}
+		b.Log("history per turn shape")
+		stage("history per turn shape", func() (err error) {
+			rep.History, err = e.historyShapes(ctx)
+			return err
+		})
 
 		b.Logf("a long turn: %d steps of %d Reads, inline and with the payload store", longTurnSteps, longTurnReads)
-		if rep.LongTurn, err = sys.longTurns(ctx); err != nil {
-			b.Fatal(err)
-		}
+		stage("a long turn, inline and with the payload store", func() (err error) {
+			rep.LongTurn, err = sys.longTurns(ctx)
+			return err
+		})
 
-		b.Logf("scale: %d waiting turns, and %d watchers on %d and on %d turns", waiting, watchClients, watchFewTurns, watchManyTurns)
-		if rep.Scale, err = sys.scale(ctx, waiting); err != nil {
-			b.Fatal(err)
-		}
+		sz := sizesFor(waiting)
+		b.Logf("scale: %d waiting turns, and %d watchers on %d and on %d turns", waiting, sz.Clients, sz.FewTurns, sz.ManyTurns)
+		stage("thousands waiting (PostgreSQL)", func() error {
+			// A scale run that cannot hold says why in the report; the run
+			// goes on to write it.
+			res, err := sys.scale(ctx, waiting)
+			if err != nil {
+				res.Err = err.Error()
+				b.Logf("the scale stage: %v", err)
+				fmt.Fprintf(os.Stderr, "the scale stage: %v\n", err)
+			}
+			rep.Scale = res
+			return nil
+		})
 	}
+	rep.Took = time.Since(runStart)
 	rep.LoadAfter = loadAverage()
 
 	b.ReportMetric(ms(rep.Floor.Request.p50), "floor-request-p50-ms")
@@ -222,7 +285,9 @@ func BenchmarkTollgate(b *testing.B) {
 	b.ReportMetric(rep.Tollgate.TurnsPerSec20, "turns/s-c20")
 	b.ReportMetric(rep.FanOut.IdleQPS[1], "idle-queries/s-500-clients")
 	b.ReportMetric(rep.FanOut.HeapPerStream, "heap-B/stream")
-	b.ReportMetric(float64(rep.History[0].TurnEvents), "history-events/turn")
+	if len(rep.History) > 0 {
+		b.ReportMetric(float64(rep.History[0].TurnEvents), "history-events/approved-turn")
+	}
 	b.ReportMetric(float64(rep.LongTurn[1].historyBytes), "long-turn-history-bytes")
 	b.ReportMetric(float64(rep.LongTurn[1].storeBytes), "long-turn-store-bytes")
 
@@ -300,7 +365,7 @@ func dialQuietly(hostPort, namespace string) (client.Client, error) {
 // (and at times 10) saturate: its queries are interrupted, it answers that
 // the namespace is not found, and whichever side meets that stalls. Such a
 // stage is reported with its error, and the run goes on.
-func (s *system) loads(ctx context.Context) ([]loadResult, error) {
+func (s *system) loads(ctx context.Context, levels []loadLevel) ([]loadResult, error) {
 	// The stage's own dev server stops when the stage ends: two dev
 	// servers' databases on one machine slow each other down.
 	ds, err := devserver.Run(devserver.Options{Dir: s.tb.TempDir()})
@@ -314,19 +379,19 @@ func (s *system) loads(ctx context.Context) ([]loadResult, error) {
 	}
 	defer dc.Close()
 	pid := findServerPID(ds.HostPort)
-	dev := s.loadOn(ctx, "a tuned dev server (SQLite) of its own", ds.HostPort, ds.Namespace, dc, func() time.Duration { return processCPU(pid) })
+	dev := s.loadOn(ctx, levels, "a tuned dev server (SQLite) of its own", ds.HostPort, ds.Namespace, dc, func() time.Duration { return processCPU(pid) })
 	cl, err := s.cluster()
 	if err != nil {
 		return nil, err
 	}
-	return []loadResult{dev, s.loadOn(ctx, "the Temporal server on PostgreSQL, as docker-compose.yml configures it", cl.server.HostPort, cl.server.Namespace, cl.client, cl.cpu)}, nil
+	return []loadResult{dev, s.loadOn(ctx, levels, "the Temporal server on PostgreSQL, as docker-compose.yml configures it", cl.server.HostPort, cl.server.Namespace, cl.client, cl.cpu)}, nil
 }
 
 // loadOn runs the decision path under load on the Temporal server at
 // address: a tollgate of its own and the same-shape floor's worker, each
 // with a connection of its own, warmed up first. A failure is the result's
 // Err.
-func (s *system) loadOn(ctx context.Context, server, address, namespace string, c client.Client, serverCPU func() time.Duration) loadResult {
+func (s *system) loadOn(ctx context.Context, levels []loadLevel, server, address, namespace string, c client.Client, serverCPU func() time.Duration) loadResult {
 	res, err := func() (loadResult, error) {
 		own := &system{tb: s.tb, address: address, namespace: namespace, client: c, bins: s.bins}
 		queue := "load-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
@@ -355,7 +420,7 @@ func (s *system) loadOn(ctx context.Context, server, address, namespace string, 
 				return loadResult{}, err
 			}
 		}
-		res, err := e.decisionPathUnderLoad(ctx)
+		res, err := e.decisionPathUnderLoad(ctx, levels)
 		if err != nil {
 			err = fmt.Errorf("%w%s", err, tg.problems())
 		}
@@ -563,7 +628,9 @@ func (s *system) longTurns(ctx context.Context) ([2]longTurnResult, error) {
 		{"inline", []string{config.EnvPayloadThreshold + "=" + strconv.Itoa(longTurnInline)}},
 		{"store", nil},
 	} {
-		queue := "long-turn-" + way.name + "-" + s.env.run
+		// The queue names the turn's conversation too, which may not hold
+		// "-turn-".
+		queue := "longturn-" + way.name + "-" + s.env.run
 		storeDir := s.tb.TempDir()
 		tg := s.startTollgate(queue, workspace, model.URL, append(way.extra, maxSteps, config.EnvPayloadDir+"="+storeDir)...)
 		r, err := runLongTurn(ctx, s.client, tg.api, queue, storeDir)
@@ -577,13 +644,14 @@ func (s *system) longTurns(ctx context.Context) ([2]longTurnResult, error) {
 }
 
 // scale pauses n turns on a tollgate of its own, measures each process's
-// memory and GET /approvals at that size, watches some of them with many
-// clients, then crashes the worker, starts another and decides the rest.
+// memory (with the worker's cache holding all of them, then evicting) and
+// GET /approvals at that size, watches some of them with many clients,
+// then crashes the worker, starts another and decides the rest. A step that
+// fails ends the stage with its error in the result; what it measured
+// before stays.
 func (s *system) scale(ctx context.Context, n int) (scaleResult, error) {
-	res := scaleResult{Waiting: n}
-	if n < watchFewTurns+watchManyTurns {
-		return res, fmt.Errorf("%d waiting turns: want at least %d", n, watchFewTurns+watchManyTurns)
-	}
+	sz := sizesFor(n)
+	res := scaleResult{scaleSizes: sz}
 	queue := "scale-" + s.env.run
 	// The Temporal server on PostgreSQL, as docker-compose.yml runs it: a
 	// dev server gives way long before 2,000 open turns (its SQLite
@@ -595,46 +663,86 @@ func (s *system) scale(ctx context.Context, n int) (scaleResult, error) {
 	}
 	ts, c := cl.server, cl.client
 	own := &system{tb: s.tb, address: ts.HostPort, namespace: ts.Namespace, client: c, bins: s.bins}
-	// The turns wait longer than the run takes, so none expires.
-	tg := own.startTollgate(queue, s.workspace, s.modelURL, config.EnvApprovalTimeout+"="+scaleApprovalTimeout.String())
+	// The turns wait longer than the run takes, so none expires; two
+	// principals ask for them, so that they can be listed by principal.
+	tg := own.startTollgate(queue, s.workspace, s.modelURL,
+		config.EnvApprovalTimeout+"="+scaleApprovalTimeout.String(),
+		config.EnvWorkflowCacheSize+"="+strconv.Itoa(sz.Cache),
+		config.EnvAPITokens+"="+scaleAliceToken+":"+scaleAlice+","+scaleBobToken+":"+scaleBob)
 	defer tg.stop(s.tb)
-	e := &env{temporal: c, api: tg.api, apiMetrics: tg.apiMetrics, worker: tg.workerMetrics, run: s.env.run}
-
-	w0, a0, err := e.memoryOfBoth(ctx)
-	if err != nil {
-		return res, err
-	}
-	start := time.Now()
-	turns, err := e.pauseMany(ctx, n)
-	if err != nil {
-		return res, fmt.Errorf("%w\nthe worker's log ends:\n%s\nthe API's log ends:\n%s\nthe Temporal server's log ends:\n%s",
+	api, apiMetrics := tg.api, tg.apiMetrics
+	api.token, apiMetrics.token = scaleAliceToken, scaleAliceToken
+	e := &env{temporal: c, api: api, apiMetrics: apiMetrics, worker: tg.workerMetrics, run: s.env.run}
+	logs := func(err error) error {
+		return fmt.Errorf("%w\nthe worker's log ends:\n%s\nthe API's log ends:\n%s\nthe Temporal server's log ends:\n%s",
 			err, tail(tg.worker.Log()), tail(tg.apiProcess.Log()), tail(ts.Process.Log()))
 	}
-	res.PauseTime = time.Since(start)
-	if err := e.waitMetric(ctx, metricPollersRunning, 0); err != nil {
-		return res, fmt.Errorf("pollers of the paused turns did not stop: %w", err)
+
+	// pause pauses turns [from, to) and reads both processes' memory and
+	// the worker's cache once every stream has left.
+	pause := func(from, to int) ([]paused, memoryPerUnit, memoryPerUnit, float64, error) {
+		turns, err := e.pauseMany(ctx, from, to, scaleAliceToken, scaleBobToken)
+		if err != nil {
+			return nil, memoryPerUnit{}, memoryPerUnit{}, 0, logs(err)
+		}
+		if err := e.waitMetric(ctx, metricPollersRunning, 0); err != nil {
+			return nil, memoryPerUnit{}, memoryPerUnit{}, 0, fmt.Errorf("pollers of the paused turns did not stop: %w", err)
+		}
+		w, a, err := e.memoryOfBoth(ctx)
+		if err != nil {
+			return nil, w, a, 0, err
+		}
+		sc, err := tg.workerMetrics.read(ctx)
+		if err != nil {
+			return nil, w, a, 0, err
+		}
+		return turns, w, a, sc.most(metricStickyCache), nil
 	}
-	w1, a1, err := e.memoryOfBoth(ctx)
+	wStart, aStart, err := e.memoryOfBoth(ctx)
 	if err != nil {
 		return res, err
 	}
-	res.Worker = w1.sub(w0).div(n)
-	res.API = a1.sub(a0).div(n)
-
-	if res.Lists, err = e.timeLists(ctx, turns); err != nil {
+	// The first few turns warm the worker up (its pools, buffers and
+	// connections grow once); the cached turns' cost is over the next.
+	start := time.Now()
+	warm, w0, _, _, err := pause(0, sz.Warm)
+	if err != nil {
 		return res, err
 	}
+	first, w1, _, cached1, err := pause(sz.Warm, sz.CachedFirst)
+	if err != nil {
+		return res, err
+	}
+	rest, w2, a2, cached2, err := pause(sz.CachedFirst, n)
+	if err != nil {
+		return res, err
+	}
+	turns := slices.Concat(warm, first, rest)
+	res.PauseTime = time.Since(start)
+	res.Worker, res.API = w2.sub(wStart).div(n), a2.sub(aStart).div(n)
+	res.Cached = w1.sub(w0).div(sz.CachedFirst - sz.Warm)
+	res.CacheAt = [2]float64{cached1, cached2}
+	// The further turns the cache took (two workflows each) cost what the
+	// first did; the rest is what an evicted turn costs.
+	tookIn := max(0, (cached2-cached1)/2)
+	if evicted := float64(n-sz.CachedFirst) - tookIn; evicted > 0 {
+		g := w2.sub(w1)
+		res.Evicted = memoryPerUnit{RSS: (g.RSS - tookIn*res.Cached.RSS) / evicted, Heap: (g.Heap - tookIn*res.Cached.Heap) / evicted}
+	}
 
-	few, many := turns[:watchFewTurns], turns[watchFewTurns:watchFewTurns+watchManyTurns]
+	res.Lists = e.timeLists(ctx, turns)
+	res.Paging = e.pageThrough(ctx)
+
+	few, many := turns[:sz.FewTurns], turns[sz.FewTurns:sz.FewTurns+sz.ManyTurns]
 	for i, ts := range [][]paused{few, many} {
-		if res.Watch[i], err = e.watchRun(ctx, ts, watchClients/len(ts)); err != nil {
-			return res, err
+		if res.Watch[i], err = e.watchRun(ctx, ts, sz.perTurn(len(ts)), sz.Decisions); err != nil {
+			return res, fmt.Errorf("%d clients on %d turns: %w", sz.perTurn(len(ts))*len(ts), len(ts), err)
 		}
 	}
 	// The turns the watch runs did not decide.
-	rest := slices.Concat(few[watchDecisions:], many[watchDecisions:], turns[watchFewTurns+watchManyTurns:])
+	left := slices.Concat(few[sz.Decisions:], many[sz.Decisions:], turns[sz.FewTurns+sz.ManyTurns:])
 
-	// The worker dies with every turn cached; a new one must replay each
+	// The worker dies with its cache full; a new one must replay each
 	// turn to take its decision.
 	crashed := tg.worker.Crash(s.tb)
 	tg.worker = proctest.Start(s.tb, tg.workerName, s.bins.worker, tg.workerEnv)
@@ -645,7 +753,10 @@ func (s *system) scale(ctx context.Context, n int) (scaleResult, error) {
 		return res, fmt.Errorf("the restarted worker serves no metrics: %w", err)
 	}
 	res.Restart = time.Since(crashed)
-	res.Decided = len(rest)
-	res.DecideAll, res.Resumed, res.Retried, err = e.decideAll(ctx, rest)
-	return res, err
+	res.Decided = len(left)
+	res.DecideAll, res.Resumed, res.Retried, err = e.decideAll(ctx, left)
+	if err != nil {
+		return res, logs(err)
+	}
+	return res, nil
 }

@@ -277,7 +277,7 @@ func (e *env) startWatchersOf(ctx context.Context, turns []string, perTurn int, 
 	n := len(turns) * perTurn
 	wctx, cancel := context.WithCancel(context.Background())
 	w := &watchers{cancel: cancel, transport: &http.Transport{}, results: make(chan watcherEvent, n)}
-	api := apiClient{base: e.api.base, http: &http.Client{Transport: w.transport}}
+	api := apiClient{base: e.api.base, http: &http.Client{Transport: w.transport}, token: e.api.token}
 	ready := make(chan struct{}, n)
 	failed := make(chan error, 1)
 	for _, turn := range turns {

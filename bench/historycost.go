@@ -6,6 +6,7 @@ import (
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/protocol"
@@ -14,8 +15,16 @@ import (
 
 // historyCost is the history one turn leaves.
 type historyCost struct {
-	Query          string
+	Query string
+	// Shape names the turn in the report; Goal, when not 0, is the most
+	// events its history should have (issue 28, item 2).
+	Shape string
+	Goal  int
+	// TurnEvents and TurnBytes are the turn's history, its bytes as
+	// GetWorkflowExecutionHistory returns them.
 	TurnEvents     int
+	TurnBytes      int
+	Approvals      int
 	ConvEvents     int
 	ModelCalls     int
 	ToolCalls      int
@@ -38,8 +47,17 @@ func (e *env) historyCost(ctx context.Context, query string) (historyCost, error
 		return res, err
 	}
 	defer resp.Body.Close()
+	decided := map[string]bool{}
 	for ev := range readStamped(resp.Body) {
 		res.StreamedEvents++
+		// A person approves each request as it comes, through the API.
+		if ev.Type == protocol.EventApprovalRequest && !decided[ev.RequestID] {
+			decided[ev.RequestID] = true
+			if err := e.api.approve(ctx, ev.RequestID); err != nil {
+				return res, err
+			}
+			res.Approvals++
+		}
 		if ev.Type == protocol.EventToken {
 			res.TokenEvents++
 		}
@@ -56,6 +74,9 @@ func (e *env) historyCost(ctx context.Context, query string) (historyCost, error
 		return res, err
 	}
 	res.TurnEvents = len(h)
+	for _, ev := range h {
+		res.TurnBytes += proto.Size(ev)
+	}
 	for _, ev := range timedHistory(h) {
 		switch {
 		case ev.typ == enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
@@ -79,4 +100,37 @@ func (e *env) historyCost(ctx context.Context, query string) (historyCost, error
 		return res, err
 	}
 	return res, nil
+}
+
+// Goals of issue 28, item 2, for a turn's history with the ledger on.
+const (
+	approvedCallGoal = 40 // events of a turn with one approved call, at most
+	protectedGoal    = 99 // events of historyToolCalls approved calls and a long answer, under 100
+)
+
+// historyShapes runs one turn of each shape the report weighs and counts
+// its history: one approved call (the latency runs' turn), historyToolCalls
+// protected calls in one batch each approved by a person and a long
+// answer, and historyToolCalls unprotected Reads in one batch and one by
+// one, each with a long answer.
+func (e *env) historyShapes(ctx context.Context) ([]historyCost, error) {
+	shapes := []struct {
+		query, shape string
+		goal         int
+	}{
+		{queryApprove, "one approved call (Write), then \"done\"", approvedCallGoal},
+		{queryHistoryProtected, fmt.Sprintf("%d Writes in one batch, each approved by a person, then a %d-word answer", historyToolCalls, historyTokens), protectedGoal},
+		{queryHistoryBatch, fmt.Sprintf("%d Reads in one batch, then a %d-word answer", historyToolCalls, historyTokens), 0},
+		{queryHistorySteps, fmt.Sprintf("%d Reads one by one, then a %d-word answer", historyToolCalls, historyTokens), 0},
+	}
+	var out []historyCost
+	for _, s := range shapes {
+		h, err := e.historyCost(ctx, s.query)
+		if err != nil {
+			return out, fmt.Errorf("history of %s: %w", s.shape, err)
+		}
+		h.Shape, h.Goal = s.shape, s.goal
+		out = append(out, h)
+	}
+	return out, nil
 }

@@ -30,10 +30,13 @@ type scrape map[string]*dto.MetricFamily
 
 // readMetrics scrapes url (a /metrics endpoint) and parses it with the
 // Prometheus text parser.
-func readMetrics(ctx context.Context, hc *http.Client, url string) (scrape, error) {
+func readMetrics(ctx context.Context, hc *http.Client, url, token string) (scrape, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
@@ -76,6 +79,17 @@ func (s scrape) value(name string) float64 {
 	return sum
 }
 
+// most is the largest of a gauge's series; 0 when the family is absent.
+// The SDK reports its sticky cache's size once per workflow type, each
+// series the whole cache's size.
+func (s scrape) most(name string) float64 {
+	var out float64
+	for _, m := range s[name].GetMetric() {
+		out = max(out, m.GetGauge().GetValue())
+	}
+	return out
+}
+
 // cpu is process_cpu_seconds_total as a duration.
 func (s scrape) cpu() time.Duration {
 	return time.Duration(s.value(metricCPU) * float64(time.Second))
@@ -85,10 +99,13 @@ func (s scrape) cpu() time.Duration {
 type metricsReader struct {
 	url  string
 	http *http.Client
+	// token, when set, is the bearer token an API that asks for tokens
+	// wants on its /metrics too.
+	token string
 }
 
 func (m metricsReader) read(ctx context.Context) (scrape, error) {
-	return readMetrics(ctx, m.http, m.url)
+	return readMetrics(ctx, m.http, m.url, m.token)
 }
 
 // value reads one series.

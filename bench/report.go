@@ -29,6 +29,18 @@ type report struct {
 	LongTurn [2]longTurnResult // payloads inline, then with the store
 	Scale    scaleResult
 	Load     []loadResult
+
+	// Stages are how long each stage took, in order; Took the whole run
+	// from the start of the first stage (the build and the servers'
+	// starts before it not counted).
+	Stages []stageTime
+	Took   time.Duration
+}
+
+// stageTime is how long one stage of the run took.
+type stageTime struct {
+	Name string
+	Took time.Duration
 }
 
 // pathStats are one side's latencies and throughput.
@@ -182,28 +194,15 @@ func (r *report) markdown() string {
 	p("For comparison, a whole sequential turn with one client cost %.1f events queries.", r.QueriesPerTurn)
 	p("")
 
-	p("### History cost")
-	p("")
-	p("Each turn streams a %d-word answer from the scripted model at a word a millisecond, after %d Read",
-		historyTokens, historyToolCalls)
-	p("calls (unprotected). Temporal warns at %d events in one history; the goal is under %d a turn.", historyLimit, historyGoal)
-	p("")
-	p("| turn | events in the turn's history | of the %d warning | model calls | tool calls | token signals | `token` events | conversation's history |", historyLimit)
-	p("|---|---:|---:|---:|---:|---:|---:|---:|")
-	for _, h := range r.History {
-		p("| %s | %d | %.1f%% | %d | %d | %d | %d | %d |", strings.TrimPrefix(h.Query, "bench-history: "), h.TurnEvents,
-			100*float64(h.TurnEvents)/historyLimit, h.ModelCalls, h.ToolCalls, h.TokenSignals, h.TokenEvents, h.ConvEvents)
-	}
-	p("")
-	p("An approved turn of the latency runs (one model call asking for Write, the approval, Write, a")
-	p("second model call) has %d events.", r.HistoryApproved)
-	p("")
+	p("%s", r.historyMarkdown())
 
 	p("%s", r.loadMarkdown())
 
 	p("%s", r.longTurnMarkdown())
 
 	p("%s", r.scaleMarkdown())
+
+	p("%s", r.stagesMarkdown())
 
 	p("### What the numbers mean")
 	p("")
@@ -286,6 +285,10 @@ func (r *report) verdict() string {
 		for i := range ld.Floor {
 			fl, tg := ld.Floor[i], ld.Tollgate[i]
 			lat, tps := ratio(tg.Latency.Result.p50, fl.Latency.Result.p50), tg.TurnsPerSec/fl.TurnsPerSec
+			if ratioCell(lat) == "—" || ratioCell(tps) == "—" {
+				fmt.Fprintf(&s, "On %s at %d turns at a time, too few turns ran for a ratio. ", ld.Server, fl.Concurrency)
+				continue
+			}
 			fmt.Fprintf(&s, "On %s at %d turns at a time against the same-shape floor, approve → `tool_result` is %.2fx at p50 (goal %.2fx: %s) and turns a second %.2fx (goal %.2fx: %s)",
 				ld.Server, fl.Concurrency, lat, loadLatencyGoal, metGoal(lat <= loadLatencyGoal), tps, loadThroughputGoal, metGoal(tps >= loadThroughputGoal))
 			if i < len(ld.Indexed) {
@@ -296,8 +299,21 @@ func (r *report) verdict() string {
 		}
 	}
 	if sc := r.Scale; sc.Waiting > 0 {
-		fmt.Fprintf(&s, "With %d turns waiting at once on the Temporal server on PostgreSQL, the worker held %.0f KiB of heap per waiting turn and the API %.1f KiB; a page of `GET /approvals` took %.0f ms at p50; after a worker restart, %d decisions took %s and every turn had finished %s after the first. ",
-			sc.Waiting, sc.Worker.Heap/1024, sc.API.Heap/1024, ms(sc.Lists[0].Latency.p50), sc.Decided, sc.DecideAll.Round(time.Second), sc.Resumed.Round(time.Second))
+		if sc.Err != "" {
+			fmt.Fprintf(&s, "The scale stage did not finish (%s). ", firstLine(sc.Err))
+		}
+		fmt.Fprintf(&s, "With %d turns waiting at once on the Temporal server on PostgreSQL, the worker held %.0f KiB of heap per turn in its cache and %.1f KiB per turn evicted from it, the API %.1f KiB per waiting turn",
+			sc.Waiting, sc.Cached.Heap/1024, sc.Evicted.Heap/1024, sc.API.Heap/1024)
+		for _, l := range sc.Lists {
+			if l.Requests > 0 {
+				fmt.Fprintf(&s, "; `GET /approvals%s` took %.0f ms at p50", strings.TrimPrefix(l.Kind, "(unfiltered)"), ms(l.Latency.p50))
+			}
+		}
+		if sc.Decided > 0 {
+			fmt.Fprintf(&s, "; after a worker restart, %d decisions took %s (%.1f a second) and every turn had finished %s after the first",
+				sc.Decided, sc.DecideAll.Round(time.Second), float64(sc.Decided)/sc.DecideAll.Seconds(), sc.Resumed.Round(time.Second))
+		}
+		s.WriteString(". ")
 	}
 	f := r.FanOut
 	fmt.Fprintf(&s, "Watching costs the API one poller per turn, not per client: %d and %d clients caused %d and %d events queries to connect and %.1f and %.1f per second while the turns waited, ",
@@ -305,19 +321,9 @@ func (r *report) verdict() string {
 	fmt.Fprintf(&s, "an idle stream costs about %.0f KiB of heap and %.0f KiB of stack, ", f.HeapPerStream/1024, f.StackPerStream/1024)
 	fmt.Fprintf(&s, "and an approved turn's `tool_result` reached its %d watching clients in %.1f ms at p50 (%.1f ms with one client each). ",
 		f.Watched.PerTurn, ms(f.Watched.Latency.p50), ms(f.Control.Latency.p50))
-	if len(r.History) > 0 {
-		most := r.History[0]
-		for _, h := range r.History {
-			if h.TurnEvents > most.TurnEvents {
-				most = h
-			}
-		}
-		fmt.Fprintf(&s, "A turn of %d tool calls and a %d-word answer leaves at most %d history events (%.1f%% of the %d warning; the goal is under %d): ",
-			historyToolCalls, historyTokens, most.TurnEvents, 100*float64(most.TurnEvents)/historyLimit, historyLimit, historyGoal)
-		if most.TokenSignals == 0 {
-			fmt.Fprintf(&s, "its answer's %d `token` events came from the model call's heartbeat details and cost the history no event; what is left is the workflow tasks and activities of the calls. ", most.TokenEvents)
-		} else {
-			fmt.Fprintf(&s, "its answer cost %d signals, each with a workflow task. ", most.TokenSignals)
+	for _, h := range r.History {
+		if h.Goal > 0 {
+			fmt.Fprintf(&s, "A turn of %s leaves %d history events (%d KiB; goal at most %d: %s). ", h.Shape, h.TurnEvents, h.TurnBytes>>10, h.Goal, metGoal(h.TurnEvents <= h.Goal))
 		}
 	}
 	in, st := r.LongTurn[0], r.LongTurn[1]
@@ -366,4 +372,57 @@ func runBody(text, marker string) (string, bool) {
 	}
 	body, _, _ := strings.Cut(rest, runEnd)
 	return strings.TrimSpace(body), true
+}
+
+// historyMarkdown is the section of the history per turn shape.
+func (r *report) historyMarkdown() string {
+	var b strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
+	p("### History per turn shape")
+	p("")
+	p("One turn of each shape on the run's dev server, with tollgate's defaults (the audit ledger on, a")
+	p("SQLite file); the long answers stream from the scripted model at a word a millisecond. Bytes are")
+	p("the turn's history as GetWorkflowExecutionHistory returns it. Temporal warns at %d events in one", historyLimit)
+	p("history; the goals are issue 28's (item 2).")
+	p("")
+	p("| turn | events | bytes | goal | decided by a person | model calls | tool calls | token signals | `token` events | conversation's events |")
+	p("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|")
+	for _, h := range r.History {
+		goal := "—"
+		if h.Goal > 0 {
+			goal = fmt.Sprintf("≤%d: %s", h.Goal, goalCell(float64(h.TurnEvents), h.TurnEvents <= h.Goal))
+		}
+		p("| %s | %d | %.1f KiB | %s | %d | %d | %d | %d | %d | %d |", h.Shape, h.TurnEvents, float64(h.TurnBytes)/1024, goal,
+			h.Approvals, h.ModelCalls, h.ToolCalls, h.TokenSignals, h.TokenEvents, h.ConvEvents)
+	}
+	in, st := r.LongTurn[0], r.LongTurn[1]
+	if st.events > 0 {
+		p("| a long turn: %d steps of %d Reads of %d KiB files, payloads inline | %d | %.1f KiB | — | 0 | | | | | |", longTurnSteps, longTurnReads, longTurnFileSize>>10, in.events, float64(in.historyBytes)/1024)
+		p("| the same long turn with the payload store | %d | %.1f KiB | — | 0 | | | | | |", st.events, float64(st.historyBytes)/1024)
+	}
+	p("")
+	if r.HistoryApproved > 0 {
+		p("The approved call of the latency runs above (the median one) had %d events.", r.HistoryApproved)
+		p("")
+	}
+	return b.String()
+}
+
+// stagesMarkdown is how long each stage of the run took.
+func (r *report) stagesMarkdown() string {
+	var b strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
+	p("### How long the run took")
+	p("")
+	p("| stage | took |")
+	p("|---|---:|")
+	for _, st := range r.Stages {
+		p("| %s | %s |", st.Name, st.Took.Round(time.Second))
+	}
+	p("| **all of them** | **%s** |", r.Took.Round(time.Second))
+	p("")
+	p("Before the first stage, the build of the worker and the API and the dev server's start; the")
+	p("PostgreSQL server starts in the load stage, and its Temporal server with it.")
+	p("")
+	return b.String()
 }

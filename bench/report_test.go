@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/tollgate/tollgate/internal/config"
 )
 
 func TestWriteReportKeepsTheRunBeforeAndTheNotes(t *testing.T) {
@@ -58,4 +60,26 @@ func TestTheBusyStretchRunsFromTheFirstEndToTheLastStart(t *testing.T) {
 	from, to = busy([]turnSample{turn(0, 30), turn(1, 20)})
 	require.Equal(t, at(20), from)
 	require.Equal(t, from, to)
+}
+
+func TestScaleSizesFitTheWaitingTurnsAtEverySize(t *testing.T) {
+	full := sizesFor(waitingN)
+	require.Equal(t, scaleSizes{Waiting: waitingN, FewTurns: 50, ManyTurns: 500, Clients: 500, Decisions: 30, Cache: config.DefaultWorkflowCacheSize, CachedFirst: 400, Warm: 100}, full,
+		"at 2,000 waiting: 500 watchers on 50 turns and on 500, and the worker's default cache")
+	for _, n := range []int{waitingLeast, 100, 551, waitingN} {
+		s := sizesFor(n)
+		require.LessOrEqual(t, s.FewTurns+s.ManyTurns, n, "n=%d: the watched turns are among the waiting", n)
+		require.LessOrEqual(t, s.Decisions, min(s.FewTurns, s.ManyTurns), "n=%d", n)
+		require.LessOrEqual(t, 2*s.CachedFirst, s.Cache, "n=%d: the first turns and their conversations fit the cache", n)
+		require.Positive(t, s.CachedFirst, "n=%d", n)
+		require.GreaterOrEqual(t, s.perTurn(s.ManyTurns), 1, "n=%d", n)
+	}
+}
+
+func TestAScaleStageThatFailedIsReportedWithItsError(t *testing.T) {
+	r := &report{Scale: scaleResult{scaleSizes: sizesFor(100), Err: "pause: 500 Internal Server Error\nthe worker's log ends: ..."}}
+	md := r.scaleMarkdown()
+	require.Contains(t, md, "**The stage did not finish:** pause: 500 Internal Server Error")
+	require.NotContains(t, md, "the worker's log ends", "only the error's first line goes in the report")
+	require.Contains(t, r.verdict(), "The scale stage did not finish (pause: 500 Internal Server Error)")
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"slices"
@@ -15,15 +16,18 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/protocol"
 )
 
 // Sizes of the scale runs.
 const (
 	// waitingN is the turns paused at their approval at once; lower it (or
-	// set $TOLLGATE_BENCH_WAITING) for a quick try. The watchers' turns are
-	// among them, so it must be at least watchFewTurns+watchManyTurns.
+	// set $TOLLGATE_BENCH_WAITING) for a quick try: the watch runs and the
+	// worker's cache shrink with it (sizesFor).
 	waitingN = 2000
+	// waitingLeast is the fewest waiting turns a run takes.
+	waitingLeast = 20
 	// waitingConcurrency is how many turns are started at once, and
 	// decideConcurrency how many are decided at once after the worker's
 	// restart: more decisions at once pile up behind the turns they resume,
@@ -32,9 +36,13 @@ const (
 	decideConcurrency  = 10
 	// decideRetries is how often a decision answered 503 is sent again.
 	decideRetries = 3
-	// listRequests is how many GET /approvals of each kind are timed, and
-	// listPage the page size they ask for (an inbox's first screen).
+	// listRequests is how many GET /approvals of each kind are timed, at
+	// most, and listBudget how long each kind may take in all (an unpaged
+	// list that queries every waiting turn takes seconds a request);
+	// listPage is the page size a paged request asks for (an inbox's first
+	// screen).
 	listRequests = 12
+	listBudget   = time.Minute
 	listPage     = 50
 	// watchClients watch watchFewTurns turns, then watchManyTurns turns.
 	watchClients   = 500
@@ -49,26 +57,80 @@ const (
 	scaleWait = 15 * time.Minute
 )
 
+// The scale run's API asks for tokens, so that its turns have principals
+// to list them by: half the turns are scaleAlice's, half scaleBob's.
+const (
+	scaleAlice, scaleAliceToken = "alice", "bench-token-of-alice"
+	scaleBob, scaleBobToken     = "bob", "bench-token-of-bob-0"
+)
+
 // envBenchWaiting overrides waitingN.
 const envBenchWaiting = "TOLLGATE_BENCH_WAITING"
 
 // metricPollersStarted and metricRSS are the API's pollers started and a
-// process's resident memory.
+// process's resident memory; metricStickyCache the workflows the SDK's
+// sticky cache holds in the worker.
 const (
 	metricPollersStarted = "tollgate_api_pollers_started_total"
 	metricRSS            = "process_resident_memory_bytes"
+	metricStickyCache    = "temporal_sticky_cache_size"
 )
+
+// scaleSizes are the sizes of one scale run, from its waiting turns.
+type scaleSizes struct {
+	Waiting int
+	// FewTurns then ManyTurns turns are watched by Clients clients; each
+	// watch run decides Decisions of its turns.
+	FewTurns, ManyTurns, Clients, Decisions int
+	// Cache is the worker's TOLLGATE_WORKFLOW_CACHE_SIZE, half the waiting
+	// turns (the default, 1000, at 2,000 waiting). A waiting turn is two
+	// workflows in it, the turn and its conversation, so the first
+	// CachedFirst turns all fit and the rest evict. The first Warm of them
+	// warm the worker up, and the cached turns' cost is over the others.
+	Cache, CachedFirst, Warm int
+}
+
+// sizesFor scales the watch runs and the cache to n waiting turns: at
+// waitingN, 500 clients on 50 turns and on 500.
+func sizesFor(n int) scaleSizes {
+	s := scaleSizes{Waiting: n, FewTurns: watchFewTurns, ManyTurns: watchManyTurns, Clients: watchClients, Decisions: watchDecisions}
+	if n < waitingN {
+		s.FewTurns = max(2, watchFewTurns*n/waitingN)
+		s.ManyTurns = max(2, watchManyTurns*n/waitingN)
+		s.Clients = s.FewTurns * (watchClients / watchFewTurns)
+		s.Decisions = min(watchDecisions, s.FewTurns, s.ManyTurns)
+	}
+	s.Cache = n / 2
+	s.CachedFirst = s.Cache * 2 / 5
+	s.Warm = max(1, s.CachedFirst/4)
+	return s
+}
+
+// perTurn is how many clients a watch run of turns puts on each.
+func (s scaleSizes) perTurn(turns int) int { return max(1, s.Clients/turns) }
 
 // scaleResult is what the scale runs measured.
 type scaleResult struct {
-	Waiting int
+	scaleSizes
+	// Err, when set, is why the stage stopped; what it measured before
+	// stays.
+	Err string
 	// PauseTime is how long starting every turn up to its approval took,
 	// waitingConcurrency at a time.
 	PauseTime time.Duration
-	// Worker and API are each process's memory per waiting turn.
+	// Worker and API are each process's memory per waiting turn, over all
+	// of them.
 	Worker, API memoryPerUnit
-	// Lists are GET /approvals while every turn waits.
-	Lists []listStats
+	// Cached is the worker's memory per waiting turn while every one is in
+	// its cache (the first CachedFirst); Evicted per further waiting turn,
+	// less what the further turns that the cache took cost at Cached's
+	// rate. CacheAt are the workflows its cache held then and at the end.
+	Cached, Evicted memoryPerUnit
+	CacheAt         [2]float64
+	// Lists are GET /approvals while every turn waits; Paging is a walk
+	// through all of them a page at a time.
+	Lists  []listStats
+	Paging pagingStats
 	// Watch is the watchers on few turns, then on many.
 	Watch [2]watchStats
 	// Decided is how many turns were decided after the worker's restart;
@@ -84,12 +146,25 @@ type scaleResult struct {
 // memoryPerUnit is the growth of a process's memory per unit.
 type memoryPerUnit struct{ RSS, Heap float64 }
 
-// listStats is the latency of one kind of GET /approvals.
+// listStats is the latency of one kind of GET /approvals; Err is the
+// kind's first failure (the filter may not exist yet).
 type listStats struct {
-	Kind     string
-	Listed   int
-	Requests int
-	Latency  summary
+	Kind string
+	// Listed is how many the last request listed; Foreign how many of them
+	// the filter should have left out (a filter the API ignores lists
+	// them all).
+	Listed, Foreign int
+	Requests        int
+	Latency         summary
+	Err             string
+}
+
+// pagingStats is a walk through every waiting approval with pageToken.
+type pagingStats struct {
+	Pages, Listed int
+	Took          time.Duration
+	Page          summary
+	Err           string
 }
 
 // watchStats is one watch run: Clients SSE clients spread over Turns
@@ -148,90 +223,153 @@ func (m memoryPerUnit) div(n int) memoryPerUnit {
 	return memoryPerUnit{RSS: m.RSS / float64(n), Heap: m.Heap / float64(n)}
 }
 
-// pauseMany pauses n turns, each in a conversation of its own,
-// waitingConcurrency at a time.
-func (e *env) pauseMany(ctx context.Context, n int) ([]paused, error) {
-	turns := make([]paused, n)
-	errs := make([]error, n)
+// pauseMany pauses turns [from, to), each in a conversation of its own,
+// waitingConcurrency at a time; with tokens, the turns take them in turn.
+func (e *env) pauseMany(ctx context.Context, from, to int, tokens ...string) ([]paused, error) {
+	turns := make([]paused, to-from)
+	errs := make([]error, len(turns))
 	var wg sync.WaitGroup
 	slots := make(chan struct{}, waitingConcurrency)
-	for i := range n {
+	for i := range turns {
 		wg.Go(func() {
 			slots <- struct{}{}
 			defer func() { <-slots }()
-			turns[i].conv = fmt.Sprintf("bench-%s-wait-%d", e.run, i)
-			turns[i].turnID, turns[i].requestID, errs[i] = e.pauseTurn(ctx, turns[i].conv)
+			as := *e
+			if len(tokens) > 0 {
+				as.api.token = tokens[(from+i)%len(tokens)]
+			}
+			turns[i].conv = fmt.Sprintf("bench-%s-wait-%d", e.run, from+i)
+			turns[i].turnID, turns[i].requestID, errs[i] = as.pauseTurn(ctx, turns[i].conv)
 		})
 	}
 	wg.Wait()
 	return turns, errors.Join(errs...)
 }
 
-// timeLists times GET /approvals unfiltered, by tool and by conversation.
-func (e *env) timeLists(ctx context.Context, turns []paused) ([]listStats, error) {
-	kinds := []struct {
-		name  string
-		query func(i int) url.Values
-	}{
-		{"?limit=" + strconv.Itoa(listPage), func(int) url.Values { return url.Values{"limit": {strconv.Itoa(listPage)}} }},
-		{"?limit=" + strconv.Itoa(listPage) + "&tool=" + activities.ToolWrite, func(int) url.Values {
-			return url.Values{"limit": {strconv.Itoa(listPage)}, "tool": {activities.ToolWrite}}
-		}},
-		{"?conversationId=", func(i int) url.Values {
+// listKind is one kind of GET /approvals: its name in the report and its
+// query for the i-th request.
+type listKind struct {
+	name  string
+	query func(i int) url.Values
+	// foreign, when set, says an approval the filter should have left out.
+	foreign func(protocol.PendingApproval) bool
+}
+
+// timeLists times GET /approvals unfiltered, a page of it, by tool, by
+// principal and by conversation, each for at most listRequests requests
+// or listBudget. A kind that fails is reported with its error, and the
+// others go on.
+func (e *env) timeLists(ctx context.Context, turns []paused) []listStats {
+	aliceAsked := map[string]bool{}
+	for i := 0; i < len(turns); i += 2 {
+		aliceAsked[turns[i].conv] = true
+	}
+	kinds := []listKind{
+		{name: "(unfiltered)", query: func(int) url.Values { return nil }},
+		{name: "?limit=" + strconv.Itoa(listPage), query: func(int) url.Values { return url.Values{"limit": {strconv.Itoa(listPage)}} }},
+		{name: "?tool=" + activities.ToolWrite, query: func(int) url.Values { return url.Values{"tool": {activities.ToolWrite}} }},
+		{name: "?principal=" + scaleAlice, query: func(int) url.Values { return url.Values{"principal": {scaleAlice}} },
+			// pauseMany gives scaleAlice's token to every other turn, from
+			// the first.
+			foreign: func(a protocol.PendingApproval) bool { return !aliceAsked[a.ConversationID] }},
+		{name: "?conversationId=", query: func(i int) url.Values {
 			return url.Values{"conversationId": {turns[i*len(turns)/listRequests].conv}}
 		}},
 	}
 	var out []listStats
 	for _, k := range kinds {
-		st := listStats{Kind: k.name, Requests: listRequests}
+		st := listStats{Kind: k.name}
 		var ds []time.Duration
+		until := time.Now().Add(listBudget)
 		for i := range listRequests {
+			if i > 0 && time.Now().After(until) {
+				break
+			}
 			at := time.Now()
-			got, err := e.api.approvals(ctx, k.query(i))
+			got, _, err := e.api.approvals(ctx, k.query(i))
 			if err != nil {
-				return nil, err
+				st.Err = err.Error()
+				break
 			}
 			ds = append(ds, time.Since(at))
-			st.Listed = got
+			st.Listed, st.Foreign = len(got), 0
+			for _, a := range got {
+				if k.foreign != nil && k.foreign(a) {
+					st.Foreign++
+				}
+			}
 		}
-		st.Latency = summarize(ds)
+		st.Requests, st.Latency = len(ds), summarize(ds)
 		out = append(out, st)
 	}
-	return out, nil
+	return out
 }
 
-// approvals calls GET /approvals with query and returns how many it listed.
-func (a apiClient) approvals(ctx context.Context, query url.Values) (int, error) {
+// pageThrough lists every waiting approval listPage turns at a time,
+// following nextPageToken to the end.
+func (e *env) pageThrough(ctx context.Context) pagingStats {
+	var st pagingStats
+	var ds []time.Duration
+	start := time.Now()
+	q := url.Values{"limit": {strconv.Itoa(listPage)}}
+	for {
+		at := time.Now()
+		got, next, err := e.api.approvals(ctx, q)
+		if err != nil {
+			st.Err = err.Error()
+			break
+		}
+		ds = append(ds, time.Since(at))
+		st.Pages++
+		st.Listed += len(got)
+		if next == "" {
+			break
+		}
+		if st.Pages > 2*waitingN/listPage+10 {
+			st.Err = fmt.Sprintf("still a nextPageToken after %d pages", st.Pages)
+			break
+		}
+		q.Set("pageToken", next)
+	}
+	st.Took, st.Page = time.Since(start), summarize(ds)
+	return st
+}
+
+// approvals calls GET /approvals with query and returns what it listed and
+// its nextPageToken.
+func (a apiClient) approvals(ctx context.Context, query url.Values) ([]protocol.PendingApproval, string, error) {
 	u := a.base + "/approvals"
 	if len(query) > 0 {
 		u += "?" + query.Encode()
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
-		return 0, err
+		return nil, "", err
 	}
-	resp, err := a.http.Do(req)
+	resp, err := a.send(req)
 	if err != nil {
-		return 0, fmt.Errorf("GET %s: %w", u, err)
+		return nil, "", fmt.Errorf("GET %s: %w", u, err)
 	}
 	defer resp.Body.Close()
-	var body struct {
-		Approvals []protocol.PendingApproval `json:"approvals"`
-	}
 	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("GET %s: %s", u, resp.Status)
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return nil, "", fmt.Errorf("GET %s: %s: %s", u, resp.Status, strings.TrimSpace(string(b)))
+	}
+	var body struct {
+		Approvals     []protocol.PendingApproval `json:"approvals"`
+		NextPageToken string                     `json:"nextPageToken"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
-		return 0, fmt.Errorf("GET %s: %w", u, err)
+		return nil, "", fmt.Errorf("GET %s: %w", u, err)
 	}
-	return len(body.Approvals), nil
+	return body.Approvals, body.NextPageToken, nil
 }
 
-// watchRun connects perTurn clients to each turn, then decides
-// watchDecisions of the turns one after another, timing the
-// approval_decision at every client of the turn.
-func (e *env) watchRun(ctx context.Context, turns []paused, perTurn int) (watchStats, error) {
-	st := watchStats{Turns: len(turns), Clients: len(turns) * perTurn, Decisions: watchDecisions}
+// watchRun connects perTurn clients to each turn, then decides decisions
+// of the turns one after another, timing the approval_decision at every
+// client of the turn.
+func (e *env) watchRun(ctx context.Context, turns []paused, perTurn, decisions int) (watchStats, error) {
+	st := watchStats{Turns: len(turns), Clients: len(turns) * perTurn, Decisions: decisions}
 	counts := func() (queries, pollers int64, err error) {
 		s, err := e.apiMetrics.read(ctx)
 		return int64(s.value(metricEventQueries)), int64(s.value(metricPollersStarted)), err
@@ -268,7 +406,7 @@ func (e *env) watchRun(ctx context.Context, turns []paused, perTurn int) (watchS
 	st.HeapPerClient = (heap1 - heap0) / float64(st.Clients)
 
 	var lasts []time.Duration
-	for _, t := range turns[:watchDecisions] {
+	for _, t := range turns[:decisions] {
 		at := time.Now()
 		if err := e.api.approve(ctx, t.requestID); err != nil {
 			return st, err
@@ -289,7 +427,7 @@ func (e *env) watchRun(ctx context.Context, turns []paused, perTurn int) (watchS
 	if err != nil {
 		return st, err
 	}
-	st.DecisionQueries = float64(q2-q1) / watchDecisions
+	st.DecisionQueries = float64(q2-q1) / float64(decisions)
 	st.Last = summarize(lasts)
 	return st, nil
 }
@@ -351,64 +489,122 @@ func (r *report) scaleMarkdown() string {
 	p("### Thousands of waiting turns")
 	p("")
 	p("%d turns, each in a conversation of its own, paused at their approval at once on a worker and an", sc.Waiting)
-	p("API of their own (default settings) on the Temporal server v1.29.1 on PostgreSQL, configured as")
-	p("docker-compose.yml configures it (four history shards), all on this machine; starting them took %s, %d at a time",
-		sc.PauseTime.Round(time.Millisecond), waitingConcurrency)
-	p("(%.0f turns a second). Memory from each process's /metrics before and after, over the turns:", float64(sc.Waiting)/sc.PauseTime.Seconds())
+	p("API of their own on the Temporal server v1.29.1 on PostgreSQL, configured as docker-compose.yml")
+	p("configures it (four history shards), all on this machine. Not the dev server: its SQLite sits behind")
+	p("one connection, and with some hundreds of open turns its queries time out and it answers that the")
+	p("namespace is not found (issue 28, item 5; the load stage below shows it at 50 turns at a time), so")
+	p("it would measure the dev server's wedge, not tollgate's inbox. The worker's cache")
+	p("(`TOLLGATE_WORKFLOW_CACHE_SIZE`) is %d workflows; the API asks for tokens, and two principals,", sc.Cache)
+	p("%s and %s, ask for half the turns each; the rest of the settings are the defaults.", scaleAlice, scaleBob)
+	if sc.Err != "" {
+		p("")
+		p("**The stage did not finish:** %s", firstLine(sc.Err))
+		p("What it measured before that is below; a figure of a step it did not reach reads 0.")
+	}
+	if sc.PauseTime > 0 {
+		p("Starting them took %s, %d at a time (%.0f turns a second).", sc.PauseTime.Round(time.Millisecond),
+			waitingConcurrency, float64(sc.Waiting)/sc.PauseTime.Seconds())
+	}
+	p("")
+	p("Memory from each process's /metrics before and after, over the turns; the worker's first %d turns", sc.CachedFirst)
+	p("(%d workflows with their conversations) fit its cache, which held %.0f workflows after them and", 2*sc.CachedFirst, sc.CacheAt[0])
+	p("%.0f after all %d (`%s`). A cached turn's cost is over turns %d to %d (the first %d warm the", sc.CacheAt[1], sc.Waiting, metricStickyCache, sc.Warm+1, sc.CachedFirst, sc.Warm)
+	p("worker up); an evicted turn's over the rest, less the cost at that rate of those the cache took:")
 	p("")
 	p("| per waiting turn | resident (`%s`) | heap (`%s`) |", metricRSS, metricHeapAlloc)
 	p("|---|---:|---:|")
-	p("| worker | %s | %s |", kib(sc.Worker.RSS), kib(sc.Worker.Heap))
-	p("| API | %s | %s |", kib(sc.API.RSS), kib(sc.API.Heap))
+	p("| worker, over all %d | %s | %s |", sc.Waiting, kib(sc.Worker.RSS), kib(sc.Worker.Heap))
+	p("| worker, a turn in its cache | %s | %s |", kib(sc.Cached.RSS), kib(sc.Cached.Heap))
+	p("| worker, a turn evicted from it (goal: near zero) | %s | %s |", kib(sc.Evicted.RSS), kib(sc.Evicted.Heap))
+	p("| API, over all %d | %s | %s |", sc.Waiting, kib(sc.API.RSS), kib(sc.API.Heap))
 	p("")
-	p("The heaps are read just after a GC where one came within 5 s, else as they are. GET /approvals")
-	p("while all %d wait, %d requests of each kind one after another:", sc.Waiting, listRequests)
+	p("The heaps are read just after a GC where one came within 5 s, else as they are; resident memory")
+	p("a Go process has once taken it keeps for minutes, so an evicted turn shows in the heap first. A")
+	p("cache of %d workflows (the default) costs about %.0f MiB resident at a cached turn's rate (two",
+		config.DefaultWorkflowCacheSize, sc.Cached.RSS*float64(config.DefaultWorkflowCacheSize)/2/(1<<20))
+	p("workflows a turn); the SDK's own default of 10,000, ten times that.")
 	p("")
-	p("| GET /approvals | approvals listed | p50 | p95 | max |")
-	p("|---|---:|---:|---:|---:|")
+	p("GET /approvals while all %d wait, up to %d requests of each kind one after another (at most %s a kind):", sc.Waiting, listRequests, listBudget)
+	p("")
+	p("| GET /approvals | requests | approvals listed | p50 | p95 | max | goal p50 < 200 ms, p95 < 500 ms |")
+	p("|---|---:|---:|---:|---:|---:|---|")
 	for _, l := range sc.Lists {
-		p("| %s | %d | %.1f ms | %.1f ms | %.1f ms |", l.Kind, l.Listed, ms(l.Latency.p50), ms(l.Latency.p95), ms(l.Latency.max))
+		if l.Err != "" && l.Requests == 0 {
+			p("| %s | 0 | — | — | — | — | failed: %s |", l.Kind, mdCell(firstLine(l.Err)))
+			continue
+		}
+		verdict := "missed"
+		if l.Latency.p50 < 200*time.Millisecond && l.Latency.p95 < 500*time.Millisecond {
+			verdict = "met"
+		}
+		if l.Foreign > 0 {
+			verdict = "not measured: the filter is ignored"
+		}
+		if l.Err != "" {
+			verdict += "; then failed: " + mdCell(firstLine(l.Err))
+		}
+		listed := strconv.Itoa(l.Listed)
+		if l.Foreign > 0 {
+			listed += fmt.Sprintf(" (%d of them not the filter's: the API does not filter on it)", l.Foreign)
+		}
+		p("| %s | %d | %s | %.1f ms | %.1f ms | %.1f ms | %s |", l.Kind, l.Requests, listed, ms(l.Latency.p50), ms(l.Latency.p95), ms(l.Latency.max), verdict)
 	}
 	p("")
-	p("A page (`limit`) queries the %d turns visibility lists for it, 8 at a time; by conversation,", listPage)
-	p("visibility narrows it to that conversation's turn. Without `limit` it would query every waiting")
-	p("turn, up to `maxListedTurns` (api/server.go).")
+	pg := sc.Paging
+	p("Paging through all of them %d turns at a time with `pageToken`: %d pages, %d approvals listed (of %d", listPage, pg.Pages, pg.Listed, sc.Waiting)
+	p("waiting), %s in all; a page p50 %.1f ms, p95 %.1f ms.", pg.Took.Round(time.Millisecond), ms(pg.Page.p50), ms(pg.Page.p95))
+	if pg.Err != "" {
+		p("The walk stopped: %s", firstLine(pg.Err))
+	}
 	p("")
-	p("Then the worker was killed (SIGKILL) with the turns in its cache and a new one started (%s from",
-		sc.Restart.Round(time.Millisecond))
-	p("the kill to its /metrics answering), and the %d turns the watch runs below left waiting were approved",
-		sc.Decided)
-	p("through POST /chat/approval, %d at a time: the last decision call returned after %s (%.0f",
-		decideConcurrency, sc.DecideAll.Round(time.Millisecond), float64(sc.Decided)/sc.DecideAll.Seconds())
-	p("decisions a second), and every one of those turns had finished %s after the first decision.",
-		sc.Resumed.Round(time.Millisecond))
-	p("%d decisions answered 503 (the API waits 30 s for the turn to take an Update) and were sent again,", sc.Retried)
-	p("as a client would: each was taken once.")
-	p("")
+	if sc.Decided > 0 {
+		p("Then the worker was killed (SIGKILL) with its cache full and a new one started (%s from",
+			sc.Restart.Round(time.Millisecond))
+		p("the kill to its /metrics answering), and the %d turns the watch runs below left waiting were approved",
+			sc.Decided)
+		p("through POST /chat/approval, %d at a time: the last decision call returned after %s (**%.1f",
+			decideConcurrency, sc.DecideAll.Round(time.Millisecond), float64(sc.Decided)/sc.DecideAll.Seconds())
+		p("decisions a second**), and every one of those turns had finished %s after the first decision.",
+			sc.Resumed.Round(time.Millisecond))
+		p("%d decisions answered 503 (the API waits 30 s for the turn to take an Update) and were sent again,", sc.Retried)
+		p("as a client would: each was taken once.")
+		p("")
+	}
 	p("### Hundreds of watchers")
 	p("")
 	p("%d SSE clients on %d of the waiting turns, then %d clients on %d others, each client a connection",
 		sc.Watch[0].Clients, sc.Watch[0].Turns, sc.Watch[1].Clients, sc.Watch[1].Turns)
-	p("of its own from the turn's start; then %d of the watched turns decided one after another, each", watchDecisions)
-	p("awaited to its finish.")
+	p("of its own from the turn's start; then %d of the watched turns decided one after another, each", sc.Decisions)
+	p("awaited to its finish. (The fan-out stage above watches 50 turns on the dev server with nothing")
+	p("else waiting; these wait among all %d.)", sc.Waiting)
 	p("")
 	p("| clients on turns | pollers started | events queries to connect | per turn | per client | queries per decided turn | API heap per client | decision → last client's `approval_decision` p50 | p95 |")
 	p("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, w := range sc.Watch {
+		if w.Clients == 0 {
+			continue
+		}
 		p("| %d on %d | %d | %d | %.2f | %.2f | %.1f | %s | %.1f ms | %.1f ms |", w.Clients, w.Turns, w.PollersStarted,
 			w.ConnectQueries, float64(w.ConnectQueries)/float64(w.Turns), float64(w.ConnectQueries)/float64(w.Clients),
 			w.DecisionQueries, kib(w.HeapPerClient), ms(w.Last.p50), ms(w.Last.p95))
 	}
 	p("")
 	few, many := sc.Watch[0], sc.Watch[1]
-	p("The API starts one poller per watched turn, whatever the clients: %d clients on %d turns started %d",
-		few.Clients, few.Turns, few.PollersStarted)
-	p("pollers, and on %d turns %d. Its events queries and history reads follow the pollers, so they scale",
-		many.Turns, many.PollersStarted)
-	p("with the turns watched (%.2f and %.2f queries per turn to connect), not with the clients.",
-		float64(few.ConnectQueries)/float64(max(few.Turns, 1)), float64(many.ConnectQueries)/float64(max(many.Turns, 1)))
-	p("")
+	if many.Clients > 0 {
+		p("The API starts one poller per watched turn, whatever the clients: %d clients on %d turns started %d",
+			few.Clients, few.Turns, few.PollersStarted)
+		p("pollers, and on %d turns %d. Its events queries and history reads follow the pollers, so they scale",
+			many.Turns, many.PollersStarted)
+		p("with the turns watched (%.2f and %.2f queries per turn to connect), not with the clients.",
+			float64(few.ConnectQueries)/float64(max(few.Turns, 1)), float64(many.ConnectQueries)/float64(max(many.Turns, 1)))
+		p("")
+	}
 	return b.String()
+}
+
+// mdCell makes s safe in a markdown table's cell.
+func mdCell(s string) string {
+	return strings.NewReplacer("|", "\\|", "\n", " ").Replace(s)
 }
 
 // tail is the end of a process's log.

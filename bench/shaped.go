@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -234,10 +235,23 @@ func busy(samples []turnSample) (from, to time.Time) {
 	return from, to
 }
 
+// loadLevel is one concurrency of the decision path under load and the
+// turns each side runs at it.
+type loadLevel struct{ concurrency, turns int }
+
+// String is how a level reads in the log.
+func (l loadLevel) String() string {
+	return fmt.Sprintf("%d at a time (%d turns)", l.concurrency, l.turns)
+}
+
 // Concurrencies of the decision path under load, and the turns of each:
 // enough that every client runs several, so that the stretch in which all
-// are busy holds most of them.
-var loadLevels = []struct{ concurrency, turns int }{{10, 200}, {50, 400}}
+// are busy holds most of them. The issue's goals are at 1, 10 and 50.
+var loadLevels = []loadLevel{{1, 40}, {10, 200}, {50, 400}}
+
+// envBenchLoadTurns, set to k, makes every level run k turns a client in
+// each half (2k a client in all), for a quick try of the stage.
+const envBenchLoadTurns = "TOLLGATE_BENCH_LOAD_TURNS"
 
 // loadRun is one side at one concurrency.
 type loadRun struct {
@@ -277,14 +291,14 @@ type loadResult struct {
 //
 // A level that fails ends the stage with the error; the levels before it
 // are kept, and the breakdown is of the last of them.
-func (e *env) decisionPathUnderLoad(ctx context.Context) (loadResult, error) {
+func (e *env) decisionPathUnderLoad(ctx context.Context, levels []loadLevel) (loadResult, error) {
 	var res loadResult
 	floor := side{"shaped", e.shapedFloorTurn}
 	indexed := side{"indexed", e.indexedFloorTurn}
 	tollgate := side{"tollgate", e.tollgateTurn}
 	var failed error
 levels:
-	for _, l := range loadLevels {
+	for _, l := range levels {
 		f := loadRun{Concurrency: l.concurrency, Turns: l.turns}
 		x, t := f, f
 		for i, half := range []struct {
@@ -348,7 +362,10 @@ func (r *report) loadMarkdown() string {
 	p("Each side runs in two halves, in the order floor, indexed floor, tollgate, tollgate, indexed floor,")
 	p("floor (a server slows as its database grows, and the order cancels that out). Turns a second are")
 	p("those that ended while every client was busy (from a half's first end to its last start, so neither")
-	p("ramp counts), per second of that stretch; latencies are of the turns decided in it.")
+	p("ramp counts), per second of that stretch; latencies are of the turns decided in it. The goals")
+	p("(issue 28, item 1) are against the same-shape floor, with tollgate's audit ledger on (its default,")
+	p("a SQLite file here): approve → `tool_result` p50 within %.2fx and turns a second at least %.2fx,", loadLatencyGoal, loadThroughputGoal)
+	p("at 1, 10 and 50 turns at a time, on both servers.")
 	p("")
 	for _, ld := range r.Load {
 		p("#### On %s", ld.Server)
@@ -360,18 +377,24 @@ func (r *report) loadMarkdown() string {
 		if len(ld.Floor) == 0 {
 			continue
 		}
-		p("| concurrency (turns) | floor | approve → `tool_result` p50: floor | tollgate | ratio | p95: floor | tollgate | turns/s: floor | tollgate | ratio | start → `approval_request` p50: floor | tollgate |")
-		p("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+		p("| concurrency (turns) | floor | approve → `tool_result` p50: floor | tollgate | ratio | goal ≤%.2fx | p95: floor | tollgate | turns/s: floor | tollgate | ratio | goal ≥%.2fx | start → `approval_request` p50: floor | tollgate |", loadLatencyGoal, loadThroughputGoal)
+		p("|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---|---:|---:|")
 		for i, t := range ld.Tollgate {
 			floors := []namedRun{{"same-shape", ld.Floor[i]}}
 			if i < len(ld.Indexed) {
 				floors = append(floors, namedRun{"indexed", ld.Indexed[i]})
 			}
-			for _, f := range floors {
-				p("| %d (%d) | %s | %.1f ms | %.1f ms | %.2fx | %.1f ms | %.1f ms | %.1f | %.1f | %.2fx | %.1f ms | %.1f ms |", t.Concurrency, t.Turns, f.name,
-					ms(f.r.Latency.Result.p50), ms(t.Latency.Result.p50), ratio(t.Latency.Result.p50, f.r.Latency.Result.p50),
+			for j, f := range floors {
+				lat, tps := ratio(t.Latency.Result.p50, f.r.Latency.Result.p50), t.TurnsPerSec/f.r.TurnsPerSec
+				// The goals are against the same-shape floor.
+				latGoal, tpsGoal := "", ""
+				if j == 0 {
+					latGoal, tpsGoal = goalCell(lat, lat <= loadLatencyGoal), goalCell(tps, tps >= loadThroughputGoal)
+				}
+				p("| %d (%d) | %s | %.1f ms | %.1f ms | %s | %s | %.1f ms | %.1f ms | %.1f | %.1f | %s | %s | %.1f ms | %.1f ms |", t.Concurrency, t.Turns, f.name,
+					ms(f.r.Latency.Result.p50), ms(t.Latency.Result.p50), ratioCell(lat), latGoal,
 					ms(f.r.Latency.Result.p95), ms(t.Latency.Result.p95),
-					f.r.TurnsPerSec, t.TurnsPerSec, t.TurnsPerSec/f.r.TurnsPerSec,
+					f.r.TurnsPerSec, t.TurnsPerSec, ratioCell(tps), tpsGoal,
 					ms(f.r.Latency.Request.p50), ms(t.Latency.Request.p50))
 			}
 		}
@@ -422,6 +445,27 @@ const (
 	loadLatencyGoal    = 1.15
 	loadThroughputGoal = 0.95
 )
+
+// ratioCell is a ratio in a table, or a dash where either side measured
+// nothing.
+func ratioCell(x float64) string {
+	if math.IsNaN(x) || math.IsInf(x, 0) || x == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.2fx", x)
+}
+
+// goalCell is a goal's cell in a table: pass or fail, or "no figure" when
+// the run measured too little to have a ratio (a quick try).
+func goalCell(x float64, ok bool) string {
+	switch {
+	case math.IsNaN(x) || math.IsInf(x, 0) || x == 0:
+		return "no figure"
+	case ok:
+		return "**pass**"
+	}
+	return "**fail**"
+}
 
 func metGoal(ok bool) string {
 	if ok {

@@ -22,6 +22,16 @@ type stamped struct {
 type apiClient struct {
 	base string
 	http *http.Client
+	// token, when set, is the bearer token every request carries.
+	token string
+}
+
+// send sends req with the client's token.
+func (a apiClient) send(req *http.Request) (*http.Response, error) {
+	if a.token != "" {
+		req.Header.Set("Authorization", "Bearer "+a.token)
+	}
+	return a.http.Do(req)
 }
 
 // chat posts a message and returns the response, whose body is the turn's
@@ -33,7 +43,7 @@ func (a apiClient) chat(ctx context.Context, query, conv string) (*http.Response
 		return nil, "", err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := a.http.Do(req)
+	resp, err := a.send(req)
 	if err != nil {
 		return nil, "", fmt.Errorf("POST /chat/stream of %s: %w", conv, err)
 	}
@@ -61,7 +71,7 @@ func (a apiClient) approveOnce(ctx context.Context, requestID string, again bool
 		return 0, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := a.http.Do(req)
+	resp, err := a.send(req)
 	if err != nil {
 		return 0, fmt.Errorf("POST /chat/approval of %s: %w", requestID, err)
 	}
@@ -83,7 +93,7 @@ func (a apiClient) events(ctx context.Context, turnID string) (*http.Response, e
 	if err != nil {
 		return nil, err
 	}
-	resp, err := a.http.Do(req)
+	resp, err := a.send(req)
 	if err != nil {
 		return nil, fmt.Errorf("GET events of %s: %w", turnID, err)
 	}

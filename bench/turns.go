@@ -29,7 +29,6 @@ const (
 	historyToolCalls = 10
 	historyTokens    = 2000
 	historyLimit     = 10240 // Temporal's history event count warning
-	historyGoal      = 100   // events a turn of historyToolCalls calls and a long answer should stay under
 	benchWait        = time.Minute
 )
 
@@ -38,6 +37,9 @@ const (
 	queryApprove      = "bench: ask to write a file"
 	queryHistoryBatch = "bench-history: 10 reads in one batch, then a long answer"
 	queryHistorySteps = "bench-history: 10 reads one by one, then a long answer"
+	// queryHistoryProtected asks for historyToolCalls Writes in one batch,
+	// each decided by a person through the API.
+	queryHistoryProtected = "bench-history: 10 writes in one batch, each approved by a person, then a long answer"
 	// historyMarker marks the queries whose answers stream slowly.
 	historyMarker = "bench-history"
 )
@@ -85,6 +87,16 @@ func benchScript(req openai.ChatCompletionRequest) scripted.Reply {
 			reply := scripted.Reply{}
 			for i := range historyToolCalls {
 				reply.ToolCalls = append(reply.ToolCalls, read(i))
+			}
+			return reply
+		}
+		return scripted.Reply{Content: longAnswer}
+	case queryHistoryProtected:
+		if results == 0 {
+			reply := scripted.Reply{}
+			for i := range historyToolCalls {
+				reply.ToolCalls = append(reply.ToolCalls, protocol.ToolCall{ID: fmt.Sprintf("call_w%d", i), Name: activities.ToolWrite,
+					Arguments: fmt.Sprintf(`{"file_path":"bench-%d.txt","content":"x"}`, i)})
 			}
 			return reply
 		}

@@ -118,6 +118,11 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if stored {
 		opts.ConnectionOptions.DialOptions = append(opts.ConnectionOptions.DialOptions, lost.DialOption())
 	}
+	// The cache is the SDK's, one for the process, set before any worker
+	// starts (the search attributes' probe below is one): a waiting turn
+	// evicted from it costs nothing until its decision comes, when its
+	// history (a few dozen events) is replayed.
+	worker.SetStickyWorkflowCacheSize(cfg.WorkflowCacheSize)
 	c, err := client.Dial(opts)
 	if err != nil {
 		return fmt.Errorf("dial Temporal at %s: %w", cfg.TemporalAddress, err)
@@ -195,7 +200,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	log.Info("worker started", "taskQueue", cfg.TaskQueue, "temporal", cfg.TemporalAddress,
 		"workspace", cfg.Workspace, "requiredTools", cfg.RequiredTools, "model", cfg.OpenAIModel, "subagents", len(agentDefs), "policyRules", len(rules), "notices", cfg.NotifyURL != "", "links", cfg.NotifyURL != "" && cfg.Links != nil,
-		"audit", auditWhere(ledger), "mcpTools", len(mcpServers.Specs()), "tracing", tracing.On(), "bashIsolation", activities.BashIsolation())
+		"audit", auditWhere(ledger), "workflowCacheSize", cfg.WorkflowCacheSize, "mcpTools", len(mcpServers.Specs()), "tracing", tracing.On(), "bashIsolation", activities.BashIsolation())
 	<-ctx.Done()
 	log.Info("worker stopping")
 	w.Stop()

@@ -234,3 +234,82 @@ func pendingRequests(ctx context.Context, c client.Client, workflowID string) []
 	}
 	return requests
 }
+
+// TestTheWorkersCacheHoldsNoMoreWaitingTurnsThanItsSize runs the worker's
+// run with TOLLGATE_WORKFLOW_CACHE_SIZE=2 and leaves six turns waiting for
+// their approvals: the SDK's sticky cache, as the worker's
+// temporal_sticky_cache_size reports it, keeps no more than its size (the
+// SDK's default of 10,000 kept all six), and an evicted turn still takes
+// its decision, replayed from its history.
+func TestTheWorkersCacheHoldsNoMoreWaitingTurnsThanItsSize(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Temporal dev server")
+	}
+	const cacheSize, waiting = 2, 6
+	srv := devserver.ForTest(t)
+	model := httptest.NewServer(scripted.New(scripted.Demo()))
+	t.Cleanup(model.Close)
+	workspace := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(workspace, "README.md"), []byte("# the workspace readme\n"), 0o644))
+	metricsAddr := proctest.FreeAddr(t)
+	queue := "worker-cache-" + uuid.NewString()
+	env := map[string]string{
+		config.EnvTemporalAddress:   srv.HostPort,
+		config.EnvTemporalNamespace: srv.Namespace,
+		config.EnvTaskQueue:         queue,
+		config.EnvOpenAIBaseURL:     model.URL + "/v1",
+		config.EnvOpenAIAPIKey:      "test",
+		config.EnvOpenAIModel:       scripted.ModelName,
+		config.EnvWorkspace:         workspace,
+		config.EnvPayloadDir:        t.TempDir(),
+		config.EnvMetricsAddr:       metricsAddr,
+		config.EnvWorkflowCacheSize: "2",
+		config.EnvAuditDB:           config.AuditOff,
+	}
+	cfg, err := config.Load(func(name string) string { return env[name] })
+	require.NoError(t, err)
+	require.Equal(t, cacheSize, cfg.WorkflowCacheSize)
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan error, 1)
+	go func() { stopped <- run(ctx, cfg, slog.New(slog.DiscardHandler)) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-stopped)
+	})
+
+	c, err := srv.Dial()
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	turnCtx, turnCancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer turnCancel()
+	turns := make([]client.WorkflowRun, waiting)
+	for i := range turns {
+		conv := "cache-" + uuid.NewString()
+		turns[i], err = c.ExecuteWorkflow(turnCtx, client.StartWorkflowOptions{
+			ID: workflows.TurnWorkflowID(conv, 1), TaskQueue: queue,
+		}, workflows.ChatTurnWorkflow, workflows.TurnInput{
+			ConversationID: conv, Turn: 1,
+			Messages: []activities.Message{{Role: activities.RoleUser, Content: "tidy up"}},
+		})
+		require.NoError(t, err)
+		require.Eventually(t, func() bool { return len(pendingRequests(turnCtx, c, turns[i].GetID())) == 2 },
+			time.Minute, 20*time.Millisecond, "turn %d waits for its approvals", i)
+	}
+	// The gauge is the cache's size as the worker last took a task; the
+	// queries above were tasks too.
+	most := 0.0
+	for _, m := range scrape(t, metricsAddr)["temporal_sticky_cache_size"].GetMetric() {
+		most = max(most, m.GetGauge().GetValue())
+	}
+	require.Positive(t, most, "the worker reports its cache")
+	require.LessOrEqual(t, most, float64(cacheSize), "%d turns wait; the cache holds at most %d of them", waiting, cacheSize)
+
+	// The first turn was evicted long ago: its decisions replay it.
+	for _, e := range pendingRequests(turnCtx, c, turns[0].GetID()) {
+		require.NoError(t, c.SignalWorkflow(turnCtx, e.WorkflowID, "", workflows.ApprovalSignal,
+			workflows.ApprovalDecision{RequestID: e.RequestID, Decision: workflows.DecisionApprove}))
+	}
+	var out workflows.TurnOutput
+	require.NoError(t, turns[0].Get(turnCtx, &out))
+	require.Equal(t, workflows.FinishStop, out.FinishReason)
+}

@@ -56,6 +56,10 @@ const (
 	// have in flight at once (starting a turn, a decision, a query); a
 	// request past it answers 503 with Retry-After at once.
 	EnvMaxTemporalCalls = "TOLLGATE_MAX_TEMPORAL_CALLS"
+	// EnvWorkflowCacheSize bounds the workflows the worker keeps in memory
+	// between their tasks (the SDK's sticky cache); a turn waiting for a
+	// person costs its place and is replayed from history when evicted.
+	EnvWorkflowCacheSize = "TOLLGATE_WORKFLOW_CACHE_SIZE"
 	// EnvBashEnv lists, comma-separated, the variables of the worker's
 	// environment that Bash commands get besides PATH, HOME and the few
 	// others every program needs (activities.BaseEnv). Default none.
@@ -164,6 +168,11 @@ const (
 	DefaultMaxSteps          = protocol.DefaultMaxSteps
 	DefaultBashTimeout       = protocol.DefaultBashTimeout
 	DefaultMetricsAddr       = "127.0.0.1:9090"
+	// DefaultWorkflowCacheSize is the worker's sticky cache, in workflows:
+	// bench/RESULTS.md measures about 200 KiB resident a cached waiting
+	// turn, so some 200 MiB at most, where the SDK's own default of 10,000
+	// would let an inbox of waiting turns grow the worker to 2 GiB.
+	DefaultWorkflowCacheSize = 1000
 	DefaultPayloadDir        = ".tollgate/payloads"
 	DefaultAuditDB           = ".tollgate/audit.db"
 	// DefaultMaxTemporalCalls is EnvMaxTemporalCalls's default.
@@ -233,6 +242,9 @@ type Config struct {
 	PublicURL string
 	// MaxSteps bounds the model calls of one turn.
 	MaxSteps int
+	// WorkflowCacheSize is how many workflows the worker keeps cached
+	// between their tasks (worker.SetStickyWorkflowCacheSize).
+	WorkflowCacheSize int
 	// BashTimeout is the default and the upper limit of one Bash call.
 	BashTimeout time.Duration
 	// BashEnv names the variables of the worker's environment that Bash
@@ -338,7 +350,7 @@ var known = []string{
 	EnvTemporalAddress, EnvTemporalNamespace, EnvTaskQueue, EnvHTTPAddr,
 	EnvOpenAIBaseURL, EnvOpenAIAPIKey, EnvOpenAIModel, EnvWorkspace,
 	EnvRequiredTools, EnvApprovalTimeout, EnvHeartbeatInterval, EnvMaxTemporalCalls, EnvAgentsDir, EnvPolicyFile, EnvNotifyURL,
-	EnvMaxSteps, EnvBashTimeout, EnvBashEnv, EnvLogLevel,
+	EnvMaxSteps, EnvWorkflowCacheSize, EnvBashTimeout, EnvBashEnv, EnvLogLevel,
 	EnvMetricsAddr, EnvMCPConfig, EnvAPITokens, EnvAllowBypass, EnvAllowUnauthenticated, EnvAllowedOrigins,
 	EnvCodecOrigins, EnvContextBudget, EnvModelContextWindow, EnvContextRecent, EnvPayloadDir, EnvPayloadThreshold, EnvPayloadS3Endpoint, EnvPayloadS3Secure, EnvPayloadS3Bucket,
 	EnvPayloadS3Prefix, EnvPayloadS3Region, EnvPayloadS3AccessKey, EnvPayloadS3SecretKey, EnvAuditDB, EnvGRPCCompression,
@@ -428,6 +440,7 @@ func LoadFor(uses Binary, getenv func(string) string) (Config, error) {
 			r.fail(EnvPublicURL, "", "required with %s: the worker makes links under it (example: https://tollgate.example.com)", EnvLinkSecret)
 		}
 		c.MaxSteps = r.positiveInt(EnvMaxSteps, DefaultMaxSteps)
+		c.WorkflowCacheSize = r.positiveInt(EnvWorkflowCacheSize, DefaultWorkflowCacheSize)
 		c.Budgets = Budgets{
 			TurnTokens:            r.optionalCount(EnvBudgetTurnTokens, 100000),
 			TurnToolCalls:         r.optionalCount(EnvBudgetTurnToolCalls, 50),

@@ -73,6 +73,7 @@ func TestProtocolDocGivesEveryVariableLoadsDefault(t *testing.T) {
 		EnvHeartbeatInterval:    text.Duration(DefaultHeartbeatInterval),
 		EnvMaxSteps:             strconv.Itoa(DefaultMaxSteps),
 		EnvMaxTemporalCalls:     strconv.Itoa(DefaultMaxTemporalCalls),
+		EnvWorkflowCacheSize:    strconv.Itoa(DefaultWorkflowCacheSize),
 		EnvBashTimeout:          text.Duration(DefaultBashTimeout),
 		EnvLogLevel:             strings.ToLower(slog.LevelInfo.String()),
 		EnvMetricsAddr:          DefaultMetricsAddr,
