@@ -310,3 +310,51 @@ func TestAnApprovedCallWaitsForNoLedgerWrite(t *testing.T) {
 	require.Equal(t, audit.OutcomeOK, rows[0].Outcome)
 	require.NotNil(t, rows[0].DecidedAt)
 }
+
+// TestABatchCostsItsTurnAMarkerOfEachKindNotOneACall runs a batch of three
+// protected calls, decided one by one, and counts the turn's markers: its
+// settings, the batch's vetting, its previews, its request ids, its asked
+// rows and the two decisions that left others waiting, whatever the
+// number of calls beyond that.
+func TestABatchCostsItsTurnAMarkerOfEachKindNotOneACall(t *testing.T) {
+	write := func(id, file string) activities.ToolCall {
+		return activities.ToolCall{ID: id, Name: activities.ToolWrite, Arguments: `{"file_path":"` + file + `","content":"x"}`}
+	}
+	replies := map[string][]scripted.Reply{
+		"three": {{ToolCalls: []activities.ToolCall{write("w1", "a.txt"), write("w2", "b.txt"), write("w3", "c.txt")}}, {Content: "Written."}},
+	}
+	st := newStack(t, withScript(byQuery(replies)))
+	_, msgs := st.chat(t, `{"query":"three","conversationId":"batch-markers"}`)
+	seq := 0
+	for _, e := range untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 3) {
+		if e.Type != protocol.EventApprovalRequest {
+			continue
+		}
+		_, out := st.postJSON(t, "/chat/approval", `{"requestId":"`+e.RequestID+`","decision":"approve"}`)
+		require.Equal(t, true, out["accepted"], out)
+	}
+	untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
+
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	markers, timers := 0, 0
+	iter := st.client.GetWorkflowHistory(ctx, workflows.TurnWorkflowID("batch-markers", 1), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for iter.HasNext() {
+		e, err := iter.Next()
+		require.NoError(t, err)
+		switch e.GetEventType() {
+		case enumspb.EVENT_TYPE_MARKER_RECORDED:
+			markers++
+		case enumspb.EVENT_TYPE_TIMER_STARTED:
+			timers++
+		}
+	}
+	require.Equal(t, 7, markers, "settings, vetting, previews, request ids, asked rows, and two decisions that left others waiting")
+	require.Equal(t, 1, timers, "one timer for the batch")
+	rows := st.audit(t, "conversationId=batch-markers").Records
+	require.Len(t, rows, 3)
+	for _, r := range rows {
+		require.Equal(t, audit.StageEnded, r.Stage)
+		require.Equal(t, audit.OutcomeOK, r.Outcome)
+	}
+}

@@ -80,6 +80,9 @@ type gate struct {
 	byID map[string]*approval
 	// clients are the calls of client-executed tools, in order.
 	clients []*clientCall
+	// batchIDs are the request ids of the batch the loop runs now, once
+	// made (batchRequestID).
+	batchIDs []string
 	wake    workflow.Channel
 	upserts bool
 	status  bool
@@ -116,7 +119,11 @@ func newGate(ctx workflow.Context, log *eventLog, conversationID, sender string,
 // names the workflow, so the API can find it from the id alone, and is bound
 // to the call (see boundRequestID); it is made once and recorded in history.
 func (g *gate) request(ctx workflow.Context, call activities.ToolCall, timeout time.Duration, note, preview string) *approval {
-	id := g.newRequestID(ctx, call)
+	return g.requestAs(ctx, g.newRequestID(ctx, call), call, timeout, note, preview)
+}
+
+// requestAs is request with the request's id made already (batchRequestID).
+func (g *gate) requestAs(ctx workflow.Context, id string, call activities.ToolCall, timeout time.Duration, note, preview string) *approval {
 	now := workflow.Now(ctx)
 	a := &approval{
 		RequestID:   id,
@@ -171,6 +178,33 @@ func (g *gate) newRequestID(ctx workflow.Context, call activities.ToolCall) stri
 	}
 	return id
 }
+
+// batchRequestID is the id of the request about calls[i], the i-th call of
+// the batch the loop runs now (levelBatchIDs): the ids of every call of the
+// batch are made, and recorded, in one SideEffect at its first request,
+// not one a request; a call that does not ask leaves its id unused.
+// newBatch forgets the last batch's.
+func (g *gate) batchRequestID(ctx workflow.Context, calls []activities.ToolCall, i int) string {
+	if g.batchIDs == nil {
+		err := workflow.SideEffect(ctx, func(workflow.Context) any {
+			ids := make([]string, len(calls))
+			for j, call := range calls {
+				secret := make([]byte, requestSecretBytes)
+				_, _ = rand.Read(secret) // crypto/rand.Read never fails on supported platforms
+				ids[j] = boundRequestID(g.workflowID, secret, call)
+			}
+			return ids
+		}).Get(&g.batchIDs)
+		if err != nil || len(g.batchIDs) != len(calls) {
+			// A SideEffect result only fails to decode on a corrupt history.
+			panic(fmt.Errorf("request ids for a batch of %d calls: %v (%d ids)", len(calls), err, len(g.batchIDs)))
+		}
+	}
+	return g.batchIDs[i]
+}
+
+// newBatch forgets the request ids of the last batch (batchRequestID).
+func (g *gate) newBatch() { g.batchIDs = nil }
 
 // requestSecretBytes is the size of the random secret in a request id.
 const requestSecretBytes = 16

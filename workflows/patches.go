@@ -99,11 +99,12 @@ const (
 // that takes it.
 //
 // Level 3 takes the patches of level 2 and those added after it
-// (ledger-behind to conversation-compaction), and changes three things of
+// (ledger-behind to conversation-compaction), and changes four things of
 // its own: no write of the audit ledger sits between a decision and its
 // tool, or between a tool and its result (turn.owe), a batch's requests
-// wait on one timer (gate.expireTogether), and one local activity
-// previews a batch (turn.previews). Asked one by one, the
+// wait on one timer (gate.expireTogether), one local activity previews a
+// batch (turn.previews), and one SideEffect makes a batch's request ids
+// (gate.batchRequestID). Asked one by one, the
 // patches after level 2 cost a turn a marker and an upsert each.
 const PatchLevel = 3
 
@@ -127,6 +128,9 @@ const (
 	// levelOnePreview: one local activity previews every call of a batch
 	// that may ask (turn.previews), not one a call.
 	levelOnePreview = 3
+	// levelBatchIDs: the request ids of a batch are made in one SideEffect
+	// (gate.batchRequestID), not one a request.
+	levelBatchIDs = 3
 )
 
 // levels are the patches each level takes without asking: a workflow of

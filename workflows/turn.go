@@ -489,6 +489,7 @@ func modelActivityOptions(s Settings) workflow.ActivityOptions {
 func (t *turn) runBatch(ctx workflow.Context, calls []activities.ToolCall) []ToolResult {
 	t.log.append(Event{Type: EventToolCall, ToolCalls: calls})
 	t.newBatchForLedger()
+	t.gate.newBatch()
 	t.cost = policy.NewBudget()
 
 	calls, vetted, normalized := t.vetBatch(ctx, calls)
@@ -540,7 +541,11 @@ func (t *turn) runBatch(ctx workflow.Context, calls []activities.ToolCall) []Too
 			if c.Problem != "" {
 				workflow.GetLogger(ctx).Warn("policy fails closed", "toolCallId", call.ID, "problem", c.Problem)
 			}
-			approvals[i] = t.gate.request(ctx, call, c.Timeout, c.Problem, previews[i])
+			if t.settings.PatchLevel >= levelBatchIDs {
+				approvals[i] = t.gate.requestAs(ctx, t.gate.batchRequestID(ctx, calls, i), call, c.Timeout, c.Problem, previews[i])
+			} else {
+				approvals[i] = t.gate.request(ctx, call, c.Timeout, c.Problem, previews[i])
+			}
 			waiting = append(waiting, approvals[i])
 			if t.auditing(ctx) {
 				r := t.auditAsked(ctx, approvals[i], c)
