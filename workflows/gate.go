@@ -83,10 +83,10 @@ type gate struct {
 	// batchIDs are the request ids of the batch the loop runs now, once
 	// made (batchRequestID).
 	batchIDs []string
-	wake    workflow.Channel
-	upserts bool
-	status  bool
-	notify  bool
+	wake     workflow.Channel
+	upserts  bool
+	status   bool
+	notify   bool
 	// settings hold the policy's rules, which may say who decides; sender
 	// is the principal who sent the message the loop runs for.
 	settings Settings
