@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -50,7 +51,11 @@ func TestTheWebUISaysWhatAWaitingTurnWaitsFor(t *testing.T) {
 
 	summaries := summariesOf(t, st, turnID)
 	require.Contains(t, summaries, "model call 1")
-	require.Contains(t, summaries, `approval: Bash {"command":"ls -la"}`)
+	// The batch's one timer names every call it waits for.
+	timer := slices.IndexFunc(summaries, func(s string) bool { return strings.HasPrefix(s, "approval: ") })
+	require.GreaterOrEqual(t, timer, 0, "a timer named by its calls: %q", summaries)
+	require.Contains(t, summaries[timer], `Bash {"command":"ls -la"}`)
+	require.Contains(t, summaries[timer], `Write {"file_path":"notes/tollgate.txt"`)
 
 	// A decided call leaves the details at once, not when its batch ends.
 	postDecision(t, st.api, requests[0].RequestID, protocol.DecisionApprove, "", true)
@@ -119,7 +124,7 @@ func TestTheWebUIShowsTheCallsATurnWaitsFor(t *testing.T) {
 	require.NoError(t, err, "open %s", page)
 	// The timeline names each timer by the call it waits for.
 	_, err = chromedp.Run(ctx, chromedp.Poll[bool](
-		`document.body && document.body.innerText.includes('approval: Bash {"command":"ls -la"}') && document.body.innerText.includes("model call 1")`,
+		`document.body && document.body.innerText.includes('approval: Write {"file_path":"notes/tollgate.txt"') && document.body.innerText.includes('Bash {"command":"ls -la"}') && document.body.innerText.includes("model call 1")`,
 		chromedp.WithPollingTimeout(45*time.Second)))
 	require.NoError(t, err, "the Web UI's page of %s names the calls its timers wait for", turnID)
 	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // PNG

@@ -471,11 +471,13 @@ func (g *gate) expireTogether(ctx, timerCtx workflow.Context, sel workflow.Selec
 		if waiting == 0 {
 			return
 		}
-		summary := "approval: " + callSummary(reqs[0].Call)
-		if len(reqs) > 1 {
-			summary = fmt.Sprintf("approval: %d calls", len(reqs))
+		var calls []activities.ToolCall
+		for _, a := range reqs {
+			if !a.decided {
+				calls = append(calls, a.Call)
+			}
 		}
-		timer := workflow.NewTimerWithOptions(timerCtx, next.Sub(workflow.Now(ctx)), workflow.TimerOptions{Summary: summary})
+		timer := workflow.NewTimerWithOptions(timerCtx, next.Sub(workflow.Now(ctx)), workflow.TimerOptions{Summary: batchSummary("approval: ", calls)})
 		sel.AddFuture(timer, func(f workflow.Future) {
 			if f.Get(ctx, nil) != nil {
 				return
@@ -558,6 +560,21 @@ func (g *gate) details() string {
 // callSummary names a call in one short line: its tool and arguments.
 func callSummary(call activities.ToolCall) string {
 	return call.Name + " " + text.Truncate(strings.Join(strings.Fields(call.Arguments), " "), 120)
+}
+
+// batchSummaryBytes bounds a summary that names several calls: Temporal
+// refuses a summary past 400 bytes by default (limit.userMetadataSummarySize).
+const batchSummaryBytes = 300
+
+// batchSummary names the calls a timer or an activity of a batch is for,
+// for the Web UI: prefix, then each call's summary, cut to
+// batchSummaryBytes.
+func batchSummary(prefix string, calls []activities.ToolCall) string {
+	parts := make([]string, len(calls))
+	for i, c := range calls {
+		parts[i] = callSummary(c)
+	}
+	return text.Truncate(prefix+strings.Join(parts, "; "), batchSummaryBytes)
 }
 
 // pendingAttributeBudget bounds the bytes of the values upsertPending

@@ -883,10 +883,11 @@ func (t *turn) previews(ctx workflow.Context, calls []activities.ToolCall, vette
 		for j, i := range wanted {
 			ins[j] = activities.ToolInput{Call: calls[i]}
 		}
-		summary := "preview: " + callSummary(calls[wanted[0]])
-		if len(wanted) > 1 {
-			summary = fmt.Sprintf("previews: %d calls", len(wanted))
+		var previewed []activities.ToolCall
+		for _, i := range wanted {
+			previewed = append(previewed, calls[i])
 		}
+		summary := batchSummary("preview: ", previewed)
 		var got []string
 		err := workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
 			StartToCloseTimeout: timeout, RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: attempts}, Summary: summary,

@@ -20,6 +20,7 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/internal/auditdb"
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/internal/devserver"
 	"github.com/tollgate/tollgate/internal/metrics"
@@ -60,13 +61,22 @@ func startRealStack(t *testing.T) *realStack {
 	defer cancel()
 	require.NoError(t, workflows.EnsureSearchAttributes(ctx, c, srv.Namespace, slog.New(slog.DiscardHandler)))
 
-	model := httptest.NewServer(scripted.New(scripted.Demo()))
-	t.Cleanup(model.Close)
+	modelServer := httptest.NewServer(scripted.New(scripted.Demo()))
+	t.Cleanup(modelServer.Close)
 	workspace := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(workspace, "README.md"), []byte("# the workspace readme\n"), 0o644))
-	tools := &activities.Tools{Workspace: workspace, BashTimeout: 10 * time.Second}
+	// The worker and the API share the audit ledger, as production.md
+	// has them: the inbox the terminal lists is read from it.
+	ledgerPath := filepath.Join(t.TempDir(), "audit.db")
+	ledger, err := auditdb.Open(ctx, ledgerPath)
+	require.NoError(t, err)
+	t.Cleanup(func() { ledger.Close() })
+	tools := &activities.Tools{Workspace: workspace, BashTimeout: 10 * time.Second, Ledger: ledger}
+	model := activities.NewModel(modelServer.URL+"/v1", "test", scripted.ModelName, workflows.TokenSignaler{Client: c})
+	model.Ledger = ledger
 	queue := "tollgate-cli-" + uuid.NewString()
 	w := worker.New(c, queue, workflows.WorkerOptions())
+	workflows.RegisterAuditor(w, &activities.Auditor{Ledger: ledger})
 	workflows.Register(w, &workflows.Workflows{Settings: workflows.Settings{
 		RequiredTools:    []string{activities.ToolWrite, activities.ToolEdit, activities.ToolBash},
 		ApprovalTimeout:  5 * time.Minute,
@@ -74,7 +84,8 @@ func startRealStack(t *testing.T) *realStack {
 		Tools:            tools.Specs(),
 		ToolTimeout:      30 * time.Second,
 		SearchAttributes: true,
-	}}, activities.NewModel(model.URL+"/v1", "test", scripted.ModelName, workflows.TokenSignaler{Client: c}), tools)
+		Audit:            true,
+	}}, model, tools)
 	require.NoError(t, w.Start())
 	t.Cleanup(w.Stop)
 
@@ -85,6 +96,7 @@ func startRealStack(t *testing.T) *realStack {
 		config.EnvTemporalNamespace+"="+srv.Namespace,
 		config.EnvTaskQueue+"="+queue,
 		config.EnvHeartbeatInterval+"=1s",
+		config.EnvAuditDB+"="+ledgerPath,
 	))
 	return &realStack{api: "http://" + addr, workspace: workspace, metrics: reg}
 }
