@@ -57,9 +57,9 @@ func TestOnePostDecidesATurnsCallsAndEachDecisionKeepsItsDeciders(t *testing.T) 
 	write, bash := requests[activities.ToolWrite].RequestID, requests[activities.ToolBash].RequestID
 	both := batchBody(protocol.DecisionApprove, bash, write)
 
-	// The sender may approve the Bash, not their own Write: the batch is
-	// refused whole, naming the Write.
-	status, out := post(devToken, both)
+	// The sender may approve the Bash, not their own Write, whoever the
+	// body says decides: the batch is refused whole, naming the Write.
+	status, out := post(devToken, strings.ReplaceAll(both, `"decision":"approve"`, `"decision":"approve","principal":"lead","role":"admin"`))
 	require.Equal(t, http.StatusOK, status, out)
 	var refused protocol.ApprovalBatchResult
 	require.NoError(t, json.Unmarshal([]byte(out), &refused))
