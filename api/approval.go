@@ -32,6 +32,12 @@ func parseApproval(r io.Reader) (protocol.ApprovalDecision, error) {
 	if err := decodeJSON(r, &b); err != nil {
 		return protocol.ApprovalDecision{}, err
 	}
+	return decisionOf(b)
+}
+
+// decisionOf checks a decision as a client sent it and makes it the
+// Update's. Its errors are badRequestErrors that name what is wrong.
+func decisionOf(b protocol.DecisionRequest) (protocol.ApprovalDecision, error) {
 	if b.RequestID == "" {
 		return protocol.ApprovalDecision{}, badRequest("requestId is missing")
 	}
@@ -188,9 +194,7 @@ func (s *Server) approve(c *gin.Context) {
 		writeError(c, s.log, err)
 		return
 	}
-	// Who decides is the token's principal, in the role that lets it,
-	// never what the body says.
-	d.Principal, d.Role = principal(c), callerRole(c, config.RoleApprove)
+	d = decidedBy(c, d)
 	reason, err := s.decide(c.Request.Context(), d, decisionUpdateID(d))
 	if err != nil {
 		s.metrics.decision(d.Decision, outcomeError)
@@ -208,6 +212,13 @@ func (s *Server) approve(c *gin.Context) {
 	}
 	s.metrics.decision(d.Decision, outcomeAccepted)
 	c.JSON(http.StatusOK, gin.H{"accepted": true})
+}
+
+// decidedBy is d as the caller of c decides it: who decides is the
+// token's principal, in the role that lets it, never what the body says.
+func decidedBy(c *gin.Context, d protocol.ApprovalDecision) protocol.ApprovalDecision {
+	d.Principal, d.Role = principal(c), callerRole(c, config.RoleApprove)
+	return d
 }
 
 // lostTurnOf says why the turn of request id ended, when it was refused
@@ -260,6 +271,29 @@ func decisionUpdateID(d protocol.ApprovalDecision) string {
 // An updateID, when not "", makes a retried Update get the first one's
 // outcome.
 func (s *Server) offer(ctx context.Context, wid, update, updateID string, arg, result any) (string, error) {
+	refused, err := s.sendUpdate(ctx, wid, update, updateID, arg, result)
+	if err != nil || refused == nil {
+		return "", err
+	}
+	return refusalReason(refused)
+}
+
+// refusalReason is the Reject reason of an Update's refusal (unknown for
+// a workflow that is gone or closed), or, for an invalid one, a
+// badRequestError that says why.
+func refusalReason(refused error) (string, error) {
+	reason := cmp.Or(workflows.RejectionReason(refused), protocol.RejectUnknown)
+	var app *temporal.ApplicationError
+	if reason == protocol.RejectInvalid && errors.As(refused, &app) {
+		return "", badRequest("%s", app.Message())
+	}
+	return reason, nil
+}
+
+// sendUpdate sends an Update to wid and waits for its result: refused is the
+// workflow's refusal (its validator's, or a workflow that is gone or
+// closed), err a failure to reach Temporal.
+func (s *Server) sendUpdate(ctx context.Context, wid, update, updateID string, arg, result any) (refused, err error) {
 	ctx, cancel := context.WithTimeout(ctx, updateTimeout)
 	defer cancel()
 	h, err := s.client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
@@ -274,16 +308,11 @@ func (s *Server) offer(ctx context.Context, wid, update, updateID string, arg, r
 	}
 	switch {
 	case err == nil:
-		return "", nil
+		return nil, nil
 	case isRejectedUpdate(err):
 		s.log.Info("update not taken", "update", update, "workflowId", wid, "reason", err)
-		reason := cmp.Or(workflows.RejectionReason(err), protocol.RejectUnknown)
-		var app *temporal.ApplicationError
-		if reason == protocol.RejectInvalid && errors.As(err, &app) {
-			return "", badRequest("%s", app.Message())
-		}
-		return reason, nil
+		return err, nil
 	default:
-		return "", fmt.Errorf("send %s to %s (within %s): %w", update, wid, updateTimeout, err)
+		return nil, fmt.Errorf("send %s to %s (within %s): %w", update, wid, updateTimeout, err)
 	}
 }

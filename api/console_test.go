@@ -799,3 +799,48 @@ func TestInboxShowsAPageOfThousandsAndStaysLiveOnUnchangedPolls(t *testing.T) {
 	b.waitUntil(`document.querySelector('[data-testid="inbox-count"]').textContent === '251 pending · showing 200'`)
 	require.Greater(t, eval[int](b, `window.tollgateInboxPolls.changed`), changed)
 }
+
+func TestConsoleDecidesATurnsWaitingCallsAllAtOnce(t *testing.T) {
+	env := newStack(t)
+	b := newBrowser(t)
+	b.do(chromedp.Navigate(env.api.URL + "/"))
+	bar := func(turn string) string { return turn + ` [data-testid="batch-actions"]` }
+
+	// Two calls wait: one click approves both.
+	sendFromConsole(b, "tidy up, please")
+	turn := nthTurn(1)
+	b.waitUntil(count(turn+` [data-testid="approval-request"]`) + ` === 2`)
+	b.do(chromedp.WaitVisible(chromedp.CSS(bar(turn) + ` [data-testid="approve-all"]`)))
+	require.Equal(t, "Approve all 2", eval[string](b, fmt.Sprintf(`document.querySelector(%s).textContent`, jsQuote(bar(turn)+` [data-testid="approve-all"]`))))
+	b.do(chromedp.Click(chromedp.CSS(bar(turn) + ` [data-testid="approve-all"]`)))
+	b.do(chromedp.WaitVisible(chromedp.CSS(turn + ` [data-testid="finish"][data-reason="stop"]`)))
+	b.waitUntil(`document.querySelector(` + jsQuote(turn+` [data-type="tool_result"]`) + `)?.textContent === "results: Read ok · Write ok · Bash ok"`)
+	require.Equal(t, 0, eval[int](b, count(bar(turn)+`:not([hidden])`)), "no call is left to decide")
+	note, err := os.ReadFile(filepath.Join(env.workspace, scripted.DemoNotePath))
+	require.NoError(t, err, "the Write approved with the batch ran")
+	require.Contains(t, string(note), "You asked: tidy up, please")
+
+	// Decline all, with one reason for both.
+	sendFromConsole(b, "once more")
+	turn2 := nthTurn(2)
+	b.do(
+		chromedp.WaitVisible(chromedp.CSS(bar(turn2)+` [data-testid="decline-all"]`)),
+		chromedp.SendKeys(chromedp.CSS(bar(turn2)+` [data-testid="decline-all-reason"]`), "not on a Friday"),
+		chromedp.Click(chromedp.CSS(bar(turn2)+` [data-testid="decline-all"]`)),
+	)
+	b.do(chromedp.WaitVisible(chromedp.CSS(turn2 + ` [data-testid="finish"][data-reason="stop"]`)))
+	b.waitUntil(`document.querySelector(` + jsQuote(turn2+` [data-type="tool_result"]`) + `)?.textContent === "results: Read ok · Write declined · Bash declined"`)
+	reasons := eval[string](b, fmt.Sprintf(`[...document.querySelectorAll(%s)].map((e) => e.textContent).join("|")`, jsQuote(turn2+` [data-testid="decision-reason"]`)))
+	require.Equal(t, "not on a Friday|not on a Friday", reasons)
+
+	// Once one call is decided on its own, one is left: no bar.
+	sendFromConsole(b, "and again")
+	turn3 := nthTurn(3)
+	b.do(
+		chromedp.WaitVisible(chromedp.CSS(bar(turn3)+` [data-testid="approve-all"]`)),
+		chromedp.Click(chromedp.CSS(callIn(turn3, "Write")+` [data-testid="approve"]`)),
+	)
+	b.waitUntil(count(bar(turn3)+`:not([hidden])`) + ` === 0`)
+	b.do(chromedp.Click(chromedp.CSS(callIn(turn3, "Bash") + ` [data-testid="approve"]`)))
+	b.do(chromedp.WaitVisible(chromedp.CSS(turn3 + ` [data-testid="finish"][data-reason="stop"]`)))
+}

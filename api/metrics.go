@@ -34,7 +34,8 @@ type metrics struct {
 	decisions *prometheus.CounterVec
 }
 
-// Outcomes of a decision sent with POST /chat/approval.
+// Outcomes of a decision sent with POST /chat/approval (or in a batch of
+// POST /chat/approvals, each decision counted with the batch's outcome).
 const (
 	outcomeAccepted = "accepted" // the waiting turn took it
 	outcomeRejected = "rejected" // unknown, expired, already decided or forged

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gin-gonic/gin"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/converter"
 
@@ -168,6 +169,7 @@ func TestProtocolDocNamesEveryFieldOfTheBodies(t *testing.T) {
 	}{
 		{"### `POST /chat/stream`", []any{protocol.ChatRequest{}}, true},
 		{"### `POST /chat/approval`", []any{protocol.ApprovalResult{}}, false},
+		{"### `POST /chat/approvals`", []any{protocol.ApprovalBatchResult{}}, false},
 		{"### `POST /chat/tool-result`", []any{protocol.ToolResultRequest{}}, false},
 		{"### `GET /approvals`", []any{protocol.PendingApproval{}}, true},
 		{"### `GET /conversations/:conversationId/grants`", []any{workflows.Grant{}}, false},
@@ -213,6 +215,12 @@ func TestProtocolDocJSONExamplesAreBodiesTheAPIReads(t *testing.T) {
 			dst = &protocol.ChatRequest{}
 		case "/chat/approval":
 			_, err := parseApproval(strings.NewReader(b[2]))
+			require.NoError(t, err, b[2])
+			continue
+		case "/chat/approvals":
+			c, _ := gin.CreateTestContext(httptest.NewRecorder())
+			c.Request = httptest.NewRequest(http.MethodPost, b[1], strings.NewReader(b[2]))
+			_, _, err := parseBatch(c)
 			require.NoError(t, err, b[2])
 			continue
 		case "/chat/tool-result":

@@ -268,6 +268,7 @@ func newServer(o Options, src eventSource, settings hubSettings) *Server {
 	r.POST("/chat/stream", chat, s.chatStream)
 	r.GET("/chat/turns/:turnId/events", read, s.turnEvents)
 	r.POST("/chat/approval", approve, limit, s.approve)
+	r.POST("/chat/approvals", approve, limit, s.approveAll)
 	r.POST("/chat/tool-result", chat, limit, s.toolResult)
 	r.GET("/conversations/:conversationId/grants", approve, limit, s.grants)
 	r.GET("/conversations/:conversationId/messages", read, limit, s.messages)

@@ -145,6 +145,29 @@ type ApprovalResult struct {
 	Message string `json:"message,omitempty"`
 }
 
+// MaxBatchDecisions bounds the decisions of one approvals Update (one POST
+// /chat/approvals): a turn asks at most as many calls as its model sends
+// in one step, and a batch past this is a mistake or an attack.
+const MaxBatchDecisions = 100
+
+// ApprovalBatch is the payload of the approvals Update: decisions on
+// several requests of one workflow, taken all or none, in order.
+type ApprovalBatch struct {
+	Decisions []ApprovalDecision `json:"decisions"`
+}
+
+// ApprovalBatchResult answers the approvals Update, and POST
+// /chat/approvals: every decision was taken, or none was, and then
+// RequestID names the first one refused, Reason says why (a Reject
+// reason, filled in by the API) and Message says it in words.
+type ApprovalBatchResult struct {
+	Accepted  bool   `json:"accepted"`
+	Decided   int    `json:"decided,omitempty"`
+	Reason    string `json:"reason,omitempty"`
+	RequestID string `json:"requestId,omitempty"`
+	Message   string `json:"message,omitempty"`
+}
+
 // PendingApproval is one approval a turn waits for, as the pending query
 // and GET /approvals show it.
 type PendingApproval struct {

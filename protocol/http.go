@@ -44,6 +44,13 @@ type DecisionRequest struct {
 	RememberWhen  string          `json:"rememberWhen,omitempty"`
 }
 
+// BatchDecisionRequest is the body of POST /chat/approvals: decisions, as
+// POST /chat/approval takes them, on requests of one turn (one
+// workflow), taken all or none.
+type BatchDecisionRequest struct {
+	Decisions []DecisionRequest `json:"decisions"`
+}
+
 // ToolResultRequest is the body of POST /chat/tool-result: a client's answer
 // to a client_tool_call, named by its requestId, or by its toolCallId (with
 // the turnId, or alone).

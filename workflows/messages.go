@@ -11,7 +11,10 @@ import (
 type (
 	ApprovalDecision = protocol.ApprovalDecision
 	ApprovalResult   = protocol.ApprovalResult
-	PendingApproval  = protocol.PendingApproval
+	// ApprovalBatch and ApprovalBatchResult are the approvals Update's.
+	ApprovalBatch       = protocol.ApprovalBatch
+	ApprovalBatchResult = protocol.ApprovalBatchResult
+	PendingApproval     = protocol.PendingApproval
 )
 
 // Interrupt is the payload of the interrupt signal.

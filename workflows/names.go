@@ -44,6 +44,13 @@ const (
 	// ApprovalResult out). Its validator rejects unknown, decided and expired
 	// requests, so a caller learns whether the decision was taken.
 	ApprovalUpdate = "approval"
+	// ApprovalsUpdate decides several pending approvals of the workflow at
+	// once (ApprovalBatch in, ApprovalBatchResult out), all or none: its
+	// validator checks every decision as ApprovalUpdate's does and refuses
+	// the whole Update, naming the first request it refuses (see
+	// RejectedRequest). One Update costs the turn one set of history events
+	// however many calls it decides.
+	ApprovalsUpdate = "approvals"
 	// ApprovalSignal carries the same ApprovalDecision as ApprovalUpdate, for
 	// the Temporal CLI. An invalid one is logged and ignored.
 	ApprovalSignal = "approval"

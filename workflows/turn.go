@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -217,17 +218,29 @@ func (t *turn) setHandlers(ctx workflow.Context) error {
 			}
 			return ApprovalResult{Accepted: true}, nil
 		},
-		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, d ApprovalDecision) error {
-			if err := t.gate.validate(ctx, d); err != nil {
-				return err
-			}
-			if err := t.checkEdit(d); err != nil {
-				return err
-			}
-			return checkGrantScope(d)
-		}},
+		workflow.UpdateHandlerOptions{Validator: t.validateDecision},
 	); err != nil {
 		return fmt.Errorf("set %s update handler: %w", ApprovalUpdate, err)
+	}
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, ApprovalsUpdate,
+		func(ctx workflow.Context, b ApprovalBatch) (ApprovalBatchResult, error) {
+			// Validate the whole batch again, as take does one decision:
+			// a signal or the timer may have decided one since the
+			// validator ran. Nothing yields from here to the last take,
+			// so the batch is taken all or none.
+			if err := t.validateBatch(ctx, b); err != nil {
+				return ApprovalBatchResult{}, err
+			}
+			for _, d := range b.Decisions {
+				if err := t.gate.take(ctx, d, d.Principal); err != nil {
+					return ApprovalBatchResult{}, err // cannot happen: validated above
+				}
+			}
+			return ApprovalBatchResult{Accepted: true, Decided: len(b.Decisions)}, nil
+		},
+		workflow.UpdateHandlerOptions{Validator: t.validateBatch},
+	); err != nil {
+		return fmt.Errorf("set %s update handler: %w", ApprovalsUpdate, err)
 	}
 
 	if err := workflow.SetUpdateHandlerWithOptions(ctx, ClientToolResultUpdate,
@@ -743,6 +756,74 @@ func (t *turn) vetBatch(ctx workflow.Context, calls []activities.ToolCall) (out 
 		}
 	}
 	return out, vetted, true
+}
+
+// validateDecision says why the approval Update cannot take d now, or nil
+// when it can: the gate's checks, then the edit's and the grant scope's.
+func (t *turn) validateDecision(ctx workflow.Context, d ApprovalDecision) error {
+	if err := t.gate.validate(ctx, d); err != nil {
+		return err
+	}
+	if err := t.checkEdit(d); err != nil {
+		return err
+	}
+	return checkGrantScope(d)
+}
+
+// validateBatch says why the approvals Update cannot take b now, or nil
+// when it can take every decision: each passes validateDecision (so a
+// rule's deciders and second person apply to each), none names a
+// request twice, and there are 1 to MaxBatchDecisions of them.
+func (t *turn) validateBatch(ctx workflow.Context, b ApprovalBatch) error {
+	switch n := len(b.Decisions); {
+	case n == 0:
+		return rejection(RejectInvalid, errors.New("the batch holds no decisions"))
+	case n > protocol.MaxBatchDecisions:
+		return rejection(RejectInvalid, fmt.Errorf("the batch holds %d decisions, more than the limit of %d: send them in several", n, protocol.MaxBatchDecisions))
+	}
+	seen := make(map[string]bool, len(b.Decisions))
+	for _, d := range b.Decisions {
+		if seen[d.RequestID] {
+			return batchRejection(d.RequestID, rejection(RejectInvalid, fmt.Errorf("approval request %q is decided twice in the batch", d.RequestID)))
+		}
+		seen[d.RequestID] = true
+		if err := t.validateDecision(ctx, d); err != nil {
+			return batchRejection(d.RequestID, err)
+		}
+	}
+	return nil
+}
+
+// batchRejection makes err, the refusal of request id's decision, the
+// refusal of its whole batch: the same reason (invalid for a decision
+// that is not one), with the request's id in its details (RejectedRequest)
+// and its message.
+func batchRejection(id string, err error) error {
+	reason := RejectionReason(err)
+	if reason == "" {
+		reason = RejectInvalid
+	}
+	msg := err.Error()
+	var app *temporal.ApplicationError
+	if errors.As(err, &app) {
+		msg = app.Message()
+	}
+	if !strings.Contains(msg, id) {
+		msg = fmt.Sprintf("approval request %q: %s", id, msg)
+	}
+	return temporal.NewApplicationErrorWithOptions(msg, reason, temporal.ApplicationErrorOptions{NonRetryable: true, Details: []any{id}})
+}
+
+// RejectedRequest names the request whose decision made the approvals
+// Update refuse its batch, or "" when err names none (an empty batch, one
+// too large, or no refusal of that Update).
+func RejectedRequest(err error) string {
+	var app *temporal.ApplicationError
+	var id string
+	if errors.As(err, &app) && app.HasDetails() && app.Details(&id) == nil {
+		return id
+	}
+	return ""
 }
 
 // checkGrantScope refuses a decision whose grant scope (rememberWhen) is

@@ -229,10 +229,10 @@ const TG = (() => {
     });
   }
 
-  // decide sends a decision to POST /chat/approval and returns its answer,
-  // {accepted} or throws with the API's error.
-  async function decide(body) {
-    const resp = await fetch('/chat/approval', {
+  // postJSON sends body to path and returns the API's answer, or throws
+  // with its error.
+  async function postJSON(path, body) {
+    const resp = await fetch(path, {
       method: 'POST',
       headers: authHeaders({ 'Content-Type': 'application/json' }),
       body: JSON.stringify(body),
@@ -240,6 +240,58 @@ const TG = (() => {
     const out = await resp.json().catch(() => ({}));
     if (!resp.ok) throw new Error(out.error || `HTTP ${resp.status}`);
     return out;
+  }
+
+  // decide sends a decision to POST /chat/approval and returns its answer,
+  // {accepted} or throws with the API's error.
+  const decide = (body) => postJSON('/chat/approval', body);
+
+  // batchPanel is the "Approve all" / "Decline all" (with one reason) bar
+  // of the pending requests of one turn: requestIds() names them when a
+  // button is clicked, and one POST /chat/approvals decides them all, or
+  // none (the answer names the one refused). Its show(n) shows it for n
+  // requests, hides it below two.
+  function batchPanel({ requestIds }) {
+    const status = h('span', { class: 'decision-status', testid: 'batch-status', role: 'status' });
+    const reason = h('input', { type: 'text', class: 'reason', testid: 'decline-all-reason', placeholder: 'reason for all (optional)', 'aria-label': 'reason for declining all' });
+    const approveAll = h('button', { type: 'button', class: 'approve', testid: 'approve-all' });
+    const declineAll = h('button', { type: 'button', class: 'decline', testid: 'decline-all' }, 'Decline all');
+    const setBusy = (busy) => {
+      approveAll.disabled = declineAll.disabled = reason.disabled = busy;
+    };
+    const send = async (decision) => {
+      const ids = requestIds();
+      const why = reason.value.trim();
+      setBusy(true);
+      status.className = 'decision-status';
+      status.textContent = 'sending…';
+      try {
+        const out = await postJSON('/chat/approvals', {
+          decisions: ids.map((requestId) => (decision === 'decline' && why ? { requestId, decision, reason: why } : { requestId, decision })),
+        });
+        if (out.accepted) {
+          status.textContent = `${decision === 'approve' ? 'approved' : 'declined'} ${out.decided}; waiting for the turn…`;
+          status.classList.add('ok');
+        } else {
+          status.textContent = `none taken: ${out.message || out.reason}`;
+          status.classList.add('bad');
+          setBusy(false);
+        }
+      } catch (err) {
+        status.textContent = `could not send: ${err.message}`;
+        status.classList.add('bad');
+        setBusy(false);
+      }
+    };
+    approveAll.addEventListener('click', () => send('approve'));
+    declineAll.addEventListener('click', () => send('decline'));
+    const panel = h('div', { class: 'batch-panel', testid: 'batch-actions', hidden: true },
+      h('div', { class: 'row' }, approveAll, reason, declineAll, status));
+    panel.show = (n) => {
+      approveAll.textContent = `Approve all ${n}`;
+      panel.hidden = n < 2;
+    };
+    return panel;
   }
 
   // decisionPanel is the approve / decline (with a reason) / edit the
@@ -315,5 +367,5 @@ const TG = (() => {
     return panel;
   }
 
-  return { h, parseObject, summary, diffView, previewView, argsView, tick, startClock, expiry, age, authHeaders, decisionPanel };
+  return { h, parseObject, summary, diffView, previewView, argsView, tick, startClock, expiry, age, authHeaders, decisionPanel, batchPanel };
 })();

@@ -1,6 +1,7 @@
 // The web console: starts or continues a conversation with POST
 // /chat/stream, renders each turn's events as they stream in, and decides
-// approvals with POST /chat/approval.
+// approvals with POST /chat/approval (several of a turn at once with POST
+// /chat/approvals).
 //
 // Reconnection and no event twice:
 //   - Every numbered event has a seq, per turn, from 1, without gaps. A turn
@@ -108,8 +109,10 @@
   const views = new Map(); // turnId → TurnView
 
   // A scope is where events of the turn itself, or of one subagent, go.
+  // Its open requests (request id → panel, in the order asked) are what
+  // its batch bar decides at once.
   function newScope(container) {
-    return { container, cards: new Map(), answer: null };
+    return { container, cards: new Map(), answer: null, open: new Map(), batch: null };
   }
 
   class TurnView {
@@ -450,7 +453,23 @@
         el.prepend(h('div', { class: 'call-head' }, h('span', { class: 'tool-name' }, ev.toolName), TG.argsView(ev.arguments)));
         scope.container.append(el);
       }
+      if (!budget) {
+        scope.open.set(ev.requestId, panel);
+        this.showBatch(scope);
+      }
       return el;
+    }
+
+    // showBatch shows the scope's "Approve all" bar while two or more of
+    // its calls wait, after them. A subagent's calls are its scope's: they
+    // wait in another workflow, which one POST cannot decide with these.
+    showBatch(scope) {
+      if (!scope.batch) {
+        if (scope.open.size < 2) return;
+        scope.batch = TG.batchPanel({ requestIds: () => [...scope.open.keys()] });
+        scope.container.append(scope.batch);
+      }
+      scope.batch.show(scope.open.size);
     }
 
     approvalDecision(scope, ev) {
@@ -464,6 +483,7 @@
           ev.grantExpiresAt ? ` · ends ${new Date(ev.grantExpiresAt).toLocaleString()}` : '') : null);
       const req = this.el.querySelector(`.approval[data-request-id="${CSS.escape(ev.requestId || '')}"]`);
       const card = scope.cards.get(ev.toolCallId);
+      if (scope.open.delete(ev.requestId)) this.showBatch(scope);
       if (req) {
         const panel = req.querySelector('.decision-panel');
         if (panel) {
