@@ -36,7 +36,11 @@ type historyCost struct {
 
 // historyCost runs one turn of query to its end and counts the events of
 // its history and of its (new) conversation's.
-func (e *env) historyCost(ctx context.Context, query string) (historyCost, error) {
+//
+// A person approves each request as it comes, through the API, or, with
+// together > 0, the first together requests with one POST
+// /chat/approvals.
+func (e *env) historyCost(ctx context.Context, query string, together int) (historyCost, error) {
 	ctx, cancel := context.WithTimeout(ctx, benchWait)
 	defer cancel()
 	res := historyCost{Query: query}
@@ -48,15 +52,23 @@ func (e *env) historyCost(ctx context.Context, query string) (historyCost, error
 	}
 	defer resp.Body.Close()
 	decided := map[string]bool{}
+	var held []string
 	for ev := range readStamped(resp.Body) {
 		res.StreamedEvents++
-		// A person approves each request as it comes, through the API.
 		if ev.Type == protocol.EventApprovalRequest && !decided[ev.RequestID] {
 			decided[ev.RequestID] = true
+			res.Approvals++
+			if together > 0 {
+				if held = append(held, ev.RequestID); len(held) == together {
+					if err := e.api.approveAll(ctx, held); err != nil {
+						return res, err
+					}
+				}
+				continue
+			}
 			if err := e.api.approve(ctx, ev.RequestID); err != nil {
 				return res, err
 			}
-			res.Approvals++
 		}
 		if ev.Type == protocol.EventToken {
 			res.TokenEvents++
@@ -119,13 +131,18 @@ func (e *env) historyShapes(ctx context.Context) ([]historyCost, error) {
 		goal         int
 	}{
 		{queryApprove, "one approved call (Write), then \"done\"", approvedCallGoal},
-		{queryHistoryProtected, fmt.Sprintf("%d Writes in one batch, each approved by a person, then a %d-word answer", historyToolCalls, historyTokens), protectedGoal},
+		{queryHistoryProtected, fmt.Sprintf("%d Writes in one batch, approved by a person with one POST /chat/approvals, then a %d-word answer", historyToolCalls, historyTokens), protectedGoal},
+		{queryHistoryProtected, fmt.Sprintf("%d Writes in one batch, each approved by a person on its own, then a %d-word answer", historyToolCalls, historyTokens), 0},
 		{queryHistoryBatch, fmt.Sprintf("%d Reads in one batch, then a %d-word answer", historyToolCalls, historyTokens), 0},
 		{queryHistorySteps, fmt.Sprintf("%d Reads one by one, then a %d-word answer", historyToolCalls, historyTokens), 0},
 	}
 	var out []historyCost
-	for _, s := range shapes {
-		h, err := e.historyCost(ctx, s.query)
+	for i, s := range shapes {
+		together := 0
+		if i == 1 {
+			together = historyToolCalls
+		}
+		h, err := e.historyCost(ctx, s.query, together)
 		if err != nil {
 			return out, fmt.Errorf("history of %s: %w", s.shape, err)
 		}

@@ -61,6 +61,35 @@ func (a apiClient) approve(ctx context.Context, requestID string) error {
 	return err
 }
 
+// approveAll approves requestIDs, requests of one turn, with one POST
+// /chat/approvals.
+func (a apiClient) approveAll(ctx context.Context, requestIDs []string) error {
+	var batch protocol.ApprovalBatch
+	for _, id := range requestIDs {
+		batch.Decisions = append(batch.Decisions, protocol.ApprovalDecision{RequestID: id, Decision: protocol.DecisionApprove})
+	}
+	body, _ := json.Marshal(batch)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.base+"/chat/approvals", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := a.send(req)
+	if err != nil {
+		return fmt.Errorf("POST /chat/approvals of %d requests: %w", len(requestIDs), err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Accepted bool   `json:"accepted"`
+		Reason   string `json:"reason"`
+		Message  string `json:"message"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || !out.Accepted {
+		return fmt.Errorf("POST /chat/approvals of %d requests: %d %+v %v", len(requestIDs), resp.StatusCode, out, err)
+	}
+	return nil
+}
+
 // approveOnce sends one approval of requestID and returns the answer's
 // status. again says the decision was sent before: the turn then may
 // answer that it is decided, as it is.
