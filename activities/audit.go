@@ -38,17 +38,35 @@ const carryWait = 5 * time.Second
 // waiting for a write of its own, so that no write sits between a
 // decision and its tool, or between a tool and its result (the turn's
 // owe). Without a ledger (nil), or rows, it only runs work.
-func Carry(ctx context.Context, ledger audit.Writer, rows []audit.Record, work func()) int {
+//
+// Unless wait, work's end does not wait for the write: a write still
+// under way then answers LedgerStillWriting, goes on on its own, and the
+// turn hands the rows to its next activity again (a tool that takes a
+// millisecond must not wait for the database; the model call that follows
+// waits, as it takes longer anyway).
+func Carry(ctx context.Context, ledger audit.Writer, rows []audit.Record, wait bool, work func()) int {
 	if ledger == nil || len(rows) == 0 {
 		work()
 		return 0
 	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), carryWait)
-	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- ledger.Write(wctx, rows) }()
+	go func() {
+		defer cancel()
+		done <- ledger.Write(wctx, rows)
+	}()
 	work()
-	if err := <-done; err != nil {
+	var err error
+	if wait {
+		err = <-done
+	} else {
+		select {
+		case err = <-done:
+		default:
+			return LedgerStillWriting
+		}
+	}
+	if err != nil {
 		if activity.IsActivity(ctx) {
 			activity.GetLogger(ctx).Warn("audit ledger: the rows this activity carried were not written; its turn writes them later", "rows", len(rows), "error", err)
 		}
@@ -57,12 +75,17 @@ func Carry(ctx context.Context, ledger audit.Writer, rows []audit.Record, work f
 	return len(rows)
 }
 
+// LedgerStillWriting is what an activity says of the rows it carried when
+// its work ended before their write did (Carry).
+const LedgerStillWriting = -1
+
 // Carried is fn, a tool's activity, taking the ledger rows its input
-// carries (ToolInput.Ledger) to ledger while it runs; a nil ledger takes
-// none, and the turn writes them later itself.
+// carries (ToolInput.Ledger) to ledger while it runs, without waiting
+// for them once the tool is done (Carry); a nil ledger takes none, and
+// the turn writes them later itself.
 func Carried(ledger audit.Writer, fn func(context.Context, ToolInput) (ToolOutput, error)) func(context.Context, ToolInput) (ToolOutput, error) {
 	return func(ctx context.Context, in ToolInput) (out ToolOutput, err error) {
-		n := Carry(ctx, ledger, in.Ledger, func() { out, err = fn(ctx, in) })
+		n := Carry(ctx, ledger, in.Ledger, false, func() { out, err = fn(ctx, in) })
 		out.LedgerRows = n
 		return out, err
 	}

@@ -138,7 +138,7 @@ func NewModel(baseURL, apiKey, model string, sink TokenSink) *Model {
 // and a request the client refuses to send, is a non-retryable application
 // error of type ModelRequestRejectedError.
 func (m *Model) Chat(ctx context.Context, in ModelInput) (out ModelOutput, err error) {
-	n := Carry(ctx, m.Ledger, in.Ledger, func() { out, err = m.chat(ctx, in) })
+	n := Carry(ctx, m.Ledger, in.Ledger, true, func() { out, err = m.chat(ctx, in) })
 	out.LedgerRows = n
 	return out, err
 }

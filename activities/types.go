@@ -126,6 +126,6 @@ type ToolOutput struct {
 	Result string `json:"result"`
 	Status string `json:"status"`
 	// LedgerRows is how many of the input's Ledger rows the ledger took:
-	// all or none.
+	// all or none, or LedgerStillWriting.
 	LedgerRows int `json:"ledgerRows,omitempty"`
 }

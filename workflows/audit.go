@@ -160,7 +160,9 @@ func (t *turn) wrote(rows []audit.Record) {
 // theirs is owed now; rows it did not take stay owed, and the ledger is
 // behind for the rest of the batch.
 func (t *turn) took(ctx workflow.Context, rows []audit.Record, n int) {
-	if len(rows) == 0 {
+	if len(rows) == 0 || n == activities.LedgerStillWriting {
+		// Still being written when the tool was done: the rows stay owed,
+		// and the next activity carries them again (a write is idempotent).
 		return
 	}
 	if n != len(rows) {

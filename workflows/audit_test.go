@@ -284,7 +284,7 @@ func carryingLedger(t *testing.T, h *harness, carryFails bool) (*auditdb.Ledger,
 		h.env.RegisterActivityWithOptions(activities.Carried(carrier, h.tool(name)), activity.RegisterOptions{Name: name})
 	}
 	h.env.RegisterActivityWithOptions(func(ctx context.Context, in activities.ModelInput) (out activities.ModelOutput, err error) {
-		out.LedgerRows = activities.Carry(ctx, carrier, in.Ledger, func() { out, err = h.model(ctx, in) })
+		out.LedgerRows = activities.Carry(ctx, carrier, in.Ledger, true, func() { out, err = h.model(ctx, in) })
 		return out, err
 	}, activity.RegisterOptions{Name: activities.ModelActivity})
 	return l, &writes
@@ -355,8 +355,8 @@ func TestRowsAnActivityCouldNotWriteAreWrittenBeforeTheTurnEnds(t *testing.T) {
 
 	require.Equal(t, []string{activities.ToolWrite}, h.ranTools())
 	require.Equal(t, [][]int{{audit.StageAsked}, {audit.StageEnded}}, *writes,
-		"the tool could not write the decision; the turn wrote the whole row itself before it ended")
-	require.Empty(t, h.modelInputs[len(h.modelInputs)-1].Ledger, "after a failed carry no activity of the batch waits on the ledger again")
+		"neither the tool nor the model call could write the row; the turn wrote it whole itself before it ended")
+	require.NotEmpty(t, h.modelInputs[len(h.modelInputs)-1].Ledger, "the model call carried what the tool could not write")
 	rows := ledgerRows(t, l)
 	require.Equal(t, audit.StageEnded, rows["call_write"].Stage)
 	require.Equal(t, audit.OutcomeOK, rows["call_write"].Outcome)
