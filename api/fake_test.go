@@ -197,8 +197,12 @@ var fastSettings = hubSettings{
 	closedRetries:   2,
 }
 
-// waitFor is how long a test waits for something that should happen soon.
-const waitFor = 5 * time.Second
+// waitFor is how long a test waits for something that should happen soon:
+// a bound on failing, never a timing (what passes returns as soon as it
+// happens). CI runs the packages side by side under the race detector,
+// docstest's burst of 400 turns among them, and a conversation took more
+// than 5 s there to take a turn's result.
+const waitFor = 20 * time.Second
 
 // sseMessage is one parsed Server-Sent Events message.
 type sseMessage struct {
