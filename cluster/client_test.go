@@ -67,8 +67,9 @@ type turn struct {
 
 	// Events are the numbered events the client received, each once.
 	Events []protocol.Event
-	// Resumes counts the streams resumed after a dropped connection.
-	Resumes int
+	// Resumes counts the streams resumed after a dropped connection; Shed
+	// the messages sent again after a 503.
+	Resumes, Shed int
 	// Approval is the approval_request the decision answers.
 	Approval protocol.Event
 	// Answers are the API's answers to the decision, in order: one per
@@ -107,22 +108,37 @@ func (tr *turn) run(ctx context.Context, pool *apis, release <-chan struct{}, pa
 		return err
 	}
 	// Every instance is up until the first message of every turn has
-	// been answered: a message whose answer was lost could not be sent
-	// again without starting a second turn, so no instance is killed
-	// before then.
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/chat/stream", bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return fmt.Errorf("turn %d: POST /chat/stream to %s: %w", tr.N, addr, err)
-	}
-	if resp.StatusCode != http.StatusOK {
+	// been answered, so no instance is killed before then. A 503 (an API
+	// that sheds load past TOLLGATE_MAX_TEMPORAL_CALLS, or a Temporal
+	// that did not answer in time) is sent again after its Retry-After,
+	// as a client does, with the message's idempotency key: a message
+	// that was taken is answered with its turn, never a second one.
+	var resp *http.Response
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/chat/stream", bytes.NewReader(body))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set(protocol.HeaderIdempotencyKey, tr.Conv+"-message-1")
+		resp, err = http.DefaultClient.Do(req)
+		if err != nil {
+			return fmt.Errorf("turn %d: POST /chat/stream to %s: %w", tr.N, addr, err)
+		}
+		if resp.StatusCode == http.StatusOK {
+			break
+		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		return fmt.Errorf("turn %d: POST /chat/stream to %s: %s: %s", tr.N, addr, resp.Status, b)
+		after, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
+		if resp.StatusCode != http.StatusServiceUnavailable || after < 1 || ctx.Err() != nil {
+			return fmt.Errorf("turn %d: POST /chat/stream to %s: %s: %s", tr.N, addr, resp.Status, b)
+		}
+		tr.Shed++
+		select {
+		case <-time.After(time.Duration(after) * time.Second):
+		case <-ctx.Done():
+		}
 	}
 	tr.TurnID = resp.Header.Get(protocol.HeaderTurnID)
 

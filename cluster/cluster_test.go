@@ -181,9 +181,10 @@ func TestEveryTurnFinishesOnceWhileAWorkerAndAnAPIAreKilled(t *testing.T) {
 	require.NoError(t, prog.first())
 
 	// What every client saw, what the workflows recorded and what ran.
-	var resumes, retries, secondRetries, interrupted int
+	var resumes, retries, secondRetries, interrupted, shed int
 	for _, tr := range turns {
 		resumes += tr.Resumes
+		shed += tr.Shed
 		retries += tr.Retries
 		secondRetries += tr.SecondRetries
 		if requireTurnOnce(t, tr, workspace) {
@@ -208,8 +209,8 @@ func TestEveryTurnFinishesOnceWhileAWorkerAndAnAPIAreKilled(t *testing.T) {
 		since[n/2].Round(time.Millisecond), since[n*9/10].Round(time.Millisecond), since[n*99/100].Round(time.Millisecond))
 	t.Logf("decision accepted → finish: p50 %s, p90 %s, max %s",
 		latencies[n/2].Round(time.Millisecond), latencies[n*9/10].Round(time.Millisecond), latencies[n-1].Round(time.Millisecond))
-	t.Logf("%d streams resumed on another instance; %d approvals and %d conflicting decisions sent again after no answer; %d tool calls cut off by the worker's kill",
-		resumes, retries, secondRetries, interrupted)
+	t.Logf("%d messages sent again after a 503; %d streams resumed on another instance; %d approvals and %d conflicting decisions sent again after no answer; %d tool calls cut off by the worker's kill",
+		shed, resumes, retries, secondRetries, interrupted)
 }
 
 // requireTurnOnce checks one turn as its client saw it: from turn_start
