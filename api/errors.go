@@ -190,19 +190,13 @@ func (e *cancelledByTemporalError) Unwrap() error {
 // really missing keeps answering so, and the message names it).
 func isUnavailable(err error) bool {
 	var (
-		unavailable *serviceerror.Unavailable
-		nsUnavail   *serviceerror.NamespaceUnavailable
-		nsNotFound  *serviceerror.NamespaceNotFound
-		deadline    *serviceerror.DeadlineExceeded
-		exhausted   *serviceerror.ResourceExhausted
-		canceled    *serviceerror.Canceled
-		ours        *cancelledByTemporalError
-		updateWait  *client.WorkflowUpdateServiceTimeoutOrCanceledError
+		deadline   *serviceerror.DeadlineExceeded
+		canceled   *serviceerror.Canceled
+		ours       *cancelledByTemporalError
+		updateWait *client.WorkflowUpdateServiceTimeoutOrCanceledError
 	)
-	return errors.As(err, &unavailable) || errors.As(err, &nsUnavail) ||
-		errors.As(err, &nsNotFound) || errors.As(err, &deadline) ||
-		errors.As(err, &exhausted) || errors.As(err, &canceled) ||
-		errors.As(err, &ours) || errors.As(err, &updateWait) ||
+	return isServerUnavailable(err) || errors.As(err, &deadline) ||
+		errors.As(err, &canceled) || errors.As(err, &ours) || errors.As(err, &updateWait) ||
 		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, errShed)
 }
 

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -103,42 +104,14 @@ type decisionAnswer struct {
 // answered.
 func (tr *turn) run(ctx context.Context, pool *apis, release <-chan struct{}, paused, decided func()) error {
 	addr := pool.pick("")
-	body, err := json.Marshal(protocol.ChatRequest{Query: fmt.Sprintf("turn %d", tr.N), ConversationID: tr.Conv})
-	if err != nil {
-		return err
-	}
 	// Every instance is up until the first message of every turn has
 	// been answered, so no instance is killed before then. A 503 (an API
-	// that sheds load past TOLLGATE_MAX_TEMPORAL_CALLS, or a Temporal
-	// that did not answer in time) is sent again after its Retry-After,
-	// as a client does, with the message's idempotency key: a message
-	// that was taken is answered with its turn, never a second one.
-	var resp *http.Response
-	for {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/chat/stream", bytes.NewReader(body))
-		if err != nil {
-			return err
-		}
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set(protocol.HeaderIdempotencyKey, tr.Conv+"-message-1")
-		resp, err = http.DefaultClient.Do(req)
-		if err != nil {
-			return fmt.Errorf("turn %d: POST /chat/stream to %s: %w", tr.N, addr, err)
-		}
-		if resp.StatusCode == http.StatusOK {
-			break
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		after, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
-		if resp.StatusCode != http.StatusServiceUnavailable || after < 1 || ctx.Err() != nil {
-			return fmt.Errorf("turn %d: POST /chat/stream to %s: %s: %s", tr.N, addr, resp.Status, b)
-		}
-		tr.Shed++
-		select {
-		case <-time.After(time.Duration(after) * time.Second):
-		case <-ctx.Done():
-		}
+	// that sheds load past TOLLGATE_MAX_TEMPORAL_CALLS) is sent again with
+	// the message's idempotency key (sendMessage).
+	resp, shed, err := sendMessage(ctx, addr, protocol.ChatRequest{Query: fmt.Sprintf("turn %d", tr.N), ConversationID: tr.Conv}, tr.Conv+"-message-1")
+	tr.Shed = shed
+	if err != nil {
+		return fmt.Errorf("turn %d: %w", tr.N, err)
 	}
 	tr.TurnID = resp.Header.Get(protocol.HeaderTurnID)
 
@@ -319,5 +292,46 @@ func pause(ctx context.Context) {
 	select {
 	case <-time.After(retryPause):
 	case <-ctx.Done():
+	}
+}
+
+// sendMessage posts msg to addr's POST /chat/stream with idempotency key
+// key, and sends it again after its Retry-After while the API answers 503,
+// as a client does: a message that was taken is answered with its turn,
+// never a second one. It returns the stream's response (200) and how many
+// 503s came first.
+func sendMessage(ctx context.Context, addr string, msg protocol.ChatRequest, key string) (*http.Response, int, error) {
+	body, err := json.Marshal(msg)
+	if err != nil {
+		return nil, 0, err
+	}
+	for shed := 0; ; shed++ {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/chat/stream", bytes.NewReader(body))
+		if err != nil {
+			return nil, shed, err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set(protocol.HeaderIdempotencyKey, key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return nil, shed, fmt.Errorf("%s: POST /chat/stream to %s: %w", msg.ConversationID, addr, err)
+		}
+		if resp.StatusCode == http.StatusOK {
+			return resp, shed, nil
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable {
+			return nil, shed, fmt.Errorf("%s: POST /chat/stream to %s: %s: %s", msg.ConversationID, addr, resp.Status, strings.TrimSpace(string(b)))
+		}
+		wait, err := strconv.Atoi(resp.Header.Get("Retry-After"))
+		if err != nil {
+			return nil, shed, fmt.Errorf("%s: a 503 without a Retry-After in seconds: %w", msg.ConversationID, err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, shed, fmt.Errorf("%s: still 503 at the test's deadline: %s", msg.ConversationID, b)
+		case <-time.After(time.Duration(wait) * time.Second):
+		}
 	}
 }

@@ -1,7 +1,6 @@
 package cluster_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,8 +10,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -117,41 +114,11 @@ func TestAFreshNamespacesFirstMessagesAreAnswered(t *testing.T) {
 // (with the same Idempotency-Key, after its Retry-After) while the API
 // answers 503, and reads its stream to the finish event.
 func chatToFinish(ctx context.Context, addr, conv string) error {
-	body, err := json.Marshal(protocol.ChatRequest{Query: "hello", ConversationID: conv})
+	resp, _, err := sendMessage(ctx, addr, protocol.ChatRequest{Query: "hello", ConversationID: conv}, conv+"-first")
 	if err != nil {
 		return err
 	}
-	var resp *http.Response
-	for {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/chat/stream", bytes.NewReader(body))
-		if err != nil {
-			return err
-		}
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set(protocol.HeaderIdempotencyKey, conv+"-first")
-		resp, err = http.DefaultClient.Do(req)
-		if err != nil {
-			return fmt.Errorf("%s: POST /chat/stream: %w", conv, err)
-		}
-		if resp.StatusCode != http.StatusServiceUnavailable {
-			break
-		}
-		wait, err := strconv.Atoi(resp.Header.Get("Retry-After"))
-		resp.Body.Close()
-		if err != nil {
-			return fmt.Errorf("%s: a 503 without a Retry-After in seconds: %w", conv, err)
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s: still 503 at the test's deadline", conv)
-		case <-time.After(time.Duration(wait) * time.Second):
-		}
-	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
-		return fmt.Errorf("%s: POST /chat/stream: %s: %s", conv, resp.Status, strings.TrimSpace(string(b)))
-	}
 	var last protocol.Event
 	err = protocol.ReadSSE(resp.Body, func(m protocol.SSEMessage) error {
 		return json.Unmarshal([]byte(m.Data), &last)

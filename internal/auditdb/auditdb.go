@@ -364,12 +364,8 @@ func (l *Ledger) List(ctx context.Context, f Filter) (Page, error) {
 		limit = DefaultLimit
 	}
 	limit = min(limit, MaxLimit)
-	var where []string
-	var args []any
-	add := func(cond string, v any) {
-		args = append(args, v)
-		where = append(where, strings.ReplaceAll(cond, "?", l.placeholder(len(args))))
-	}
+	c := &conditions{l: l}
+	add := c.add
 	if f.RequestID != "" {
 		add("id = ?", f.RequestID)
 	}
@@ -396,16 +392,14 @@ func (l *Ledger) List(ctx context.Context, f Filter) (Page, error) {
 		if err != nil {
 			return Page{}, err
 		}
-		args = append(args, at, at, id)
-		n := len(args)
-		where = append(where, fmt.Sprintf("(requested_at < %s OR (requested_at = %s AND id < %s))", l.placeholder(n-2), l.placeholder(n-1), l.placeholder(n)))
+		add("(requested_at < ? OR (requested_at = ? AND id < ?))", at, at, id)
 	}
 	q := "SELECT " + strings.Join(columns, ", ") + " FROM tollgate_audit"
-	if len(where) > 0 {
-		q += " WHERE " + strings.Join(where, " AND ")
+	if len(c.where) > 0 {
+		q += " WHERE " + strings.Join(c.where, " AND ")
 	}
 	q += fmt.Sprintf(" ORDER BY requested_at DESC, id DESC LIMIT %d", limit+1)
-	rows, err := l.db.QueryContext(ctx, q, args...)
+	rows, err := l.db.QueryContext(ctx, q, c.args...)
 	if err != nil {
 		return Page{}, fmt.Errorf("audit ledger %s: %w", l.where, err)
 	}
@@ -482,14 +476,13 @@ func (l *Ledger) Pending(ctx context.Context, f PendingFilter) ([]audit.Record, 
 	if limit <= 0 || limit > MaxLimit {
 		limit = MaxLimit
 	}
-	where, args := l.pendingWhere(f)
+	c := l.pendingWhere(f)
 	if f.After != nil {
-		args = append(args, f.After.ExpiresAt, f.After.ID)
-		where = append(where, fmt.Sprintf("(expires_at, id) > (%s, %s)", l.placeholder(len(args)-1), l.placeholder(len(args))))
+		c.add("(expires_at, id) > (?, ?)", f.After.ExpiresAt, f.After.ID)
 	}
-	q := "SELECT " + strings.Join(columns, ", ") + " FROM tollgate_audit WHERE " + strings.Join(where, " AND ") +
+	q := "SELECT " + strings.Join(columns, ", ") + " FROM tollgate_audit WHERE " + strings.Join(c.where, " AND ") +
 		fmt.Sprintf(" ORDER BY expires_at, id LIMIT %d", limit+1)
-	rows, err := l.db.QueryContext(ctx, q, args...)
+	rows, err := l.db.QueryContext(ctx, q, c.args...)
 	if err != nil {
 		return nil, false, fmt.Errorf("audit ledger %s: pending rows: %w", l.where, err)
 	}
@@ -513,9 +506,9 @@ func (l *Ledger) Pending(ctx context.Context, f PendingFilter) ([]audit.Record, 
 
 // CountPending counts the rows f selects, ignoring its After and Limit.
 func (l *Ledger) CountPending(ctx context.Context, f PendingFilter) (int, error) {
-	where, args := l.pendingWhere(f)
+	c := l.pendingWhere(f)
 	var n int
-	err := l.db.QueryRowContext(ctx, "SELECT count(*) FROM tollgate_audit WHERE "+strings.Join(where, " AND "), args...).Scan(&n)
+	err := l.db.QueryRowContext(ctx, "SELECT count(*) FROM tollgate_audit WHERE "+strings.Join(c.where, " AND "), c.args...).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("audit ledger %s: count pending rows: %w", l.where, err)
 	}
@@ -523,28 +516,45 @@ func (l *Ledger) CountPending(ctx context.Context, f PendingFilter) (int, error)
 }
 
 // pendingWhere is the condition of Pending's rows but for the page's.
-func (l *Ledger) pendingWhere(f PendingFilter) ([]string, []any) {
+func (l *Ledger) pendingWhere(f PendingFilter) *conditions {
 	now := f.Now
 	if now.IsZero() {
 		now = time.Now()
 	}
 	// The stage is written out, not bound: the partial indexes are only
 	// used for a condition that names their own.
-	where := []string{fmt.Sprintf("stage = %d", audit.StageAsked)}
-	args := []any{}
-	add := func(cond string, v any) {
-		args = append(args, v)
-		where = append(where, strings.ReplaceAll(cond, "?", l.placeholder(len(args))))
-	}
-	add("expires_at > ?", now.UnixMicro())
+	c := &conditions{l: l, where: []string{fmt.Sprintf("stage = %d", audit.StageAsked)}}
+	c.add("expires_at > ?", now.UnixMicro())
 	if f.Conversation != "" {
-		add("conversation_id = ?", f.Conversation)
+		c.add("conversation_id = ?", f.Conversation)
 	}
 	if f.Tool != "" {
-		add("tool = ?", f.Tool)
+		c.add("tool = ?", f.Tool)
 	}
 	if f.Sender != "" {
-		add("sender = ?", f.Sender)
+		c.add("sender = ?", f.Sender)
 	}
-	return where, args
+	return c
+}
+
+// conditions are a query's WHERE conditions and their arguments, in the
+// ledger's database's placeholders.
+type conditions struct {
+	l     *Ledger
+	where []string
+	args  []any
+}
+
+// add adds cond, whose every ? takes the next of vs.
+func (c *conditions) add(cond string, vs ...any) {
+	parts := strings.Split(cond, "?")
+	var b strings.Builder
+	for i, p := range parts {
+		b.WriteString(p)
+		if i < len(vs) {
+			c.args = append(c.args, vs[i])
+			b.WriteString(c.l.placeholder(len(c.args)))
+		}
+	}
+	c.where = append(c.where, b.String())
 }
