@@ -85,6 +85,7 @@ func TestRecordReplayCorpus(t *testing.T) {
 		{"seat", r.recordApproversSeat},
 		{"keyed-retry", r.recordKeyedRetry},
 		{"conversation-compaction", r.recordConversationCompaction},
+		{"batch-decision", r.recordBatchDecision},
 	} {
 		if strings.Contains(s.name, only) {
 			s.record()
@@ -110,6 +111,7 @@ const (
 	queueCompact  = "corpus-compact"
 	queueSeat     = "corpus-seat"
 	queueWindow   = "corpus-window"
+	queueLedger   = "corpus-ledger"
 )
 
 // recorder is a dev server with workers of today's code, a scripted model
@@ -190,6 +192,7 @@ func newRecorder(t *testing.T, dir string) *recorder {
 	})
 	start(queueCompact, func(s *workflows.Settings) { s.ContextBudget = 4000 })
 	start(queueWindow, func(s *workflows.Settings) { s.ContextBudget = 3000 })
+	start(queueLedger, func(s *workflows.Settings) { s.Audit = true })
 	require.NoError(t, os.WriteFile(filepath.Join(workspace, "big.txt"), []byte(strings.Repeat("a line of a big file\n", 300)), 0o644))
 	start(queueStrict, func(s *workflows.Settings) {
 		s.Rules = []workflows.Rule{
@@ -266,7 +269,11 @@ var corpusReplies = map[string][]scripted.Reply{
 	"window: fifth":          {{Content: "Fifth, after a person's compaction."}},
 	"subagent prompt: pause": {{ToolCalls: []activities.ToolCall{writeCall("h2w", "notes/paused.txt")}}, {Content: "Paused and done."}},
 	"seat: first":            {{ToolCalls: []activities.ToolCall{bashCall("g1", "git status")}}, {Content: "Status shown."}},
-	"seat: second":           {{ToolCalls: []activities.ToolCall{bashCall("g2", "git log")}}, {Content: "Log shown."}},
+	"batch: three": {
+		{ToolCalls: []activities.ToolCall{writeCall("bd1", "notes/d1.txt"), writeCall("bd2", "notes/d2.txt"), bashCall("bd3", "echo batch")}},
+		{Content: "Decided together."},
+	},
+	"seat: second": {{ToolCalls: []activities.ToolCall{bashCall("g2", "git log")}}, {Content: "Log shown."}},
 }
 
 // corpusScript answers with corpusReplies: the reply for the last user
@@ -370,6 +377,23 @@ func (r *recorder) recordDecisionsBySignal() {
 	r.decideBySignal(reqs[0], workflows.ApprovalDecision{Decision: workflows.DecisionDecline, Reason: "no notes today"})
 	r.finished(turn.TurnID)
 	r.record("signal.turn-1", turn.TurnID, "")
+}
+
+// recordBatchDecision: a batch of three, on a worker with the ledger, the
+// first call decided alone, the other two with one approvals Update.
+func (r *recorder) recordBatchDecision() {
+	turn := r.send(queueLedger, "corpus-batch", workflows.UserMessage{Query: "batch: three"})
+	reqs := r.requests(turn.TurnID, 3)
+	r.decideByUpdate(reqs[0], workflows.ApprovalDecision{Decision: workflows.DecisionApprove, Principal: "ann"})
+	batch := workflows.ApprovalBatch{Decisions: []workflows.ApprovalDecision{
+		{RequestID: reqs[1].RequestID, Decision: workflows.DecisionDecline, Reason: "not this one", Principal: "ann"},
+		{RequestID: reqs[2].RequestID, Decision: workflows.DecisionApprove, Principal: "ann"},
+	}}
+	var res workflows.ApprovalBatchResult
+	r.update(turn.TurnID, workflows.ApprovalsUpdate, batch, &res)
+	require.True(r.t, res.Accepted)
+	r.finished(turn.TurnID)
+	r.record("batch-decision.turn-1", turn.TurnID, "")
 }
 
 func (r *recorder) recordTimeoutWithNotices() {
