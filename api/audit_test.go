@@ -42,18 +42,25 @@ func TestTheAuditLedgerListsEveryDecisionOverHTTP(t *testing.T) {
 		t.Run(db, func(t *testing.T) {
 			var opts []stackOption
 			if db == "postgres" {
-				pg := proctest.StartPostgres(t, "tollgate")
-				admin, err := sql.Open("pgx", pg.URL("postgres"))
-				require.NoError(t, err)
-				_, err = admin.Exec("CREATE DATABASE tollgate")
-				admin.Close()
-				require.NoError(t, err)
-				opts = append(opts, withAuditDB(pg.URL("tollgate")))
+				opts = append(opts, withAuditDB(postgresLedger(t)))
 			}
 			st := newStack(t, opts...)
 			testAuditOverHTTP(t, st)
 		})
 	}
+}
+
+// postgresLedger starts a PostgreSQL server of the test's own and returns
+// the URL of an empty database on it, for a stack's audit ledger.
+func postgresLedger(t *testing.T) string {
+	t.Helper()
+	pg := proctest.StartPostgres(t, "tollgate")
+	admin, err := sql.Open("pgx", pg.URL("postgres"))
+	require.NoError(t, err)
+	_, err = admin.Exec("CREATE DATABASE tollgate")
+	admin.Close()
+	require.NoError(t, err)
+	return pg.URL("tollgate")
 }
 
 func testAuditOverHTTP(t *testing.T, st *stack) {

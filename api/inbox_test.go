@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"database/sql"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -21,7 +20,6 @@ import (
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/internal/links"
-	"github.com/tollgate/tollgate/internal/proctest"
 	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
 )
@@ -84,13 +82,7 @@ func TestTheInboxAnswersFromTheLedger(t *testing.T) {
 		t.Run(db, func(t *testing.T) {
 			var opts []stackOption
 			if db == "postgres" {
-				pg := proctest.StartPostgres(t, "tollgate")
-				admin, err := sql.Open("pgx", pg.URL("postgres"))
-				require.NoError(t, err)
-				_, err = admin.Exec("CREATE DATABASE tollgate")
-				admin.Close()
-				require.NoError(t, err)
-				opts = append(opts, withAuditDB(pg.URL("tollgate")))
+				opts = append(opts, withAuditDB(postgresLedger(t)))
 			}
 			testInboxFromLedger(t, newStack(t, opts...))
 		})
