@@ -3,12 +3,14 @@ package main
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -109,34 +111,8 @@ func TestTheWorkersMetricsHaveEverySeriesTheDocsName(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a Temporal dev server")
 	}
-	srv := devserver.ForTest(t)
-	model := httptest.NewServer(scripted.New(scripted.Demo()))
-	t.Cleanup(model.Close)
-	workspace := t.TempDir()
-	require.NoError(t, os.WriteFile(filepath.Join(workspace, "README.md"), []byte("# the workspace readme\n"), 0o644))
-	metricsAddr := proctest.FreeAddr(t)
-	queue := "worker-metrics-" + uuid.NewString()
-	env := map[string]string{
-		config.EnvTemporalAddress:   srv.HostPort,
-		config.EnvTemporalNamespace: srv.Namespace,
-		config.EnvTaskQueue:         queue,
-		config.EnvOpenAIBaseURL:     model.URL + "/v1",
-		config.EnvOpenAIAPIKey:      "test",
-		config.EnvOpenAIModel:       scripted.ModelName,
-		config.EnvWorkspace:         workspace,
-		config.EnvPayloadDir:        t.TempDir(),
-		config.EnvMetricsAddr:       metricsAddr,
-	}
-	cfg, err := config.Load(func(name string) string { return env[name] })
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	stopped := make(chan error, 1)
-	go func() { stopped <- run(ctx, cfg, slog.New(slog.DiscardHandler)) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-stopped)
-	})
-
+	w := runWorker(t, "worker-metrics-", nil)
+	srv, metricsAddr, queue, ctx := w.srv, w.metricsAddr, w.queue, w.ctx
 	c, err := srv.Dial()
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
@@ -246,37 +222,12 @@ func TestTheWorkersCacheHoldsNoMoreWaitingTurnsThanItsSize(t *testing.T) {
 		t.Skip("starts a Temporal dev server")
 	}
 	const cacheSize, waiting = 2, 6
-	srv := devserver.ForTest(t)
-	model := httptest.NewServer(scripted.New(scripted.Demo()))
-	t.Cleanup(model.Close)
-	workspace := t.TempDir()
-	require.NoError(t, os.WriteFile(filepath.Join(workspace, "README.md"), []byte("# the workspace readme\n"), 0o644))
-	metricsAddr := proctest.FreeAddr(t)
-	queue := "worker-cache-" + uuid.NewString()
-	env := map[string]string{
-		config.EnvTemporalAddress:   srv.HostPort,
-		config.EnvTemporalNamespace: srv.Namespace,
-		config.EnvTaskQueue:         queue,
-		config.EnvOpenAIBaseURL:     model.URL + "/v1",
-		config.EnvOpenAIAPIKey:      "test",
-		config.EnvOpenAIModel:       scripted.ModelName,
-		config.EnvWorkspace:         workspace,
-		config.EnvPayloadDir:        t.TempDir(),
-		config.EnvMetricsAddr:       metricsAddr,
-		config.EnvWorkflowCacheSize: "2",
+	w := runWorker(t, "worker-cache-", map[string]string{
+		config.EnvWorkflowCacheSize: strconv.Itoa(cacheSize),
 		config.EnvAuditDB:           config.AuditOff,
-	}
-	cfg, err := config.Load(func(name string) string { return env[name] })
-	require.NoError(t, err)
-	require.Equal(t, cacheSize, cfg.WorkflowCacheSize)
-	ctx, cancel := context.WithCancel(context.Background())
-	stopped := make(chan error, 1)
-	go func() { stopped <- run(ctx, cfg, slog.New(slog.DiscardHandler)) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-stopped)
 	})
-
+	require.Equal(t, cacheSize, w.cfg.WorkflowCacheSize)
+	srv, metricsAddr, queue, ctx := w.srv, w.metricsAddr, w.queue, w.ctx
 	c, err := srv.Dial()
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
@@ -312,4 +263,51 @@ func TestTheWorkersCacheHoldsNoMoreWaitingTurnsThanItsSize(t *testing.T) {
 	var out workflows.TurnOutput
 	require.NoError(t, turns[0].Get(turnCtx, &out))
 	require.Equal(t, workflows.FinishStop, out.FinishReason)
+}
+
+// runningWorker is the worker's run on a dev server of the test's own.
+type runningWorker struct {
+	srv         *devserver.Server
+	cfg         config.Config
+	queue       string
+	metricsAddr string
+	// ctx ends when the test does, which stops the run.
+	ctx context.Context
+}
+
+// runWorker starts the worker's run, as main does, on a dev server with
+// the scripted demo model and a workspace with a README, on a task queue
+// named from prefix; extra adds to or replaces its environment.
+func runWorker(t *testing.T, prefix string, extra map[string]string) runningWorker {
+	t.Helper()
+	srv := devserver.ForTest(t)
+	model := httptest.NewServer(scripted.New(scripted.Demo()))
+	t.Cleanup(model.Close)
+	workspace := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(workspace, "README.md"), []byte("# the workspace readme\n"), 0o644))
+	w := runningWorker{srv: srv, queue: prefix + uuid.NewString(), metricsAddr: proctest.FreeAddr(t)}
+	env := map[string]string{
+		config.EnvTemporalAddress:   srv.HostPort,
+		config.EnvTemporalNamespace: srv.Namespace,
+		config.EnvTaskQueue:         w.queue,
+		config.EnvOpenAIBaseURL:     model.URL + "/v1",
+		config.EnvOpenAIAPIKey:      "test",
+		config.EnvOpenAIModel:       scripted.ModelName,
+		config.EnvWorkspace:         workspace,
+		config.EnvPayloadDir:        t.TempDir(),
+		config.EnvMetricsAddr:       w.metricsAddr,
+	}
+	maps.Copy(env, extra)
+	var err error
+	w.cfg, err = config.Load(func(name string) string { return env[name] })
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	w.ctx = ctx
+	stopped := make(chan error, 1)
+	go func() { stopped <- run(ctx, w.cfg, slog.New(slog.DiscardHandler)) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-stopped)
+	})
+	return w
 }
