@@ -651,8 +651,11 @@ func TestConsoleAsksToRaiseASpentBudgetAndTheTurnGoesOn(t *testing.T) {
 	b.do(
 		chromedp.WaitVisible(chromedp.CSS(callIn(turn, "Write")+` [data-testid="approve"]`)),
 		chromedp.Click(chromedp.CSS(callIn(turn, "Write")+` [data-testid="approve"]`)),
-		chromedp.Click(chromedp.CSS(callIn(turn, "Bash")+` [data-testid="approve"]`)),
 	)
+	// As a person sees the Write decided before the next click: the turn's
+	// cards are drawn again then (its Approve all bar goes).
+	b.waitUntil(`document.querySelector(` + jsQuote(callIn(turn, "Write")) + `)?.textContent.includes('approved')`)
+	b.do(chromedp.Click(chromedp.CSS(callIn(turn, "Bash") + ` [data-testid="approve"]`)))
 	budget := turn + ` [data-testid="approval-request"][data-kind="budget"]`
 	b.do(chromedp.WaitVisible(chromedp.CSS(budget)))
 	head := eval[string](b, `document.querySelector(`+jsQuote(budget+` .approval-head`)+`).textContent`)
