@@ -11,6 +11,8 @@ VERSITYGW_VERSION := v1.8.0
 VERSITYGW := bin/versitygw
 STATICCHECK_VERSION := v0.8.2
 STATICCHECK := bin/staticcheck
+GOIMPORTS_VERSION := v0.52.0
+GOIMPORTS := bin/goimports
 # Real third-party MCP servers for the MCP tests, from npm (Node 20).
 MCP_SERVERS_VERSION := 2026.8.31
 MCP_SERVERS := bin/mcp/node_modules/.bin/mcp-server-everything
@@ -18,7 +20,7 @@ BINARIES := ./worker ./api ./cmd/scripted-model ./cmd/tollgate
 # The race detector is on by default; `make test RACE=` turns it off.
 RACE ?= -race
 
-.PHONY: all temporal temporal-server versitygw staticcheck mcp-servers build test cluster-test lint bench dev corpus
+.PHONY: all temporal temporal-server versitygw staticcheck goimports mcp-servers build test cluster-test lint bench dev corpus
 
 all: lint test
 
@@ -55,6 +57,13 @@ staticcheck: $(STATICCHECK)
 $(STATICCHECK):
 	GOBIN=$(CURDIR)/bin go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
+# gofmt that also orders the imports: the standard library, then other
+# modules, then this module's packages, each a group of its own.
+goimports: $(GOIMPORTS)
+
+$(GOIMPORTS):
+	GOBIN=$(CURDIR)/bin go install golang.org/x/tools/cmd/goimports@$(GOIMPORTS_VERSION)
+
 # The MCP reference servers the tests run over stdio and streamable HTTP:
 # @modelcontextprotocol/server-filesystem and server-everything, into bin/mcp.
 mcp-servers: $(MCP_SERVERS)
@@ -79,10 +88,16 @@ test: $(TEMPORAL) $(VERSITYGW) $(MCP_SERVERS)
 cluster-test: $(TEMPORAL) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL)
 	TOLLGATE_CLUSTER_TEST=1 go test -count=1 -v -run '^(TestEveryTurnFinishesOnceWhileAWorkerAndAnAPIAreKilled|TestAFreshNamespacesFirstMessagesAreAnswered)$$' -timeout 20m ./cluster/
 
-# gofmt skips the agent's workspace and hidden folders: they are not ours.
-lint: $(STATICCHECK)
-	@files="$$(find . \( -path ./workspace -o -path './.*' \) -prune -o -name '*.go' -print | xargs gofmt -l)"; \
+# gofmt and goimports skip the agent's workspace and hidden folders: they
+# are not ours.
+GO_FILES = find . \( -path ./workspace -o -path './.*' \) -prune -o -name '*.go' -print
+GOIMPORTS_FLAGS := -local github.com/tollgate/tollgate
+
+lint: $(STATICCHECK) $(GOIMPORTS)
+	@files="$$($(GO_FILES) | xargs gofmt -l)"; \
 	if [ -n "$$files" ]; then echo "gofmt needed:"; echo "$$files"; exit 1; fi
+	@files="$$($(GO_FILES) | xargs $(GOIMPORTS) $(GOIMPORTS_FLAGS) -l)"; \
+	if [ -n "$$files" ]; then echo "goimports needed ($(GOIMPORTS) $(GOIMPORTS_FLAGS) -w FILE):"; echo "$$files"; exit 1; fi
 	go vet ./...
 	$(STATICCHECK) ./...
 

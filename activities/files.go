@@ -1,8 +1,6 @@
 package activities
 
 import (
-	"github.com/tollgate/tollgate/internal/text"
-
 	"bufio"
 	"context"
 	"errors"
@@ -13,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/tollgate/tollgate/internal/text"
 )
 
 // Read answers the numbered lines of a file, from line offset on, at most

@@ -1,9 +1,6 @@
 package activities
 
 import (
-	"github.com/tollgate/tollgate/internal/audit"
-	"github.com/tollgate/tollgate/internal/text"
-
 	"bytes"
 	"context"
 	"encoding/base64"
@@ -23,6 +20,9 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/text"
 )
 
 // Limits of the MCP servers' lives.

@@ -1,9 +1,6 @@
 package activities
 
 import (
-	"github.com/tollgate/tollgate/internal/audit"
-	"github.com/tollgate/tollgate/internal/text"
-
 	"cmp"
 	"context"
 	"encoding/json"
@@ -21,6 +18,9 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
+
+	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/text"
 )
 
 // ModelActivity is the name the worker registers Model.Chat under and the

@@ -1,9 +1,9 @@
 package activities
 
 import (
-	"github.com/tollgate/tollgate/internal/text"
-
 	"fmt"
+
+	"github.com/tollgate/tollgate/internal/text"
 )
 
 // capWriter keeps the first max bytes written to it and counts the rest, so

@@ -1,14 +1,14 @@
 package activities
 
 import (
-	"github.com/tollgate/tollgate/internal/text"
-
 	"context"
 	"errors"
 	"fmt"
 	"os/exec"
 	"strings"
 	"time"
+
+	"github.com/tollgate/tollgate/internal/text"
 )
 
 const (

@@ -10,9 +10,10 @@ import (
 	"strings"
 	"time"
 
+	"go.temporal.io/sdk/activity"
+
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/protocol"
-	"go.temporal.io/sdk/activity"
 )
 
 // Tool names. Each is both the name the model calls the tool by and the name

@@ -14,9 +14,10 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
-	"github.com/tollgate/tollgate/protocol"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/mocks"
+
+	"github.com/tollgate/tollgate/protocol"
 )
 
 func TestMetricsCountDecisionsByOutcomeAndRequestsByRoute(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	"unicode"
 
 	"github.com/stretchr/testify/require"
+
 	"github.com/tollgate/tollgate/internal/docstest"
 )
 

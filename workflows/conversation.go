@@ -1,11 +1,9 @@
 package workflows
 
 import (
-	"github.com/tollgate/tollgate/internal/text"
-	"maps"
-
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -14,6 +12,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/internal/text"
 	"github.com/tollgate/tollgate/internal/workflowtrace"
 )
 

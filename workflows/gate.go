@@ -1,8 +1,6 @@
 package workflows
 
 import (
-	"github.com/tollgate/tollgate/internal/text"
-
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -17,6 +15,7 @@ import (
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/text"
 	"github.com/tollgate/tollgate/internal/workflowtrace"
 	"github.com/tollgate/tollgate/protocol"
 )

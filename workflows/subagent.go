@@ -1,12 +1,10 @@
 package workflows
 
 import (
-	"github.com/tollgate/tollgate/internal/text"
-	"maps"
-
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -16,6 +14,7 @@ import (
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/agents"
+	"github.com/tollgate/tollgate/internal/text"
 )
 
 // AgentDef is a subagent definition (package agents reads them).

@@ -1,14 +1,13 @@
 package main
 
 import (
-	"github.com/tollgate/tollgate/internal/text"
-
 	"context"
 	"fmt"
 	"io"
 	"text/tabwriter"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/text"
 	"github.com/tollgate/tollgate/protocol"
 )
 

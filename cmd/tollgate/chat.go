@@ -1,8 +1,6 @@
 package main
 
 import (
-	"github.com/tollgate/tollgate/internal/text"
-
 	"cmp"
 	"context"
 	"encoding/json"
@@ -14,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/text"
 	"github.com/tollgate/tollgate/protocol"
 )
 

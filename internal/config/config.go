@@ -4,8 +4,6 @@
 package config
 
 import (
-	"github.com/tollgate/tollgate/internal/text"
-
 	"cmp"
 	"errors"
 	"fmt"
@@ -27,6 +25,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/links"
 	"github.com/tollgate/tollgate/internal/payloads"
+	"github.com/tollgate/tollgate/internal/text"
 	"github.com/tollgate/tollgate/protocol"
 )
 
