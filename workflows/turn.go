@@ -197,100 +197,129 @@ func (t *turn) finish(reason, text string) {
 
 // setHandlers registers the turn's query, update and signal handlers.
 func (t *turn) setHandlers(ctx workflow.Context) error {
-	if err := workflow.SetQueryHandler(ctx, EventsQuery, func(req EventsRequest) (EventsResponse, error) {
-		resp := t.log.after(req.After)
-		resp.Live = t.live
-		return resp, nil
-	}); err != nil {
+	if err := workflow.SetQueryHandler(ctx, EventsQuery, t.queryEvents); err != nil {
 		return fmt.Errorf("set %s query handler: %w", EventsQuery, err)
 	}
-	if err := workflow.SetQueryHandler(ctx, PendingQuery, func() ([]PendingApproval, error) {
-		return t.gate.pending(), nil
-	}); err != nil {
+	if err := workflow.SetQueryHandler(ctx, PendingQuery, t.queryPending); err != nil {
 		return fmt.Errorf("set %s query handler: %w", PendingQuery, err)
 	}
-	if err := workflow.SetUpdateHandlerWithOptions(ctx, ApprovalUpdate,
-		func(ctx workflow.Context, d ApprovalDecision) (ApprovalResult, error) {
-			// The principal is the API's, from the caller's token, or
-			// whatever a trusted Temporal client sent.
-			if err := t.gate.take(ctx, d, d.Principal); err != nil {
-				return ApprovalResult{}, err
-			}
-			return ApprovalResult{Accepted: true}, nil
-		},
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, ApprovalUpdate, t.takeDecision,
 		workflow.UpdateHandlerOptions{Validator: t.validateDecision},
 	); err != nil {
 		return fmt.Errorf("set %s update handler: %w", ApprovalUpdate, err)
 	}
-	if err := workflow.SetUpdateHandlerWithOptions(ctx, ApprovalsUpdate,
-		func(ctx workflow.Context, b ApprovalBatch) (ApprovalBatchResult, error) {
-			// Validate the whole batch again, as take does one decision:
-			// a signal or the timer may have decided one since the
-			// validator ran. Nothing yields from here to the last take,
-			// so the batch is taken all or none.
-			if err := t.validateBatch(ctx, b); err != nil {
-				return ApprovalBatchResult{}, err
-			}
-			for _, d := range b.Decisions {
-				if err := t.gate.take(ctx, d, d.Principal); err != nil {
-					return ApprovalBatchResult{}, err // cannot happen: validated above
-				}
-			}
-			return ApprovalBatchResult{Accepted: true, Decided: len(b.Decisions)}, nil
-		},
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, ApprovalsUpdate, t.takeBatch,
 		workflow.UpdateHandlerOptions{Validator: t.validateBatch},
 	); err != nil {
 		return fmt.Errorf("set %s update handler: %w", ApprovalsUpdate, err)
 	}
-
-	if err := workflow.SetUpdateHandlerWithOptions(ctx, ClientToolResultUpdate,
-		func(ctx workflow.Context, r ClientToolResult) error {
-			t.gate.takeClientResult(r)
-			return nil
-		},
-		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, r ClientToolResult) error {
-			return t.gate.validateClientResult(ctx, r)
-		}},
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, ClientToolResultUpdate, t.takeClientResult,
+		workflow.UpdateHandlerOptions{Validator: t.validateClientResult},
 	); err != nil {
 		return fmt.Errorf("set %s update handler: %w", ClientToolResultUpdate, err)
 	}
-
-	approvals := workflow.GetSignalChannel(ctx, ApprovalSignal)
-	tokens := workflow.GetSignalChannel(ctx, TokensSignal)
-	interrupts := workflow.GetSignalChannel(ctx, InterruptSignal)
-	subagentEvents := workflow.GetSignalChannel(ctx, SubagentEventsSignal)
-	workflow.Go(ctx, func(ctx workflow.Context) {
-		sel := workflow.NewSelector(ctx)
-		sel.AddReceive(approvals, func(c workflow.ReceiveChannel, _ bool) {
-			var d ApprovalDecision
-			c.Receive(ctx, &d)
-			// A signal comes from someone with Temporal access: trusted,
-			// and recorded as who they say they are.
-			d.Principal = cmp.Or(d.Principal, PrincipalTemporal)
-			if err := t.gate.take(ctx, d, d.Principal); err != nil {
-				workflow.GetLogger(ctx).Info("approval signal ignored", "requestId", d.RequestID, "error", err)
-			}
-		})
-		sel.AddReceive(tokens, func(c workflow.ReceiveChannel, _ bool) {
-			var b activities.TokenBatch
-			c.Receive(ctx, &b)
-			t.onTokens(b)
-		})
-		sel.AddReceive(interrupts, func(c workflow.ReceiveChannel, _ bool) {
-			var i Interrupt
-			c.Receive(ctx, &i)
-			t.interrupt(ctx, i.Reason)
-		})
-		sel.AddReceive(subagentEvents, func(c workflow.ReceiveChannel, _ bool) {
-			var in SubagentEvents
-			c.Receive(ctx, &in)
-			t.onSubagentEvents(in)
-		})
-		for {
-			sel.Select(ctx)
-		}
-	})
+	workflow.Go(ctx, t.receiveSignals)
 	return nil
+}
+
+// queryEvents answers the events query: the events after req.After, and the
+// model call that streams its tokens by heartbeat, if one does.
+func (t *turn) queryEvents(req EventsRequest) (EventsResponse, error) {
+	resp := t.log.after(req.After)
+	resp.Live = t.live
+	return resp, nil
+}
+
+// queryPending answers the pending query: the approvals the gate waits for.
+func (t *turn) queryPending() ([]PendingApproval, error) {
+	return t.gate.pending(), nil
+}
+
+// takeDecision is the approval Update's handler, after validateDecision.
+func (t *turn) takeDecision(ctx workflow.Context, d ApprovalDecision) (ApprovalResult, error) {
+	// The principal is the API's, from the caller's token, or whatever a
+	// trusted Temporal client sent.
+	if err := t.gate.take(ctx, d, d.Principal); err != nil {
+		return ApprovalResult{}, err
+	}
+	return ApprovalResult{Accepted: true}, nil
+}
+
+// takeBatch is the approvals Update's handler, after validateBatch.
+func (t *turn) takeBatch(ctx workflow.Context, b ApprovalBatch) (ApprovalBatchResult, error) {
+	// Validate the whole batch again, as take does one decision: a signal
+	// or the timer may have decided one since the validator ran. Nothing
+	// yields from here to the last take, so the batch is taken all or none.
+	if err := t.validateBatch(ctx, b); err != nil {
+		return ApprovalBatchResult{}, err
+	}
+	for _, d := range b.Decisions {
+		if err := t.gate.take(ctx, d, d.Principal); err != nil {
+			return ApprovalBatchResult{}, err // cannot happen: validated above
+		}
+	}
+	return ApprovalBatchResult{Accepted: true, Decided: len(b.Decisions)}, nil
+}
+
+// validateClientResult is the client tool result Update's validator.
+func (t *turn) validateClientResult(ctx workflow.Context, r ClientToolResult) error {
+	return t.gate.validateClientResult(ctx, r)
+}
+
+// takeClientResult is the client tool result Update's handler, after
+// validateClientResult.
+func (t *turn) takeClientResult(_ workflow.Context, r ClientToolResult) error {
+	t.gate.takeClientResult(r)
+	return nil
+}
+
+// receiveSignals takes the turn's signals as they come, for as long as the
+// turn runs.
+func (t *turn) receiveSignals(ctx workflow.Context) {
+	sel := workflow.NewSelector(ctx)
+	onSignal(ctx, sel, ApprovalSignal, t.approvalSignal)
+	onSignal(ctx, sel, TokensSignal, t.tokensSignal)
+	onSignal(ctx, sel, InterruptSignal, t.interruptSignal)
+	onSignal(ctx, sel, SubagentEventsSignal, t.subagentEventsSignal)
+	for {
+		sel.Select(ctx)
+	}
+}
+
+// onSignal makes sel receive the named signal's values, each into a T that
+// handle takes.
+func onSignal[T any](ctx workflow.Context, sel workflow.Selector, name string, handle func(workflow.Context, T)) {
+	sel.AddReceive(workflow.GetSignalChannel(ctx, name), func(c workflow.ReceiveChannel, _ bool) {
+		var v T
+		c.Receive(ctx, &v)
+		handle(ctx, v)
+	})
+}
+
+// approvalSignal takes a decision sent by the approval signal.
+func (t *turn) approvalSignal(ctx workflow.Context, d ApprovalDecision) {
+	// A signal comes from someone with Temporal access: trusted, and
+	// recorded as who they say they are.
+	d.Principal = cmp.Or(d.Principal, PrincipalTemporal)
+	if err := t.gate.take(ctx, d, d.Principal); err != nil {
+		workflow.GetLogger(ctx).Info("approval signal ignored", "requestId", d.RequestID, "error", err)
+	}
+}
+
+// tokensSignal takes a batch of the model's tokens (onTokens).
+func (t *turn) tokensSignal(_ workflow.Context, b activities.TokenBatch) {
+	t.onTokens(b)
+}
+
+// interruptSignal interrupts the turn (interrupt).
+func (t *turn) interruptSignal(ctx workflow.Context, i Interrupt) {
+	t.interrupt(ctx, i.Reason)
+}
+
+// subagentEventsSignal takes a subagent's forwarded events
+// (onSubagentEvents).
+func (t *turn) subagentEventsSignal(_ workflow.Context, in SubagentEvents) {
+	t.onSubagentEvents(in)
 }
 
 // onTokens publishes what a token batch adds to the answer, while the model
