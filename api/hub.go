@@ -326,116 +326,188 @@ func (f *feed) notifyLocked() {
 	}
 }
 
-// poll keeps f current until the turn finishes, fails, or ctx ends.
+// poll keeps f current until the turn finishes, fails, or ctx ends: it
+// reads the turn's events each time the watcher says they may have moved,
+// or a failed read's backoff is over, and takes what the read answered.
 func (h *hub) poll(ctx context.Context, f *feed) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	log := h.log.With("turnId", f.turnID)
+	p := h.startPoller(ctx, f)
+	defer p.stop()
+	for p.wait(ctx) {
+		ended, after := p.closed(), f.last()
+		resp, err := p.read(ctx, after, ended)
+		var done bool
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			done = p.failed(err, after, ended)
+		default:
+			done = p.take(ctx, resp, after, ended)
+		}
+		if done {
+			return
+		}
+	}
+}
 
+// poller is the state of one feed's poll, which its steps share.
+type poller struct {
+	h   *hub
+	f   *feed
+	log *slog.Logger
 	// wake coalesces the watcher's news: however many history events arrive
 	// during one read, they cause one more read.
-	wake := make(chan struct{}, 1)
-	changed := func() {
-		select {
-		case wake <- struct{}{}:
-		default:
-		}
-	}
-	changed() // read once at start: the turn may have events already
-	// closedCtx ends when the watcher sees the workflow close (or ctx ends,
-	// which returns first): a query in flight then (which, without a worker,
-	// would only time out) gives way to a read of the final log.
-	closedCtx, markClosed := context.WithCancel(ctx)
-	defer markClosed()
-	closed := func() bool { return closedCtx.Err() != nil }
-	watchFailed := make(chan error, 1)
-	go func() {
-		err := h.watch(ctx, f.turnID, func() {
-			markClosed()
-			changed()
-		}, changed, f.setQueued, log)
-		if err != nil {
-			watchFailed <- err
-		}
-	}()
+	wake chan struct{}
+	// closedCtx ends when the watcher sees the workflow close (or the
+	// poll's ctx ends, which returns first): a query in flight then (which,
+	// without a worker, would only time out) gives way to a read of the
+	// final log.
+	closedCtx  context.Context
+	markClosed context.CancelFunc
+	// watchFailed gets the watcher's error when it gives up.
+	watchFailed chan error
+	// retry fires when a failed read is to be tried again, backoff after
+	// the next failure; closedFailures counts the failed reads of the
+	// ended turn.
+	retry          <-chan time.Time
+	backoff        time.Duration
+	closedFailures int
+	live           liveReader
+}
 
-	backoff := h.settings.minBackoff
-	var retry <-chan time.Time
-	closedFailures := 0
-	var live liveReader
-	defer live.stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case err := <-watchFailed:
-			f.fail(err)
-			return
-		case <-wake:
-		case <-retry:
-		}
-		retry = nil
-		ended := closed()
-		after := f.last()
-		readCtx := closedCtx
-		if ended {
-			readCtx = ctx
-		}
-		qctx, qcancel := context.WithTimeout(readCtx, h.settings.queryTimeout)
-		resp, err := h.src.Events(qctx, f.turnID, after, ended)
-		qcancel()
-		h.metrics.eventQueries.Inc()
-		if ctx.Err() != nil {
-			return
-		}
-		if err != nil && !ended && closed() {
-			// The workflow closed during the read; the watcher has woken us
-			// to read the final log.
-			continue
-		}
-		if err != nil {
-			if !ended && (isNotFound(err) || isNotReady(err)) {
-				// The turn has not started (or not run its first task) yet;
-				// the watcher wakes us when it has.
-				log.Debug("turn not started yet", "error", err)
-				continue
-			}
-			if !ended && isQueryFailed(err) {
-				f.fail(fmt.Errorf("%s cannot be streamed as a turn: %w", f.turnID, err))
-				return
-			}
-			var lost *turnLostError
-			if errors.As(err, &lost) {
-				f.fail(err)
-				return
-			}
-			if ended {
-				if closedFailures++; closedFailures >= h.settings.closedRetries {
-					f.fail(fmt.Errorf("read the events of ended turn %s: %w", f.turnID, err))
-					return
-				}
-			}
-			log.Warn("read turn events", "after", after, "error", err, "retryIn", backoff)
-			retry = time.After(backoff)
-			backoff = min(2*backoff, h.settings.maxBackoff)
-			continue
-		}
-		backoff = h.settings.minBackoff
-		contiguous := f.add(resp.Events)
-		live.follow(ctx, resp.Live, contiguous && resp.Live != nil && resp.Live.After <= f.last(), func(ctx context.Context, l workflows.LiveTokens) {
-			h.readLive(ctx, f, l, log)
-		})
-		switch {
-		case f.finished():
-			return
-		case !contiguous:
-			log.Warn("turn events skipped ahead; reading again", "after", after)
-			changed()
-		case ended:
-			f.fail(fmt.Errorf("turn %s ended without a finish event", f.turnID))
-			return
+// startPoller starts the watcher of f's turn, with a first read due at
+// once: the turn may have events already.
+func (h *hub) startPoller(ctx context.Context, f *feed) *poller {
+	p := &poller{h: h, f: f, log: h.log.With("turnId", f.turnID), wake: make(chan struct{}, 1),
+		watchFailed: make(chan error, 1), backoff: h.settings.minBackoff}
+	p.changed()
+	p.closedCtx, p.markClosed = context.WithCancel(ctx)
+	go p.watch(ctx)
+	return p
+}
+
+// watch runs the hub's watcher of the turn until the workflow closes, ctx
+// ends or the watcher gives up.
+func (p *poller) watch(ctx context.Context) {
+	if err := p.h.watch(ctx, p.f.turnID, p.onClose, p.changed, p.f.setQueued, p.log); err != nil {
+		p.watchFailed <- err
+	}
+}
+
+// changed asks for one more read (wake).
+func (p *poller) changed() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// onClose marks the workflow closed and asks for the read of its final log.
+func (p *poller) onClose() {
+	p.markClosed()
+	p.changed()
+}
+
+// closed reports whether the watcher has seen the workflow close.
+func (p *poller) closed() bool { return p.closedCtx.Err() != nil }
+
+// stop stops the reader of a streaming model call and ends closedCtx.
+func (p *poller) stop() {
+	p.live.stop()
+	p.markClosed()
+}
+
+// wait waits for a reason to read: the watcher's news or a retry. It
+// reports false when the poll ends instead: ctx ended, or the watcher gave
+// up, which fails the feed.
+func (p *poller) wait(ctx context.Context) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case err := <-p.watchFailed:
+		p.f.fail(err)
+		return false
+	case <-p.wake:
+	case <-p.retry:
+	}
+	p.retry = nil
+	return true
+}
+
+// read reads the turn's events after after, within queryTimeout. ended
+// says the watcher has seen the workflow close; until then, the read gives
+// way when it does (closedCtx).
+func (p *poller) read(ctx context.Context, after int, ended bool) (workflows.EventsResponse, error) {
+	readCtx := p.closedCtx
+	if ended {
+		readCtx = ctx
+	}
+	qctx, cancel := context.WithTimeout(readCtx, p.h.settings.queryTimeout)
+	resp, err := p.h.src.Events(qctx, p.f.turnID, after, ended)
+	cancel()
+	p.h.metrics.eventQueries.Inc()
+	return resp, err
+}
+
+// failed takes a read that failed with err. It reports true when that
+// fails the feed; otherwise the poll reads again when the watcher wakes it
+// or, for an error that may pass, once the backoff is over.
+func (p *poller) failed(err error, after int, ended bool) (done bool) {
+	var lost *turnLostError
+	switch {
+	case !ended && p.closed():
+		// The workflow closed during the read; the watcher has woken us
+		// to read the final log.
+		return false
+	case !ended && (isNotFound(err) || isNotReady(err)):
+		// The turn has not started (or not run its first task) yet; the
+		// watcher wakes us when it has.
+		p.log.Debug("turn not started yet", "error", err)
+		return false
+	case !ended && isQueryFailed(err):
+		p.f.fail(fmt.Errorf("%s cannot be streamed as a turn: %w", p.f.turnID, err))
+		return true
+	case errors.As(err, &lost):
+		p.f.fail(err)
+		return true
+	}
+	if ended {
+		if p.closedFailures++; p.closedFailures >= p.h.settings.closedRetries {
+			p.f.fail(fmt.Errorf("read the events of ended turn %s: %w", p.f.turnID, err))
+			return true
 		}
 	}
+	p.log.Warn("read turn events", "after", after, "error", err, "retryIn", p.backoff)
+	p.retry = time.After(p.backoff)
+	p.backoff = min(2*p.backoff, p.h.settings.maxBackoff)
+	return false
+}
+
+// take adds the events a read answered to the feed and follows the model
+// call that streams its answer. It reports true when the feed is complete:
+// the turn finished, or ended without a finish event, which fails the feed.
+func (p *poller) take(ctx context.Context, resp workflows.EventsResponse, after int, ended bool) (done bool) {
+	p.backoff = p.h.settings.minBackoff
+	contiguous := p.f.add(resp.Events)
+	p.live.follow(ctx, resp.Live, contiguous && resp.Live != nil && resp.Live.After <= p.f.last(), p.readLive)
+	switch {
+	case p.f.finished():
+		return true
+	case !contiguous:
+		p.log.Warn("turn events skipped ahead; reading again", "after", after)
+		p.changed()
+	case ended:
+		p.f.fail(fmt.Errorf("turn %s ended without a finish event", p.f.turnID))
+		return true
+	}
+	return false
+}
+
+// readLive reads the token events of the model call l names (hub.readLive).
+func (p *poller) readLive(ctx context.Context, l workflows.LiveTokens) {
+	p.h.readLive(ctx, p.f, l, p.log)
 }
 
 // turnLostError is why a turn ended that could not read its history: the

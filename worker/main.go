@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/worker"
 
 	"github.com/tollgate/tollgate/activities"
@@ -45,63 +46,39 @@ func main() {
 	}
 }
 
+// run is the worker's life: each step below, in order, then the task queue
+// polled until ctx is done. A step that fails stops the worker with its
+// reason; what a step opened is closed when run returns, the worker
+// stopped first.
 func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
-	// Before any program of a tool starts (an MCP server, a command): none
-	// may read the worker's environment, which holds its secrets.
-	if err := activities.HideWorker(); err != nil {
-		log.Warn("the programs the worker starts may read its environment", "error", err)
-	}
-	if activities.BashIsolation() == "none" {
-		log.Warn("this system allows no PID namespace for Bash commands (neither CAP_SYS_ADMIN nor user namespaces): " +
-			"a command that kills its guard outlives its time limit; see docs/security.md")
-	}
+	warnOfTools(log)
 	// The policy is checked before anything else: a rule that does not
 	// compile stops the worker.
 	rules, err := policy.Load(cfg.PolicyFile)
 	if err != nil {
 		return fmt.Errorf("%s: %w", config.EnvPolicyFile, err)
 	}
-	// MCP servers start next, before Temporal is dialed: their tools are
-	// part of the settings every turn records, and a server that cannot
-	// start stops the worker with the reason.
-	var mcpCfg activities.MCPConfig
-	if cfg.MCPConfig != "" {
-		if mcpCfg, err = activities.LoadMCPConfig(cfg.MCPConfig, os.Getenv); err != nil {
-			return fmt.Errorf("%s: %w", config.EnvMCPConfig, err)
-		}
-	}
-	mcpCfg.Workspace = cfg.Workspace
-	mcpServers, err := activities.StartMCP(ctx, mcpCfg, log)
+	mcpServers, err := startMCP(ctx, cfg, log)
 	if err != nil {
-		return fmt.Errorf("%s %s: %w", config.EnvMCPConfig, cfg.MCPConfig, err)
+		return err
 	}
 	// Deferred, so it runs after w.Stop below: no running call loses its
 	// server.
 	defer mcpServers.Close()
-
-	// The SDK's metrics and the workflows' own land in one registry.
-	reg, err := metrics.New(workflows.MetricHelp)
+	reg, stopMetrics, err := startMetrics(cfg.MetricsAddr, log)
 	if err != nil {
-		return fmt.Errorf("metrics: %w", err)
+		return err
 	}
-	defer func() { _ = reg.Close(context.Background()) }()
-	workflows.AddApprovalsPending(reg)
-	_, stopMetrics := serveMetrics(cfg.MetricsAddr, reg, log)
 	defer stopMetrics()
-	storage, stored, err := payloads.Storage(cfg.Payloads)
+	storage, stored, err := payloadStore(ctx, cfg.Payloads, log)
 	if err != nil {
 		return err
 	}
-	if err := checkPayloadStore(ctx, cfg.Payloads, log); err != nil {
+	ledger, err := openLedger(ctx, cfg)
+	if err != nil {
 		return err
 	}
-	var ledger *auditdb.Ledger
-	if cfg.AuditDB != "" {
-		// A ledger that cannot be opened stops the worker: it would
-		// otherwise run turns whose decisions go unrecorded.
-		if ledger, err = auditdb.Open(ctx, cfg.AuditDB); err != nil {
-			return fmt.Errorf("%s: %w", config.EnvAuditDB, err)
-		}
+	if ledger != nil {
 		defer ledger.Close()
 	}
 	tracing, err := telemetry.Setup(ctx, telemetry.WorkerService, log)
@@ -109,92 +86,25 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return err
 	}
 	defer flushTraces(tracing, log)
-	opts := cfg.Temporal
-	opts.Logger, opts.MetricsHandler, opts.ExternalStorage = config.TemporalLogger(log), reg.Handler(), storage
-	opts.Interceptors = append(opts.Interceptors, tracing.Interceptors()...)
-	// A turn whose history names a payload the store no longer holds is
-	// ended, naming the payload, instead of failing its task for ever.
-	lost := workflows.NewLostPayloads(log, payloads.MissingKey)
-	if stored {
-		opts.ConnectionOptions.DialOptions = append(opts.ConnectionOptions.DialOptions, lost.DialOption())
-	}
-	// The cache is the SDK's, one for the process, set before any worker
-	// starts (the search attributes' probe below is one): a waiting turn
-	// evicted from it costs nothing until its decision comes, when its
-	// history (a few dozen events) is replayed.
-	worker.SetStickyWorkflowCacheSize(cfg.WorkflowCacheSize)
-	c, err := client.Dial(opts)
+	c, err := dial(cfg, log, reg, storage, stored, tracing)
 	if err != nil {
-		return fmt.Errorf("dial Temporal at %s: %w", cfg.TemporalAddress, err)
-	}
-	defer c.Close()
-	lost.Attach(c)
-
-	searchAttributes := true
-	if err := workflows.EnsureSearchAttributes(ctx, c, cfg.TemporalNamespace, log); err != nil {
-		// Turns still run; only visibility (pending approvals in the Web UI
-		// and GET /approvals) goes without the attributes.
-		searchAttributes = false
-		log.Warn("custom search attributes unavailable; create them with `temporal operator search-attribute create`", "error", err)
-	} else if err := awaitSearchAttributes(ctx, c, cfg.TemporalNamespace, log); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(cfg.Workspace, 0o755); err != nil {
-		return fmt.Errorf("create workspace %s: %w", cfg.Workspace, err)
-	}
-	realWorkspace, err := filepath.EvalSymlinks(cfg.Workspace)
+	defer c.Close()
+	searchAttributes, err := ensureSearchAttributes(ctx, c, cfg.TemporalNamespace, log)
 	if err != nil {
-		return fmt.Errorf("workspace %s: %w", cfg.Workspace, err)
+		return err
 	}
-
-	agentDefs, err := agents.Load(cfg.AgentsDir)
+	realWorkspace, err := makeWorkspace(cfg.Workspace)
 	if err != nil {
-		return fmt.Errorf("%s: %w", config.EnvAgentsDir, err)
+		return err
 	}
-	for _, d := range agentDefs {
-		if d.Error != "" {
-			log.Warn("subagent definition is invalid; the model will read why if it asks for it", "name", d.Name, "error", d.Error)
-		}
+	agentDefs, err := loadAgents(cfg.AgentsDir, log)
+	if err != nil {
+		return err
 	}
-
-	tools := &activities.Tools{Workspace: cfg.Workspace, BashTimeout: cfg.BashTimeout, BashEnv: cfg.BashEnv}
-	model := activities.NewModel(cfg.OpenAIBaseURL, cfg.OpenAIAPIKey, cfg.OpenAIModel, workflows.TokenSignaler{Client: c})
-	wf := &workflows.Workflows{Settings: workflows.Settings{
-		RequiredTools:    cfg.RequiredTools,
-		ApprovalTimeout:  cfg.ApprovalTimeout,
-		MaxSteps:         cfg.MaxSteps,
-		Tools:            append(tools.Specs(), mcpServers.Specs()...),
-		WorkspaceRoots:   activities.WorkspaceRoots(cfg.Workspace, realWorkspace),
-		ToolTimeout:      cfg.BashTimeout + 30*time.Second,
-		SearchAttributes: searchAttributes,
-		StatusAttribute:  searchAttributes,
-		Agents:           agentDefs,
-		Rules:            rules,
-		Notify:           cfg.NotifyURL != "",
-		ReminderBefore:   cfg.NotifyReminder,
-		Budgets:          workflows.Budgets(cfg.Budgets),
-		Audit:            ledger != nil,
-		ContextBudget:    cfg.ContextBudget,
-		ContextWindow:    cfg.ContextWindow,
-		ContextRecent:    cfg.ContextRecent,
-	}}
-
-	if ledger != nil {
-		// The activities a turn runs carry its ledger rows (Tools.Ledger).
-		tools.Ledger, model.Ledger = ledger, ledger
-		if mcpServers != nil {
-			mcpServers.Ledger = ledger
-		}
-	}
-	w := worker.New(c, cfg.TaskQueue, workflows.WorkerOptions())
-	workflows.Register(w, wf, model, tools)
-	workflows.RegisterMCP(w, mcpServers)
-	if cfg.NotifyURL != "" {
-		workflows.RegisterNotifier(w, &activities.Notifier{URL: cfg.NotifyURL, Format: cfg.NotifyFormat, Links: cfg.Links, PublicURL: cfg.PublicURL})
-	}
-	if ledger != nil {
-		workflows.RegisterAuditor(w, &activities.Auditor{Ledger: ledger})
-	}
+	w := newWorker(c, cfg, parts{rules: rules, mcp: mcpServers, ledger: ledger, searchAttributes: searchAttributes,
+		realWorkspace: realWorkspace, agents: agentDefs})
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("start worker on task queue %s: %w", cfg.TaskQueue, err)
 	}
@@ -205,6 +115,208 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	log.Info("worker stopping")
 	w.Stop()
 	return nil
+}
+
+// warnOfTools hides the worker's environment from the programs its tools
+// start, before any starts (an MCP server, a command): it holds the
+// worker's secrets. Where that, or a PID namespace for Bash commands, cannot
+// be had, the worker says so and runs on.
+func warnOfTools(log *slog.Logger) {
+	if err := activities.HideWorker(); err != nil {
+		log.Warn("the programs the worker starts may read its environment", "error", err)
+	}
+	if activities.BashIsolation() == "none" {
+		log.Warn("this system allows no PID namespace for Bash commands (neither CAP_SYS_ADMIN nor user namespaces): " +
+			"a command that kills its guard outlives its time limit; see docs/security.md")
+	}
+}
+
+// startMCP starts the configured MCP servers, before Temporal is dialed:
+// their tools are part of the settings every turn records, and a server
+// that cannot start stops the worker with the reason.
+func startMCP(ctx context.Context, cfg config.Config, log *slog.Logger) (*activities.MCP, error) {
+	var mcpCfg activities.MCPConfig
+	if cfg.MCPConfig != "" {
+		var err error
+		if mcpCfg, err = activities.LoadMCPConfig(cfg.MCPConfig, os.Getenv); err != nil {
+			return nil, fmt.Errorf("%s: %w", config.EnvMCPConfig, err)
+		}
+	}
+	mcpCfg.Workspace = cfg.Workspace
+	mcpServers, err := activities.StartMCP(ctx, mcpCfg, log)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", config.EnvMCPConfig, cfg.MCPConfig, err)
+	}
+	return mcpServers, nil
+}
+
+// startMetrics makes the registry where the SDK's metrics and the
+// workflows' own land, and serves it (serveMetrics) until stop is called.
+func startMetrics(addr string, log *slog.Logger) (reg *metrics.Registry, stop func(), err error) {
+	reg, err = metrics.New(workflows.MetricHelp)
+	if err != nil {
+		return nil, nil, fmt.Errorf("metrics: %w", err)
+	}
+	workflows.AddApprovalsPending(reg)
+	_, stopServing := serveMetrics(addr, reg, log)
+	return reg, func() {
+		stopServing()
+		_ = reg.Close(context.Background())
+	}, nil
+}
+
+// payloadStore answers the External Storage of c, and whether c configures
+// one, once the store has passed the start-up check (checkPayloadStore).
+func payloadStore(ctx context.Context, c payloads.Config, log *slog.Logger) (converter.ExternalStorage, bool, error) {
+	storage, stored, err := payloads.Storage(c)
+	if err != nil {
+		return converter.ExternalStorage{}, false, err
+	}
+	if err := checkPayloadStore(ctx, c, log); err != nil {
+		return converter.ExternalStorage{}, false, err
+	}
+	return storage, stored, nil
+}
+
+// openLedger opens the audit ledger, or answers nil when there is none. A
+// ledger that cannot be opened stops the worker: it would otherwise run
+// turns whose decisions go unrecorded.
+func openLedger(ctx context.Context, cfg config.Config) (*auditdb.Ledger, error) {
+	if cfg.AuditDB == "" {
+		return nil, nil
+	}
+	ledger, err := auditdb.Open(ctx, cfg.AuditDB)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", config.EnvAuditDB, err)
+	}
+	return ledger, nil
+}
+
+// dial dials Temporal with the worker's logger, metrics, payload store and
+// tracing.
+func dial(cfg config.Config, log *slog.Logger, reg *metrics.Registry, storage converter.ExternalStorage, stored bool, tracing telemetry.Tracing) (client.Client, error) {
+	opts := cfg.Temporal
+	opts.Logger, opts.MetricsHandler, opts.ExternalStorage = config.TemporalLogger(log), reg.Handler(), storage
+	opts.Interceptors = append(opts.Interceptors, tracing.Interceptors()...)
+	// A turn whose history names a payload the store no longer holds is
+	// ended, naming the payload, instead of failing its task for ever.
+	lost := workflows.NewLostPayloads(log, payloads.MissingKey)
+	if stored {
+		opts.ConnectionOptions.DialOptions = append(opts.ConnectionOptions.DialOptions, lost.DialOption())
+	}
+	// The cache is the SDK's, one for the process, set before any worker
+	// starts (the search attributes' probe is one): a waiting turn evicted
+	// from it costs nothing until its decision comes, when its history (a
+	// few dozen events) is replayed.
+	worker.SetStickyWorkflowCacheSize(cfg.WorkflowCacheSize)
+	c, err := client.Dial(opts)
+	if err != nil {
+		return nil, fmt.Errorf("dial Temporal at %s: %w", cfg.TemporalAddress, err)
+	}
+	lost.Attach(c)
+	return c, nil
+}
+
+// ensureSearchAttributes creates tollgate's search attributes where they
+// are missing and waits until they are usable; it answers whether turns
+// may set them.
+func ensureSearchAttributes(ctx context.Context, c client.Client, namespace string, log *slog.Logger) (bool, error) {
+	if err := workflows.EnsureSearchAttributes(ctx, c, namespace, log); err != nil {
+		// Turns still run; only visibility (pending approvals in the Web UI
+		// and GET /approvals) goes without the attributes.
+		log.Warn("custom search attributes unavailable; create them with `temporal operator search-attribute create`", "error", err)
+		return false, nil
+	}
+	if err := awaitSearchAttributes(ctx, c, namespace, log); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// makeWorkspace creates the workspace where it is missing and answers its
+// path with symbolic links resolved.
+func makeWorkspace(dir string) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("create workspace %s: %w", dir, err)
+	}
+	resolved, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return "", fmt.Errorf("workspace %s: %w", dir, err)
+	}
+	return resolved, nil
+}
+
+// loadAgents loads the subagents' definitions; an invalid one is logged and
+// kept, for the model to read why if it asks for it.
+func loadAgents(dir string, log *slog.Logger) ([]agents.Def, error) {
+	defs, err := agents.Load(dir)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", config.EnvAgentsDir, err)
+	}
+	for _, d := range defs {
+		if d.Error != "" {
+			log.Warn("subagent definition is invalid; the model will read why if it asks for it", "name", d.Name, "error", d.Error)
+		}
+	}
+	return defs, nil
+}
+
+// parts are what run's steps made for the workflows and activities.
+type parts struct {
+	rules            []policy.Rule
+	mcp              *activities.MCP
+	ledger           *auditdb.Ledger
+	searchAttributes bool
+	realWorkspace    string
+	agents           []agents.Def
+}
+
+// newWorker makes the worker of cfg's task queue with tollgate's workflows
+// and activities registered.
+func newWorker(c client.Client, cfg config.Config, p parts) worker.Worker {
+	tools := &activities.Tools{Workspace: cfg.Workspace, BashTimeout: cfg.BashTimeout, BashEnv: cfg.BashEnv}
+	model := activities.NewModel(cfg.OpenAIBaseURL, cfg.OpenAIAPIKey, cfg.OpenAIModel, workflows.TokenSignaler{Client: c})
+	wf := &workflows.Workflows{Settings: settings(cfg, p, append(tools.Specs(), p.mcp.Specs()...))}
+	if p.ledger != nil {
+		// The activities a turn runs carry its ledger rows (Tools.Ledger).
+		tools.Ledger, model.Ledger = p.ledger, p.ledger
+		if p.mcp != nil {
+			p.mcp.Ledger = p.ledger
+		}
+	}
+	w := worker.New(c, cfg.TaskQueue, workflows.WorkerOptions())
+	workflows.Register(w, wf, model, tools)
+	workflows.RegisterMCP(w, p.mcp)
+	if cfg.NotifyURL != "" {
+		workflows.RegisterNotifier(w, &activities.Notifier{URL: cfg.NotifyURL, Format: cfg.NotifyFormat, Links: cfg.Links, PublicURL: cfg.PublicURL})
+	}
+	if p.ledger != nil {
+		workflows.RegisterAuditor(w, &activities.Auditor{Ledger: p.ledger})
+	}
+	return w
+}
+
+// settings are the workflows' settings, which every turn records.
+func settings(cfg config.Config, p parts, tools []activities.ToolSpec) workflows.Settings {
+	return workflows.Settings{
+		RequiredTools:    cfg.RequiredTools,
+		ApprovalTimeout:  cfg.ApprovalTimeout,
+		MaxSteps:         cfg.MaxSteps,
+		Tools:            tools,
+		WorkspaceRoots:   activities.WorkspaceRoots(cfg.Workspace, p.realWorkspace),
+		ToolTimeout:      cfg.BashTimeout + 30*time.Second,
+		SearchAttributes: p.searchAttributes,
+		StatusAttribute:  p.searchAttributes,
+		Agents:           p.agents,
+		Rules:            p.rules,
+		Notify:           cfg.NotifyURL != "",
+		ReminderBefore:   cfg.NotifyReminder,
+		Budgets:          workflows.Budgets(cfg.Budgets),
+		Audit:            p.ledger != nil,
+		ContextBudget:    cfg.ContextBudget,
+		ContextWindow:    cfg.ContextWindow,
+		ContextRecent:    cfg.ContextRecent,
+	}
 }
 
 // surveyLimit bounds how long the start-up check of the payload store
