@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -46,18 +47,21 @@ const unreleasedCorpus = "unreleased"
 const wait = 60 * time.Second
 
 // TestTurnsPausedByEarlierReleasesFinishOnTodaysBuild carries a paused turn
-// of every release that has a replay corpus (workflows/testdata/replay:
-// the releases whose paused turns today's build must carry on) to its end
-// on today's build.
+// of every release whose replay corpus holds turns (workflows/testdata/replay:
+// the releases whose paused turns today's build must carry on; v0.4.0 is
+// the oldest) to its end on today's build. A release whose turns were
+// retired (its corpus keeps only conversations) is carried as a
+// deployment must upgrade from it: its turns drained, its idle
+// conversation takes its next turn on today's build.
 func TestTurnsPausedByEarlierReleasesFinishOnTodaysBuild(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds earlier releases and starts a Temporal dev server")
 	}
 	root := moduleRoot(t)
-	releases := corpusReleases(t, root)
+	releases, drained := corpusReleases(t, root)
 	require.NotEmpty(t, releases)
 	builds := map[string]func() (string, string){}
-	for _, r := range releases {
+	for _, r := range append(slices.Clone(drained), releases...) {
 		builds[r] = buildRelease(t, root, r)
 	}
 	newWorker := proctest.Build(t, "github.com/tollgate/tollgate/worker")
@@ -65,6 +69,12 @@ func TestTurnsPausedByEarlierReleasesFinishOnTodaysBuild(t *testing.T) {
 	srv := devserver.ForTest(t)
 	model := httptest.NewServer(scripted.New(scripted.Demo()))
 	t.Cleanup(model.Close)
+	for _, r := range drained {
+		t.Run(r, func(t *testing.T) {
+			oldWorker, oldAPI := builds[r]()
+			upgradeIdleFrom(t, r, srv, model.URL, oldWorker, oldAPI, newWorker(), newAPI())
+		})
+	}
 	ledgers := 0
 	for _, r := range releases {
 		t.Run(r, func(t *testing.T) {
@@ -77,6 +87,87 @@ func TestTurnsPausedByEarlierReleasesFinishOnTodaysBuild(t *testing.T) {
 	require.NotZero(t, ledgers, "no earlier release kept a ledger whose rows today's build completed")
 }
 
+// releaseEnv is the environment of a worker or an API of the upgrade from
+// release, serving HTTP at httpAddr.
+func releaseEnv(release string, srv *devserver.Server, modelURL, workspace, payloadDir, ledgerPath, httpAddr string) []string {
+	return append(proctest.EnvironWithout("TOLLGATE_", "TEMPORAL_", "OPENAI_", "HTTP_ADDR"),
+		"TEMPORAL_ADDRESS="+srv.HostPort,
+		"TEMPORAL_NAMESPACE="+srv.Namespace,
+		"TOLLGATE_TASK_QUEUE=upgrade-"+release,
+		"HTTP_ADDR="+httpAddr,
+		"TOLLGATE_METRICS_ADDR="+config.MetricsOff,
+		"OPENAI_BASE_URL="+modelURL+"/v1",
+		"OPENAI_API_KEY=test",
+		"OPENAI_MODEL="+scripted.ModelName,
+		"TOLLGATE_WORKSPACE="+workspace,
+		"TOLLGATE_PAYLOAD_DIR="+payloadDir,
+		"TOLLGATE_AUDIT_DB="+ledgerPath,
+		"TOLLGATE_APPROVAL_TIMEOUT=10m",
+		"TOLLGATE_HEARTBEAT_INTERVAL=1s",
+	)
+}
+
+// upgradeIdleFrom runs a turn to its end on release's worker and API, as
+// a deployment drains a release whose turns today's build no longer
+// carries, stops both, and has the conversation take its next turn on
+// today's.
+func upgradeIdleFrom(t *testing.T, release string, srv *devserver.Server, modelURL, oldWorkerBin, oldAPIBin, newWorkerBin, newAPIBin string) {
+	workspace, payloadDir := t.TempDir(), t.TempDir()
+	ledgerPath := filepath.Join(t.TempDir(), "audit.db")
+	require.NoError(t, os.WriteFile(filepath.Join(workspace, "README.md"), []byte("# upgrade\n"), 0o644))
+	env := func(httpAddr string) []string {
+		return releaseEnv(release, srv, modelURL, workspace, payloadDir, ledgerPath, httpAddr)
+	}
+	c, err := srv.Dial()
+	require.NoError(t, err)
+	defer c.Close()
+
+	oldAddr := proctest.FreeAddr(t)
+	oldWorker := proctest.Start(t, "worker-"+release, oldWorkerBin, env(proctest.FreeAddr(t)))
+	oldAPI := proctest.Start(t, "api-"+release, oldAPIBin, env(oldAddr))
+	waitHealthy(t, oldAddr)
+	conv := "upgrade-idle-" + release
+	first := chat(t, oldAddr, conv, "tidy up")
+	events := first.until(t, func(events []protocol.Event) bool {
+		return len(ofType(events, protocol.EventApprovalRequest)) == 2
+	})
+	for _, r := range ofType(events, protocol.EventApprovalRequest) {
+		approve(t, oldAddr, r.RequestID)
+	}
+	events = first.until(t, workflows.Finished)
+	require.Equal(t, protocol.FinishStop, events[len(events)-1].Reason)
+	first.close()
+
+	oldAPI.Stop(t)
+	oldWorker.Stop(t)
+	proctest.Start(t, "worker-today", newWorkerBin, env(proctest.FreeAddr(t)))
+	newAddr := proctest.FreeAddr(t)
+	proctest.Start(t, "api-today", newAPIBin, env(newAddr))
+	waitHealthy(t, newAddr)
+	nextTurnOnToday(t, c, newAddr, conv)
+}
+
+// nextTurnOnToday has the conversation conv, begun by an earlier release,
+// take its next turn (its second) through today's API, and requires that
+// the turn ran on today's code paths: today's patch level, no patch of it
+// asked.
+func nextTurnOnToday(t *testing.T, c client.Client, addr, conv string) {
+	t.Helper()
+	next := chat(t, addr, conv, "once more")
+	events := next.until(t, func(events []protocol.Event) bool {
+		return len(ofType(events, protocol.EventApprovalRequest)) == 2
+	})
+	require.Equal(t, workflows.TurnWorkflowID(conv, 2), events[0].TurnID)
+	for _, r := range ofType(events, protocol.EventApprovalRequest) {
+		approve(t, addr, r.RequestID)
+	}
+	events = next.until(t, workflows.Finished)
+	require.Equal(t, protocol.FinishStop, events[len(events)-1].Reason)
+	require.Equal(t, []string{"Read ok", "Write ok", "Bash ok"}, statuses(ofType(events, protocol.EventToolResult)[0].ToolResults))
+	require.Subset(t, workflows.PatchesAfterLevel(), patches(t, c, events[0].TurnID), "the turn started on today's build asked no patch of its level")
+	require.Equal(t, workflows.PatchLevel, patchLevel(t, c, events[0].TurnID), "it took today's patches with the level it recorded")
+}
+
 // upgradeFrom pauses a turn on release's worker and API, with one call of
 // its batch decided, stops both, and finishes the turn on today's. It
 // reports whether the release kept an audit ledger, whose rows of the
@@ -86,21 +177,7 @@ func upgradeFrom(t *testing.T, release string, srv *devserver.Server, modelURL, 
 	ledgerPath := filepath.Join(t.TempDir(), "audit.db")
 	require.NoError(t, os.WriteFile(filepath.Join(workspace, "README.md"), []byte("# upgrade\n"), 0o644))
 	env := func(httpAddr string) []string {
-		return append(proctest.EnvironWithout("TOLLGATE_", "TEMPORAL_", "OPENAI_", "HTTP_ADDR"),
-			"TEMPORAL_ADDRESS="+srv.HostPort,
-			"TEMPORAL_NAMESPACE="+srv.Namespace,
-			"TOLLGATE_TASK_QUEUE=upgrade-"+release,
-			"HTTP_ADDR="+httpAddr,
-			"TOLLGATE_METRICS_ADDR="+config.MetricsOff,
-			"OPENAI_BASE_URL="+modelURL+"/v1",
-			"OPENAI_API_KEY=test",
-			"OPENAI_MODEL="+scripted.ModelName,
-			"TOLLGATE_WORKSPACE="+workspace,
-			"TOLLGATE_PAYLOAD_DIR="+payloadDir,
-			"TOLLGATE_AUDIT_DB="+ledgerPath,
-			"TOLLGATE_APPROVAL_TIMEOUT=10m",
-			"TOLLGATE_HEARTBEAT_INTERVAL=1s",
-		)
+		return releaseEnv(release, srv, modelURL, workspace, payloadDir, ledgerPath, httpAddr)
 	}
 	c, err := srv.Dial()
 	require.NoError(t, err)
@@ -170,41 +247,38 @@ func upgradeFrom(t *testing.T, release string, srv *devserver.Server, modelURL, 
 	replayed := resume(t, newAddr, turnID, 0).until(t, workflows.Finished)
 	require.Equal(t, eventIDs(whole), eventIDs(replayed))
 
-	// The conversation the earlier release started takes its next turn.
-	next := chat(t, newAddr, conv, "once more")
-	events := next.until(t, func(events []protocol.Event) bool {
-		return len(ofType(events, protocol.EventApprovalRequest)) == 2
-	})
-	require.Equal(t, workflows.TurnWorkflowID(conv, 2), events[0].TurnID)
-	for _, r := range ofType(events, protocol.EventApprovalRequest) {
-		approve(t, newAddr, r.RequestID)
-	}
-	events = next.until(t, workflows.Finished)
-	require.Equal(t, protocol.FinishStop, events[len(events)-1].Reason)
-	require.Equal(t, []string{"Read ok", "Write ok", "Bash ok"}, statuses(ofType(events, protocol.EventToolResult)[0].ToolResults))
-
-	// The paused turn kept the code paths it had begun on (what it runs
-	// after its pause calls no GetVersion); the next turn took today's.
+	// The conversation the earlier release started takes its next turn,
+	// on today's code paths; the paused turn kept those it had begun on
+	// (what it ran after its pause asked no GetVersion).
+	nextTurnOnToday(t, c, newAddr, conv)
 	require.Equal(t, pausedPatches, patches(t, c, turnID), "the turn paused on %s took no patch of today's", release)
-	require.Subset(t, workflows.PatchesAfterLevel(), patches(t, c, events[0].TurnID), "the turn started on today's build asked no patch of its level")
-	require.Equal(t, workflows.PatchLevel, patchLevel(t, c, events[0].TurnID), "it took today's patches with the level it recorded")
 	return len(pausedRows) > 0
 }
 
 // corpusReleases lists the releases, and the patch levels no release
-// carried, that have a replay corpus. The unreleased corpus (histories of
-// paths newer than the last corpus, recorded by today's code) has no build
-// of its own to carry turns from.
-func corpusReleases(t *testing.T, root string) []string {
-	entries, err := os.ReadDir(filepath.Join(root, "workflows", "testdata", "replay"))
+// carried, that have a replay corpus: in releases those whose corpus holds
+// turns (today's build carries their paused turns), in drained those whose
+// turns were retired (their corpus keeps only conversations: a deployment
+// drains their turns before it takes today's build). The unreleased corpus
+// (histories of paths newer than the last corpus, recorded by today's
+// code) has no build of its own to carry turns from.
+func corpusReleases(t *testing.T, root string) (releases, drained []string) {
+	dir := filepath.Join(root, "workflows", "testdata", "replay")
+	entries, err := os.ReadDir(dir)
 	require.NoError(t, err)
-	var releases []string
 	for _, e := range entries {
-		if e.IsDir() && e.Name() != unreleasedCorpus {
+		if !e.IsDir() || e.Name() == unreleasedCorpus {
+			continue
+		}
+		turns, err := filepath.Glob(filepath.Join(dir, e.Name(), "*.turn-*.json"))
+		require.NoError(t, err)
+		if len(turns) > 0 {
 			releases = append(releases, e.Name())
+		} else {
+			drained = append(drained, e.Name())
 		}
 	}
-	return releases
+	return releases, drained
 }
 
 // moduleRoot is the folder of the repository this test belongs to.
@@ -225,7 +299,9 @@ func buildRelease(t *testing.T, root, release string) (wait func() (worker, api 
 	require.NoError(t, os.MkdirAll(dir, 0o755))
 	built := make(chan error, 1)
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		// Every release builds at once, beside the other packages' tests:
+		// on two loaded cores one took over 5 minutes.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer cancel()
 		extract := exec.CommandContext(ctx, "sh", "-c", `git -C "$1" archive "$2" | tar -x -C "$3"`, "sh", root, commit, dir)
 		if out, err := extract.CombinedOutput(); err != nil {
@@ -402,8 +478,6 @@ func statuses(results []protocol.ToolResult) []string {
 	return out
 }
 
-// patchLevel is the patch level workflow id recorded with its settings
-// (workflows.Settings.PatchLevel), 0 when it recorded none.
 // ledgerRows reads the audit ledger's rows of conversation conv, from the
 // SQLite file the workers share (an earlier release may have kept none:
 // then there is no file, or no table).
@@ -420,6 +494,8 @@ func ledgerRows(t *testing.T, path, conv string) []audit.Record {
 	return page.Records
 }
 
+// patchLevel is the patch level workflow id recorded with its settings
+// (workflows.Settings.PatchLevel), 0 when it recorded none.
 func patchLevel(t *testing.T, c client.Client, id string) int {
 	t.Helper()
 	sideEffects := markers(t, c, id, "SideEffect")

@@ -47,19 +47,15 @@ var auditOptionsShort = workflow.LocalActivityOptions{
 // (docs/security.md, The audit ledger).
 const ledgerShortWait = 10 * time.Second
 
-// auditing reports whether this loop writes the audit ledger: the worker
-// keeps one (Settings.Audit, recorded at the turn's start) and the loop
-// follows patchAuditLedger, asked for once, at the first batch with a row
-// to write.
+// auditing reports whether this loop writes the audit ledger: whether the
+// worker keeps one (Settings.Audit, recorded at the turn's start). A loop
+// of level 0 asks for patchAuditLedger (retired) at its first batch with a
+// row to write; GetVersion answers the later asks from what it recorded.
 func (t *turn) auditing(ctx workflow.Context) bool {
-	if !t.settings.Audit {
-		return false
+	if t.settings.Audit {
+		requirePatched(ctx, t.settings, patchAuditLedger)
 	}
-	if t.audited == nil {
-		v := patched(ctx, t.settings, patchAuditLedger)
-		t.audited = &v
-	}
-	return *t.audited
+	return t.settings.Audit
 }
 
 // writeAudit writes records to the ledger and waits for it. It runs on a

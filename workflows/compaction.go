@@ -59,9 +59,8 @@ func viewSize(msgs []activities.Message) int {
 // prompt, the conversation and this loop's messages, compacted to the
 // budget. Tool outputs go first, oldest first, but for those of the newest
 // batch; then, once, everything before this turn's user message is
-// summarized by a model call, and the summary is the turn's alone. Before
-// patchContextCompaction, and while the view fits, it is the whole
-// conversation, as it always was.
+// summarized by a model call, and the summary is the turn's alone. While
+// the view fits, it is the whole conversation.
 func (t *turn) modelViewInTurn(ctx workflow.Context) ([]activities.Message, error) {
 	view := make([]activities.Message, 0, 1+len(t.input)+len(t.messages))
 	view = append(view, activities.Message{Role: activities.RoleSystem, Content: t.system})
@@ -73,11 +72,9 @@ func (t *turn) modelViewInTurn(ctx workflow.Context) ([]activities.Message, erro
 	if before <= t.compact.budget && t.compact.summary == "" {
 		return view, nil
 	}
-	// Only a turn that needs compaction asks for the patch: the others
-	// carry no marker for it.
-	if !patched(ctx, t.settings, patchContextCompaction) {
-		return view, nil
-	}
+	// Only a turn of level 0 that needs compaction asks for
+	// patchContextCompaction (retired): the others carry no marker for it.
+	requirePatched(ctx, t.settings, patchContextCompaction)
 	if t.compact.summary != "" {
 		view = t.summarized(view)
 	}

@@ -227,7 +227,7 @@ func revoke(grants []Grant, id string) ([]Grant, error) {
 
 // useGrant returns the grant that decides call now, counting the use, or
 // nil. A grant with a scope (When) is evaluated in a SideEffect, recorded
-// once, as the policy's checks are (see turn.checkBatch): a later cel-go
+// once, as the policy's checks are (see turn.vetBatch): a later cel-go
 // must never change which grant answered. Only grants made by this build
 // have a scope, so a turn recorded before it never records one; scopeless
 // grants need nothing recorded (tool, arguments, the workflow's clock and

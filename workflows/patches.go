@@ -9,42 +9,45 @@ import (
 // Patches: the change ids of workflow.GetVersion, one constant each, with
 // the release that added it. A change to the commands a workflow issues
 // goes behind a new one; docs/versioning.md says when, and when one may be
-// retired. The replay corpus (testdata/replay) holds histories of every
-// release, so a missing patch fails make test.
+// retired (retired lists those whose old branch is gone). The replay
+// corpus (testdata/replay) holds histories of every release, so a missing
+// patch fails make test.
 const (
-	// patchPolicyRecorded (v0.2.0): a batch's policy checks are recorded in
-	// a SideEffect instead of evaluated on every replay (turn.checkBatch).
+	// patchPolicyRecorded (v0.2.0, retired): a batch's policy checks are
+	// recorded in a SideEffect instead of evaluated on every replay
+	// (turn.vetBatch records them with the vetting since normalized-calls,
+	// so nothing asks for it now).
 	patchPolicyRecorded = "policy-recorded"
-	// patchStrictGate (v0.3.0): a bypassed turn still asks where a rule
-	// requires a tool always, and client tools follow the policy
+	// patchStrictGate (v0.3.0, retired): a bypassed turn still asks where a
+	// rule requires a tool always, and client tools follow the policy
 	// (turn.strictGate).
 	patchStrictGate = "strict-gate"
-	// patchNormalizedCalls (v0.3.0): a batch's arguments are normalized
-	// before the policy reads them, and refused ones never run
+	// patchNormalizedCalls (v0.3.0, retired): a batch's arguments are
+	// normalized before the policy reads them, and refused ones never run
 	// (turn.vetBatch).
 	patchNormalizedCalls = "normalized-calls"
-	// patchContextCompaction (v0.3.0): a turn whose view of the
+	// patchContextCompaction (v0.3.0, retired): a turn whose view of the
 	// conversation passes the context budget compacts it, and a model that
 	// says it is too long gets one compacted retry (turn.modelView).
 	patchContextCompaction = "context-compaction"
-	// patchHistoryLimit (after v0.3.0): a turn whose history the server
+	// patchHistoryLimit (v0.4.0, retired): a turn whose history the server
 	// says should continue as new ends with an error event before the
 	// history limit terminates it (turn.outgrewHistory).
 	patchHistoryLimit = "history-limit"
-	// patchApprovalPreview (after v0.3.0): a batch's calls that may ask
+	// patchApprovalPreview (v0.4.0, retired): a batch's calls that may ask
 	// get a preview, read on the worker, before their requests
 	// (turn.previews).
 	patchApprovalPreview = "approval-preview"
-	// patchPlainNotRun (after v0.3.0): the tool result of a call that did
+	// patchPlainNotRun (v0.4.0, retired): the tool result of a call that did
 	// not run says so plainly, why, and that it is not to be retried
 	// unasked (turn.notRun). Metadata-free text, but the model reads it
 	// and tool_result events show it, so a replay must keep the old words.
 	patchPlainNotRun = "plain-not-run"
-	// patchAuditLedger (after v0.3.0): a worker with an audit ledger
+	// patchAuditLedger (v0.4.0, retired): a worker with an audit ledger
 	// writes a row for every call the gate asks about or a grant answers,
 	// in local activities (turn.auditing).
 	patchAuditLedger = "audit-ledger"
-	// patchTokensByHeartbeat (after v0.3.0): a turn's model call streams
+	// patchTokensByHeartbeat (v0.4.0, retired): a turn's model call streams
 	// its answer in the activity's heartbeat details, not in signals that
 	// cost a workflow task each, and the turn logs the call's token events
 	// when it ends (turn.callModel).
@@ -112,6 +115,8 @@ const PatchLevel = 3
 // workflow that recorded the level (or a higher one) takes them.
 const (
 	// levelLocalPreviews: previews run as local activities (turn.previews).
+	// Its level-0 branch, the preview activity, stays while turns of
+	// v0.4.0, the latest release, may wait (docs/versioning.md).
 	levelLocalPreviews = 1
 	// levelAnswerOnStart: a message an idle conversation runs at once is
 	// answered when its turn's workflow has started (conversation.onMessage).
@@ -151,14 +156,40 @@ var afterLevel = []string{}
 // hold (the replay and upgrade tests check it).
 func PatchesAfterLevel() []string { return slices.Clone(afterLevel) }
 
+// retired are the patches whose old branch is gone: no workflow that can
+// still run takes it (docs/versioning.md, Retiring a patch). Every turn
+// and subagent begun on v0.4.0 took each of them, and those begun before
+// had to end before a deployment took this build (CHANGELOG.md). Their
+// ids stay: a change id is never reused.
+var retired = []string{patchPolicyRecorded, patchStrictGate, patchNormalizedCalls, patchContextCompaction, patchHistoryLimit,
+	patchApprovalPreview, patchPlainNotRun, patchAuditLedger, patchTokensByHeartbeat}
+
 // patched reports whether a workflow that runs with settings s takes the
 // patch id: at once where the level it recorded includes id, otherwise as
-// workflow.GetVersion answers (a marker the first time it is asked).
+// workflow.GetVersion answers (a marker the first time it is asked). A
+// retired patch answers true: GetVersion's minimum is the patch's version,
+// so a workflow whose history was made without it fails its workflow task
+// there, naming the patch, instead of running code it never ran.
 func patched(ctx workflow.Context, s Settings, id string) bool {
 	for level, ids := range levels {
 		if s.PatchLevel >= level && slices.Contains(ids, id) {
 			return true
 		}
 	}
-	return workflow.GetVersion(ctx, id, workflow.DefaultVersion, 1) != workflow.DefaultVersion
+	oldest := workflow.DefaultVersion
+	if slices.Contains(retired, id) {
+		oldest = 1
+	}
+	return workflow.GetVersion(ctx, id, oldest, 1) != workflow.DefaultVersion
+}
+
+// requirePatched asks for the retired patch id where its old branch was
+// (patched): a workflow of a level that holds it asks nothing, one of
+// level 0 finds the marker its history holds, so the markers it replays
+// are where they were.
+func requirePatched(ctx workflow.Context, s Settings, id string) {
+	if !slices.Contains(retired, id) {
+		panic("requirePatched: patch " + id + " is not retired: branch on patched")
+	}
+	patched(ctx, s, id)
 }

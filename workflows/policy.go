@@ -44,7 +44,7 @@ func (s Settings) rule(tool string) *Rule {
 }
 
 // check is what policy says of one call. Its fields are exported for the
-// history: a turn records the checks of each batch (see turn.checkBatch).
+// history: a turn records the checks of each batch (see turn.vetBatch).
 type check struct {
 	Required bool          `json:"required"`
 	Timeout  time.Duration `json:"timeout"`

@@ -58,6 +58,26 @@ func TestReplayCorpus(t *testing.T) {
 	}
 }
 
+// TestATurnBegunBeforeARetiredPatchFailsNamingIt replays a turn that
+// v0.3.0 left paused (testdata/retired: its corpus's turns were deleted
+// when their patches were retired, docs/versioning.md). Such a turn no
+// longer runs on today's build, which a deployment must have drained
+// before it takes this build (CHANGELOG.md); one it missed fails its
+// workflow task where it meets the first patch it was begun without,
+// naming it, instead of running code it never ran.
+func TestATurnBegunBeforeARetiredPatchFailsNamingIt(t *testing.T) {
+	history := readHistory(t, filepath.Join("testdata", "retired", "v0.3.0-paused.turn-1.json"))
+	start := history.GetEvents()[0].GetWorkflowExecutionStartedEventAttributes()
+	replayer := worker.NewWorkflowReplayer()
+	w := &workflows.Workflows{}
+	replayer.RegisterWorkflowWithOptions(w.ChatTurn, workflow.RegisterOptions{Name: workflows.ChatTurnWorkflow})
+	err := replayer.ReplayWorkflowHistoryWithOptions(nil, history, worker.ReplayWorkflowHistoryOptions{
+		OriginalExecution: workflow.Execution{ID: start.GetWorkflowId(), RunID: start.GetOriginalExecutionRunId()},
+	})
+	require.ErrorContains(t, err, `removed support of version -1. for "tokens-by-heartbeat" changeID`,
+		"v0.3.0's turn met tokens-by-heartbeat (v0.4.0) at its first model call")
+}
+
 // readHistory reads the history recorded (as JSON) at path.
 func readHistory(t *testing.T, path string) *historypb.History {
 	t.Helper()

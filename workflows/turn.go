@@ -22,12 +22,6 @@ import (
 // Subagent, which runs the same loop with its own prompt and tools.
 type turn struct {
 	settings Settings
-	// plainNotRun, once asked, says whether the turn follows
-	// patchPlainNotRun (notRun).
-	plainNotRun *bool
-	// audited, once asked, says whether the loop writes the audit ledger
-	// (auditing).
-	audited *bool
 	// boundedLedger, once asked, says whether the loop follows
 	// patchLedgerBehind; then unwritten are the ledger's rows that a
 	// write has not taken yet, and ledgerBehind is true when a write of
@@ -381,10 +375,10 @@ func (t *turn) run(ctx workflow.Context) (string, string) {
 				return FinishError, ""
 			}
 		}
-		if err != nil && isContextTooLong(err) && t.view.path == pathInTurn && !t.compact.retried &&
-			patched(ctx, t.settings, patchContextCompaction) {
+		if err != nil && isContextTooLong(err) && t.view.path == pathInTurn && !t.compact.retried {
 			// The model's window is smaller than the budget: compact to
 			// half of what it refused, and ask once more.
+			requirePatched(ctx, t.settings, patchContextCompaction)
 			t.compact.retried = true
 			t.compact.budget = viewSize(history) / 2
 			if history, err = t.modelView(ctx); err == nil {
@@ -445,10 +439,11 @@ func (t *turn) callModel(ctx workflow.Context, messages []activities.Message) (a
 	opts.Summary = fmt.Sprintf("model call %d", t.step)
 	// A turn's answer streams in the call's heartbeat details, which cost
 	// its history nothing; a subagent's keeps the tokens signal, as its
-	// events reach the parent's stream only through the parent's log.
-	byHeartbeat := t.agent == "" &&
-		patched(ctx, t.settings, patchTokensByHeartbeat)
+	// events reach the parent's stream only through the parent's log. A
+	// turn of level 0 asks for patchTokensByHeartbeat (retired) here.
+	byHeartbeat := t.agent == ""
 	if byHeartbeat {
+		requirePatched(ctx, t.settings, patchTokensByHeartbeat)
 		in.Tokens.Heartbeat = true
 		opts.ActivityID = fmt.Sprintf("model-%d", t.step)
 		// The call's token events end in the log however it ends; a
@@ -724,18 +719,19 @@ type vetting struct {
 // vetBatch gives the calls of a batch as the gate, the policy, a grant and
 // the tool will all see them, and what is known of each before the gate.
 //
-// From patchNormalizedCalls on, every call's arguments are normalized
-// (activities.NormalizeArguments: one exact view, workspace paths relative
-// to the workspace) before the policy reads them, and a call whose
-// arguments are refused answers the model with why and never runs; the
-// refusals and the checks are recorded in one SideEffect, so a replay (or a
-// stricter normalizer in a later build) never changes which calls ask or
-// run. The normalized arguments themselves are made again on replay rather
+// Every call's arguments are normalized (activities.NormalizeArguments: one
+// exact view, workspace paths relative to the workspace) before the policy
+// reads them (patchNormalizedCalls, retired), and a call whose arguments
+// are refused answers the model with why and never runs; the refusals and
+// the checks are recorded in one SideEffect, so a replay (or a stricter
+// normalizer, or a cel-go whose answer changed) never changes which calls
+// ask or run. The normalized arguments themselves are made again on replay rather
 // than recorded, keeping large arguments (a Write's content) out of
 // history; a call that the recorded answer let through but today's
 // normalizer refuses keeps its arguments as sent, and the tool, which
-// normalizes too, refuses it. Turns recorded before the patch see the
-// arguments as the model sent them, as they did (normalized reports which).
+// normalizes too, refuses it. normalized is always true: turns recorded
+// before the patch, which saw the arguments as the model sent them, no
+// longer run.
 //
 // The SideEffect also follows the symbolic links of every workspace path
 // (activities.ResolveArguments), so that the policy reads the file the
@@ -746,14 +742,7 @@ type vetting struct {
 // is recorded, so a replay never reads the file system. A history recorded
 // before links were resolved has no paths, and keeps the view it had.
 func (t *turn) vetBatch(ctx workflow.Context, calls []activities.ToolCall) (out []activities.ToolCall, vetted []vetting, normalized bool) {
-	if !patched(ctx, t.settings, patchNormalizedCalls) {
-		checks := t.checkBatch(ctx, calls)
-		vetted = make([]vetting, len(calls))
-		for i := range checks {
-			vetted[i].Check = checks[i]
-		}
-		return calls, vetted, false
-	}
+	requirePatched(ctx, t.settings, patchNormalizedCalls)
 	vet := func() []vetting {
 		vetted := make([]vetting, len(calls))
 		for i, call := range calls {
@@ -934,40 +923,12 @@ func (t *turn) spec(call activities.ToolCall) (activities.ToolSpec, error) {
 	return t.tools[i], nil
 }
 
-// checkBatch is what the policy says of each call of a batch, in order.
-//
-// From patchPolicyRecorded on, a turn records the checks in its history
-// (one SideEffect per batch), so that a replay, or a worker of a later
-// build, never evaluates a rule again: a CEL expression's answer may change
-// with cel-go's version, or differ between evaluations (map iteration). A
-// turn recorded before the patch keeps evaluating them in the workflow, as
-// it did when it began. The rules themselves never change under a running
-// turn: they are part of the settings it recorded at its start.
-func (t *turn) checkBatch(ctx workflow.Context, calls []activities.ToolCall) []check {
-	evaluate := func() []check {
-		checks := make([]check, len(calls))
-		for i, call := range calls {
-			checks[i] = t.settings.check(call, t.cost)
-		}
-		return checks
-	}
-	if !patched(ctx, t.settings, patchPolicyRecorded) {
-		return evaluate()
-	}
-	var checks []check
-	if err := workflow.SideEffect(ctx, func(workflow.Context) any { return evaluate() }).Get(&checks); err != nil {
-		// A SideEffect result only fails to decode on a corrupt history.
-		panic(fmt.Errorf("policy checks of %d calls: %w", len(calls), err))
-	}
-	return checks
-}
-
 // previews asks the worker, in parallel, what each call of the batch that
 // may wait for a person will do (activities.Tools.Preview), so the request
 // shows it. An MCP tool's call has no preview beyond its arguments, which
-// the request shows anyway, so it is not asked for one. From patchApprovalPreview on; only batches with such a call ask
-// for the patch. A preview that fails is said to, and never holds up the
-// request.
+// the request shows anyway, so it is not asked for one. A preview that
+// fails is said to, and never holds up the request. A turn of level 0 asks
+// for patchApprovalPreview (retired) at each batch with such a call.
 //
 // From patch level 1 on, a preview is a local activity: it only reads the
 // workspace, is safe to repeat and takes milliseconds, and so it costs the
@@ -984,9 +945,10 @@ func (t *turn) previews(ctx workflow.Context, calls []activities.ToolCall, vette
 			wanted = append(wanted, i)
 		}
 	}
-	if len(wanted) == 0 || !patched(ctx, t.settings, patchApprovalPreview) {
+	if len(wanted) == 0 {
 		return out
 	}
+	requirePatched(ctx, t.settings, patchApprovalPreview)
 	const timeout, attempts = 10 * time.Second, 2
 	if t.settings.PatchLevel >= levelOnePreview {
 		ins := make([]activities.ToolInput, len(wanted))
@@ -1036,22 +998,26 @@ func (t *turn) previews(ctx workflow.Context, calls []activities.ToolCall, vette
 // outgrewHistory reports whether the turn should end before its history
 // reaches Temporal's limits (51,200 events or 50 MB by default), which would
 // terminate it without a finish event: the server suggests continuing as
-// new past a share of them. Only a turn that gets that far asks for the
-// patch.
+// new past a share of them. Only a turn of level 0 that gets that far asks
+// for patchHistoryLimit (retired).
 func (t *turn) outgrewHistory(ctx workflow.Context) bool {
-	return workflow.GetInfo(ctx).GetContinueAsNewSuggested() &&
-		patched(ctx, t.settings, patchHistoryLimit)
+	if !workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
+		return false
+	}
+	requirePatched(ctx, t.settings, patchHistoryLimit)
+	return true
 }
 
 // strictGate reports whether this batch follows patchStrictGate: a
 // bypassed turn still asks where a rule says always, and client tools
-// follow the policy like the worker's. Only batches it can change ask for
-// the patch, so other turns carry no marker for it.
+// follow the policy like the worker's. Every batch does since the patch
+// was retired; a turn of level 0 asks for it where it asked before, at a
+// batch the patch changes, so its markers replay where they were.
 func (t *turn) strictGate(ctx workflow.Context, calls []activities.ToolCall) bool {
-	if !t.bypass && !slices.ContainsFunc(calls, func(c activities.ToolCall) bool { return offers(t.clientTools, c.Name) }) {
-		return true // nothing in the batch that the patch changes
+	if t.bypass || slices.ContainsFunc(calls, func(c activities.ToolCall) bool { return offers(t.clientTools, c.Name) }) {
+		requirePatched(ctx, t.settings, patchStrictGate)
 	}
-	return patched(ctx, t.settings, patchStrictGate)
+	return true
 }
 
 // runTool runs one tool activity. A tool never runs twice: a failure of the
@@ -1085,28 +1051,13 @@ const (
 	notRunInterrupted        // the turn was stopped; the detail says why (a new message)
 )
 
-// notRun is the tool result the model reads for a call that did not run.
-// From patchPlainNotRun on it says plainly that the call was not executed,
-// why, and that it is not to be retried unasked; a turn recorded before the
-// patch keeps the words it had ("The user declined this tool", also for a
-// cancelled turn). The patch is asked for once, at the first such call.
+// notRun is the tool result the model reads for a call that did not run:
+// it says plainly that the call was not executed, why, and that it is not
+// to be retried unasked (patchPlainNotRun, retired: a turn of level 0 asks
+// for it at its first such call, and GetVersion answers later ones from
+// what it recorded, with no new marker).
 func (t *turn) notRun(ctx workflow.Context, why int, detail string) string {
-	if t.plainNotRun == nil {
-		plain := patched(ctx, t.settings, patchPlainNotRun)
-		t.plainNotRun = &plain
-	}
-	if !*t.plainNotRun {
-		switch why {
-		case notRunTimeout:
-			return TimeoutResponse
-		case notRunRemembered:
-			return declined(reasonRemembered)
-		case notRunCancelled:
-			return declined(reasonCancelled)
-		default:
-			return declined(detail)
-		}
-	}
+	requirePatched(ctx, t.settings, patchPlainNotRun)
 	switch why {
 	case notRunTimeout:
 		return protocol.NoDecision + protocol.DoNotRetry
@@ -1128,7 +1079,8 @@ func (t *turn) notRun(ctx workflow.Context, why int, detail string) string {
 	}
 }
 
-// declined is the tool response of a declined call before patchPlainNotRun.
+// declined is the tool result of a client tool its client declined (and
+// was that of every declined call before patchPlainNotRun).
 func declined(reason string) string {
 	if reason == "" {
 		return DeclinedResponse
