@@ -124,9 +124,9 @@ func (t *turn) openBatch(ctx workflow.Context, calls []activities.ToolCall) *bat
 	return b
 }
 
-// route sends p down the first route that takes it (routeOf), a grant's
-// when a remembered decision answers a call that would ask, and does what
-// that route does as the gate meets the call.
+// route sends p down the first route that takes it (routeOf), or down
+// routeGranted when a remembered decision answers a call that would ask,
+// and does what that route does as the gate meets the call.
 func (t *turn) route(ctx workflow.Context, b *batch, p *passage) {
 	in := routeInput{
 		call: p.call, vetting: p.vetting,
