@@ -521,185 +521,48 @@ func modelActivityOptions(s Settings) workflow.ActivityOptions {
 	}
 }
 
-// runBatch passes one batch of tool calls through the approval protocol and
-// returns one result per call, in the order the model made the calls.
+// runBatch passes one batch of tool calls through the approval gate, runs
+// the calls it lets through and returns one result per call, in the order
+// the model made the calls. Each call's passage is one value (passage.go):
+// the gate vets, routes and asks about every call in order, waits for the
+// decisions, then each call in turn gets its verdict and runs.
 func (t *turn) runBatch(ctx workflow.Context, calls []activities.ToolCall) []ToolResult {
 	t.log.append(Event{Type: EventToolCall, ToolCalls: calls})
-	t.newBatchForLedger()
-	t.gate.newBatch()
-	t.cost = policy.NewBudget()
-
-	calls, vetted, normalized := t.vetBatch(ctx, calls)
-	strict := t.strictGate(ctx, calls)
-	previews := t.previews(ctx, calls, vetted)
-	results := make([]ToolResult, len(calls))
-	approvals := make([]*approval, len(calls))
-	var waiting []*approval
-	// rows are the ledger's rows of the calls the gate asked about or a
-	// grant answered; ran the arguments an edited call ran with.
-	rows := make([]*audit.Record, len(calls))
-	ran := make([]string, len(calls))
-	for i, call := range calls {
-		results[i] = ToolResult{ID: call.ID, Name: call.Name}
-		switch {
-		case t.interrupted:
-			results[i].Result, results[i].Status = t.notRun(ctx, notRunInterrupted, t.interruptReason), activities.StatusDeclined
-		case !offers(t.tools, call.Name):
-			results[i].Result, results[i].Status = fmt.Sprintf("Error: there is no tool named %q.", call.Name), activities.StatusError
-		case vetted[i].Refused != "":
-			results[i].Result, results[i].Status = fmt.Sprintf("Error: %s was not run: %s.", call.Name, vetted[i].Refused), activities.StatusError
-		case !protocol.IsJSONObject(call.Arguments):
-			results[i].Result, results[i].Status = fmt.Sprintf("Error: the arguments of %s are not a JSON object: %s", call.Name, call.Arguments), activities.StatusError
-		case !strict && (t.bypass || offers(t.clientTools, call.Name)):
-			// Before patchStrictGate: a bypassed turn asked for nothing,
-			// and the client asked its user about its own tools itself.
-		case t.bypass && !vetted[i].Check.Always:
-			// Bypassed: only a rule that requires a tool always still asks.
-			t.gate.traceAnswer(ctx, call, DecidedByBypass, nil)
-		default:
-			c := vetted[i].Check
-			if !c.Required {
-				t.gate.traceAnswer(ctx, call, DecidedByPolicy, nil)
-				break
-			}
-			if g := t.useGrant(ctx, call); g != nil {
-				t.gate.traceAnswer(ctx, call, DecidedByGrant, g)
-				if t.auditing(ctx) {
-					r := t.auditGranted(ctx, i, call, c, g)
-					rows[i] = &r
-				}
-				t.log.append(Event{Type: EventApprovalDecision, ToolCallID: call.ID, Decision: g.Decision, Reason: reasonRemembered, Grant: g.ID, By: g.By,
-					GrantUsesLeft: g.usesLeft(), GrantExpiresAt: g.ExpiresAt})
-				if g.Decision != DecisionApprove {
-					results[i].Result, results[i].Status = t.notRun(ctx, notRunRemembered, ""), activities.StatusDeclined
-				}
-				break
-			}
-			if c.Problem != "" {
-				workflow.GetLogger(ctx).Warn("policy fails closed", "toolCallId", call.ID, "problem", c.Problem)
-			}
-			if t.settings.PatchLevel >= levelBatchIDs {
-				approvals[i] = t.gate.requestAs(ctx, t.gate.batchRequestID(ctx, calls, i), call, c.Timeout, c.Problem, previews[i])
-			} else {
-				approvals[i] = t.gate.request(ctx, call, c.Timeout, c.Problem, previews[i])
-			}
-			waiting = append(waiting, approvals[i])
-			if t.auditing(ctx) {
-				r := t.auditAsked(ctx, approvals[i], c)
-				rows[i] = &r
-			}
+	b := t.openBatch(ctx, calls)
+	for _, p := range b.passages {
+		t.route(ctx, b, p)
+	}
+	t.awaitDecisions(ctx, b)
+	for _, p := range b.passages {
+		if call, runs := t.verdict(ctx, b, p); runs {
+			t.runCall(ctx, p, call)
 		}
 	}
-	if len(waiting) > 0 {
-		t.log.append(Event{Type: EventHeartbeat})
-		var asked []audit.Record
-		for i, a := range approvals {
-			if a != nil && rows[i] != nil {
-				asked = append(asked, *rows[i])
-			}
-		}
-		t.writeAudit(ctx, asked)
-		var onDecided func([]*approval)
-		if len(asked) > 0 {
-			// Each decision reaches the ledger when it is taken, not when
-			// the last call of its batch is. Off the decision path, the
-			// decisions that end the wait are owed instead: the batch's
-			// first activity carries them while it runs.
-			offPath := t.offPath(ctx)
-			onDecided = func(decided []*approval) {
-				var out []audit.Record
-				for _, a := range decided {
-					if i := slices.Index(approvals, a); i >= 0 && rows[i] != nil {
-						out = append(out, auditDecided(*rows[i], a))
-					}
-				}
-				if offPath && !slices.ContainsFunc(waiting, func(a *approval) bool { return !a.decided }) {
-					t.owe(out)
-					return
-				}
-				t.writeAudit(ctx, out)
-			}
-		}
-		t.gate.await(ctx, waiting, onDecided)
-	}
-	turnID := workflow.GetInfo(ctx).WorkflowExecution.ID
-	for _, a := range approvals {
-		if a != nil && a.remember && (a.decision == DecisionApprove || a.decision == DecisionDecline) {
-			t.remember(grantFrom(a, turnID))
-		}
-	}
-
-	for i, call := range calls {
-		if results[i].Status != "" {
-			continue
-		}
-		a := approvals[i]
-		switch {
-		case a == nil:
-		case a.decision == DecisionTimeout:
-			results[i].Result, results[i].Status = t.notRun(ctx, notRunTimeout, ""), activities.StatusTimeout
-			continue
-		case a.decision != DecisionApprove && a.decidedBy == DecidedByTurn:
-			why := notRunInterrupted
-			if a.reason == reasonCancelled {
-				why = notRunCancelled
-			}
-			results[i].Result, results[i].Status = t.notRun(ctx, why, a.reason), activities.StatusDeclined
-			continue
-		case a.decision != DecisionApprove:
-			results[i].Result, results[i].Status = t.notRun(ctx, notRunDeclined, a.reason), activities.StatusDeclined
-			continue
-		case a.arguments != "":
-			call.Arguments = a.arguments
-			if normalized {
-				// What runs is the normalized view of what the person
-				// approved; edits the tool would refuse reach it as they
-				// are, and it refuses them.
-				if args, err := t.normalize(call); err == nil {
-					call.Arguments = args
-				}
-			}
-			ran[i] = call.Arguments
-		}
-		if ctx.Err() != nil || t.interrupted {
-			// A call approved before the turn was stopped does not start now.
-			why, reason := notRunCancelled, reasonCancelled
-			if t.interrupted {
-				why, reason = notRunInterrupted, t.interruptReason
-			}
-			results[i].Result, results[i].Status = t.notRun(ctx, why, reason), activities.StatusDeclined
-			continue
-		}
-		var out activities.ToolOutput
-		if call.Name == TaskTool {
-			t.writeOwed(ctx)
-			out = t.runSubagent(ctx, call)
-		} else if offers(t.clientTools, call.Name) {
-			t.writeOwed(ctx)
-			out = t.gate.runClientTool(ctx, call, vetted[i].Check.Timeout)
-		} else {
-			out = t.runTool(ctx, call)
-		}
-		if a != nil && a.arguments != "" {
-			out.Result = "The user edited the arguments before approving; the tool ran with: " + a.arguments + "\n" + out.Result
-		}
-		results[i].Result, results[i].Status = out.Result, out.Status
-		t.used.ToolCalls++
-	}
-	var ended []audit.Record
-	for i, r := range rows {
-		if r != nil {
-			ended = append(ended, auditEnded(ctx, *r, approvals[i], ran[i], results[i]))
-		}
-	}
-	if len(ended) > 0 && t.offPath(ctx) {
-		// The model call that reads the results carries the outcomes.
-		t.owe(ended)
-	} else {
-		t.writeAudit(ctx, ended)
-	}
+	t.recordOutcomes(ctx, b)
+	results := b.results()
 	t.log.append(Event{Type: EventToolResult, ToolResults: results})
 	return results
+}
+
+// runCall runs the call of p that its verdict let run, as call: a
+// subagent, a client's tool or the worker's; the model reads its result.
+func (t *turn) runCall(ctx workflow.Context, p *passage, call activities.ToolCall) {
+	var out activities.ToolOutput
+	switch {
+	case call.Name == TaskTool:
+		t.writeOwed(ctx)
+		out = t.runSubagent(ctx, call)
+	case offers(t.clientTools, call.Name):
+		t.writeOwed(ctx)
+		out = t.gate.runClientTool(ctx, call, p.vetting.Check.Timeout)
+	default:
+		out = t.runTool(ctx, call)
+	}
+	if a := p.approval; a != nil && a.arguments != "" {
+		out.Result = "The user edited the arguments before approving; the tool ran with: " + a.arguments + "\n" + out.Result
+	}
+	p.answer(out.Result, out.Status)
+	t.used.ToolCalls++
 }
 
 // vetting is what a turn records of a call before the gate looks at it:

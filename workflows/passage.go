@@ -1,0 +1,263 @@
+package workflows
+
+import (
+	"slices"
+
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/policy"
+)
+
+// passage is one tool call's way through a batch, from its vetting to the
+// result the model reads: one value per call, which each stage of the
+// batch reads and adds to (vet, route, ask, await, verdict, run, record).
+type passage struct {
+	// index is the call's place in its batch, in the order the model
+	// made the calls.
+	index int
+	// call is the call as the gate, the policy, a grant and the tool see
+	// it (vetBatch); vetting what was known of it before the gate: why its
+	// arguments were refused, or what the policy says of it.
+	call    activities.ToolCall
+	vetting vetting
+	// preview says what the call will do, as the worker read it, for a
+	// call that may ask (turn.previews).
+	preview string
+	// route is the way the gate takes the call (routes).
+	route *route
+	// grant is the remembered decision that answered the call
+	// (routeGranted); approval the request a person, its timer or the
+	// turn decided (routeAsk). Each says who decided, and how.
+	grant    *Grant
+	approval *approval
+	// ran are the arguments the call ran with when a person edited them,
+	// normalized as the tool ran them.
+	ran string
+	// result is what the model reads of the call: set when the gate
+	// answers it (it never runs then), or when it ran.
+	result ToolResult
+	// row is the call's row in the audit ledger, for a call the gate
+	// asked about or a grant answered.
+	row *audit.Record
+}
+
+// answer settles what the model reads of the call.
+func (p *passage) answer(result, status string) {
+	p.result.Result, p.result.Status = result, status
+}
+
+// answered reports whether the call's result is settled: the gate
+// answered it, or it ran.
+func (p *passage) answered() bool { return p.result.Status != "" }
+
+// batch is the passages of one batch of calls, in the order the model
+// made them, and what holds for the whole batch.
+type batch struct {
+	// calls are the calls as vetBatch gives them (the passages' calls),
+	// which the batch's request ids are made of (gate.batchRequestID).
+	calls    []activities.ToolCall
+	passages []*passage
+	// strict is true when the batch follows patchStrictGate
+	// (turn.strictGate); normalized when its arguments were normalized
+	// (patchNormalizedCalls), and so is what a person edits.
+	strict, normalized bool
+}
+
+// waiting are the requests of the batch's calls that asked, in order.
+func (b *batch) waiting() []*approval {
+	var out []*approval
+	for _, p := range b.passages {
+		if p.approval != nil {
+			out = append(out, p.approval)
+		}
+	}
+	return out
+}
+
+// askedRows are the ledger's rows of the calls that asked, in order.
+func (b *batch) askedRows() []audit.Record {
+	var out []audit.Record
+	for _, p := range b.passages {
+		if p.approval != nil && p.row != nil {
+			out = append(out, *p.row)
+		}
+	}
+	return out
+}
+
+// askedBy is the passage whose request is a, or nil.
+func (b *batch) askedBy(a *approval) *passage {
+	for _, p := range b.passages {
+		if p.approval == a {
+			return p
+		}
+	}
+	return nil
+}
+
+// results are what the model reads of the batch's calls, in order.
+func (b *batch) results() []ToolResult {
+	out := make([]ToolResult, len(b.passages))
+	for i, p := range b.passages {
+		out[i] = p.result
+	}
+	return out
+}
+
+// openBatch makes the passages of a batch: it vets the calls (vetBatch),
+// sees whether the batch follows the strict gate, and previews the calls
+// that may ask, in that order.
+func (t *turn) openBatch(ctx workflow.Context, calls []activities.ToolCall) *batch {
+	t.newBatchForLedger()
+	t.gate.newBatch()
+	t.cost = policy.NewBudget()
+	calls, vetted, normalized := t.vetBatch(ctx, calls)
+	b := &batch{calls: calls, normalized: normalized, strict: t.strictGate(ctx, calls)}
+	previews := t.previews(ctx, calls, vetted)
+	b.passages = make([]*passage, len(calls))
+	for i, call := range calls {
+		b.passages[i] = &passage{index: i, call: call, vetting: vetted[i], preview: previews[i],
+			result: ToolResult{ID: call.ID, Name: call.Name}}
+	}
+	return b
+}
+
+// route sends p down the first route that takes it (routeOf), or down
+// routeGranted when a remembered decision answers a call that would ask,
+// and does what that route does as the gate meets the call.
+func (t *turn) route(ctx workflow.Context, b *batch, p *passage) {
+	in := routeInput{
+		call: p.call, vetting: p.vetting,
+		interrupted: t.interrupted, bypass: t.bypass, strict: b.strict,
+		offered: offers(t.tools, p.call.Name), clientTool: offers(t.clientTools, p.call.Name),
+	}
+	p.route = routeOf(in)
+	if p.route.grantable {
+		if in.grant = t.useGrant(ctx, p.call); in.grant != nil {
+			p.grant, p.route = in.grant, routeOf(in)
+		}
+	}
+	if p.route.pass != nil {
+		p.route.pass(t, ctx, b, p)
+	}
+}
+
+// awaitDecisions waits until every request of the batch is decided,
+// writing each decision to the ledger as it is taken, then remembers the
+// decisions a person asked to be remembered.
+func (t *turn) awaitDecisions(ctx workflow.Context, b *batch) {
+	if waiting := b.waiting(); len(waiting) > 0 {
+		t.log.append(Event{Type: EventHeartbeat})
+		asked := b.askedRows()
+		t.writeAudit(ctx, asked)
+		var onDecided func([]*approval)
+		if len(asked) > 0 {
+			onDecided = t.ledgerDecisions(ctx, b, waiting)
+		}
+		t.gate.await(ctx, waiting, onDecided)
+	}
+	turnID := workflow.GetInfo(ctx).WorkflowExecution.ID
+	for _, p := range b.passages {
+		if a := p.approval; a != nil && a.remember && (a.decision == DecisionApprove || a.decision == DecisionDecline) {
+			t.remember(grantFrom(a, turnID))
+		}
+	}
+}
+
+// ledgerDecisions is what the gate's wait does with the decisions of the
+// batch as they are taken: each reaches the ledger when it is taken, not
+// when the last call of its batch is. Off the decision path
+// (levelLedgerOffPath), the decisions that end the wait are owed instead:
+// the batch's first activity carries them while it runs.
+func (t *turn) ledgerDecisions(ctx workflow.Context, b *batch, waiting []*approval) func([]*approval) {
+	offPath := t.offPath(ctx)
+	return func(decided []*approval) {
+		var out []audit.Record
+		for _, a := range decided {
+			if p := b.askedBy(a); p != nil && p.row != nil {
+				out = append(out, auditDecided(*p.row, a))
+			}
+		}
+		if offPath && !slices.ContainsFunc(waiting, func(a *approval) bool { return !a.decided }) {
+			t.owe(out)
+			return
+		}
+		t.writeAudit(ctx, out)
+	}
+}
+
+// verdict says whether p's call runs now, and as what: a call the gate
+// answered does not, nor one whose request was declined or timed out, nor
+// any once the turn is stopped; the model reads why (passage.answer).
+func (t *turn) verdict(ctx workflow.Context, b *batch, p *passage) (activities.ToolCall, bool) {
+	if p.answered() {
+		return activities.ToolCall{}, false
+	}
+	call, runs := t.decided(ctx, b, p)
+	if !runs {
+		return call, false
+	}
+	if ctx.Err() != nil || t.interrupted {
+		// A call approved before the turn was stopped does not start now.
+		why, reason := notRunCancelled, reasonCancelled
+		if t.interrupted {
+			why, reason = notRunInterrupted, t.interruptReason
+		}
+		p.answer(t.notRun(ctx, why, reason), activities.StatusDeclined)
+		return call, false
+	}
+	return call, true
+}
+
+// decided applies the decision on p's request, if it asked: a timeout or
+// a decline answers the model, and an approval runs the call with the
+// arguments the person approved, normalized as the tool runs them when
+// the batch's are (edits the tool would refuse reach it as they are, and
+// it refuses them).
+func (t *turn) decided(ctx workflow.Context, b *batch, p *passage) (activities.ToolCall, bool) {
+	call, a := p.call, p.approval
+	switch {
+	case a == nil:
+	case a.decision == DecisionTimeout:
+		p.answer(t.notRun(ctx, notRunTimeout, ""), activities.StatusTimeout)
+		return call, false
+	case a.decision != DecisionApprove && a.decidedBy == DecidedByTurn:
+		why := notRunInterrupted
+		if a.reason == reasonCancelled {
+			why = notRunCancelled
+		}
+		p.answer(t.notRun(ctx, why, a.reason), activities.StatusDeclined)
+		return call, false
+	case a.decision != DecisionApprove:
+		p.answer(t.notRun(ctx, notRunDeclined, a.reason), activities.StatusDeclined)
+		return call, false
+	case a.arguments != "":
+		call.Arguments = a.arguments
+		if b.normalized {
+			if args, err := t.normalize(call); err == nil {
+				call.Arguments = args
+			}
+		}
+		p.ran = call.Arguments
+	}
+	return call, true
+}
+
+// recordOutcomes completes the ledger's row of every call that has one
+// with its outcome. Off the decision path (levelLedgerOffPath), the model
+// call that reads the results carries them.
+func (t *turn) recordOutcomes(ctx workflow.Context, b *batch) {
+	var ended []audit.Record
+	for _, p := range b.passages {
+		if p.row != nil {
+			ended = append(ended, auditEnded(ctx, *p.row, p.approval, p.ran, p.result))
+		}
+	}
+	if len(ended) > 0 && t.offPath(ctx) {
+		t.owe(ended)
+		return
+	}
+	t.writeAudit(ctx, ended)
+}

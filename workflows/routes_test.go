@@ -1,0 +1,76 @@
+package workflows
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tollgate/tollgate/activities"
+)
+
+// TestEveryRouteTakesItsCalls walks the route table: each case is a call
+// and what the turn knows of it, and the route it takes. Each route has a
+// case of its own, and the cases where an earlier route wins show the
+// order. A new route is a new entry in routes and a case here.
+func TestEveryRouteTakesItsCalls(t *testing.T) {
+	protected := vetting{Check: check{Required: true}}
+	always := vetting{Check: check{Required: true, Always: true}}
+	call := activities.ToolCall{ID: "c1", Name: activities.ToolBash, Arguments: `{"command":"ls"}`}
+	notObject := activities.ToolCall{ID: "c1", Name: activities.ToolBash, Arguments: `["ls"]`}
+	grant := &Grant{ID: "grant-1", Tool: activities.ToolBash, Decision: DecisionApprove}
+	// base is a call of an offered tool, the policy protects it, in a
+	// batch of the strict gate, of a turn not stopped or bypassed.
+	base := routeInput{call: call, vetting: protected, offered: true, strict: true}
+	with := func(change func(*routeInput)) routeInput {
+		in := base
+		change(&in)
+		return in
+	}
+	cases := []struct {
+		name  string
+		in    routeInput
+		route *route
+	}{
+		{"a stopped turn's call", with(func(in *routeInput) { in.interrupted = true }), routeInterrupted},
+		{"a stopped turn's call of no tool", with(func(in *routeInput) { in.interrupted, in.offered = true, false }), routeInterrupted},
+		{"a call of a tool the loop does not offer", with(func(in *routeInput) { in.offered = false }), routeUnknownTool},
+		{"a call whose arguments vetting refused", with(func(in *routeInput) { in.vetting.Refused = "the path leaves the workspace" }), routeRefused},
+		{"a call whose arguments are no JSON object", with(func(in *routeInput) { in.call = notObject }), routeNotObject},
+		{"a refused call whose arguments are no JSON object", with(func(in *routeInput) { in.call, in.vetting.Refused = notObject, "not an object" }), routeRefused},
+		{"a bypassed call before the strict gate", with(func(in *routeInput) { in.strict, in.bypass, in.vetting = false, true, always }), routeBeforeStrictGate},
+		{"a client tool's call before the strict gate", with(func(in *routeInput) { in.strict, in.clientTool = false, true }), routeBeforeStrictGate},
+		{"a bypassed call", with(func(in *routeInput) { in.bypass = true }), routeBypassed},
+		{"a bypassed call with a grant", with(func(in *routeInput) { in.bypass, in.grant = true, grant }), routeBypassed},
+		{"a call no rule protects", with(func(in *routeInput) { in.vetting = vetting{} }), routeNoRule},
+		{"a bypassed call no rule protects", with(func(in *routeInput) { in.bypass, in.vetting = true, vetting{} }), routeBypassed},
+		{"a client tool's call no rule protects", with(func(in *routeInput) { in.clientTool, in.vetting = true, vetting{} }), routeNoRule},
+		{"a protected call a grant answers", with(func(in *routeInput) { in.grant = grant }), routeGranted},
+		{"a protected call", base, routeAsk},
+		{"a bypassed call a rule protects always", with(func(in *routeInput) { in.bypass, in.vetting = true, always }), routeAsk},
+		{"a protected call of a client tool", with(func(in *routeInput) { in.clientTool = true }), routeAsk},
+		{"a call the policy could not decide", with(func(in *routeInput) { in.vetting.Check.Problem = "the rule failed" }), routeAsk},
+	}
+	tested := map[*route]bool{}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			require.Equal(t, c.route.name, routeOf(c.in).name)
+		})
+		tested[c.route] = true
+	}
+	for _, r := range routes {
+		require.True(t, tested[r], "route %q has no case", r.name)
+	}
+}
+
+// TestOnlyTheAskingRouteLooksForAGrant: looking for a grant uses it (and
+// may record a SideEffect), so the gate does so only for a call that
+// would ask, and a grant found takes the call to routeGranted.
+func TestOnlyTheAskingRouteLooksForAGrant(t *testing.T) {
+	for _, r := range routes {
+		require.Equal(t, r == routeAsk, r.grantable, "route %q", r.name)
+	}
+	in := routeInput{call: activities.ToolCall{Name: activities.ToolBash, Arguments: `{}`}, vetting: vetting{Check: check{Required: true}}, offered: true, strict: true}
+	require.Equal(t, routeAsk.name, routeOf(in).name)
+	in.grant = &Grant{ID: "grant-1", Decision: DecisionDecline}
+	require.Equal(t, routeGranted.name, routeOf(in).name)
+}
