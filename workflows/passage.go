@@ -59,10 +59,6 @@ type batch struct {
 	// which the batch's request ids are made of (gate.batchRequestID).
 	calls    []activities.ToolCall
 	passages []*passage
-	// strict is true when the batch follows patchStrictGate
-	// (turn.strictGate); normalized when its arguments were normalized
-	// (patchNormalizedCalls), and so is what a person edits.
-	strict, normalized bool
 }
 
 // waiting are the requests of the batch's calls that asked, in order.
@@ -113,8 +109,9 @@ func (t *turn) openBatch(ctx workflow.Context, calls []activities.ToolCall) *bat
 	t.newBatchForLedger()
 	t.gate.newBatch()
 	t.cost = policy.NewBudget()
-	calls, vetted, normalized := t.vetBatch(ctx, calls)
-	b := &batch{calls: calls, normalized: normalized, strict: t.strictGate(ctx, calls)}
+	calls, vetted := t.vetBatch(ctx, calls)
+	t.strictGate(ctx, calls)
+	b := &batch{calls: calls}
 	previews := t.previews(ctx, calls, vetted)
 	b.passages = make([]*passage, len(calls))
 	for i, call := range calls {
@@ -130,7 +127,7 @@ func (t *turn) openBatch(ctx workflow.Context, calls []activities.ToolCall) *bat
 func (t *turn) route(ctx workflow.Context, b *batch, p *passage) {
 	in := routeInput{
 		call: p.call, vetting: p.vetting,
-		interrupted: t.interrupted, bypass: t.bypass, strict: b.strict,
+		interrupted: t.interrupted, bypass: t.bypass,
 		offered: offers(t.tools, p.call.Name), clientTool: offers(t.clientTools, p.call.Name),
 	}
 	p.route = routeOf(in)
@@ -235,10 +232,8 @@ func (t *turn) decided(ctx workflow.Context, b *batch, p *passage) (activities.T
 		return call, false
 	case a.arguments != "":
 		call.Arguments = a.arguments
-		if b.normalized {
-			if args, err := t.normalize(call); err == nil {
-				call.Arguments = args
-			}
+		if args, err := t.normalize(call); err == nil {
+			call.Arguments = args
 		}
 		p.ran = call.Arguments
 	}

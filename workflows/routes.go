@@ -40,9 +40,8 @@ type routeInput struct {
 	call    activities.ToolCall
 	vetting vetting
 	// interrupted is true once the turn was stopped; bypass when its
-	// sender asked to bypass approval; strict when the batch follows
-	// patchStrictGate (turn.strictGate).
-	interrupted, bypass, strict bool
+	// sender asked to bypass approval.
+	interrupted, bypass bool
 	// offered is true when the loop offers a tool of the call's name;
 	// clientTool when the client runs it.
 	offered, clientTool bool
@@ -56,7 +55,7 @@ type routeInput struct {
 // in TestEveryRouteTakesItsCalls.
 var routes = []*route{
 	routeInterrupted, routeUnknownTool, routeRefused, routeNotObject,
-	routeBeforeStrictGate, routeBypassed, routeNoRule, routeGranted, routeAsk,
+	routeBypassed, routeNoRule, routeGranted, routeAsk,
 }
 
 var (
@@ -93,14 +92,6 @@ var (
 		pass: func(_ *turn, _ workflow.Context, _ *batch, p *passage) {
 			p.answer(fmt.Sprintf("Error: the arguments of %s are not a JSON object: %s", p.call.Name, p.call.Arguments), activities.StatusError)
 		},
-	}
-	// routeBeforeStrictGate: before patchStrictGate, a bypassed turn
-	// asked for nothing, and the client asked its user about its own
-	// tools itself. The one route of a patch: it goes when the patch is
-	// retired.
-	routeBeforeStrictGate = &route{
-		name:  "before the strict gate",
-		takes: func(in routeInput) bool { return !in.strict && (in.bypass || in.clientTool) },
 	}
 	// routeBypassed: the turn bypasses approval, and no rule requires
 	// the tool always (only such a rule still asks).

@@ -20,7 +20,7 @@ func TestEveryRouteTakesItsCalls(t *testing.T) {
 	grant := &Grant{ID: "grant-1", Tool: activities.ToolBash, Decision: DecisionApprove}
 	// base is a call of an offered tool, the policy protects it, in a
 	// batch of the strict gate, of a turn not stopped or bypassed.
-	base := routeInput{call: call, vetting: protected, offered: true, strict: true}
+	base := routeInput{call: call, vetting: protected, offered: true}
 	with := func(change func(*routeInput)) routeInput {
 		in := base
 		change(&in)
@@ -37,8 +37,6 @@ func TestEveryRouteTakesItsCalls(t *testing.T) {
 		{"a call whose arguments vetting refused", with(func(in *routeInput) { in.vetting.Refused = "the path leaves the workspace" }), routeRefused},
 		{"a call whose arguments are no JSON object", with(func(in *routeInput) { in.call = notObject }), routeNotObject},
 		{"a refused call whose arguments are no JSON object", with(func(in *routeInput) { in.call, in.vetting.Refused = notObject, "not an object" }), routeRefused},
-		{"a bypassed call before the strict gate", with(func(in *routeInput) { in.strict, in.bypass, in.vetting = false, true, always }), routeBeforeStrictGate},
-		{"a client tool's call before the strict gate", with(func(in *routeInput) { in.strict, in.clientTool = false, true }), routeBeforeStrictGate},
 		{"a bypassed call", with(func(in *routeInput) { in.bypass = true }), routeBypassed},
 		{"a bypassed call with a grant", with(func(in *routeInput) { in.bypass, in.grant = true, grant }), routeBypassed},
 		{"a call no rule protects", with(func(in *routeInput) { in.vetting = vetting{} }), routeNoRule},
@@ -69,7 +67,7 @@ func TestOnlyTheAskingRouteLooksForAGrant(t *testing.T) {
 	for _, r := range routes {
 		require.Equal(t, r == routeAsk, r.grantable, "route %q", r.name)
 	}
-	in := routeInput{call: activities.ToolCall{Name: activities.ToolBash, Arguments: `{}`}, vetting: vetting{Check: check{Required: true}}, offered: true, strict: true}
+	in := routeInput{call: activities.ToolCall{Name: activities.ToolBash, Arguments: `{}`}, vetting: vetting{Check: check{Required: true}}, offered: true}
 	require.Equal(t, routeAsk.name, routeOf(in).name)
 	in.grant = &Grant{ID: "grant-1", Decision: DecisionDecline}
 	require.Equal(t, routeGranted.name, routeOf(in).name)

@@ -592,9 +592,8 @@ type vetting struct {
 // than recorded, keeping large arguments (a Write's content) out of
 // history; a call that the recorded answer let through but today's
 // normalizer refuses keeps its arguments as sent, and the tool, which
-// normalizes too, refuses it. normalized is always true: turns recorded
-// before the patch, which saw the arguments as the model sent them, no
-// longer run.
+// normalizes too, refuses it. Turns recorded before the patch, which saw
+// the arguments as the model sent them, no longer run.
 //
 // The SideEffect also follows the symbolic links of every workspace path
 // (activities.ResolveArguments), so that the policy reads the file the
@@ -604,7 +603,7 @@ type vetting struct {
 // worker of the task queue; it only lstats and reads links, and its answer
 // is recorded, so a replay never reads the file system. A history recorded
 // before links were resolved has no paths, and keeps the view it had.
-func (t *turn) vetBatch(ctx workflow.Context, calls []activities.ToolCall) (out []activities.ToolCall, vetted []vetting, normalized bool) {
+func (t *turn) vetBatch(ctx workflow.Context, calls []activities.ToolCall) (out []activities.ToolCall, vetted []vetting) {
 	requirePatched(ctx, t.settings, patchNormalizedCalls)
 	vet := func() []vetting {
 		vetted := make([]vetting, len(calls))
@@ -636,7 +635,7 @@ func (t *turn) vetBatch(ctx workflow.Context, calls []activities.ToolCall) (out 
 			out[i].Arguments = args
 		}
 	}
-	return out, vetted, true
+	return out, vetted
 }
 
 // validateDecision says why the approval Update cannot take d now, or nil
@@ -871,16 +870,15 @@ func (t *turn) outgrewHistory(ctx workflow.Context) bool {
 	return true
 }
 
-// strictGate reports whether this batch follows patchStrictGate: a
-// bypassed turn still asks where a rule says always, and client tools
-// follow the policy like the worker's. Every batch does since the patch
-// was retired; a turn of level 0 asks for it where it asked before, at a
-// batch the patch changes, so its markers replay where they were.
-func (t *turn) strictGate(ctx workflow.Context, calls []activities.ToolCall) bool {
+// strictGate asks for patchStrictGate (a bypassed turn still asks where a
+// rule says always, and client tools follow the policy like the
+// worker's), retired: every batch follows it. A turn of level 0 asks for
+// it where it asked before, at a batch the patch changes, so its markers
+// replay where they were.
+func (t *turn) strictGate(ctx workflow.Context, calls []activities.ToolCall) {
 	if t.bypass || slices.ContainsFunc(calls, func(c activities.ToolCall) bool { return offers(t.clientTools, c.Name) }) {
 		requirePatched(ctx, t.settings, patchStrictGate)
 	}
-	return true
 }
 
 // runTool runs one tool activity. A tool never runs twice: a failure of the
