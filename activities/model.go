@@ -3,6 +3,7 @@ package activities
 import (
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/text"
+	"github.com/tollgate/tollgate/protocol"
 
 	"cmp"
 	"context"
@@ -57,7 +58,7 @@ func contextTooLong(detail string) bool {
 
 // Defaults of Model's token streaming.
 const (
-	DefaultFlushInterval = 150 * time.Millisecond
+	DefaultFlushInterval = protocol.DefaultFlushInterval
 	DefaultMaxBatches    = 16
 )
 

@@ -19,13 +19,13 @@ import (
 // of the Temporal activity that runs it.
 const (
 	// ToolRead reads a file of the workspace.
-	ToolRead = "Read"
+	ToolRead = protocol.ToolRead
 	// ToolWrite writes a file of the workspace.
-	ToolWrite = "Write"
+	ToolWrite = protocol.ToolWrite
 	// ToolEdit replaces text in a file of the workspace.
-	ToolEdit = "Edit"
+	ToolEdit = protocol.ToolEdit
 	// ToolBash runs a shell command in the workspace.
-	ToolBash = "Bash"
+	ToolBash = protocol.ToolBash
 )
 
 // Defaults of the Tools limits.
