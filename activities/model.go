@@ -210,7 +210,7 @@ func chatRequest(in ModelInput, model string) (openai.ChatCompletionRequest, err
 		req.StreamOptions = &openai.StreamOptions{IncludeUsage: true}
 	}
 	for _, msg := range in.Messages {
-		if msg.Role == RoleAssistant && msg.Content == "" && len(msg.ToolCalls) == 0 {
+		if msg.Role == protocol.RoleAssistant && msg.Content == "" && len(msg.ToolCalls) == 0 {
 			// An empty answer tells the model nothing, and servers reject an
 			// assistant message with neither content nor tool calls.
 			continue
@@ -221,7 +221,7 @@ func chatRequest(in ModelInput, model string) (openai.ChatCompletionRequest, err
 			Name:       msg.Name,
 			ToolCallID: msg.ToolCallID,
 		}
-		if msg.Role == RoleTool && cm.Content == "" {
+		if msg.Role == protocol.RoleTool && cm.Content == "" {
 			cm.Content = emptyToolResult
 		}
 		for _, c := range msg.ToolCalls {
@@ -324,7 +324,7 @@ func (m *Model) tokenStream(ctx context.Context, target *TokenTarget, inActivity
 		sink:       m.Tokens,
 		target:     *target,
 		attempt:    1,
-		interval:   cmp.Or(m.FlushInterval, DefaultFlushInterval),
+		interval:   cmp.Or(m.FlushInterval, protocol.DefaultFlushInterval),
 		maxBatches: cmp.Or(m.MaxBatches, DefaultMaxBatches),
 	}
 	if inActivity {
@@ -377,20 +377,20 @@ func (t *tokenStream) offer(ctx context.Context, content string) {
 // attempt streams (final false), text that is still a prefix of published
 // is a retry catching up and needs none; a text that departs from
 // published starts it again (Reset). The final answer must match exactly.
-func NextPiece(published, text string, final bool) (TokenPiece, bool) {
+func NextPiece(published, text string, final bool) (protocol.TokenPiece, bool) {
 	switch {
 	case text == published:
-		return TokenPiece{}, false
+		return protocol.TokenPiece{}, false
 	case strings.HasPrefix(text, published):
-		return TokenPiece{Data: text[len(published):]}, true
+		return protocol.TokenPiece{Data: text[len(published):]}, true
 	case !final && strings.HasPrefix(published, text):
-		return TokenPiece{}, false
+		return protocol.TokenPiece{}, false
 	}
-	return TokenPiece{Data: text, Reset: true}, true
+	return protocol.TokenPiece{Data: text, Reset: true}, true
 }
 
 // Spell returns the text token events spell, applied in order.
-func Spell(pieces []TokenPiece) string {
+func Spell(pieces []protocol.TokenPiece) string {
 	var b strings.Builder
 	for _, p := range pieces {
 		if p.Reset {
@@ -429,7 +429,7 @@ type heartbeatStream struct {
 
 	// mu guards what the first record's timer reads and writes.
 	mu        sync.Mutex
-	progress  TokenProgress
+	progress  protocol.TokenProgress
 	published string    // the text progress spells
 	beat      time.Time // when the details were last recorded
 	first     *time.Timer
@@ -443,9 +443,9 @@ func (m *Model) heartbeatStream(ctx context.Context, target *TokenTarget, inActi
 		return nil
 	}
 	now := time.Now()
-	h := &heartbeatStream{progress: TokenProgress{Step: target.Step}, interval: cmp.Or(m.FlushInterval, DefaultFlushInterval), started: now, beat: now}
+	h := &heartbeatStream{progress: protocol.TokenProgress{Step: target.Step}, interval: cmp.Or(m.FlushInterval, protocol.DefaultFlushInterval), started: now, beat: now}
 	if activity.HasHeartbeatDetails(ctx) {
-		var prev TokenProgress
+		var prev protocol.TokenProgress
 		if err := activity.GetHeartbeatDetails(ctx, &prev); err == nil && prev.Step == target.Step {
 			h.progress.Pieces = prev.Pieces
 			h.published = Spell(prev.Pieces)
@@ -486,7 +486,7 @@ func (h *heartbeatStream) offer(ctx context.Context, content string) {
 	}
 }
 
-func (h *heartbeatStream) add(p TokenPiece) {
+func (h *heartbeatStream) add(p protocol.TokenPiece) {
 	h.progress.Pieces = append(h.progress.Pieces, p)
 	if p.Reset {
 		h.published = ""
@@ -521,7 +521,7 @@ func (h *heartbeatStream) end() {
 }
 
 // finish returns the call's token events, completed by the whole answer.
-func (h *heartbeatStream) finish(content string) []TokenPiece {
+func (h *heartbeatStream) finish(content string) []protocol.TokenPiece {
 	if h == nil {
 		return nil
 	}

@@ -126,7 +126,7 @@ func slackMessage(n Notice) map[string]any {
 	head := fmt.Sprintf("*%s*%s %s in conversation `%s`", n.Tool, who, what, n.ConversationID)
 	blocks := []any{
 		map[string]any{"type": "section", "text": map[string]any{"type": "mrkdwn", "text": head}},
-		map[string]any{"type": "section", "text": map[string]any{"type": "mrkdwn", "text": codeBlock(ArgumentLines(n.Arguments))}},
+		map[string]any{"type": "section", "text": map[string]any{"type": "mrkdwn", "text": codeBlock(protocol.ArgumentLines(n.Arguments))}},
 	}
 	if n.Preview != "" {
 		blocks = append(blocks, map[string]any{"type": "section", "text": map[string]any{"type": "mrkdwn", "text": "What it will do:\n" + codeBlock(n.Preview)}})

@@ -50,8 +50,8 @@ type (
 
 // ModelInput is the input of the model activity.
 type ModelInput struct {
-	Messages []Message  `json:"messages"`
-	Tools    []ToolSpec `json:"tools,omitempty"`
+	Messages []protocol.Message  `json:"messages"`
+	Tools    []protocol.ToolSpec `json:"tools,omitempty"`
 	// Model overrides the configured model name when set.
 	Model string `json:"model,omitempty"`
 	// Tokens, when set, receives the answer's text in batches while it streams.
@@ -67,15 +67,15 @@ type ModelInput struct {
 
 // ModelOutput is the model's complete answer to one call.
 type ModelOutput struct {
-	Content      string     `json:"content,omitempty"`
-	ToolCalls    []ToolCall `json:"toolCalls,omitempty"`
-	FinishReason string     `json:"finishReason,omitempty"`
+	Content      string              `json:"content,omitempty"`
+	ToolCalls    []protocol.ToolCall `json:"toolCalls,omitempty"`
+	FinishReason string              `json:"finishReason,omitempty"`
 	// Tokens is the call's total token usage as the server reported it
 	// (prompt and completion), 0 when it reported none.
 	Tokens int `json:"tokens,omitempty"`
 	// Pieces are the call's token events when it streamed by heartbeat:
 	// the ones its heartbeats carried, then the rest of Content.
-	Pieces []TokenPiece `json:"pieces,omitempty"`
+	Pieces []protocol.TokenPiece `json:"pieces,omitempty"`
 	// LedgerRows is how many of the input's Ledger rows the ledger took:
 	// all or none.
 	LedgerRows int `json:"ledgerRows,omitempty"`
@@ -102,7 +102,7 @@ const (
 // ToolInput is the input of every tool activity: the call as the model made
 // it (or as a person edited it before approving).
 type ToolInput struct {
-	Call ToolCall `json:"call"`
+	Call protocol.ToolCall `json:"call"`
 	// Ledger are rows of the audit ledger that the activity writes while
 	// the tool runs, for its turn (carry).
 	Ledger []audit.Record `json:"ledger,omitempty"`
