@@ -57,10 +57,7 @@ func contextTooLong(detail string) bool {
 }
 
 // Defaults of Model's token streaming.
-const (
-	DefaultFlushInterval = protocol.DefaultFlushInterval
-	DefaultMaxBatches    = 16
-)
+const DefaultMaxBatches = 16
 
 // emptyParameters is the schema sent for a tool that declares none: servers
 // reject a function without parameters.
@@ -91,7 +88,7 @@ type Model struct {
 	// streaming of tokens.
 	Tokens TokenSink
 	// FlushInterval is the least time between two token batches
-	// (DefaultFlushInterval when zero).
+	// (protocol.DefaultFlushInterval when zero).
 	FlushInterval time.Duration
 	// MaxBatches bounds the token batches, and so the signals in the turn's
 	// history, of one model call (DefaultMaxBatches when zero). The workflow
@@ -410,7 +407,7 @@ const heartbeatLiveness = time.Second
 // heartbeat details (TokenTarget.Heartbeat): a piece as soon as there is
 // text, each next one when FlushInterval has passed and there is new text.
 // The SDK sends the newest details at most once a throttle interval
-// (WorkerOptions sets it to DefaultFlushInterval); none of it is history.
+// (WorkerOptions sets it to protocol.DefaultFlushInterval); none of it is history.
 //
 // Nothing is recorded before the call has run one interval: a call that
 // answers sooner sends no heartbeat at all (each is a write on the

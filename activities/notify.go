@@ -143,9 +143,6 @@ func slackMessage(n Notice) map[string]any {
 	return map[string]any{"text": fmt.Sprintf("%s%s %s: %s", n.Tool, who, what, text.Truncate(n.Arguments, 200)), "blocks": blocks}
 }
 
-// ArgumentLines is the contract's; see package protocol.
-var ArgumentLines = protocol.ArgumentLines
-
 // codeBlock fences s for mrkdwn, cut to what a block holds (the cut says
 // so; the links' page shows the whole call).
 func codeBlock(s string) string {

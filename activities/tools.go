@@ -15,24 +15,8 @@ import (
 	"go.temporal.io/sdk/activity"
 )
 
-// Tool names. Each is both the name the model calls the tool by and the name
-// of the Temporal activity that runs it.
-const (
-	// ToolRead reads a file of the workspace.
-	ToolRead = protocol.ToolRead
-	// ToolWrite writes a file of the workspace.
-	ToolWrite = protocol.ToolWrite
-	// ToolEdit replaces text in a file of the workspace.
-	ToolEdit = protocol.ToolEdit
-	// ToolBash runs a shell command in the workspace.
-	ToolBash = protocol.ToolBash
-)
-
 // Defaults of the Tools limits.
 const (
-	// DefaultBashTimeout is how long a Bash command may run when
-	// Tools.BashTimeout is not set.
-	DefaultBashTimeout = protocol.DefaultBashTimeout
 	// DefaultOutputCap is how many bytes of output Read and Bash return when
 	// Tools.OutputCap is not set.
 	DefaultOutputCap = 30000

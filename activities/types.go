@@ -8,24 +8,6 @@ import (
 	"github.com/tollgate/tollgate/protocol"
 )
 
-// The contract's types and names that the activities take and give; see
-// package protocol.
-type (
-	Message         = protocol.Message
-	ToolCall        = protocol.ToolCall
-	ToolSpec        = protocol.ToolSpec
-	ToolAnnotations = protocol.ToolAnnotations
-	MCPTool         = protocol.MCPTool
-)
-
-// Message roles, as OpenAI-compatible servers spell them.
-const (
-	RoleSystem    = protocol.RoleSystem
-	RoleUser      = protocol.RoleUser
-	RoleAssistant = protocol.RoleAssistant
-	RoleTool      = protocol.RoleTool
-)
-
 // TokenTarget names where streamed answer text is delivered while the model
 // is still answering: a signal to the turn workflow that called the model,
 // or, with Heartbeat, the activity's own heartbeat details.
@@ -41,12 +23,6 @@ type TokenTarget struct {
 	// answer streams, and the API reads them with the activity's details.
 	Heartbeat bool `json:"heartbeat,omitempty"`
 }
-
-// TokenPiece and TokenProgress are the contract's; see package protocol.
-type (
-	TokenPiece    = protocol.TokenPiece
-	TokenProgress = protocol.TokenProgress
-)
 
 // ModelInput is the input of the model activity.
 type ModelInput struct {
@@ -90,14 +66,6 @@ type TokenBatch struct {
 	Offset  int    `json:"offset"`
 	Text    string `json:"text"`
 }
-
-// Tool result statuses, as the tool_result event reports them.
-const (
-	StatusOK       = protocol.StatusOK
-	StatusError    = protocol.StatusError
-	StatusDeclined = protocol.StatusDeclined
-	StatusTimeout  = protocol.StatusTimeout
-)
 
 // ToolInput is the input of every tool activity: the call as the model made
 // it (or as a person edited it before approving).

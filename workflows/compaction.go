@@ -12,11 +12,6 @@ import (
 	"github.com/tollgate/tollgate/protocol"
 )
 
-// DefaultContextBudget is protocol.DefaultContextBudget: frozen, since
-// turns whose recorded settings predate ContextBudget compact at it on
-// replay (docs/versioning.md).
-const DefaultContextBudget = protocol.DefaultContextBudget
-
 // Texts a compacted view carries in place of what it left out.
 const (
 	// ElidedToolOutput replaces a tool output the view left out.

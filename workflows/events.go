@@ -2,47 +2,6 @@ package workflows
 
 import "github.com/tollgate/tollgate/protocol"
 
-// The contract's events, decisions and finish reasons, under the names
-// the workflow code has always used; package protocol defines them.
-type (
-	Event      = protocol.Event
-	ToolResult = protocol.ToolResult
-)
-
-// Event types of a turn's stream.
-const (
-	EventTurnStart        = protocol.EventTurnStart
-	EventToken            = protocol.EventToken
-	EventToolCall         = protocol.EventToolCall
-	EventApprovalRequest  = protocol.EventApprovalRequest
-	EventApprovalDecision = protocol.EventApprovalDecision
-	EventToolResult       = protocol.EventToolResult
-	EventHeartbeat        = protocol.EventHeartbeat
-	EventFinish           = protocol.EventFinish
-	EventError            = protocol.EventError
-	EventClientToolCall   = protocol.EventClientToolCall
-	EventContextCompacted = protocol.EventContextCompacted
-	EventSubagentStart    = protocol.EventSubagentStart
-	EventSubagentFinish   = protocol.EventSubagentFinish
-	EventSubagentPrefix   = protocol.EventSubagentPrefix
-)
-
-// Finish reasons.
-const (
-	FinishStop      = protocol.FinishStop
-	FinishMaxSteps  = protocol.FinishMaxSteps
-	FinishCancelled = protocol.FinishCancelled
-	FinishError     = protocol.FinishError
-	FinishBudget    = protocol.FinishBudget
-)
-
-// Decisions a person (or the clock) makes on an approval request.
-const (
-	DecisionApprove = protocol.DecisionApprove
-	DecisionDecline = protocol.DecisionDecline
-	DecisionTimeout = protocol.DecisionTimeout
-)
-
 // EventsRequest is the input of the events query.
 type EventsRequest struct {
 	// After is the last sequence number the caller has; 0 for all events.

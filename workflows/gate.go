@@ -21,24 +21,12 @@ import (
 	"github.com/tollgate/tollgate/protocol"
 )
 
-// Tool responses the model reads for calls that did not run (a decline's
-// reason follows DeclinedResponse).
-const (
-	DeclinedResponse = protocol.DeclinedResponse
-	TimeoutResponse  = protocol.TimeoutResponse
-)
-
 // Reasons for declines that no person typed.
 const (
 	reasonCancelled  = "the turn was cancelled"
 	reasonTimeout    = "no decision came in time"
 	reasonNewMessage = "the user sent a new message"
 )
-
-// PrincipalTemporal is who a decision that came by signal without a
-// principal is recorded as: whoever may signal a workflow has Temporal
-// access, which tollgate trusts (the API's tokens do not cover it).
-const PrincipalTemporal = protocol.PrincipalTemporal
 
 // approval is one call waiting for a person's decision.
 type approval struct {
@@ -250,17 +238,6 @@ func (g *gate) validate(ctx workflow.Context, d protocol.ApprovalDecision) error
 	}
 	return nil
 }
-
-// Reasons a decision, or a client tool's result, is not taken: the type of
-// the ApplicationError its validator returns, and what the API answers in
-// {"accepted": false, "reason": ...} (package protocol).
-const (
-	RejectUnknown   = protocol.RejectUnknown
-	RejectDecided   = protocol.RejectDecided
-	RejectExpired   = protocol.RejectExpired
-	RejectForbidden = protocol.RejectForbidden
-	RejectInvalid   = protocol.RejectInvalid
-)
 
 // rejection makes err the validator's answer for reason.
 func rejection(reason string, err error) error {

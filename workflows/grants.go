@@ -13,9 +13,6 @@ import (
 	"github.com/tollgate/tollgate/protocol"
 )
 
-// RememberConversation is the only scope a decision can be remembered for.
-const RememberConversation = protocol.RememberConversation
-
 // reasonRemembered is the reason shown for a decision a grant made.
 const reasonRemembered = "remembered decision"
 

@@ -6,16 +6,6 @@ import (
 	"github.com/tollgate/tollgate/protocol"
 )
 
-// The contract's decision and its answer; package protocol defines them.
-type (
-	ApprovalDecision = protocol.ApprovalDecision
-	ApprovalResult   = protocol.ApprovalResult
-	// ApprovalBatch and ApprovalBatchResult are the approvals Update's.
-	ApprovalBatch       = protocol.ApprovalBatch
-	ApprovalBatchResult = protocol.ApprovalBatchResult
-	PendingApproval     = protocol.PendingApproval
-)
-
 // Interrupt is the payload of the interrupt signal.
 type Interrupt struct {
 	Reason string `json:"reason"`
@@ -104,12 +94,6 @@ type Compaction struct {
 	// refusal showed it smaller than the configured one.
 	Window int `json:"window,omitempty"`
 }
-
-// The manual compaction's request and answer; package protocol defines them.
-type (
-	CompactRequest = protocol.CompactRequest
-	CompactResult  = protocol.CompactResult
-)
 
 // QueuedMessage is a user message waiting for its turn.
 type QueuedMessage struct {

@@ -88,9 +88,9 @@ type Settings struct {
 	// start subagents that cannot start their own.
 	MaxSubagentDepth int `json:"maxSubagentDepth"`
 	// ContextBudget is the bytes of message text a model call may carry
-	// before the turn compacts its view: DefaultContextBudget in settings
-	// recorded before ContextWindow existed, and otherwise, when set, a
-	// bound within the window's (viewBudget).
+	// before the turn compacts its view: protocol.DefaultContextBudget in
+	// settings recorded before ContextWindow existed, and otherwise, when
+	// set, a bound within the window's (viewBudget).
 	ContextBudget int `json:"contextBudget,omitempty"`
 	// ContextWindow is the model's context window in tokens
 	// (protocol.BytesPerToken bytes of text each); a view takes at most
