@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/tollgate/tollgate/protocol"
 )
 
 // NormalizeArguments is the one view of a call's arguments that the
@@ -40,7 +42,7 @@ import (
 // It is pure: the workflow calls it to vet a batch (its outcome is recorded
 // in history), and the tool calls it again before it runs, so a call that a
 // turn of an older release let through unvetted is refused there too.
-func NormalizeArguments(spec ToolSpec, workspace []string, arguments string) (string, error) {
+func NormalizeArguments(spec protocol.ToolSpec, workspace []string, arguments string) (string, error) {
 	return normalize(spec, workspace, arguments, nil)
 }
 
@@ -61,7 +63,7 @@ func NormalizeArguments(spec ToolSpec, workspace []string, arguments string) (st
 // Where the workspace cannot be found (a worker without it), the view is
 // NormalizeArguments' alone, and the tool, which looks again, refuses a
 // path that leads through a link.
-func ResolveArguments(spec ToolSpec, workspace []string, arguments string) (args string, resolved map[string]string, err error) {
+func ResolveArguments(spec protocol.ToolSpec, workspace []string, arguments string) (args string, resolved map[string]string, err error) {
 	if len(workspace) == 0 || len(spec.WorkspacePaths) == 0 {
 		args, err := NormalizeArguments(spec, workspace, arguments)
 		return args, nil, err
@@ -94,7 +96,7 @@ func ResolveArguments(spec ToolSpec, workspace []string, arguments string) (args
 // that ResolveArguments resolved earlier (resolved, by argument name) in
 // place of the model's spelling: the view ResolveArguments gave, made
 // again without reading the file system.
-func NormalizeArgumentsWith(spec ToolSpec, workspace []string, arguments string, resolved map[string]string) (string, error) {
+func NormalizeArgumentsWith(spec protocol.ToolSpec, workspace []string, arguments string, resolved map[string]string) (string, error) {
 	if len(resolved) == 0 {
 		return NormalizeArguments(spec, workspace, arguments)
 	}
@@ -108,7 +110,7 @@ func NormalizeArgumentsWith(spec ToolSpec, workspace []string, arguments string,
 
 // normalize is NormalizeArguments, each clean workspace path then given to
 // resolve (named by its argument) when that is not nil.
-func normalize(spec ToolSpec, workspace []string, arguments string, resolve func(name, path string) (string, error)) (string, error) {
+func normalize(spec protocol.ToolSpec, workspace []string, arguments string, resolve func(name, path string) (string, error)) (string, error) {
 	schema, err := parseSchema(spec.Parameters)
 	if err != nil {
 		return "", fmt.Errorf("the schema of %s cannot be read: %w", spec.Name, err)

@@ -9,10 +9,12 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/tollgate/tollgate/protocol"
 )
 
 // specOf is the spec of one of the built-in tools.
-func specOf(t testing.TB, name string) ToolSpec {
+func specOf(t testing.TB, name string) protocol.ToolSpec {
 	spec, ok := (&Tools{}).spec(name)
 	require.True(t, ok, name)
 	return spec
@@ -23,24 +25,24 @@ func TestArgumentsThatCouldShowOneCallAndRunAnotherAreRefused(t *testing.T) {
 	for _, tc := range []struct {
 		name, tool, args, want string
 	}{
-		{"a case variant of the policy's key", ToolBash, `{"command":"echo hi","Command":"rm -f src/main.go && echo DELETED"}`,
+		{"a case variant of the policy's key", protocol.ToolBash, `{"command":"echo hi","Command":"rm -f src/main.go && echo DELETED"}`,
 			`arguments "command" and "Command" differ only in case`},
-		{"a case variant of a path", ToolWrite, `{"file_path":"docs/a.md","FILE_PATH":"src/main.go","content":"x"}`,
+		{"a case variant of a path", protocol.ToolWrite, `{"file_path":"docs/a.md","FILE_PATH":"src/main.go","content":"x"}`,
 			`arguments "file_path" and "FILE_PATH" differ only in case`},
-		{"the same key twice", ToolBash, `{"command":"echo hi","command":"rm -rf ."}`, `argument "command" is given twice`},
-		{"a key the schema does not know", ToolBash, `{"command":"ls","cwd":"/"}`, `unknown argument "cwd"; the arguments of Bash are`},
-		{"a misspelt key", ToolWrite, `{"File_Path":"a.txt","content":"x"}`, `unknown argument "File_Path" (did you mean "file_path"?)`},
-		{"an unknown key", ToolRead, `{"file_path":"a.txt","sudo":true}`, `unknown argument "sudo"; the arguments of Read are file_path, limit, offset`},
-		{"a traversal", ToolWrite, `{"file_path":"docs/../../etc/passwd","content":"x"}`, `file_path "docs/../../etc/passwd" is outside the workspace`},
-		{"an absolute path elsewhere", ToolRead, `{"file_path":"/etc/passwd"}`, `file_path "/etc/passwd" is outside the workspace`},
-		{"a sibling that shares a prefix", ToolRead, `{"file_path":"/srv/ws-other/a"}`, `is outside the workspace`},
-		{"not an object", ToolBash, `["ls"]`, `arguments must be a JSON object, not an array`},
-		{"two values", ToolBash, `{"command":"ls"} {"command":"rm"}`, `more than one JSON value`},
-		{"text after the object", ToolBash, `{"command":"ls"} rm -rf .`, `arguments have text after the object`},
-		{"a wrong type", ToolBash, `{"command":["rm","-rf"]}`, `command must be a string, not an array`},
-		{"a fraction for an integer", ToolBash, `{"command":"ls","timeout":1.5}`, `timeout must be an integer, not a number`},
-		{"a required key missing", ToolWrite, `{"file_path":"a.txt"}`, `content is required`},
-		{"an empty path", ToolRead, `{"file_path":""}`, `file_path "" is empty`},
+		{"the same key twice", protocol.ToolBash, `{"command":"echo hi","command":"rm -rf ."}`, `argument "command" is given twice`},
+		{"a key the schema does not know", protocol.ToolBash, `{"command":"ls","cwd":"/"}`, `unknown argument "cwd"; the arguments of Bash are`},
+		{"a misspelt key", protocol.ToolWrite, `{"File_Path":"a.txt","content":"x"}`, `unknown argument "File_Path" (did you mean "file_path"?)`},
+		{"an unknown key", protocol.ToolRead, `{"file_path":"a.txt","sudo":true}`, `unknown argument "sudo"; the arguments of Read are file_path, limit, offset`},
+		{"a traversal", protocol.ToolWrite, `{"file_path":"docs/../../etc/passwd","content":"x"}`, `file_path "docs/../../etc/passwd" is outside the workspace`},
+		{"an absolute path elsewhere", protocol.ToolRead, `{"file_path":"/etc/passwd"}`, `file_path "/etc/passwd" is outside the workspace`},
+		{"a sibling that shares a prefix", protocol.ToolRead, `{"file_path":"/srv/ws-other/a"}`, `is outside the workspace`},
+		{"not an object", protocol.ToolBash, `["ls"]`, `arguments must be a JSON object, not an array`},
+		{"two values", protocol.ToolBash, `{"command":"ls"} {"command":"rm"}`, `more than one JSON value`},
+		{"text after the object", protocol.ToolBash, `{"command":"ls"} rm -rf .`, `arguments have text after the object`},
+		{"a wrong type", protocol.ToolBash, `{"command":["rm","-rf"]}`, `command must be a string, not an array`},
+		{"a fraction for an integer", protocol.ToolBash, `{"command":"ls","timeout":1.5}`, `timeout must be an integer, not a number`},
+		{"a required key missing", protocol.ToolWrite, `{"file_path":"a.txt"}`, `content is required`},
+		{"an empty path", protocol.ToolRead, `{"file_path":""}`, `file_path "" is empty`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := NormalizeArguments(specOf(t, tc.tool), roots, tc.args)
@@ -59,7 +61,7 @@ func TestPathsAreGivenRelativeToTheWorkspaceWhateverFormTheModelSent(t *testing.
 		"/mnt/disk/ws/docs/a.md":    "docs/a.md",
 		"/home/dev/ws/../ws/notes/": "notes",
 	} {
-		got, err := NormalizeArguments(specOf(t, ToolWrite), roots, `{"content":"x","file_path":`+quote(sent)+`}`)
+		got, err := NormalizeArguments(specOf(t, protocol.ToolWrite), roots, `{"content":"x","file_path":`+quote(sent)+`}`)
 		require.NoError(t, err, sent)
 		require.JSONEq(t, `{"content":"x","file_path":`+quote(want)+`}`, got, sent)
 	}
@@ -91,7 +93,7 @@ func linkedRepo(t *testing.T) (ws string, roots []string) {
 
 func TestResolvedArgumentsNameTheFileALinkInTheWorkspaceLeadsTo(t *testing.T) {
 	ws, roots := linkedRepo(t)
-	write := specOf(t, ToolWrite)
+	write := specOf(t, protocol.ToolWrite)
 	for sent, want := range map[string]string{
 		"docs/src/main.go":              "src/main.go",
 		"docs/readme.md":                "README.md",
@@ -130,16 +132,16 @@ func TestResolvedArgumentsNameTheFileALinkInTheWorkspaceLeadsTo(t *testing.T) {
 }
 
 func TestNormalizedArgumentsAreCompactInTheModelsOrderAndKeepTheirValues(t *testing.T) {
-	got, err := NormalizeArguments(specOf(t, ToolBash), nil, "{\n  \"timeout\": 120000,\n  \"command\": \"printf '%s\\\\n' \\\"a  b\\\"\", \"description\": \"print\"\n}")
+	got, err := NormalizeArguments(specOf(t, protocol.ToolBash), nil, "{\n  \"timeout\": 120000,\n  \"command\": \"printf '%s\\\\n' \\\"a  b\\\"\", \"description\": \"print\"\n}")
 	require.NoError(t, err)
 	require.Equal(t, `{"timeout":120000,"command":"printf '%s\\n' \"a  b\"","description":"print"}`, got)
-	again, err := NormalizeArguments(specOf(t, ToolBash), nil, got)
+	again, err := NormalizeArguments(specOf(t, protocol.ToolBash), nil, got)
 	require.NoError(t, err)
 	require.Equal(t, got, again, "normalizing is idempotent")
 }
 
 func TestASchemaThatAllowsOtherKeysTakesThemButNotTheirCaseVariants(t *testing.T) {
-	open := ToolSpec{Name: "Pay", Parameters: json.RawMessage(`{"type":"object","properties":{"amount":{"type":"number"}},"additionalProperties":true}`)}
+	open := protocol.ToolSpec{Name: "Pay", Parameters: json.RawMessage(`{"type":"object","properties":{"amount":{"type":"number"}},"additionalProperties":true}`)}
 	got, err := NormalizeArguments(open, nil, `{"amount":5,"memo":"rent"}`)
 	require.NoError(t, err)
 	require.Equal(t, `{"amount":5,"memo":"rent"}`, got)
@@ -149,13 +151,13 @@ func TestASchemaThatAllowsOtherKeysTakesThemButNotTheirCaseVariants(t *testing.T
 	require.ErrorContains(t, err, "differ only in case", "folded as encoding/json folds them")
 	_, err = NormalizeArguments(open, nil, `{"amount":"5"}`)
 	require.ErrorContains(t, err, "amount must be a number, not a string")
-	unsaid := ToolSpec{Name: "Pay", Parameters: json.RawMessage(`{"type":"object","properties":{"amount":{"type":"number"},"memo":{"type":["string","null"]}}}`)}
+	unsaid := protocol.ToolSpec{Name: "Pay", Parameters: json.RawMessage(`{"type":"object","properties":{"amount":{"type":"number"},"memo":{"type":["string","null"]}}}`)}
 	got, err = NormalizeArguments(unsaid, nil, `{"amount":5,"memo":null,"note":"rent"}`)
 	require.NoError(t, err, "without additionalProperties a schema takes other keys, and a list of types takes any of them")
 	require.Equal(t, `{"amount":5,"memo":null,"note":"rent"}`, got)
 	_, err = NormalizeArguments(unsaid, nil, `{"amount":"5"}`)
 	require.ErrorContains(t, err, "amount must be a number, not a string")
-	none := ToolSpec{Name: "Anything"}
+	none := protocol.ToolSpec{Name: "Anything"}
 	_, err = NormalizeArguments(none, nil, `{"x":1}`)
 	require.NoError(t, err, "a tool without a schema takes any object")
 }
@@ -196,7 +198,7 @@ func FuzzPolicyAndToolSeeTheSameCall(f *testing.F) {
 		f.Add(seed)
 	}
 	roots := []string{"/ws"}
-	bash, write := specOf(f, ToolBash), specOf(f, ToolWrite)
+	bash, write := specOf(f, protocol.ToolBash), specOf(f, protocol.ToolWrite)
 	f.Fuzz(func(t *testing.T, arguments string) {
 		if norm, err := NormalizeArguments(bash, roots, arguments); err == nil {
 			var policy map[string]any
@@ -237,7 +239,7 @@ func quote(s string) string {
 
 func TestResolvedArgumentsTakeAWorkspaceGivenOnlyByALinkOrNotFound(t *testing.T) {
 	ws, roots := linkedRepo(t)
-	write := specOf(t, ToolWrite)
+	write := specOf(t, protocol.ToolWrite)
 	got, resolved, err := ResolveArguments(write, roots[:1], `{"file_path":"docs/readme.md","content":"x"}`)
 	require.NoError(t, err, "the workspace spelled only as configured, through a link")
 	require.Equal(t, `{"file_path":"README.md","content":"x"}`, got)
@@ -256,7 +258,7 @@ func TestALinkMadeAfterThePolicyReadTheCallIsRefusedWhenItRuns(t *testing.T) {
 	writeFile(t, filepath.Join(ws, "docs", "notes.md"), "notes\n")
 	// What the turn gives the policy and then the tool: docs/notes.md is
 	// a file of its own.
-	args, resolved, err := ResolveArguments(specOf(t, ToolWrite), roots, `{"file_path":"docs/notes.md","content":"pwned"}`)
+	args, resolved, err := ResolveArguments(specOf(t, protocol.ToolWrite), roots, `{"file_path":"docs/notes.md","content":"pwned"}`)
 	require.NoError(t, err)
 	require.Empty(t, resolved)
 
@@ -276,7 +278,7 @@ func TestALinkMadeAfterThePolicyReadTheCallIsRefusedWhenItRuns(t *testing.T) {
 func TestALongPathIsResolvedWellWithinAWorkflowTask(t *testing.T) {
 	ws, roots := linkedRepo(t)
 	require.NoError(t, os.Symlink("loop", filepath.Join(ws, "loop")))
-	write := specOf(t, ToolWrite)
+	write := specOf(t, protocol.ToolWrite)
 	deep := strings.Repeat("a/", 50_000) + "x"
 	for _, p := range []string{deep, "docs/src/" + deep, "loop/" + deep} {
 		args, _ := json.Marshal(map[string]string{"file_path": p, "content": "x"})

@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/tollgate/tollgate/protocol"
 )
 
 // ToolCallAssembler rebuilds whole tool calls from the deltas of a streamed
@@ -22,8 +24,8 @@ import (
 // starts a new call. The zero value is ready to use; it is not safe for
 // concurrent use.
 type ToolCallAssembler struct {
-	calls   []*ToolCall // in order of first appearance
-	byIndex map[int]int // stream index → position in calls
+	calls   []*protocol.ToolCall // in order of first appearance
+	byIndex map[int]int          // stream index → position in calls
 	byID    map[string]int
 	last    int // position of the call the previous delta went to
 }
@@ -40,7 +42,7 @@ func (a *ToolCallAssembler) add(d openai.ToolCall) {
 	pos, ok := a.find(d)
 	if !ok {
 		pos = len(a.calls)
-		a.calls = append(a.calls, &ToolCall{ID: d.ID, Name: d.Function.Name})
+		a.calls = append(a.calls, &protocol.ToolCall{ID: d.ID, Name: d.Function.Name})
 		if d.ID != "" {
 			if a.byID == nil {
 				a.byID = make(map[string]int)
@@ -93,7 +95,7 @@ func (a *ToolCallAssembler) find(d openai.ToolCall) (int, bool) {
 // continues reports whether delta d, which has the same index as call, is a
 // further piece of that call rather than the start of another call that a
 // server put at the same index.
-func (a *ToolCallAssembler) continues(call *ToolCall, d openai.ToolCall) bool {
+func (a *ToolCallAssembler) continues(call *protocol.ToolCall, d openai.ToolCall) bool {
 	if d.ID != "" && call.ID != "" && d.ID != call.ID {
 		return false
 	}
@@ -107,7 +109,7 @@ func (a *ToolCallAssembler) continues(call *ToolCall, d openai.ToolCall) bool {
 // the server gave no id gets a synthesized one, call_<n> with n its position,
 // that is unique within the answer. Arguments are kept verbatim, except that
 // empty arguments become "{}".
-func (a *ToolCallAssembler) Calls() []ToolCall {
+func (a *ToolCallAssembler) Calls() []protocol.ToolCall {
 	if len(a.calls) == 0 {
 		return nil
 	}
@@ -117,7 +119,7 @@ func (a *ToolCallAssembler) Calls() []ToolCall {
 			used[c.ID] = true
 		}
 	}
-	out := make([]ToolCall, len(a.calls))
+	out := make([]protocol.ToolCall, len(a.calls))
 	for i, c := range a.calls {
 		out[i] = *c
 		if out[i].ID == "" {

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 // Seed corpora live in testdata/fuzz/FuzzToolCallAssembler/; `go test` runs
@@ -120,11 +121,11 @@ func arbitraryDeltas(f *fuzzBytes) [][]openai.ToolCall {
 }
 
 // knownCalls makes up to four calls with distinct ids and fuzzed arguments.
-func knownCalls(f *fuzzBytes) []activities.ToolCall {
+func knownCalls(f *fuzzBytes) []protocol.ToolCall {
 	n := f.intn(5)
-	calls := make([]activities.ToolCall, n)
+	calls := make([]protocol.ToolCall, n)
 	for i := range calls {
-		calls[i] = activities.ToolCall{
+		calls[i] = protocol.ToolCall{
 			ID:        fmt.Sprintf("call_%d_%d", f.byte(), i),
 			Name:      []string{"Read", "Write", "Edit", "Bash", "Task"}[f.intn(5)],
 			Arguments: f.string(40),
@@ -135,11 +136,11 @@ func knownCalls(f *fuzzBytes) []activities.ToolCall {
 
 // expected is what the assembler returns for calls: the same, with empty
 // arguments as {}.
-func expected(calls []activities.ToolCall) []activities.ToolCall {
+func expected(calls []protocol.ToolCall) []protocol.ToolCall {
 	if len(calls) == 0 {
 		return nil
 	}
-	out := make([]activities.ToolCall, len(calls))
+	out := make([]protocol.ToolCall, len(calls))
 	for i, c := range calls {
 		out[i] = c
 		if out[i].Arguments == "" {
@@ -151,7 +152,7 @@ func expected(calls []activities.ToolCall) []activities.ToolCall {
 
 // styledDeltas streams calls as a server of the given style would, cutting
 // arguments and grouping deltas into chunks where f says.
-func styledDeltas(style string, calls []activities.ToolCall, f *fuzzBytes) [][]openai.ToolCall {
+func styledDeltas(style string, calls []protocol.ToolCall, f *fuzzBytes) [][]openai.ToolCall {
 	switch style {
 	case "ollama", "ollama-index-0", "ollama-no-ids":
 		var chunk []openai.ToolCall
@@ -225,7 +226,7 @@ func styledDeltas(style string, calls []activities.ToolCall, f *fuzzBytes) [][]o
 	return chunks
 }
 
-func assembleAll(chunks [][]openai.ToolCall) []activities.ToolCall {
+func assembleAll(chunks [][]openai.ToolCall) []protocol.ToolCall {
 	var a activities.ToolCallAssembler
 	for _, c := range chunks {
 		a.Add(c)
@@ -261,5 +262,5 @@ func TestAssemblerJoinsIDLessCallsOfOneToolAtOneIndex(t *testing.T) {
 		delta(idx(0), "", "Read", `{"file_path":"a"}`),
 		delta(idx(0), "", "Read", `{"file_path":"b"}`),
 	}})
-	require.Equal(t, []activities.ToolCall{{ID: "call_0", Name: "Read", Arguments: `{"file_path":"a"}{"file_path":"b"}`}}, got)
+	require.Equal(t, []protocol.ToolCall{{ID: "call_0", Name: "Read", Arguments: `{"file_path":"a"}{"file_path":"b"}`}}, got)
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 func idx(i int) *int { return &i }
@@ -15,7 +16,7 @@ func delta(index *int, id, name, args string) openai.ToolCall {
 	return openai.ToolCall{Index: index, ID: id, Type: openai.ToolTypeFunction, Function: openai.FunctionCall{Name: name, Arguments: args}}
 }
 
-func assemble(chunks ...[]openai.ToolCall) []activities.ToolCall {
+func assemble(chunks ...[]openai.ToolCall) []protocol.ToolCall {
 	var a activities.ToolCallAssembler
 	for _, c := range chunks {
 		a.Add(c)
@@ -23,7 +24,7 @@ func assemble(chunks ...[]openai.ToolCall) []activities.ToolCall {
 	return a.Calls()
 }
 
-var wantCalls = []activities.ToolCall{
+var wantCalls = []protocol.ToolCall{
 	{ID: "call_r", Name: "Read", Arguments: `{"file_path":"a.txt"}`},
 	{ID: "call_b", Name: "Bash", Arguments: `{"command":"ls"}`},
 }
@@ -121,7 +122,7 @@ func TestAssemblerWithNoDeltasHasNoCalls(t *testing.T) {
 	require.Nil(t, a.Calls())
 }
 
-func names(calls []activities.ToolCall) []string {
+func names(calls []protocol.ToolCall) []string {
 	var out []string
 	for _, c := range calls {
 		out = append(out, c.Name)
@@ -129,7 +130,7 @@ func names(calls []activities.ToolCall) []string {
 	return out
 }
 
-func ids(calls []activities.ToolCall) []string {
+func ids(calls []protocol.ToolCall) []string {
 	var out []string
 	for _, c := range calls {
 		out = append(out, c.ID)

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 // slowWriter takes rows only once released; it records what it took.
@@ -36,9 +37,9 @@ func (w *slowWriter) Write(ctx context.Context, rows []audit.Record) error {
 }
 
 func TestAToolsCarriedRowsNeverHoldItsResultAndAModelCallWaitsForThem(t *testing.T) {
-	rows := []audit.Record{{ID: "r1", Stage: audit.StageDecided, Tool: ToolWrite}}
+	rows := []audit.Record{{ID: "r1", Stage: audit.StageDecided, Tool: protocol.ToolWrite}}
 	ran := func(context.Context, ToolInput) (ToolOutput, error) {
-		return ToolOutput{Status: StatusOK, Result: "done"}, nil
+		return ToolOutput{Status: protocol.StatusOK, Result: "done"}, nil
 	}
 
 	// The database has not answered when the tool is done: the tool

@@ -14,6 +14,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/tollgate/tollgate/protocol"
 )
 
 // escapeCommand starts two processes that leave the command's process group
@@ -106,7 +108,7 @@ func TestToolsBashCancelKillsProcessesThatLeftItsGroupAndSession(t *testing.T) {
 
 	errs := make(chan error, 1)
 	go func() {
-		_, err := tools.Bash(ctx, ToolInput{Call: ToolCall{Arguments: `{"command": ` + strconv.Quote(escapeCommand) + `}`}})
+		_, err := tools.Bash(ctx, ToolInput{Call: protocol.ToolCall{Arguments: `{"command": ` + strconv.Quote(escapeCommand) + `}`}})
 		errs <- err
 	}()
 	escapees := escapeesStarted(t, ws)
@@ -136,7 +138,7 @@ func TestMain(m *testing.M) {
 		}
 	}
 	if ws := os.Getenv(envBashWorker); ws != "" {
-		_, _ = (&Tools{Workspace: ws}).Bash(context.Background(), ToolInput{Call: ToolCall{Arguments: `{"command": ` + strconv.Quote(escapeCommand) + `}`}})
+		_, _ = (&Tools{Workspace: ws}).Bash(context.Background(), ToolInput{Call: protocol.ToolCall{Arguments: `{"command": ` + strconv.Quote(escapeCommand) + `}`}})
 		os.Exit(0)
 	}
 	os.Exit(m.Run())

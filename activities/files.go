@@ -13,12 +13,13 @@ import (
 	"syscall"
 
 	"github.com/tollgate/tollgate/internal/text"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 // Read answers the numbered lines of a file, from line offset on, at most
 // limit lines and at most OutputCap bytes.
 func (t *Tools) Read(ctx context.Context, in ToolInput) (ToolOutput, error) {
-	return t.run(ctx, ToolRead, in, func(ws *workspace, in ToolInput) (string, error) {
+	return t.run(ctx, protocol.ToolRead, in, func(ws *workspace, in ToolInput) (string, error) {
 		var args struct {
 			FilePath *string `json:"file_path"`
 			Offset   *int    `json:"offset"`
@@ -112,7 +113,7 @@ func readLines(ctx context.Context, r io.Reader, name string, offset, limit, cap
 // Write replaces or creates a file with the given content, creating missing
 // parent folders inside the workspace.
 func (t *Tools) Write(ctx context.Context, in ToolInput) (ToolOutput, error) {
-	return t.run(ctx, ToolWrite, in, func(ws *workspace, in ToolInput) (string, error) {
+	return t.run(ctx, protocol.ToolWrite, in, func(ws *workspace, in ToolInput) (string, error) {
 		var args struct {
 			FilePath *string `json:"file_path"`
 			Content  *string `json:"content"`
@@ -149,7 +150,7 @@ func (t *Tools) Write(ctx context.Context, in ToolInput) (ToolOutput, error) {
 // Edit replaces old_string with new_string in a file: exactly one occurrence,
 // or every one when replace_all is set.
 func (t *Tools) Edit(ctx context.Context, in ToolInput) (ToolOutput, error) {
-	return t.run(ctx, ToolEdit, in, func(ws *workspace, in ToolInput) (string, error) {
+	return t.run(ctx, protocol.ToolEdit, in, func(ws *workspace, in ToolInput) (string, error) {
 		var args struct {
 			FilePath   *string `json:"file_path"`
 			OldString  *string `json:"old_string"`

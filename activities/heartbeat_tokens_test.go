@@ -20,6 +20,7 @@ import (
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/scripted"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 // heartbeatEnv runs the model activity on reply in the SDK's test
@@ -30,17 +31,17 @@ type heartbeatEnv struct {
 	sink *recordingSink
 
 	mu      sync.Mutex
-	details []activities.TokenProgress
+	details []protocol.TokenProgress
 }
 
-func newHeartbeatEnv(t *testing.T, reply scripted.Reply, prev *activities.TokenProgress) *heartbeatEnv {
+func newHeartbeatEnv(t *testing.T, reply scripted.Reply, prev *protocol.TokenProgress) *heartbeatEnv {
 	t.Helper()
 	return newHeartbeatEnvOn(t, scripted.New(scripted.Always(reply), scripted.ChunkDelay(time.Millisecond)), 5*time.Millisecond, prev)
 }
 
 // newHeartbeatEnvOn is newHeartbeatEnv with a model server of the test's and
 // the streamer's flush interval.
-func newHeartbeatEnvOn(t *testing.T, model http.Handler, flush time.Duration, prev *activities.TokenProgress) *heartbeatEnv {
+func newHeartbeatEnvOn(t *testing.T, model http.Handler, flush time.Duration, prev *protocol.TokenProgress) *heartbeatEnv {
 	t.Helper()
 	var suite testsuite.WorkflowTestSuite
 	h := &heartbeatEnv{env: suite.NewTestActivityEnvironment(), sink: &recordingSink{}}
@@ -49,7 +50,7 @@ func newHeartbeatEnvOn(t *testing.T, model http.Handler, flush time.Duration, pr
 	// those the server gets.
 	h.env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{&heartbeatRecorder{record: func(details []any) {
 		require.Len(t, details, 1)
-		p, ok := details[0].(activities.TokenProgress)
+		p, ok := details[0].(protocol.TokenProgress)
 		require.True(t, ok, "a detail is a TokenProgress: %#v", details[0])
 		h.mu.Lock()
 		h.details = append(h.details, p)
@@ -78,17 +79,17 @@ func (h *heartbeatEnv) run(t *testing.T) (activities.ModelOutput, error) {
 	return out, err
 }
 
-func (h *heartbeatEnv) recorded() []activities.TokenProgress {
+func (h *heartbeatEnv) recorded() []protocol.TokenProgress {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return append([]activities.TokenProgress(nil), h.details...)
+	return append([]protocol.TokenProgress(nil), h.details...)
 }
 
 // requirePrefixes requires every recorded detail to be the start of the
 // next and of final: what the API shows from one stays true.
-func requirePrefixes(t *testing.T, details []activities.TokenProgress, final []activities.TokenPiece) {
+func requirePrefixes(t *testing.T, details []protocol.TokenProgress, final []protocol.TokenPiece) {
 	t.Helper()
-	var prev []activities.TokenPiece
+	var prev []protocol.TokenPiece
 	for i, d := range details {
 		require.Equal(t, 2, d.Step)
 		require.GreaterOrEqual(t, len(d.Pieces), len(prev), "detail %d", i)
@@ -116,7 +117,7 @@ func TestAnAnswerStreamsInHeartbeatDetailsAndNoSignals(t *testing.T) {
 		require.False(t, p.Reset)
 	}
 	requirePrefixes(t, details, out.Pieces)
-	require.True(t, slices.ContainsFunc(details, func(d activities.TokenProgress) bool { return len(d.Pieces) == 1 }),
+	require.True(t, slices.ContainsFunc(details, func(d protocol.TokenProgress) bool { return len(d.Pieces) == 1 }),
 		"the first text is recorded on its own, once the call has run an interval")
 }
 
@@ -162,14 +163,14 @@ func TestTheFirstWordsAreRecordedWhenTheFirstIntervalIsUpThoughTheModelStalls(t 
 	require.NoError(t, err)
 	details := h.recorded()
 	require.NotEmpty(t, details, "the first words were recorded while the model stalled")
-	require.Equal(t, []activities.TokenPiece{{Data: "First words"}}, details[0].Pieces)
+	require.Equal(t, []protocol.TokenPiece{{Data: "First words"}}, details[0].Pieces)
 	require.Equal(t, "First words, then the rest.", activities.Spell(out.Pieces))
 	requirePrefixes(t, details, out.Pieces)
 }
 
 func TestARetriedCallKeepsWhatItsPredecessorRecorded(t *testing.T) {
 	t.Run("SameWords", func(t *testing.T) {
-		prev := activities.TokenProgress{Step: 2, Pieces: []activities.TokenPiece{{Data: "word0 word1 "}}}
+		prev := protocol.TokenProgress{Step: 2, Pieces: []protocol.TokenPiece{{Data: "word0 word1 "}}}
 		h := newHeartbeatEnv(t, scripted.Reply{Content: longText(30)}, &prev)
 		out, err := h.run(t)
 		require.NoError(t, err)
@@ -178,30 +179,30 @@ func TestARetriedCallKeepsWhatItsPredecessorRecorded(t *testing.T) {
 		for _, p := range out.Pieces {
 			require.False(t, p.Reset, "the retry said what its predecessor began to say")
 		}
-		requirePrefixes(t, append([]activities.TokenProgress{prev}, h.recorded()...), out.Pieces)
+		requirePrefixes(t, append([]protocol.TokenProgress{prev}, h.recorded()...), out.Pieces)
 	})
 	t.Run("OtherWords", func(t *testing.T) {
-		prev := activities.TokenProgress{Step: 2, Pieces: []activities.TokenPiece{{Data: "I will not "}}}
+		prev := protocol.TokenProgress{Step: 2, Pieces: []protocol.TokenPiece{{Data: "I will not "}}}
 		h := newHeartbeatEnv(t, scripted.Reply{Content: longText(30)}, &prev)
 		out, err := h.run(t)
 		require.NoError(t, err)
 		require.Equal(t, prev.Pieces[0], out.Pieces[0], "what the API may have shown stays")
 		require.True(t, out.Pieces[1].Reset, "then the answer starts again")
 		require.Equal(t, longText(30), activities.Spell(out.Pieces))
-		requirePrefixes(t, append([]activities.TokenProgress{prev}, h.recorded()...), out.Pieces)
+		requirePrefixes(t, append([]protocol.TokenProgress{prev}, h.recorded()...), out.Pieces)
 	})
 	t.Run("AnotherStepsDetailIsNotKept", func(t *testing.T) {
-		prev := activities.TokenProgress{Step: 1, Pieces: []activities.TokenPiece{{Data: "the previous call"}}}
+		prev := protocol.TokenProgress{Step: 1, Pieces: []protocol.TokenPiece{{Data: "the previous call"}}}
 		h := newHeartbeatEnv(t, scripted.Reply{Content: "fresh"}, &prev)
 		out, err := h.run(t)
 		require.NoError(t, err)
-		require.Equal(t, []activities.TokenPiece{{Data: "fresh"}}, out.Pieces)
+		require.Equal(t, []protocol.TokenPiece{{Data: "fresh"}}, out.Pieces)
 	})
 }
 
 func TestAFailedCallCarriesItsPiecesAndKeepsItsKind(t *testing.T) {
 	t.Run("Rejected", func(t *testing.T) {
-		prev := activities.TokenProgress{Step: 2, Pieces: []activities.TokenPiece{{Data: "begun "}}}
+		prev := protocol.TokenProgress{Step: 2, Pieces: []protocol.TokenPiece{{Data: "begun "}}}
 		h := newHeartbeatEnv(t, scripted.Reply{Status: http.StatusUnauthorized, Content: "bad key"}, &prev)
 		_, err := h.run(t)
 		var appErr *temporal.ApplicationError
@@ -209,7 +210,7 @@ func TestAFailedCallCarriesItsPiecesAndKeepsItsKind(t *testing.T) {
 		require.True(t, appErr.NonRetryable())
 		require.Equal(t, activities.ModelRequestRejectedError, appErr.Type())
 		require.Contains(t, appErr.Error(), "bad key")
-		var p activities.TokenProgress
+		var p protocol.TokenProgress
 		require.NoError(t, appErr.Details(&p))
 		require.Equal(t, prev, p)
 	})
@@ -220,7 +221,7 @@ func TestAFailedCallCarriesItsPiecesAndKeepsItsKind(t *testing.T) {
 		require.ErrorAs(t, err, &appErr)
 		require.False(t, appErr.NonRetryable(), "a 502 is retried")
 		require.True(t, strings.Contains(appErr.Error(), "502"), appErr.Error())
-		var p activities.TokenProgress
+		var p protocol.TokenProgress
 		require.NoError(t, appErr.Details(&p))
 		require.Empty(t, p.Pieces)
 	})
@@ -230,14 +231,14 @@ func TestNextPieceFollowsTheText(t *testing.T) {
 	for _, c := range []struct {
 		published, text string
 		final           bool
-		want            *activities.TokenPiece
+		want            *protocol.TokenPiece
 	}{
 		{"", "", false, nil},
-		{"", "Hel", false, &activities.TokenPiece{Data: "Hel"}},
-		{"Hel", "Hello", false, &activities.TokenPiece{Data: "lo"}},
+		{"", "Hel", false, &protocol.TokenPiece{Data: "Hel"}},
+		{"Hel", "Hello", false, &protocol.TokenPiece{Data: "lo"}},
 		{"Hello", "Hel", false, nil}, // a retry catching up
-		{"Hello", "Hel", true, &activities.TokenPiece{Data: "Hel", Reset: true}},
-		{"Hello", "Help", false, &activities.TokenPiece{Data: "Help", Reset: true}},
+		{"Hello", "Hel", true, &protocol.TokenPiece{Data: "Hel", Reset: true}},
+		{"Hello", "Help", false, &protocol.TokenPiece{Data: "Help", Reset: true}},
 		{"Hello", "Hello", true, nil},
 	} {
 		got, ok := activities.NextPiece(c.published, c.text, c.final)
@@ -248,7 +249,7 @@ func TestNextPieceFollowsTheText(t *testing.T) {
 		require.True(t, ok, "%+v", c)
 		require.Equal(t, *c.want, got, "%+v", c)
 	}
-	require.Equal(t, "Help", activities.Spell([]activities.TokenPiece{{Data: "Hel"}, {Data: "lo"}, {Data: "Help", Reset: true}}))
+	require.Equal(t, "Help", activities.Spell([]protocol.TokenPiece{{Data: "Hel"}, {Data: "lo"}, {Data: "Help", Reset: true}}))
 }
 
 // heartbeatRecorder sees every heartbeat an activity records.

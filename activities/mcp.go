@@ -23,6 +23,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/text"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 // Limits of the MCP servers' lives.
@@ -51,7 +52,7 @@ type MCP struct {
 	OutputCap int
 
 	servers []*mcpServer
-	specs   []ToolSpec
+	specs   []protocol.ToolSpec
 	// workspace is the folder the tools' workspace paths are confined to.
 	workspace string
 	// Ledger, when set, takes the audit ledger's rows that a turn hands a
@@ -67,7 +68,7 @@ func StartMCP(ctx context.Context, cfg MCPConfig, log *slog.Logger) (*MCP, error
 	m := &MCP{workspace: cfg.Workspace}
 	// offered is, by the name a tool is offered as, which server's which
 	// tool has it.
-	offered := map[string]MCPTool{}
+	offered := map[string]protocol.MCPTool{}
 	for _, sc := range cfg.Servers {
 		s := &mcpServer{cfg: sc, dir: cfg.Dir, log: log.With("mcpServer", sc.Name), restarted: make(chan struct{})}
 		s.client = mcp.NewClient(&mcp.Implementation{Name: "tollgate", Version: "1"}, nil)
@@ -120,7 +121,7 @@ func StartMCP(ctx context.Context, cfg MCPConfig, log *slog.Logger) (*MCP, error
 
 // Specs describes the servers' tools to the model, in the configuration's
 // server order and each server's tool order.
-func (m *MCP) Specs() []ToolSpec {
+func (m *MCP) Specs() []protocol.ToolSpec {
 	if m == nil {
 		return nil
 	}
@@ -160,7 +161,7 @@ func (m *MCP) Close() {
 // error or not, is the model's to read; only the activity's cancellation
 // fails the activity. A call is never sent twice: a server that dies during
 // a call answers the model that the call may have run.
-func (m *MCP) call(ctx context.Context, s *mcpServer, spec ToolSpec, in ToolInput) (ToolOutput, error) {
+func (m *MCP) call(ctx context.Context, s *mcpServer, spec protocol.ToolSpec, in ToolInput) (ToolOutput, error) {
 	if err := ctx.Err(); err != nil {
 		return ToolOutput{}, err
 	}
@@ -168,7 +169,7 @@ func (m *MCP) call(ctx context.Context, s *mcpServer, spec ToolSpec, in ToolInpu
 		if err := ctx.Err(); err != nil {
 			return ToolOutput{}, err
 		}
-		return ToolOutput{Status: StatusError, Result: spec.Name + ": " + s.cfg.Redact(fmt.Sprintf(format, args...))}, nil
+		return ToolOutput{Status: protocol.StatusError, Result: spec.Name + ": " + s.cfg.Redact(fmt.Sprintf(format, args...))}, nil
 	}
 	// The server gets the call the policy saw.
 	args, err := m.serverArguments(spec, in.Call.Arguments)
@@ -188,9 +189,9 @@ func (m *MCP) call(ctx context.Context, s *mcpServer, spec ToolSpec, in ToolInpu
 		}
 		return fail("%v", err)
 	}
-	out := ToolOutput{Status: StatusOK, Result: mcpResultText(res)}
+	out := ToolOutput{Status: protocol.StatusOK, Result: mcpResultText(res)}
 	if res.IsError {
-		out.Status = StatusError
+		out.Status = protocol.StatusError
 	}
 	out.Result = text.Truncate(out.Result, m.outputCap())
 	return out, nil
@@ -204,7 +205,7 @@ func (m *MCP) call(ctx context.Context, s *mcpServer, spec ToolSpec, in ToolInpu
 // its absolute folder (server-filesystem's allowed directories) and runs
 // in another one (the configuration's). It is the file the policy and the
 // person saw, spelled for the server.
-func (m *MCP) serverArguments(spec ToolSpec, arguments string) (string, error) {
+func (m *MCP) serverArguments(spec protocol.ToolSpec, arguments string) (string, error) {
 	if len(spec.WorkspacePaths) == 0 {
 		return NormalizeArguments(spec, nil, arguments)
 	}
@@ -268,21 +269,21 @@ func (m *MCP) outputCap() int {
 }
 
 // mcpSpec describes tool t of server to the model.
-func mcpSpec(server string, t *mcp.Tool) (ToolSpec, error) {
+func mcpSpec(server string, t *mcp.Tool) (protocol.ToolSpec, error) {
 	name := MCPToolName(server, t.Name)
 	if len(name) > maxToolName {
-		return ToolSpec{}, fmt.Errorf("its name %s is longer than the %d characters models take", name, maxToolName)
+		return protocol.ToolSpec{}, fmt.Errorf("its name %s is longer than the %d characters models take", name, maxToolName)
 	}
 	params, err := json.Marshal(t.InputSchema)
 	if err != nil {
-		return ToolSpec{}, fmt.Errorf("its input schema: %w", err)
+		return protocol.ToolSpec{}, fmt.Errorf("its input schema: %w", err)
 	}
 	if _, err := parseSchema(params); err != nil {
-		return ToolSpec{}, fmt.Errorf("its input schema cannot be read: %w", err)
+		return protocol.ToolSpec{}, fmt.Errorf("its input schema cannot be read: %w", err)
 	}
-	hints := ToolAnnotations{Destructive: true, OpenWorld: true}
+	hints := protocol.ToolAnnotations{Destructive: true, OpenWorld: true}
 	if a := t.Annotations; a != nil {
-		hints = ToolAnnotations{ReadOnly: a.ReadOnlyHint, Destructive: a.DestructiveHint == nil || *a.DestructiveHint,
+		hints = protocol.ToolAnnotations{ReadOnly: a.ReadOnlyHint, Destructive: a.DestructiveHint == nil || *a.DestructiveHint,
 			Idempotent: a.IdempotentHint, OpenWorld: a.OpenWorldHint == nil || *a.OpenWorldHint, Title: a.Title}
 	}
 	if hints.Title == "" {
@@ -293,12 +294,12 @@ func mcpSpec(server string, t *mcp.Tool) (ToolSpec, error) {
 	if hints.ReadOnly {
 		hints.Destructive = false
 	}
-	return ToolSpec{
+	return protocol.ToolSpec{
 		Name:        name,
 		Description: t.Description,
 		Parameters:  params,
 		Annotations: &hints,
-		MCP:         &MCPTool{Server: server, Tool: t.Name},
+		MCP:         &protocol.MCPTool{Server: server, Tool: t.Name},
 	}, nil
 }
 

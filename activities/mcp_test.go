@@ -24,6 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tollgate/tollgate/internal/proctest"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 // startMCP starts the servers of cfg (a .mcp.json text) and stops them when
@@ -47,15 +48,15 @@ func stdioConfig(name, command string, args ...string) string {
 	return string(b)
 }
 
-func mcpSpecNamed(t *testing.T, m *MCP, name string) ToolSpec {
+func mcpSpecNamed(t *testing.T, m *MCP, name string) protocol.ToolSpec {
 	t.Helper()
 	specs := m.Specs()
-	i := slices.IndexFunc(specs, func(s ToolSpec) bool { return s.Name == name })
+	i := slices.IndexFunc(specs, func(s protocol.ToolSpec) bool { return s.Name == name })
 	require.GreaterOrEqual(t, i, 0, "no tool %s among %v", name, specNames(specs))
 	return specs[i]
 }
 
-func specNames(specs []ToolSpec) []string {
+func specNames(specs []protocol.ToolSpec) []string {
 	var names []string
 	for _, s := range specs {
 		names = append(names, s.Name)
@@ -69,7 +70,7 @@ func callMCP(t *testing.T, m *MCP, tool, args string) ToolOutput {
 	require.True(t, ok, "no activity %s", tool)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	out, err := fn(ctx, ToolInput{Call: ToolCall{ID: "c1", Name: tool, Arguments: args}})
+	out, err := fn(ctx, ToolInput{Call: protocol.ToolCall{ID: "c1", Name: tool, Arguments: args}})
 	require.NoError(t, err)
 	return out
 }
@@ -79,7 +80,7 @@ func TestMCPFilesystemServerToolsCarryTheirSchemasAndHintsAndRunOnTheServer(t *t
 	m := startMCP(t, stdioConfig("fs", proctest.MCPServer(t, "mcp-server-filesystem"), dir))
 
 	write := mcpSpecNamed(t, m, "mcp__fs__write_file")
-	require.Equal(t, &MCPTool{Server: "fs", Tool: "write_file"}, write.MCP)
+	require.Equal(t, &protocol.MCPTool{Server: "fs", Tool: "write_file"}, write.MCP)
 	require.False(t, write.Hints().ReadOnly)
 	require.True(t, write.Hints().Destructive)
 	var schema struct {
@@ -98,23 +99,23 @@ func TestMCPFilesystemServerToolsCarryTheirSchemasAndHintsAndRunOnTheServer(t *t
 
 	file := filepath.Join(dir, "note.txt")
 	out := callMCP(t, m, "mcp__fs__write_file", fmt.Sprintf(`{"path":%q,"content":"written over MCP\n"}`, file))
-	require.Equal(t, StatusOK, out.Status, out.Result)
+	require.Equal(t, protocol.StatusOK, out.Status, out.Result)
 	got, err := os.ReadFile(file)
 	require.NoError(t, err)
 	require.Equal(t, "written over MCP\n", string(got))
 
 	out = callMCP(t, m, "mcp__fs__read_text_file", fmt.Sprintf(`{"path":%q}`, file))
-	require.Equal(t, StatusOK, out.Status, out.Result)
+	require.Equal(t, protocol.StatusOK, out.Status, out.Result)
 	require.Contains(t, out.Result, "written over MCP")
 
 	// The server's own refusal is the model's to read, as an error.
 	out = callMCP(t, m, "mcp__fs__read_text_file", `{"path":"/etc/passwd"}`)
-	require.Equal(t, StatusError, out.Status)
+	require.Equal(t, protocol.StatusError, out.Status)
 	require.Contains(t, out.Result, "outside allowed directories")
 
 	// Arguments its schema refuses never reach the server.
 	out = callMCP(t, m, "mcp__fs__read_text_file", `{"path":"a","Path":"b"}`)
-	require.Equal(t, StatusError, out.Status)
+	require.Equal(t, protocol.StatusError, out.Status)
 	require.Contains(t, out.Result, "differ only in case")
 }
 
@@ -123,15 +124,15 @@ func TestMCPEverythingServerOverStdio(t *testing.T) {
 	echo := mcpSpecNamed(t, m, "mcp__everything__echo")
 	require.True(t, echo.Hints().ReadOnly)
 	out := callMCP(t, m, "mcp__everything__echo", `{"message":"hello over stdio"}`)
-	require.Equal(t, StatusOK, out.Status, out.Result)
+	require.Equal(t, protocol.StatusOK, out.Status, out.Result)
 	require.Contains(t, out.Result, "hello over stdio")
 
 	// A tool whose annotations say nothing is taken at MCP's defaults:
 	// it may destroy, so the default policy asks.
-	i := slices.IndexFunc(m.Specs(), func(s ToolSpec) bool { return s.Name == "mcp__everything__get-sum" })
+	i := slices.IndexFunc(m.Specs(), func(s protocol.ToolSpec) bool { return s.Name == "mcp__everything__get-sum" })
 	require.GreaterOrEqual(t, i, 0, "no get-sum tool among %v", specNames(m.Specs()))
 	out = callMCP(t, m, "mcp__everything__get-sum", `{"a":2,"b":40}`)
-	require.Equal(t, StatusOK, out.Status, out.Result)
+	require.Equal(t, protocol.StatusOK, out.Status, out.Result)
 	require.Contains(t, out.Result, "42")
 }
 
@@ -141,7 +142,7 @@ func TestMCPStdioServerGetsItsOwnEnvironmentNotTheWorkersSecrets(t *testing.T) {
 		proctest.MCPServer(t, "mcp-server-everything"))
 	m := startMCP(t, cfg)
 	out := callMCP(t, m, "mcp__everything__get-env", `{}`)
-	require.Equal(t, StatusOK, out.Status, out.Result)
+	require.Equal(t, protocol.StatusOK, out.Status, out.Result)
 	require.Contains(t, out.Result, `"GREETING": "configured"`)
 	require.Contains(t, out.Result, `"PATH"`)
 	require.NotContains(t, out.Result, "sk-worker-secret")
@@ -188,7 +189,7 @@ func TestMCPServerThatDiesIsStartedAgain(t *testing.T) {
 		return pid != 0 && pid != first
 	}, 30*time.Second, 20*time.Millisecond, "the server runs again")
 	out := callMCP(t, m, "mcp__everything__echo", `{"message":"after the crash"}`)
-	require.Equal(t, StatusOK, out.Status, out.Result)
+	require.Equal(t, protocol.StatusOK, out.Status, out.Result)
 	require.Contains(t, out.Result, "after the crash")
 	second := mcpPid(m, "everything")
 	require.NotZero(t, second)
@@ -224,7 +225,7 @@ func TestMCPCloseStopsTheServerAndEveryProcessItStarted(t *testing.T) {
 
 	// A call after Close is answered, not hung.
 	out := callMCP(t, m, "mcp__everything__echo", `{"message":"late"}`)
-	require.Equal(t, StatusError, out.Status)
+	require.Equal(t, protocol.StatusError, out.Status)
 	require.Contains(t, out.Result, "stopped")
 }
 
@@ -295,7 +296,7 @@ func TestMCPEverythingServerOverStreamableHTTPWithHeaders(t *testing.T) {
 	cfg := fmt.Sprintf(`{"mcpServers":{"remote":{"type":"http","url":%q,"headers":{"Authorization":"Bearer ${TEST_MCP_TOKEN}"}}}}`, gateway.URL+"/mcp")
 	m := startMCP(t, cfg)
 	out := callMCP(t, m, "mcp__remote__echo", `{"message":"hello over http"}`)
-	require.Equal(t, StatusOK, out.Status, out.Result)
+	require.Equal(t, protocol.StatusOK, out.Status, out.Result)
 	require.Contains(t, out.Result, "hello over http")
 
 	// Without the token the gateway refuses, and starting says so.
@@ -311,14 +312,14 @@ func TestMCPEverythingServerOverStreamableHTTPWithHeaders(t *testing.T) {
 	stop()
 	start := time.Now()
 	out = callMCP(t, m, "mcp__remote__echo", `{"message":"anyone?"}`)
-	require.Equal(t, StatusError, out.Status)
+	require.Equal(t, protocol.StatusError, out.Status)
 	require.Less(t, time.Since(start), mcpWaitForRestart+mcpStartTimeout+5*time.Second)
 
 	// Back at its address, it serves calls again.
 	startEverythingHTTP(t, addr)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		out := callMCP(t, m, "mcp__remote__echo", `{"message":"back"}`)
-		assert.Equal(c, StatusOK, out.Status, out.Result)
+		assert.Equal(c, protocol.StatusOK, out.Status, out.Result)
 	}, mcpMaxRestartBackoff+mcpStartTimeout, 100*time.Millisecond)
 }
 
@@ -399,10 +400,10 @@ func TestMCPValuesFromTheEnvironmentAreInNoErrorLogOrResult(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(m.Close)
 	out := callMCP(t, m, "mcp__remote__echo", `{"message":"hello"}`)
-	require.Equal(t, StatusOK, out.Status, out.Result)
+	require.Equal(t, protocol.StatusOK, out.Status, out.Result)
 	stop()
 	out = callMCP(t, m, "mcp__remote__echo", `{"message":"anyone?"}`)
-	require.Equal(t, StatusError, out.Status)
+	require.Equal(t, protocol.StatusError, out.Status)
 	requireRedacted(t, out.Result)
 	require.Contains(t, out.Result, "key=${TEST_MCP_SECRET}", "the result says where it could not connect")
 	m.Close()
@@ -521,17 +522,17 @@ func TestMCPWorkspacePathsAreCheckedAsTheFileToolsCheckTheirs(t *testing.T) {
 	require.JSONEq(t, `{"path":"src/main.go","content":"x"}`, args, "the policy reads the file the link leads to")
 
 	out := callMCP(t, m, "mcp__fs__write_file", `{"path":"src/main.go","content":"written\n"}`)
-	require.Equal(t, StatusOK, out.Status, out.Result)
+	require.Equal(t, protocol.StatusOK, out.Status, out.Result)
 	got, err := os.ReadFile(filepath.Join(ws, "src", "main.go"))
 	require.NoError(t, err)
 	require.Equal(t, "written\n", string(got), "a relative path is the workspace's file, whatever folder the server runs in")
 
 	out = callMCP(t, m, "mcp__fs__write_file", `{"path":"docs/src/other.go","content":"x"}`)
-	require.Equal(t, StatusError, out.Status)
+	require.Equal(t, protocol.StatusError, out.Status)
 	require.Contains(t, out.Result, `leads through a symbolic link to "src/other.go"`)
 	require.NoFileExists(t, filepath.Join(ws, "src", "other.go"))
 
 	out = callMCP(t, m, "mcp__fs__write_file", `{"path":"../outside.txt","content":"x"}`)
-	require.Equal(t, StatusError, out.Status)
+	require.Equal(t, protocol.StatusError, out.Status)
 	require.Contains(t, out.Result, "is outside the workspace")
 }

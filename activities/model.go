@@ -21,6 +21,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/text"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 // ModelActivity is the name the worker registers Model.Chat under and the
@@ -56,10 +57,7 @@ func contextTooLong(detail string) bool {
 }
 
 // Defaults of Model's token streaming.
-const (
-	DefaultFlushInterval = 150 * time.Millisecond
-	DefaultMaxBatches    = 16
-)
+const DefaultMaxBatches = 16
 
 // emptyParameters is the schema sent for a tool that declares none: servers
 // reject a function without parameters.
@@ -90,7 +88,7 @@ type Model struct {
 	// streaming of tokens.
 	Tokens TokenSink
 	// FlushInterval is the least time between two token batches
-	// (DefaultFlushInterval when zero).
+	// (protocol.DefaultFlushInterval when zero).
 	FlushInterval time.Duration
 	// MaxBatches bounds the token batches, and so the signals in the turn's
 	// history, of one model call (DefaultMaxBatches when zero). The workflow
@@ -209,7 +207,7 @@ func chatRequest(in ModelInput, model string) (openai.ChatCompletionRequest, err
 		req.StreamOptions = &openai.StreamOptions{IncludeUsage: true}
 	}
 	for _, msg := range in.Messages {
-		if msg.Role == RoleAssistant && msg.Content == "" && len(msg.ToolCalls) == 0 {
+		if msg.Role == protocol.RoleAssistant && msg.Content == "" && len(msg.ToolCalls) == 0 {
 			// An empty answer tells the model nothing, and servers reject an
 			// assistant message with neither content nor tool calls.
 			continue
@@ -220,7 +218,7 @@ func chatRequest(in ModelInput, model string) (openai.ChatCompletionRequest, err
 			Name:       msg.Name,
 			ToolCallID: msg.ToolCallID,
 		}
-		if msg.Role == RoleTool && cm.Content == "" {
+		if msg.Role == protocol.RoleTool && cm.Content == "" {
 			cm.Content = emptyToolResult
 		}
 		for _, c := range msg.ToolCalls {
@@ -323,7 +321,7 @@ func (m *Model) tokenStream(ctx context.Context, target *TokenTarget, inActivity
 		sink:       m.Tokens,
 		target:     *target,
 		attempt:    1,
-		interval:   cmp.Or(m.FlushInterval, DefaultFlushInterval),
+		interval:   cmp.Or(m.FlushInterval, protocol.DefaultFlushInterval),
 		maxBatches: cmp.Or(m.MaxBatches, DefaultMaxBatches),
 	}
 	if inActivity {
@@ -376,20 +374,20 @@ func (t *tokenStream) offer(ctx context.Context, content string) {
 // attempt streams (final false), text that is still a prefix of published
 // is a retry catching up and needs none; a text that departs from
 // published starts it again (Reset). The final answer must match exactly.
-func NextPiece(published, text string, final bool) (TokenPiece, bool) {
+func NextPiece(published, text string, final bool) (protocol.TokenPiece, bool) {
 	switch {
 	case text == published:
-		return TokenPiece{}, false
+		return protocol.TokenPiece{}, false
 	case strings.HasPrefix(text, published):
-		return TokenPiece{Data: text[len(published):]}, true
+		return protocol.TokenPiece{Data: text[len(published):]}, true
 	case !final && strings.HasPrefix(published, text):
-		return TokenPiece{}, false
+		return protocol.TokenPiece{}, false
 	}
-	return TokenPiece{Data: text, Reset: true}, true
+	return protocol.TokenPiece{Data: text, Reset: true}, true
 }
 
 // Spell returns the text token events spell, applied in order.
-func Spell(pieces []TokenPiece) string {
+func Spell(pieces []protocol.TokenPiece) string {
 	var b strings.Builder
 	for _, p := range pieces {
 		if p.Reset {
@@ -409,7 +407,7 @@ const heartbeatLiveness = time.Second
 // heartbeat details (TokenTarget.Heartbeat): a piece as soon as there is
 // text, each next one when FlushInterval has passed and there is new text.
 // The SDK sends the newest details at most once a throttle interval
-// (WorkerOptions sets it to DefaultFlushInterval); none of it is history.
+// (WorkerOptions sets it to protocol.DefaultFlushInterval); none of it is history.
 //
 // Nothing is recorded before the call has run one interval: a call that
 // answers sooner sends no heartbeat at all (each is a write on the
@@ -428,7 +426,7 @@ type heartbeatStream struct {
 
 	// mu guards what the first record's timer reads and writes.
 	mu        sync.Mutex
-	progress  TokenProgress
+	progress  protocol.TokenProgress
 	published string    // the text progress spells
 	beat      time.Time // when the details were last recorded
 	first     *time.Timer
@@ -442,9 +440,9 @@ func (m *Model) heartbeatStream(ctx context.Context, target *TokenTarget, inActi
 		return nil
 	}
 	now := time.Now()
-	h := &heartbeatStream{progress: TokenProgress{Step: target.Step}, interval: cmp.Or(m.FlushInterval, DefaultFlushInterval), started: now, beat: now}
+	h := &heartbeatStream{progress: protocol.TokenProgress{Step: target.Step}, interval: cmp.Or(m.FlushInterval, protocol.DefaultFlushInterval), started: now, beat: now}
 	if activity.HasHeartbeatDetails(ctx) {
-		var prev TokenProgress
+		var prev protocol.TokenProgress
 		if err := activity.GetHeartbeatDetails(ctx, &prev); err == nil && prev.Step == target.Step {
 			h.progress.Pieces = prev.Pieces
 			h.published = Spell(prev.Pieces)
@@ -485,7 +483,7 @@ func (h *heartbeatStream) offer(ctx context.Context, content string) {
 	}
 }
 
-func (h *heartbeatStream) add(p TokenPiece) {
+func (h *heartbeatStream) add(p protocol.TokenPiece) {
 	h.progress.Pieces = append(h.progress.Pieces, p)
 	if p.Reset {
 		h.published = ""
@@ -520,7 +518,7 @@ func (h *heartbeatStream) end() {
 }
 
 // finish returns the call's token events, completed by the whole answer.
-func (h *heartbeatStream) finish(content string) []TokenPiece {
+func (h *heartbeatStream) finish(content string) []protocol.TokenPiece {
 	if h == nil {
 		return nil
 	}

@@ -24,6 +24,7 @@ import (
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/scripted"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 // serve starts s and returns a Model that calls it.
@@ -35,7 +36,7 @@ func serve(t *testing.T, s *scripted.Server, sink activities.TokenSink) *activit
 }
 
 func userAsks(q string) activities.ModelInput {
-	return activities.ModelInput{Messages: []activities.Message{{Role: activities.RoleUser, Content: q}}}
+	return activities.ModelInput{Messages: []protocol.Message{{Role: protocol.RoleUser, Content: q}}}
 }
 
 // recordingSink records the batches it is sent; with fail set it fails them.
@@ -72,7 +73,7 @@ func longText(words int) string {
 	return strings.TrimSpace(b.String())
 }
 
-var threeCalls = []activities.ToolCall{
+var threeCalls = []protocol.ToolCall{
 	{ID: "call_1", Name: "Read", Arguments: `{"file_path":"README.md"}`},
 	{ID: "call_2", Name: "Write", Arguments: `{"file_path":"notes/ü.txt","content":"line one\nline \"two\""}`},
 	{ID: "call_3", Name: "Bash", Arguments: `{"command":"ls -la"}`},
@@ -96,13 +97,13 @@ func TestEveryChunkStyleAssemblesTheSameAnswer(t *testing.T) {
 }
 
 func TestCallsWithoutIDsGetSynthesizedIDs(t *testing.T) {
-	calls := []activities.ToolCall{{Name: "Read", Arguments: `{"file_path":"a"}`}, {Name: "Bash"}}
+	calls := []protocol.ToolCall{{Name: "Read", Arguments: `{"file_path":"a"}`}, {Name: "Bash"}}
 	for _, style := range []scripted.ChunkStyle{scripted.StyleOpenAI, scripted.StyleVLLM, scripted.StyleOllama} {
 		t.Run(style.String(), func(t *testing.T) {
 			m := serve(t, scripted.New(scripted.Always(scripted.Reply{ToolCalls: calls, Style: style})), nil)
 			out, err := m.Chat(context.Background(), userAsks("go"))
 			require.NoError(t, err)
-			require.Equal(t, []activities.ToolCall{
+			require.Equal(t, []protocol.ToolCall{
 				{ID: "call_0", Name: "Read", Arguments: `{"file_path":"a"}`},
 				{ID: "call_1", Name: "Bash", Arguments: `{}`},
 			}, out.ToolCalls)
@@ -135,16 +136,16 @@ func TestRequestCarriesConversationToolsAndModel(t *testing.T) {
 	s := scripted.New(scripted.Always(scripted.Reply{Content: "ok"}))
 	m := serve(t, s, nil)
 	in := activities.ModelInput{
-		Messages: []activities.Message{
-			{Role: activities.RoleSystem, Content: "be brief"},
-			{Role: activities.RoleUser, Content: "list files"},
-			{Role: activities.RoleAssistant, ToolCalls: []activities.ToolCall{{ID: "c1", Name: "Bash", Arguments: `{"command":"ls"}`}, {ID: "c2", Name: "Read"}}},
-			{Role: activities.RoleTool, ToolCallID: "c1", Name: "Bash", Content: "a.txt"},
-			{Role: activities.RoleTool, ToolCallID: "c2", Name: "Read"},
-			{Role: activities.RoleAssistant},
-			{Role: activities.RoleUser, Content: "thanks"},
+		Messages: []protocol.Message{
+			{Role: protocol.RoleSystem, Content: "be brief"},
+			{Role: protocol.RoleUser, Content: "list files"},
+			{Role: protocol.RoleAssistant, ToolCalls: []protocol.ToolCall{{ID: "c1", Name: "Bash", Arguments: `{"command":"ls"}`}, {ID: "c2", Name: "Read"}}},
+			{Role: protocol.RoleTool, ToolCallID: "c1", Name: "Bash", Content: "a.txt"},
+			{Role: protocol.RoleTool, ToolCallID: "c2", Name: "Read"},
+			{Role: protocol.RoleAssistant},
+			{Role: protocol.RoleUser, Content: "thanks"},
 		},
-		Tools: []activities.ToolSpec{
+		Tools: []protocol.ToolSpec{
 			{Name: "Bash", Description: "run a command", Parameters: json.RawMessage(`{"type":"object","properties":{"command":{"type":"string"}},"required":["command"]}`)},
 			{Name: "Noop", Description: "no arguments"},
 		},
@@ -379,7 +380,7 @@ func TestRequestTheClientRefusesToSendIsNonRetryable(t *testing.T) {
 func TestInvalidToolSchemaIsNonRetryable(t *testing.T) {
 	m := serve(t, scripted.New(scripted.Always(scripted.Reply{Content: "never"})), nil)
 	in := userAsks("hi")
-	in.Tools = []activities.ToolSpec{{Name: "Bad", Parameters: json.RawMessage(`{"type":`)}}
+	in.Tools = []protocol.ToolSpec{{Name: "Bad", Parameters: json.RawMessage(`{"type":`)}}
 	_, err := m.Chat(context.Background(), in)
 	var appErr *temporal.ApplicationError
 	require.ErrorAs(t, err, &appErr)
@@ -440,7 +441,7 @@ func TestRejectedRequestStaysNonRetryableThroughTheSDK(t *testing.T) {
 
 func TestTheModelReportsTheUsageTheServerSendsWhenAskedFor(t *testing.T) {
 	m := serve(t, scripted.New(scripted.Always(scripted.Reply{Content: "hello", Tokens: 42})), nil)
-	in := activities.ModelInput{Messages: []activities.Message{{Role: activities.RoleUser, Content: "hi"}}, WantUsage: true}
+	in := activities.ModelInput{Messages: []protocol.Message{{Role: protocol.RoleUser, Content: "hi"}}, WantUsage: true}
 	out, err := m.Chat(context.Background(), in)
 	require.NoError(t, err)
 	require.Equal(t, "hello", out.Content)

@@ -6,14 +6,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"maps"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/tollgate/tollgate/internal/links"
 	"github.com/tollgate/tollgate/internal/text"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 // NotifyActivity is the name the notice activity is registered under.
@@ -127,7 +126,7 @@ func slackMessage(n Notice) map[string]any {
 	head := fmt.Sprintf("*%s*%s %s in conversation `%s`", n.Tool, who, what, n.ConversationID)
 	blocks := []any{
 		map[string]any{"type": "section", "text": map[string]any{"type": "mrkdwn", "text": head}},
-		map[string]any{"type": "section", "text": map[string]any{"type": "mrkdwn", "text": codeBlock(ArgumentLines(n.Arguments))}},
+		map[string]any{"type": "section", "text": map[string]any{"type": "mrkdwn", "text": codeBlock(protocol.ArgumentLines(n.Arguments))}},
 	}
 	if n.Preview != "" {
 		blocks = append(blocks, map[string]any{"type": "section", "text": map[string]any{"type": "mrkdwn", "text": "What it will do:\n" + codeBlock(n.Preview)}})
@@ -144,30 +143,6 @@ func slackMessage(n Notice) map[string]any {
 	return map[string]any{"text": fmt.Sprintf("%s%s %s: %s", n.Tool, who, what, text.Truncate(n.Arguments, 200)), "blocks": blocks}
 }
 
-// ArgumentLines shows a call's arguments for a person, a key a line and a
-// string with newlines as its lines (a multi-line command is never
-// flattened into one); arguments that are not a JSON object come back as
-// they are.
-func ArgumentLines(args string) string {
-	var v map[string]any
-	if json.Unmarshal([]byte(args), &v) != nil {
-		return args
-	}
-	var b strings.Builder
-	for _, k := range slices.Sorted(maps.Keys(v)) {
-		if s, ok := v[k].(string); ok && strings.Contains(s, "\n") {
-			fmt.Fprintf(&b, "%s:\n%s\n", k, indentLines(s, "  "))
-			continue
-		}
-		var j bytes.Buffer
-		enc := json.NewEncoder(&j)
-		enc.SetEscapeHTML(false)
-		_ = enc.Encode(v[k]) // a value json.Unmarshal made: cannot fail
-		fmt.Fprintf(&b, "%s: %s\n", k, strings.TrimSuffix(j.String(), "\n"))
-	}
-	return strings.TrimSuffix(b.String(), "\n")
-}
-
 // codeBlock fences s for mrkdwn, cut to what a block holds (the cut says
 // so; the links' page shows the whole call).
 func codeBlock(s string) string {
@@ -176,9 +151,4 @@ func codeBlock(s string) string {
 		s = text.Cut(s, slackLimit) + "\n… (cut here: open a link to see the whole call)"
 	}
 	return "```\n" + s + "\n```"
-}
-
-// indentLines puts prefix before every line of s.
-func indentLines(s, prefix string) string {
-	return prefix + strings.ReplaceAll(strings.TrimSuffix(s, "\n"), "\n", "\n"+prefix)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tollgate/tollgate/internal/links"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 // postedTo runs n.Notify(notice) against a hook that keeps the body.
@@ -31,7 +32,7 @@ func postedTo(t *testing.T, n *Notifier, notice Notice) []byte {
 }
 
 var testNotice = Notice{
-	Kind: NoticeApprovalRequest, RequestID: "tollgate-conv-c-turn-1/apr-0123", Tool: ToolBash,
+	Kind: NoticeApprovalRequest, RequestID: "tollgate-conv-c-turn-1/apr-0123", Tool: protocol.ToolBash,
 	Arguments:      `{"command":"ls -la\nrm -rf ~/   # harmless cleanup"}`,
 	ConversationID: "c", WorkflowID: "tollgate-conv-c-turn-1", ExpiresAt: time.Date(2026, 12, 1, 9, 3, 0, 0, time.UTC),
 	Preview: "runs: bash -c (2 lines)", Subagent: "writer",

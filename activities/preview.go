@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/tollgate/tollgate/internal/text"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 // PreviewActivity is the name of the activity that shows what a call will
@@ -58,15 +59,15 @@ func (t *Tools) Preview(ctx context.Context, in ToolInput) (string, error) {
 		return "", err
 	}
 	switch in.Call.Name {
-	case ToolWrite, ToolEdit, ToolBash:
+	case protocol.ToolWrite, protocol.ToolEdit, protocol.ToolBash:
 	default:
 		return "", nil
 	}
 	out, err := t.run(ctx, in.Call.Name, in, func(ws *workspace, in ToolInput) (string, error) {
 		switch in.Call.Name {
-		case ToolWrite:
+		case protocol.ToolWrite:
 			return previewWrite(ws, in.Call.Arguments)
-		case ToolEdit:
+		case protocol.ToolEdit:
 			return previewEdit(ws, in.Call.Arguments)
 		default:
 			return previewBash(in.Call.Arguments)
@@ -75,7 +76,7 @@ func (t *Tools) Preview(ctx context.Context, in ToolInput) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if out.Status != StatusOK {
+	if out.Status != protocol.StatusOK {
 		return "(no preview: " + out.Result + ")", nil
 	}
 	// A preview goes into the approval request, in history: no larger than

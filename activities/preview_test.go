@@ -13,13 +13,15 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/tollgate/tollgate/protocol"
 )
 
 func preview(t *testing.T, tools *Tools, name string, args map[string]any) string {
 	t.Helper()
 	b, err := json.Marshal(args)
 	require.NoError(t, err)
-	out, err := tools.Preview(context.Background(), ToolInput{Call: ToolCall{ID: "c1", Name: name, Arguments: string(b)}})
+	out, err := tools.Preview(context.Background(), ToolInput{Call: protocol.ToolCall{ID: "c1", Name: name, Arguments: string(b)}})
 	require.NoError(t, err)
 	return out
 }
@@ -29,13 +31,13 @@ func TestAPreviewOfAnOverwriteCountsTheLinesItRemoves(t *testing.T) {
 	tools := &Tools{Workspace: ws}
 	writeFile(t, filepath.Join(ws, "main.go"), "package main\n\nfunc main() {\n\tprintln(\"hi\")\n}\n")
 
-	got := preview(t, tools, ToolWrite, map[string]any{"file_path": "main.go", "content": "package main\n// gone\n"})
+	got := preview(t, tools, protocol.ToolWrite, map[string]any{"file_path": "main.go", "content": "package main\n// gone\n"})
 	require.True(t, strings.HasPrefix(got, "overwrite main.go (5 lines, 45 bytes) with 2 lines (21 bytes): −4 +1\n"), got)
 	require.Contains(t, got, "- func main() {")
 	require.Contains(t, got, "+ // gone")
 	require.Equal(t, "package main\n\nfunc main() {\n\tprintln(\"hi\")\n}\n", readFile(t, filepath.Join(ws, "main.go")), "a preview writes nothing")
 
-	got = preview(t, tools, ToolWrite, map[string]any{"file_path": "docs/new.md", "content": "# New\nline\n"})
+	got = preview(t, tools, protocol.ToolWrite, map[string]any{"file_path": "docs/new.md", "content": "# New\nline\n"})
 	require.True(t, strings.HasPrefix(got, "new file docs/new.md: +2 lines (11 bytes)\n"), got)
 	require.NoDirExists(t, filepath.Join(ws, "docs"))
 }
@@ -44,34 +46,34 @@ func TestAPreviewOfAnEditShowsItsLinesOrWhyItWouldFail(t *testing.T) {
 	ws, _ := newWorkspace(t)
 	tools := &Tools{Workspace: ws}
 	writeFile(t, filepath.Join(ws, "a.txt"), "one\ntwo\nthree\ntwo\n")
-	got := preview(t, tools, ToolEdit, map[string]any{"file_path": "a.txt", "old_string": "three", "new_string": "3"})
+	got := preview(t, tools, protocol.ToolEdit, map[string]any{"file_path": "a.txt", "old_string": "three", "new_string": "3"})
 	require.Contains(t, got, "edit a.txt (1 place): −1 +1")
 	require.Contains(t, got, "- three\n+ 3")
-	require.Contains(t, preview(t, tools, ToolEdit, map[string]any{"file_path": "a.txt", "old_string": "two", "new_string": "2"}),
+	require.Contains(t, preview(t, tools, protocol.ToolEdit, map[string]any{"file_path": "a.txt", "old_string": "two", "new_string": "2"}),
 		"would fail: old_string occurs 2 times in \"a.txt\"; include more surrounding text to make it unique, or set replace_all")
-	require.Contains(t, preview(t, tools, ToolEdit, map[string]any{"file_path": "a.txt", "old_string": "four", "new_string": "4"}), "would fail: old_string was not found in \"a.txt\"")
-	require.Contains(t, preview(t, tools, ToolEdit, map[string]any{"file_path": "../x", "old_string": "a", "new_string": "b"}), "(no preview: Edit: file_path \"../x\" is outside the workspace")
+	require.Contains(t, preview(t, tools, protocol.ToolEdit, map[string]any{"file_path": "a.txt", "old_string": "four", "new_string": "4"}), "would fail: old_string was not found in \"a.txt\"")
+	require.Contains(t, preview(t, tools, protocol.ToolEdit, map[string]any{"file_path": "../x", "old_string": "a", "new_string": "b"}), "(no preview: Edit: file_path \"../x\" is outside the workspace")
 }
 
 func TestAPreviewOfBashShowsEveryLineWhole(t *testing.T) {
 	tools := &Tools{Workspace: t.TempDir()}
-	got := preview(t, tools, ToolBash, map[string]any{"command": "ls -la\nrm -rf ~/   # harmless cleanup"})
+	got := preview(t, tools, protocol.ToolBash, map[string]any{"command": "ls -la\nrm -rf ~/   # harmless cleanup"})
 	require.Equal(t, "runs in the workspace with bash -c (2 lines, 37 bytes):\n$ ls -la⏎\n$ rm -rf ~/   # harmless cleanup⏎\n", got)
 	padded := "echo hello" + strings.Repeat(" ", 180) + "; rm -rf /"
-	require.Contains(t, preview(t, tools, ToolBash, map[string]any{"command": padded}), "; rm -rf /⏎", "nothing is cut")
-	require.Empty(t, preview(t, tools, ToolRead, map[string]any{"file_path": "a"}), "nothing to preview for a read")
+	require.Contains(t, preview(t, tools, protocol.ToolBash, map[string]any{"command": padded}), "; rm -rf /⏎", "nothing is cut")
+	require.Empty(t, preview(t, tools, protocol.ToolRead, map[string]any{"file_path": "a"}), "nothing to preview for a read")
 }
 
 func TestAPreviewIsNoLargerThanAToolsOutput(t *testing.T) {
 	ws, _ := newWorkspace(t)
 	tools := &Tools{Workspace: ws, OutputCap: 4 << 10}
 	writeFile(t, filepath.Join(ws, "one-line.txt"), strings.Repeat("é", 50<<10))
-	got := preview(t, tools, ToolWrite, map[string]any{"file_path": "one-line.txt", "content": strings.Repeat("ü", 50<<10)})
+	got := preview(t, tools, protocol.ToolWrite, map[string]any{"file_path": "one-line.txt", "content": strings.Repeat("ü", 50<<10)})
 	require.LessOrEqual(t, len(got), 4<<10+len("…"))
 	require.True(t, strings.HasPrefix(got, "overwrite one-line.txt (1 lines, 102400 bytes) with 1 lines (102400 bytes)"), "%.200s", got)
 	require.True(t, strings.HasSuffix(got, "…"), "the cut is marked")
 
-	got = preview(t, tools, ToolEdit, map[string]any{"file_path": "one-line.txt", "old_string": "é", "new_string": "é"})
+	got = preview(t, tools, protocol.ToolEdit, map[string]any{"file_path": "one-line.txt", "old_string": "é", "new_string": "é"})
 	require.Contains(t, got, "would fail: old_string and new_string are the same", "the preview says what Edit will say")
 }
 
@@ -109,31 +111,33 @@ func TestAPreviewNeverWaitsOnASpecialFileNorReadsAHugeOneWhole(t *testing.T) {
 	defer cancel()
 	previewIn := func(name string, args map[string]any) string {
 		b, _ := json.Marshal(args)
-		out, err := tools.Preview(ctx, ToolInput{Call: ToolCall{ID: "c1", Name: name, Arguments: string(b)}})
+		out, err := tools.Preview(ctx, ToolInput{Call: protocol.ToolCall{ID: "c1", Name: name, Arguments: string(b)}})
 		require.NoError(t, err, "a preview never fails, nor outlives its context")
 		return out
 	}
 
 	var got string
-	bytes := allocated(func() { got = previewIn(ToolWrite, map[string]any{"file_path": "sparse.bin", "content": "small\n"}) })
+	bytes := allocated(func() {
+		got = previewIn(protocol.ToolWrite, map[string]any{"file_path": "sparse.bin", "content": "small\n"})
+	})
 	require.Equal(t, "overwrite sparse.bin (1073741824 bytes, too large to compare) with 1 lines (6 bytes)", got)
 	require.Less(t, bytes, uint64(1<<20), "the preview of a Write over 1 GiB allocates %d bytes", bytes)
 	t.Logf("the preview of a Write over 1 GiB allocated %d bytes", bytes)
 	bytes = allocated(func() {
-		got = previewIn(ToolEdit, map[string]any{"file_path": "sparse.bin", "old_string": "a", "new_string": "b"})
+		got = previewIn(protocol.ToolEdit, map[string]any{"file_path": "sparse.bin", "old_string": "a", "new_string": "b"})
 	})
 	require.Equal(t, `(no preview: Edit: "sparse.bin" has 1073741824 bytes, more than the 16 MiB a tool reads whole; use Bash for it)`, got)
 	require.Less(t, bytes, uint64(1<<20), "the preview of an Edit of 1 GiB allocates %d bytes", bytes)
 
 	for name, args := range map[string]map[string]any{
-		ToolWrite: {"file_path": "fifo", "content": "x"},
-		ToolEdit:  {"file_path": "fifo", "old_string": "a", "new_string": "b"},
+		protocol.ToolWrite: {"file_path": "fifo", "content": "x"},
+		protocol.ToolEdit:  {"file_path": "fifo", "old_string": "a", "new_string": "b"},
 	} {
 		got = previewIn(name, args)
 		require.Contains(t, got, `"fifo" is a named pipe (FIFO), not a regular file: file tools read and write regular files only`, name)
 	}
 	if os.Getuid() == 0 {
-		got = previewIn(ToolWrite, map[string]any{"file_path": "zero", "content": "x"})
+		got = previewIn(protocol.ToolWrite, map[string]any{"file_path": "zero", "content": "x"})
 		require.Contains(t, got, `"zero" is a character device, not a regular file`)
 	}
 	require.NoError(t, ctx.Err(), "no preview waited")
@@ -201,7 +205,7 @@ func TestAReadThatTheActivityCancelsStopsReading(t *testing.T) {
 	defer cancel()
 
 	start := time.Now()
-	_, err = tools.Read(ctx, ToolInput{Call: ToolCall{Arguments: `{"file_path":"huge.bin","offset":2}`}})
+	_, err = tools.Read(ctx, ToolInput{Call: protocol.ToolCall{Arguments: `{"file_path":"huge.bin","offset":2}`}})
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.Less(t, time.Since(start), 5*time.Second, "the read stopped with its context, not at the file's end")
 }
@@ -214,14 +218,14 @@ func TestPreviewsOfABatchAreEachCallsPreviewInItsPlace(t *testing.T) {
 	call := func(id, name string, args map[string]any) ToolInput {
 		b, err := json.Marshal(args)
 		require.NoError(t, err)
-		return ToolInput{Call: ToolCall{ID: id, Name: name, Arguments: string(b)}}
+		return ToolInput{Call: protocol.ToolCall{ID: id, Name: name, Arguments: string(b)}}
 	}
 	ins := []ToolInput{
-		call("w", ToolWrite, map[string]any{"file_path": "new.md", "content": "# New\n"}),
-		call("e", ToolEdit, map[string]any{"file_path": "a.txt", "old_string": "four", "new_string": "4"}),
-		call("p", ToolWrite, map[string]any{"file_path": "pipe", "content": "x"}),
-		call("o", ToolEdit, map[string]any{"file_path": "../x", "old_string": "a", "new_string": "b"}),
-		call("b", ToolBash, map[string]any{"command": "make"}),
+		call("w", protocol.ToolWrite, map[string]any{"file_path": "new.md", "content": "# New\n"}),
+		call("e", protocol.ToolEdit, map[string]any{"file_path": "a.txt", "old_string": "four", "new_string": "4"}),
+		call("p", protocol.ToolWrite, map[string]any{"file_path": "pipe", "content": "x"}),
+		call("o", protocol.ToolEdit, map[string]any{"file_path": "../x", "old_string": "a", "new_string": "b"}),
+		call("b", protocol.ToolBash, map[string]any{"command": "make"}),
 	}
 	got, err := tools.Previews(context.Background(), ins)
 	require.NoError(t, err)

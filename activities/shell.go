@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/internal/text"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 const (
@@ -27,7 +28,7 @@ const (
 // output. The command and every process it started are killed when it
 // times out, when the activity is cancelled and when the worker dies.
 func (t *Tools) Bash(ctx context.Context, in ToolInput) (ToolOutput, error) {
-	return t.run(ctx, ToolBash, in, func(ws *workspace, in ToolInput) (string, error) {
+	return t.run(ctx, protocol.ToolBash, in, func(ws *workspace, in ToolInput) (string, error) {
 		var args struct {
 			Command *string  `json:"command"`
 			Timeout *float64 `json:"timeout"`

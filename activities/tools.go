@@ -16,24 +16,8 @@ import (
 	"github.com/tollgate/tollgate/protocol"
 )
 
-// Tool names. Each is both the name the model calls the tool by and the name
-// of the Temporal activity that runs it.
-const (
-	// ToolRead reads a file of the workspace.
-	ToolRead = "Read"
-	// ToolWrite writes a file of the workspace.
-	ToolWrite = "Write"
-	// ToolEdit replaces text in a file of the workspace.
-	ToolEdit = "Edit"
-	// ToolBash runs a shell command in the workspace.
-	ToolBash = "Bash"
-)
-
 // Defaults of the Tools limits.
 const (
-	// DefaultBashTimeout is how long a Bash command may run when
-	// Tools.BashTimeout is not set.
-	DefaultBashTimeout = protocol.DefaultBashTimeout
 	// DefaultOutputCap is how many bytes of output Read and Bash return when
 	// Tools.OutputCap is not set.
 	DefaultOutputCap = 30000
@@ -70,19 +54,19 @@ type Tools struct {
 // the tools in a stable order for the model.
 func (t *Tools) Activities() map[string]any {
 	return map[string]any{
-		ToolRead:  Carried(t.Ledger, t.Read),
-		ToolWrite: Carried(t.Ledger, t.Write),
-		ToolEdit:  Carried(t.Ledger, t.Edit),
-		ToolBash:  Carried(t.Ledger, t.Bash),
+		protocol.ToolRead:  Carried(t.Ledger, t.Read),
+		protocol.ToolWrite: Carried(t.Ledger, t.Write),
+		protocol.ToolEdit:  Carried(t.Ledger, t.Edit),
+		protocol.ToolBash:  Carried(t.Ledger, t.Bash),
 	}
 }
 
 // Specs describes the tools to the model. The argument names are those of
 // Claude Code's tools, which models already know.
-func (t *Tools) Specs() []ToolSpec {
-	return []ToolSpec{
+func (t *Tools) Specs() []protocol.ToolSpec {
+	return []protocol.ToolSpec{
 		{
-			Name: ToolRead,
+			Name: protocol.ToolRead,
 			Description: fmt.Sprintf("Reads a text file in the workspace. Lines are numbered from 1, as cat -n prints them. "+
 				"Use offset and limit to read part of a long file; output beyond %d bytes is cut.", t.outputCap()),
 			Parameters: objectSchema([]string{"file_path"}, map[string]property{
@@ -91,20 +75,20 @@ func (t *Tools) Specs() []ToolSpec {
 				"limit":     {Type: "integer", Description: "Number of lines to read.", Minimum: 1},
 			}),
 			WorkspacePaths: []string{"file_path"},
-			Annotations:    &ToolAnnotations{ReadOnly: true},
+			Annotations:    &protocol.ToolAnnotations{ReadOnly: true},
 		},
 		{
-			Name:        ToolWrite,
+			Name:        protocol.ToolWrite,
 			Description: "Writes a file in the workspace, replacing it if it exists and creating missing parent folders.",
 			Parameters: objectSchema([]string{"file_path", "content"}, map[string]property{
 				"file_path": {Type: "string", Description: "Path of the file, relative to the workspace or absolute inside it."},
 				"content":   {Type: "string", Description: "The complete new content of the file."},
 			}),
 			WorkspacePaths: []string{"file_path"},
-			Annotations:    &ToolAnnotations{Destructive: true, Idempotent: true},
+			Annotations:    &protocol.ToolAnnotations{Destructive: true, Idempotent: true},
 		},
 		{
-			Name: ToolEdit,
+			Name: protocol.ToolEdit,
 			Description: "Replaces text in a file in the workspace. old_string must occur exactly once unless replace_all is true; " +
 				"include enough surrounding text to make it unique. Copy it from the file exactly, without Read's line numbers.",
 			Parameters: objectSchema([]string{"file_path", "old_string", "new_string"}, map[string]property{
@@ -114,10 +98,10 @@ func (t *Tools) Specs() []ToolSpec {
 				"replace_all": {Type: "boolean", Description: "Replace every occurrence of old_string instead of exactly one."},
 			}),
 			WorkspacePaths: []string{"file_path"},
-			Annotations:    &ToolAnnotations{Destructive: true},
+			Annotations:    &protocol.ToolAnnotations{Destructive: true},
 		},
 		{
-			Name: ToolBash,
+			Name: protocol.ToolBash,
 			Description: fmt.Sprintf("Runs a command with bash -c in the workspace folder and returns its combined stdout and stderr "+
 				"(at most %d bytes) and its exit code when that is not 0.", t.outputCap()),
 			Parameters: objectSchema([]string{"command"}, map[string]property{
@@ -126,7 +110,7 @@ func (t *Tools) Specs() []ToolSpec {
 					"the default and maximum is %d.", t.bashTimeout().Milliseconds()), Minimum: 1},
 				"description": {Type: "string", Description: "What the command does, in a few words, for the person who approves it."},
 			}),
-			Annotations: &ToolAnnotations{Destructive: true, OpenWorld: true},
+			Annotations: &protocol.ToolAnnotations{Destructive: true, OpenWorld: true},
 		},
 	}
 }
@@ -194,9 +178,9 @@ func (t *Tools) run(ctx context.Context, tool string, in ToolInput, fn func(*wor
 		return ToolOutput{}, ctxErr
 	}
 	if err != nil {
-		return ToolOutput{Status: StatusError, Result: tool + ": " + err.Error()}, nil
+		return ToolOutput{Status: protocol.StatusError, Result: tool + ": " + err.Error()}, nil
 	}
-	return ToolOutput{Status: StatusOK, Result: result}, nil
+	return ToolOutput{Status: protocol.StatusOK, Result: result}, nil
 }
 
 // runArguments gives the arguments a tool runs with: normalized, and its
@@ -206,7 +190,7 @@ func (t *Tools) run(ctx context.Context, tool string, in ToolInput, fn func(*wor
 // older release, or was edited in by a signal's decision): the policy, and
 // the person, were asked about another file than the one it would reach,
 // and it is refused, naming the file it leads to.
-func runArguments(spec ToolSpec, ws *workspace, arguments string) (string, error) {
+func runArguments(spec protocol.ToolSpec, ws *workspace, arguments string) (string, error) {
 	args, resolved, err := ResolveArguments(spec, ws.roots(), arguments)
 	if err == nil && len(resolved) == 0 {
 		return args, nil
@@ -243,11 +227,11 @@ func argument(args, name string) json.RawMessage {
 }
 
 // spec is the ToolSpec of the named tool.
-func (t *Tools) spec(name string) (ToolSpec, bool) {
+func (t *Tools) spec(name string) (protocol.ToolSpec, bool) {
 	specs := t.Specs()
-	i := slices.IndexFunc(specs, func(s ToolSpec) bool { return s.Name == name })
+	i := slices.IndexFunc(specs, func(s protocol.ToolSpec) bool { return s.Name == name })
 	if i < 0 {
-		return ToolSpec{}, false
+		return protocol.ToolSpec{}, false
 	}
 	return specs[i], true
 }
@@ -256,7 +240,7 @@ func (t *Tools) bashTimeout() time.Duration {
 	if t.BashTimeout > 0 {
 		return t.BashTimeout
 	}
-	return DefaultBashTimeout
+	return protocol.DefaultBashTimeout
 }
 
 func (t *Tools) outputCap() int {

@@ -17,6 +17,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/testsuite"
+
+	"github.com/tollgate/tollgate/protocol"
 )
 
 type toolFunc func(context.Context, ToolInput) (ToolOutput, error)
@@ -35,7 +37,7 @@ func newWorkspace(t *testing.T) (ws, parent string) {
 // fails its activity for a bad call, so the error must be nil.
 func callRaw(t *testing.T, tool toolFunc, arguments string) ToolOutput {
 	t.Helper()
-	out, err := tool(context.Background(), ToolInput{Call: ToolCall{ID: "call_1", Arguments: arguments}})
+	out, err := tool(context.Background(), ToolInput{Call: protocol.ToolCall{ID: "call_1", Arguments: arguments}})
 	require.NoError(t, err)
 	return out
 }
@@ -49,13 +51,13 @@ func call(t *testing.T, tool toolFunc, args map[string]any) ToolOutput {
 
 func requireOK(t *testing.T, out ToolOutput) string {
 	t.Helper()
-	require.Equal(t, StatusOK, out.Status, "result: %s", out.Result)
+	require.Equal(t, protocol.StatusOK, out.Status, "result: %s", out.Result)
 	return out.Result
 }
 
 func requireToolError(t *testing.T, out ToolOutput, contains string) {
 	t.Helper()
-	require.Equal(t, StatusError, out.Status, "result: %s", out.Result)
+	require.Equal(t, protocol.StatusError, out.Status, "result: %s", out.Result)
 	require.Contains(t, out.Result, contains)
 }
 
@@ -507,7 +509,7 @@ func TestToolsBashCancelledActivityFailsWithContextError(t *testing.T) {
 	defer cancel()
 
 	start := time.Now()
-	_, err := tools.Bash(ctx, ToolInput{Call: ToolCall{Arguments: `{"command": "sleep 10"}`}})
+	_, err := tools.Bash(ctx, ToolInput{Call: protocol.ToolCall{Arguments: `{"command": "sleep 10"}`}})
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.Less(t, time.Since(start), deadline+3*time.Second)
 }
@@ -525,26 +527,26 @@ func TestToolsActivitiesRunUnderToolNamesInActivityEnvironment(t *testing.T) {
 
 	run := func(name, arguments string) ToolOutput {
 		t.Helper()
-		val, err := env.ExecuteActivity(name, ToolInput{Call: ToolCall{ID: "c", Name: name, Arguments: arguments}})
+		val, err := env.ExecuteActivity(name, ToolInput{Call: protocol.ToolCall{ID: "c", Name: name, Arguments: arguments}})
 		require.NoError(t, err)
 		var out ToolOutput
 		require.NoError(t, val.Get(&out))
 		return out
 	}
-	requireOK(t, run(ToolWrite, `{"file_path": "a.txt", "content": "hi\n"}`))
-	requireOK(t, run(ToolEdit, `{"file_path": "a.txt", "old_string": "hi", "new_string": "ho"}`))
-	require.Equal(t, "     1\tho\n", requireOK(t, run(ToolRead, `{"file_path": "a.txt"}`)))
-	require.Equal(t, "ho\n", requireOK(t, run(ToolBash, `{"command": "cat a.txt"}`)))
-	requireToolError(t, run(ToolRead, `{"file_path": "../x"}`), "outside the workspace")
+	requireOK(t, run(protocol.ToolWrite, `{"file_path": "a.txt", "content": "hi\n"}`))
+	requireOK(t, run(protocol.ToolEdit, `{"file_path": "a.txt", "old_string": "hi", "new_string": "ho"}`))
+	require.Equal(t, "     1\tho\n", requireOK(t, run(protocol.ToolRead, `{"file_path": "a.txt"}`)))
+	require.Equal(t, "ho\n", requireOK(t, run(protocol.ToolBash, `{"command": "cat a.txt"}`)))
+	requireToolError(t, run(protocol.ToolRead, `{"file_path": "../x"}`), "outside the workspace")
 }
 
 func TestToolsSpecsDescribeFourToolsWithRequiredArguments(t *testing.T) {
 	tools := &Tools{Workspace: t.TempDir(), BashTimeout: 90 * time.Second}
 	want := map[string][]string{
-		ToolRead:  {"file_path"},
-		ToolWrite: {"file_path", "content"},
-		ToolEdit:  {"file_path", "old_string", "new_string"},
-		ToolBash:  {"command"},
+		protocol.ToolRead:  {"file_path"},
+		protocol.ToolWrite: {"file_path", "content"},
+		protocol.ToolEdit:  {"file_path", "old_string", "new_string"},
+		protocol.ToolBash:  {"command"},
 	}
 
 	specs := tools.Specs()
@@ -566,7 +568,7 @@ func TestToolsSpecsDescribeFourToolsWithRequiredArguments(t *testing.T) {
 		_, isActivity := tools.Activities()[s.Name]
 		require.True(t, isActivity, "spec %s has an activity of the same name", s.Name)
 	}
-	require.Equal(t, []string{ToolRead, ToolWrite, ToolEdit, ToolBash}, names)
+	require.Equal(t, []string{protocol.ToolRead, protocol.ToolWrite, protocol.ToolEdit, protocol.ToolBash}, names)
 	require.Contains(t, string(specs[3].Parameters), "90000")
 }
 
@@ -613,6 +615,6 @@ func TestToolsWriteNoFileThatHasOtherNames(t *testing.T) {
 	require.Equal(t, "# readme\n", readFile(t, filepath.Join(ws, "README.md")))
 	require.Equal(t, "     1\t# readme\n", requireOK(t, call(t, tools.Read, map[string]any{"file_path": "docs/readme.md"})), "reading it changes nothing")
 	require.Equal(t, `write docs/readme.md would fail: "docs/readme.md" has 2 hard links: writing it would change the same file under its other names, which this call does not show; use Bash for it`,
-		preview(t, tools, ToolWrite, map[string]any{"file_path": "docs/readme.md", "content": "pwned"}), "the person is told before deciding")
-	require.Contains(t, preview(t, tools, ToolEdit, map[string]any{"file_path": "docs/readme.md", "old_string": "readme", "new_string": "pwned"}), "edit docs/readme.md would fail: ")
+		preview(t, tools, protocol.ToolWrite, map[string]any{"file_path": "docs/readme.md", "content": "pwned"}), "the person is told before deciding")
+	require.Contains(t, preview(t, tools, protocol.ToolEdit, map[string]any{"file_path": "docs/readme.md", "old_string": "readme", "new_string": "pwned"}), "edit docs/readme.md would fail: ")
 }

@@ -8,24 +8,6 @@ import (
 	"github.com/tollgate/tollgate/protocol"
 )
 
-// The contract's types and names that the activities take and give; see
-// package protocol.
-type (
-	Message         = protocol.Message
-	ToolCall        = protocol.ToolCall
-	ToolSpec        = protocol.ToolSpec
-	ToolAnnotations = protocol.ToolAnnotations
-	MCPTool         = protocol.MCPTool
-)
-
-// Message roles, as OpenAI-compatible servers spell them.
-const (
-	RoleSystem    = protocol.RoleSystem
-	RoleUser      = protocol.RoleUser
-	RoleAssistant = protocol.RoleAssistant
-	RoleTool      = protocol.RoleTool
-)
-
 // TokenTarget names where streamed answer text is delivered while the model
 // is still answering: a signal to the turn workflow that called the model,
 // or, with Heartbeat, the activity's own heartbeat details.
@@ -42,28 +24,10 @@ type TokenTarget struct {
 	Heartbeat bool `json:"heartbeat,omitempty"`
 }
 
-// TokenPiece is one token event of a model call's answer, as the turn logs
-// it: Data continues the text, or with Reset starts it again.
-type TokenPiece struct {
-	Data  string `json:"data"`
-	Reset bool   `json:"reset,omitempty"`
-}
-
-// TokenProgress is the heartbeat detail of a model call that streams by
-// heartbeat (TokenTarget.Heartbeat), and the detail of its errors: the token
-// events the call has made so far, every attempt's in order. Each one the
-// server holds begins with every one it held before, so the token events the
-// API shows from it while the call runs are the first the turn logs when the
-// call ends, however it ends.
-type TokenProgress struct {
-	Step   int          `json:"step"`
-	Pieces []TokenPiece `json:"pieces"`
-}
-
 // ModelInput is the input of the model activity.
 type ModelInput struct {
-	Messages []Message  `json:"messages"`
-	Tools    []ToolSpec `json:"tools,omitempty"`
+	Messages []protocol.Message  `json:"messages"`
+	Tools    []protocol.ToolSpec `json:"tools,omitempty"`
 	// Model overrides the configured model name when set.
 	Model string `json:"model,omitempty"`
 	// Tokens, when set, receives the answer's text in batches while it streams.
@@ -79,15 +43,15 @@ type ModelInput struct {
 
 // ModelOutput is the model's complete answer to one call.
 type ModelOutput struct {
-	Content      string     `json:"content,omitempty"`
-	ToolCalls    []ToolCall `json:"toolCalls,omitempty"`
-	FinishReason string     `json:"finishReason,omitempty"`
+	Content      string              `json:"content,omitempty"`
+	ToolCalls    []protocol.ToolCall `json:"toolCalls,omitempty"`
+	FinishReason string              `json:"finishReason,omitempty"`
 	// Tokens is the call's total token usage as the server reported it
 	// (prompt and completion), 0 when it reported none.
 	Tokens int `json:"tokens,omitempty"`
 	// Pieces are the call's token events when it streamed by heartbeat:
 	// the ones its heartbeats carried, then the rest of Content.
-	Pieces []TokenPiece `json:"pieces,omitempty"`
+	Pieces []protocol.TokenPiece `json:"pieces,omitempty"`
 	// LedgerRows is how many of the input's Ledger rows the ledger took:
 	// all or none.
 	LedgerRows int `json:"ledgerRows,omitempty"`
@@ -103,18 +67,10 @@ type TokenBatch struct {
 	Text    string `json:"text"`
 }
 
-// Tool result statuses, as the tool_result event reports them.
-const (
-	StatusOK       = protocol.StatusOK
-	StatusError    = protocol.StatusError
-	StatusDeclined = protocol.StatusDeclined
-	StatusTimeout  = protocol.StatusTimeout
-)
-
 // ToolInput is the input of every tool activity: the call as the model made
 // it (or as a person edited it before approving).
 type ToolInput struct {
-	Call ToolCall `json:"call"`
+	Call protocol.ToolCall `json:"call"`
 	// Ledger are rows of the audit ledger that the activity writes while
 	// the tool runs, for its turn (carry).
 	Ledger []audit.Record `json:"ledger,omitempty"`

@@ -9,7 +9,6 @@ import (
 	openai "github.com/sashabaranov/go-openai"
 	"github.com/stretchr/testify/require"
 
-	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/auditdb"
 	"github.com/tollgate/tollgate/internal/scripted"
 	"github.com/tollgate/tollgate/protocol"
@@ -28,18 +27,18 @@ func TestACraftedCallCannotShowThePolicyOneThingAndRunAnother(t *testing.T) {
 			return scripted.Reply{Content: "Done."}
 		}
 		abs, _ := json.Marshal(map[string]string{"file_path": filepath.Join(workspace, "docs", "b.md"), "content": "fine"})
-		return scripted.Reply{ToolCalls: []activities.ToolCall{
-			{ID: "c1", Name: activities.ToolBash, Arguments: `{"command":"echo hi","Command":"rm -f src/main.go && echo DELETED > deleted.txt"}`},
-			{ID: "c2", Name: activities.ToolWrite, Arguments: `{"file_path":"docs/a.md","FILE_PATH":"src/main.go","content":"pwned"}`},
-			{ID: "c3", Name: activities.ToolWrite, Arguments: `{"file_path":"docs/../src/main.go","content":"pwned"}`},
-			{ID: "c4", Name: activities.ToolWrite, Arguments: string(abs)},
+		return scripted.Reply{ToolCalls: []protocol.ToolCall{
+			{ID: "c1", Name: protocol.ToolBash, Arguments: `{"command":"echo hi","Command":"rm -f src/main.go && echo DELETED > deleted.txt"}`},
+			{ID: "c2", Name: protocol.ToolWrite, Arguments: `{"file_path":"docs/a.md","FILE_PATH":"src/main.go","content":"pwned"}`},
+			{ID: "c3", Name: protocol.ToolWrite, Arguments: `{"file_path":"docs/../src/main.go","content":"pwned"}`},
+			{ID: "c4", Name: protocol.ToolWrite, Arguments: string(abs)},
 		}}
 	}
 	st := newStack(t, withScript(script), withSettings(func(s *workflows.Settings) {
 		// docs/policy.md's policies 1 and 2, in part.
 		s.Rules = []workflows.Rule{
-			{Tool: activities.ToolBash, Require: workflows.RequireWhen, When: `args.command.startsWith("rm ") || args.command.contains(" rm -")`},
-			{Tool: activities.ToolWrite, Require: workflows.RequireWhen, When: `!args.file_path.startsWith("docs/")`},
+			{Tool: protocol.ToolBash, Require: workflows.RequireWhen, When: `args.command.startsWith("rm ") || args.command.contains(" rm -")`},
+			{Tool: protocol.ToolWrite, Require: workflows.RequireWhen, When: `!args.file_path.startsWith("docs/")`},
 		}
 	}))
 	workspace = st.workspace
@@ -79,16 +78,16 @@ func TestALinkInTheWorkspaceCannotWalkAWriteAroundAPathRule(t *testing.T) {
 		if countRole(req.Messages, openai.ChatMessageRoleTool) > 0 {
 			return scripted.Reply{Content: "Done."}
 		}
-		return scripted.Reply{ToolCalls: []activities.ToolCall{
-			{ID: "c1", Name: activities.ToolWrite, Arguments: `{"file_path":"docs/src/main.go","content":"pwned"}`},
-			{ID: "c2", Name: activities.ToolEdit, Arguments: `{"file_path":"docs/readme.md","old_string":"# demo","new_string":"# pwned"}`},
-			{ID: "c3", Name: activities.ToolWrite, Arguments: `{"file_path":"docs/notes.md","content":"fine"}`},
+		return scripted.Reply{ToolCalls: []protocol.ToolCall{
+			{ID: "c1", Name: protocol.ToolWrite, Arguments: `{"file_path":"docs/src/main.go","content":"pwned"}`},
+			{ID: "c2", Name: protocol.ToolEdit, Arguments: `{"file_path":"docs/readme.md","old_string":"# demo","new_string":"# pwned"}`},
+			{ID: "c3", Name: protocol.ToolWrite, Arguments: `{"file_path":"docs/notes.md","content":"fine"}`},
 		}}
 	}
 	st := newStack(t, withScript(script), withSettings(func(s *workflows.Settings) {
 		s.Rules = []workflows.Rule{
-			{Tool: activities.ToolWrite, Require: workflows.RequireWhen, When: `!args.file_path.startsWith("docs/")`},
-			{Tool: activities.ToolEdit, Require: workflows.RequireWhen, When: `!args.file_path.startsWith("docs/")`},
+			{Tool: protocol.ToolWrite, Require: workflows.RequireWhen, When: `!args.file_path.startsWith("docs/")`},
+			{Tool: protocol.ToolEdit, Require: workflows.RequireWhen, When: `!args.file_path.startsWith("docs/")`},
 		}
 	}))
 	mainGo, readme := filepath.Join(st.workspace, "src", "main.go"), filepath.Join(st.workspace, "README.md")

@@ -255,12 +255,12 @@ func TestTheLedgerPageListsFiltersPagesAndExportsTheRows(t *testing.T) {
 // 40 events.
 func TestAnApprovedCallWaitsForNoLedgerWrite(t *testing.T) {
 	replies := map[string][]scripted.Reply{
-		"write": {{ToolCalls: []activities.ToolCall{{ID: "call_w", Name: activities.ToolWrite, Arguments: `{"file_path":"a.txt","content":"hi"}`}}}, {Content: "Written."}},
+		"write": {{ToolCalls: []protocol.ToolCall{{ID: "call_w", Name: protocol.ToolWrite, Arguments: `{"file_path":"a.txt","content":"hi"}`}}}, {Content: "Written."}},
 	}
 	st := newStack(t, withScript(byQuery(replies)))
 	_, msgs := st.chat(t, `{"query":"write","conversationId":"ledger-off-path"}`)
 	seq := 0
-	req := requestsByTool(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 1))[activities.ToolWrite]
+	req := requestsByTool(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 1))[protocol.ToolWrite]
 	_, out := st.postJSON(t, "/chat/approval", `{"requestId":"`+req.RequestID+`","decision":"approve"}`)
 	require.Equal(t, true, out["accepted"], out)
 	untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
@@ -301,11 +301,11 @@ func TestAnApprovedCallWaitsForNoLedgerWrite(t *testing.T) {
 	accepted := func(e *historypb.HistoryEvent) bool {
 		return e.GetEventType() == enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
 	}
-	write := events[slices.IndexFunc(events, scheduled(activities.ToolWrite))].GetEventId()
+	write := events[slices.IndexFunc(events, scheduled(protocol.ToolWrite))].GetEventId()
 	written := func(e *historypb.HistoryEvent) bool {
 		return e.GetActivityTaskCompletedEventAttributes().GetScheduledEventId() == write
 	}
-	require.Zero(t, markersBetween(accepted, scheduled(activities.ToolWrite)),
+	require.Zero(t, markersBetween(accepted, scheduled(protocol.ToolWrite)),
 		"nothing is written between the decision and the tool")
 	require.Zero(t, markersBetween(written, scheduled(activities.ModelActivity)),
 		"nothing is written between the tool and the model call that reads its result")
@@ -324,11 +324,11 @@ func TestAnApprovedCallWaitsForNoLedgerWrite(t *testing.T) {
 // rows and the two decisions that left others waiting, whatever the
 // number of calls beyond that.
 func TestABatchCostsItsTurnAMarkerOfEachKindNotOneACall(t *testing.T) {
-	write := func(id, file string) activities.ToolCall {
-		return activities.ToolCall{ID: id, Name: activities.ToolWrite, Arguments: `{"file_path":"` + file + `","content":"x"}`}
+	write := func(id, file string) protocol.ToolCall {
+		return protocol.ToolCall{ID: id, Name: protocol.ToolWrite, Arguments: `{"file_path":"` + file + `","content":"x"}`}
 	}
 	replies := map[string][]scripted.Reply{
-		"three": {{ToolCalls: []activities.ToolCall{write("w1", "a.txt"), write("w2", "b.txt"), write("w3", "c.txt")}}, {Content: "Written."}},
+		"three": {{ToolCalls: []protocol.ToolCall{write("w1", "a.txt"), write("w2", "b.txt"), write("w3", "c.txt")}}, {Content: "Written."}},
 	}
 	st := newStack(t, withScript(byQuery(replies)))
 	_, msgs := st.chat(t, `{"query":"three","conversationId":"batch-markers"}`)

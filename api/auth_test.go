@@ -18,7 +18,6 @@ import (
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/mocks"
 
-	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
@@ -213,7 +212,7 @@ func TestDecisionRecordsWhoDecidedInTheEventAndTheWorkflowHistory(t *testing.T) 
 	turnID, msgs := chatAs(t, api, bobToken, `{"query":"tidy up","conversationId":"auth-1"}`)
 	seq := 0
 	asked := requestsByTool(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 2))
-	write, bash := asked[activities.ToolWrite], asked[activities.ToolBash]
+	write, bash := asked[protocol.ToolWrite], asked[protocol.ToolBash]
 
 	// Without a token nothing is decided, not even with a genuine id.
 	resp, body := send(t, http.MethodPost, api.URL+"/chat/approval", "", `{"requestId":"`+write.RequestID+`","decision":"approve"}`)
@@ -239,7 +238,7 @@ func TestDecisionRecordsWhoDecidedInTheEventAndTheWorkflowHistory(t *testing.T) 
 			by[e.ToolCallID] = e.By
 		}
 	}
-	require.Equal(t, map[string]string{write.ToolCallID: "alice", bash.ToolCallID: workflows.PrincipalTemporal}, by)
+	require.Equal(t, map[string]string{write.ToolCallID: "alice", bash.ToolCallID: protocol.PrincipalTemporal}, by)
 
 	// The history holds who decided: the Update's input, as the API sent it.
 	var principals []string

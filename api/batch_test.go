@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 
-	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/internal/scripted"
 	"github.com/tollgate/tollgate/protocol"
@@ -33,8 +32,8 @@ func batchBody(decision string, ids ...string) string {
 func TestOnePostDecidesATurnsCallsAndEachDecisionKeepsItsDeciders(t *testing.T) {
 	st := newStack(t, withSettings(func(s *workflows.Settings) {
 		s.Rules = []workflows.Rule{
-			{Tool: activities.ToolWrite, Require: workflows.RequireAlways, SecondPerson: true},
-			{Tool: activities.ToolBash, Require: workflows.RequireAlways},
+			{Tool: protocol.ToolWrite, Require: workflows.RequireAlways, SecondPerson: true},
+			{Tool: protocol.ToolBash, Require: workflows.RequireAlways},
 		}
 	}))
 	const devToken, leadToken, chatToken = "dev-0123456789abcdef", "lead-0123456789abcde", "chat-0123456789abcde"
@@ -54,7 +53,7 @@ func TestOnePostDecidesATurnsCallsAndEachDecisionKeepsItsDeciders(t *testing.T) 
 	_, msgs := chatAs(t, api, devToken, `{"query": "tidy up", "conversationId": "batch-four-eyes"}`)
 	seq := 0
 	requests := requestsByTool(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 2))
-	write, bash := requests[activities.ToolWrite].RequestID, requests[activities.ToolBash].RequestID
+	write, bash := requests[protocol.ToolWrite].RequestID, requests[protocol.ToolBash].RequestID
 	both := batchBody(protocol.DecisionApprove, bash, write)
 
 	// The sender may approve the Bash, not their own Write, whoever the
@@ -136,9 +135,9 @@ func listApprovals(t *testing.T, api *httptest.Server, token, conversation strin
 // ten POST /chat/approval do: each Update costs the turn its accepted and
 // completed events and a workflow task.
 func TestOneBatchDecisionCostsTheTurnFewerEventsThanTenSingleOnes(t *testing.T) {
-	var writes []activities.ToolCall
+	var writes []protocol.ToolCall
 	for i := range 10 {
-		writes = append(writes, activities.ToolCall{ID: fmt.Sprintf("call_w%d", i), Name: activities.ToolWrite, Arguments: fmt.Sprintf(`{"file_path":"f%d.txt","content":"x"}`, i)})
+		writes = append(writes, protocol.ToolCall{ID: fmt.Sprintf("call_w%d", i), Name: protocol.ToolWrite, Arguments: fmt.Sprintf(`{"file_path":"f%d.txt","content":"x"}`, i)})
 	}
 	answer := strings.TrimSpace(strings.Repeat("word ", 2000))
 	turn := []scripted.Reply{{ToolCalls: writes}, {Content: answer}}
@@ -160,7 +159,7 @@ func TestOneBatchDecisionCostsTheTurnFewerEventsThanTenSingleOnes(t *testing.T) 
 		ok := 0
 		for _, r := range results {
 			for _, tr := range r.ToolResults {
-				if tr.Status == activities.StatusOK {
+				if tr.Status == protocol.StatusOK {
 					ok++
 				}
 			}

@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/serviceerror"
 
-	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/scripted"
 	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
@@ -23,7 +22,7 @@ func pickColor(req openai.ChatCompletionRequest) scripted.Reply {
 	if last.Role == openai.ChatMessageRoleTool {
 		return scripted.Reply{Content: "You picked " + last.Content + "."}
 	}
-	return scripted.Reply{ToolCalls: []activities.ToolCall{{ID: "call_pick_1", Name: "PickColor", Arguments: `{"palette":"warm"}`}}}
+	return scripted.Reply{ToolCalls: []protocol.ToolCall{{ID: "call_pick_1", Name: "PickColor", Arguments: `{"palette":"warm"}`}}}
 }
 
 func TestClientToolIsAnsweredByToolCallIDAloneOverHTTP(t *testing.T) {

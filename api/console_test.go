@@ -19,7 +19,6 @@ import (
 	openai "github.com/sashabaranov/go-openai"
 	"github.com/stretchr/testify/require"
 
-	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/proctest"
 	"github.com/tollgate/tollgate/internal/scripted"
@@ -363,7 +362,7 @@ func TestConsoleShowsEveryEventOnceAfterADroppedConnectionAndAReload(t *testing.
 	b.waitUntil(`document.querySelector('[data-testid="connection"]').dataset.state === "live"`)
 	requireEachEventOnce(t, pageSeqs(b, turn), len(waiting))
 	// What happens after the drop reaches the resumed stream, once.
-	write := requestsByTool(waiting)[activities.ToolWrite].RequestID
+	write := requestsByTool(waiting)[protocol.ToolWrite].RequestID
 	postDecision(t, env.api, write, protocol.DecisionApprove, "", true)
 	b.waitUntil(count(turn+` [data-type="approval_decision"]`) + ` === 1`)
 	decided := serverEvents(t, env.api.URL, turnID, protocol.EventApprovalDecision)
@@ -535,7 +534,7 @@ func TestConsoleStrikesThroughTheTextARetriedModelCallVoided(t *testing.T) {
 var notetaker = workflows.AgentDef{
 	Name:        "notetaker",
 	Description: "Reads files in the workspace and writes short notes about them.",
-	Tools:       []string{activities.ToolRead, activities.ToolWrite},
+	Tools:       []string{protocol.ToolRead, protocol.ToolWrite},
 	Prompt:      "You are a careful note-taker.",
 }
 
@@ -570,7 +569,7 @@ func TestConsoleSaysWhenTheContextWasCompacted(t *testing.T) {
 			return scripted.Reply{Content: "Read it."}
 		}
 		if countRole(req.Messages, openai.ChatMessageRoleTool) == 0 {
-			return scripted.Reply{ToolCalls: []activities.ToolCall{{ID: "call_big", Name: activities.ToolRead, Arguments: `{"file_path":"big.txt"}`}}}
+			return scripted.Reply{ToolCalls: []protocol.ToolCall{{ID: "call_big", Name: protocol.ToolRead, Arguments: `{"file_path":"big.txt"}`}}}
 		}
 		return scripted.Reply{Content: "It was long."}
 	}

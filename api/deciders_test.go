@@ -19,8 +19,8 @@ import (
 func TestASecondPersonMustApproveWhatTheSenderAsked(t *testing.T) {
 	st := newStack(t, withSettings(func(s *workflows.Settings) {
 		s.Rules = []workflows.Rule{
-			{Tool: activities.ToolWrite, Require: workflows.RequireAlways, SecondPerson: true},
-			{Tool: activities.ToolBash, Require: workflows.RequireNever},
+			{Tool: protocol.ToolWrite, Require: workflows.RequireAlways, SecondPerson: true},
+			{Tool: protocol.ToolBash, Require: workflows.RequireNever},
 		}
 	}))
 	const devToken, leadToken = "dev-0123456789abcdef", "lead-0123456789abcde"
@@ -54,7 +54,7 @@ func TestAClientToolThePolicyProtectsAsksBeforeTheClientIsToldToRunIt(t *testing
 		if countRole(req.Messages, openai.ChatMessageRoleTool) > 0 {
 			return scripted.Reply{Content: "Paid."}
 		}
-		return scripted.Reply{ToolCalls: []activities.ToolCall{{ID: "call_pay", Name: "Pay", Arguments: `{"amount":12.5}`}}}
+		return scripted.Reply{ToolCalls: []protocol.ToolCall{{ID: "call_pay", Name: "Pay", Arguments: `{"amount":12.5}`}}}
 	}
 	// docs/policy.md's policy 3: every payment asks.
 	st := newStack(t, withScript(script), withSettings(func(s *workflows.Settings) {
@@ -80,8 +80,8 @@ func TestAClientToolThePolicyProtectsAsksBeforeTheClientIsToldToRunIt(t *testing
 func TestAGrantDoesNotLetItsMakerSkipTheSecondPerson(t *testing.T) {
 	st := newStack(t, withSettings(func(s *workflows.Settings) {
 		s.Rules = []workflows.Rule{
-			{Tool: activities.ToolWrite, Require: workflows.RequireAlways, SecondPerson: true},
-			{Tool: activities.ToolBash, Require: workflows.RequireNever},
+			{Tool: protocol.ToolWrite, Require: workflows.RequireAlways, SecondPerson: true},
+			{Tool: protocol.ToolBash, Require: workflows.RequireNever},
 		}
 	}))
 	const aliceToken, bobToken = "alice-0123456789abcd", "bob-0123456789abcdef"
@@ -152,7 +152,7 @@ func restartWorker(t *testing.T, st *stack, change func(*workflows.Settings)) {
 // it does, unless its maker is one of them.
 func TestARuleThatGainsDecidersNarrowsTheGrantsMadeBefore(t *testing.T) {
 	st := newStack(t, withSettings(func(s *workflows.Settings) {
-		s.Rules = []workflows.Rule{{Tool: activities.ToolBash, Require: workflows.RequireNever}}
+		s.Rules = []workflows.Rule{{Tool: protocol.ToolBash, Require: workflows.RequireNever}}
 	}))
 	const devToken, leadToken = "dev-0123456789abcdef", "lead-0123456789abcde"
 	o := st.apiOptions()
@@ -177,8 +177,8 @@ func TestARuleThatGainsDecidersNarrowsTheGrantsMadeBefore(t *testing.T) {
 	// The operator's new policy: only lead decides Writes.
 	restartWorker(t, st, func(s *workflows.Settings) {
 		s.Rules = []workflows.Rule{
-			{Tool: activities.ToolWrite, Require: workflows.RequireAlways, Deciders: []string{"lead"}},
-			{Tool: activities.ToolBash, Require: workflows.RequireNever},
+			{Tool: protocol.ToolWrite, Require: workflows.RequireAlways, Deciders: []string{"lead"}},
+			{Tool: protocol.ToolBash, Require: workflows.RequireNever},
 		}
 	})
 

@@ -20,7 +20,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/internal/devserver"
 	"github.com/tollgate/tollgate/internal/proctest"
@@ -214,14 +213,14 @@ func TestLateUnknownAndForgedRequestIDsAreNotAccepted(t *testing.T) {
 	script := func(req openai.ChatCompletionRequest) scripted.Reply {
 		switch countRole(req.Messages, openai.ChatMessageRoleTool) {
 		case 0:
-			return scripted.Reply{Content: "A note first.", ToolCalls: []activities.ToolCall{
-				{ID: "call_write", Name: activities.ToolWrite, Arguments: `{"file_path":"late.txt","content":"late"}`},
+			return scripted.Reply{Content: "A note first.", ToolCalls: []protocol.ToolCall{
+				{ID: "call_write", Name: protocol.ToolWrite, Arguments: `{"file_path":"late.txt","content":"late"}`},
 			}}
 		case 1:
 			thought.Do(func() { close(thinking) })
 			<-answer
-			return scripted.Reply{Content: "Then a listing.", ToolCalls: []activities.ToolCall{
-				{ID: "call_bash", Name: activities.ToolBash, Arguments: `{"command":"ls"}`},
+			return scripted.Reply{Content: "Then a listing.", ToolCalls: []protocol.ToolCall{
+				{ID: "call_bash", Name: protocol.ToolBash, Arguments: `{"command":"ls"}`},
 			}}
 		default:
 			<-last
@@ -282,8 +281,8 @@ func TestWorkerKilledWhileApprovalPendingResumesAndRunsToolOnce(t *testing.T) {
 		if countRole(req.Messages, openai.ChatMessageRoleTool) > 0 {
 			return scripted.Reply{Content: "Counted."}
 		}
-		return scripted.Reply{ToolCalls: []activities.ToolCall{
-			{ID: "call_count", Name: activities.ToolBash, Arguments: `{"command":"echo ran >> count.txt"}`},
+		return scripted.Reply{ToolCalls: []protocol.ToolCall{
+			{ID: "call_count", Name: protocol.ToolBash, Arguments: `{"command":"echo ran >> count.txt"}`},
 		}}
 	}
 	if testing.Short() {
@@ -429,7 +428,7 @@ func resets(events []protocol.Event) int {
 	return n
 }
 
-func callNames(calls []activities.ToolCall) []string {
+func callNames(calls []protocol.ToolCall) []string {
 	var out []string
 	for _, c := range calls {
 		out = append(out, c.Name+" "+c.ID)

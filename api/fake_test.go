@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/serviceerror"
 
-	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
 )
@@ -161,7 +160,7 @@ func (f *fakeSource) Conversation(_ context.Context, conv string) (workflows.Con
 }
 
 // Live reads a model call's heartbeat details; the fake has no calls.
-func (f *fakeSource) Live(context.Context, string, string) ([]activities.TokenPiece, bool, error) {
+func (f *fakeSource) Live(context.Context, string, string) ([]protocol.TokenPiece, bool, error) {
 	return nil, false, nil
 }
 

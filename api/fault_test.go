@@ -54,8 +54,8 @@ func TestWorkerKilledDuringModelCallRetriesTheCallOnAnotherWorker(t *testing.T) 
 		if countRole(req.Messages, openai.ChatMessageRoleTool) > 0 {
 			return scripted.Reply{Content: "Counted."}
 		}
-		r := scripted.Reply{Content: intro, ToolCalls: []activities.ToolCall{
-			{ID: "call_count", Name: activities.ToolBash, Arguments: `{"command":"echo ran >> count.txt"}`},
+		r := scripted.Reply{Content: intro, ToolCalls: []protocol.ToolCall{
+			{ID: "call_count", Name: protocol.ToolBash, Arguments: `{"command":"echo ran >> count.txt"}`},
 		}}
 		if firstAnswers.Add(1) == 1 {
 			r.Hold, r.HoldAfter = hold, 3 // the role, "I " and "will "
@@ -106,7 +106,7 @@ func TestWorkerKilledDuringToolCallAnswersTheModelThatItDidNotComplete(t *testin
 		if countRole(req.Messages, openai.ChatMessageRoleTool) > 0 {
 			return scripted.Reply{Content: "It did not complete; I will not retry."}
 		}
-		return scripted.Reply{ToolCalls: []activities.ToolCall{{ID: "call_block", Name: activities.ToolBash, Arguments: string(args)}}}
+		return scripted.Reply{ToolCalls: []protocol.ToolCall{{ID: "call_block", Name: protocol.ToolBash, Arguments: string(args)}}}
 	}
 	st := newStack(t, withScript(script), withoutWorker())
 	settings := st.workerSettings(func(s *workflows.Settings) { s.ToolHeartbeatTimeout = fastHeartbeat })
@@ -155,8 +155,8 @@ func TestApprovalWorksAfterTemporalRestartsWhileTheTurnWaits(t *testing.T) {
 		if countRole(req.Messages, openai.ChatMessageRoleTool) > 0 {
 			return scripted.Reply{Content: "Counted."}
 		}
-		return scripted.Reply{ToolCalls: []activities.ToolCall{
-			{ID: "call_count", Name: activities.ToolBash, Arguments: `{"command":"echo ran >> count.txt"}`},
+		return scripted.Reply{ToolCalls: []protocol.ToolCall{
+			{ID: "call_count", Name: protocol.ToolBash, Arguments: `{"command":"echo ran >> count.txt"}`},
 		}}
 	}
 	st := newStack(t, withScript(script))
@@ -190,7 +190,7 @@ func TestModelServerFaultsAreRetriedOrEndTheTurnWithAnError(t *testing.T) {
 		"429":       {{Status: http.StatusTooManyRequests, Content: "slow down", Header: map[string]string{"Retry-After": "2"}}, {Content: "Fine after a 429."}},
 		"hung":      {{Hold: never}, {Content: "Fine after a hang."}},
 		"malformed": {{Content: "Never seen.", Corrupt: "{this is not JSON"}, {Content: "Fine after a bad chunk."}},
-		"arguments": {{ToolCalls: []activities.ToolCall{{ID: "call_bad", Name: activities.ToolWrite, Arguments: badArguments}}}, {Content: "I will fix my arguments."}},
+		"arguments": {{ToolCalls: []protocol.ToolCall{{ID: "call_bad", Name: protocol.ToolWrite, Arguments: badArguments}}}, {Content: "I will fix my arguments."}},
 		"400":       {{Status: http.StatusBadRequest, Content: "unknown parameter: frobnicate"}},
 		// An answer that hangs after its first words, and a retry that
 		// words it otherwise, as a real model's second try does.
@@ -283,10 +283,10 @@ func TestModelServerFaultsAreRetriedOrEndTheTurnWithAnError(t *testing.T) {
 func TestFailingToolsBecomeErrorResultsTheModelReads(t *testing.T) {
 	noArgs := json.RawMessage(`{"type":"object","properties":{}}`)
 	replies := map[string][]scripted.Reply{
-		"panic": {{ToolCalls: []activities.ToolCall{{ID: "call_panic", Name: "Explode", Arguments: `{}`}}}, {Content: "It exploded."}},
-		"bash-timeout": {{ToolCalls: []activities.ToolCall{{ID: "call_slow", Name: activities.ToolBash,
+		"panic": {{ToolCalls: []protocol.ToolCall{{ID: "call_panic", Name: "Explode", Arguments: `{}`}}}, {Content: "It exploded."}},
+		"bash-timeout": {{ToolCalls: []protocol.ToolCall{{ID: "call_slow", Name: protocol.ToolBash,
 			Arguments: `{"command":"echo begun; sleep 30; echo never","timeout":3000}`}}}, {Content: "It was too slow."}},
-		"stall": {{ToolCalls: []activities.ToolCall{{ID: "call_stall", Name: "Stall", Arguments: `{}`}}}, {Content: "It stalled."}},
+		"stall": {{ToolCalls: []protocol.ToolCall{{ID: "call_stall", Name: "Stall", Arguments: `{}`}}}, {Content: "It stalled."}},
 	}
 	st := newStack(t, withScript(byQuery(replies)),
 		withActivity("Explode", func(context.Context, activities.ToolInput) (activities.ToolOutput, error) {
@@ -298,8 +298,8 @@ func TestFailingToolsBecomeErrorResultsTheModelReads(t *testing.T) {
 		}),
 		withSettings(func(s *workflows.Settings) {
 			s.Tools = append(s.Tools,
-				activities.ToolSpec{Name: "Explode", Description: "Panics.", Parameters: noArgs},
-				activities.ToolSpec{Name: "Stall", Description: "Never answers.", Parameters: noArgs})
+				protocol.ToolSpec{Name: "Explode", Description: "Panics.", Parameters: noArgs},
+				protocol.ToolSpec{Name: "Stall", Description: "Never answers.", Parameters: noArgs})
 			// Past the Bash call's 3 s with room for killing it and
 			// answering on a loaded machine under the race detector, and
 			// short for Stall. The Bash limit is 3 s, not less, because a
@@ -319,7 +319,7 @@ func TestFailingToolsBecomeErrorResultsTheModelReads(t *testing.T) {
 		require.Equal(t, replies[query][1].Content, finish.Text)
 		results := ofType(turn.events, protocol.EventToolResult)[0].ToolResults
 		require.Len(t, results, 1)
-		require.Equal(t, activities.StatusError, results[0].Status)
+		require.Equal(t, protocol.StatusError, results[0].Status)
 		reqs := st.requestsOf(query)
 		require.Len(t, reqs, 2)
 		require.Equal(t, results[0].Result, reqs[1].Messages[len(reqs[1].Messages)-1].Content, "the model reads the error")
@@ -418,7 +418,7 @@ func (s *turnStream) requireWholeLog(st *stack) {
 	requireSeqs(t, 1, s.events)
 	require.Equal(t, protocol.EventTurnStart, s.events[0].Type)
 
-	var open []activities.ToolCall // calls of the batch not yet answered
+	var open []protocol.ToolCall // calls of the batch not yet answered
 	for _, e := range s.events {
 		switch e.Type {
 		case protocol.EventToolCall:

@@ -14,7 +14,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/protocol"
 )
 
@@ -96,7 +95,7 @@ func FuzzSSEEncoder(f *testing.F) {
 			Seq: seq, Type: typ, Name: name, Data: data,
 			RequestID: requestID, ToolCallID: name, ToolName: name, Arguments: args, ExpiresAt: &expires,
 			Reason: reason, Text: data, Message: message,
-			ToolCalls:   []activities.ToolCall{{ID: requestID, Name: name, Arguments: args}},
+			ToolCalls:   []protocol.ToolCall{{ID: requestID, Name: name, Arguments: args}},
 			ToolResults: []protocol.ToolResult{{ID: requestID, Name: name, Result: message, Status: reason}},
 		}
 		var out strings.Builder

@@ -15,7 +15,6 @@ import (
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
 )
@@ -40,7 +39,7 @@ type eventSource interface {
 	// Live returns the token events in the heartbeat details of the turn's
 	// model call activityID (workflows.LiveTokens); running is false once
 	// that call is no longer pending.
-	Live(ctx context.Context, turnID, activityID string) (pieces []activities.TokenPiece, running bool, err error)
+	Live(ctx context.Context, turnID, activityID string) (pieces []protocol.TokenPiece, running bool, err error)
 	// Conversation returns the state of a conversation (its turns, the one
 	// that runs, how many wait), to learn whether a turn that does not
 	// exist yet waits in its queue.
@@ -82,7 +81,7 @@ var defaultHubSettings = hubSettings{
 	notFoundTimeout: 2 * time.Minute,
 	startingFor:     2 * time.Second,
 	closedRetries:   3,
-	liveInterval:    activities.DefaultFlushInterval,
+	liveInterval:    protocol.DefaultFlushInterval,
 }
 
 // hub runs at most one poller per turn in this API process, however many
@@ -826,7 +825,7 @@ func (s temporalSource) Conversation(ctx context.Context, conversationID string)
 
 // Live reads the heartbeat details of the turn's model call activityID from
 // the workflow's description: no worker and no history read.
-func (s temporalSource) Live(ctx context.Context, turnID, activityID string) ([]activities.TokenPiece, bool, error) {
+func (s temporalSource) Live(ctx context.Context, turnID, activityID string) ([]protocol.TokenPiece, bool, error) {
 	d, err := s.client.DescribeWorkflow(ctx, turnID, "")
 	if err != nil {
 		return nil, false, fmt.Errorf("describe turn %s: %w", turnID, err)
@@ -835,7 +834,7 @@ func (s temporalSource) Live(ctx context.Context, turnID, activityID string) ([]
 		if a.GetActivityId() != activityID {
 			continue
 		}
-		var p activities.TokenProgress
+		var p protocol.TokenProgress
 		if hb := a.GetHeartbeatDetails(); len(hb.GetPayloads()) > 0 {
 			if err := s.converter().FromPayloads(hb, &p); err != nil {
 				return nil, true, fmt.Errorf("decode the answer of model call %s of turn %s: %w", activityID, turnID, err)

@@ -250,7 +250,7 @@ func stackTools(workspace string) *activities.Tools {
 // changes them.
 func stackSettings(tools *activities.Tools, approvalTimeout time.Duration) workflows.Settings {
 	return workflows.Settings{
-		RequiredTools:    []string{activities.ToolWrite, activities.ToolEdit, activities.ToolBash},
+		RequiredTools:    []string{protocol.ToolWrite, protocol.ToolEdit, protocol.ToolBash},
 		ApprovalTimeout:  approvalTimeout,
 		Tools:            tools.Specs(),
 		WorkspaceRoots:   []string{tools.Workspace},
@@ -397,11 +397,11 @@ func TestTurnStreamsThroughApprovalsToFinishOnRealTemporal(t *testing.T) {
 	require.EqualValues(t, 1, metric(t, st.api, "tollgate_api_pollers_started_total"))
 
 	require.EventuallyWithT(t, func(c *assert.CollectT) { require.Len(c, approvalsAt(c, st.api.URL, ""), 2) }, waitFor, 20*time.Millisecond)
-	require.Len(t, st.approvals(t, "?tool="+activities.ToolBash), 1)
+	require.Len(t, st.approvals(t, "?tool="+protocol.ToolBash), 1)
 	require.Len(t, st.approvals(t, "?conversationId=it-1"), 2)
 	require.Empty(t, st.approvals(t, "?conversationId=other"))
 
-	write, bash := requests[activities.ToolWrite].RequestID, requests[activities.ToolBash].RequestID
+	write, bash := requests[protocol.ToolWrite].RequestID, requests[protocol.ToolBash].RequestID
 	postDecision(t, st.api, write, protocol.DecisionApprove, "", true)
 	// A retry of the same decision (its answer lost, say) is told the
 	// first attempt's outcome; another decision is told why not.

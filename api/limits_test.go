@@ -24,7 +24,6 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/devserver"
 	"github.com/tollgate/tollgate/internal/scripted"
 	"github.com/tollgate/tollgate/protocol"
@@ -40,9 +39,9 @@ func TestABatchOfAHundredProtectedCallsWaitsAndRuns(t *testing.T) {
 		if countRole(req.Messages, openai.ChatMessageRoleTool) > 0 {
 			return scripted.Reply{Content: "All ran."}
 		}
-		var calls []activities.ToolCall
+		var calls []protocol.ToolCall
 		for i := range n {
-			calls = append(calls, activities.ToolCall{ID: fmt.Sprintf("call_%03d", i), Name: activities.ToolBash, Arguments: fmt.Sprintf(`{"command":"echo %d"}`, i)})
+			calls = append(calls, protocol.ToolCall{ID: fmt.Sprintf("call_%03d", i), Name: protocol.ToolBash, Arguments: fmt.Sprintf(`{"command":"echo %d"}`, i)})
 		}
 		return scripted.Reply{ToolCalls: calls}
 	}
@@ -64,7 +63,7 @@ func TestABatchOfAHundredProtectedCallsWaitsAndRuns(t *testing.T) {
 	results := ofType(events, protocol.EventToolResult)[0].ToolResults
 	require.Len(t, results, n)
 	for i, r := range results {
-		require.Equal(t, activities.StatusOK, r.Status, r.Result)
+		require.Equal(t, protocol.StatusOK, r.Status, r.Result)
 		require.Contains(t, r.Result, fmt.Sprint(i))
 	}
 }
@@ -107,7 +106,7 @@ func TestAWriteOfTwoAndAHalfMebibytesPassesThroughThePayloadStore(t *testing.T) 
 		if countRole(req.Messages, openai.ChatMessageRoleTool) > 0 {
 			return scripted.Reply{Content: "Wrote it."}
 		}
-		return scripted.Reply{ToolCalls: []activities.ToolCall{{ID: "call_big", Name: activities.ToolWrite, Arguments: string(args)}}}
+		return scripted.Reply{ToolCalls: []protocol.ToolCall{{ID: "call_big", Name: protocol.ToolWrite, Arguments: string(args)}}}
 	}
 	st := newStack(t, withScript(script), withPayloadStore())
 	_, msgs := st.chat(t, `{"query": "write it", "conversationId": "big-write"}`)
@@ -228,7 +227,7 @@ func TestALongConversationIsCompactedForTheModelAndKeptWholeForPeople(t *testing
 		case last.Role == openai.ChatMessageRoleTool:
 			return scripted.Reply{Content: "Read it."}
 		case last.Content == "read the big file":
-			return scripted.Reply{ToolCalls: []activities.ToolCall{{ID: "call_big", Name: activities.ToolRead, Arguments: `{"file_path":"big.txt"}`}}}
+			return scripted.Reply{ToolCalls: []protocol.ToolCall{{ID: "call_big", Name: protocol.ToolRead, Arguments: `{"file_path":"big.txt"}`}}}
 		default:
 			for _, m := range req.Messages {
 				if m.Role == openai.ChatMessageRoleTool && m.Content == workflows.ElidedToolOutput {
@@ -286,7 +285,7 @@ func TestATurnEndsWithAnErrorBeforeItsHistoryReachesTemporalsLimit(t *testing.T)
 			return scripted.Reply{Content: "Fresh turn."}
 		}
 		n := countRole(req.Messages, openai.ChatMessageRoleAssistant)
-		return scripted.Reply{ToolCalls: []activities.ToolCall{{ID: fmt.Sprintf("call_%d", n), Name: activities.ToolRead, Arguments: `{"file_path":"README.md"}`}}}
+		return scripted.Reply{ToolCalls: []protocol.ToolCall{{ID: fmt.Sprintf("call_%d", n), Name: protocol.ToolRead, Arguments: `{"file_path":"README.md"}`}}}
 	}
 	st := newStack(t, withScript(script),
 		withSettings(func(s *workflows.Settings) { s.MaxSteps = 1000 }),
@@ -389,10 +388,10 @@ func TestAModelAnswerLargerThanAGRPCMessageIsCarried(t *testing.T) {
 		if req.Messages[len(req.Messages)-1].Role == openai.ChatMessageRoleTool {
 			return scripted.Reply{Content: "All ran."}
 		}
-		var calls []activities.ToolCall
+		var calls []protocol.ToolCall
 		for i := range n {
 			args, _ := json.Marshal(map[string]string{"command": fmt.Sprintf("echo %d >> ran.txt # %s", i, strings.Repeat("x", 28<<10))})
-			calls = append(calls, activities.ToolCall{ID: fmt.Sprintf("call_%03d", i), Name: activities.ToolBash, Arguments: string(args)})
+			calls = append(calls, protocol.ToolCall{ID: fmt.Sprintf("call_%03d", i), Name: protocol.ToolBash, Arguments: string(args)})
 		}
 		return scripted.Reply{ToolCalls: calls}
 	}

@@ -12,7 +12,6 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
 
-	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/links"
 	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
@@ -91,7 +90,7 @@ func (s *Server) showLink(c *gin.Context) {
 		Title:     map[string]string{"approve": "Approve ", "decline": "Decline "}[l.Decision] + call.ToolName + "?",
 		Call:      call,
 		Decision:  l.Decision,
-		Arguments: activities.ArgumentLines(call.Arguments),
+		Arguments: protocol.ArgumentLines(call.Arguments),
 		Expires:   call.ExpiresAt.UTC().Format(time.RFC1123),
 		Params:    params,
 	})

@@ -15,7 +15,6 @@ import (
 	openai "github.com/sashabaranov/go-openai"
 	"github.com/stretchr/testify/require"
 
-	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/scripted"
 	"github.com/tollgate/tollgate/protocol"
 )
@@ -35,7 +34,7 @@ func TestATurnThatLostItsPayloadsEndsNamingOneAndItsConversationGoesOn(t *testin
 		case countRole(req.Messages, openai.ChatMessageRoleTool) > 0:
 			return scripted.Reply{Content: "Wrote it."}
 		}
-		return scripted.Reply{ToolCalls: []activities.ToolCall{{ID: "call_big", Name: activities.ToolWrite, Arguments: string(args)}}}
+		return scripted.Reply{ToolCalls: []protocol.ToolCall{{ID: "call_big", Name: protocol.ToolWrite, Arguments: string(args)}}}
 	}
 	st := newStack(t, withScript(script), withPayloadStore(), withoutWorker())
 	settings := st.workerSettings(nil)

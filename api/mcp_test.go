@@ -17,7 +17,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/internal/proctest"
 	"github.com/tollgate/tollgate/internal/scripted"
@@ -64,7 +63,7 @@ func TestMCPToolsOfTheWorkerGoThroughTheGateOverHTTP(t *testing.T) {
 		if countRole(req.Messages, openai.ChatMessageRoleTool) > 0 {
 			return scripted.Reply{Content: "Done."}
 		}
-		return scripted.Reply{ToolCalls: []activities.ToolCall{
+		return scripted.Reply{ToolCalls: []protocol.ToolCall{
 			{ID: "call_echo", Name: "mcp__everything__echo", Arguments: `{"message":"hello from the gate"}`},
 			{ID: "call_write", Name: "mcp__fs__write_file", Arguments: fmt.Sprintf(`{"path":%q,"content":"via MCP\n"}`, filepath.Join(st.workspace, "mcp.txt"))},
 		}}
@@ -162,7 +161,7 @@ func TestAnMCPToolsWorkspacePathsAreResolvedThroughLinksBeforeThePolicy(t *testi
 		if countRole(req.Messages, openai.ChatMessageRoleTool) > 0 {
 			return scripted.Reply{Content: "Done."}
 		}
-		return scripted.Reply{ToolCalls: []activities.ToolCall{
+		return scripted.Reply{ToolCalls: []protocol.ToolCall{
 			{ID: "c1", Name: "mcp__fs__write_file", Arguments: `{"path":"docs/src/main.go","content":"approved\n"}`},
 			{ID: "c2", Name: "mcp__fs__write_file", Arguments: `{"path":"docs/notes.md","content":"fine\n"}`},
 		}}

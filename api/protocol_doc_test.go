@@ -173,7 +173,7 @@ func TestProtocolDocNamesEveryFieldOfTheBodies(t *testing.T) {
 		{"### `POST /chat/tool-result`", []any{protocol.ToolResultRequest{}}, false},
 		{"### `GET /approvals`", []any{protocol.PendingApproval{}}, true},
 		{"### `GET /conversations/:conversationId/grants`", []any{workflows.Grant{}}, false},
-		{"### `GET /conversations/:conversationId/messages`", []any{workflows.MessagesPage{}, activities.Message{}}, true},
+		{"### `GET /conversations/:conversationId/messages`", []any{workflows.MessagesPage{}, protocol.Message{}}, true},
 		{"### `GET /conversations/:conversationId/turns`", []any{protocol.TurnList{}}, false},
 		{"### `POST /conversations/:conversationId/compact`", []any{protocol.CompactResult{}}, false},
 		{"### The decision body", []any{protocol.DecisionRequest{}, protocol.ApprovalDecision{}}, false},
@@ -197,7 +197,7 @@ func TestProtocolDocNamesEveryFieldOfTheBodies(t *testing.T) {
 	}
 	// A client tool is a ToolSpec; clients send its first three fields.
 	keys := docstest.TableKeys(docSection(t, doc, "### `POST /chat/stream`", false))
-	for _, f := range jsonFields(reflect.TypeOf(activities.ToolSpec{}))[:3] {
+	for _, f := range jsonFields(reflect.TypeOf(protocol.ToolSpec{}))[:3] {
 		require.Contains(t, keys, f)
 	}
 }

@@ -229,7 +229,7 @@ func newServer(o Options, src eventSource, settings hubSettings) *Server {
 		client:    o.Client,
 		temporal:  "Temporal",
 		calls:     newCallLimit(o.MaxTemporalCalls),
-		taskQueue: cmp.Or(o.TaskQueue, workflows.DefaultTaskQueue),
+		taskQueue: cmp.Or(o.TaskQueue, protocol.DefaultTaskQueue),
 		heartbeat: o.HeartbeatInterval,
 		log:       o.Logger,
 		metrics:   newMetrics(),

@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/scripted"
 	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
@@ -31,7 +30,7 @@ func TestSubagentEventsReachTheParentStreamAndItsApprovalIsDecidedByRequestIDAlo
 		}
 	}
 	require.Equal(t, []string{"subagent_start", "subagent_token", "subagent_tool_call", "subagent_approval_request"}, dedupe(sub))
-	require.Equal(t, activities.ToolWrite, req.ToolName)
+	require.Equal(t, protocol.ToolWrite, req.ToolName)
 	turnID := findType(events, protocol.EventTurnStart).TurnID
 	require.NotEqual(t, turnID, req.WorkflowID, "the subagent waits in its own workflow")
 	// GET /approvals names the subagent's turn, for the inbox's link.
@@ -47,8 +46,8 @@ func TestSubagentEventsReachTheParentStreamAndItsApprovalIsDecidedByRequestIDAlo
 	rest := untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
 	require.Equal(t, "notetaker", findType(rest, "subagent_finish").Name)
 	task := findType(rest, protocol.EventToolResult).ToolResults[0]
-	require.Equal(t, workflows.TaskTool, task.Name)
-	require.Equal(t, activities.StatusOK, task.Status)
+	require.Equal(t, protocol.TaskTool, task.Name)
+	require.Equal(t, protocol.StatusOK, task.Status)
 	require.Contains(t, task.Result, "Write ran", "the Task result is the subagent's final answer")
 	require.Equal(t, protocol.FinishStop, rest[len(rest)-1].Reason)
 	_, err := os.Stat(filepath.Join(st.workspace, scripted.DemoNotePath))

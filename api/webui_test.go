@@ -19,7 +19,6 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/converter"
 
-	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/devserver"
 	"github.com/tollgate/tollgate/internal/proctest"
 	"github.com/tollgate/tollgate/internal/scripted"
@@ -181,9 +180,9 @@ func TestTheApproverSeesWhatACallWillReallyDo(t *testing.T) {
 		if countRole(req.Messages, openai.ChatMessageRoleTool) > 0 {
 			return scripted.Reply{Content: "Done."}
 		}
-		return scripted.Reply{ToolCalls: []activities.ToolCall{
-			{ID: "w", Name: activities.ToolWrite, Arguments: `{"file_path":"README.md","content":"# replaced\n"}`},
-			{ID: "b", Name: activities.ToolBash, Arguments: `{"command":"ls -la\nrm -rf ~/   # harmless cleanup"}`},
+		return scripted.Reply{ToolCalls: []protocol.ToolCall{
+			{ID: "w", Name: protocol.ToolWrite, Arguments: `{"file_path":"README.md","content":"# replaced\n"}`},
+			{ID: "b", Name: protocol.ToolBash, Arguments: `{"command":"ls -la\nrm -rf ~/   # harmless cleanup"}`},
 		}}
 	}
 	st := newStack(t, withScript(script))

@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/protocol"
 )
 
@@ -214,7 +213,7 @@ func (e *env) approveWatched(ctx context.Context, turns []paused, perTurn int, w
 		if err != nil {
 			return st, err
 		}
-		marks := approvalMarks(timedHistory(h), at, firstAt, activities.ToolWrite)
+		marks := approvalMarks(timedHistory(h), at, firstAt, protocol.ToolWrite)
 		if err := checkMarks(marks); err != nil {
 			return st, fmt.Errorf("%s: %w", t.turnID, err)
 		}

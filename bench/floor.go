@@ -35,7 +35,7 @@ const (
 )
 
 // benchWriteCall is the protected call both sides make.
-var benchWriteCall = protocol.ToolCall{ID: "call_w", Name: activities.ToolWrite, Arguments: `{"file_path":"bench.txt","content":"x"}`}
+var benchWriteCall = protocol.ToolCall{ID: "call_w", Name: protocol.ToolWrite, Arguments: `{"file_path":"bench.txt","content":"x"}`}
 
 // floorWorkflow is the least a workflow can do for one approved tool call:
 // publish the request in a queryable log, wait for the decision signal, run
@@ -51,7 +51,7 @@ func floorWorkflow(ctx workflow.Context) error {
 	if err := setFloorEventsQuery(ctx, func() []protocol.Event { return log }); err != nil {
 		return err
 	}
-	publish(protocol.Event{Type: protocol.EventApprovalRequest, RequestID: "r", ToolName: activities.ToolWrite})
+	publish(protocol.Event{Type: protocol.EventApprovalRequest, RequestID: "r", ToolName: protocol.ToolWrite})
 	decisions := workflow.GetSignalChannel(ctx, floorSignalName)
 	var d protocol.ApprovalDecision
 	decisions.Receive(ctx, &d)

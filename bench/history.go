@@ -13,6 +13,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
 )
 
@@ -51,7 +52,7 @@ func breakdown(ctx context.Context, c client.Client, floor, tg []turnSample, flo
 		samples     []turnSample
 		into        map[string][]time.Duration
 		model, tool string
-	}{{floor, fl, floorModel, floorActivityName}, {tg, tl, activities.ModelActivity, activities.ToolWrite}} {
+	}{{floor, fl, floorModel, floorActivityName}, {tg, tl, activities.ModelActivity, protocol.ToolWrite}} {
 		for _, s := range side.samples {
 			h, err := history(ctx, c, s.workflowID)
 			if err != nil {

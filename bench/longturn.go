@@ -15,7 +15,6 @@ import (
 	"go.temporal.io/sdk/client"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/scripted"
 	"github.com/tollgate/tollgate/protocol"
 )
@@ -72,7 +71,7 @@ func longTurnScript(req openai.ChatCompletionRequest) scripted.Reply {
 	var calls []protocol.ToolCall
 	for i := range longTurnReads {
 		n := step*longTurnReads + i
-		calls = append(calls, protocol.ToolCall{ID: fmt.Sprintf("call_%03d", n), Name: activities.ToolRead, Arguments: fmt.Sprintf(`{"file_path":"f%03d.txt"}`, n)})
+		calls = append(calls, protocol.ToolCall{ID: fmt.Sprintf("call_%03d", n), Name: protocol.ToolRead, Arguments: fmt.Sprintf(`{"file_path":"f%03d.txt"}`, n)})
 	}
 	return scripted.Reply{ToolCalls: calls}
 }

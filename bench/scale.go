@@ -15,7 +15,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/protocol"
 )
@@ -267,7 +266,7 @@ func (e *env) timeLists(ctx context.Context, turns []paused) []listStats {
 	kinds := []listKind{
 		{name: "(unfiltered)", query: func(int) url.Values { return nil }},
 		{name: "?limit=" + strconv.Itoa(listPage), query: func(int) url.Values { return url.Values{"limit": {strconv.Itoa(listPage)}} }},
-		{name: "?tool=" + activities.ToolWrite, query: func(int) url.Values { return url.Values{"tool": {activities.ToolWrite}} }},
+		{name: "?tool=" + protocol.ToolWrite, query: func(int) url.Values { return url.Values{"tool": {protocol.ToolWrite}} }},
 		{name: "?principal=" + scaleAlice, query: func(int) url.Values { return url.Values{"principal": {scaleAlice}} },
 			// pauseMany gives scaleAlice's token to every other turn, from
 			// the first.

@@ -91,8 +91,8 @@ func shapedTurn(ctx workflow.Context, query string, indexed bool) error {
 		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
 	})
 	in := activities.ModelInput{
-		Messages: []activities.Message{{Role: activities.RoleUser, Content: query}},
-		Tools:    []activities.ToolSpec{{Name: activities.ToolWrite}},
+		Messages: []protocol.Message{{Role: protocol.RoleUser, Content: query}},
+		Tools:    []protocol.ToolSpec{{Name: protocol.ToolWrite}},
 	}
 	var out activities.ModelOutput
 	if err := workflow.ExecuteActivity(mctx, shapedModelName, in).Get(ctx, &out); err != nil {
@@ -126,8 +126,8 @@ func shapedTurn(ctx workflow.Context, query string, indexed bool) error {
 		ID: call.ID, Name: call.Name, Result: result.Result, Status: result.Status,
 	}}})
 	in.Messages = append(in.Messages,
-		activities.Message{Role: activities.RoleAssistant, ToolCalls: out.ToolCalls},
-		activities.Message{Role: activities.RoleTool, ToolCallID: call.ID, Name: call.Name, Content: result.Result})
+		protocol.Message{Role: protocol.RoleAssistant, ToolCalls: out.ToolCalls},
+		protocol.Message{Role: protocol.RoleTool, ToolCallID: call.ID, Name: call.Name, Content: result.Result})
 	if err := workflow.ExecuteActivity(mctx, shapedModelName, in).Get(ctx, &out); err != nil {
 		return err
 	}

@@ -11,7 +11,6 @@ import (
 	openai "github.com/sashabaranov/go-openai"
 	"go.temporal.io/sdk/client"
 
-	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/scripted"
 	"github.com/tollgate/tollgate/protocol"
 )
@@ -79,7 +78,7 @@ func benchScript(req openai.ChatCompletionRequest) scripted.Reply {
 		}
 	}
 	read := func(i int) protocol.ToolCall {
-		return protocol.ToolCall{ID: fmt.Sprintf("call_r%d", i), Name: activities.ToolRead, Arguments: `{"file_path":"README.md"}`}
+		return protocol.ToolCall{ID: fmt.Sprintf("call_r%d", i), Name: protocol.ToolRead, Arguments: `{"file_path":"README.md"}`}
 	}
 	switch query {
 	case queryHistoryBatch:
@@ -95,7 +94,7 @@ func benchScript(req openai.ChatCompletionRequest) scripted.Reply {
 		if results == 0 {
 			reply := scripted.Reply{}
 			for i := range historyToolCalls {
-				reply.ToolCalls = append(reply.ToolCalls, protocol.ToolCall{ID: fmt.Sprintf("call_w%d", i), Name: activities.ToolWrite,
+				reply.ToolCalls = append(reply.ToolCalls, protocol.ToolCall{ID: fmt.Sprintf("call_w%d", i), Name: protocol.ToolWrite,
 					Arguments: fmt.Sprintf(`{"file_path":"bench-%d.txt","content":"x"}`, i)})
 			}
 			return reply

@@ -29,7 +29,6 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
-	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/auditdb"
 	"github.com/tollgate/tollgate/internal/config"
@@ -328,8 +327,8 @@ func bashOnce(req openai.ChatCompletionRequest) scripted.Reply {
 			}
 		}
 	}
-	return scripted.Reply{ToolCalls: []activities.ToolCall{{
-		ID: "call_" + strconv.Itoa(n), Name: activities.ToolBash,
+	return scripted.Reply{ToolCalls: []protocol.ToolCall{{
+		ID: "call_" + strconv.Itoa(n), Name: protocol.ToolBash,
 		Arguments: fmt.Sprintf(`{"command":"echo ran >> turn-%d.txt"}`, n),
 	}}}
 }

@@ -17,6 +17,10 @@ const (
 	// DefaultBashTimeout is how long one Bash call may run, and the most
 	// it may ask for.
 	DefaultBashTimeout = 2 * time.Minute
+	// DefaultFlushInterval is how often, at most, a streaming model call
+	// sends the answer's text on (its heartbeat throttle), and so how often
+	// the API reads it.
+	DefaultFlushInterval = 150 * time.Millisecond
 	// DefaultContextBudget is the size of the model's view of a
 	// conversation, in bytes of message text, past which a turn compacts
 	// it: about 100,000 tokens at four bytes a token, inside the context

@@ -1,6 +1,27 @@
 package protocol
 
-import "encoding/json"
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+)
+
+// The built-in tools' names. Each is both the name the model calls the tool
+// by and the name of the Temporal activity that runs it; a policy's rules and
+// a client's events name them so.
+const (
+	// ToolRead reads a file of the workspace.
+	ToolRead = "Read"
+	// ToolWrite writes a file of the workspace.
+	ToolWrite = "Write"
+	// ToolEdit replaces text in a file of the workspace.
+	ToolEdit = "Edit"
+	// ToolBash runs a shell command in the workspace.
+	ToolBash = "Bash"
+)
 
 // Message roles, as OpenAI-compatible servers spell them.
 const (
@@ -73,4 +94,33 @@ func (spec ToolSpec) Hints() ToolAnnotations {
 type MCPTool struct {
 	Server string `json:"server"`
 	Tool   string `json:"tool"`
+}
+
+// ArgumentLines shows a call's arguments for a person, a key a line and a
+// string with newlines as its lines (a multi-line command is never
+// flattened into one); arguments that are not a JSON object come back as
+// they are. A notice and the decision links' page show calls so.
+func ArgumentLines(args string) string {
+	var v map[string]any
+	if json.Unmarshal([]byte(args), &v) != nil {
+		return args
+	}
+	var b strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(v)) {
+		if s, ok := v[k].(string); ok && strings.Contains(s, "\n") {
+			fmt.Fprintf(&b, "%s:\n%s\n", k, indentLines(s, "  "))
+			continue
+		}
+		var j bytes.Buffer
+		enc := json.NewEncoder(&j)
+		enc.SetEscapeHTML(false)
+		_ = enc.Encode(v[k]) // a value json.Unmarshal made: cannot fail
+		fmt.Fprintf(&b, "%s: %s\n", k, strings.TrimSuffix(j.String(), "\n"))
+	}
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+// indentLines puts prefix before every line of s.
+func indentLines(s, prefix string) string {
+	return prefix + strings.ReplaceAll(strings.TrimSuffix(s, "\n"), "\n", "\n"+prefix)
 }

@@ -29,7 +29,6 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 
-	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/auditdb"
 	"github.com/tollgate/tollgate/internal/config"
@@ -195,7 +194,7 @@ func upgradeFrom(t *testing.T, release string, srv *devserver.Server, modelURL, 
 		return len(ofType(events, protocol.EventApprovalRequest)) == 2
 	})
 	requests := ofType(before, protocol.EventApprovalRequest)
-	require.Equal(t, []string{activities.ToolWrite, activities.ToolBash}, []string{requests[0].ToolName, requests[1].ToolName})
+	require.Equal(t, []string{protocol.ToolWrite, protocol.ToolBash}, []string{requests[0].ToolName, requests[1].ToolName})
 	approve(t, oldAddr, requests[0].RequestID)
 	before = first.until(t, func(events []protocol.Event) bool {
 		return len(ofType(events, protocol.EventApprovalDecision)) == 1

@@ -28,6 +28,7 @@ import (
 	"github.com/tollgate/tollgate/internal/payloads"
 	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/internal/telemetry"
+	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
 )
 
@@ -297,7 +298,7 @@ func newWorker(c client.Client, cfg config.Config, p parts) worker.Worker {
 }
 
 // settings are the workflows' settings, which every turn records.
-func settings(cfg config.Config, p parts, tools []activities.ToolSpec) workflows.Settings {
+func settings(cfg config.Config, p parts, tools []protocol.ToolSpec) workflows.Settings {
 	return workflows.Settings{
 		RequiredTools:    cfg.RequiredTools,
 		ApprovalTimeout:  cfg.ApprovalTimeout,

@@ -29,6 +29,7 @@ import (
 	"github.com/tollgate/tollgate/internal/metrics"
 	"github.com/tollgate/tollgate/internal/proctest"
 	"github.com/tollgate/tollgate/internal/scripted"
+	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
 )
 
@@ -123,23 +124,23 @@ func TestTheWorkersMetricsHaveEverySeriesTheDocsName(t *testing.T) {
 		ID: workflows.TurnWorkflowID(conv, 1), TaskQueue: queue,
 	}, workflows.ChatTurnWorkflow, workflows.TurnInput{
 		ConversationID: conv, Turn: 1,
-		Messages: []activities.Message{{Role: activities.RoleUser, Content: "tidy up"}},
+		Messages: []protocol.Message{{Role: protocol.RoleUser, Content: "tidy up"}},
 	})
 	require.NoError(t, err)
-	var requests []workflows.Event
+	var requests []protocol.Event
 	require.Eventually(t, func() bool {
 		requests = pendingRequests(turnCtx, c, turn.GetID())
 		return len(requests) == 2
 	}, time.Minute, 20*time.Millisecond)
-	decide := func(e workflows.Event, decision string) {
+	decide := func(e protocol.Event, decision string) {
 		require.NoError(t, c.SignalWorkflow(turnCtx, e.WorkflowID, "", workflows.ApprovalSignal,
-			workflows.ApprovalDecision{RequestID: e.RequestID, Decision: decision}))
+			protocol.ApprovalDecision{RequestID: e.RequestID, Decision: decision}))
 	}
-	decide(requests[0], workflows.DecisionDecline)
-	decide(requests[1], workflows.DecisionApprove)
+	decide(requests[0], protocol.DecisionDecline)
+	decide(requests[1], protocol.DecisionApprove)
 	var out workflows.TurnOutput
 	require.NoError(t, turn.Get(turnCtx, &out))
-	require.Equal(t, workflows.FinishStop, out.FinishReason)
+	require.Equal(t, protocol.FinishStop, out.FinishReason)
 
 	chatTurn := map[string]string{"workflow_type": workflows.ChatTurnWorkflow}
 	withTurn := func(k, v string) map[string]string {
@@ -171,9 +172,9 @@ func TestTheWorkersMetricsHaveEverySeriesTheDocsName(t *testing.T) {
 		}
 
 		require.Equal(t, 2.0, counter("tollgate_approval_requests_total", chatTurn))
-		require.Equal(t, 1.0, counter("tollgate_approval_decisions_total", withTurn("decision", workflows.DecisionApprove)))
-		require.Equal(t, 1.0, counter("tollgate_approval_decisions_total", withTurn("decision", workflows.DecisionDecline)))
-		require.EqualValues(t, 1, observations("tollgate_approval_decision_latency_seconds", map[string]string{"decision": workflows.DecisionApprove}))
+		require.Equal(t, 1.0, counter("tollgate_approval_decisions_total", withTurn("decision", protocol.DecisionApprove)))
+		require.Equal(t, 1.0, counter("tollgate_approval_decisions_total", withTurn("decision", protocol.DecisionDecline)))
+		require.EqualValues(t, 1, observations("tollgate_approval_decision_latency_seconds", map[string]string{"decision": protocol.DecisionApprove}))
 		latency := series(family("tollgate_approval_decision_latency_seconds", dto.MetricType_HISTOGRAM), nil)[0]
 		var bounds []float64
 		for _, b := range latency.GetHistogram().GetBucket() {
@@ -183,7 +184,7 @@ func TestTheWorkersMetricsHaveEverySeriesTheDocsName(t *testing.T) {
 			"buckets from 5 ms to 24 h")
 		pending := family("tollgate_approvals_pending", dto.MetricType_GAUGE)
 		require.Zero(t, pending.GetMetric()[0].GetGauge().GetValue(), "both requests were decided")
-		require.GreaterOrEqual(t, observations("temporal_activity_execution_latency_seconds", map[string]string{"activity_type": activities.ToolBash}), uint64(1))
+		require.GreaterOrEqual(t, observations("temporal_activity_execution_latency_seconds", map[string]string{"activity_type": protocol.ToolBash}), uint64(1))
 		require.GreaterOrEqual(t, observations("temporal_activity_execution_latency_seconds", map[string]string{"activity_type": activities.ModelActivity}), uint64(2))
 		require.EqualValues(t, 1, observations("temporal_workflow_endtoend_latency_seconds", chatTurn))
 		family("go_goroutines", dto.MetricType_GAUGE)
@@ -193,7 +194,7 @@ func TestTheWorkersMetricsHaveEverySeriesTheDocsName(t *testing.T) {
 
 // pendingRequests returns the approval requests in a turn's event log, in
 // order, or nil while the turn cannot be queried yet.
-func pendingRequests(ctx context.Context, c client.Client, workflowID string) []workflows.Event {
+func pendingRequests(ctx context.Context, c client.Client, workflowID string) []protocol.Event {
 	v, err := c.QueryWorkflow(ctx, workflowID, "", workflows.EventsQuery, workflows.EventsRequest{})
 	if err != nil {
 		return nil
@@ -202,9 +203,9 @@ func pendingRequests(ctx context.Context, c client.Client, workflowID string) []
 	if v.Get(&resp) != nil {
 		return nil
 	}
-	var requests []workflows.Event
+	var requests []protocol.Event
 	for _, e := range resp.Events {
-		if e.Type == workflows.EventApprovalRequest {
+		if e.Type == protocol.EventApprovalRequest {
 			requests = append(requests, e)
 		}
 	}
@@ -240,7 +241,7 @@ func TestTheWorkersCacheHoldsNoMoreWaitingTurnsThanItsSize(t *testing.T) {
 			ID: workflows.TurnWorkflowID(conv, 1), TaskQueue: queue,
 		}, workflows.ChatTurnWorkflow, workflows.TurnInput{
 			ConversationID: conv, Turn: 1,
-			Messages: []activities.Message{{Role: activities.RoleUser, Content: "tidy up"}},
+			Messages: []protocol.Message{{Role: protocol.RoleUser, Content: "tidy up"}},
 		})
 		require.NoError(t, err)
 		require.Eventually(t, func() bool { return len(pendingRequests(turnCtx, c, turns[i].GetID())) == 2 },
@@ -258,11 +259,11 @@ func TestTheWorkersCacheHoldsNoMoreWaitingTurnsThanItsSize(t *testing.T) {
 	// The first turn was evicted long ago: its decisions replay it.
 	for _, e := range pendingRequests(turnCtx, c, turns[0].GetID()) {
 		require.NoError(t, c.SignalWorkflow(turnCtx, e.WorkflowID, "", workflows.ApprovalSignal,
-			workflows.ApprovalDecision{RequestID: e.RequestID, Decision: workflows.DecisionApprove}))
+			protocol.ApprovalDecision{RequestID: e.RequestID, Decision: protocol.DecisionApprove}))
 	}
 	var out workflows.TurnOutput
 	require.NoError(t, turns[0].Get(turnCtx, &out))
-	require.Equal(t, workflows.FinishStop, out.FinishReason)
+	require.Equal(t, protocol.FinishStop, out.FinishReason)
 }
 
 // runningWorker is the worker's run on a dev server of the test's own.

@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 // answerStream turns the token batches of one model call into token events.
@@ -25,16 +26,16 @@ type answerStream struct {
 // take adds a batch of the call's text and returns the token event that
 // publishes what it adds, if any. Batches of an attempt older than the
 // newest one heard from, and batches that leave a gap, are dropped.
-func (s *answerStream) take(b activities.TokenBatch) (Event, bool) {
+func (s *answerStream) take(b activities.TokenBatch) (protocol.Event, bool) {
 	switch {
 	case b.Attempt < s.attempt:
-		return Event{}, false
+		return protocol.Event{}, false
 	case b.Attempt > s.attempt:
 		s.attempt, s.received = b.Attempt, ""
 	}
 	end := b.Offset + len(b.Text)
 	if b.Offset > len(s.received) || end <= len(s.received) {
-		return Event{}, false
+		return protocol.Event{}, false
 	}
 	s.received = s.received[:b.Offset] + b.Text
 	return s.publish(s.received, false)
@@ -42,21 +43,21 @@ func (s *answerStream) take(b activities.TokenBatch) (Event, bool) {
 
 // finish takes the call's answer, as its result carries it, and returns the
 // token event that completes or corrects what was published, if any.
-func (s *answerStream) finish(content string) (Event, bool) {
+func (s *answerStream) finish(content string) (protocol.Event, bool) {
 	return s.publish(content, true)
 }
 
 // publish makes the published text follow text, as activities.NextPiece
 // says (the model activity follows the same rule when it streams by
 // heartbeat).
-func (s *answerStream) publish(text string, final bool) (Event, bool) {
+func (s *answerStream) publish(text string, final bool) (protocol.Event, bool) {
 	p, ok := activities.NextPiece(s.published, text, final)
 	if !ok {
-		return Event{}, false
+		return protocol.Event{}, false
 	}
 	if p.Reset {
 		s.published = ""
 	}
 	s.published += p.Data
-	return Event{Type: EventToken, Data: p.Data, Reset: p.Reset}, true
+	return protocol.Event{Type: protocol.EventToken, Data: p.Data, Reset: p.Reset}, true
 }

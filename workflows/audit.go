@@ -11,6 +11,7 @@ import (
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/text"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 // auditOptions run the ledger's writes as local activities: each is one
@@ -242,7 +243,7 @@ func (t *turn) auditAsked(ctx workflow.Context, a *approval, c check) audit.Reco
 }
 
 // auditRow is the start of a row: who asked what, and why it asked.
-func (t *turn) auditRow(ctx workflow.Context, id string, call activities.ToolCall, c check, at time.Time, expires *time.Time) audit.Record {
+func (t *turn) auditRow(ctx workflow.Context, id string, call protocol.ToolCall, c check, at time.Time, expires *time.Time) audit.Record {
 	workflowID := workflow.GetInfo(ctx).WorkflowExecution.ID
 	return audit.Record{
 		ID:             id,
@@ -264,7 +265,7 @@ func (t *turn) auditRow(ctx workflow.Context, id string, call activities.ToolCal
 // auditGranted is the row of a call that grant g answered without asking:
 // the i-th call of the batch of the loop's current step (a model may repeat
 // a call id).
-func (t *turn) auditGranted(ctx workflow.Context, i int, call activities.ToolCall, c check, g *Grant) audit.Record {
+func (t *turn) auditGranted(ctx workflow.Context, i int, call protocol.ToolCall, c check, g *Grant) audit.Record {
 	workflowID := workflow.GetInfo(ctx).WorkflowExecution.ID
 	now := workflow.Now(ctx)
 	id := "grant:" + workflowID + ":" + strconv.Itoa(t.step) + ":" + strconv.Itoa(i) + ":" + call.ID
@@ -278,7 +279,7 @@ func auditDecided(r audit.Record, a *approval) audit.Record {
 	r.Stage = audit.StageDecided
 	decided := a.decidedAt
 	r.Decision, r.DecidedBy, r.Principal, r.Role, r.Reason, r.DecidedAt = a.decision, a.decidedBy, a.by, a.role, a.reason, &decided
-	if a.decision == DecisionApprove && a.arguments != "" {
+	if a.decision == protocol.DecisionApprove && a.arguments != "" {
 		r.EditedArguments, r.EditDiff = a.arguments, audit.EditDiff(a.Call.Arguments, a.arguments)
 	}
 	return r
@@ -287,7 +288,7 @@ func auditDecided(r audit.Record, a *approval) audit.Record {
 // auditEnded completes row r with a's decision (nil for a grant's row,
 // which has its decision already), what ran (ran, when the person edited
 // the arguments: normalized as the tool ran them) and the tool's result.
-func auditEnded(ctx workflow.Context, r audit.Record, a *approval, ran string, result ToolResult) audit.Record {
+func auditEnded(ctx workflow.Context, r audit.Record, a *approval, ran string, result protocol.ToolResult) audit.Record {
 	if a != nil {
 		r = auditDecided(r, a)
 		if ran != "" {
@@ -296,9 +297,9 @@ func auditEnded(ctx workflow.Context, r audit.Record, a *approval, ran string, r
 	}
 	r.Stage = audit.StageEnded
 	switch result.Status {
-	case activities.StatusDeclined, activities.StatusTimeout:
+	case protocol.StatusDeclined, protocol.StatusTimeout:
 		r.Outcome = audit.OutcomeNotRun
-	case activities.StatusError:
+	case protocol.StatusError:
 		r.Outcome = audit.OutcomeError
 	default:
 		r.Outcome = audit.OutcomeOK

@@ -15,6 +15,7 @@ import (
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/auditdb"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 // withLedger gives h's worker an audit ledger in a SQLite file whose
@@ -54,12 +55,12 @@ func ledgerRows(t *testing.T, l *auditdb.Ledger) map[string]audit.Record {
 func TestTheLedgerHasARowForEveryAskedCallWithWhoDecidedWhatAndWhatRan(t *testing.T) {
 	settings := testSettings()
 	settings.Audit = true
-	settings.Rules = []Rule{{Tool: activities.ToolBash, Require: RequireWhen, When: `args.command != "ls"`}}
+	settings.Rules = []Rule{{Tool: protocol.ToolBash, Require: RequireWhen, When: `args.command != "ls"`}}
 	h := newHarness(t, settings, calls(
-		call("call_read", activities.ToolRead, `{"file_path":"a.txt"}`),
-		call("call_bash", activities.ToolBash, `{"command":"rm -rf build"}`),
-		call("call_write", activities.ToolWrite, `{"file_path":"a.txt","content":"x"}`),
-		call("call_edit", activities.ToolEdit, `{"file_path":"a.txt","old_string":"x","new_string":"y"}`),
+		call("call_read", protocol.ToolRead, `{"file_path":"a.txt"}`),
+		call("call_bash", protocol.ToolBash, `{"command":"rm -rf build"}`),
+		call("call_write", protocol.ToolWrite, `{"file_path":"a.txt","content":"x"}`),
+		call("call_edit", protocol.ToolEdit, `{"file_path":"a.txt","old_string":"x","new_string":"y"}`),
 	))
 	// Every write fails once after it committed: the ledger's rows must be
 	// the same as if it had not.
@@ -69,9 +70,9 @@ func TestTheLedgerHasARowForEveryAskedCallWithWhoDecidedWhatAndWhatRan(t *testin
 		require.Len(t, rows, 3, "the asked rows are written before anyone decides")
 		require.Equal(t, audit.StageAsked, rows["call_bash"].Stage)
 		require.Empty(t, rows["call_bash"].Decision)
-		h.decide(ApprovalDecision{RequestID: h.requestID(activities.ToolBash), Decision: DecisionApprove,
+		h.decide(protocol.ApprovalDecision{RequestID: h.requestID(protocol.ToolBash), Decision: protocol.DecisionApprove,
 			Arguments: `{"command":"rm -rf build/tmp"}`, Principal: "bob", Role: "approve"})
-		h.decide(ApprovalDecision{RequestID: h.requestID(activities.ToolWrite), Decision: DecisionDecline, Reason: "not that file", Principal: "carol"})
+		h.decide(protocol.ApprovalDecision{RequestID: h.requestID(protocol.ToolWrite), Decision: protocol.DecisionDecline, Reason: "not that file", Principal: "carol"})
 	}, time.Minute)
 	// While the Edit still waits, the decisions are in the ledger already.
 	h.env.RegisterDelayedCallback(func() {
@@ -79,12 +80,12 @@ func TestTheLedgerHasARowForEveryAskedCallWithWhoDecidedWhatAndWhatRan(t *testin
 		require.Equal(t, audit.StageDecided, rows["call_bash"].Stage)
 		require.Equal(t, "bob", rows["call_bash"].Principal)
 		require.Equal(t, `{"command":"rm -rf build/tmp"}`, rows["call_bash"].EditedArguments)
-		require.Equal(t, DecisionDecline, rows["call_write"].Decision)
+		require.Equal(t, protocol.DecisionDecline, rows["call_write"].Decision)
 		require.Equal(t, audit.StageAsked, rows["call_edit"].Stage)
 	}, 2*time.Minute)
 
 	out := h.runTurn(TurnInput{ConversationID: "c1", Turn: 1, Sender: "ann", Messages: userTurn("clean up").Messages})
-	workflowID := findEvent(t, out.Events, EventTurnStart).WorkflowID
+	workflowID := findEvent(t, out.Events, protocol.EventTurnStart).WorkflowID
 
 	rows := ledgerRows(t, l)
 	require.NotContains(t, rows, "call_read", "a call that never asks has no row")
@@ -103,7 +104,7 @@ func TestTheLedgerHasARowForEveryAskedCallWithWhoDecidedWhatAndWhatRan(t *testin
 
 	require.Equal(t, `rule Bash: when args.command != "ls"`, bash.Asked)
 	require.Equal(t, `{"command":"rm -rf build"}`, bash.Arguments, "what the person was shown")
-	require.Equal(t, DecisionApprove, bash.Decision)
+	require.Equal(t, protocol.DecisionApprove, bash.Decision)
 	require.Equal(t, DecidedByPerson, bash.DecidedBy)
 	require.Equal(t, "bob", bash.Principal)
 	require.Equal(t, "approve", bash.Role)
@@ -113,28 +114,28 @@ func TestTheLedgerHasARowForEveryAskedCallWithWhoDecidedWhatAndWhatRan(t *testin
 	require.Contains(t, bash.Result, `Bash ran with {"command":"rm -rf build/tmp"}`)
 
 	require.Equal(t, "default: Write is a protected tool", write.Asked)
-	require.Equal(t, DecisionDecline, write.Decision)
+	require.Equal(t, protocol.DecisionDecline, write.Decision)
 	require.Equal(t, "carol", write.Principal)
 	require.Equal(t, "not that file", write.Reason)
 	require.Equal(t, audit.OutcomeNotRun, write.Outcome)
 	require.Contains(t, write.Result, "Not executed")
 
-	require.Equal(t, DecisionTimeout, edit.Decision)
+	require.Equal(t, protocol.DecisionTimeout, edit.Decision)
 	require.Equal(t, DecidedByTimer, edit.DecidedBy)
 	require.Empty(t, edit.Principal)
 	require.Equal(t, audit.OutcomeNotRun, edit.Outcome)
-	require.Equal(t, []string{activities.ToolRead, activities.ToolBash}, h.ranTools())
+	require.Equal(t, []string{protocol.ToolRead, protocol.ToolBash}, h.ranTools())
 }
 
 func TestTheLedgerRecordsACallThatAGrantAnsweredAsTheGrants(t *testing.T) {
 	settings := testSettings()
 	settings.Audit = true
-	same := calls(call("call_1", activities.ToolBash, `{"command":"make test"}`))
-	h := newHarness(t, settings, same, calls(call("call_2", activities.ToolBash, `{"command":"make test"}`)))
+	same := calls(call("call_1", protocol.ToolBash, `{"command":"make test"}`))
+	h := newHarness(t, settings, same, calls(call("call_2", protocol.ToolBash, `{"command":"make test"}`)))
 	l := withLedger(t, h, 0)
 	h.env.RegisterDelayedCallback(func() {
-		h.decide(ApprovalDecision{RequestID: h.requestID(activities.ToolBash), Decision: DecisionApprove,
-			Remember: RememberConversation, SameArguments: true, Principal: "bob"})
+		h.decide(protocol.ApprovalDecision{RequestID: h.requestID(protocol.ToolBash), Decision: protocol.DecisionApprove,
+			Remember: protocol.RememberConversation, SameArguments: true, Principal: "bob"})
 	}, time.Minute)
 
 	out := h.runTurn(userTurn("test it twice"))
@@ -146,21 +147,21 @@ func TestTheLedgerRecordsACallThatAGrantAnsweredAsTheGrants(t *testing.T) {
 	require.Equal(t, DecidedByGrant, granted.DecidedBy)
 	require.Equal(t, out.Grants[0].ID, granted.Grant)
 	require.Equal(t, "bob", granted.Principal, "the grant's decisions are its maker's")
-	require.Equal(t, DecisionApprove, granted.Decision)
+	require.Equal(t, protocol.DecisionApprove, granted.Decision)
 	require.Equal(t, audit.OutcomeOK, granted.Outcome)
-	require.Equal(t, "grant:"+findEvent(t, out.Events, EventTurnStart).WorkflowID+":2:0:call_2", granted.ID)
-	require.Equal(t, []string{activities.ToolBash, activities.ToolBash}, h.ranTools())
+	require.Equal(t, "grant:"+findEvent(t, out.Events, protocol.EventTurnStart).WorkflowID+":2:0:call_2", granted.ID)
+	require.Equal(t, []string{protocol.ToolBash, protocol.ToolBash}, h.ranTools())
 }
 
 func TestAWorkerWithoutALedgerWritesNoRowsAndAsksForNoPatch(t *testing.T) {
-	h := newHarness(t, testSettings(), calls(call("call_1", activities.ToolBash, `{"command":"ls"}`)))
+	h := newHarness(t, testSettings(), calls(call("call_1", protocol.ToolBash, `{"command":"ls"}`)))
 	// An Audit activity that would fail the test if the turn called it.
 	h.env.RegisterActivityWithOptions(func(context.Context, []audit.Record) error {
 		t.Error("the turn wrote the ledger with Settings.Audit false")
 		return nil
 	}, activity.RegisterOptions{Name: activities.AuditActivity})
 	h.env.RegisterDelayedCallback(func() {
-		h.decide(ApprovalDecision{RequestID: h.requestID(activities.ToolBash), Decision: DecisionApprove})
+		h.decide(protocol.ApprovalDecision{RequestID: h.requestID(protocol.ToolBash), Decision: protocol.DecisionApprove})
 	}, time.Minute)
 	h.env.OnGetVersion(patchAuditLedger, -1, 1).Panic("asked for the audit patch")
 	h.runTurn(userTurn("ls"))
@@ -171,7 +172,7 @@ func TestASubagentsCallHasARowNamingTheSubagentAndItsTurn(t *testing.T) {
 	settings.Audit = true
 	h := newHarness(t, settings,
 		task("writer", "write a note"),
-		calls(call("w", activities.ToolWrite, `{"file_path":"n.txt","content":"hi"}`)),
+		calls(call("w", protocol.ToolWrite, `{"file_path":"n.txt","content":"hi"}`)),
 		activities.ModelOutput{Content: "note written"},
 	)
 	l := withLedger(t, h, 0)
@@ -179,12 +180,12 @@ func TestASubagentsCallHasARowNamingTheSubagentAndItsTurn(t *testing.T) {
 		// The pending request names its subagent and the user's message.
 		v, err := h.env.QueryWorkflowByID(childID, PendingQuery)
 		require.NoError(t, err)
-		var pending []PendingApproval
+		var pending []protocol.PendingApproval
 		require.NoError(t, v.Get(&pending))
 		require.Len(t, pending, 1)
 		require.Equal(t, "writer", pending[0].Subagent)
 		require.Equal(t, "delegate", pending[0].UserMessage)
-		h.decideChild(ApprovalDecision{RequestID: h.subagentRequestID(), Decision: DecisionApprove, Principal: "bob"})
+		h.decideChild(protocol.ApprovalDecision{RequestID: h.subagentRequestID(), Decision: protocol.DecisionApprove, Principal: "bob"})
 	}, time.Second)
 
 	h.runTurn(userTurn("delegate"))
@@ -205,9 +206,9 @@ func TestALedgerThatIsDownCostsABatchOneShortWaitAndItsRowsComeLater(t *testing.
 	settings.Audit = true
 	settings.ApprovalTimeout = time.Hour
 	h := newHarness(t, settings, calls(
-		call("call_a", activities.ToolWrite, `{"file_path":"a.txt","content":"a"}`),
-		call("call_b", activities.ToolWrite, `{"file_path":"b.txt","content":"b"}`),
-		call("call_c", activities.ToolWrite, `{"file_path":"c.txt","content":"c"}`),
+		call("call_a", protocol.ToolWrite, `{"file_path":"a.txt","content":"a"}`),
+		call("call_b", protocol.ToolWrite, `{"file_path":"b.txt","content":"b"}`),
+		call("call_c", protocol.ToolWrite, `{"file_path":"c.txt","content":"c"}`),
 	))
 	l, err := auditdb.Open(context.Background(), filepath.Join(t.TempDir(), "audit.db"))
 	require.NoError(t, err)
@@ -223,7 +224,7 @@ func TestALedgerThatIsDownCostsABatchOneShortWaitAndItsRowsComeLater(t *testing.
 	}, activity.RegisterOptions{Name: activities.AuditActivity})
 	var ranAt time.Time
 	h.env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, _ converter.EncodedValues) {
-		if info.ActivityType.Name == activities.ToolWrite && ranAt.IsZero() {
+		if info.ActivityType.Name == protocol.ToolWrite && ranAt.IsZero() {
 			ranAt = h.env.Now()
 		}
 	})
@@ -232,8 +233,8 @@ func TestALedgerThatIsDownCostsABatchOneShortWaitAndItsRowsComeLater(t *testing.
 	for i, tool := range []string{"call_a", "call_b", "call_c"} {
 		h.env.RegisterDelayedCallback(func() {
 			for _, e := range h.events() {
-				if e.Type == EventApprovalRequest && e.ToolCallID == tool {
-					h.decide(ApprovalDecision{RequestID: e.RequestID, Decision: DecisionApprove, Principal: "bob"})
+				if e.Type == protocol.EventApprovalRequest && e.ToolCallID == tool {
+					h.decide(protocol.ApprovalDecision{RequestID: e.RequestID, Decision: protocol.DecisionApprove, Principal: "bob"})
 				}
 			}
 			lastDecision = h.env.Now()
@@ -244,7 +245,7 @@ func TestALedgerThatIsDownCostsABatchOneShortWaitAndItsRowsComeLater(t *testing.
 
 	h.runTurn(userTurn("write three"))
 
-	require.Equal(t, []string{activities.ToolWrite, activities.ToolWrite, activities.ToolWrite}, h.ranTools())
+	require.Equal(t, []string{protocol.ToolWrite, protocol.ToolWrite, protocol.ToolWrite}, h.ranTools())
 	require.False(t, ranAt.Before(lastDecision))
 	require.LessOrEqual(t, ranAt.Sub(lastDecision), ledgerShortWait, "the batch waited on the ledger for no more than one short wait after its last decision")
 	rows := ledgerRows(t, l)
@@ -300,13 +301,13 @@ func TestNoLedgerWriteSitsBetweenADecisionAndItsToolOrTheToolAndItsResult(t *tes
 	settings := testSettings()
 	settings.Audit = true
 	h := newHarness(t, settings, calls(
-		call("call_write", activities.ToolWrite, `{"file_path":"a.txt","content":"x"}`),
-		call("call_bash", activities.ToolBash, `{"command":"make"}`),
+		call("call_write", protocol.ToolWrite, `{"file_path":"a.txt","content":"x"}`),
+		call("call_bash", protocol.ToolBash, `{"command":"make"}`),
 	))
 	l, writes := carryingLedger(t, h, false)
 	var toolInputs []activities.ToolInput
 	h.env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, args converter.EncodedValues) {
-		if info.ActivityType.Name == activities.ToolWrite || info.ActivityType.Name == activities.ToolBash {
+		if info.ActivityType.Name == protocol.ToolWrite || info.ActivityType.Name == protocol.ToolBash {
 			var in activities.ToolInput
 			require.NoError(t, args.Get(&in))
 			toolInputs = append(toolInputs, in)
@@ -314,10 +315,10 @@ func TestNoLedgerWriteSitsBetweenADecisionAndItsToolOrTheToolAndItsResult(t *tes
 	})
 	// The Write is decided while the Bash still waits, then the Bash.
 	h.env.RegisterDelayedCallback(func() {
-		h.decide(ApprovalDecision{RequestID: h.requestID(activities.ToolWrite), Decision: DecisionApprove, Principal: "bob"})
+		h.decide(protocol.ApprovalDecision{RequestID: h.requestID(protocol.ToolWrite), Decision: protocol.DecisionApprove, Principal: "bob"})
 	}, time.Minute)
 	h.env.RegisterDelayedCallback(func() {
-		h.decide(ApprovalDecision{RequestID: h.requestID(activities.ToolBash), Decision: DecisionDecline, Reason: "not now", Principal: "bob"})
+		h.decide(protocol.ApprovalDecision{RequestID: h.requestID(protocol.ToolBash), Decision: protocol.DecisionDecline, Reason: "not now", Principal: "bob"})
 	}, 2*time.Minute)
 
 	h.runTurn(userTurn("write and build"))
@@ -345,15 +346,15 @@ func TestNoLedgerWriteSitsBetweenADecisionAndItsToolOrTheToolAndItsResult(t *tes
 func TestRowsAnActivityCouldNotWriteAreWrittenBeforeTheTurnEnds(t *testing.T) {
 	settings := testSettings()
 	settings.Audit = true
-	h := newHarness(t, settings, calls(call("call_write", activities.ToolWrite, `{"file_path":"a.txt","content":"x"}`)))
+	h := newHarness(t, settings, calls(call("call_write", protocol.ToolWrite, `{"file_path":"a.txt","content":"x"}`)))
 	l, writes := carryingLedger(t, h, true)
 	h.env.RegisterDelayedCallback(func() {
-		h.decide(ApprovalDecision{RequestID: h.requestID(activities.ToolWrite), Decision: DecisionApprove, Principal: "bob"})
+		h.decide(protocol.ApprovalDecision{RequestID: h.requestID(protocol.ToolWrite), Decision: protocol.DecisionApprove, Principal: "bob"})
 	}, time.Minute)
 
 	h.runTurn(userTurn("write"))
 
-	require.Equal(t, []string{activities.ToolWrite}, h.ranTools())
+	require.Equal(t, []string{protocol.ToolWrite}, h.ranTools())
 	require.Equal(t, [][]int{{audit.StageAsked}, {audit.StageEnded}}, *writes,
 		"neither the tool nor the model call could write the row; the turn wrote it whole itself before it ended")
 	rows := ledgerRows(t, l)

@@ -8,18 +8,18 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/testsuite"
 
-	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 // decideAll sends b as the approvals Update; the outcome fills in as the
 // workflow handles it.
-func (h *harness) decideAll(b ApprovalBatch) *batchOutcome {
+func (h *harness) decideAll(b protocol.ApprovalBatch) *batchOutcome {
 	o := &batchOutcome{}
 	h.env.UpdateWorkflow(ApprovalsUpdate, "", &testsuite.TestUpdateCallback{
 		OnAccept: func() {},
 		OnReject: func(err error) { o.rejected = err },
 		OnComplete: func(v any, err error) {
-			if r, ok := v.(ApprovalBatchResult); ok {
+			if r, ok := v.(protocol.ApprovalBatchResult); ok {
 				o.result = r
 			}
 			if err != nil {
@@ -33,14 +33,14 @@ func (h *harness) decideAll(b ApprovalBatch) *batchOutcome {
 // batchOutcome records how the approvals Update ended.
 type batchOutcome struct {
 	rejected error
-	result   ApprovalBatchResult
+	result   protocol.ApprovalBatchResult
 }
 
 // requestIDs are the ids of the turn's approval requests, in order.
 func (h *harness) requestIDs() []string {
 	var ids []string
 	for _, e := range h.events() {
-		if e.Type == EventApprovalRequest {
+		if e.Type == protocol.EventApprovalRequest {
 			ids = append(ids, e.RequestID)
 		}
 	}
@@ -48,7 +48,7 @@ func (h *harness) requestIDs() []string {
 }
 
 func TestOneUpdateDecidesTenCallsAndTheyRunInOrder(t *testing.T) {
-	var batch []activities.ToolCall
+	var batch []protocol.ToolCall
 	var want []string
 	for i := range 10 {
 		batch = append(batch, call(fmt.Sprintf("w%d", i), "Write", fmt.Sprintf(`{"file_path":"f%d","content":"x"}`, i)))
@@ -57,24 +57,24 @@ func TestOneUpdateDecidesTenCallsAndTheyRunInOrder(t *testing.T) {
 	h := newHarness(t, testSettings(), calls(batch...))
 	var o *batchOutcome
 	h.env.RegisterDelayedCallback(func() {
-		var ds []ApprovalDecision
+		var ds []protocol.ApprovalDecision
 		for _, id := range h.requestIDs() {
-			ds = append(ds, ApprovalDecision{RequestID: id, Decision: DecisionApprove, Principal: "ops", Role: "approve"})
+			ds = append(ds, protocol.ApprovalDecision{RequestID: id, Decision: protocol.DecisionApprove, Principal: "ops", Role: "approve"})
 		}
 		require.Len(t, ds, 10)
-		o = h.decideAll(ApprovalBatch{Decisions: ds})
+		o = h.decideAll(protocol.ApprovalBatch{Decisions: ds})
 	}, time.Minute)
 
 	out := h.runTurn(userTurn("write ten files"))
 
 	require.NoError(t, o.rejected)
-	require.Equal(t, ApprovalBatchResult{Accepted: true, Decided: 10}, o.result)
+	require.Equal(t, protocol.ApprovalBatchResult{Accepted: true, Decided: 10}, o.result)
 	var ran []string
 	for _, c := range h.toolCalls {
 		ran = append(ran, c.Arguments)
 	}
 	require.Equal(t, want, ran, "every call ran, in the model's order")
-	decisions := ofType(out.Events, EventApprovalDecision)
+	decisions := ofType(out.Events, protocol.EventApprovalDecision)
 	require.Len(t, decisions, 10)
 	for i, e := range decisions {
 		require.Equal(t, fmt.Sprintf("w%d", i), e.ToolCallID)
@@ -84,17 +84,17 @@ func TestOneUpdateDecidesTenCallsAndTheyRunInOrder(t *testing.T) {
 
 func TestABatchWithOneRefusedDecisionTakesNoneAndNamesIt(t *testing.T) {
 	settings := testSettings()
-	settings.Rules = []Rule{{Tool: activities.ToolBash, Require: RequireAlways, SecondPerson: true}}
+	settings.Rules = []Rule{{Tool: protocol.ToolBash, Require: RequireAlways, SecondPerson: true}}
 	h := newHarness(t, settings, calls(
 		call("w1", "Write", `{"file_path":"a","content":"1"}`),
 		call("w2", "Write", `{"file_path":"b","content":"2"}`),
 		call("b", "Bash", `{"command":"make"}`),
 	))
-	approve := func(id, by string) ApprovalDecision {
-		return ApprovalDecision{RequestID: id, Decision: DecisionApprove, Principal: by, Role: "approve"}
+	approve := func(id, by string) protocol.ApprovalDecision {
+		return protocol.ApprovalDecision{RequestID: id, Decision: protocol.DecisionApprove, Principal: by, Role: "approve"}
 	}
 	refused := map[string]*batchOutcome{}
-	var pendingAfter []PendingApproval
+	var pendingAfter []protocol.PendingApproval
 	var accepted *batchOutcome
 	var single *updateOutcome
 	var w1, w2, bash string
@@ -104,18 +104,18 @@ func TestABatchWithOneRefusedDecisionTakesNoneAndNamesIt(t *testing.T) {
 		single = h.decide(approve(w2, "ops"))
 	}, 30*time.Second)
 	h.env.RegisterDelayedCallback(func() {
-		refused["unknown"] = h.decideAll(ApprovalBatch{Decisions: []ApprovalDecision{approve(w1, "ops"), approve(NewRequestID(workflowOf(w1), "0123"), "ops")}})
-		refused["decided"] = h.decideAll(ApprovalBatch{Decisions: []ApprovalDecision{approve(w1, "ops"), approve(w2, "ops")}})
-		refused["forbidden"] = h.decideAll(ApprovalBatch{Decisions: []ApprovalDecision{approve(w1, "dev"), approve(bash, "dev")}})
-		refused["twice"] = h.decideAll(ApprovalBatch{Decisions: []ApprovalDecision{approve(w1, "ops"), approve(w1, "ops")}})
-		refused["empty"] = h.decideAll(ApprovalBatch{})
-		refused["too many"] = h.decideAll(ApprovalBatch{Decisions: make([]ApprovalDecision, 101)})
+		refused["unknown"] = h.decideAll(protocol.ApprovalBatch{Decisions: []protocol.ApprovalDecision{approve(w1, "ops"), approve(NewRequestID(workflowOf(w1), "0123"), "ops")}})
+		refused["decided"] = h.decideAll(protocol.ApprovalBatch{Decisions: []protocol.ApprovalDecision{approve(w1, "ops"), approve(w2, "ops")}})
+		refused["forbidden"] = h.decideAll(protocol.ApprovalBatch{Decisions: []protocol.ApprovalDecision{approve(w1, "dev"), approve(bash, "dev")}})
+		refused["twice"] = h.decideAll(protocol.ApprovalBatch{Decisions: []protocol.ApprovalDecision{approve(w1, "ops"), approve(w1, "ops")}})
+		refused["empty"] = h.decideAll(protocol.ApprovalBatch{})
+		refused["too many"] = h.decideAll(protocol.ApprovalBatch{Decisions: make([]protocol.ApprovalDecision, 101)})
 	}, time.Minute)
 	h.env.RegisterDelayedCallback(func() {
 		v, err := h.env.QueryWorkflow(PendingQuery)
 		require.NoError(t, err)
 		require.NoError(t, v.Get(&pendingAfter))
-		accepted = h.decideAll(ApprovalBatch{Decisions: []ApprovalDecision{approve(w1, "dev"), approve(bash, "ops")}})
+		accepted = h.decideAll(protocol.ApprovalBatch{Decisions: []protocol.ApprovalDecision{approve(w1, "dev"), approve(bash, "ops")}})
 	}, 90*time.Second)
 	in := userTurn("write and build")
 	in.Sender = "dev"
@@ -125,12 +125,12 @@ func TestABatchWithOneRefusedDecisionTakesNoneAndNamesIt(t *testing.T) {
 	require.NoError(t, single.rejected)
 	require.Len(t, pendingAfter, 2, "no refused batch took any of its decisions")
 	for name, want := range map[string]struct{ reason, request, message string }{
-		"unknown":   {RejectUnknown, "/apr-0123", "unknown request"},
-		"decided":   {RejectDecided, w2, "already decided"},
-		"forbidden": {RejectForbidden, bash, `Bash calls need a second person: "dev" sent the message`},
-		"twice":     {RejectInvalid, w1, "decided twice in the batch"},
-		"empty":     {RejectInvalid, "", "the batch holds no decisions"},
-		"too many":  {RejectInvalid, "", "101 decisions, more than the limit of 100"},
+		"unknown":   {protocol.RejectUnknown, "/apr-0123", "unknown request"},
+		"decided":   {protocol.RejectDecided, w2, "already decided"},
+		"forbidden": {protocol.RejectForbidden, bash, `Bash calls need a second person: "dev" sent the message`},
+		"twice":     {protocol.RejectInvalid, w1, "decided twice in the batch"},
+		"empty":     {protocol.RejectInvalid, "", "the batch holds no decisions"},
+		"too many":  {protocol.RejectInvalid, "", "101 decisions, more than the limit of 100"},
 	} {
 		o := refused[name]
 		require.Error(t, o.rejected, name)
@@ -144,7 +144,7 @@ func TestABatchWithOneRefusedDecisionTakesNoneAndNamesIt(t *testing.T) {
 	require.NoError(t, accepted.rejected)
 	require.Equal(t, []string{"Write", "Write", "Bash"}, h.ranTools())
 	by := map[string]string{}
-	for _, e := range ofType(out.Events, EventApprovalDecision) {
+	for _, e := range ofType(out.Events, protocol.EventApprovalDecision) {
 		by[e.ToolCallID] = e.By
 	}
 	require.Equal(t, map[string]string{"w1": "dev", "w2": "ops", "b": "ops"}, by)

@@ -7,7 +7,6 @@ import (
 
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/text"
 	"github.com/tollgate/tollgate/protocol"
@@ -136,7 +135,7 @@ func (t *turn) checkBudgets(ctx workflow.Context) bool {
 		req := BudgetRequest{Budget: b.name, Limit: *b.limit, Spent: b.spent, RaiseTo: b.spent + *b.limit, Unit: b.unit}
 		args, _ := json.Marshal(req) // plain fields: cannot fail
 		t.budgetAsks++
-		call := activities.ToolCall{ID: fmt.Sprintf("budget-%d", t.budgetAsks), Name: protocol.BudgetTool, Arguments: string(args)}
+		call := protocol.ToolCall{ID: fmt.Sprintf("budget-%d", t.budgetAsks), Name: protocol.BudgetTool, Arguments: string(args)}
 		note := fmt.Sprintf("the %s budget is spent: %d of %d %s; approve to go on with it raised to %d", b.name, b.spent, *b.limit, b.unit, req.RaiseTo)
 		a := t.gate.request(ctx, call, t.settings.ApprovalTimeout, note, note)
 		var row *audit.Record
@@ -147,36 +146,36 @@ func (t *turn) checkBudgets(ctx workflow.Context) bool {
 			row = &r
 			t.writeAudit(ctx, []audit.Record{r})
 		}
-		t.log.append(Event{Type: EventHeartbeat})
+		t.log.append(protocol.Event{Type: protocol.EventHeartbeat})
 		t.gate.await(ctx, []*approval{a}, nil)
 		raiseTo := req.RaiseTo
-		if a.decision == DecisionApprove && a.arguments != "" {
+		if a.decision == protocol.DecisionApprove && a.arguments != "" {
 			var edited BudgetRequest
 			if json.Unmarshal([]byte(a.arguments), &edited) == nil && edited.RaiseTo > b.spent {
 				raiseTo = edited.RaiseTo
 			}
 		}
-		result := ToolResult{ID: call.ID, Name: call.Name, Status: activities.StatusOK, Result: fmt.Sprintf("raised to %d %s", raiseTo, b.unit)}
-		if a.decision != DecisionApprove {
-			result.Status, result.Result = activities.StatusDeclined, "not raised: the turn ends"
+		result := protocol.ToolResult{ID: call.ID, Name: call.Name, Status: protocol.StatusOK, Result: fmt.Sprintf("raised to %d %s", raiseTo, b.unit)}
+		if a.decision != protocol.DecisionApprove {
+			result.Status, result.Result = protocol.StatusDeclined, "not raised: the turn ends"
 		}
 		if row != nil {
 			t.writeAudit(ctx, []audit.Record{auditEnded(ctx, *row, a, "", result)})
 		}
-		if a.decision != DecisionApprove && a.decidedBy == DecidedByTurn {
+		if a.decision != protocol.DecisionApprove && a.decidedBy == DecidedByTurn {
 			// A new message, or a cancel: the turn ends as cancelled, not
 			// for its budget.
 			return false
 		}
-		if a.decision != DecisionApprove {
-			why := map[string]string{DecisionTimeout: "nobody decided in time"}[a.decision]
+		if a.decision != protocol.DecisionApprove {
+			why := map[string]string{protocol.DecisionTimeout: "nobody decided in time"}[a.decision]
 			if why == "" {
 				why = "a person declined to raise it"
 				if a.reason != "" {
 					why += " (" + text.Truncate(a.reason, 200) + ")"
 				}
 			}
-			t.log.append(Event{Type: EventError, Message: fmt.Sprintf("the %s budget is spent (%d of %d %s) and %s, so the turn ends here; send a new message to go on",
+			t.log.append(protocol.Event{Type: protocol.EventError, Message: fmt.Sprintf("the %s budget is spent (%d of %d %s) and %s, so the turn ends here; send a new message to go on",
 				b.name, b.spent, *b.limit, b.unit, why)})
 			return false
 		}
@@ -207,7 +206,7 @@ func checkBudgetEdit(asked, edited string) error {
 	var was, now BudgetRequest
 	_ = json.Unmarshal([]byte(asked), &was) // the gate wrote it
 	if err := json.Unmarshal([]byte(edited), &now); err != nil || now.RaiseTo <= was.Spent {
-		return rejection(RejectInvalid, fmt.Errorf("the edited arguments of a budget raise it: raiseTo must be a whole number above %d (what is spent)", was.Spent))
+		return rejection(protocol.RejectInvalid, fmt.Errorf("the edited arguments of a budget raise it: raiseTo must be a whole number above %d (what is spent)", was.Spent))
 	}
 	return nil
 }

@@ -21,17 +21,17 @@ func reads(n int) []activities.ModelOutput {
 
 // budgetRequest waits for the turn's budget request and returns it and its
 // arguments.
-func (h *harness) budgetRequest() (Event, BudgetRequest) {
+func (h *harness) budgetRequest() (protocol.Event, BudgetRequest) {
 	h.t.Helper()
 	for _, e := range h.events() {
-		if e.Type == EventApprovalRequest && e.Kind == protocol.KindBudget {
+		if e.Type == protocol.EventApprovalRequest && e.Kind == protocol.KindBudget {
 			var req BudgetRequest
 			require.NoError(h.t, json.Unmarshal([]byte(e.Arguments), &req))
 			return e, req
 		}
 	}
 	h.t.Fatal("no budget request")
-	return Event{}, BudgetRequest{}
+	return protocol.Event{}, BudgetRequest{}
 }
 
 func TestAToolCallBudgetAsksBeforeGoingOnAndApprovingRaisesIt(t *testing.T) {
@@ -39,10 +39,10 @@ func TestAToolCallBudgetAsksBeforeGoingOnAndApprovingRaisesIt(t *testing.T) {
 	settings.Budgets = Budgets{TurnToolCalls: 2}
 	h := newHarness(t, settings, reads(3)...)
 	var asked BudgetRequest
-	var request Event
+	var request protocol.Event
 	h.env.RegisterDelayedCallback(func() {
 		request, asked = h.budgetRequest()
-		h.decide(ApprovalDecision{RequestID: request.RequestID, Decision: DecisionApprove, Principal: "bob"})
+		h.decide(protocol.ApprovalDecision{RequestID: request.RequestID, Decision: protocol.DecisionApprove, Principal: "bob"})
 	}, time.Minute)
 
 	out := h.runTurn(userTurn("read it thrice"))
@@ -50,11 +50,11 @@ func TestAToolCallBudgetAsksBeforeGoingOnAndApprovingRaisesIt(t *testing.T) {
 	require.Equal(t, BudgetRequest{Budget: "turn tool calls", Limit: 2, Spent: 2, RaiseTo: 4, Unit: "tool calls"}, asked)
 	require.Equal(t, protocol.BudgetTool, request.ToolName)
 	require.Contains(t, request.Reason, "the turn tool calls budget is spent: 2 of 2 tool calls")
-	require.Equal(t, FinishStop, out.FinishReason, "approved, the turn went on")
+	require.Equal(t, protocol.FinishStop, out.FinishReason, "approved, the turn went on")
 	require.Equal(t, []string{"Read", "Read", "Read"}, h.ranTools())
-	require.Len(t, ofType(out.Events, EventApprovalRequest), 1, "raised to 4, three calls ask no more")
+	require.Len(t, ofType(out.Events, protocol.EventApprovalRequest), 1, "raised to 4, three calls ask no more")
 	require.Equal(t, 3, out.Usage.ToolCalls)
-	d := findEvent(t, out.Events, EventApprovalDecision)
+	d := findEvent(t, out.Events, protocol.EventApprovalDecision)
 	require.Equal(t, "bob", d.By)
 }
 
@@ -64,14 +64,14 @@ func TestADeclinedBudgetEndsTheTurnSayingWhy(t *testing.T) {
 	h := newHarness(t, settings, reads(3)...)
 	h.env.RegisterDelayedCallback(func() {
 		request, _ := h.budgetRequest()
-		h.decide(ApprovalDecision{RequestID: request.RequestID, Decision: DecisionDecline, Reason: "enough reading"})
+		h.decide(protocol.ApprovalDecision{RequestID: request.RequestID, Decision: protocol.DecisionDecline, Reason: "enough reading"})
 	}, time.Minute)
 
 	out := h.runTurn(userTurn("read"))
 
-	require.Equal(t, FinishBudget, out.FinishReason)
+	require.Equal(t, protocol.FinishBudget, out.FinishReason)
 	finish := out.Events[len(out.Events)-1]
-	require.Equal(t, FinishBudget, finish.Reason)
+	require.Equal(t, protocol.FinishBudget, finish.Reason)
 	require.Contains(t, finish.Message, "the turn tool calls budget is spent (1 of 1 tool calls) and a person declined to raise it (enough reading)")
 	require.Equal(t, []string{"Read"}, h.ranTools())
 	require.Len(t, h.modelInputs, 1, "no model call after the budget ran out")
@@ -89,7 +89,7 @@ func TestATokenBudgetCountsWhatTheModelReportsAndNoDecisionEndsTheTurn(t *testin
 	out := h.runTurn(userTurn("read"))
 
 	require.True(t, h.modelInputs[0].WantUsage, "a token budget asks the server for usage")
-	require.Equal(t, FinishBudget, out.FinishReason)
+	require.Equal(t, protocol.FinishBudget, out.FinishReason)
 	require.Contains(t, out.Events[len(out.Events)-1].Message, "the turn tokens budget is spent (1200 of 1000 tokens) and nobody decided in time")
 	require.Equal(t, 1200, out.Usage.Tokens)
 	require.Len(t, h.modelInputs, 2)
@@ -104,18 +104,18 @@ func TestAPersonMayRaiseABudgetByAnotherAmount(t *testing.T) {
 	h.env.RegisterDelayedCallback(func() {
 		request, _ := h.budgetRequest()
 		asks++
-		lower = h.decide(ApprovalDecision{RequestID: request.RequestID, Decision: DecisionApprove, Arguments: `{"raiseTo":1}`})
-		h.decide(ApprovalDecision{RequestID: request.RequestID, Decision: DecisionApprove, Arguments: `{"raiseTo":10}`})
+		lower = h.decide(protocol.ApprovalDecision{RequestID: request.RequestID, Decision: protocol.DecisionApprove, Arguments: `{"raiseTo":1}`})
+		h.decide(protocol.ApprovalDecision{RequestID: request.RequestID, Decision: protocol.DecisionApprove, Arguments: `{"raiseTo":10}`})
 	}, time.Minute)
 
 	out := h.runTurn(userTurn("read"))
 
-	require.Equal(t, RejectInvalid, RejectionReason(lower.rejected), "a raise that raises nothing is refused")
+	require.Equal(t, protocol.RejectInvalid, RejectionReason(lower.rejected), "a raise that raises nothing is refused")
 	require.ErrorContains(t, lower.rejected, "raiseTo must be a whole number above 1")
 
-	require.Equal(t, FinishStop, out.FinishReason)
+	require.Equal(t, protocol.FinishStop, out.FinishReason)
 	require.Equal(t, 1, asks)
-	require.Len(t, ofType(out.Events, EventApprovalRequest), 1, "raised to 10: four calls ask no more")
+	require.Len(t, ofType(out.Events, protocol.EventApprovalRequest), 1, "raised to 10: four calls ask no more")
 	require.Len(t, h.ranTools(), 4)
 }
 
@@ -133,16 +133,16 @@ func TestAConversationBudgetCountsEveryTurnAndKeepsItsRaise(t *testing.T) {
 		// Turn 2 asks at once: turn 1 spent the conversation's one call.
 		v, err := h.env.QueryWorkflowByID(r2.TurnID, PendingQuery)
 		require.NoError(t, err)
-		var pending []PendingApproval
+		var pending []protocol.PendingApproval
 		require.NoError(t, v.Get(&pending))
 		require.Len(t, pending, 1)
 		require.Equal(t, protocol.BudgetTool, pending[0].ToolName)
 		require.NoError(t, json.Unmarshal([]byte(pending[0].Arguments), &second))
 		require.NoError(t, h.env.UpdateWorkflowByID(r2.TurnID, ApprovalUpdate, "raise", noRejection(t),
-			ApprovalDecision{RequestID: pending[0].RequestID, Decision: DecisionApprove}))
+			protocol.ApprovalDecision{RequestID: pending[0].RequestID, Decision: protocol.DecisionApprove}))
 	}, 2*time.Minute)
 	h.env.RegisterDelayedCallback(func() { h.send("three", &r3) }, 3*time.Minute)
-	var third []PendingApproval
+	var third []protocol.PendingApproval
 	h.env.RegisterDelayedCallback(func() {
 		v, err := h.env.QueryWorkflowByID(r3.TurnID, PendingQuery)
 		require.NoError(t, err)
@@ -172,7 +172,7 @@ func TestASubagentsSpendingCountsForItsTurn(t *testing.T) {
 
 	out := h.runTurn(userTurn("delegate"))
 
-	require.Equal(t, FinishBudget, out.FinishReason, "the Task and its two Reads are three tool calls")
+	require.Equal(t, protocol.FinishBudget, out.FinishReason, "the Task and its two Reads are three tool calls")
 	require.Contains(t, out.Events[len(out.Events)-1].Message, "3 of 2 tool calls")
 	require.Equal(t, 3, out.Usage.ToolCalls)
 	require.NotContains(t, eventTypes(out.Events), "subagent_approval_request", "the subagent itself does not ask")
@@ -182,7 +182,7 @@ func TestTurnsWithoutBudgetsAskForNoUsage(t *testing.T) {
 	h := newHarness(t, testSettings(), reads(1)...)
 	out := h.runTurn(userTurn("read"))
 	require.False(t, h.modelInputs[0].WantUsage)
-	require.Equal(t, FinishStop, out.FinishReason)
+	require.Equal(t, protocol.FinishStop, out.FinishReason)
 	require.Equal(t, 1, out.Usage.ToolCalls)
 }
 
@@ -196,7 +196,7 @@ func TestANewMessageWhileABudgetWaitsEndsTheTurnAsCancelled(t *testing.T) {
 	h.env.RegisterDelayedCallback(func() { h.send("two", &r2) }, time.Minute)
 	// Turn 2 waits for its budget; a third message interrupts it.
 	h.env.RegisterDelayedCallback(func() { h.send("three", &r3) }, 2*time.Minute)
-	var events []Event
+	var events []protocol.Event
 	h.env.RegisterDelayedCallback(func() {
 		v, err := h.env.QueryWorkflowByID(r2.TurnID, EventsQuery, EventsRequest{})
 		require.NoError(t, err)
@@ -210,7 +210,7 @@ func TestANewMessageWhileABudgetWaitsEndsTheTurnAsCancelled(t *testing.T) {
 
 	require.NotEmpty(t, events)
 	last := events[len(events)-1]
-	require.Equal(t, EventFinish, last.Type)
-	require.Equal(t, FinishCancelled, last.Reason)
-	require.Empty(t, ofType(events, EventError), "no error says the budget was declined")
+	require.Equal(t, protocol.EventFinish, last.Type)
+	require.Equal(t, protocol.FinishCancelled, last.Reason)
+	require.Empty(t, ofType(events, protocol.EventError), "no error says the budget was declined")
 }

@@ -9,6 +9,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 // ClientToolResult is the payload of the toolResult Update: the answer of
@@ -26,7 +27,7 @@ type ClientToolResult struct {
 // client's answer.
 type clientCall struct {
 	RequestID string
-	Call      activities.ToolCall
+	Call      protocol.ToolCall
 	ExpiresAt time.Time
 
 	answered bool
@@ -46,13 +47,13 @@ func (g *gate) validateClientResult(ctx workflow.Context, r ClientToolResult) er
 	cc := g.findClientCall(r)
 	switch {
 	case cc == nil:
-		return rejection(RejectUnknown, fmt.Errorf("client tool call %q %q: %w", r.RequestID, r.ToolCallID, errUnknownRequest))
+		return rejection(protocol.RejectUnknown, fmt.Errorf("client tool call %q %q: %w", r.RequestID, r.ToolCallID, errUnknownRequest))
 	case cc.expired:
-		return rejection(RejectExpired, fmt.Errorf("client tool call %q: %w", cc.Call.ID, errExpired))
+		return rejection(protocol.RejectExpired, fmt.Errorf("client tool call %q: %w", cc.Call.ID, errExpired))
 	case cc.answered:
-		return rejection(RejectDecided, fmt.Errorf("client tool call %q: %w", cc.Call.ID, errAlreadyDecided))
+		return rejection(protocol.RejectDecided, fmt.Errorf("client tool call %q: %w", cc.Call.ID, errAlreadyDecided))
 	case !workflow.Now(ctx).Before(cc.ExpiresAt):
-		return rejection(RejectExpired, fmt.Errorf("client tool call %q: %w", cc.Call.ID, errExpired))
+		return rejection(protocol.RejectExpired, fmt.Errorf("client tool call %q: %w", cc.Call.ID, errExpired))
 	}
 	return nil
 }
@@ -81,13 +82,13 @@ func (g *gate) takeClientResult(r ClientToolResult) {
 // runClientTool publishes a client_tool_call and waits for the client's
 // answer until timeout. No answer in time is a timeout; a cancelled turn,
 // or a new message (declinePending), declines the call.
-func (g *gate) runClientTool(ctx workflow.Context, call activities.ToolCall, timeout time.Duration) activities.ToolOutput {
+func (g *gate) runClientTool(ctx workflow.Context, call protocol.ToolCall, timeout time.Duration) activities.ToolOutput {
 	id := g.newRequestID(ctx, call)
 	cc := &clientCall{RequestID: id, Call: call, ExpiresAt: workflow.Now(ctx).Add(timeout)}
 	g.clients = append(g.clients, cc)
 	expires := cc.ExpiresAt
-	g.log.append(Event{
-		Type: EventClientToolCall, RequestID: id, ToolCallID: call.ID, ToolName: call.Name,
+	g.log.append(protocol.Event{
+		Type: protocol.EventClientToolCall, RequestID: id, ToolCallID: call.ID, ToolName: call.Name,
 		Arguments: call.Arguments, WorkflowID: g.workflowID, ExpiresAt: &expires,
 	})
 	g.upsertPending(ctx)
@@ -105,23 +106,23 @@ func (g *gate) runClientTool(ctx workflow.Context, call activities.ToolCall, tim
 	}
 	switch {
 	case cc.declined != "":
-		return activities.ToolOutput{Status: activities.StatusDeclined, Result: declined(cc.declined)}
+		return activities.ToolOutput{Status: protocol.StatusDeclined, Result: declined(cc.declined)}
 	case cc.answered && cc.result.IsError:
-		return activities.ToolOutput{Status: activities.StatusError, Result: cc.result.Result}
+		return activities.ToolOutput{Status: protocol.StatusError, Result: cc.result.Result}
 	case cc.answered:
-		return activities.ToolOutput{Status: activities.StatusOK, Result: cc.result.Result}
+		return activities.ToolOutput{Status: protocol.StatusOK, Result: cc.result.Result}
 	case cancelled:
 		cc.answered = true
-		return activities.ToolOutput{Status: activities.StatusDeclined, Result: declined(reasonCancelled)}
+		return activities.ToolOutput{Status: protocol.StatusDeclined, Result: declined(reasonCancelled)}
 	default:
 		cc.answered, cc.expired = true, true
-		return activities.ToolOutput{Status: activities.StatusTimeout, Result: clientTimeoutResponse}
+		return activities.ToolOutput{Status: protocol.StatusTimeout, Result: clientTimeoutResponse}
 	}
 }
 
 // validateClientTools checks a request's client-executed tools
 // (CheckClientTools), and that none is named like a tool this worker runs.
-func validateClientTools(tools []activities.ToolSpec, settings Settings) error {
+func validateClientTools(tools []protocol.ToolSpec, settings Settings) error {
 	if err := CheckClientTools(tools); err != nil {
 		return err
 	}
@@ -145,7 +146,7 @@ func validateClientTools(tools []activities.ToolSpec, settings Settings) error {
 // the client's paths against its own workspace (refusing or reshaping
 // them) and a path rule match them as if the worker's files were touched:
 // a client's word changing what the policy and the approver read.
-func CheckClientTools(tools []activities.ToolSpec) error {
+func CheckClientTools(tools []protocol.ToolSpec) error {
 	var seen []string
 	for _, t := range tools {
 		switch {
@@ -166,4 +167,4 @@ func CheckClientTools(tools []activities.ToolSpec) error {
 }
 
 // builtinTools are the names of the tools every worker runs.
-var builtinTools = []string{activities.ToolRead, activities.ToolWrite, activities.ToolEdit, activities.ToolBash, TaskTool}
+var builtinTools = []string{protocol.ToolRead, protocol.ToolWrite, protocol.ToolEdit, protocol.ToolBash, protocol.TaskTool}

@@ -9,13 +9,14 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/protocol"
 )
 
-var pickColor = activities.ToolSpec{Name: "PickColor", Description: "asks the user for a color", Parameters: json.RawMessage(`{"type":"object"}`)}
+var pickColor = protocol.ToolSpec{Name: "PickColor", Description: "asks the user for a color", Parameters: json.RawMessage(`{"type":"object"}`)}
 
 func clientTurn() TurnInput {
 	in := userTurn("paint it")
-	in.ClientTools = []activities.ToolSpec{pickColor}
+	in.ClientTools = []protocol.ToolSpec{pickColor}
 	return in
 }
 
@@ -33,7 +34,7 @@ func TestClientToolAnsweredInTimeAnswersTheModel(t *testing.T) {
 	)
 	var unknown, early, late error
 	h.env.RegisterDelayedCallback(func() {
-		e := findEvent(t, h.events(), EventClientToolCall)
+		e := findEvent(t, h.events(), protocol.EventClientToolCall)
 		require.Equal(t, "c1", e.ToolCallID)
 		require.Equal(t, "PickColor", e.ToolName)
 		h.answer(ClientToolResult{ToolCallID: "nope", Result: "x"}, &unknown)
@@ -51,7 +52,7 @@ func TestClientToolAnsweredInTimeAnswersTheModel(t *testing.T) {
 	require.Equal(t, "blue", tools[0].Content)
 	require.Equal(t, []string{"Read"}, h.ranTools(), "the worker never runs a client tool")
 	require.Contains(t, toolNames(h.modelInputs[0].Tools), "PickColor")
-	require.NotContains(t, eventTypes(out.Events), EventApprovalRequest)
+	require.NotContains(t, eventTypes(out.Events), protocol.EventApprovalRequest)
 }
 
 func TestClientToolWithoutAnswerTimesOutAsDecline(t *testing.T) {
@@ -62,25 +63,25 @@ func TestClientToolWithoutAnswerTimesOutAsDecline(t *testing.T) {
 	h := newHarness(t, settings, calls(call("c1", "PickColor", `{}`)), calls(call("w", "Write", `{"file_path":"a","content":"b"}`)))
 	var late error
 	h.env.RegisterDelayedCallback(func() {
-		h.answer(ClientToolResult{RequestID: findEvent(t, h.events(), EventClientToolCall).RequestID, Result: "blue"}, &late)
+		h.answer(ClientToolResult{RequestID: findEvent(t, h.events(), protocol.EventClientToolCall).RequestID, Result: "blue"}, &late)
 	}, 90*time.Minute)
 
 	out := h.runTurn(clientTurn())
 
-	result := findEvent(t, out.Events, EventToolResult).ToolResults[0]
-	require.Equal(t, activities.StatusTimeout, result.Status)
+	result := findEvent(t, out.Events, protocol.EventToolResult).ToolResults[0]
+	require.Equal(t, protocol.StatusTimeout, result.Status)
 	require.Equal(t, clientTimeoutResponse, result.Result)
-	require.Equal(t, RejectExpired, RejectionReason(late), "an answer after the call's time ran out is expired, not decided: %v", late)
+	require.Equal(t, protocol.RejectExpired, RejectionReason(late), "an answer after the call's time ran out is expired, not decided: %v", late)
 }
 
 func TestClientToolNamedLikeAWorkerToolIsRejected(t *testing.T) {
-	require.ErrorContains(t, validateClientTools([]activities.ToolSpec{{Name: "Bash"}}, testSettings()), "tool the worker runs")
-	require.ErrorContains(t, validateClientTools([]activities.ToolSpec{pickColor, pickColor}, testSettings()), "twice")
-	require.ErrorContains(t, validateClientTools([]activities.ToolSpec{{Name: "mcp__files__write"}}, testSettings()), "tool the worker runs")
+	require.ErrorContains(t, validateClientTools([]protocol.ToolSpec{{Name: "Bash"}}, testSettings()), "tool the worker runs")
+	require.ErrorContains(t, validateClientTools([]protocol.ToolSpec{pickColor, pickColor}, testSettings()), "twice")
+	require.ErrorContains(t, validateClientTools([]protocol.ToolSpec{{Name: "mcp__files__write"}}, testSettings()), "tool the worker runs")
 	withPaths := pickColor
 	withPaths.WorkspacePaths = []string{"file_path"}
-	require.ErrorContains(t, validateClientTools([]activities.ToolSpec{withPaths}, testSettings()), "workspacePaths")
-	require.NoError(t, validateClientTools([]activities.ToolSpec{pickColor}, testSettings()))
+	require.ErrorContains(t, validateClientTools([]protocol.ToolSpec{withPaths}, testSettings()), "workspacePaths")
+	require.NoError(t, validateClientTools([]protocol.ToolSpec{pickColor}, testSettings()))
 }
 
 func TestNewMessageDeclinesAClientToolCallThatWaits(t *testing.T) {
@@ -93,9 +94,9 @@ func TestNewMessageDeclinesAClientToolCallThatWaits(t *testing.T) {
 
 	out := h.runTurn(clientTurn())
 
-	require.Equal(t, FinishCancelled, out.FinishReason)
-	result := findEvent(t, out.Events, EventToolResult).ToolResults[0]
-	require.Equal(t, activities.StatusDeclined, result.Status, "declined at once, not left to time out")
+	require.Equal(t, protocol.FinishCancelled, out.FinishReason)
+	result := findEvent(t, out.Events, protocol.EventToolResult).ToolResults[0]
+	require.Equal(t, protocol.StatusDeclined, result.Status, "declined at once, not left to time out")
 	require.Equal(t, declined(reasonNewMessage), result.Result)
 	require.Equal(t, declined(reasonNewMessage), toolMessages(out.Messages)[0].Content)
 }

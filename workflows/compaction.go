@@ -12,11 +12,6 @@ import (
 	"github.com/tollgate/tollgate/protocol"
 )
 
-// DefaultContextBudget is protocol.DefaultContextBudget: frozen, since
-// turns whose recorded settings predate ContextBudget compact at it on
-// replay (docs/versioning.md).
-const DefaultContextBudget = protocol.DefaultContextBudget
-
 // Texts a compacted view carries in place of what it left out.
 const (
 	// ElidedToolOutput replaces a tool output the view left out.
@@ -43,7 +38,7 @@ type compaction struct {
 }
 
 // viewSize is the bytes of message text in msgs.
-func viewSize(msgs []activities.Message) int {
+func viewSize(msgs []protocol.Message) int {
 	n := 0
 	for _, m := range msgs {
 		n += len(m.Content)
@@ -61,9 +56,9 @@ func viewSize(msgs []activities.Message) int {
 // batch; then, once, everything before this turn's user message is
 // summarized by a model call, and the summary is the turn's alone. While
 // the view fits, it is the whole conversation.
-func (t *turn) modelViewInTurn(ctx workflow.Context) ([]activities.Message, error) {
-	view := make([]activities.Message, 0, 1+len(t.input)+len(t.messages))
-	view = append(view, activities.Message{Role: activities.RoleSystem, Content: t.system})
+func (t *turn) modelViewInTurn(ctx workflow.Context) ([]protocol.Message, error) {
+	view := make([]protocol.Message, 0, 1+len(t.input)+len(t.messages))
+	view = append(view, protocol.Message{Role: protocol.RoleSystem, Content: t.system})
 	view = append(append(view, t.input...), t.messages...)
 	if t.compact.budget == 0 {
 		t.compact.budget = t.settings.ContextBudget
@@ -84,44 +79,44 @@ func (t *turn) modelViewInTurn(ctx workflow.Context) ([]activities.Message, erro
 			if err := t.summarize(ctx, view[1:1+n], n); err != nil {
 				return nil, err
 			}
-			view = make([]activities.Message, 0, 1+len(t.input)+len(t.messages))
-			view = append(view, activities.Message{Role: activities.RoleSystem, Content: t.system})
+			view = make([]protocol.Message, 0, 1+len(t.input)+len(t.messages))
+			view = append(view, protocol.Message{Role: protocol.RoleSystem, Content: t.system})
 			view = t.summarized(append(append(view, t.input...), t.messages...))
 			elided = elide(view, t.compact.budget)
 		}
 	}
 	if done := [2]int{elided, t.compact.summarized}; done != t.compact.published && (elided > 0 || t.compact.summarized > 0) {
 		t.compact.published = done
-		t.log.append(Event{Type: EventContextCompacted, Elided: elided, Summarized: t.compact.summarized, BytesBefore: before, BytesAfter: viewSize(view)})
+		t.log.append(protocol.Event{Type: protocol.EventContextCompacted, Elided: elided, Summarized: t.compact.summarized, BytesBefore: before, BytesAfter: viewSize(view)})
 	}
 	return view, nil
 }
 
 // summarized replaces the first summarized messages after the system
 // prompt with the summary.
-func (t *turn) summarized(view []activities.Message) []activities.Message {
-	out := []activities.Message{view[0], {Role: activities.RoleUser, Content: SummaryPrefix + t.compact.summary}}
+func (t *turn) summarized(view []protocol.Message) []protocol.Message {
+	out := []protocol.Message{view[0], {Role: protocol.RoleUser, Content: SummaryPrefix + t.compact.summary}}
 	return append(out, view[1+t.compact.summarized:]...)
 }
 
 // summarizable is how many messages after the system prompt may be
 // summarized: those before this turn's user message (the conversation's
 // earlier turns), never this turn's own.
-func (t *turn) summarizable(view []activities.Message) int {
+func (t *turn) summarizable(view []protocol.Message) int {
 	return max(len(t.input)-1, 0)
 }
 
 // summarize asks the model for a summary of msgs, the first n messages of
 // the conversation.
-func (t *turn) summarize(ctx workflow.Context, msgs []activities.Message, n int) error {
+func (t *turn) summarize(ctx workflow.Context, msgs []protocol.Message, n int) error {
 	var b strings.Builder
 	for _, m := range msgs {
 		writeTranscript(&b, m)
 	}
 	in := activities.ModelInput{
-		Messages: []activities.Message{
-			{Role: activities.RoleSystem, Content: summarySystemPrompt},
-			{Role: activities.RoleUser, Content: b.String()},
+		Messages: []protocol.Message{
+			{Role: protocol.RoleSystem, Content: summarySystemPrompt},
+			{Role: protocol.RoleUser, Content: b.String()},
 		},
 		Model: t.model,
 	}
@@ -137,7 +132,7 @@ func (t *turn) summarize(ctx workflow.Context, msgs []activities.Message, n int)
 
 // writeTranscript writes m to b as a summary request shows it: its role
 // and text, and the tools it called.
-func writeTranscript(b *strings.Builder, m activities.Message) {
+func writeTranscript(b *strings.Builder, m protocol.Message) {
 	fmt.Fprintf(b, "%s: %s\n", m.Role, m.Content)
 	for _, c := range m.ToolCalls {
 		fmt.Fprintf(b, "  (called %s with %s)\n", c.Name, c.Arguments)
@@ -148,10 +143,10 @@ func writeTranscript(b *strings.Builder, m activities.Message) {
 // view fits budget, and returns how many it replaced. The newest batch's
 // outputs (after the last assistant message) are kept: the model has not
 // read them yet.
-func elide(view []activities.Message, budget int) int {
+func elide(view []protocol.Message, budget int) int {
 	last := len(view)
 	for i := len(view) - 1; i >= 0; i-- {
-		if view[i].Role == activities.RoleAssistant {
+		if view[i].Role == protocol.RoleAssistant {
 			last = i
 			break
 		}
@@ -161,7 +156,7 @@ func elide(view []activities.Message, budget int) int {
 		if size <= budget {
 			break
 		}
-		if view[i].Role == activities.RoleTool && len(view[i].Content) > len(ElidedToolOutput) {
+		if view[i].Role == protocol.RoleTool && len(view[i].Content) > len(ElidedToolOutput) {
 			size -= len(view[i].Content) - len(ElidedToolOutput)
 			view[i].Content = ElidedToolOutput
 			n++

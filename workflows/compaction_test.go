@@ -16,12 +16,12 @@ import (
 // and the new user message.
 func longConversation(output string) TurnInput {
 	in := userTurn("read the notes")
-	in.Messages = []activities.Message{
-		{Role: activities.RoleUser, Content: "read the log"},
-		{Role: activities.RoleAssistant, ToolCalls: []activities.ToolCall{{ID: "r1", Name: "Read", Arguments: `{"file_path":"log.txt"}`}}},
-		{Role: activities.RoleTool, ToolCallID: "r1", Name: "Read", Content: output},
-		{Role: activities.RoleAssistant, Content: "The log says it went fine."},
-		{Role: activities.RoleUser, Content: "read the notes"},
+	in.Messages = []protocol.Message{
+		{Role: protocol.RoleUser, Content: "read the log"},
+		{Role: protocol.RoleAssistant, ToolCalls: []protocol.ToolCall{{ID: "r1", Name: "Read", Arguments: `{"file_path":"log.txt"}`}}},
+		{Role: protocol.RoleTool, ToolCallID: "r1", Name: "Read", Content: output},
+		{Role: protocol.RoleAssistant, Content: "The log says it went fine."},
+		{Role: protocol.RoleUser, Content: "read the notes"},
 	}
 	return in
 }
@@ -37,7 +37,7 @@ func TestOldToolOutputsAreLeftOutOfTheModelsViewFirst(t *testing.T) {
 	view := h.modelInputs[0].Messages
 	require.Equal(t, ElidedToolOutput, view[3].Content, "the old Read's output is left out")
 	require.Equal(t, "read the notes", view[len(view)-1].Content)
-	e := findEvent(t, out.Events, EventContextCompacted)
+	e := findEvent(t, out.Events, protocol.EventContextCompacted)
 	require.Equal(t, 1, e.Elided)
 	require.Zero(t, e.Summarized)
 	require.Greater(t, e.BytesBefore, 4000)
@@ -52,10 +52,10 @@ func turns(n, size int, query string) TurnInput {
 	in.Messages = nil
 	for i := range n {
 		in.Messages = append(in.Messages,
-			activities.Message{Role: activities.RoleUser, Content: fmt.Sprintf("message %d: %s", i, strings.Repeat("x", size))},
-			activities.Message{Role: activities.RoleAssistant, Content: fmt.Sprintf("answer %d", i)})
+			protocol.Message{Role: protocol.RoleUser, Content: fmt.Sprintf("message %d: %s", i, strings.Repeat("x", size))},
+			protocol.Message{Role: protocol.RoleAssistant, Content: fmt.Sprintf("answer %d", i)})
 	}
-	in.Messages = append(in.Messages, activities.Message{Role: activities.RoleUser, Content: query})
+	in.Messages = append(in.Messages, protocol.Message{Role: protocol.RoleUser, Content: query})
 	return in
 }
 
@@ -79,7 +79,7 @@ func TestEarlierTurnsAreSummarizedAndThePreviousTurnIsKeptWhole(t *testing.T) {
 	view := h.modelInputs[1].Messages
 	require.Equal(t, SummaryPrefix+"Turns 0 to 2 were long messages.", view[1].Content)
 	require.Equal(t, in.Messages[6:], view[2:], "the previous turn whole, then the new message")
-	e := findEvent(t, out.Events, EventContextCompacted)
+	e := findEvent(t, out.Events, protocol.EventContextCompacted)
 	require.Equal(t, 6, e.Summarized)
 	require.Equal(t, 3, e.Kept)
 	require.Less(t, e.BytesAfter, e.BytesBefore)
@@ -102,7 +102,7 @@ func TestATurnReadsTheConversationsSummaryAndSummarizesNoMoreWhileTheRestFits(t 
 	view := h.modelInputs[0].Messages
 	require.Equal(t, SummaryPrefix+"Turns 0 to 2 were long messages.", view[1].Content)
 	require.Equal(t, whole.Messages[6:], view[2:])
-	e := findEvent(t, out.Events, EventContextCompacted)
+	e := findEvent(t, out.Events, protocol.EventContextCompacted)
 	require.Equal(t, 6, e.Summarized, "the event says what the summary stands for")
 	require.Nil(t, out.Compaction, "nothing changed for the conversation to keep")
 }
@@ -143,7 +143,7 @@ func TestMessagesTooLongForOneSummaryRequestAreSummarizedInPiecesThatFit(t *test
 
 	out := h.runTurn(in)
 
-	require.Equal(t, FinishStop, out.FinishReason)
+	require.Equal(t, protocol.FinishStop, out.FinishReason)
 	budget := viewBudget(settings.withDefaults(), 4000)
 	var summaries int
 	for i, mi := range h.modelInputs {
@@ -172,7 +172,7 @@ func TestAModelThatSaysTheViewIsTooLongGetsSmallerRequestsUntilOneFits(t *testin
 	h := newHarness(t, testSettings(), activities.ModelOutput{Content: "The summary."}, activities.ModelOutput{Content: "Now this."})
 	h.modelErrs = []error{tooLong(5000, 9000)}
 	out := h.runTurn(in)
-	require.Equal(t, FinishStop, out.FinishReason)
+	require.Equal(t, protocol.FinishStop, out.FinishReason)
 	require.Equal(t, in.Messages, h.modelInputs[0].Messages[1:], "the first call had it all")
 	require.NotNil(t, out.Compaction)
 	window := out.Compaction.Window
@@ -183,7 +183,7 @@ func TestAModelThatSaysTheViewIsTooLongGetsSmallerRequestsUntilOneFits(t *testin
 	for _, mi := range h.modelInputs[1:] {
 		require.LessOrEqual(t, viewSize(mi.Messages), viewBudget(testSettings().withDefaults(), window), "every later request fits")
 	}
-	require.Equal(t, 3, findEvent(t, out.Events, EventContextCompacted).Kept)
+	require.Equal(t, 3, findEvent(t, out.Events, protocol.EventContextCompacted).Kept)
 
 	// A server that refuses whatever it gets: each request is smaller (the
 	// message cut in the middle), and then the turn says why it ends.
@@ -193,8 +193,8 @@ func TestAModelThatSaysTheViewIsTooLongGetsSmallerRequestsUntilOneFits(t *testin
 	for i := 1; i < len(h.modelInputs); i++ {
 		require.Less(t, viewSize(h.modelInputs[i].Messages), viewSize(h.modelInputs[i-1].Messages)*4/5, "request %d is smaller", i)
 	}
-	require.Equal(t, FinishError, out.FinishReason)
-	require.Contains(t, findEvent(t, out.Events, EventError).Message, "could not be made to fit the model's context: 4 smaller requests were refused too")
+	require.Equal(t, protocol.FinishError, out.FinishReason)
+	require.Contains(t, findEvent(t, out.Events, protocol.EventError).Message, "could not be made to fit the model's context: 4 smaller requests were refused too")
 	require.Len(t, h.modelInputs, 1+maxRefits)
 }
 
@@ -208,7 +208,7 @@ func TestASummaryRequestTheModelRefusesAsTooLongIsMadeSmaller(t *testing.T) {
 
 	out := h.runTurn(in)
 
-	require.Equal(t, FinishStop, out.FinishReason)
+	require.Equal(t, protocol.FinishStop, out.FinishReason)
 	first, second := h.modelInputs[0].Messages, h.modelInputs[1].Messages
 	require.Equal(t, foldPrompt, first[0].Content, "the refused request was a summary's")
 	require.Equal(t, foldPrompt, second[0].Content, "asked again, smaller")

@@ -96,7 +96,7 @@ type viewState struct {
 // context. While the whole conversation fits, and the conversation has no
 // summary, it is all of it; otherwise the turn asks, once, which way it
 // compacts.
-func (t *turn) modelView(ctx workflow.Context) ([]activities.Message, error) {
+func (t *turn) modelView(ctx workflow.Context) ([]protocol.Message, error) {
 	if t.view.path == pathUnasked {
 		// This condition holds whenever modelViewInTurn would compact,
 		// so a turn that did asks here first (docs/versioning.md).
@@ -124,9 +124,9 @@ func (t *turn) askCompactionPath(ctx workflow.Context) int {
 }
 
 // wholeView is the system prompt, the turn's input and its messages.
-func (t *turn) wholeView() []activities.Message {
-	view := make([]activities.Message, 0, 1+len(t.input)+len(t.messages))
-	view = append(view, activities.Message{Role: activities.RoleSystem, Content: t.system})
+func (t *turn) wholeView() []protocol.Message {
+	view := make([]protocol.Message, 0, 1+len(t.input)+len(t.messages))
+	view = append(view, protocol.Message{Role: protocol.RoleSystem, Content: t.system})
 	return append(append(view, t.input...), t.messages...)
 }
 
@@ -161,7 +161,7 @@ func viewBudget(s Settings, window int) int {
 // assembled is a compacted view and where the conversation's messages
 // after the summary begin in it.
 type assembled struct {
-	view []activities.Message
+	view []protocol.Message
 	// base is the index in view of the turn's input message covers.
 	base, covers int
 }
@@ -169,10 +169,10 @@ type assembled struct {
 // assemble is the view of the turn that reads the summary in place of its
 // input's first covers messages.
 func (t *turn) assemble(covers int) assembled {
-	view := make([]activities.Message, 0, 2+len(t.input)-covers+len(t.messages))
-	view = append(view, activities.Message{Role: activities.RoleSystem, Content: t.system})
+	view := make([]protocol.Message, 0, 2+len(t.input)-covers+len(t.messages))
+	view = append(view, protocol.Message{Role: protocol.RoleSystem, Content: t.system})
 	if t.view.kept.Summary != "" {
-		view = append(view, activities.Message{Role: activities.RoleUser, Content: SummaryPrefix + t.view.kept.Summary})
+		view = append(view, protocol.Message{Role: protocol.RoleUser, Content: SummaryPrefix + t.view.kept.Summary})
 	}
 	base := len(view)
 	view = append(append(view, t.input[covers:]...), t.messages...)
@@ -190,7 +190,7 @@ func (t *turn) transcriptIndex(a assembled, i int) int {
 }
 
 // compactedView is the view of a turn of patchConversationCompaction.
-func (t *turn) compactedView(ctx workflow.Context) ([]activities.Message, error) {
+func (t *turn) compactedView(ctx workflow.Context) ([]protocol.Message, error) {
 	budget := t.viewBudget()
 	covers := min(max(t.view.kept.Covers-t.view.offset, 0), len(t.input))
 	a := t.assemble(covers)
@@ -217,7 +217,7 @@ func (t *turn) compactedView(ctx workflow.Context) ([]activities.Message, error)
 	}
 	if done := [3]int{elided, summarized, cut}; done != t.view.published && (elided > 0 || summarized > 0 || cut > 0) {
 		t.view.published = done
-		t.log.append(Event{Type: EventContextCompacted, Elided: elided, Summarized: summarized, Kept: len(t.input) - a.covers, Cut: cut,
+		t.log.append(protocol.Event{Type: protocol.EventContextCompacted, Elided: elided, Summarized: summarized, Kept: len(t.input) - a.covers, Cut: cut,
 			BytesBefore: before, BytesAfter: viewSize(a.view)})
 	}
 	return a.view, nil
@@ -227,10 +227,10 @@ func (t *turn) compactedView(ctx workflow.Context) ([]activities.Message, error)
 // message cur: at the last user message before cur at least (when there is
 // one after covers), and at earlier ones while conv[i:cur] fits in share
 // bytes.
-func keepFrom(conv []activities.Message, covers, cur, share int) int {
+func keepFrom(conv []protocol.Message, covers, cur, share int) int {
 	keep := cur
 	for i := cur - 1; i >= covers; i-- {
-		if conv[i].Role != activities.RoleUser {
+		if conv[i].Role != protocol.RoleUser {
 			continue
 		}
 		if keep != cur && viewSize(conv[i:cur]) > share {
@@ -346,10 +346,10 @@ func cutMiddle(s string, keep int, notice func(n int) string) string {
 
 // elideRange replaces tool outputs of view[from:to] with ElidedToolOutput,
 // oldest first, until view fits budget, and returns how many it replaced.
-func elideRange(view []activities.Message, from, to, budget int) int {
+func elideRange(view []protocol.Message, from, to, budget int) int {
 	size, n := viewSize(view), 0
 	for i := from; i < to && size > budget; i++ {
-		if view[i].Role == activities.RoleTool && len(view[i].Content) > len(ElidedToolOutput) {
+		if view[i].Role == protocol.RoleTool && len(view[i].Content) > len(ElidedToolOutput) {
 			size -= len(view[i].Content) - len(ElidedToolOutput)
 			view[i].Content = ElidedToolOutput
 			n++
@@ -362,7 +362,7 @@ func elideRange(view []activities.Message, from, to, budget int) int {
 // a smaller window, the view compacted to it, and the call again, until
 // the model takes one or maxRefits were refused. failed, when not empty,
 // is why the turn ends.
-func (t *turn) refit(ctx workflow.Context, history []activities.Message, err error) (out activities.ModelOutput, failed string, _ error) {
+func (t *turn) refit(ctx workflow.Context, history []protocol.Message, err error) (out activities.ModelOutput, failed string, _ error) {
 	for err != nil && isContextTooLong(err) {
 		if t.view.refits >= maxRefits {
 			return out, fmt.Sprintf("the conversation could not be made to fit the model's context: %d smaller requests were refused too, "+
@@ -441,7 +441,7 @@ type summarizer struct {
 // messages from first on: the summary so far and as many messages as fit
 // in a request, then the next ones, each message that alone would not fit
 // cut in the middle.
-func (s *summarizer) fold(ctx workflow.Context, summary string, msgs []activities.Message, first int) (string, error) {
+func (s *summarizer) fold(ctx workflow.Context, summary string, msgs []protocol.Message, first int) (string, error) {
 	system := foldPrompt
 	if s.instructions != "" {
 		system += foldInstructions + s.instructions
@@ -465,7 +465,7 @@ func (s *summarizer) fold(ctx workflow.Context, summary string, msgs []activitie
 			text = foldSummarySoFar + summary + foldSince + piece.String()
 		}
 		in := activities.ModelInput{
-			Messages:  []activities.Message{{Role: activities.RoleSystem, Content: system}, {Role: activities.RoleUser, Content: text}},
+			Messages:  []protocol.Message{{Role: protocol.RoleSystem, Content: system}, {Role: protocol.RoleUser, Content: text}},
 			Model:     s.model,
 			WantUsage: s.settings.Budgets.wantsUsage(),
 		}
@@ -489,7 +489,7 @@ func (s *summarizer) fold(ctx workflow.Context, summary string, msgs []activitie
 
 // render is message m, the transcript's message index, as a summary
 // request shows it, at most room bytes.
-func (s *summarizer) render(m activities.Message, index, room int) string {
+func (s *summarizer) render(m protocol.Message, index, room int) string {
 	var b strings.Builder
 	writeTranscript(&b, m)
 	if b.Len() <= room {
@@ -503,21 +503,21 @@ func (s *summarizer) render(m activities.Message, index, room int) string {
 // and after the running turn otherwise.
 func (c *conversation) setCompactHandler(ctx workflow.Context) error {
 	err := workflow.SetUpdateHandlerWithOptions(ctx, CompactUpdate,
-		func(ctx workflow.Context, r CompactRequest) (CompactResult, error) {
+		func(ctx workflow.Context, r protocol.CompactRequest) (protocol.CompactResult, error) {
 			switch {
 			case c.compacting:
-				return CompactResult{Summarized: c.compaction.Covers, Reason: "another compaction runs now; ask again once it has ended"}, nil
+				return protocol.CompactResult{Summarized: c.compaction.Covers, Reason: "another compaction runs now; ask again once it has ended"}, nil
 			case c.running != "":
 				c.compactNext = &r
-				return CompactResult{Queued: true, Summarized: c.compaction.Covers}, nil
+				return protocol.CompactResult{Queued: true, Summarized: c.compaction.Covers}, nil
 			}
 			c.compacting = true
 			defer func() { c.compacting = false }()
 			return c.compact(ctx, r)
 		},
-		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, r CompactRequest) error {
+		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, r protocol.CompactRequest) error {
 			if n := len(r.Instructions); n > protocol.MaxCompactInstructions {
-				return rejection(RejectInvalid, fmt.Errorf("the instructions are %d bytes, more than the %d a compaction takes", n, protocol.MaxCompactInstructions))
+				return rejection(protocol.RejectInvalid, fmt.Errorf("the instructions are %d bytes, more than the %d a compaction takes", n, protocol.MaxCompactInstructions))
 			}
 			return c.checkCompactionBudget()
 		}},
@@ -559,16 +559,16 @@ func (c *conversation) compactQueued(ctx workflow.Context) {
 // compact folds the conversation's messages since its summary into it, but
 // for its newest turn (its last user message and the answer), which the
 // next turn reads whole.
-func (c *conversation) compact(ctx workflow.Context, r CompactRequest) (CompactResult, error) {
+func (c *conversation) compact(ctx workflow.Context, r protocol.CompactRequest) (protocol.CompactResult, error) {
 	covers := min(c.compaction.Covers, len(c.messages))
 	keep := covers
 	for i := len(c.messages) - 1; i > covers; i-- {
-		if c.messages[i].Role == activities.RoleUser {
+		if c.messages[i].Role == protocol.RoleUser {
 			keep = i
 			break
 		}
 	}
-	res := CompactResult{Summarized: covers, Kept: len(c.messages) - covers}
+	res := protocol.CompactResult{Summarized: covers, Kept: len(c.messages) - covers}
 	if keep <= covers {
 		res.Reason = "nothing to summarize: what came after the last summary is the newest turn, which is kept whole"
 		return res, nil

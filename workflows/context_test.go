@@ -20,6 +20,7 @@ import (
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/scripted"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 // windowedModel is a model server with a context window, as OpenAI's: a
@@ -247,7 +248,7 @@ func runLongConversation(t *testing.T, n, size, window, earlyFrom, span int) mea
 	outs := turnsDone()
 	require.Len(t, outs, n)
 	for i := 1; i <= n; i++ {
-		require.Equal(t, FinishStop, outs[TurnWorkflowID("long", i)].FinishReason, "turn %d", i)
+		require.Equal(t, protocol.FinishStop, outs[TurnWorkflowID("long", i)].FinishReason, "turn %d", i)
 	}
 	require.Equal(t, 2*n, state.Messages)
 	require.Positive(t, state.Summarized)
@@ -295,7 +296,7 @@ func TestATwoMegabytePasteIsCutInTheMiddleAndSaysWhereTheWholeIsKept(t *testing.
 
 	outs := turnsDone()
 	for i := 1; i <= 3; i++ {
-		require.Equal(t, FinishStop, outs[TurnWorkflowID("paste", i)].FinishReason, "turn %d", i)
+		require.Equal(t, protocol.FinishStop, outs[TurnWorkflowID("paste", i)].FinishReason, "turn %d", i)
 	}
 	sent, refused := model.requests()
 	require.Zero(t, refused, "no request passed the window")
@@ -304,7 +305,7 @@ func TestATwoMegabytePasteIsCutInTheMiddleAndSaysWhereTheWholeIsKept(t *testing.
 	require.True(t, strings.HasPrefix(cut, paste[:1000]), "its beginning")
 	require.True(t, strings.HasSuffix(cut, paste[len(paste)-1000:]), "and its end")
 	require.Contains(t, cut, "bytes left out here to fit the model's context. The whole message is kept in the conversation's transcript: GET /conversations/paste/messages?offset=2&limit=1")
-	require.Equal(t, 1, findEvent(t, outs[TurnWorkflowID("paste", 2)].Events, EventContextCompacted).Cut)
+	require.Equal(t, 1, findEvent(t, outs[TurnWorkflowID("paste", 2)].Events, protocol.EventContextCompacted).Cut)
 	last := sent[len(sent)-1].messages
 	require.Equal(t, "what did it say?", last[len(last)-1].Content)
 	require.True(t, slices.ContainsFunc(last, func(m openai.ChatCompletionMessage) bool { return strings.HasPrefix(m.Content, paste[:1000]) }),
@@ -320,11 +321,11 @@ func TestATurnWhoseOwnToolOutputsPassTheWindowLeavesOutTheOldOnesAndCutsTheNewes
 		activities.ModelOutput{Content: "Both logs are fine."},
 	)
 	big := strings.Repeat("a log line of the big file\n", 1500) // 40 KB
-	h.env.OnActivity(activities.ToolRead, mock.Anything, mock.Anything).Return(activities.ToolOutput{Status: activities.StatusOK, Result: big}, nil)
+	h.env.OnActivity(protocol.ToolRead, mock.Anything, mock.Anything).Return(activities.ToolOutput{Status: protocol.StatusOK, Result: big}, nil)
 
 	out := h.runTurn(userTurn("read the logs"))
 
-	require.Equal(t, FinishStop, out.FinishReason)
+	require.Equal(t, protocol.FinishStop, out.FinishReason)
 	require.Len(t, h.modelInputs, 3)
 	budget := viewBudget(settings.withDefaults(), 20000)
 	second := h.modelInputs[1].Messages
@@ -336,7 +337,7 @@ func TestATurnWhoseOwnToolOutputsPassTheWindowLeavesOutTheOldOnesAndCutsTheNewes
 		require.True(t, strings.HasPrefix(m.Content, big[:1000]), "the newest batch, which the model has not read, is never left out")
 		require.Contains(t, m.Content, "bytes left out here to fit the model's context. The whole message is kept in the conversation's transcript: GET /conversations/c1/messages?offset=")
 	}
-	e := ofType(out.Events, EventContextCompacted)
+	e := ofType(out.Events, protocol.EventContextCompacted)
 	require.Equal(t, 1, e[len(e)-1].Elided)
 	require.Equal(t, 2, e[len(e)-1].Cut)
 }
@@ -349,15 +350,15 @@ func TestAPersonCompactsTheConversationWithInstructionsAndTheNextTurnReadsTheSum
 	)
 	turnsDone := finishedTurns(h)
 	h.sendEach([]string{"q1", "q2", "q3"})
-	var result CompactResult
+	var result protocol.CompactResult
 	h.env.RegisterDelayedCallback(func() {
 		h.env.UpdateWorkflow(CompactUpdate, "", &testsuite.TestUpdateCallback{
 			OnAccept: func() {}, OnReject: func(err error) { t.Errorf("rejected: %v", err) },
 			OnComplete: func(v any, err error) {
 				require.NoError(t, err)
-				result = v.(CompactResult)
+				result = v.(protocol.CompactResult)
 			},
-		}, CompactRequest{Instructions: "keep the decisions about the schema"})
+		}, protocol.CompactRequest{Instructions: "keep the decisions about the schema"})
 	}, 10*time.Minute)
 	var r4 TurnRef
 	h.env.RegisterDelayedCallback(func() { h.send("q4", &r4) }, 20*time.Minute)
@@ -365,19 +366,19 @@ func TestAPersonCompactsTheConversationWithInstructionsAndTheNextTurnReadsTheSum
 	h.env.RegisterDelayedCallback(func() {
 		h.env.UpdateWorkflow(CompactUpdate, "", &testsuite.TestUpdateCallback{
 			OnAccept: func() {}, OnReject: func(err error) { rejected = err }, OnComplete: func(any, error) {},
-		}, CompactRequest{Instructions: strings.Repeat("x", 5000)})
+		}, protocol.CompactRequest{Instructions: strings.Repeat("x", 5000)})
 	}, 25*time.Minute)
 	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, time.Hour)
 
 	h.env.ExecuteWorkflow(ConversationWorkflow, ConversationInput{ConversationID: "manual"})
 
-	require.Equal(t, CompactResult{Compacted: true, Summarized: 4, Kept: 2, BytesBefore: 12, BytesAfter: 35 + 4}, result)
+	require.Equal(t, protocol.CompactResult{Compacted: true, Summarized: 4, Kept: 2, BytesBefore: 12, BytesAfter: 35 + 4}, result)
 	require.Len(t, h.modelInputs, 5)
 	summaryCall := h.modelInputs[3].Messages
 	require.Equal(t, foldPrompt+foldInstructions+"keep the decisions about the schema", summaryCall[0].Content)
 	require.Equal(t, foldFirst+"user: q1\nassistant: a1\nuser: q2\nassistant: a2\n", summaryCall[1].Content)
 	require.Equal(t, []string{SummaryPrefix + "We chose PostgreSQL for the schema.", "q3", "a3", "q4"}, contents(h.modelInputs[4].Messages)[1:])
-	e := findEvent(t, turnsDone()[r4.TurnID].Events, EventContextCompacted)
+	e := findEvent(t, turnsDone()[r4.TurnID].Events, protocol.EventContextCompacted)
 	require.Equal(t, 4, e.Summarized)
 	require.Equal(t, 3, e.Kept)
 	require.ErrorContains(t, rejected, "the instructions are 5000 bytes, more than the 4000 a compaction takes")
@@ -411,7 +412,7 @@ func TestAConversationThatContinuesAsNewKeepsItsSummary(t *testing.T) {
 	require.Len(t, h2.modelInputs, 1, "no summary again")
 	view := h2.modelInputs[0].Messages
 	require.Equal(t, SummaryPrefix+next.Compaction.Summary, view[1].Content)
-	require.Equal(t, append(slices.Clone(next.Messages[next.Compaction.Covers:]), activities.Message{Role: activities.RoleUser, Content: "q6"}), view[2:])
+	require.Equal(t, append(slices.Clone(next.Messages[next.Compaction.Covers:]), protocol.Message{Role: protocol.RoleUser, Content: "q6"}), view[2:])
 }
 
 func TestTheBudgetsCountWhatSummariesSpend(t *testing.T) {
@@ -439,16 +440,16 @@ func TestACompactionAskedWhileATurnRunsFollowsTheTurn(t *testing.T) {
 		activities.ModelOutput{Content: "The user asked three times."},
 	)
 	h.sendEach([]string{"q1", "q2"})
-	var queued, again, third CompactResult
-	compact := func(res *CompactResult) func() {
+	var queued, again, third protocol.CompactResult
+	compact := func(res *protocol.CompactResult) func() {
 		return func() {
 			h.env.UpdateWorkflow(CompactUpdate, "", &testsuite.TestUpdateCallback{
 				OnAccept: func() {}, OnReject: func(err error) { t.Errorf("rejected: %v", err) },
 				OnComplete: func(v any, err error) {
 					require.NoError(t, err)
-					*res = v.(CompactResult)
+					*res = v.(protocol.CompactResult)
 				},
-			}, CompactRequest{})
+			}, protocol.CompactRequest{})
 		}
 	}
 	// Turn 2 waits for its Bash call's approval meanwhile (which times out
@@ -462,7 +463,7 @@ func TestACompactionAskedWhileATurnRunsFollowsTheTurn(t *testing.T) {
 
 	h.env.ExecuteWorkflow(ConversationWorkflow, ConversationInput{ConversationID: "queued"})
 
-	require.Equal(t, CompactResult{Queued: true}, queued, "answered at once")
+	require.Equal(t, protocol.CompactResult{Queued: true}, queued, "answered at once")
 	require.Len(t, h.modelInputs, 6)
 	require.Equal(t, foldPrompt, h.modelInputs[3].Messages[0].Content, "the compaction ran when turn 2 ended, before turn 3")
 	require.Equal(t, SummaryPrefix+"The user asked twice.", h.modelInputs[4].Messages[1].Content)
@@ -478,16 +479,16 @@ func TestACompactionAskedWhileAnotherRunsIsToldSo(t *testing.T) {
 		activities.ModelOutput{Content: "The user asked twice."},
 	)
 	h.sendEach([]string{"q1", "q2"})
-	results := make([]CompactResult, 2)
+	results := make([]protocol.CompactResult, 2)
 	h.env.RegisterDelayedCallback(func() {
 		for i := range results {
 			h.env.UpdateWorkflow(CompactUpdate, "", &testsuite.TestUpdateCallback{
 				OnAccept: func() {}, OnReject: func(err error) { t.Errorf("rejected: %v", err) },
 				OnComplete: func(v any, err error) {
 					require.NoError(t, err)
-					results[i] = v.(CompactResult)
+					results[i] = v.(protocol.CompactResult)
 				},
-			}, CompactRequest{})
+			}, protocol.CompactRequest{})
 		}
 	}, 10*time.Minute)
 	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, time.Hour)
@@ -495,7 +496,7 @@ func TestACompactionAskedWhileAnotherRunsIsToldSo(t *testing.T) {
 	h.env.ExecuteWorkflow(ConversationWorkflow, ConversationInput{ConversationID: "twice"})
 
 	require.True(t, results[0].Compacted)
-	require.Equal(t, CompactResult{Reason: "another compaction runs now; ask again once it has ended"}, results[1])
+	require.Equal(t, protocol.CompactResult{Reason: "another compaction runs now; ask again once it has ended"}, results[1])
 	require.Len(t, h.modelInputs, 3, "one summary request")
 }
 
@@ -508,20 +509,20 @@ func TestACompactionIsRefusedWhenTheConversationsTokenBudgetIsSpent(t *testing.T
 	s := testSettings()
 	s.Budgets.ConversationTokens = 500
 	h := newHarness(t, s, activities.ModelOutput{Content: "The user asked twice."})
-	history := []activities.Message{
-		{Role: activities.RoleUser, Content: "q1"}, {Role: activities.RoleAssistant, Content: "a1"},
-		{Role: activities.RoleUser, Content: "q2"}, {Role: activities.RoleAssistant, Content: "a2"},
+	history := []protocol.Message{
+		{Role: protocol.RoleUser, Content: "q1"}, {Role: protocol.RoleAssistant, Content: "a1"},
+		{Role: protocol.RoleUser, Content: "q2"}, {Role: protocol.RoleAssistant, Content: "a2"},
 	}
 	var rejected error
-	var result CompactResult
+	var result protocol.CompactResult
 	compact := func() {
 		h.env.UpdateWorkflow(CompactUpdate, "", &testsuite.TestUpdateCallback{
 			OnAccept: func() {}, OnReject: func(err error) { rejected = err },
 			OnComplete: func(v any, err error) {
 				require.NoError(t, err)
-				result = v.(CompactResult)
+				result = v.(protocol.CompactResult)
 			},
-		}, CompactRequest{})
+		}, protocol.CompactRequest{})
 	}
 	h.env.RegisterDelayedCallback(compact, time.Minute)
 	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, time.Hour)

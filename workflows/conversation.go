@@ -11,15 +11,15 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/text"
 	"github.com/tollgate/tollgate/internal/workflowtrace"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 // conversation is the state of a Conversation workflow.
 type conversation struct {
 	id       string
-	messages []activities.Message
+	messages []protocol.Message
 	turns    int
 	queue    []QueuedMessage
 	// running is the turn that runs now, if any; runningTurn its child future.
@@ -51,7 +51,7 @@ type conversation struct {
 	// compactNext holds one asked for while a turn ran (context.go).
 	compaction  Compaction
 	compacting  bool
-	compactNext *CompactRequest
+	compactNext *protocol.CompactRequest
 }
 
 // Conversation owns a conversation's message log. Each user message, taken
@@ -200,10 +200,10 @@ func (c *conversation) onMessage(ctx workflow.Context, m UserMessage) (TurnRef, 
 // runTurn runs one queued message as a child ChatTurn and adds the user
 // message and the turn's messages to the log.
 func (c *conversation) runTurn(ctx workflow.Context, q QueuedMessage) {
-	user := activities.Message{Role: activities.RoleUser, Content: q.Message.Query}
+	user := protocol.Message{Role: protocol.RoleUser, Content: q.Message.Query}
 	// The turn reads the summary in place of the messages it stands for.
 	offset := min(c.compaction.Covers, len(c.messages))
-	messages := make([]activities.Message, 0, len(c.messages)-offset+1)
+	messages := make([]protocol.Message, 0, len(c.messages)-offset+1)
 	messages = append(append(messages, c.messages[offset:]...), user)
 
 	opts := workflow.ChildWorkflowOptions{
@@ -240,12 +240,12 @@ func (c *conversation) runTurn(ctx workflow.Context, q QueuedMessage) {
 	// holds its whole event log, which repeats every tool call and output,
 	// and decoding megabytes in workflow code holds up the workflow task.
 	var out struct {
-		Messages   []activities.Message `json:"messages,omitempty"`
-		Grants     []Grant              `json:"grants,omitempty"`
-		GrantsUsed map[string]int       `json:"grantsUsed,omitempty"`
-		Usage      Usage                `json:"usage,omitempty,omitzero"`
-		Raised     Budgets              `json:"raised,omitempty,omitzero"`
-		Compaction *Compaction          `json:"compaction,omitempty"`
+		Messages   []protocol.Message `json:"messages,omitempty"`
+		Grants     []Grant            `json:"grants,omitempty"`
+		GrantsUsed map[string]int     `json:"grantsUsed,omitempty"`
+		Usage      Usage              `json:"usage,omitempty,omitzero"`
+		Raised     Budgets            `json:"raised,omitempty,omitzero"`
+		Compaction *Compaction        `json:"compaction,omitempty"`
 	}
 	err := child.Get(ctx, &out)
 	c.running, c.runningTurn = "", nil

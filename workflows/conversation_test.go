@@ -8,6 +8,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 // send delivers a user message to the running conversation and records the
@@ -48,7 +49,7 @@ func TestNewUserMessageDeclinesPendingApprovalsOfRunningTurn(t *testing.T) {
 	// Turn 2's model call sees turn 1 with its declined call answered, then
 	// the new message.
 	msgs := h.modelInputs[1].Messages
-	require.Equal(t, []string{activities.RoleSystem, activities.RoleUser, activities.RoleAssistant, activities.RoleTool, activities.RoleUser},
+	require.Equal(t, []string{protocol.RoleSystem, protocol.RoleUser, protocol.RoleAssistant, protocol.RoleTool, protocol.RoleUser},
 		roles(msgs))
 	require.Equal(t, "Not executed: the user sent a new message before this call was decided; answer that instead. Do not call it again unless the user asks you to.", msgs[3].Content)
 	require.Equal(t, "wait, don't", msgs[4].Content)
@@ -117,7 +118,7 @@ func TestEmptyUserMessageIsRejected(t *testing.T) {
 	require.Empty(t, h.modelInputs)
 }
 
-func roles(msgs []activities.Message) []string {
+func roles(msgs []protocol.Message) []string {
 	var out []string
 	for _, m := range msgs {
 		out = append(out, m.Role)
@@ -125,7 +126,7 @@ func roles(msgs []activities.Message) []string {
 	return out
 }
 
-func contents(msgs []activities.Message) []string {
+func contents(msgs []protocol.Message) []string {
 	var out []string
 	for _, m := range msgs {
 		out = append(out, m.Content)

@@ -141,7 +141,7 @@ func newRecorder(t *testing.T, dir string) *recorder {
 	require.NoError(t, os.WriteFile(filepath.Join(workspace, "README.md"), []byte("# corpus\n"), 0o644))
 	tools := &activities.Tools{Workspace: workspace, BashTimeout: 10 * time.Second}
 	base := workflows.Settings{
-		RequiredTools:    []string{activities.ToolWrite, activities.ToolEdit, activities.ToolBash},
+		RequiredTools:    []string{protocol.ToolWrite, protocol.ToolEdit, protocol.ToolBash},
 		ApprovalTimeout:  time.Hour,
 		Tools:            tools.Specs(),
 		WorkspaceRoots:   []string{workspace},
@@ -179,15 +179,15 @@ func newRecorder(t *testing.T, dir string) *recorder {
 	start(queueTimeout, func(s *workflows.Settings) { s.ApprovalTimeout, s.Notify = 3*time.Second, true })
 	start(queueAgents, func(s *workflows.Settings) {
 		s.Agents = []workflows.AgentDef{{
-			Name: "helper", Description: "writes notes", Tools: []string{activities.ToolRead, activities.ToolWrite},
+			Name: "helper", Description: "writes notes", Tools: []string{protocol.ToolRead, protocol.ToolWrite},
 			Prompt: "You write the notes you are asked for.",
 		}}
 	})
 	start(queueContinue, func(s *workflows.Settings) { s.TurnsPerRun = 1 })
 	start(queuePolicy, func(s *workflows.Settings) {
 		s.Rules = []workflows.Rule{
-			{Tool: activities.ToolBash, Require: workflows.RequireWhen, When: `args.command.startsWith("rm")`},
-			{Tool: activities.ToolWrite, Require: workflows.RequireNever},
+			{Tool: protocol.ToolBash, Require: workflows.RequireWhen, When: `args.command.startsWith("rm")`},
+			{Tool: protocol.ToolWrite, Require: workflows.RequireNever},
 		}
 	})
 	start(queueCompact, func(s *workflows.Settings) { s.ContextBudget = 4000 })
@@ -196,7 +196,7 @@ func newRecorder(t *testing.T, dir string) *recorder {
 	require.NoError(t, os.WriteFile(filepath.Join(workspace, "big.txt"), []byte(strings.Repeat("a line of a big file\n", 300)), 0o644))
 	start(queueStrict, func(s *workflows.Settings) {
 		s.Rules = []workflows.Rule{
-			{Tool: activities.ToolBash, Require: workflows.RequireAlways},
+			{Tool: protocol.ToolBash, Require: workflows.RequireAlways},
 			{Tool: "Pay", Require: workflows.RequireWhen, When: `args.amount > 0`},
 		}
 	})
@@ -207,58 +207,58 @@ func newRecorder(t *testing.T, dir string) *recorder {
 // a subagent's prompt), one per step.
 var corpusReplies = map[string][]scripted.Reply{
 	"update: write and run": {
-		{Content: "Reading, writing and running.", ToolCalls: []activities.ToolCall{
+		{Content: "Reading, writing and running.", ToolCalls: []protocol.ToolCall{
 			readCall("u1r"), writeCall("u1w", "notes/a.txt"), bashCall("u1b", "echo one"),
 		}},
 		{Content: "Done."},
 	},
 	"update: again": {
-		{ToolCalls: []activities.ToolCall{writeCall("u2w", "notes/b.txt"), bashCall("u2b", "echo two")}},
+		{ToolCalls: []protocol.ToolCall{writeCall("u2w", "notes/b.txt"), bashCall("u2b", "echo two")}},
 		{Content: "Done again."},
 	},
 	"signal: write and run": {
-		{Content: "Writing and running.", ToolCalls: []activities.ToolCall{writeCall("s1w", "notes/s.txt"), bashCall("s1b", "echo signal")}},
+		{Content: "Writing and running.", ToolCalls: []protocol.ToolCall{writeCall("s1w", "notes/s.txt"), bashCall("s1b", "echo signal")}},
 		{Content: "One ran, one did not."},
 	},
 	"timeout: write": {
-		{ToolCalls: []activities.ToolCall{writeCall("t1w", "notes/t.txt")}},
+		{ToolCalls: []protocol.ToolCall{writeCall("t1w", "notes/t.txt")}},
 		{Content: "Nobody answered."},
 	},
-	"interrupt: first":   {{ToolCalls: []activities.ToolCall{writeCall("i1w", "notes/i.txt")}}, {Content: "Never read."}},
+	"interrupt: first":   {{ToolCalls: []protocol.ToolCall{writeCall("i1w", "notes/i.txt")}}, {Content: "Never read."}},
 	"interrupt: second":  {{Content: "The second message's answer."}},
-	"cancel: write":      {{ToolCalls: []activities.ToolCall{writeCall("c1w", "notes/c.txt")}}, {Content: "Never read."}},
-	"client: pay":        {{ToolCalls: []activities.ToolCall{{ID: "p1", Name: "Pay", Arguments: `{"amount":5}`}}}, {Content: "Paid."}},
-	"subagent: delegate": {{ToolCalls: []activities.ToolCall{taskCall("d1", "subagent prompt: write")}}, {Content: "The helper wrote it."}},
+	"cancel: write":      {{ToolCalls: []protocol.ToolCall{writeCall("c1w", "notes/c.txt")}}, {Content: "Never read."}},
+	"client: pay":        {{ToolCalls: []protocol.ToolCall{{ID: "p1", Name: "Pay", Arguments: `{"amount":5}`}}}, {Content: "Paid."}},
+	"subagent: delegate": {{ToolCalls: []protocol.ToolCall{taskCall("d1", "subagent prompt: write")}}, {Content: "The helper wrote it."}},
 	"subagent prompt: write": {
-		{ToolCalls: []activities.ToolCall{writeCall("h1w", "notes/helper.txt")}},
+		{ToolCalls: []protocol.ToolCall{writeCall("h1w", "notes/helper.txt")}},
 		{Content: "Written by the helper."},
 	},
 	"continue: first":  {{Content: "First."}},
 	"keyed: once":      {{Content: "Once."}},
 	"continue: second": {{Content: "Second."}},
 	"policy: calls": {
-		{ToolCalls: []activities.ToolCall{bashCall("r1a", "ls"), bashCall("r1b", "rm -f nothing.txt"), writeCall("r1c", "notes/r.txt")}},
+		{ToolCalls: []protocol.ToolCall{bashCall("r1a", "ls"), bashCall("r1b", "rm -f nothing.txt"), writeCall("r1c", "notes/r.txt")}},
 		{Content: "Policy done."},
 	},
 	"paused: write and run": {
-		{Content: "Writing and running.", ToolCalls: []activities.ToolCall{writeCall("w1w", "notes/p.txt"), bashCall("w1b", "echo paused")}},
+		{Content: "Writing and running.", ToolCalls: []protocol.ToolCall{writeCall("w1w", "notes/p.txt"), bashCall("w1b", "echo paused")}},
 		{Content: "Both decided."},
 	},
-	"subagent: paused": {{ToolCalls: []activities.ToolCall{taskCall("d2", "subagent prompt: pause")}}, {Content: "The helper is done."}},
+	"subagent: paused": {{ToolCalls: []protocol.ToolCall{taskCall("d2", "subagent prompt: pause")}}, {Content: "The helper is done."}},
 	"bypass: calls": {
-		{ToolCalls: []activities.ToolCall{writeCall("b1w", "notes/bypass.txt"), bashCall("b1b", "echo always")}},
+		{ToolCalls: []protocol.ToolCall{writeCall("b1w", "notes/bypass.txt"), bashCall("b1b", "echo always")}},
 		{Content: "Bypassed, but asked for Bash."},
 	},
 	"refused: calls": {
-		{ToolCalls: []activities.ToolCall{
-			{ID: "x1b", Name: activities.ToolBash, Arguments: `{"command":"echo hi","Command":"rm -rf ."}`},
+		{ToolCalls: []protocol.ToolCall{
+			{ID: "x1b", Name: protocol.ToolBash, Arguments: `{"command":"echo hi","Command":"rm -rf ."}`},
 			writeCall("x1w", "notes/refused.txt"),
 		}},
 		{Content: "One refused, one declined."},
 	},
-	"client: protected pay": {{ToolCalls: []activities.ToolCall{{ID: "q1", Name: "Pay", Arguments: `{"amount":50}`}}}, {Content: "Paid after approval."}},
+	"client: protected pay": {{ToolCalls: []protocol.ToolCall{{ID: "q1", Name: "Pay", Arguments: `{"amount":50}`}}}, {Content: "Paid after approval."}},
 	"compaction: read": {
-		{ToolCalls: []activities.ToolCall{{ID: "k1", Name: activities.ToolRead, Arguments: `{"file_path":"big.txt"}`}}},
+		{ToolCalls: []protocol.ToolCall{{ID: "k1", Name: protocol.ToolRead, Arguments: `{"file_path":"big.txt"}`}}},
 		{Content: strings.Repeat("The file has many lines about a big file. ", 120)},
 	},
 	"compaction: again":      {{Content: "From the summary: it was a big file."}},
@@ -267,13 +267,13 @@ var corpusReplies = map[string][]scripted.Reply{
 	"window: third":          {{Content: "Third, from the summary."}},
 	"window: fourth":         {{Content: "Fourth, reading the same summary."}},
 	"window: fifth":          {{Content: "Fifth, after a person's compaction."}},
-	"subagent prompt: pause": {{ToolCalls: []activities.ToolCall{writeCall("h2w", "notes/paused.txt")}}, {Content: "Paused and done."}},
-	"seat: first":            {{ToolCalls: []activities.ToolCall{bashCall("g1", "git status")}}, {Content: "Status shown."}},
+	"subagent prompt: pause": {{ToolCalls: []protocol.ToolCall{writeCall("h2w", "notes/paused.txt")}}, {Content: "Paused and done."}},
+	"seat: first":            {{ToolCalls: []protocol.ToolCall{bashCall("g1", "git status")}}, {Content: "Status shown."}},
 	"batch: three": {
-		{ToolCalls: []activities.ToolCall{writeCall("bd1", "notes/d1.txt"), writeCall("bd2", "notes/d2.txt"), bashCall("bd3", "echo batch")}},
+		{ToolCalls: []protocol.ToolCall{writeCall("bd1", "notes/d1.txt"), writeCall("bd2", "notes/d2.txt"), bashCall("bd3", "echo batch")}},
 		{Content: "Decided together."},
 	},
-	"seat: second": {{ToolCalls: []activities.ToolCall{bashCall("g2", "git log")}}, {Content: "Log shown."}},
+	"seat: second": {{ToolCalls: []protocol.ToolCall{bashCall("g2", "git log")}}, {Content: "Log shown."}},
 }
 
 // corpusScript answers with corpusReplies: the reply for the last user
@@ -301,23 +301,23 @@ func corpusScript(req openai.ChatCompletionRequest) scripted.Reply {
 	return replies[min(step, len(replies)-1)]
 }
 
-func readCall(id string) activities.ToolCall {
-	return activities.ToolCall{ID: id, Name: activities.ToolRead, Arguments: `{"file_path":"README.md"}`}
+func readCall(id string) protocol.ToolCall {
+	return protocol.ToolCall{ID: id, Name: protocol.ToolRead, Arguments: `{"file_path":"README.md"}`}
 }
 
-func writeCall(id, path string) activities.ToolCall {
+func writeCall(id, path string) protocol.ToolCall {
 	args, _ := json.Marshal(map[string]string{"file_path": path, "content": "a note\n"})
-	return activities.ToolCall{ID: id, Name: activities.ToolWrite, Arguments: string(args)}
+	return protocol.ToolCall{ID: id, Name: protocol.ToolWrite, Arguments: string(args)}
 }
 
-func bashCall(id, command string) activities.ToolCall {
+func bashCall(id, command string) protocol.ToolCall {
 	args, _ := json.Marshal(map[string]string{"command": command})
-	return activities.ToolCall{ID: id, Name: activities.ToolBash, Arguments: string(args)}
+	return protocol.ToolCall{ID: id, Name: protocol.ToolBash, Arguments: string(args)}
 }
 
-func taskCall(id, prompt string) activities.ToolCall {
+func taskCall(id, prompt string) protocol.ToolCall {
 	args, _ := json.Marshal(map[string]string{"subagent_type": "helper", "description": "write a note", "prompt": prompt})
-	return activities.ToolCall{ID: id, Name: workflows.TaskTool, Arguments: string(args)}
+	return protocol.ToolCall{ID: id, Name: protocol.TaskTool, Arguments: string(args)}
 }
 
 // recordApproversSeat: a worker with the audit ledger and a budget of one
@@ -328,11 +328,11 @@ func (r *recorder) recordApproversSeat() {
 	const conv = "corpus-seat"
 	turn1 := r.send(queueSeat, conv, workflows.UserMessage{Query: "seat: first"})
 	reqs := r.requests(turn1.TurnID, 1)
-	r.decideByUpdate(reqs[0], workflows.ApprovalDecision{Decision: workflows.DecisionApprove, Remember: workflows.RememberConversation,
+	r.decideByUpdate(reqs[0], protocol.ApprovalDecision{Decision: protocol.DecisionApprove, Remember: protocol.RememberConversation,
 		RememberUses: 2, RememberFor: "1h", RememberWhen: `args.command.startsWith("git ")`})
 	reqs = r.requests(turn1.TurnID, 2)
 	require.Equal(r.t, protocol.KindBudget, reqs[1].Kind)
-	r.decideByUpdate(reqs[1], workflows.ApprovalDecision{Decision: workflows.DecisionApprove})
+	r.decideByUpdate(reqs[1], protocol.ApprovalDecision{Decision: protocol.DecisionApprove})
 	r.finished(turn1.TurnID)
 	// The next message must find the conversation idle, which it is one
 	// workflow task after its turn ends; sooner, it queues behind the turn
@@ -342,7 +342,7 @@ func (r *recorder) recordApproversSeat() {
 	turn2 := r.send(queueSeat, conv, workflows.UserMessage{Query: "seat: second"})
 	reqs = r.requests(turn2.TurnID, 1)
 	require.Equal(r.t, protocol.KindBudget, reqs[0].Kind, "the grant answered the Bash call; only the budget asks")
-	r.decideByUpdate(reqs[0], workflows.ApprovalDecision{Decision: workflows.DecisionApprove, Arguments: `{"raiseTo":5}`})
+	r.decideByUpdate(reqs[0], protocol.ApprovalDecision{Decision: protocol.DecisionApprove, Arguments: `{"raiseTo":5}`})
 	r.finished(turn2.TurnID)
 
 	r.record("seat.conversation", workflows.ConversationWorkflowID(conv), "")
@@ -354,15 +354,15 @@ func (r *recorder) recordDecisionsByUpdate() {
 	const conv = "corpus-update"
 	turn1 := r.send(queueDefault, conv, workflows.UserMessage{Query: "update: write and run"})
 	reqs := r.requests(turn1.TurnID, 2)
-	r.decideByUpdate(reqs[0], workflows.ApprovalDecision{Decision: workflows.DecisionApprove, Remember: workflows.RememberConversation})
-	r.decideByUpdate(reqs[1], workflows.ApprovalDecision{Decision: workflows.DecisionDecline, Reason: "not now"})
+	r.decideByUpdate(reqs[0], protocol.ApprovalDecision{Decision: protocol.DecisionApprove, Remember: protocol.RememberConversation})
+	r.decideByUpdate(reqs[1], protocol.ApprovalDecision{Decision: protocol.DecisionDecline, Reason: "not now"})
 	r.finished(turn1.TurnID)
 
 	// The Write grant decides the next Write; the Bash call is approved
 	// with edited arguments.
 	turn2 := r.send(queueDefault, conv, workflows.UserMessage{Query: "update: again"})
 	reqs = r.requests(turn2.TurnID, 1)
-	r.decideByUpdate(reqs[0], workflows.ApprovalDecision{Decision: workflows.DecisionApprove, Arguments: `{"command":"echo edited"}`})
+	r.decideByUpdate(reqs[0], protocol.ApprovalDecision{Decision: protocol.DecisionApprove, Arguments: `{"command":"echo edited"}`})
 	r.finished(turn2.TurnID)
 
 	r.record("update.conversation", workflows.ConversationWorkflowID(conv), "")
@@ -373,8 +373,8 @@ func (r *recorder) recordDecisionsByUpdate() {
 func (r *recorder) recordDecisionsBySignal() {
 	turn := r.send(queueDefault, "corpus-signal", workflows.UserMessage{Query: "signal: write and run"})
 	reqs := r.requests(turn.TurnID, 2)
-	r.decideBySignal(reqs[1], workflows.ApprovalDecision{Decision: workflows.DecisionApprove})
-	r.decideBySignal(reqs[0], workflows.ApprovalDecision{Decision: workflows.DecisionDecline, Reason: "no notes today"})
+	r.decideBySignal(reqs[1], protocol.ApprovalDecision{Decision: protocol.DecisionApprove})
+	r.decideBySignal(reqs[0], protocol.ApprovalDecision{Decision: protocol.DecisionDecline, Reason: "no notes today"})
 	r.finished(turn.TurnID)
 	r.record("signal.turn-1", turn.TurnID, "")
 }
@@ -384,12 +384,12 @@ func (r *recorder) recordDecisionsBySignal() {
 func (r *recorder) recordBatchDecision() {
 	turn := r.send(queueLedger, "corpus-batch", workflows.UserMessage{Query: "batch: three"})
 	reqs := r.requests(turn.TurnID, 3)
-	r.decideByUpdate(reqs[0], workflows.ApprovalDecision{Decision: workflows.DecisionApprove, Principal: "ann"})
-	batch := workflows.ApprovalBatch{Decisions: []workflows.ApprovalDecision{
-		{RequestID: reqs[1].RequestID, Decision: workflows.DecisionDecline, Reason: "not this one", Principal: "ann"},
-		{RequestID: reqs[2].RequestID, Decision: workflows.DecisionApprove, Principal: "ann"},
+	r.decideByUpdate(reqs[0], protocol.ApprovalDecision{Decision: protocol.DecisionApprove, Principal: "ann"})
+	batch := protocol.ApprovalBatch{Decisions: []protocol.ApprovalDecision{
+		{RequestID: reqs[1].RequestID, Decision: protocol.DecisionDecline, Reason: "not this one", Principal: "ann"},
+		{RequestID: reqs[2].RequestID, Decision: protocol.DecisionApprove, Principal: "ann"},
 	}}
-	var res workflows.ApprovalBatchResult
+	var res protocol.ApprovalBatchResult
 	r.update(turn.TurnID, workflows.ApprovalsUpdate, batch, &res)
 	require.True(r.t, res.Accepted)
 	r.finished(turn.TurnID)
@@ -428,11 +428,11 @@ func (r *recorder) recordCancel() {
 }
 
 // corpusPay is the client tool of the corpus's client-tool scenarios.
-var corpusPay = activities.ToolSpec{Name: "Pay", Description: "Pay an amount.", Parameters: json.RawMessage(
+var corpusPay = protocol.ToolSpec{Name: "Pay", Description: "Pay an amount.", Parameters: json.RawMessage(
 	`{"type":"object","properties":{"amount":{"type":"number"}},"required":["amount"]}`)}
 
 func (r *recorder) recordClientTool() {
-	turn := r.send(queueDefault, "corpus-client", workflows.UserMessage{Query: "client: pay", ClientTools: []activities.ToolSpec{corpusPay}})
+	turn := r.send(queueDefault, "corpus-client", workflows.UserMessage{Query: "client: pay", ClientTools: []protocol.ToolSpec{corpusPay}})
 	r.answerClientTool(turn.TurnID, "paid 5")
 	r.finished(turn.TurnID)
 	r.record("client-tool.turn-1", turn.TurnID, "")
@@ -441,10 +441,10 @@ func (r *recorder) recordClientTool() {
 // answerClientTool waits for the turn's client_tool_call and answers it.
 func (r *recorder) answerClientTool(turnID, result string) {
 	r.t.Helper()
-	call := r.until(turnID, func(events []workflows.Event) bool {
-		return len(ofType(events, workflows.EventClientToolCall)) == 1
+	call := r.until(turnID, func(events []protocol.Event) bool {
+		return len(ofType(events, protocol.EventClientToolCall)) == 1
 	})
-	req := ofType(call, workflows.EventClientToolCall)[0]
+	req := ofType(call, protocol.EventClientToolCall)[0]
 	r.update(req.WorkflowID, workflows.ClientToolResultUpdate, workflows.ClientToolResult{RequestID: req.RequestID, Result: result}, nil)
 }
 
@@ -453,7 +453,7 @@ func (r *recorder) recordSubagent() {
 	turn := r.send(queueAgents, conv, workflows.UserMessage{Query: "subagent: delegate"})
 	reqs := r.requests(turn.TurnID, 1)
 	require.Equal(r.t, workflows.SubagentWorkflowID(turn.TurnID, 1), reqs[0].WorkflowID, "the subagent asks")
-	r.decideByUpdate(reqs[0], workflows.ApprovalDecision{Decision: workflows.DecisionApprove})
+	r.decideByUpdate(reqs[0], protocol.ApprovalDecision{Decision: protocol.DecisionApprove})
 	r.finished(turn.TurnID)
 	r.record("subagent.conversation", workflows.ConversationWorkflowID(conv), "")
 	r.record("subagent.turn-1", turn.TurnID, "")
@@ -504,7 +504,7 @@ func (r *recorder) recordPolicyRules() {
 	turn := r.send(queuePolicy, "corpus-policy", workflows.UserMessage{Query: "policy: calls"})
 	reqs := r.requests(turn.TurnID, 1)
 	require.Equal(r.t, "r1b", reqs[0].ToolCallID, "only rm asks")
-	r.decideByUpdate(reqs[0], workflows.ApprovalDecision{Decision: workflows.DecisionApprove})
+	r.decideByUpdate(reqs[0], protocol.ApprovalDecision{Decision: protocol.DecisionApprove})
 	r.finished(turn.TurnID)
 	r.record("policy.turn-1", turn.TurnID, "")
 }
@@ -515,9 +515,9 @@ func (r *recorder) recordPausedTurn() {
 	const conv = "corpus-paused"
 	turn := r.send(queueDefault, conv, workflows.UserMessage{Query: "paused: write and run"})
 	reqs := r.requests(turn.TurnID, 2)
-	r.decideByUpdate(reqs[0], workflows.ApprovalDecision{Decision: workflows.DecisionApprove})
-	r.until(turn.TurnID, func(events []workflows.Event) bool {
-		return len(ofType(events, workflows.EventApprovalDecision)) == 1
+	r.decideByUpdate(reqs[0], protocol.ApprovalDecision{Decision: protocol.DecisionApprove})
+	r.until(turn.TurnID, func(events []protocol.Event) bool {
+		return len(ofType(events, protocol.EventApprovalDecision)) == 1
 	})
 	r.record("paused.conversation", workflows.ConversationWorkflowID(conv), "")
 	r.record("paused.turn-1", turn.TurnID, "")
@@ -555,9 +555,9 @@ func (r *recorder) send(queue, conv string, msg workflows.UserMessage) workflows
 }
 
 // until polls the events of workflow id until done holds for them.
-func (r *recorder) until(id string, done func([]workflows.Event) bool) []workflows.Event {
+func (r *recorder) until(id string, done func([]protocol.Event) bool) []protocol.Event {
 	r.t.Helper()
-	var events []workflows.Event
+	var events []protocol.Event
 	require.Eventually(r.t, func() bool {
 		events = queryEvents(r.t, r.c, id)
 		return done(events)
@@ -567,24 +567,24 @@ func (r *recorder) until(id string, done func([]workflows.Event) bool) []workflo
 
 // requests waits for n approval requests in the turn's stream (a
 // subagent's included) and returns them.
-func (r *recorder) requests(turnID string, n int) []workflows.Event {
+func (r *recorder) requests(turnID string, n int) []protocol.Event {
 	r.t.Helper()
-	events := r.until(turnID, func(events []workflows.Event) bool { return len(approvalRequests(events)) >= n })
+	events := r.until(turnID, func(events []protocol.Event) bool { return len(approvalRequests(events)) >= n })
 	return approvalRequests(events)
 }
 
-func approvalRequests(events []workflows.Event) []workflows.Event {
-	var reqs []workflows.Event
+func approvalRequests(events []protocol.Event) []protocol.Event {
+	var reqs []protocol.Event
 	for _, e := range events {
-		if e.Type == workflows.EventApprovalRequest || e.Type == workflows.EventSubagentPrefix+workflows.EventApprovalRequest {
+		if e.Type == protocol.EventApprovalRequest || e.Type == protocol.EventSubagentPrefix+protocol.EventApprovalRequest {
 			reqs = append(reqs, e)
 		}
 	}
 	return reqs
 }
 
-func ofType(events []workflows.Event, typ string) []workflows.Event {
-	var out []workflows.Event
+func ofType(events []protocol.Event, typ string) []protocol.Event {
+	var out []protocol.Event
 	for _, e := range events {
 		if e.Type == typ {
 			out = append(out, e)
@@ -593,15 +593,15 @@ func ofType(events []workflows.Event, typ string) []workflows.Event {
 	return out
 }
 
-func (r *recorder) decideByUpdate(req workflows.Event, d workflows.ApprovalDecision) {
+func (r *recorder) decideByUpdate(req protocol.Event, d protocol.ApprovalDecision) {
 	r.t.Helper()
 	d.RequestID = req.RequestID
-	var res workflows.ApprovalResult
+	var res protocol.ApprovalResult
 	r.update(req.WorkflowID, workflows.ApprovalUpdate, d, &res)
 	require.True(r.t, res.Accepted)
 }
 
-func (r *recorder) decideBySignal(req workflows.Event, d workflows.ApprovalDecision) {
+func (r *recorder) decideBySignal(req protocol.Event, d protocol.ApprovalDecision) {
 	r.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), corpusWait)
 	defer cancel()
@@ -715,7 +715,7 @@ func (r *recorder) record(name, id, runID string) {
 func (r *recorder) recordBypassWithAnAlwaysRule() {
 	turn := r.send(queueStrict, "corpus-bypass", workflows.UserMessage{Query: "bypass: calls", BypassApproval: true})
 	reqs := r.requests(turn.TurnID, 1)
-	r.decideByUpdate(reqs[0], workflows.ApprovalDecision{Decision: workflows.DecisionApprove, Principal: "root", Role: "admin"})
+	r.decideByUpdate(reqs[0], protocol.ApprovalDecision{Decision: protocol.DecisionApprove, Principal: "root", Role: "admin"})
 	r.finished(turn.TurnID)
 	r.record("bypass.turn-1", turn.TurnID, "")
 }
@@ -725,7 +725,7 @@ func (r *recorder) recordBypassWithAnAlwaysRule() {
 func (r *recorder) recordRefusedArguments() {
 	turn := r.send(queueDefault, "corpus-refused", workflows.UserMessage{Query: "refused: calls"})
 	reqs := r.requests(turn.TurnID, 1)
-	r.decideByUpdate(reqs[0], workflows.ApprovalDecision{Decision: workflows.DecisionDecline})
+	r.decideByUpdate(reqs[0], protocol.ApprovalDecision{Decision: protocol.DecisionDecline})
 	r.finished(turn.TurnID)
 	r.record("refused.turn-1", turn.TurnID, "")
 }
@@ -733,9 +733,9 @@ func (r *recorder) recordRefusedArguments() {
 // recordProtectedClientTool: a client tool the policy protects asks before
 // its call is handed to the client.
 func (r *recorder) recordProtectedClientTool() {
-	turn := r.send(queueStrict, "corpus-protected-client", workflows.UserMessage{Query: "client: protected pay", ClientTools: []activities.ToolSpec{corpusPay}})
+	turn := r.send(queueStrict, "corpus-protected-client", workflows.UserMessage{Query: "client: protected pay", ClientTools: []protocol.ToolSpec{corpusPay}})
 	reqs := r.requests(turn.TurnID, 1)
-	r.decideByUpdate(reqs[0], workflows.ApprovalDecision{Decision: workflows.DecisionApprove})
+	r.decideByUpdate(reqs[0], protocol.ApprovalDecision{Decision: protocol.DecisionApprove})
 	r.answerClientTool(turn.TurnID, "paid 50")
 	r.finished(turn.TurnID)
 	r.record("protected-client-tool.turn-1", turn.TurnID, "")
@@ -750,7 +750,7 @@ func (r *recorder) recordCompaction() {
 	turn2 := r.send(queueCompact, conv, workflows.UserMessage{Query: "compaction: again"})
 	r.finished(turn2.TurnID)
 	events := r.until(turn2.TurnID, workflows.Finished)
-	require.NotEmpty(r.t, ofType(events, workflows.EventContextCompacted))
+	require.NotEmpty(r.t, ofType(events, protocol.EventContextCompacted))
 	r.record("compaction.conversation", workflows.ConversationWorkflowID(conv), "")
 	r.record("compaction.turn-1", turn1.TurnID, "")
 	r.record("compaction.turn-2", turn2.TurnID, "")
@@ -770,15 +770,15 @@ func (r *recorder) recordConversationCompaction() {
 		turns = append(turns, turn)
 	}
 	third := r.until(turns[2].TurnID, workflows.Finished)
-	require.Equal(r.t, 2, ofType(third, workflows.EventContextCompacted)[0].Summarized, "turn 3 summarized turn 1")
+	require.Equal(r.t, 2, ofType(third, protocol.EventContextCompacted)[0].Summarized, "turn 3 summarized turn 1")
 	ctx, cancel := context.WithTimeout(context.Background(), corpusWait)
 	defer cancel()
 	h, err := r.c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
 		WorkflowID: workflows.ConversationWorkflowID(conv), UpdateName: workflows.CompactUpdate,
-		Args: []any{workflows.CompactRequest{Instructions: "keep the numbers"}}, WaitForStage: client.WorkflowUpdateStageCompleted,
+		Args: []any{protocol.CompactRequest{Instructions: "keep the numbers"}}, WaitForStage: client.WorkflowUpdateStageCompleted,
 	})
 	require.NoError(r.t, err)
-	var res workflows.CompactResult
+	var res protocol.CompactResult
 	require.NoError(r.t, h.Get(ctx, &res))
 	require.True(r.t, res.Compacted)
 	fifth := r.send(queueWindow, conv, workflows.UserMessage{Query: "window: fifth"})

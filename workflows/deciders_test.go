@@ -6,27 +6,27 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 func TestThePolicyNamesWhoMayDecideAndCanRequireASecondPerson(t *testing.T) {
 	settings := testSettings()
 	settings.Rules = []Rule{
-		{Tool: activities.ToolBash, Require: RequireAlways, Deciders: []string{"lead", DeciderRolePrefix + "admin"}},
-		{Tool: activities.ToolWrite, Require: RequireAlways, SecondPerson: true},
+		{Tool: protocol.ToolBash, Require: RequireAlways, Deciders: []string{"lead", DeciderRolePrefix + "admin"}},
+		{Tool: protocol.ToolWrite, Require: RequireAlways, SecondPerson: true},
 	}
 	h := newHarness(t, settings, calls(
 		call("b", "Bash", `{"command":"make deploy"}`),
 		call("w", "Write", `{"file_path":"a","content":"b"}`),
 	))
 	refused := map[string]*updateOutcome{}
-	var pendingAfterRefusals []PendingApproval
+	var pendingAfterRefusals []protocol.PendingApproval
 	h.env.RegisterDelayedCallback(func() {
 		bash, write := h.requestID("Bash"), h.requestID("Write")
-		refused["bash by dev"] = h.decide(ApprovalDecision{RequestID: bash, Decision: DecisionApprove, Principal: "dev", Role: "approve"})
-		h.env.SignalWorkflow(ApprovalSignal, ApprovalDecision{RequestID: bash, Decision: DecisionApprove}) // names nobody: "temporal"
-		refused["write by its sender"] = h.decide(ApprovalDecision{RequestID: write, Decision: DecisionApprove, Principal: "dev", Role: "approve"})
-		refused["write by nobody"] = h.decide(ApprovalDecision{RequestID: write, Decision: DecisionApprove})
+		refused["bash by dev"] = h.decide(protocol.ApprovalDecision{RequestID: bash, Decision: protocol.DecisionApprove, Principal: "dev", Role: "approve"})
+		h.env.SignalWorkflow(ApprovalSignal, protocol.ApprovalDecision{RequestID: bash, Decision: protocol.DecisionApprove}) // names nobody: "temporal"
+		refused["write by its sender"] = h.decide(protocol.ApprovalDecision{RequestID: write, Decision: protocol.DecisionApprove, Principal: "dev", Role: "approve"})
+		refused["write by nobody"] = h.decide(protocol.ApprovalDecision{RequestID: write, Decision: protocol.DecisionApprove})
 	}, time.Minute)
 	var allowed []*updateOutcome
 	h.env.RegisterDelayedCallback(func() {
@@ -34,8 +34,8 @@ func TestThePolicyNamesWhoMayDecideAndCanRequireASecondPerson(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, v.Get(&pendingAfterRefusals))
 		allowed = append(allowed,
-			h.decide(ApprovalDecision{RequestID: h.requestID("Bash"), Decision: DecisionApprove, Principal: "root", Role: "admin"}),
-			h.decide(ApprovalDecision{RequestID: h.requestID("Write"), Decision: DecisionDecline, Principal: "ops", Role: "approve"}))
+			h.decide(protocol.ApprovalDecision{RequestID: h.requestID("Bash"), Decision: protocol.DecisionApprove, Principal: "root", Role: "admin"}),
+			h.decide(protocol.ApprovalDecision{RequestID: h.requestID("Write"), Decision: protocol.DecisionDecline, Principal: "ops", Role: "approve"}))
 	}, 2*time.Minute)
 	in := userTurn("deploy")
 	in.Sender = "dev"
@@ -44,7 +44,7 @@ func TestThePolicyNamesWhoMayDecideAndCanRequireASecondPerson(t *testing.T) {
 
 	require.Len(t, pendingAfterRefusals, 2, "no refused decision was taken, nor the signal of a Temporal client that names nobody")
 	for name, o := range refused {
-		require.Equal(t, RejectForbidden, RejectionReason(o.rejected), "%s: %v", name, o.rejected)
+		require.Equal(t, protocol.RejectForbidden, RejectionReason(o.rejected), "%s: %v", name, o.rejected)
 	}
 	require.ErrorContains(t, refused["bash by dev"].rejected, `Bash calls are decided only by lead, role:admin, not by "dev"`)
 	require.ErrorContains(t, refused["write by its sender"].rejected, `Write calls need a second person: "dev" sent the message`)
@@ -53,7 +53,7 @@ func TestThePolicyNamesWhoMayDecideAndCanRequireASecondPerson(t *testing.T) {
 		require.NoError(t, o.rejected)
 	}
 	by := map[string]string{}
-	for _, e := range ofType(out.Events, EventApprovalDecision) {
+	for _, e := range ofType(out.Events, protocol.EventApprovalDecision) {
 		by[e.ToolCallID] = e.By + " " + e.Role
 	}
 	require.Equal(t, map[string]string{"b": "root admin", "w": "ops approve"}, by)

@@ -2,47 +2,6 @@ package workflows
 
 import "github.com/tollgate/tollgate/protocol"
 
-// The contract's events, decisions and finish reasons, under the names
-// the workflow code has always used; package protocol defines them.
-type (
-	Event      = protocol.Event
-	ToolResult = protocol.ToolResult
-)
-
-// Event types of a turn's stream.
-const (
-	EventTurnStart        = protocol.EventTurnStart
-	EventToken            = protocol.EventToken
-	EventToolCall         = protocol.EventToolCall
-	EventApprovalRequest  = protocol.EventApprovalRequest
-	EventApprovalDecision = protocol.EventApprovalDecision
-	EventToolResult       = protocol.EventToolResult
-	EventHeartbeat        = protocol.EventHeartbeat
-	EventFinish           = protocol.EventFinish
-	EventError            = protocol.EventError
-	EventClientToolCall   = protocol.EventClientToolCall
-	EventContextCompacted = protocol.EventContextCompacted
-	EventSubagentStart    = protocol.EventSubagentStart
-	EventSubagentFinish   = protocol.EventSubagentFinish
-	EventSubagentPrefix   = protocol.EventSubagentPrefix
-)
-
-// Finish reasons.
-const (
-	FinishStop      = protocol.FinishStop
-	FinishMaxSteps  = protocol.FinishMaxSteps
-	FinishCancelled = protocol.FinishCancelled
-	FinishError     = protocol.FinishError
-	FinishBudget    = protocol.FinishBudget
-)
-
-// Decisions a person (or the clock) makes on an approval request.
-const (
-	DecisionApprove = protocol.DecisionApprove
-	DecisionDecline = protocol.DecisionDecline
-	DecisionTimeout = protocol.DecisionTimeout
-)
-
 // EventsRequest is the input of the events query.
 type EventsRequest struct {
 	// After is the last sequence number the caller has; 0 for all events.
@@ -51,7 +10,7 @@ type EventsRequest struct {
 
 // EventsResponse is the answer of the events query.
 type EventsResponse struct {
-	Events []Event `json:"events"`
+	Events []protocol.Event `json:"events"`
 	// Finished is true once the finish event is in the log: nothing follows.
 	Finished bool `json:"finished"`
 	// Live is set while a model call streams its token events by heartbeat.
@@ -59,7 +18,7 @@ type EventsResponse struct {
 }
 
 // LiveTokens names the model call whose token events are in its activity's
-// heartbeat details (an activities.TokenProgress) while it runs: the i-th of
+// heartbeat details (a protocol.TokenProgress) while it runs: the i-th of
 // them (from 0) is the turn's event After+1+i, and the turn logs them under
 // those numbers when the call ends, however it ends.
 type LiveTokens struct {
@@ -69,14 +28,14 @@ type LiveTokens struct {
 
 // eventLog is a turn's append-only list of events.
 type eventLog struct {
-	events []Event
+	events []protocol.Event
 	// onAppend, when set, sees every event as it is added: a subagent
 	// forwards its events to its parent through it.
-	onAppend func(Event)
+	onAppend func(protocol.Event)
 }
 
 // append numbers e and adds it to the log.
-func (l *eventLog) append(e Event) {
+func (l *eventLog) append(e protocol.Event) {
 	e.Seq = len(l.events) + 1
 	l.events = append(l.events, e)
 	if l.onAppend != nil {
@@ -89,9 +48,9 @@ func (l *eventLog) after(seq int) EventsResponse { return EventsAfter(l.events, 
 
 // EventsAfter answers an events read from a turn's whole log (numbered from
 // 1 without gaps, as a turn's is): the events after seq.
-func EventsAfter(log []Event, seq int) EventsResponse {
+func EventsAfter(log []protocol.Event, seq int) EventsResponse {
 	seq = max(seq, 0)
-	resp := EventsResponse{Events: []Event{}, Finished: Finished(log)}
+	resp := EventsResponse{Events: []protocol.Event{}, Finished: Finished(log)}
 	if seq < len(log) {
 		resp.Events = append(resp.Events, log[seq:]...)
 	}
@@ -100,6 +59,6 @@ func EventsAfter(log []Event, seq int) EventsResponse {
 
 // Finished reports whether a turn's log is complete: its last event is
 // finish.
-func Finished(log []Event) bool {
-	return len(log) > 0 && log[len(log)-1].Type == EventFinish
+func Finished(log []protocol.Event) bool {
+	return len(log) > 0 && log[len(log)-1].Type == protocol.EventFinish
 }

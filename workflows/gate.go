@@ -20,13 +20,6 @@ import (
 	"github.com/tollgate/tollgate/protocol"
 )
 
-// Tool responses the model reads for calls that did not run (a decline's
-// reason follows DeclinedResponse).
-const (
-	DeclinedResponse = protocol.DeclinedResponse
-	TimeoutResponse  = protocol.TimeoutResponse
-)
-
 // Reasons for declines that no person typed.
 const (
 	reasonCancelled  = "the turn was cancelled"
@@ -34,15 +27,10 @@ const (
 	reasonNewMessage = "the user sent a new message"
 )
 
-// PrincipalTemporal is who a decision that came by signal without a
-// principal is recorded as: whoever may signal a workflow has Temporal
-// access, which tollgate trusts (the API's tokens do not cover it).
-const PrincipalTemporal = protocol.PrincipalTemporal
-
 // approval is one call waiting for a person's decision.
 type approval struct {
 	RequestID   string
-	Call        activities.ToolCall
+	Call        protocol.ToolCall
 	RequestedAt time.Time
 	ExpiresAt   time.Time
 	// Preview says what the call will do, as the worker read it.
@@ -117,12 +105,12 @@ func newGate(ctx workflow.Context, log *eventLog, conversationID, sender string,
 // request publishes an approval request for call and returns it. Its id
 // names the workflow, so the API can find it from the id alone, and is bound
 // to the call (see boundRequestID); it is made once and recorded in history.
-func (g *gate) request(ctx workflow.Context, call activities.ToolCall, timeout time.Duration, note, preview string) *approval {
+func (g *gate) request(ctx workflow.Context, call protocol.ToolCall, timeout time.Duration, note, preview string) *approval {
 	return g.requestAs(ctx, g.newRequestID(ctx, call), call, timeout, note, preview)
 }
 
 // requestAs is request with the request's id made already (batchRequestID).
-func (g *gate) requestAs(ctx workflow.Context, id string, call activities.ToolCall, timeout time.Duration, note, preview string) *approval {
+func (g *gate) requestAs(ctx workflow.Context, id string, call protocol.ToolCall, timeout time.Duration, note, preview string) *approval {
 	now := workflow.Now(ctx)
 	a := &approval{
 		RequestID:   id,
@@ -134,8 +122,8 @@ func (g *gate) requestAs(ctx workflow.Context, id string, call activities.ToolCa
 	g.all = append(g.all, a)
 	g.byID[a.RequestID] = a
 	expires := a.ExpiresAt
-	g.log.append(Event{
-		Type:       EventApprovalRequest,
+	g.log.append(protocol.Event{
+		Type:       protocol.EventApprovalRequest,
 		RequestID:  a.RequestID,
 		ToolCallID: call.ID,
 		ToolName:   call.Name,
@@ -153,7 +141,7 @@ func (g *gate) requestAs(ctx workflow.Context, id string, call activities.ToolCa
 
 // requestKind is the kind of a request about call: KindBudget for a
 // budget's, empty for a tool call's.
-func requestKind(call activities.ToolCall) string {
+func requestKind(call protocol.ToolCall) string {
 	if call.Name == protocol.BudgetTool {
 		return protocol.KindBudget
 	}
@@ -164,7 +152,7 @@ func requestKind(call activities.ToolCall) string {
 // client tool's (see boundRequestID), once. The whole id is recorded, not
 // its secret, so a replay under another workflow ID (the replayer's) still
 // matches recorded decisions.
-func (g *gate) newRequestID(ctx workflow.Context, call activities.ToolCall) string {
+func (g *gate) newRequestID(ctx workflow.Context, call protocol.ToolCall) string {
 	var id string
 	err := workflow.SideEffect(ctx, func(workflow.Context) any {
 		secret := make([]byte, requestSecretBytes)
@@ -183,7 +171,7 @@ func (g *gate) newRequestID(ctx workflow.Context, call activities.ToolCall) stri
 // batch are made, and recorded, in one SideEffect at its first request,
 // not one a request; a call that does not ask leaves its id unused.
 // newBatch forgets the last batch's.
-func (g *gate) batchRequestID(ctx workflow.Context, calls []activities.ToolCall, i int) string {
+func (g *gate) batchRequestID(ctx workflow.Context, calls []protocol.ToolCall, i int) string {
 	if g.batchIDs == nil {
 		err := workflow.SideEffect(ctx, func(workflow.Context) any {
 			ids := make([]string, len(calls))
@@ -215,7 +203,7 @@ const requestSecretBytes = 16
 // the call id and the digest of its arguments make it name one call, the
 // one a person is shown. The secret and the digest have fixed sizes, so the
 // call id between them is never ambiguous.
-func boundRequestID(workflowID string, secret []byte, call activities.ToolCall) string {
+func boundRequestID(workflowID string, secret []byte, call protocol.ToolCall) string {
 	args := sha256.Sum256([]byte(call.Arguments))
 	h := sha256.New()
 	h.Write(secret)
@@ -225,41 +213,30 @@ func boundRequestID(workflowID string, secret []byte, call activities.ToolCall) 
 }
 
 // validate says why decision d cannot be taken now, or nil when it can.
-func (g *gate) validate(ctx workflow.Context, d ApprovalDecision) error {
+func (g *gate) validate(ctx workflow.Context, d protocol.ApprovalDecision) error {
 	a := g.byID[d.RequestID]
 	switch {
 	case a == nil:
-		return rejection(RejectUnknown, fmt.Errorf("approval request %q: %w", d.RequestID, errUnknownRequest))
+		return rejection(protocol.RejectUnknown, fmt.Errorf("approval request %q: %w", d.RequestID, errUnknownRequest))
 	case a.decided && a.decidedBy == DecidedByTimer:
 		// Its time ran out: that is what a late decider is told, not that
 		// someone decided it (the timer decides it as a timeout).
-		return rejection(RejectExpired, fmt.Errorf("approval request %q: %w", d.RequestID, errExpired))
+		return rejection(protocol.RejectExpired, fmt.Errorf("approval request %q: %w", d.RequestID, errExpired))
 	case a.decided:
-		return rejection(RejectDecided, fmt.Errorf("approval request %q: %w", d.RequestID, errAlreadyDecided))
+		return rejection(protocol.RejectDecided, fmt.Errorf("approval request %q: %w", d.RequestID, errAlreadyDecided))
 	case !workflow.Now(ctx).Before(a.ExpiresAt):
-		return rejection(RejectExpired, fmt.Errorf("approval request %q: %w", d.RequestID, errExpired))
+		return rejection(protocol.RejectExpired, fmt.Errorf("approval request %q: %w", d.RequestID, errExpired))
 	}
 	// Rules recorded before deciders existed name none: nothing changes
 	// for them on replay.
 	if err := g.settings.rule(a.Call.Name).MayDecide(d.Principal, d.Role, g.sender); err != nil {
-		return rejection(RejectForbidden, fmt.Errorf("approval request %q: %w", d.RequestID, err))
+		return rejection(protocol.RejectForbidden, fmt.Errorf("approval request %q: %w", d.RequestID, err))
 	}
 	if err := d.Check(); err != nil {
 		return fmt.Errorf("approval request %q: %w", d.RequestID, err)
 	}
 	return nil
 }
-
-// Reasons a decision, or a client tool's result, is not taken: the type of
-// the ApplicationError its validator returns, and what the API answers in
-// {"accepted": false, "reason": ...} (package protocol).
-const (
-	RejectUnknown   = protocol.RejectUnknown
-	RejectDecided   = protocol.RejectDecided
-	RejectExpired   = protocol.RejectExpired
-	RejectForbidden = protocol.RejectForbidden
-	RejectInvalid   = protocol.RejectInvalid
-)
 
 // rejection makes err the validator's answer for reason.
 func rejection(reason string, err error) error {
@@ -272,7 +249,7 @@ func RejectionReason(err error) string {
 	var app *temporal.ApplicationError
 	if errors.As(err, &app) {
 		switch t := app.Type(); t {
-		case RejectUnknown, RejectDecided, RejectExpired, RejectForbidden, RejectInvalid:
+		case protocol.RejectUnknown, protocol.RejectDecided, protocol.RejectExpired, protocol.RejectForbidden, protocol.RejectInvalid:
 			return t
 		}
 	}
@@ -291,12 +268,12 @@ var (
 // and its handler do not run at the same instant: a signal, or the timer,
 // may decide the request in between, and then the Update must not say it
 // was taken.
-func (g *gate) take(ctx workflow.Context, d ApprovalDecision, by string) error {
+func (g *gate) take(ctx workflow.Context, d protocol.ApprovalDecision, by string) error {
 	if err := g.validate(ctx, d); err != nil {
 		return err
 	}
 	a := g.byID[d.RequestID]
-	a.remember, a.sameArguments = d.Remember == RememberConversation, d.SameArguments
+	a.remember, a.sameArguments = d.Remember == protocol.RememberConversation, d.SameArguments
 	// Check refused a bad duration already (validate asks it).
 	a.rememberFor, _ = d.RememberDuration()
 	a.rememberUses, a.rememberWhen = d.RememberUses, d.RememberWhen
@@ -313,11 +290,11 @@ func (g *gate) decide(ctx workflow.Context, a *approval, decision, reason, argum
 		return
 	}
 	a.decided, a.decision, a.reason, a.decidedAt, a.by, a.decidedBy = true, decision, reason, workflow.Now(ctx), by, decidedBy
-	if decision == DecisionApprove {
+	if decision == protocol.DecisionApprove {
 		a.arguments = arguments
 	}
-	g.log.append(Event{
-		Type:       EventApprovalDecision,
+	g.log.append(protocol.Event{
+		Type:       protocol.EventApprovalDecision,
 		RequestID:  a.RequestID,
 		ToolCallID: a.Call.ID,
 		Decision:   decision,
@@ -337,7 +314,7 @@ func (g *gate) decide(ctx workflow.Context, a *approval, decision, reason, argum
 func (g *gate) declinePending(ctx workflow.Context, reason string) {
 	for _, a := range g.all {
 		if !a.decided {
-			g.decide(ctx, a, DecisionDecline, reason, "", "", DecidedByTurn)
+			g.decide(ctx, a, protocol.DecisionDecline, reason, "", "", DecidedByTurn)
 		}
 	}
 	for _, cc := range g.clients {
@@ -349,13 +326,13 @@ func (g *gate) declinePending(ctx workflow.Context, reason string) {
 }
 
 // pending lists the requests still waiting, in the order they were made.
-func (g *gate) pending() []PendingApproval {
-	out := []PendingApproval{}
+func (g *gate) pending() []protocol.PendingApproval {
+	out := []protocol.PendingApproval{}
 	for _, a := range g.all {
 		if a.decided {
 			continue
 		}
-		out = append(out, PendingApproval{
+		out = append(out, protocol.PendingApproval{
 			RequestID:      a.RequestID,
 			WorkflowID:     g.workflowID,
 			TurnID:         TurnOfWorkflowID(g.workflowID),
@@ -402,7 +379,7 @@ func (g *gate) await(ctx workflow.Context, reqs []*approval, onDecided func([]*a
 				workflow.TimerOptions{Summary: "approval: " + callSummary(a.Call)})
 			sel.AddFuture(timer, func(f workflow.Future) {
 				if f.Get(ctx, nil) == nil {
-					g.decide(ctx, a, DecisionTimeout, reasonTimeout, "", "", DecidedByTimer)
+					g.decide(ctx, a, protocol.DecisionTimeout, reasonTimeout, "", "", DecidedByTimer)
 				}
 			})
 		}
@@ -470,7 +447,7 @@ func (g *gate) expireTogether(ctx, timerCtx workflow.Context, sel workflow.Selec
 		if waiting == 0 {
 			return
 		}
-		var calls []activities.ToolCall
+		var calls []protocol.ToolCall
 		for _, a := range reqs {
 			if !a.decided {
 				calls = append(calls, a.Call)
@@ -484,7 +461,7 @@ func (g *gate) expireTogether(ctx, timerCtx workflow.Context, sel workflow.Selec
 			now := workflow.Now(ctx)
 			for _, a := range reqs {
 				if !a.decided && !a.ExpiresAt.After(now) {
-					g.decide(ctx, a, DecisionTimeout, reasonTimeout, "", "", DecidedByTimer)
+					g.decide(ctx, a, protocol.DecisionTimeout, reasonTimeout, "", "", DecidedByTimer)
 				}
 			}
 			arm()
@@ -557,7 +534,7 @@ func (g *gate) details() string {
 }
 
 // callSummary names a call in one short line: its tool and arguments.
-func callSummary(call activities.ToolCall) string {
+func callSummary(call protocol.ToolCall) string {
 	return call.Name + " " + text.Truncate(strings.Join(strings.Fields(call.Arguments), " "), 120)
 }
 
@@ -568,7 +545,7 @@ const batchSummaryBytes = 300
 // batchSummary names the calls a timer or an activity of a batch is for,
 // for the Web UI: prefix, then each call's summary, cut to
 // batchSummaryBytes.
-func batchSummary(prefix string, calls []activities.ToolCall) string {
+func batchSummary(prefix string, calls []protocol.ToolCall) string {
 	parts := make([]string, len(calls))
 	for i, c := range calls {
 		parts[i] = callSummary(c)

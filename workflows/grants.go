@@ -9,13 +9,9 @@ import (
 
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/protocol"
 )
-
-// RememberConversation is the only scope a decision can be remembered for.
-const RememberConversation = protocol.RememberConversation
 
 // reasonRemembered is the reason shown for a decision a grant made.
 const reasonRemembered = "remembered decision"
@@ -75,7 +71,7 @@ type RevokeGrant struct {
 // grantFor returns the newest grant that covers call at now, or nil: one
 // for its tool, live, for its arguments when the grant names them (as same
 // compares them), and whose scope, when it has one, inScope says holds.
-func grantFor(grants []Grant, call activities.ToolCall, now time.Time, same, inScope func(*Grant) bool) *Grant {
+func grantFor(grants []Grant, call protocol.ToolCall, now time.Time, same, inScope func(*Grant) bool) *Grant {
 	for i := len(grants) - 1; i >= 0; i-- {
 		g := &grants[i]
 		if g.Tool == call.Name && (g.Arguments == "" || same(g)) && g.live(now) &&
@@ -92,7 +88,7 @@ func grantFor(grants []Grant, call activities.ToolCall, now time.Time, same, inS
 type callArguments struct{ exact, float string }
 
 // argumentsOf reads call's arguments as grants compare them.
-func argumentsOf(call activities.ToolCall) callArguments {
+func argumentsOf(call protocol.ToolCall) callArguments {
 	return callArguments{exact: canonicalJSON(call.Arguments), float: floatCanonicalJSON(call.Arguments)}
 }
 
@@ -129,7 +125,7 @@ func (t *turn) sameArguments(args callArguments, exact bool) func(*Grant) bool {
 // every grant answer and compares numbers as float64, as it did. The patch
 // is asked only when it changes something: when a live grant of call's
 // tool is one that the new way leaves out.
-func (t *turn) grantsFor(ctx workflow.Context, call activities.ToolCall, args callArguments, now time.Time) ([]Grant, func(*Grant) bool) {
+func (t *turn) grantsFor(ctx workflow.Context, call protocol.ToolCall, args callArguments, now time.Time) ([]Grant, func(*Grant) bool) {
 	rule := t.settings.rule(call.Name)
 	exactly, asFloats := t.sameArguments(args, true), t.sameArguments(args, false)
 	var narrowed []Grant
@@ -233,7 +229,7 @@ func revoke(grants []Grant, id string) ([]Grant, error) {
 // grants need nothing recorded (tool, arguments, the workflow's clock and
 // counts replay the same). A scope that fails, or passes its cost limit
 // (policy.CostLimit), decides nothing: the call asks.
-func (t *turn) useGrant(ctx workflow.Context, call activities.ToolCall) *Grant {
+func (t *turn) useGrant(ctx workflow.Context, call protocol.ToolCall) *Grant {
 	if !slices.ContainsFunc(t.grants, func(g Grant) bool { return g.Tool == call.Name }) {
 		return nil // no grant to read the arguments for
 	}

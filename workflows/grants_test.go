@@ -9,13 +9,14 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 // grantDecisions are the approval_decision events a grant made, in order.
-func grantDecisions(events []Event) []Event {
-	var out []Event
+func grantDecisions(events []protocol.Event) []protocol.Event {
+	var out []protocol.Event
 	for _, e := range events {
-		if e.Type == EventApprovalDecision && e.Grant != "" {
+		if e.Type == protocol.EventApprovalDecision && e.Grant != "" {
 			out = append(out, e)
 		}
 	}
@@ -23,7 +24,7 @@ func grantDecisions(events []Event) []Event {
 }
 
 func bashCalls(commands ...string) activities.ModelOutput {
-	var cs []activities.ToolCall
+	var cs []protocol.ToolCall
 	for i, c := range commands {
 		cs = append(cs, call("b"+string(rune('0'+i)), "Bash", `{"command":"`+c+`"}`))
 	}
@@ -33,9 +34,9 @@ func bashCalls(commands ...string) activities.ModelOutput {
 func TestAGrantWithUsesDecidesThatManyCallsThenTheCallAsks(t *testing.T) {
 	h := newHarness(t, testSettings(), bashCalls("make", "make", "make"))
 	in := userTurn("go")
-	in.Grants = []Grant{{ID: "g1", Tool: "Bash", Decision: DecisionApprove, Uses: 3, Used: 1}}
+	in.Grants = []Grant{{ID: "g1", Tool: "Bash", Decision: protocol.DecisionApprove, Uses: 3, Used: 1}}
 	h.env.RegisterDelayedCallback(func() {
-		h.decide(ApprovalDecision{RequestID: h.requestID("Bash"), Decision: DecisionApprove})
+		h.decide(protocol.ApprovalDecision{RequestID: h.requestID("Bash"), Decision: protocol.DecisionApprove})
 	}, time.Minute)
 
 	out := h.runTurn(in)
@@ -45,7 +46,7 @@ func TestAGrantWithUsesDecidesThatManyCallsThenTheCallAsks(t *testing.T) {
 	require.Equal(t, 1, *used[0].GrantUsesLeft)
 	require.Equal(t, 0, *used[1].GrantUsesLeft)
 	require.Nil(t, used[0].GrantExpiresAt)
-	require.Len(t, ofType(out.Events, EventApprovalRequest), 1, "the third call asks")
+	require.Len(t, ofType(out.Events, protocol.EventApprovalRequest), 1, "the third call asks")
 	require.Equal(t, map[string]int{"g1": 2}, out.GrantsUsed)
 	require.Equal(t, []string{"Bash", "Bash", "Bash"}, h.ranTools())
 }
@@ -55,13 +56,13 @@ func TestAGrantEndsAtItsExpiry(t *testing.T) {
 	h := newHarness(t, testSettings(), first, bashCalls("make"))
 	in := userTurn("go")
 	ends := h.env.Now().Add(90 * time.Second)
-	in.Grants = []Grant{{ID: "g1", Tool: "Bash", Decision: DecisionApprove, ExpiresAt: &ends}}
+	in.Grants = []Grant{{ID: "g1", Tool: "Bash", Decision: protocol.DecisionApprove, ExpiresAt: &ends}}
 	// The Write is decided after the grant has ended; the next Bash asks.
 	h.env.RegisterDelayedCallback(func() {
-		h.decide(ApprovalDecision{RequestID: h.requestID("Write"), Decision: DecisionApprove})
+		h.decide(protocol.ApprovalDecision{RequestID: h.requestID("Write"), Decision: protocol.DecisionApprove})
 	}, 2*time.Minute)
 	h.env.RegisterDelayedCallback(func() {
-		h.decide(ApprovalDecision{RequestID: h.requestID("Bash"), Decision: DecisionDecline})
+		h.decide(protocol.ApprovalDecision{RequestID: h.requestID("Bash"), Decision: protocol.DecisionDecline})
 	}, 3*time.Minute)
 
 	out := h.runTurn(in)
@@ -70,7 +71,7 @@ func TestAGrantEndsAtItsExpiry(t *testing.T) {
 	require.Len(t, used, 1)
 	require.True(t, ends.Equal(*used[0].GrantExpiresAt))
 	require.Nil(t, used[0].GrantUsesLeft)
-	asked := ofType(out.Events, EventApprovalRequest)
+	asked := ofType(out.Events, protocol.EventApprovalRequest)
 	require.Len(t, asked, 2)
 	require.Equal(t, "Bash", asked[1].ToolName, "past its expiry the grant's tool asks")
 }
@@ -78,9 +79,9 @@ func TestAGrantEndsAtItsExpiry(t *testing.T) {
 func TestAGrantWithAScopeDecidesOnlyTheCallsItAccepts(t *testing.T) {
 	h := newHarness(t, testSettings(), bashCalls("git status", "rm -rf build"))
 	in := userTurn("go")
-	in.Grants = []Grant{{ID: "g1", Tool: "Bash", Decision: DecisionApprove, When: `args.command.startsWith("git ")`}}
+	in.Grants = []Grant{{ID: "g1", Tool: "Bash", Decision: protocol.DecisionApprove, When: `args.command.startsWith("git ")`}}
 	h.env.RegisterDelayedCallback(func() {
-		h.decide(ApprovalDecision{RequestID: h.requestID("Bash"), Decision: DecisionDecline})
+		h.decide(protocol.ApprovalDecision{RequestID: h.requestID("Bash"), Decision: protocol.DecisionDecline})
 	}, time.Minute)
 
 	out := h.runTurn(in)
@@ -88,7 +89,7 @@ func TestAGrantWithAScopeDecidesOnlyTheCallsItAccepts(t *testing.T) {
 	used := grantDecisions(out.Events)
 	require.Len(t, used, 1)
 	require.Equal(t, "b0", used[0].ToolCallID, "git status")
-	asked := ofType(out.Events, EventApprovalRequest)
+	asked := ofType(out.Events, protocol.EventApprovalRequest)
 	require.Len(t, asked, 1)
 	require.Equal(t, `{"command":"rm -rf build"}`, asked[0].Arguments)
 	require.Equal(t, []string{"Bash"}, h.ranTools())
@@ -99,15 +100,15 @@ func TestADecisionMakesALimitedGrantAndABadScopeIsRefused(t *testing.T) {
 	var bad, good *updateOutcome
 	h.env.RegisterDelayedCallback(func() {
 		id := h.requestID("Bash")
-		bad = h.decide(ApprovalDecision{RequestID: id, Decision: DecisionApprove, Remember: RememberConversation, RememberWhen: `args.command.startsWith(`})
-		good = h.decide(ApprovalDecision{RequestID: id, Decision: DecisionApprove, Remember: RememberConversation,
+		bad = h.decide(protocol.ApprovalDecision{RequestID: id, Decision: protocol.DecisionApprove, Remember: protocol.RememberConversation, RememberWhen: `args.command.startsWith(`})
+		good = h.decide(protocol.ApprovalDecision{RequestID: id, Decision: protocol.DecisionApprove, Remember: protocol.RememberConversation,
 			RememberFor: "8h", RememberUses: 5, RememberWhen: `args.command.startsWith("git ")`})
 	}, time.Minute)
 
 	out := h.runTurn(userTurn("go"))
 
 	require.ErrorContains(t, bad.rejected, "rememberWhen")
-	require.Equal(t, RejectInvalid, RejectionReason(bad.rejected))
+	require.Equal(t, protocol.RejectInvalid, RejectionReason(bad.rejected))
 	require.NoError(t, good.rejected)
 	require.Len(t, out.Grants, 1)
 	g := out.Grants[0]
@@ -118,11 +119,11 @@ func TestADecisionMakesALimitedGrantAndABadScopeIsRefused(t *testing.T) {
 }
 
 func TestARememberLimitWithoutRememberIsBadInput(t *testing.T) {
-	for _, d := range []ApprovalDecision{
-		{RequestID: "r", Decision: DecisionApprove, RememberUses: 2},
-		{RequestID: "r", Decision: DecisionApprove, Remember: RememberConversation, RememberFor: "soon"},
-		{RequestID: "r", Decision: DecisionApprove, Remember: RememberConversation, RememberFor: "-1h"},
-		{RequestID: "r", Decision: DecisionApprove, Remember: RememberConversation, RememberUses: -1},
+	for _, d := range []protocol.ApprovalDecision{
+		{RequestID: "r", Decision: protocol.DecisionApprove, RememberUses: 2},
+		{RequestID: "r", Decision: protocol.DecisionApprove, Remember: protocol.RememberConversation, RememberFor: "soon"},
+		{RequestID: "r", Decision: protocol.DecisionApprove, Remember: protocol.RememberConversation, RememberFor: "-1h"},
+		{RequestID: "r", Decision: protocol.DecisionApprove, Remember: protocol.RememberConversation, RememberUses: -1},
 	} {
 		require.Error(t, d.Check(), "%+v", d)
 	}
@@ -136,8 +137,8 @@ func narrowingTurn(t *testing.T, level int) (*harness, TurnInput) {
 	settings := testSettings()
 	settings.beginAt = level
 	settings.Rules = []Rule{
-		{Tool: activities.ToolWrite, Require: RequireAlways, SecondPerson: true},
-		{Tool: activities.ToolBash, Require: RequireAlways, Deciders: []string{"lead", DeciderRolePrefix + "admin"}},
+		{Tool: protocol.ToolWrite, Require: RequireAlways, SecondPerson: true},
+		{Tool: protocol.ToolBash, Require: RequireAlways, Deciders: []string{"lead", DeciderRolePrefix + "admin"}},
 	}
 	h := newHarness(t, settings, calls(
 		call("w", "Write", `{"file_path":"a","content":"b"}`),
@@ -147,10 +148,10 @@ func narrowingTurn(t *testing.T, level int) (*harness, TurnInput) {
 	in := userTurn("ship it")
 	in.Sender = "bob"
 	in.Grants = []Grant{
-		{ID: "g-alice", Tool: "Write", Decision: DecisionApprove, By: "alice", Role: "approve"},
-		{ID: "g-bob", Tool: "Write", Decision: DecisionApprove, By: "bob", Role: "approve"},
-		{ID: "g-ops", Tool: "Bash", Decision: DecisionApprove, By: "ops", Role: "admin", Arguments: canonicalJSON(`{"command":"make"}`)},
-		{ID: "g-dev", Tool: "Bash", Decision: DecisionApprove, By: "dev", Role: "approve"},
+		{ID: "g-alice", Tool: "Write", Decision: protocol.DecisionApprove, By: "alice", Role: "approve"},
+		{ID: "g-bob", Tool: "Write", Decision: protocol.DecisionApprove, By: "bob", Role: "approve"},
+		{ID: "g-ops", Tool: "Bash", Decision: protocol.DecisionApprove, By: "ops", Role: "admin", Arguments: canonicalJSON(`{"command":"make"}`)},
+		{ID: "g-dev", Tool: "Bash", Decision: protocol.DecisionApprove, By: "dev", Role: "approve"},
 	}
 	return h, in
 }
@@ -159,8 +160,8 @@ func TestAGrantAnswersOnlyACallItsMakerMayDecideUnderTheRuleInForce(t *testing.T
 	h, in := narrowingTurn(t, 0)
 	var bobsOwn *updateOutcome
 	h.env.RegisterDelayedCallback(func() {
-		bobsOwn = h.decide(ApprovalDecision{RequestID: h.requestID("Bash"), Decision: DecisionApprove, Principal: "dev", Role: "approve"})
-		h.decide(ApprovalDecision{RequestID: h.requestID("Bash"), Decision: DecisionApprove, Principal: "lead", Role: "approve"})
+		bobsOwn = h.decide(protocol.ApprovalDecision{RequestID: h.requestID("Bash"), Decision: protocol.DecisionApprove, Principal: "dev", Role: "approve"})
+		h.decide(protocol.ApprovalDecision{RequestID: h.requestID("Bash"), Decision: protocol.DecisionApprove, Principal: "lead", Role: "approve"})
 	}, time.Minute)
 
 	out := h.runTurn(in)
@@ -171,10 +172,10 @@ func TestAGrantAnswersOnlyACallItsMakerMayDecideUnderTheRuleInForce(t *testing.T
 	}
 	require.Equal(t, map[string]string{"w": "g-alice by alice", "b0": "g-ops by ops"}, by,
 		"bob's own grant may not answer his Write (second person), dev's may not answer a Bash (deciders); older grants whose makers may still decide do")
-	asked := ofType(out.Events, EventApprovalRequest)
+	asked := ofType(out.Events, protocol.EventApprovalRequest)
 	require.Len(t, asked, 1)
 	require.Equal(t, "b1", asked[0].ToolCallID, "no grant left answers make deploy")
-	require.Equal(t, RejectForbidden, RejectionReason(bobsOwn.rejected), "as dev's direct decision is refused")
+	require.Equal(t, protocol.RejectForbidden, RejectionReason(bobsOwn.rejected), "as dev's direct decision is refused")
 	require.Equal(t, map[string]int{"g-alice": 1, "g-ops": 1}, out.GrantsUsed)
 	require.Equal(t, []string{"Write", "Bash", "Bash"}, h.ranTools())
 }
@@ -190,19 +191,19 @@ func TestATurnRecordedBeforeGrantsWereNarrowedLetsEveryGrantAnswer(t *testing.T)
 		by[e.ToolCallID] = e.Grant
 	}
 	require.Equal(t, map[string]string{"w": "g-bob", "b0": "g-dev", "b1": "g-dev"}, by, "the newest grant of each tool answered, as it did")
-	require.Empty(t, ofType(out.Events, EventApprovalRequest))
+	require.Empty(t, ofType(out.Events, protocol.EventApprovalRequest))
 }
 
 func TestAGrantWhoseMakerMayStillDecideAsksForNoPatch(t *testing.T) {
 	settings := testSettings()
-	settings.Rules = []Rule{{Tool: activities.ToolWrite, Require: RequireAlways, SecondPerson: true}}
+	settings.Rules = []Rule{{Tool: protocol.ToolWrite, Require: RequireAlways, SecondPerson: true}}
 	// A turn of level 3 or later asks for no patch at all; one of level 2
 	// asks for this one only where it may change the answer.
 	settings.beginAt = 2
 	h := newHarness(t, settings, calls(call("w", "Write", `{"file_path":"a","content":"b"}`)))
 	in := userTurn("write")
 	in.Sender = "alice"
-	in.Grants = []Grant{{ID: "g-bob", Tool: "Write", Decision: DecisionApprove, By: "bob"}}
+	in.Grants = []Grant{{ID: "g-bob", Tool: "Write", Decision: protocol.DecisionApprove, By: "bob"}}
 	h.env.OnGetVersion(patchGrantNarrowed, workflow.DefaultVersion, 1).Panic("asked for the grant-narrowed patch")
 
 	out := h.runTurn(in)
@@ -216,17 +217,17 @@ func TestAGrantForTheSameArgumentsComparesNumbersAsWritten(t *testing.T) {
 		calls(call("b1", "Bash", `{"command":"pay","amount":10000000000000001}`), call("b2", "Bash", `{"amount":10000000000000000, "command":"pay"}`)),
 	)
 	h.env.RegisterDelayedCallback(func() {
-		h.decide(ApprovalDecision{RequestID: h.requestID("Bash"), Decision: DecisionApprove, Remember: RememberConversation, SameArguments: true})
+		h.decide(protocol.ApprovalDecision{RequestID: h.requestID("Bash"), Decision: protocol.DecisionApprove, Remember: protocol.RememberConversation, SameArguments: true})
 	}, time.Minute)
 	h.env.RegisterDelayedCallback(func() {
 		var second string
 		for _, e := range h.events() {
-			if e.Type == EventApprovalRequest && e.ToolCallID == "b1" {
+			if e.Type == protocol.EventApprovalRequest && e.ToolCallID == "b1" {
 				second = e.RequestID
 			}
 		}
 		require.NotEmpty(t, second, "10000000000000001 is not the amount approved")
-		h.decide(ApprovalDecision{RequestID: second, Decision: DecisionDecline})
+		h.decide(protocol.ApprovalDecision{RequestID: second, Decision: protocol.DecisionDecline})
 	}, 2*time.Minute)
 
 	out := h.runTurn(userTurn("pay"))
@@ -235,7 +236,7 @@ func TestAGrantForTheSameArgumentsComparesNumbersAsWritten(t *testing.T) {
 	used := grantDecisions(out.Events)
 	require.Len(t, used, 1)
 	require.Equal(t, "b2", used[0].ToolCallID, "the same amount, keys in another order, is the same arguments")
-	require.Len(t, ofType(out.Events, EventApprovalRequest), 2)
+	require.Len(t, ofType(out.Events, protocol.EventApprovalRequest), 2)
 }
 
 func TestCanonicalJSONKeepsNumbersAsWritten(t *testing.T) {
@@ -262,17 +263,17 @@ func TestAGrantScopeThatCostsTooMuchDecidesNothingAndTheCallAsks(t *testing.T) {
 	in.Grants = []Grant{
 		// Saved before scopes had a cost limit: it would hold the workflow
 		// task for seconds, past the SDK's deadlock detector.
-		{ID: "g-costly", Tool: "Bash", Decision: DecisionApprove, When: nestedAll(7)},
+		{ID: "g-costly", Tool: "Bash", Decision: protocol.DecisionApprove, When: nestedAll(7)},
 		// Cheap on a short command, past the limit on 60,000 bytes (Go's
 		// regexp takes time in the pattern's compiled size), which it
 		// would accept.
-		{ID: "g-pattern", Tool: "Bash", Decision: DecisionApprove, When: `args.command.matches("^[a-z]{1,100}")`},
+		{ID: "g-pattern", Tool: "Bash", Decision: protocol.DecisionApprove, When: `args.command.matches("^[a-z]{1,100}")`},
 	}
 	var refused *updateOutcome
 	h.env.RegisterDelayedCallback(func() {
-		for _, e := range ofType(h.events(), EventApprovalRequest) {
-			refused = h.decide(ApprovalDecision{RequestID: e.RequestID, Decision: DecisionApprove, Remember: RememberConversation, RememberWhen: nestedAll(6)})
-			h.decide(ApprovalDecision{RequestID: e.RequestID, Decision: DecisionDecline})
+		for _, e := range ofType(h.events(), protocol.EventApprovalRequest) {
+			refused = h.decide(protocol.ApprovalDecision{RequestID: e.RequestID, Decision: protocol.DecisionApprove, Remember: protocol.RememberConversation, RememberWhen: nestedAll(6)})
+			h.decide(protocol.ApprovalDecision{RequestID: e.RequestID, Decision: protocol.DecisionDecline})
 		}
 	}, time.Minute)
 
@@ -281,9 +282,9 @@ func TestAGrantScopeThatCostsTooMuchDecidesNothingAndTheCallAsks(t *testing.T) {
 	used := grantDecisions(out.Events)
 	require.Len(t, used, 1)
 	require.Equal(t, "b2", used[0].ToolCallID, "only the cheap scope on a short command answers")
-	asked := ofType(out.Events, EventApprovalRequest)
+	asked := ofType(out.Events, protocol.EventApprovalRequest)
 	require.Len(t, asked, 2)
 	require.Equal(t, []string{"b0", "b1"}, []string{asked[0].ToolCallID, asked[1].ToolCallID})
-	require.Equal(t, RejectInvalid, RejectionReason(refused.rejected))
+	require.Equal(t, protocol.RejectInvalid, RejectionReason(refused.rejected))
 	require.ErrorContains(t, refused.rejected, "past the limit of 500000 that one call may cost")
 }

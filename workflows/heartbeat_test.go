@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 func TestHeartbeatTimeoutsComeFromSettingsOrTheirDefaults(t *testing.T) {
@@ -33,14 +34,14 @@ func TestHeartbeatTimeoutsComeFromSettingsOrTheirDefaults(t *testing.T) {
 			env.RegisterActivityWithOptions(func(ctx context.Context, _ activities.ModelInput) (activities.ModelOutput, error) {
 				modelTimeouts = append(modelTimeouts, activity.GetInfo(ctx).HeartbeatTimeout)
 				if len(modelTimeouts) == 1 {
-					return calls(call("call_read", activities.ToolRead, `{"file_path":"a"}`)), nil
+					return calls(call("call_read", protocol.ToolRead, `{"file_path":"a"}`)), nil
 				}
 				return activities.ModelOutput{Content: "done"}, nil
 			}, activity.RegisterOptions{Name: activities.ModelActivity})
 			env.RegisterActivityWithOptions(func(ctx context.Context, _ activities.ToolInput) (activities.ToolOutput, error) {
 				toolTimeouts = append(toolTimeouts, activity.GetInfo(ctx).HeartbeatTimeout)
-				return activities.ToolOutput{Result: "ok", Status: activities.StatusOK}, nil
-			}, activity.RegisterOptions{Name: activities.ToolRead})
+				return activities.ToolOutput{Result: "ok", Status: protocol.StatusOK}, nil
+			}, activity.RegisterOptions{Name: protocol.ToolRead})
 
 			env.ExecuteWorkflow(ChatTurnWorkflow, userTurn("hi"))
 			require.NoError(t, env.GetWorkflowError())

@@ -17,6 +17,7 @@ import (
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/devserver"
 	"github.com/tollgate/tollgate/internal/scripted"
+	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
 )
 
@@ -43,7 +44,7 @@ func TestTurnWithApprovalsBySignalOnRealTemporal(t *testing.T) {
 	tools := &activities.Tools{Workspace: workspace, BashTimeout: 10 * time.Second}
 	w := worker.New(c, "turn-integration", workflows.WorkerOptions())
 	wf := &workflows.Workflows{Settings: workflows.Settings{
-		RequiredTools:   []string{activities.ToolWrite, activities.ToolEdit, activities.ToolBash},
+		RequiredTools:   []string{protocol.ToolWrite, protocol.ToolEdit, protocol.ToolBash},
 		ApprovalTimeout: time.Minute,
 		Tools:           tools.Specs(),
 	}}
@@ -60,40 +61,40 @@ func TestTurnWithApprovalsBySignalOnRealTemporal(t *testing.T) {
 		ID: workflows.TurnWorkflowID(conv, 1), TaskQueue: "turn-integration",
 	}, workflows.ChatTurnWorkflow, workflows.TurnInput{
 		ConversationID: conv, Turn: 1,
-		Messages: []activities.Message{{Role: activities.RoleUser, Content: "tidy up"}},
+		Messages: []protocol.Message{{Role: protocol.RoleUser, Content: "tidy up"}},
 	})
 	require.NoError(t, err)
 
-	var requests []workflows.Event
+	var requests []protocol.Event
 	require.Eventually(t, func() bool {
 		requests = nil
 		for _, e := range queryEvents(t, c, run.GetID()) {
-			if e.Type == workflows.EventApprovalRequest {
+			if e.Type == protocol.EventApprovalRequest {
 				requests = append(requests, e)
 			}
 		}
 		return len(requests) == 2
 	}, 30*time.Second, 20*time.Millisecond)
-	require.Equal(t, []string{activities.ToolWrite, activities.ToolBash}, []string{requests[0].ToolName, requests[1].ToolName})
+	require.Equal(t, []string{protocol.ToolWrite, protocol.ToolBash}, []string{requests[0].ToolName, requests[1].ToolName})
 
 	// Decided in reverse order, by signal, as the Temporal CLI would.
 	require.NoError(t, c.SignalWorkflow(ctx, requests[1].WorkflowID, "", workflows.ApprovalSignal,
-		workflows.ApprovalDecision{RequestID: requests[1].RequestID, Decision: workflows.DecisionApprove}))
+		protocol.ApprovalDecision{RequestID: requests[1].RequestID, Decision: protocol.DecisionApprove}))
 	require.NoError(t, c.SignalWorkflow(ctx, requests[0].WorkflowID, "", workflows.ApprovalSignal,
-		workflows.ApprovalDecision{RequestID: requests[0].RequestID, Decision: workflows.DecisionDecline, Reason: "no notes today"}))
+		protocol.ApprovalDecision{RequestID: requests[0].RequestID, Decision: protocol.DecisionDecline, Reason: "no notes today"}))
 
 	var out workflows.TurnOutput
 	require.NoError(t, run.Get(ctx, &out))
-	require.Equal(t, workflows.FinishStop, out.FinishReason)
+	require.Equal(t, protocol.FinishStop, out.FinishReason)
 
-	var result workflows.Event
+	var result protocol.Event
 	var tokens strings.Builder
 	for i, e := range out.Events {
 		require.Equal(t, i+1, e.Seq)
 		switch e.Type {
-		case workflows.EventToolResult:
+		case protocol.EventToolResult:
 			result = e
-		case workflows.EventToken:
+		case protocol.EventToken:
 			tokens.WriteString(e.Data)
 		}
 	}
@@ -110,10 +111,10 @@ func TestTurnWithApprovalsBySignalOnRealTemporal(t *testing.T) {
 	// Every piece of answer text reached the log once, in order, and the
 	// final answer streamed in more than one token event.
 	require.Equal(t, out.Messages[0].Content+out.Text, tokens.String())
-	require.Greater(t, countType(out.Events, workflows.EventToken), 2)
+	require.Greater(t, countType(out.Events, protocol.EventToken), 2)
 }
 
-func queryEvents(t *testing.T, c client.Client, workflowID string) []workflows.Event {
+func queryEvents(t *testing.T, c client.Client, workflowID string) []protocol.Event {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	v, err := c.QueryWorkflow(ctx, workflowID, "", workflows.EventsQuery, workflows.EventsRequest{})
@@ -127,7 +128,7 @@ func queryEvents(t *testing.T, c client.Client, workflowID string) []workflows.E
 	return resp.Events
 }
 
-func countType(events []workflows.Event, typ string) int {
+func countType(events []protocol.Event, typ string) int {
 	n := 0
 	for _, e := range events {
 		if e.Type == typ {

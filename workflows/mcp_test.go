@@ -16,6 +16,7 @@ import (
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/proctest"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 // mcpHarness is a harness whose worker also offers the tools of a real
@@ -45,10 +46,10 @@ func mcpHarness(t *testing.T, change func(*Settings), replies ...activities.Mode
 	return h, dir
 }
 
-func requestedTools(events []Event) []string {
+func requestedTools(events []protocol.Event) []string {
 	var names []string
 	for _, e := range events {
-		if e.Type == EventApprovalRequest {
+		if e.Type == protocol.EventApprovalRequest {
 			names = append(names, e.ToolName)
 		}
 	}
@@ -64,14 +65,14 @@ func TestMCPToolThatIsNotReadOnlyWaitsForApprovalAndRunsOnTheServerOnlyOnceAppro
 	)}
 	h.env.RegisterDelayedCallback(func() {
 		for _, e := range h.events() {
-			if e.Type != EventApprovalRequest {
+			if e.Type != protocol.EventApprovalRequest {
 				continue
 			}
-			d := DecisionDecline
+			d := protocol.DecisionDecline
 			if e.ToolCallID == "w" {
-				d = DecisionApprove
+				d = protocol.DecisionApprove
 			}
-			h.decide(ApprovalDecision{RequestID: e.RequestID, Decision: d})
+			h.decide(protocol.ApprovalDecision{RequestID: e.RequestID, Decision: d})
 		}
 	}, time.Second)
 
@@ -115,8 +116,8 @@ func TestPolicyReadsMCPAnnotationsAndAServerWideRule(t *testing.T) {
 			)}
 			h.env.RegisterDelayedCallback(func() {
 				for _, e := range h.events() {
-					if e.Type == EventApprovalRequest {
-						h.decide(ApprovalDecision{RequestID: e.RequestID, Decision: DecisionApprove})
+					if e.Type == protocol.EventApprovalRequest {
+						h.decide(protocol.ApprovalDecision{RequestID: e.RequestID, Decision: protocol.DecisionApprove})
 					}
 				}
 			}, time.Second)
@@ -145,10 +146,10 @@ func TestSubagentDefinitionNamesAnMCPServerForAllItsTools(t *testing.T) {
 	require.Contains(t, offered, "mcp__fs__create_directory")
 	require.NotContains(t, offered, "mcp__fs__write_file")
 	require.NotContains(t, offered, "Bash")
-	require.True(t, slices.ContainsFunc(h.modelInputs[0].Tools, func(s activities.ToolSpec) bool { return s.Name == "mcp__fs__write_file" }),
+	require.True(t, slices.ContainsFunc(h.modelInputs[0].Tools, func(s protocol.ToolSpec) bool { return s.Name == "mcp__fs__write_file" }),
 		"the turn itself is offered every tool")
 	// The model reads the server's schema for each tool.
-	i := slices.IndexFunc(h.modelInputs[1].Tools, func(s activities.ToolSpec) bool { return s.Name == "mcp__fs__read_text_file" })
+	i := slices.IndexFunc(h.modelInputs[1].Tools, func(s protocol.ToolSpec) bool { return s.Name == "mcp__fs__read_text_file" })
 	var schema struct {
 		Properties map[string]json.RawMessage `json:"properties"`
 	}

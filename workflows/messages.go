@@ -3,18 +3,7 @@ package workflows
 import (
 	"time"
 
-	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/protocol"
-)
-
-// The contract's decision and its answer; package protocol defines them.
-type (
-	ApprovalDecision = protocol.ApprovalDecision
-	ApprovalResult   = protocol.ApprovalResult
-	// ApprovalBatch and ApprovalBatchResult are the approvals Update's.
-	ApprovalBatch       = protocol.ApprovalBatch
-	ApprovalBatchResult = protocol.ApprovalBatchResult
-	PendingApproval     = protocol.PendingApproval
 )
 
 // Interrupt is the payload of the interrupt signal.
@@ -32,7 +21,7 @@ type UserMessage struct {
 	BypassApproval bool   `json:"bypassApproval,omitempty"`
 	// ClientTools are tools the client runs itself, offered to the model
 	// for this turn.
-	ClientTools []activities.ToolSpec `json:"clientTools,omitempty"`
+	ClientTools []protocol.ToolSpec `json:"clientTools,omitempty"`
 	// IdempotencyKey, when set, names the message (the API makes it from
 	// the client's Idempotency-Key and the sender: MessageKey): a message
 	// with the key of one the conversation took in the last
@@ -62,7 +51,7 @@ type TurnRef struct {
 type ConversationInput struct {
 	ConversationID string `json:"conversationId"`
 	// Messages is the full message log carried across continue-as-new.
-	Messages []activities.Message `json:"messages,omitempty"`
+	Messages []protocol.Message `json:"messages,omitempty"`
 	// Turns is how many turns the conversation has started so far.
 	Turns int `json:"turns,omitempty"`
 	// Queue holds user messages accepted but not yet run, carried across
@@ -106,12 +95,6 @@ type Compaction struct {
 	Window int `json:"window,omitempty"`
 }
 
-// The manual compaction's request and answer; package protocol defines them.
-type (
-	CompactRequest = protocol.CompactRequest
-	CompactResult  = protocol.CompactResult
-)
-
 // QueuedMessage is a user message waiting for its turn.
 type QueuedMessage struct {
 	Turn    int         `json:"turn"`
@@ -138,17 +121,17 @@ type TurnInput struct {
 	// Messages is the conversation so far, ending with the new user
 	// message, from its message Offset on: the first Offset messages are
 	// those Compaction's summary stands for.
-	Messages       []activities.Message `json:"messages"`
-	Offset         int                  `json:"offset,omitempty"`
-	Compaction     Compaction           `json:"compaction,omitzero"`
-	BypassApproval bool                 `json:"bypassApproval,omitempty"`
+	Messages       []protocol.Message `json:"messages"`
+	Offset         int                `json:"offset,omitempty"`
+	Compaction     Compaction         `json:"compaction,omitzero"`
+	BypassApproval bool               `json:"bypassApproval,omitempty"`
 	// Sender is the principal who sent the message.
 	Sender string `json:"sender,omitempty"`
 	// Grants are the conversation's remembered decisions when the turn
 	// starts.
 	Grants []Grant `json:"grants,omitempty"`
 	// ClientTools are the tools the client runs itself.
-	ClientTools []activities.ToolSpec `json:"clientTools,omitempty"`
+	ClientTools []protocol.ToolSpec `json:"clientTools,omitempty"`
 	// Spent is what the conversation's earlier turns spent, and Raised the
 	// conversation budgets people raised, for the conversation budgets.
 	Spent  Usage   `json:"spent,omitempty,omitzero"`
@@ -160,10 +143,10 @@ type TurnInput struct {
 // tool call answered), and its whole event log, so a stream can be resumed
 // from the result after the turn has ended.
 type TurnOutput struct {
-	FinishReason string               `json:"finishReason"`
-	Text         string               `json:"text,omitempty"`
-	Messages     []activities.Message `json:"messages,omitempty"`
-	Events       []Event              `json:"events"`
+	FinishReason string             `json:"finishReason"`
+	Text         string             `json:"text,omitempty"`
+	Messages     []protocol.Message `json:"messages,omitempty"`
+	Events       []protocol.Event   `json:"events"`
 	// Grants are the decisions remembered during the turn.
 	Grants []Grant `json:"grants,omitempty"`
 	// GrantsUsed counts, by grant id, the calls each grant decided during
@@ -195,13 +178,13 @@ const (
 // MessagesPage is a page of a conversation's transcript: the messages, and
 // how many the conversation holds in all.
 type MessagesPage struct {
-	Offset   int                  `json:"offset"`
-	Total    int                  `json:"total"`
-	Messages []activities.Message `json:"messages"`
+	Offset   int                `json:"offset"`
+	Total    int                `json:"total"`
+	Messages []protocol.Message `json:"messages"`
 }
 
 // page cuts the page req asks for out of msgs.
-func page(msgs []activities.Message, req MessagesRequest) MessagesPage {
+func page(msgs []protocol.Message, req MessagesRequest) MessagesPage {
 	limit := req.Limit
 	if limit <= 0 {
 		limit = DefaultMessagesPage
@@ -209,5 +192,5 @@ func page(msgs []activities.Message, req MessagesRequest) MessagesPage {
 	limit = min(limit, MaxMessagesPage)
 	from := min(max(req.Offset, 0), len(msgs))
 	to := min(from+limit, len(msgs))
-	return MessagesPage{Offset: from, Total: len(msgs), Messages: append([]activities.Message{}, msgs[from:to]...)}
+	return MessagesPage{Offset: from, Total: len(msgs), Messages: append([]protocol.Message{}, msgs[from:to]...)}
 }

@@ -7,6 +7,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/common/expfmt"
 	"github.com/stretchr/testify/require"
+
+	"github.com/tollgate/tollgate/protocol"
 )
 
 // exposition renders the named metrics of h's registry as GET /metrics
@@ -22,15 +24,15 @@ func TestApprovedTurnCountsOneRequestAndOneApproveDecision(t *testing.T) {
 	h := newHarness(t, testSettings(), calls(call("b", "Bash", `{"command":"ls"}`)))
 	AddApprovalsPending(h.metrics)
 	h.env.RegisterDelayedCallback(func() {
-		h.decide(ApprovalDecision{RequestID: h.requestID("Bash"), Decision: DecisionApprove})
+		h.decide(protocol.ApprovalDecision{RequestID: h.requestID("Bash"), Decision: protocol.DecisionApprove})
 	}, 90*time.Second)
 
 	out := h.runTurn(userTurn("list"))
-	require.Equal(t, FinishStop, out.FinishReason)
+	require.Equal(t, protocol.FinishStop, out.FinishReason)
 
 	// The test environment adds no workflow_type tag, as a worker does:
 	// the worker's test checks that one.
-	approve := map[string]string{MetricTagDecision: DecisionApprove}
+	approve := map[string]string{MetricTagDecision: protocol.DecisionApprove}
 	require.Equal(t, 1.0, h.metrics.Sum(ApprovalRequestsMetric, nil))
 	require.Equal(t, 1.0, h.metrics.Sum(ApprovalDecisionsMetric, approve))
 	require.Equal(t, 1.0, h.metrics.Sum(ApprovalDecisionsMetric, nil), "no other decision was counted")
@@ -54,7 +56,7 @@ func TestDeclineAndTimeoutAreCountedByDecision(t *testing.T) {
 	))
 	AddApprovalsPending(h.metrics)
 	h.env.RegisterDelayedCallback(func() {
-		h.decide(ApprovalDecision{RequestID: h.requestID("Write"), Decision: DecisionDecline, Reason: "no"})
+		h.decide(protocol.ApprovalDecision{RequestID: h.requestID("Write"), Decision: protocol.DecisionDecline, Reason: "no"})
 	}, time.Minute)
 	pendingWhileBashWaits := ""
 	h.env.RegisterDelayedCallback(func() {
@@ -66,7 +68,7 @@ func TestDeclineAndTimeoutAreCountedByDecision(t *testing.T) {
 	require.Contains(t, pendingWhileBashWaits, "\ntollgate_approvals_pending 1\n", "while Bash still waits, the derived gauge shows it")
 	require.Contains(t, h.exposition(ApprovalsPendingMetric), "\ntollgate_approvals_pending 0\n")
 	require.Equal(t, 2.0, h.metrics.Sum(ApprovalRequestsMetric, nil))
-	require.Equal(t, 1.0, h.metrics.Sum(ApprovalDecisionsMetric, map[string]string{MetricTagDecision: DecisionDecline}))
-	require.Equal(t, 1.0, h.metrics.Sum(ApprovalDecisionsMetric, map[string]string{MetricTagDecision: DecisionTimeout}))
-	require.Zero(t, h.metrics.Sum(ApprovalDecisionsMetric, map[string]string{MetricTagDecision: DecisionApprove}))
+	require.Equal(t, 1.0, h.metrics.Sum(ApprovalDecisionsMetric, map[string]string{MetricTagDecision: protocol.DecisionDecline}))
+	require.Equal(t, 1.0, h.metrics.Sum(ApprovalDecisionsMetric, map[string]string{MetricTagDecision: protocol.DecisionTimeout}))
+	require.Zero(t, h.metrics.Sum(ApprovalDecisionsMetric, map[string]string{MetricTagDecision: protocol.DecisionApprove}))
 }

@@ -7,13 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-
-	"github.com/tollgate/tollgate/protocol"
 )
-
-// DefaultTaskQueue is the task queue the worker polls unless
-// TOLLGATE_TASK_QUEUE says otherwise.
-const DefaultTaskQueue = protocol.DefaultTaskQueue
 
 // Workflow type names.
 const (
@@ -31,9 +25,6 @@ const (
 	// own before it takes work (AwaitSearchAttributes).
 	SearchAttributesProbeWorkflow = "TollgateSearchAttributesProbe"
 )
-
-// TaskTool is the tool that starts a subagent.
-const TaskTool = protocol.TaskTool
 
 // Message names of the turn workflow.
 const (

@@ -5,9 +5,9 @@ import (
 
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/policy"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 // passage is one tool call's way through a batch, from its vetting to the
@@ -20,7 +20,7 @@ type passage struct {
 	// call is the call as the gate, the policy, a grant and the tool see
 	// it (vetBatch); vetting what was known of it before the gate: why its
 	// arguments were refused, or what the policy says of it.
-	call    activities.ToolCall
+	call    protocol.ToolCall
 	vetting vetting
 	// preview says what the call will do, as the worker read it, for a
 	// call that may ask (turn.previews).
@@ -37,7 +37,7 @@ type passage struct {
 	ran string
 	// result is what the model reads of the call: set when the gate
 	// answers it (it never runs then), or when it ran.
-	result ToolResult
+	result protocol.ToolResult
 	// row is the call's row in the audit ledger, for a call the gate
 	// asked about or a grant answered.
 	row *audit.Record
@@ -57,7 +57,7 @@ func (p *passage) answered() bool { return p.result.Status != "" }
 type batch struct {
 	// calls are the calls as vetBatch gives them (the passages' calls),
 	// which the batch's request ids are made of (gate.batchRequestID).
-	calls    []activities.ToolCall
+	calls    []protocol.ToolCall
 	passages []*passage
 }
 
@@ -94,8 +94,8 @@ func (b *batch) askedBy(a *approval) *passage {
 }
 
 // results are what the model reads of the batch's calls, in order.
-func (b *batch) results() []ToolResult {
-	out := make([]ToolResult, len(b.passages))
+func (b *batch) results() []protocol.ToolResult {
+	out := make([]protocol.ToolResult, len(b.passages))
 	for i, p := range b.passages {
 		out[i] = p.result
 	}
@@ -105,7 +105,7 @@ func (b *batch) results() []ToolResult {
 // openBatch makes the passages of a batch: it vets the calls (vetBatch),
 // sees whether the batch follows the strict gate, and previews the calls
 // that may ask, in that order.
-func (t *turn) openBatch(ctx workflow.Context, calls []activities.ToolCall) *batch {
+func (t *turn) openBatch(ctx workflow.Context, calls []protocol.ToolCall) *batch {
 	t.newBatchForLedger()
 	t.gate.newBatch()
 	t.cost = policy.NewBudget()
@@ -116,7 +116,7 @@ func (t *turn) openBatch(ctx workflow.Context, calls []activities.ToolCall) *bat
 	b.passages = make([]*passage, len(calls))
 	for i, call := range calls {
 		b.passages[i] = &passage{index: i, call: call, vetting: vetted[i], preview: previews[i],
-			result: ToolResult{ID: call.ID, Name: call.Name}}
+			result: protocol.ToolResult{ID: call.ID, Name: call.Name}}
 	}
 	return b
 }
@@ -146,7 +146,7 @@ func (t *turn) route(ctx workflow.Context, b *batch, p *passage) {
 // decisions a person asked to be remembered.
 func (t *turn) awaitDecisions(ctx workflow.Context, b *batch) {
 	if waiting := b.waiting(); len(waiting) > 0 {
-		t.log.append(Event{Type: EventHeartbeat})
+		t.log.append(protocol.Event{Type: protocol.EventHeartbeat})
 		asked := b.askedRows()
 		t.writeAudit(ctx, asked)
 		var onDecided func([]*approval)
@@ -157,7 +157,7 @@ func (t *turn) awaitDecisions(ctx workflow.Context, b *batch) {
 	}
 	turnID := workflow.GetInfo(ctx).WorkflowExecution.ID
 	for _, p := range b.passages {
-		if a := p.approval; a != nil && a.remember && (a.decision == DecisionApprove || a.decision == DecisionDecline) {
+		if a := p.approval; a != nil && a.remember && (a.decision == protocol.DecisionApprove || a.decision == protocol.DecisionDecline) {
 			t.remember(grantFrom(a, turnID))
 		}
 	}
@@ -188,9 +188,9 @@ func (t *turn) ledgerDecisions(ctx workflow.Context, b *batch, waiting []*approv
 // verdict says whether p's call runs now, and as what: a call the gate
 // answered does not, nor one whose request was declined or timed out, nor
 // any once the turn is stopped; the model reads why (passage.answer).
-func (t *turn) verdict(ctx workflow.Context, b *batch, p *passage) (activities.ToolCall, bool) {
+func (t *turn) verdict(ctx workflow.Context, b *batch, p *passage) (protocol.ToolCall, bool) {
 	if p.answered() {
-		return activities.ToolCall{}, false
+		return protocol.ToolCall{}, false
 	}
 	call, runs := t.decided(ctx, b, p)
 	if !runs {
@@ -202,7 +202,7 @@ func (t *turn) verdict(ctx workflow.Context, b *batch, p *passage) (activities.T
 		if t.interrupted {
 			why, reason = notRunInterrupted, t.interruptReason
 		}
-		p.answer(t.notRun(ctx, why, reason), activities.StatusDeclined)
+		p.answer(t.notRun(ctx, why, reason), protocol.StatusDeclined)
 		return call, false
 	}
 	return call, true
@@ -213,22 +213,22 @@ func (t *turn) verdict(ctx workflow.Context, b *batch, p *passage) (activities.T
 // arguments the person approved, normalized as the tool runs them when
 // the batch's are (edits the tool would refuse reach it as they are, and
 // it refuses them).
-func (t *turn) decided(ctx workflow.Context, b *batch, p *passage) (activities.ToolCall, bool) {
+func (t *turn) decided(ctx workflow.Context, b *batch, p *passage) (protocol.ToolCall, bool) {
 	call, a := p.call, p.approval
 	switch {
 	case a == nil:
-	case a.decision == DecisionTimeout:
-		p.answer(t.notRun(ctx, notRunTimeout, ""), activities.StatusTimeout)
+	case a.decision == protocol.DecisionTimeout:
+		p.answer(t.notRun(ctx, notRunTimeout, ""), protocol.StatusTimeout)
 		return call, false
-	case a.decision != DecisionApprove && a.decidedBy == DecidedByTurn:
+	case a.decision != protocol.DecisionApprove && a.decidedBy == DecidedByTurn:
 		why := notRunInterrupted
 		if a.reason == reasonCancelled {
 			why = notRunCancelled
 		}
-		p.answer(t.notRun(ctx, why, a.reason), activities.StatusDeclined)
+		p.answer(t.notRun(ctx, why, a.reason), protocol.StatusDeclined)
 		return call, false
-	case a.decision != DecisionApprove:
-		p.answer(t.notRun(ctx, notRunDeclined, a.reason), activities.StatusDeclined)
+	case a.decision != protocol.DecisionApprove:
+		p.answer(t.notRun(ctx, notRunDeclined, a.reason), protocol.StatusDeclined)
 		return call, false
 	case a.arguments != "":
 		call.Arguments = a.arguments

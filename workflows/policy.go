@@ -6,6 +6,7 @@ import (
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/policy"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 // The policy's rules; package policy defines them, and reads and checks
@@ -59,7 +60,7 @@ type check struct {
 // budget (nil: bounded by policy.CostLimit alone). A rule that fails at run
 // time (a missing argument, say, or one so large that the rule passes its
 // cost limit) requires approval: policy errors fail closed.
-func (s Settings) check(call activities.ToolCall, budget *policy.Budget) check {
+func (s Settings) check(call protocol.ToolCall, budget *policy.Budget) check {
 	c := check{Timeout: s.ApprovalTimeout}
 	rule := s.rule(call.Name)
 	if rule == nil {
@@ -93,7 +94,7 @@ func (s Settings) check(call activities.ToolCall, budget *policy.Budget) check {
 // outside a workflow that checks a policy (docs/policy.md's example policies are
 // tested with it).
 func RequiresApproval(settings Settings, tool, arguments string) bool {
-	call := activities.ToolCall{Name: tool, Arguments: arguments}
+	call := protocol.ToolCall{Name: tool, Arguments: arguments}
 	if spec, ok := settings.spec(tool); ok {
 		args, _, err := activities.ResolveArguments(spec, settings.WorkspaceRoots, arguments)
 		if err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/devserver"
 	"github.com/tollgate/tollgate/internal/scripted"
+	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
 )
 
@@ -39,18 +40,18 @@ func TestPolicyAnswersAreRecordedSoReplaysNeverEvaluateThemAgain(t *testing.T) {
 		if req.Messages[len(req.Messages)-1].Role == openai.ChatMessageRoleTool {
 			return scripted.Reply{Content: "Done."}
 		}
-		return scripted.Reply{ToolCalls: []activities.ToolCall{{ID: "call_1", Name: activities.ToolBash, Arguments: args}}}
+		return scripted.Reply{ToolCalls: []protocol.ToolCall{{ID: "call_1", Name: protocol.ToolBash, Arguments: args}}}
 	}))
 	t.Cleanup(model.Close)
 	tools := &activities.Tools{Workspace: t.TempDir(), BashTimeout: 10 * time.Second}
 	settings := workflows.Settings{
 		ApprovalTimeout: time.Minute,
 		Tools:           tools.Specs(),
-		Rules:           []workflows.Rule{{Tool: activities.ToolBash, Require: workflows.RequireWhen, When: `args.map(k, k)[0] == "command"`}},
+		Rules:           []workflows.Rule{{Tool: protocol.ToolBash, Require: workflows.RequireWhen, When: `args.map(k, k)[0] == "command"`}},
 	}
 	answers := map[bool]int{}
 	for range 200 {
-		answers[workflows.RequiresApproval(settings, activities.ToolBash, args)]++
+		answers[workflows.RequiresApproval(settings, protocol.ToolBash, args)]++
 	}
 	require.Len(t, answers, 2, "the rule must answer both ways, or its replays prove nothing: %v", answers)
 	w := worker.New(c, "policy-recorded", workflows.WorkerOptions())
@@ -64,26 +65,26 @@ func TestPolicyAnswersAreRecordedSoReplaysNeverEvaluateThemAgain(t *testing.T) {
 		ID: workflows.TurnWorkflowID("policy-recorded", 1), TaskQueue: "policy-recorded",
 	}, workflows.ChatTurnWorkflow, workflows.TurnInput{
 		ConversationID: "policy-recorded", Turn: 1,
-		Messages: []activities.Message{{Role: activities.RoleUser, Content: "say hi"}},
+		Messages: []protocol.Message{{Role: protocol.RoleUser, Content: "say hi"}},
 	})
 	require.NoError(t, err)
 	// Whatever the rule said this time: approve if it asked.
-	var events []workflows.Event
+	var events []protocol.Event
 	require.Eventually(t, func() bool {
 		events = queryEvents(t, c, run.GetID())
-		return len(ofType(events, workflows.EventApprovalRequest)) == 1 || len(ofType(events, workflows.EventToolResult)) == 1
+		return len(ofType(events, protocol.EventApprovalRequest)) == 1 || len(ofType(events, protocol.EventToolResult)) == 1
 	}, 30*time.Second, 20*time.Millisecond)
-	if reqs := ofType(events, workflows.EventApprovalRequest); len(reqs) == 1 {
+	if reqs := ofType(events, protocol.EventApprovalRequest); len(reqs) == 1 {
 		require.NoError(t, c.SignalWorkflow(ctx, run.GetID(), "", workflows.ApprovalSignal,
-			workflows.ApprovalDecision{RequestID: reqs[0].RequestID, Decision: workflows.DecisionApprove}))
+			protocol.ApprovalDecision{RequestID: reqs[0].RequestID, Decision: protocol.DecisionApprove}))
 	}
 	var out workflows.TurnOutput
 	require.NoError(t, run.Get(ctx, &out))
-	require.Equal(t, workflows.FinishStop, out.FinishReason)
-	results := ofType(queryEvents(t, c, run.GetID()), workflows.EventToolResult)
+	require.Equal(t, protocol.FinishStop, out.FinishReason)
+	results := ofType(queryEvents(t, c, run.GetID()), protocol.EventToolResult)
 	require.Len(t, results, 1)
 	require.Len(t, results[0].ToolResults, 1)
-	require.Equal(t, activities.StatusOK, results[0].ToolResults[0].Status, "the call ran: %s", results[0].ToolResults[0].Result)
+	require.Equal(t, protocol.StatusOK, results[0].ToolResults[0].Status, "the call ran: %s", results[0].ToolResults[0].Result)
 
 	history := &historypb.History{}
 	iter := c.GetWorkflowHistory(ctx, run.GetID(), run.GetRunID(), false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)

@@ -15,6 +15,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 func ruleSettings(rules ...Rule) Settings {
@@ -39,14 +40,14 @@ func TestCELRuleAsksOnlyForTheMatchingCallOfABatch(t *testing.T) {
 	h := newHarness(t, ruleSettings(Rule{Tool: "Bash", Require: RequireWhen, When: dangerousBash}),
 		calls(call("a", "Bash", `{"command":"ls -la"}`), call("b", "Bash", `{"command":"rm -rf build"}`)))
 	h.env.RegisterDelayedCallback(func() {
-		h.decide(ApprovalDecision{RequestID: h.requestID("Bash"), Decision: DecisionDecline})
+		h.decide(protocol.ApprovalDecision{RequestID: h.requestID("Bash"), Decision: protocol.DecisionDecline})
 	}, time.Second)
 
 	out := h.runTurn(userTurn("clean"))
 
 	requests := 0
 	for _, e := range out.Events {
-		if e.Type == EventApprovalRequest {
+		if e.Type == protocol.EventApprovalRequest {
 			requests++
 			require.Equal(t, "b", e.ToolCallID)
 		}
@@ -68,15 +69,15 @@ func TestPolicyRuleThatCostsTooMuchAsksAndSaysWhy(t *testing.T) {
 		call("w1", "Write", `{"file_path":"a","content":"`+strings.Repeat("B", 60_000)+`"}`),
 	))
 	h.env.RegisterDelayedCallback(func() {
-		for _, e := range ofType(h.events(), EventApprovalRequest) {
-			h.decide(ApprovalDecision{RequestID: e.RequestID, Decision: DecisionDecline})
+		for _, e := range ofType(h.events(), protocol.EventApprovalRequest) {
+			h.decide(protocol.ApprovalDecision{RequestID: e.RequestID, Decision: protocol.DecisionDecline})
 		}
 	}, time.Minute)
 
 	out := h.runTurn(userTurn("go"))
 
 	asked := map[string]string{}
-	for _, e := range ofType(out.Events, EventApprovalRequest) {
+	for _, e := range ofType(out.Events, protocol.EventApprovalRequest) {
 		asked[e.ToolCallID] = e.Reason
 	}
 	require.Len(t, asked, 2, "w0's content is short: its rule says no")
@@ -92,12 +93,12 @@ func TestPolicyRuleThatFailsAtRunTimeRequiresApproval(t *testing.T) {
 		Rule{Tool: "Read", Require: RequireNever},
 	), calls(call("b", "Bash", `{"cmd":"rm -rf /"}`), call("r", "Read", `{"file_path":"x"}`)))
 	h.env.RegisterDelayedCallback(func() {
-		h.decide(ApprovalDecision{RequestID: h.requestID("Bash"), Decision: DecisionDecline})
+		h.decide(protocol.ApprovalDecision{RequestID: h.requestID("Bash"), Decision: protocol.DecisionDecline})
 	}, time.Second)
 
 	out := h.runTurn(userTurn("go"))
 
-	req := findEvent(t, out.Events, EventApprovalRequest)
+	req := findEvent(t, out.Events, protocol.EventApprovalRequest)
 	require.Equal(t, "b", req.ToolCallID, "a missing argument fails closed")
 	require.Contains(t, req.Reason, "could not decide")
 	require.Equal(t, []string{"Read"}, h.ranTools())
@@ -110,9 +111,9 @@ func TestRuleTimeoutReplacesTheApprovalTimeout(t *testing.T) {
 
 	out := h.runTurn(userTurn("write"))
 
-	req := findEvent(t, out.Events, EventApprovalRequest)
+	req := findEvent(t, out.Events, protocol.EventApprovalRequest)
 	require.WithinDuration(t, start.Add(10*time.Minute), *req.ExpiresAt, time.Second)
-	require.Equal(t, DecisionTimeout, findEvent(t, out.Events, EventApprovalDecision).Decision)
+	require.Equal(t, protocol.DecisionTimeout, findEvent(t, out.Events, protocol.EventApprovalDecision).Decision)
 }
 
 func TestRuleValidationNamesToolAndExpression(t *testing.T) {
@@ -133,7 +134,7 @@ func TestRememberedApprovalSkipsLaterApprovalsInTheConversationUntilRevoked(t *t
 	h.env.RegisterDelayedCallback(func() {
 		id := pendingRequest(t, h, r1.TurnID)
 		require.NoError(t, h.env.UpdateWorkflowByID(r1.TurnID, ApprovalUpdate, "d1", noRejection(t),
-			ApprovalDecision{RequestID: id, Decision: DecisionApprove, Remember: RememberConversation}))
+			protocol.ApprovalDecision{RequestID: id, Decision: protocol.DecisionApprove, Remember: protocol.RememberConversation}))
 	}, time.Minute)
 	h.env.RegisterDelayedCallback(func() { h.send("two", &r2) }, 2*time.Minute)
 	h.env.RegisterDelayedCallback(func() {
@@ -144,7 +145,7 @@ func TestRememberedApprovalSkipsLaterApprovalsInTheConversationUntilRevoked(t *t
 		h.env.UpdateWorkflow(RevokeGrantUpdate, "revoke", noRejection(t), RevokeGrant{GrantID: grants[0].ID})
 	}, 3*time.Minute)
 	h.env.RegisterDelayedCallback(func() { h.send("three", &r3) }, 4*time.Minute)
-	var pendingAfterRevoke []PendingApproval
+	var pendingAfterRevoke []protocol.PendingApproval
 	h.env.RegisterDelayedCallback(func() {
 		v, err := h.env.QueryWorkflowByID(r3.TurnID, PendingQuery)
 		require.NoError(t, err)
@@ -155,7 +156,7 @@ func TestRememberedApprovalSkipsLaterApprovalsInTheConversationUntilRevoked(t *t
 	h.env.ExecuteWorkflow(ConversationWorkflow, ConversationInput{ConversationID: "c1"})
 
 	require.Equal(t, []string{"Bash", "Bash"}, h.ranTools(), "turn 2 ran Bash without asking")
-	require.Equal(t, Grant{ID: grants[0].ID, Tool: "Bash", Decision: DecisionApprove, TurnID: r1.TurnID, CreatedAt: grants[0].CreatedAt, Used: 1}, grants[0],
+	require.Equal(t, Grant{ID: grants[0].ID, Tool: "Bash", Decision: protocol.DecisionApprove, TurnID: r1.TurnID, CreatedAt: grants[0].CreatedAt, Used: 1}, grants[0],
 		"the conversation counts the call turn 2's grant decided")
 	require.Len(t, pendingAfterRevoke, 1, "after the revoke, turn 3 asks again")
 	// Turn 2's model saw the tool's result, not a decline.
@@ -166,9 +167,9 @@ func TestRememberedApprovalSkipsLaterApprovalsInTheConversationUntilRevoked(t *t
 // conversation; api's TestRememberedApprovalSkipsTheNextAskUntilRevokedOverHTTP
 // shows that on a real server.
 func TestGrantCoversOnlyItsToolWithTheSameArguments(t *testing.T) {
-	g := Grant{ID: "g", Tool: "Bash", Decision: DecisionApprove, Arguments: canonicalJSON(`{"command": "make"}`)}
+	g := Grant{ID: "g", Tool: "Bash", Decision: protocol.DecisionApprove, Arguments: canonicalJSON(`{"command": "make"}`)}
 	now := time.Now()
-	grantFor := func(c activities.ToolCall) *Grant {
+	grantFor := func(c protocol.ToolCall) *Grant {
 		return grantFor([]Grant{g}, c, now, (&turn{}).sameArguments(argumentsOf(c), true), nil)
 	}
 	require.NotNil(t, grantFor(call("x", "Bash", `{ "command":"make" }`)))
@@ -179,13 +180,13 @@ func TestGrantCoversOnlyItsToolWithTheSameArguments(t *testing.T) {
 func TestRememberedDeclineDeclinesWithoutAsking(t *testing.T) {
 	h := newHarness(t, testSettings(), calls(call("b", "Bash", `{"command":"make"}`)))
 	in := userTurn("go")
-	in.Grants = []Grant{{ID: "g1", Tool: "Bash", Decision: DecisionDecline}}
+	in.Grants = []Grant{{ID: "g1", Tool: "Bash", Decision: protocol.DecisionDecline}}
 
 	out := h.runTurn(in)
 
 	require.Empty(t, h.ranTools())
-	require.NotContains(t, eventTypes(out.Events), EventApprovalRequest)
-	d := findEvent(t, out.Events, EventApprovalDecision)
+	require.NotContains(t, eventTypes(out.Events), protocol.EventApprovalRequest)
+	d := findEvent(t, out.Events, protocol.EventApprovalDecision)
 	require.Equal(t, "g1", d.Grant)
 	require.Equal(t, "Not executed: a person declined calls like this one earlier in this conversation, and that decision stands. Do not call it again unless the user asks you to.", toolMessages(out.Messages)[0].Content)
 }
@@ -215,13 +216,13 @@ func TestNoticesReachTheNotifyURLWithARetryAndAReminder(t *testing.T) {
 	RegisterNotifier(h.env, &activities.Notifier{URL: srv.URL})
 	// Decided after the reminder (at 8 of 10 minutes), before the timeout.
 	h.env.RegisterDelayedCallback(func() {
-		h.decide(ApprovalDecision{RequestID: h.requestID("Write"), Decision: DecisionApprove})
+		h.decide(protocol.ApprovalDecision{RequestID: h.requestID("Write"), Decision: protocol.DecisionApprove})
 	}, 9*time.Minute)
 
 	out := h.runTurn(userTurn("write"))
 
 	require.Equal(t, []string{"Write"}, h.ranTools())
-	req := findEvent(t, out.Events, EventApprovalRequest)
+	req := findEvent(t, out.Events, protocol.EventApprovalRequest)
 	mu.Lock()
 	defer mu.Unlock()
 	require.Equal(t, 3, attempts, "the first notice is retried after a 500")
@@ -264,7 +265,7 @@ func TestTheReminderGoesOutWhenSettingsSayBeforeTheTimeout(t *testing.T) {
 
 	out := h.runTurn(userTurn("write"))
 
-	require.Equal(t, DecisionTimeout, findEvent(t, out.Events, EventApprovalDecision).Decision)
+	require.Equal(t, protocol.DecisionTimeout, findEvent(t, out.Events, protocol.EventApprovalDecision).Decision)
 	mu.Lock()
 	defer mu.Unlock()
 	require.Equal(t, []string{activities.NoticeApprovalRequest, activities.NoticeReminder}, kinds)
@@ -275,7 +276,7 @@ func pendingRequest(t *testing.T, h *harness, turnID string) string {
 	t.Helper()
 	v, err := h.env.QueryWorkflowByID(turnID, PendingQuery)
 	require.NoError(t, err)
-	var pending []PendingApproval
+	var pending []protocol.PendingApproval
 	require.NoError(t, v.Get(&pending))
 	require.Len(t, pending, 1)
 	return pending[0].RequestID
@@ -300,13 +301,13 @@ func TestABatchWaitsOnOneTimerAndEachCallTimesOutAtItsOwnTime(t *testing.T) {
 	var timers []time.Duration
 	h.env.SetOnTimerScheduledListener(func(_ string, d time.Duration) { timers = append(timers, d) })
 	h.env.RegisterDelayedCallback(func() {
-		h.decide(ApprovalDecision{RequestID: h.requestID("Edit"), Decision: DecisionApprove})
+		h.decide(protocol.ApprovalDecision{RequestID: h.requestID("Edit"), Decision: protocol.DecisionApprove})
 	}, 30*time.Second)
 
 	out := h.runTurn(userTurn("write, build, edit"))
 
 	var order []string
-	for _, e := range ofType(out.Events, EventApprovalDecision) {
+	for _, e := range ofType(out.Events, protocol.EventApprovalDecision) {
 		order = append(order, e.ToolCallID+" "+e.Decision)
 	}
 	require.Equal(t, []string{"e approve", "b timeout", "w1 timeout", "w2 timeout"}, order,
@@ -327,15 +328,15 @@ func TestOneLocalActivityPreviewsABatch(t *testing.T) {
 		started = append(started, info.ActivityType.Name)
 	})
 	h.env.RegisterDelayedCallback(func() {
-		h.decide(ApprovalDecision{RequestID: h.requestID("Write"), Decision: DecisionApprove})
-		h.decide(ApprovalDecision{RequestID: h.requestID("Bash"), Decision: DecisionApprove})
+		h.decide(protocol.ApprovalDecision{RequestID: h.requestID("Write"), Decision: protocol.DecisionApprove})
+		h.decide(protocol.ApprovalDecision{RequestID: h.requestID("Bash"), Decision: protocol.DecisionApprove})
 	}, time.Minute)
 
 	out := h.runTurn(userTurn("write and build"))
 
 	require.Equal(t, []string{activities.PreviewsActivity}, started, "one preview activity for the batch's two protected calls")
 	previews := map[string]string{}
-	for _, e := range ofType(out.Events, EventApprovalRequest) {
+	for _, e := range ofType(out.Events, protocol.EventApprovalRequest) {
 		previews[e.ToolCallID] = e.Preview
 	}
 	require.Equal(t, map[string]string{

@@ -21,6 +21,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 // Register registers the workflows, the model activity and every tool
@@ -55,7 +56,7 @@ func WorkerOptions() worker.Options {
 	// A model call's heartbeats carry its answer (patchTokensByHeartbeat):
 	// the SDK sends the newest details at most this often, so the API
 	// reads the answer as often as the signals used to carry it.
-	return worker.Options{DeadlockDetectionTimeout: 5 * time.Second, MaxHeartbeatThrottleInterval: activities.DefaultFlushInterval}
+	return worker.Options{DeadlockDetectionTimeout: 5 * time.Second, MaxHeartbeatThrottleInterval: protocol.DefaultFlushInterval}
 }
 
 // RegisterNotifier registers the notice activity, for a worker whose

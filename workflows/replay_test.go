@@ -22,6 +22,7 @@ import (
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/spantest"
 	"github.com/tollgate/tollgate/internal/telemetry"
+	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
 )
 
@@ -117,7 +118,7 @@ func replayCorpusHistory(t *testing.T, path string) string {
 	}
 	recorded, err := os.ReadFile(strings.TrimSuffix(path, ".json") + eventsSuffix)
 	require.NoError(t, err, "%s workflow %s, recorded in %s, has no recorded events to compare its SSE ids with", typ, id, path)
-	var want []workflows.Event
+	var want []protocol.Event
 	require.NoError(t, json.Unmarshal(recorded, &want))
 	require.NotNil(t, capture.events, "%s workflow %s set no %s query handler", typ, id, workflows.EventsQuery)
 	got, err := capture.events(workflows.EventsRequest{})
@@ -130,7 +131,7 @@ func replayCorpusHistory(t *testing.T, path string) string {
 
 // eventIDs lists what a client holds of each event by its SSE id: its
 // type, and what names a request or carries answer text.
-func eventIDs(events []workflows.Event) []string {
+func eventIDs(events []protocol.Event) []string {
 	out := make([]string, len(events))
 	for i, e := range events {
 		out[i] = fmt.Sprintf("%d %s %s %s %q", e.Seq, e.Type, e.RequestID, e.ToolCallID, e.Data)

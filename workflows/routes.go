@@ -5,7 +5,6 @@ import (
 
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/protocol"
 )
 
@@ -37,7 +36,7 @@ type route struct {
 type routeInput struct {
 	// call is the call as vetBatch gives it; vetting what was known of
 	// it before the gate.
-	call    activities.ToolCall
+	call    protocol.ToolCall
 	vetting vetting
 	// interrupted is true once the turn was stopped; bypass when its
 	// sender asked to bypass approval.
@@ -65,7 +64,7 @@ var (
 		name:  "interrupted",
 		takes: func(in routeInput) bool { return in.interrupted },
 		pass: func(t *turn, ctx workflow.Context, _ *batch, p *passage) {
-			p.answer(t.notRun(ctx, notRunInterrupted, t.interruptReason), activities.StatusDeclined)
+			p.answer(t.notRun(ctx, notRunInterrupted, t.interruptReason), protocol.StatusDeclined)
 		},
 	}
 	// routeUnknownTool: the loop offers no tool of the call's name.
@@ -73,7 +72,7 @@ var (
 		name:  "unknown tool",
 		takes: func(in routeInput) bool { return !in.offered },
 		pass: func(_ *turn, _ workflow.Context, _ *batch, p *passage) {
-			p.answer(fmt.Sprintf("Error: there is no tool named %q.", p.call.Name), activities.StatusError)
+			p.answer(fmt.Sprintf("Error: there is no tool named %q.", p.call.Name), protocol.StatusError)
 		},
 	}
 	// routeRefused: vetting refused the call's arguments
@@ -82,7 +81,7 @@ var (
 		name:  "refused",
 		takes: func(in routeInput) bool { return in.vetting.Refused != "" },
 		pass: func(_ *turn, _ workflow.Context, _ *batch, p *passage) {
-			p.answer(fmt.Sprintf("Error: %s was not run: %s.", p.call.Name, p.vetting.Refused), activities.StatusError)
+			p.answer(fmt.Sprintf("Error: %s was not run: %s.", p.call.Name, p.vetting.Refused), protocol.StatusError)
 		},
 	}
 	// routeNotObject: the call's arguments are not a JSON object.
@@ -90,7 +89,7 @@ var (
 		name:  "not a JSON object",
 		takes: func(in routeInput) bool { return !protocol.IsJSONObject(in.call.Arguments) },
 		pass: func(_ *turn, _ workflow.Context, _ *batch, p *passage) {
-			p.answer(fmt.Sprintf("Error: the arguments of %s are not a JSON object: %s", p.call.Name, p.call.Arguments), activities.StatusError)
+			p.answer(fmt.Sprintf("Error: the arguments of %s are not a JSON object: %s", p.call.Name, p.call.Arguments), protocol.StatusError)
 		},
 	}
 	// routeBypassed: the turn bypasses approval, and no rule requires
@@ -145,10 +144,10 @@ func passGranted(t *turn, ctx workflow.Context, _ *batch, p *passage) {
 		r := t.auditGranted(ctx, p.index, p.call, p.vetting.Check, g)
 		p.row = &r
 	}
-	t.log.append(Event{Type: EventApprovalDecision, ToolCallID: p.call.ID, Decision: g.Decision, Reason: reasonRemembered, Grant: g.ID, By: g.By,
+	t.log.append(protocol.Event{Type: protocol.EventApprovalDecision, ToolCallID: p.call.ID, Decision: g.Decision, Reason: reasonRemembered, Grant: g.ID, By: g.By,
 		GrantUsesLeft: g.usesLeft(), GrantExpiresAt: g.ExpiresAt})
-	if g.Decision != DecisionApprove {
-		p.answer(t.notRun(ctx, notRunRemembered, ""), activities.StatusDeclined)
+	if g.Decision != protocol.DecisionApprove {
+		p.answer(t.notRun(ctx, notRunRemembered, ""), protocol.StatusDeclined)
 	}
 }
 

@@ -5,7 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 // TestEveryRouteTakesItsCalls walks the route table: each case is a call
@@ -15,9 +15,9 @@ import (
 func TestEveryRouteTakesItsCalls(t *testing.T) {
 	protected := vetting{Check: check{Required: true}}
 	always := vetting{Check: check{Required: true, Always: true}}
-	call := activities.ToolCall{ID: "c1", Name: activities.ToolBash, Arguments: `{"command":"ls"}`}
-	notObject := activities.ToolCall{ID: "c1", Name: activities.ToolBash, Arguments: `["ls"]`}
-	grant := &Grant{ID: "grant-1", Tool: activities.ToolBash, Decision: DecisionApprove}
+	call := protocol.ToolCall{ID: "c1", Name: protocol.ToolBash, Arguments: `{"command":"ls"}`}
+	notObject := protocol.ToolCall{ID: "c1", Name: protocol.ToolBash, Arguments: `["ls"]`}
+	grant := &Grant{ID: "grant-1", Tool: protocol.ToolBash, Decision: protocol.DecisionApprove}
 	// base is a call of an offered tool, the policy protects it, in a
 	// batch of the strict gate, of a turn not stopped or bypassed.
 	base := routeInput{call: call, vetting: protected, offered: true}
@@ -67,8 +67,8 @@ func TestOnlyTheAskingRouteLooksForAGrant(t *testing.T) {
 	for _, r := range routes {
 		require.Equal(t, r == routeAsk, r.grantable, "route %q", r.name)
 	}
-	in := routeInput{call: activities.ToolCall{Name: activities.ToolBash, Arguments: `{}`}, vetting: vetting{Check: check{Required: true}}, offered: true}
+	in := routeInput{call: protocol.ToolCall{Name: protocol.ToolBash, Arguments: `{}`}, vetting: vetting{Check: check{Required: true}}, offered: true}
 	require.Equal(t, routeAsk.name, routeOf(in).name)
-	in.grant = &Grant{ID: "grant-1", Decision: DecisionDecline}
+	in.grant = &Grant{ID: "grant-1", Decision: protocol.DecisionDecline}
 	require.Equal(t, routeGranted.name, routeOf(in).name)
 }

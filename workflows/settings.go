@@ -56,7 +56,7 @@ type Settings struct {
 	SystemPrompt string `json:"systemPrompt"`
 	// Tools are the tools offered to the model; each is an activity of the
 	// same name.
-	Tools []activities.ToolSpec `json:"tools"`
+	Tools []protocol.ToolSpec `json:"tools"`
 	// WorkspaceRoots are the spellings of the tools' workspace folder (as
 	// configured, and as resolved), for paths the model sends absolute
 	// (activities.WorkspaceRoots).
@@ -88,9 +88,9 @@ type Settings struct {
 	// start subagents that cannot start their own.
 	MaxSubagentDepth int `json:"maxSubagentDepth"`
 	// ContextBudget is the bytes of message text a model call may carry
-	// before the turn compacts its view: DefaultContextBudget in settings
-	// recorded before ContextWindow existed, and otherwise, when set, a
-	// bound within the window's (viewBudget).
+	// before the turn compacts its view: protocol.DefaultContextBudget in
+	// settings recorded before ContextWindow existed, and otherwise, when
+	// set, a bound within the window's (viewBudget).
 	ContextBudget int `json:"contextBudget,omitempty"`
 	// ContextWindow is the model's context window in tokens
 	// (protocol.BytesPerToken bytes of text each); a view takes at most
@@ -145,7 +145,7 @@ func (s Settings) withDefaults() Settings {
 	}
 	if s.ContextBudget <= 0 && s.ContextWindow <= 0 {
 		// Settings recorded before the window: the frozen budget.
-		s.ContextBudget = DefaultContextBudget
+		s.ContextBudget = protocol.DefaultContextBudget
 	}
 	if s.ContextWindow <= 0 {
 		s.ContextWindow = protocol.DefaultContextWindow
@@ -168,10 +168,10 @@ func (s Settings) requires(tool string) bool {
 }
 
 // spec is the worker tool of that name.
-func (s Settings) spec(tool string) (activities.ToolSpec, bool) {
-	i := slices.IndexFunc(s.Tools, func(t activities.ToolSpec) bool { return t.Name == tool })
+func (s Settings) spec(tool string) (protocol.ToolSpec, bool) {
+	i := slices.IndexFunc(s.Tools, func(t protocol.ToolSpec) bool { return t.Name == tool })
 	if i < 0 {
-		return activities.ToolSpec{}, false
+		return protocol.ToolSpec{}, false
 	}
 	return s.Tools[i], true
 }
@@ -188,8 +188,8 @@ func (s Settings) mcpServerName(tool string) string {
 }
 
 // offers reports whether the named tool is among tools.
-func offers(tools []activities.ToolSpec, name string) bool {
-	return slices.ContainsFunc(tools, func(t activities.ToolSpec) bool { return t.Name == name })
+func offers(tools []protocol.ToolSpec, name string) bool {
+	return slices.ContainsFunc(tools, func(t protocol.ToolSpec) bool { return t.Name == name })
 }
 
 // Workflows holds the workflow implementations and the settings they start

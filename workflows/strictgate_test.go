@@ -12,25 +12,26 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 func TestBypassedTurnStillAsksWhereARuleRequiresAToolAlways(t *testing.T) {
 	settings := testSettings()
-	settings.Rules = []Rule{{Tool: activities.ToolBash, Require: RequireAlways}}
+	settings.Rules = []Rule{{Tool: protocol.ToolBash, Require: RequireAlways}}
 	h := newHarness(t, settings, calls(
 		call("w", "Write", `{"file_path":"a","content":"b"}`),
 		call("b", "Bash", `{"command":"rm -rf build"}`),
 	))
 	h.env.RegisterDelayedCallback(func() {
-		h.decide(ApprovalDecision{RequestID: h.requestID("Bash"), Decision: DecisionDecline, Reason: "not even with bypass"})
+		h.decide(protocol.ApprovalDecision{RequestID: h.requestID("Bash"), Decision: protocol.DecisionDecline, Reason: "not even with bypass"})
 	}, time.Minute)
 	in := userTurn("clean up")
 	in.BypassApproval = true
 
 	out := h.runTurn(in)
 
-	require.True(t, findEvent(t, out.Events, EventTurnStart).Bypass, "turn_start says the turn is bypassed")
-	requests := ofType(out.Events, EventApprovalRequest)
+	require.True(t, findEvent(t, out.Events, protocol.EventTurnStart).Bypass, "turn_start says the turn is bypassed")
+	requests := ofType(out.Events, protocol.EventApprovalRequest)
 	require.Len(t, requests, 1, "only the always-rule asks")
 	require.Equal(t, "b", requests[0].ToolCallID)
 	require.Equal(t, []string{"Write"}, h.ranTools(), "Write ran without asking; Bash was declined")
@@ -43,14 +44,14 @@ func TestClientToolThatThePolicyProtectsAsksBeforeItsCallIsPublished(t *testing.
 		calls(call("c1", "PickColor", `{"color":"red"}`), call("c2", "PickColor", `{"color":"grey"}`)),
 		activities.ModelOutput{Content: "only grey"},
 	)
-	var published []Event
+	var published []protocol.Event
 	h.env.RegisterDelayedCallback(func() {
 		// Asked about red, nothing published for either call yet.
-		require.Empty(t, ofType(h.events(), EventClientToolCall))
-		h.decide(ApprovalDecision{RequestID: h.requestID("PickColor"), Decision: DecisionDecline})
+		require.Empty(t, ofType(h.events(), protocol.EventClientToolCall))
+		h.decide(protocol.ApprovalDecision{RequestID: h.requestID("PickColor"), Decision: protocol.DecisionDecline})
 	}, time.Minute)
 	h.env.RegisterDelayedCallback(func() {
-		published = ofType(h.events(), EventClientToolCall)
+		published = ofType(h.events(), protocol.EventClientToolCall)
 		var rejected error
 		h.answer(ClientToolResult{ToolCallID: "c2", Result: "grey it is"}, &rejected)
 		require.NoError(t, rejected)
@@ -58,28 +59,28 @@ func TestClientToolThatThePolicyProtectsAsksBeforeItsCallIsPublished(t *testing.
 
 	out := h.runTurn(clientTurn())
 
-	requests := ofType(out.Events, EventApprovalRequest)
+	requests := ofType(out.Events, protocol.EventApprovalRequest)
 	require.Len(t, requests, 1)
 	require.Equal(t, "c1", requests[0].ToolCallID, "the rule protects red, not grey")
 	require.Len(t, published, 1, "the declined call is never handed to the client")
 	require.Equal(t, "c2", published[0].ToolCallID)
-	results := findEvent(t, out.Events, EventToolResult).ToolResults
-	require.Equal(t, activities.StatusDeclined, results[0].Status)
+	results := findEvent(t, out.Events, protocol.EventToolResult).ToolResults
+	require.Equal(t, protocol.StatusDeclined, results[0].Status)
 	require.Equal(t, "grey it is", results[1].Result)
 }
 
 func TestDecisionRecordsTheRoleOfTheTokenItCameWith(t *testing.T) {
 	h := newHarness(t, testSettings(), calls(call("w", "Write", `{"file_path":"a","content":"b"}`)))
 	h.env.RegisterDelayedCallback(func() {
-		h.decide(ApprovalDecision{RequestID: h.requestID("Write"), Decision: DecisionApprove, Principal: "root", Role: "admin"})
+		h.decide(protocol.ApprovalDecision{RequestID: h.requestID("Write"), Decision: protocol.DecisionApprove, Principal: "root", Role: "admin"})
 	}, time.Minute)
 
 	out := h.runTurn(userTurn("write"))
 
-	d := findEvent(t, out.Events, EventApprovalDecision)
+	d := findEvent(t, out.Events, protocol.EventApprovalDecision)
 	require.Equal(t, "root", d.By)
 	require.Equal(t, "admin", d.Role)
-	require.False(t, findEvent(t, out.Events, EventTurnStart).Bypass)
+	require.False(t, findEvent(t, out.Events, protocol.EventTurnStart).Bypass)
 }
 
 func TestThePendingApprovalsAttributeStaysUnderItsBudgetAndSaysWhenItListsFewer(t *testing.T) {
@@ -102,30 +103,30 @@ func TestAPathThroughALinkIsAskedAboutAsTheFileItReaches(t *testing.T) {
 	require.NoError(t, os.Mkdir(filepath.Join(ws, "docs"), 0o755))
 	require.NoError(t, os.Symlink("../src", filepath.Join(ws, "docs", "src")))
 	settings := testSettings()
-	write := slices.IndexFunc(settings.Tools, func(s activities.ToolSpec) bool { return s.Name == activities.ToolWrite })
+	write := slices.IndexFunc(settings.Tools, func(s protocol.ToolSpec) bool { return s.Name == protocol.ToolWrite })
 	settings.Tools[write] = (&activities.Tools{}).Specs()[1] // with its workspace path
-	require.Equal(t, activities.ToolWrite, settings.Tools[write].Name)
+	require.Equal(t, protocol.ToolWrite, settings.Tools[write].Name)
 	settings.WorkspaceRoots = []string{ws}
-	settings.Rules = []Rule{{Tool: activities.ToolWrite, Require: RequireWhen, When: `!args.file_path.startsWith("docs/")`}}
+	settings.Rules = []Rule{{Tool: protocol.ToolWrite, Require: RequireWhen, When: `!args.file_path.startsWith("docs/")`}}
 	h := newHarness(t, settings, calls(
 		call("w1", "Write", `{"file_path":"docs/src/main.go","content":"x"}`),
 		call("w2", "Write", `{"file_path":"docs/a.md","content":"y"}`),
 	))
-	var request Event
+	var request protocol.Event
 	var edited *updateOutcome
 	h.env.RegisterDelayedCallback(func() {
-		request = findEvent(t, h.events(), EventApprovalRequest)
-		edited = h.decide(ApprovalDecision{RequestID: request.RequestID, Decision: DecisionApprove, Arguments: `{"file_path":"docs/src/other.go","content":"x"}`})
+		request = findEvent(t, h.events(), protocol.EventApprovalRequest)
+		edited = h.decide(protocol.ApprovalDecision{RequestID: request.RequestID, Decision: protocol.DecisionApprove, Arguments: `{"file_path":"docs/src/other.go","content":"x"}`})
 	}, time.Minute)
 	h.env.RegisterDelayedCallback(func() {
-		h.decide(ApprovalDecision{RequestID: request.RequestID, Decision: DecisionApprove})
+		h.decide(protocol.ApprovalDecision{RequestID: request.RequestID, Decision: protocol.DecisionApprove})
 	}, 2*time.Minute)
 
 	out := h.runTurn(userTurn("write"))
 
 	require.Equal(t, "w1", request.ToolCallID, "the write through docs/src asks: it writes src/main.go")
 	require.Equal(t, `{"file_path":"src/main.go","content":"x"}`, request.Arguments)
-	require.Len(t, ofType(out.Events, EventApprovalRequest), 1, "docs/a.md is in docs/")
+	require.Len(t, ofType(out.Events, protocol.EventApprovalRequest), 1, "docs/a.md is in docs/")
 	require.ErrorContains(t, edited.rejected, `the edited arguments of Write: file_path leads through a symbolic link to "src/other.go": name that file`)
 	var ran []string
 	for _, c := range h.toolCalls {
@@ -140,18 +141,18 @@ func TestAGrantScopedToAFolderAnswersNoCallThatALinkLeadsOutOf(t *testing.T) {
 	require.NoError(t, os.Mkdir(filepath.Join(ws, "docs"), 0o755))
 	require.NoError(t, os.Symlink("../src", filepath.Join(ws, "docs", "src")))
 	settings := testSettings()
-	write := slices.IndexFunc(settings.Tools, func(s activities.ToolSpec) bool { return s.Name == activities.ToolWrite })
+	write := slices.IndexFunc(settings.Tools, func(s protocol.ToolSpec) bool { return s.Name == protocol.ToolWrite })
 	settings.Tools[write] = (&activities.Tools{}).Specs()[1]
-	require.Equal(t, activities.ToolWrite, settings.Tools[write].Name)
+	require.Equal(t, protocol.ToolWrite, settings.Tools[write].Name)
 	settings.WorkspaceRoots = []string{ws}
 	h := newHarness(t, settings, calls(
 		call("w1", "Write", `{"file_path":"docs/a.md","content":"x"}`),
 		call("w2", "Write", `{"file_path":"docs/src/main.go","content":"y"}`),
 	))
 	in := userTurn("write")
-	in.Grants = []Grant{{ID: "g1", Tool: "Write", Decision: DecisionApprove, When: `args.file_path.startsWith("docs/")`}}
+	in.Grants = []Grant{{ID: "g1", Tool: "Write", Decision: protocol.DecisionApprove, When: `args.file_path.startsWith("docs/")`}}
 	h.env.RegisterDelayedCallback(func() {
-		h.decide(ApprovalDecision{RequestID: h.requestID("Write"), Decision: DecisionDecline})
+		h.decide(protocol.ApprovalDecision{RequestID: h.requestID("Write"), Decision: protocol.DecisionDecline})
 	}, time.Minute)
 
 	out := h.runTurn(in)
@@ -159,7 +160,7 @@ func TestAGrantScopedToAFolderAnswersNoCallThatALinkLeadsOutOf(t *testing.T) {
 	used := grantDecisions(out.Events)
 	require.Len(t, used, 1)
 	require.Equal(t, "w1", used[0].ToolCallID, "the grant for docs/ answers docs/a.md")
-	asked := ofType(out.Events, EventApprovalRequest)
+	asked := ofType(out.Events, protocol.EventApprovalRequest)
 	require.Len(t, asked, 1, "and not docs/src/main.go, which is src/main.go")
 	require.Equal(t, `{"file_path":"src/main.go","content":"y"}`, asked[0].Arguments)
 	require.Equal(t, []string{"Write"}, h.ranTools())

@@ -15,6 +15,7 @@ import (
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/agents"
 	"github.com/tollgate/tollgate/internal/text"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 // AgentDef is a subagent definition (package agents reads them).
@@ -60,9 +61,9 @@ type SubagentOutput struct {
 
 // SubagentEvents is the payload of the subagentEvents signal.
 type SubagentEvents struct {
-	WorkflowID string  `json:"workflowId"`
-	Name       string  `json:"name"`
-	Events     []Event `json:"events"`
+	WorkflowID string           `json:"workflowId"`
+	Name       string           `json:"name"`
+	Events     []protocol.Event `json:"events"`
 }
 
 // subagentState is what a loop knows of the subagents it started.
@@ -85,15 +86,15 @@ func (s *subagentState) interrupt(ctx workflow.Context, reason string) {
 // gets every tool, and Task when there are subagents; a subagent gets those
 // its definition allows (all when it names none) less the disallowed ones,
 // and Task only when its definition names Task and the depth limit allows.
-func (s Settings) toolsFor(def *AgentDef, depth int) []activities.ToolSpec {
-	var tools []activities.ToolSpec
+func (s Settings) toolsFor(def *AgentDef, depth int) []protocol.ToolSpec {
+	var tools []protocol.ToolSpec
 	for _, t := range s.Tools {
 		if def == nil || allowed(def, t.Name, s.mcpServerName(t.Name)) {
 			tools = append(tools, t)
 		}
 	}
 	canNest := len(s.Agents) > 0 && depth < s.MaxSubagentDepth
-	if canNest && (def == nil || (slices.Contains(def.Tools, TaskTool) && allowed(def, TaskTool, ""))) {
+	if canNest && (def == nil || (slices.Contains(def.Tools, protocol.TaskTool) && allowed(def, protocol.TaskTool, ""))) {
 		tools = append(tools, taskSpec(s.Agents))
 	}
 	return tools
@@ -113,7 +114,7 @@ func allowed(def *AgentDef, tool, server string) bool {
 }
 
 // taskSpec describes the Task tool with the defined subagents.
-func taskSpec(agents []AgentDef) activities.ToolSpec {
+func taskSpec(agents []AgentDef) protocol.ToolSpec {
 	var names []string
 	var list strings.Builder
 	for _, a := range agents {
@@ -130,8 +131,8 @@ func taskSpec(agents []AgentDef) activities.ToolSpec {
 		"required":             []string{"subagent_type", "description", "prompt"},
 		"additionalProperties": false,
 	})
-	return activities.ToolSpec{
-		Name:        TaskTool,
+	return protocol.ToolSpec{
+		Name:        protocol.TaskTool,
 		Description: "Start a subagent to handle a task on its own; its final answer is this tool's result. Subagents:" + list.String(),
 		Parameters:  params,
 	}
@@ -146,9 +147,9 @@ type taskArgs struct {
 
 // runSubagent runs a Task call as a child Subagent workflow and answers the
 // model with the subagent's final text.
-func (t *turn) runSubagent(ctx workflow.Context, call activities.ToolCall) activities.ToolOutput {
+func (t *turn) runSubagent(ctx workflow.Context, call protocol.ToolCall) activities.ToolOutput {
 	fail := func(format string, args ...any) activities.ToolOutput {
-		return activities.ToolOutput{Status: activities.StatusError, Result: "Task: " + fmt.Sprintf(format, args...)}
+		return activities.ToolOutput{Status: protocol.StatusError, Result: "Task: " + fmt.Sprintf(format, args...)}
 	}
 	var args taskArgs
 	if err := json.Unmarshal([]byte(call.Arguments), &args); err != nil {
@@ -216,11 +217,11 @@ func (t *turn) runSubagent(ctx workflow.Context, call activities.ToolCall) activ
 	}
 
 	switch out.FinishReason {
-	case FinishStop:
-		return activities.ToolOutput{Status: activities.StatusOK, Result: out.Text}
-	case FinishMaxSteps:
+	case protocol.FinishStop:
+		return activities.ToolOutput{Status: protocol.StatusOK, Result: out.Text}
+	case protocol.FinishMaxSteps:
 		return fail("subagent %q stopped after %d steps without a final answer", def.Name, t.settings.MaxSteps)
-	case FinishCancelled:
+	case protocol.FinishCancelled:
 		return fail("subagent %q was cancelled", def.Name)
 	default:
 		return fail("subagent %q failed: %s", def.Name, out.Message)
@@ -238,19 +239,19 @@ func (t *turn) onSubagentEvents(in SubagentEvents) {
 	for _, e := range in.Events {
 		e.Seq = 0
 		switch {
-		case e.Type == EventError:
+		case e.Type == protocol.EventError:
 			continue
-		case e.Type == EventHeartbeat:
-		case e.Type == EventTurnStart:
-			e.Type = EventSubagentStart
-		case e.Type == EventFinish:
-			e.Type = EventSubagentFinish
-		case strings.HasPrefix(e.Type, EventSubagentPrefix):
+		case e.Type == protocol.EventHeartbeat:
+		case e.Type == protocol.EventTurnStart:
+			e.Type = protocol.EventSubagentStart
+		case e.Type == protocol.EventFinish:
+			e.Type = protocol.EventSubagentFinish
+		case strings.HasPrefix(e.Type, protocol.EventSubagentPrefix):
 			// A nested subagent's event keeps its own type and name.
 			t.log.append(e)
 			continue
 		default:
-			e.Type = EventSubagentPrefix + e.Type
+			e.Type = protocol.EventSubagentPrefix + e.Type
 		}
 		e.Name = in.Name
 		t.log.append(e)
@@ -266,7 +267,7 @@ func (w *Workflows) Subagent(ctx workflow.Context, in SubagentInput) (SubagentOu
 	t := &turn{
 		settings:       in.Settings.withDefaults(), // an older parent's may lack newer fields
 		conversationID: in.ConversationID,
-		input:          []activities.Message{{Role: activities.RoleUser, Content: in.Prompt}},
+		input:          []protocol.Message{{Role: protocol.RoleUser, Content: in.Prompt}},
 		system:         def.Prompt,
 		tools:          in.Settings.toolsFor(&def, in.Depth),
 		model:          model,
@@ -293,7 +294,7 @@ func (w *Workflows) Subagent(ctx workflow.Context, in SubagentInput) (SubagentOu
 // a time, each carrying every event added since the last one.
 type forwarder struct {
 	parentID, name string
-	outbox         []Event
+	outbox         []protocol.Event
 	added, sent    int
 }
 
@@ -319,7 +320,7 @@ func newForwarder(ctx workflow.Context, parentID, name string) *forwarder {
 	return f
 }
 
-func (f *forwarder) add(e Event) {
+func (f *forwarder) add(e protocol.Event) {
 	f.outbox = append(f.outbox, e)
 	f.added++
 }

@@ -8,6 +8,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 const childID = "default-test-workflow-id-sub-1"
@@ -23,11 +24,11 @@ func subagentSettings() Settings {
 }
 
 func task(agent, prompt string) activities.ModelOutput {
-	return calls(call("t", TaskTool, `{"subagent_type":"`+agent+`","description":"a task","prompt":"`+prompt+`"}`))
+	return calls(call("t", protocol.TaskTool, `{"subagent_type":"`+agent+`","description":"a task","prompt":"`+prompt+`"}`))
 }
 
 // decideChild sends an approval Update to the subagent's own workflow.
-func (h *harness) decideChild(d ApprovalDecision) {
+func (h *harness) decideChild(d protocol.ApprovalDecision) {
 	require.NoError(h.t, h.env.UpdateWorkflowByID(childID, ApprovalUpdate, "decide-"+d.RequestID, &testsuite.TestUpdateCallback{
 		OnAccept: func() {}, OnReject: func(err error) { h.t.Errorf("rejected: %v", err) }, OnComplete: func(any, error) {},
 	}, d))
@@ -55,7 +56,7 @@ func TestSubagentProtectedCallApprovedRunsAndItsAnswerIsTheTaskResult(t *testing
 		activities.ModelOutput{Content: "all done"},
 	)
 	h.env.RegisterDelayedCallback(func() {
-		h.decideChild(ApprovalDecision{RequestID: h.subagentRequestID(), Decision: DecisionApprove})
+		h.decideChild(protocol.ApprovalDecision{RequestID: h.subagentRequestID(), Decision: protocol.DecisionApprove})
 	}, time.Second)
 
 	out := h.runTurn(userTurn("delegate"))
@@ -66,14 +67,14 @@ func TestSubagentProtectedCallApprovedRunsAndItsAnswerIsTheTaskResult(t *testing
 	// The subagent's events sit in the parent's one sequence, in order,
 	// named, between the Task call and its result.
 	require.Equal(t, []string{
-		EventTurnStart, EventToolCall,
-		"subagent_start", "subagent_tool_call", "subagent_approval_request", EventHeartbeat,
+		protocol.EventTurnStart, protocol.EventToolCall,
+		"subagent_start", "subagent_tool_call", "subagent_approval_request", protocol.EventHeartbeat,
 		"subagent_approval_decision", "subagent_tool_result", "subagent_token", "subagent_finish",
-		EventToolResult, EventToken, EventFinish,
+		protocol.EventToolResult, protocol.EventToken, protocol.EventFinish,
 	}, eventTypes(out.Events))
 	for i, e := range out.Events {
 		require.Equal(t, i+1, e.Seq)
-		if i >= 2 && i <= 9 && e.Type != EventHeartbeat {
+		if i >= 2 && i <= 9 && e.Type != protocol.EventHeartbeat {
 			require.Equal(t, "writer", e.Name, e.Type)
 		}
 	}
@@ -82,7 +83,7 @@ func TestSubagentProtectedCallApprovedRunsAndItsAnswerIsTheTaskResult(t *testing
 	require.Equal(t, "You write files.", sub.Messages[0].Content)
 	require.Equal(t, "write a note", sub.Messages[1].Content)
 	require.Equal(t, []string{"Read", "Write"}, toolNames(sub.Tools))
-	require.Equal(t, []string{"Read", "Write", "Edit", "Bash", TaskTool}, toolNames(h.modelInputs[0].Tools))
+	require.Equal(t, []string{"Read", "Write", "Edit", "Bash", protocol.TaskTool}, toolNames(h.modelInputs[0].Tools))
 }
 
 func TestSubagentProtectedCallDeclinedAnswersItsModel(t *testing.T) {
@@ -92,7 +93,7 @@ func TestSubagentProtectedCallDeclinedAnswersItsModel(t *testing.T) {
 		activities.ModelOutput{Content: "could not write"},
 	)
 	h.env.RegisterDelayedCallback(func() {
-		h.decideChild(ApprovalDecision{RequestID: h.subagentRequestID(), Decision: DecisionDecline, Reason: "no"})
+		h.decideChild(protocol.ApprovalDecision{RequestID: h.subagentRequestID(), Decision: protocol.DecisionDecline, Reason: "no"})
 	}, time.Second)
 
 	out := h.runTurn(userTurn("delegate"))
@@ -113,7 +114,7 @@ func TestSubagentProtectedCallTimesOut(t *testing.T) {
 	require.Empty(t, h.ranTools())
 	require.Equal(t, "Not executed: nobody decided on this call in time, so it did not run. Do not call it again unless the user asks you to.", toolMessages(h.modelInputs[2].Messages)[0].Content)
 	decision := findEvent(t, out.Events, "subagent_approval_decision")
-	require.Equal(t, DecisionTimeout, decision.Decision)
+	require.Equal(t, protocol.DecisionTimeout, decision.Decision)
 	require.Equal(t, "writer", decision.Name)
 }
 
@@ -162,26 +163,26 @@ func TestCancellingParentCancelsSubagentAndDeclinesItsApprovals(t *testing.T) {
 
 	out := h.runTurn(userTurn("delegate"))
 
-	require.Equal(t, FinishCancelled, out.FinishReason)
+	require.Equal(t, protocol.FinishCancelled, out.FinishReason)
 	require.Empty(t, h.ranTools())
 	d := findEvent(t, out.Events, "subagent_approval_decision")
-	require.Equal(t, DecisionDecline, d.Decision)
+	require.Equal(t, protocol.DecisionDecline, d.Decision)
 	require.Equal(t, reasonCancelled, d.Reason)
 	require.Contains(t, eventTypes(out.Events), "subagent_finish")
 }
 
 func TestSubagentsNestOnlyWhenAllowedAndWithinDepth(t *testing.T) {
 	s := subagentSettings().withDefaults()
-	nester := AgentDef{Name: "lead", Tools: []string{"Read", TaskTool}}
-	require.True(t, offers(s.toolsFor(&nester, 1), TaskTool))
-	require.False(t, offers(s.toolsFor(&nester, 2), TaskTool), "depth limit")
+	nester := AgentDef{Name: "lead", Tools: []string{"Read", protocol.TaskTool}}
+	require.True(t, offers(s.toolsFor(&nester, 1), protocol.TaskTool))
+	require.False(t, offers(s.toolsFor(&nester, 2), protocol.TaskTool), "depth limit")
 	plain := AgentDef{Name: "any"}
-	require.False(t, offers(s.toolsFor(&plain, 1), TaskTool), "Task only when named")
+	require.False(t, offers(s.toolsFor(&plain, 1), protocol.TaskTool), "Task only when named")
 	s.Agents = nil
-	require.False(t, offers(s.toolsFor(nil, 0), TaskTool), "no subagents, no Task")
+	require.False(t, offers(s.toolsFor(nil, 0), protocol.TaskTool), "no subagents, no Task")
 }
 
-func toolNames(specs []activities.ToolSpec) []string {
+func toolNames(specs []protocol.ToolSpec) []string {
 	var out []string
 	for _, s := range specs {
 		out = append(out, s.Name)

@@ -7,8 +7,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/workflowtrace"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 // TracerScope names the tracer of the spans workflow code makes itself.
@@ -113,12 +113,12 @@ func (g *gate) traceDecision(ctx workflow.Context, a *approval, decidedBy string
 
 // traceAnswer makes the span of a call that the gate answered without
 // waiting: by a grant, the policy or the turn's bypass. It lasts no time.
-func (g *gate) traceAnswer(ctx workflow.Context, call activities.ToolCall, decidedBy string, grant *Grant) {
+func (g *gate) traceAnswer(ctx workflow.Context, call protocol.ToolCall, decidedBy string, grant *Grant) {
 	parent := g.span.OTel()
 	if parent == nil || workflow.IsReplaying(ctx) {
 		return
 	}
-	decision := DecisionApprove
+	decision := protocol.DecisionApprove
 	attrs := []attribute.KeyValue{
 		attribute.String(AttrToolName, call.Name),
 		attribute.String(AttrToolCallID, call.ID),

@@ -13,6 +13,7 @@ import (
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/spantest"
 	"github.com/tollgate/tollgate/internal/telemetry"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 // traced makes h's worker trace into an in-memory exporter, and returns
@@ -42,17 +43,17 @@ func TestAnApprovalSpanLastsFromRequestToDecisionAndNamesWhatDecided(t *testing.
 	var write string
 	h.env.RegisterDelayedCallback(func() {
 		write = h.requestID("Write")
-		h.decide(ApprovalDecision{RequestID: write, Decision: DecisionApprove, Arguments: `{"file_path":"a.txt","content":"c"}`,
-			Remember: RememberConversation, Principal: "alice", Role: "approve"})
+		h.decide(protocol.ApprovalDecision{RequestID: write, Decision: protocol.DecisionApprove, Arguments: `{"file_path":"a.txt","content":"c"}`,
+			Remember: protocol.RememberConversation, Principal: "alice", Role: "approve"})
 	}, time.Minute)
 
 	out := h.runTurn(userTurn("write and deploy"))
-	require.Equal(t, []string{DecisionApprove, DecisionTimeout}, decisionsOf(out.Events))
+	require.Equal(t, []string{protocol.DecisionApprove, protocol.DecisionTimeout}, decisionsOf(out.Events))
 
 	got := spans()
 	run := got.Named("RunWorkflow:" + ChatTurnWorkflow)
 	require.Len(t, run, 1)
-	requested := findEvent(t, out.Events, EventApprovalRequest).ExpiresAt.Add(-testSettings().ApprovalTimeout)
+	requested := findEvent(t, out.Events, protocol.EventApprovalRequest).ExpiresAt.Add(-testSettings().ApprovalTimeout)
 
 	w := approvalSpan(t, got, "Write")
 	require.Equal(t, run[0].SpanID, w.ParentID, "an approval span is a child of the turn's run")
@@ -60,7 +61,7 @@ func TestAnApprovalSpanLastsFromRequestToDecisionAndNamesWhatDecided(t *testing.
 	require.Equal(t, time.Minute, w.End.Sub(w.Start), "and ends when the decision came")
 	require.Equal(t, map[string]string{
 		AttrToolName: "Write", AttrToolCallID: "w", AttrConversationID: "c1", AttrRequestID: write,
-		AttrDecision: DecisionApprove, AttrDecidedBy: DecidedByPerson, AttrPrincipal: "alice", AttrRole: "approve",
+		AttrDecision: protocol.DecisionApprove, AttrDecidedBy: DecidedByPerson, AttrPrincipal: "alice", AttrRole: "approve",
 		AttrRemember: "true", AttrGrantID: out.Grants[0].ID, AttrEdited: "true",
 	}, w.Attributes)
 	update := got.Named("HandleUpdate:" + ApprovalUpdate)
@@ -69,20 +70,20 @@ func TestAnApprovalSpanLastsFromRequestToDecisionAndNamesWhatDecided(t *testing.
 
 	b := approvalSpan(t, got, "Bash")
 	require.Equal(t, testSettings().ApprovalTimeout, b.End.Sub(b.Start), "the timeout ends it when the timer fires")
-	require.Equal(t, DecisionTimeout, b.Attributes[AttrDecision])
+	require.Equal(t, protocol.DecisionTimeout, b.Attributes[AttrDecision])
 	require.Equal(t, DecidedByTimer, b.Attributes[AttrDecidedBy])
 	require.NotContains(t, b.Attributes, AttrPrincipal, "nobody decided")
 	require.Empty(t, b.Links)
 
 	r := approvalSpan(t, got, "Read")
 	require.Equal(t, DecidedByPolicy, r.Attributes[AttrDecidedBy], "the policy requires no approval of a Read")
-	require.Equal(t, DecisionApprove, r.Attributes[AttrDecision])
+	require.Equal(t, protocol.DecisionApprove, r.Attributes[AttrDecision])
 	require.Equal(t, r.Start, r.End, "nothing waited")
 	require.Equal(t, run[0].SpanID, r.ParentID)
 }
 
 func TestCallsAnsweredByAGrantOrTheTurnItselfAreTracedSo(t *testing.T) {
-	grant := Grant{ID: "grant-1", Tool: "Bash", Decision: DecisionApprove, By: "bob"}
+	grant := Grant{ID: "grant-1", Tool: "Bash", Decision: protocol.DecisionApprove, By: "bob"}
 	h := newHarness(t, testSettings(), calls(
 		call("b", "Bash", `{"command":"ls"}`),
 		call("w", "Write", `{"file_path":"a.txt","content":"b"}`),
@@ -103,7 +104,7 @@ func TestCallsAnsweredByAGrantOrTheTurnItselfAreTracedSo(t *testing.T) {
 	require.Equal(t, "bob", b.Attributes[AttrPrincipal], "the grant decides as the person who made it")
 	w := approvalSpan(t, got, "Write")
 	require.Equal(t, DecidedByTurn, w.Attributes[AttrDecidedBy], "a new message declined it")
-	require.Equal(t, DecisionDecline, w.Attributes[AttrDecision])
+	require.Equal(t, protocol.DecisionDecline, w.Attributes[AttrDecision])
 	require.Equal(t, time.Minute, w.End.Sub(w.Start))
 }
 

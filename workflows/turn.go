@@ -35,9 +35,9 @@ type turn struct {
 	// conversationID, input (the messages the loop starts from), system,
 	// tools, model and bypass are what this loop runs with.
 	conversationID string
-	input          []activities.Message
+	input          []protocol.Message
 	system         string
-	tools          []activities.ToolSpec
+	tools          []protocol.ToolSpec
 	model          string
 	bypass         bool
 	// sender is the principal who sent the message the loop runs for.
@@ -49,12 +49,12 @@ type turn struct {
 	agent       string
 	userMessage string
 	// clientTools are run by the client, not the worker.
-	clientTools []activities.ToolSpec
+	clientTools []protocol.ToolSpec
 
 	log  eventLog
 	gate *gate
 	// messages are those this loop added to the conversation.
-	messages []activities.Message
+	messages []protocol.Message
 
 	// step numbers the model calls; modelRunning is true while the model
 	// activity of that step runs, and answer publishes its text.
@@ -137,7 +137,7 @@ func (w *Workflows) ChatTurn(ctx workflow.Context, in TurnInput) (TurnOutput, er
 		startedAt:      workflow.Now(ctx),
 	}
 	t.view.offset, t.view.kept = in.Offset, in.Compaction
-	if n := len(in.Messages); n > 0 && in.Messages[n-1].Role == activities.RoleUser {
+	if n := len(in.Messages); n > 0 && in.Messages[n-1].Role == protocol.RoleUser {
 		t.userMessage = in.Messages[n-1].Content
 	}
 	if err := t.start(ctx); err != nil {
@@ -163,8 +163,8 @@ func (t *turn) start(ctx workflow.Context) error {
 		return err
 	}
 	info := workflow.GetInfo(ctx)
-	t.log.append(Event{
-		Type:           EventTurnStart,
+	t.log.append(protocol.Event{
+		Type:           protocol.EventTurnStart,
 		ConversationID: t.conversationID,
 		TurnID:         info.WorkflowExecution.ID,
 		WorkflowID:     info.WorkflowExecution.ID,
@@ -177,10 +177,10 @@ func (t *turn) start(ctx workflow.Context) error {
 // finish publishes the finish event; a loop that ended in an error repeats
 // the error's message there.
 func (t *turn) finish(reason, text string) {
-	e := Event{Type: EventFinish, Reason: reason, Text: text}
-	if reason == FinishError || reason == FinishBudget {
+	e := protocol.Event{Type: protocol.EventFinish, Reason: reason, Text: text}
+	if reason == protocol.FinishError || reason == protocol.FinishBudget {
 		for i := len(t.log.events) - 1; i >= 0; i-- {
-			if t.log.events[i].Type == EventError {
+			if t.log.events[i].Type == protocol.EventError {
 				e.Message = t.log.events[i].Message
 				break
 			}
@@ -225,34 +225,34 @@ func (t *turn) queryEvents(req EventsRequest) (EventsResponse, error) {
 }
 
 // queryPending answers the pending query: the approvals the gate waits for.
-func (t *turn) queryPending() ([]PendingApproval, error) {
+func (t *turn) queryPending() ([]protocol.PendingApproval, error) {
 	return t.gate.pending(), nil
 }
 
 // takeDecision is the approval Update's handler, after validateDecision.
-func (t *turn) takeDecision(ctx workflow.Context, d ApprovalDecision) (ApprovalResult, error) {
+func (t *turn) takeDecision(ctx workflow.Context, d protocol.ApprovalDecision) (protocol.ApprovalResult, error) {
 	// The principal is the API's, from the caller's token, or whatever a
 	// trusted Temporal client sent.
 	if err := t.gate.take(ctx, d, d.Principal); err != nil {
-		return ApprovalResult{}, err
+		return protocol.ApprovalResult{}, err
 	}
-	return ApprovalResult{Accepted: true}, nil
+	return protocol.ApprovalResult{Accepted: true}, nil
 }
 
 // takeBatch is the approvals Update's handler, after validateBatch.
-func (t *turn) takeBatch(ctx workflow.Context, b ApprovalBatch) (ApprovalBatchResult, error) {
+func (t *turn) takeBatch(ctx workflow.Context, b protocol.ApprovalBatch) (protocol.ApprovalBatchResult, error) {
 	// Validate the whole batch again, as take does one decision: a signal
 	// or the timer may have decided one since the validator ran. Nothing
 	// yields from here to the last take, so the batch is taken all or none.
 	if err := t.validateBatch(ctx, b); err != nil {
-		return ApprovalBatchResult{}, err
+		return protocol.ApprovalBatchResult{}, err
 	}
 	for _, d := range b.Decisions {
 		if err := t.gate.take(ctx, d, d.Principal); err != nil {
-			return ApprovalBatchResult{}, err // cannot happen: validated above
+			return protocol.ApprovalBatchResult{}, err // cannot happen: validated above
 		}
 	}
-	return ApprovalBatchResult{Accepted: true, Decided: len(b.Decisions)}, nil
+	return protocol.ApprovalBatchResult{Accepted: true, Decided: len(b.Decisions)}, nil
 }
 
 // validateClientResult is the client tool result Update's validator.
@@ -291,10 +291,10 @@ func onSignal[T any](ctx workflow.Context, sel workflow.Selector, name string, h
 }
 
 // approvalSignal takes a decision sent by the approval signal.
-func (t *turn) approvalSignal(ctx workflow.Context, d ApprovalDecision) {
+func (t *turn) approvalSignal(ctx workflow.Context, d protocol.ApprovalDecision) {
 	// A signal comes from someone with Temporal access: trusted, and
 	// recorded as who they say they are.
-	d.Principal = cmp.Or(d.Principal, PrincipalTemporal)
+	d.Principal = cmp.Or(d.Principal, protocol.PrincipalTemporal)
 	if err := t.gate.take(ctx, d, d.Principal); err != nil {
 		workflow.GetLogger(ctx).Info("approval signal ignored", "requestId", d.RequestID, "error", err)
 	}
@@ -343,36 +343,36 @@ func (t *turn) interrupt(ctx workflow.Context, reason string) {
 func (t *turn) run(ctx workflow.Context) (string, string) {
 	for t.step < t.settings.MaxSteps {
 		if t.interrupted {
-			return FinishCancelled, ""
+			return protocol.FinishCancelled, ""
 		}
 		if !t.checkBudgets(ctx) {
 			if ctx.Err() != nil || t.interrupted {
-				return FinishCancelled, ""
+				return protocol.FinishCancelled, ""
 			}
-			return FinishBudget, ""
+			return protocol.FinishBudget, ""
 		}
 		if t.outgrewHistory(ctx) {
 			info := workflow.GetInfo(ctx)
-			t.log.append(Event{Type: EventError, Message: fmt.Sprintf(
+			t.log.append(protocol.Event{Type: protocol.EventError, Message: fmt.Sprintf(
 				"this turn's history has grown to %d events and %d MiB, near Temporal's limits, so it ends here; "+
 					"everything it did is kept in the conversation: send a new message to go on",
 				info.GetCurrentHistoryLength(), info.GetCurrentHistorySize()>>20)})
-			return FinishError, ""
+			return protocol.FinishError, ""
 		}
 		history, err := t.modelView(ctx)
 		if err != nil {
 			if isCancelled(ctx, err) {
-				return FinishCancelled, ""
+				return protocol.FinishCancelled, ""
 			}
-			t.log.append(Event{Type: EventError, Message: "the conversation no longer fits the model's context, and it could not be summarized: " + activityErrorMessage(err)})
-			return FinishError, ""
+			t.log.append(protocol.Event{Type: protocol.EventError, Message: "the conversation no longer fits the model's context, and it could not be summarized: " + activityErrorMessage(err)})
+			return protocol.FinishError, ""
 		}
 		out, err := t.callModel(ctx, history)
 		if err != nil && isContextTooLong(err) && t.askCompactionPath(ctx) == pathConversation {
 			var failed string
 			if out, failed, err = t.refit(ctx, history, err); failed != "" && !isCancelled(ctx, err) {
-				t.log.append(Event{Type: EventError, Message: failed})
-				return FinishError, ""
+				t.log.append(protocol.Event{Type: protocol.EventError, Message: failed})
+				return protocol.FinishError, ""
 			}
 		}
 		if err != nil && isContextTooLong(err) && t.view.path == pathInTurn && !t.compact.retried {
@@ -385,39 +385,39 @@ func (t *turn) run(ctx workflow.Context) (string, string) {
 				out, err = t.callModel(ctx, history)
 			}
 			if err != nil && isContextTooLong(err) {
-				t.log.append(Event{Type: EventError, Message: "the conversation no longer fits the model's context, even compacted: " + activityErrorMessage(err) +
+				t.log.append(protocol.Event{Type: protocol.EventError, Message: "the conversation no longer fits the model's context, even compacted: " + activityErrorMessage(err) +
 					". Start a new conversation, or lower TOLLGATE_CONTEXT_BUDGET for this model."})
-				return FinishError, ""
+				return protocol.FinishError, ""
 			}
 		}
 		if err != nil {
 			if isCancelled(ctx, err) {
-				return FinishCancelled, ""
+				return protocol.FinishCancelled, ""
 			}
-			t.log.append(Event{Type: EventError, Message: modelErrorMessage(err)})
-			return FinishError, ""
+			t.log.append(protocol.Event{Type: protocol.EventError, Message: modelErrorMessage(err)})
+			return protocol.FinishError, ""
 		}
-		reply := activities.Message{Role: activities.RoleAssistant, Content: out.Content, ToolCalls: out.ToolCalls}
+		reply := protocol.Message{Role: protocol.RoleAssistant, Content: out.Content, ToolCalls: out.ToolCalls}
 		t.messages = append(t.messages, reply)
 		if len(out.ToolCalls) == 0 {
-			return FinishStop, out.Content
+			return protocol.FinishStop, out.Content
 		}
 		results := t.runBatch(ctx, out.ToolCalls)
 		for _, r := range results {
-			t.messages = append(t.messages, activities.Message{
-				Role: activities.RoleTool, ToolCallID: r.ID, Name: r.Name, Content: r.Result,
+			t.messages = append(t.messages, protocol.Message{
+				Role: protocol.RoleTool, ToolCallID: r.ID, Name: r.Name, Content: r.Result,
 			})
 		}
 		if ctx.Err() != nil || t.interrupted {
-			return FinishCancelled, ""
+			return protocol.FinishCancelled, ""
 		}
 	}
-	return FinishMaxSteps, ""
+	return protocol.FinishMaxSteps, ""
 }
 
 // callModel runs one model activity and publishes its text as token events:
 // what streamed in while it ran, then whatever the result adds.
-func (t *turn) callModel(ctx workflow.Context, messages []activities.Message) (activities.ModelOutput, error) {
+func (t *turn) callModel(ctx workflow.Context, messages []protocol.Message) (activities.ModelOutput, error) {
 	t.step++
 	t.answer = answerStream{}
 	t.modelRunning = true
@@ -466,7 +466,7 @@ func (t *turn) callModel(ctx workflow.Context, messages []activities.Message) (a
 			pieces = append(pieces, p)
 		}
 		for _, p := range pieces {
-			t.log.append(Event{Type: EventToken, Data: p.Data, Reset: p.Reset})
+			t.log.append(protocol.Event{Type: protocol.EventToken, Data: p.Data, Reset: p.Reset})
 		}
 	}
 	if err != nil {
@@ -485,9 +485,9 @@ func (t *turn) callModel(ctx workflow.Context, messages []activities.Message) (a
 // tokenProgress returns the token events a model call that streamed by
 // heartbeat made before it failed: its error's details, or the last details
 // it recorded when it timed out.
-func tokenProgress(err error) []activities.TokenPiece {
+func tokenProgress(err error) []protocol.TokenPiece {
 	var (
-		p        activities.TokenProgress
+		p        protocol.TokenProgress
 		canceled *temporal.CanceledError
 		timeout  *temporal.TimeoutError
 		appErr   *temporal.ApplicationError
@@ -526,8 +526,8 @@ func modelActivityOptions(s Settings) workflow.ActivityOptions {
 // the model made the calls. Each call's passage is one value (passage.go):
 // the gate vets, routes and asks about every call in order, waits for the
 // decisions, then each call in turn gets its verdict and runs.
-func (t *turn) runBatch(ctx workflow.Context, calls []activities.ToolCall) []ToolResult {
-	t.log.append(Event{Type: EventToolCall, ToolCalls: calls})
+func (t *turn) runBatch(ctx workflow.Context, calls []protocol.ToolCall) []protocol.ToolResult {
+	t.log.append(protocol.Event{Type: protocol.EventToolCall, ToolCalls: calls})
 	b := t.openBatch(ctx, calls)
 	for _, p := range b.passages {
 		t.route(ctx, b, p)
@@ -540,16 +540,16 @@ func (t *turn) runBatch(ctx workflow.Context, calls []activities.ToolCall) []Too
 	}
 	t.recordOutcomes(ctx, b)
 	results := b.results()
-	t.log.append(Event{Type: EventToolResult, ToolResults: results})
+	t.log.append(protocol.Event{Type: protocol.EventToolResult, ToolResults: results})
 	return results
 }
 
 // runCall runs the call of p that its verdict let run, as call: a
 // subagent, a client's tool or the worker's; the model reads its result.
-func (t *turn) runCall(ctx workflow.Context, p *passage, call activities.ToolCall) {
+func (t *turn) runCall(ctx workflow.Context, p *passage, call protocol.ToolCall) {
 	var out activities.ToolOutput
 	switch {
-	case call.Name == TaskTool:
+	case call.Name == protocol.TaskTool:
 		t.writeOwed(ctx)
 		out = t.runSubagent(ctx, call)
 	case offers(t.clientTools, call.Name):
@@ -603,7 +603,7 @@ type vetting struct {
 // worker of the task queue; it only lstats and reads links, and its answer
 // is recorded, so a replay never reads the file system. A history recorded
 // before links were resolved has no paths, and keeps the view it had.
-func (t *turn) vetBatch(ctx workflow.Context, calls []activities.ToolCall) (out []activities.ToolCall, vetted []vetting) {
+func (t *turn) vetBatch(ctx workflow.Context, calls []protocol.ToolCall) (out []protocol.ToolCall, vetted []vetting) {
 	requirePatched(ctx, t.settings, patchNormalizedCalls)
 	vet := func() []vetting {
 		vetted := make([]vetting, len(calls))
@@ -640,7 +640,7 @@ func (t *turn) vetBatch(ctx workflow.Context, calls []activities.ToolCall) (out 
 
 // validateDecision says why the approval Update cannot take d now, or nil
 // when it can: the gate's checks, then the edit's and the grant scope's.
-func (t *turn) validateDecision(ctx workflow.Context, d ApprovalDecision) error {
+func (t *turn) validateDecision(ctx workflow.Context, d protocol.ApprovalDecision) error {
 	if err := t.gate.validate(ctx, d); err != nil {
 		return err
 	}
@@ -654,17 +654,17 @@ func (t *turn) validateDecision(ctx workflow.Context, d ApprovalDecision) error 
 // when it can take every decision: each passes validateDecision (so a
 // rule's deciders and second person apply to each), none names a
 // request twice, and there are 1 to MaxBatchDecisions of them.
-func (t *turn) validateBatch(ctx workflow.Context, b ApprovalBatch) error {
+func (t *turn) validateBatch(ctx workflow.Context, b protocol.ApprovalBatch) error {
 	switch n := len(b.Decisions); {
 	case n == 0:
-		return rejection(RejectInvalid, errors.New("the batch holds no decisions"))
+		return rejection(protocol.RejectInvalid, errors.New("the batch holds no decisions"))
 	case n > protocol.MaxBatchDecisions:
-		return rejection(RejectInvalid, fmt.Errorf("the batch holds %d decisions, more than the limit of %d: send them in several", n, protocol.MaxBatchDecisions))
+		return rejection(protocol.RejectInvalid, fmt.Errorf("the batch holds %d decisions, more than the limit of %d: send them in several", n, protocol.MaxBatchDecisions))
 	}
 	seen := make(map[string]bool, len(b.Decisions))
 	for _, d := range b.Decisions {
 		if seen[d.RequestID] {
-			return batchRejection(d.RequestID, rejection(RejectInvalid, fmt.Errorf("approval request %q is decided twice in the batch", d.RequestID)))
+			return batchRejection(d.RequestID, rejection(protocol.RejectInvalid, fmt.Errorf("approval request %q is decided twice in the batch", d.RequestID)))
 		}
 		seen[d.RequestID] = true
 		if err := t.validateDecision(ctx, d); err != nil {
@@ -681,7 +681,7 @@ func (t *turn) validateBatch(ctx workflow.Context, b ApprovalBatch) error {
 func batchRejection(id string, err error) error {
 	reason := RejectionReason(err)
 	if reason == "" {
-		reason = RejectInvalid
+		reason = protocol.RejectInvalid
 	}
 	msg := err.Error()
 	var app *temporal.ApplicationError
@@ -711,12 +711,12 @@ func RejectedRequest(err error) string {
 // validator asks it, which never runs on replay: a later cel-go that
 // compiles differently never changes a recorded decision. A signal's bad
 // scope makes a grant that decides nothing (its calls ask).
-func checkGrantScope(d ApprovalDecision) error {
+func checkGrantScope(d protocol.ApprovalDecision) error {
 	if d.RememberWhen == "" {
 		return nil
 	}
 	if err := policy.CheckWhen(d.RememberWhen); err != nil {
-		return rejection(RejectInvalid, fmt.Errorf("rememberWhen %q: %w", d.RememberWhen, err))
+		return rejection(protocol.RejectInvalid, fmt.Errorf("rememberWhen %q: %w", d.RememberWhen, err))
 	}
 	return nil
 }
@@ -725,9 +725,9 @@ func checkGrantScope(d ApprovalDecision) error {
 // refuse, so the person hears why at once instead of the model later. Only
 // the Update's validator asks it (a validator never runs on replay); a
 // signal's edits are refused by the tool.
-func (t *turn) checkEdit(d ApprovalDecision) error {
+func (t *turn) checkEdit(d protocol.ApprovalDecision) error {
 	a := t.gate.byID[d.RequestID]
-	if d.Decision != DecisionApprove || d.Arguments == "" || a == nil {
+	if d.Decision != protocol.DecisionApprove || d.Arguments == "" || a == nil {
 		return nil
 	}
 	call := a.Call
@@ -737,26 +737,26 @@ func (t *turn) checkEdit(d ApprovalDecision) error {
 	}
 	_, paths, err := t.resolve(call)
 	if err != nil {
-		return rejection(RejectInvalid, fmt.Errorf("the edited arguments of %s: %w", call.Name, err))
+		return rejection(protocol.RejectInvalid, fmt.Errorf("the edited arguments of %s: %w", call.Name, err))
 	}
 	// The edit runs as written (checked by no policy), and the tool
 	// refuses a path that leads through a link: say so now.
 	if len(paths) > 0 {
 		name := slices.Sorted(maps.Keys(paths))[0]
-		return rejection(RejectInvalid, fmt.Errorf("the edited arguments of %s: %s leads through a symbolic link to %q: name that file", call.Name, name, paths[name]))
+		return rejection(protocol.RejectInvalid, fmt.Errorf("the edited arguments of %s: %s leads through a symbolic link to %q: name that file", call.Name, name, paths[name]))
 	}
 	return nil
 }
 
 // normalize gives call's arguments as NormalizeArguments makes them for the
 // tool the loop offers under its name.
-func (t *turn) normalize(call activities.ToolCall) (string, error) {
+func (t *turn) normalize(call protocol.ToolCall) (string, error) {
 	return t.normalizeWith(call, nil)
 }
 
 // normalizeWith is normalize with the workspace paths that links lead to
 // (vetting.Paths) in place.
-func (t *turn) normalizeWith(call activities.ToolCall, paths map[string]string) (string, error) {
+func (t *turn) normalizeWith(call protocol.ToolCall, paths map[string]string) (string, error) {
 	spec, err := t.spec(call)
 	if err != nil {
 		return "", err
@@ -768,7 +768,7 @@ func (t *turn) normalizeWith(call activities.ToolCall, paths map[string]string) 
 // tool the loop offers under its name: it reads the workspace, and so runs
 // only where its answer is recorded (vetBatch) or never replayed (an
 // Update's validator).
-func (t *turn) resolve(call activities.ToolCall) (string, map[string]string, error) {
+func (t *turn) resolve(call protocol.ToolCall) (string, map[string]string, error) {
 	spec, err := t.spec(call)
 	if err != nil {
 		return "", nil, err
@@ -777,10 +777,10 @@ func (t *turn) resolve(call activities.ToolCall) (string, map[string]string, err
 }
 
 // spec is the ToolSpec of the tool the loop offers under call's name.
-func (t *turn) spec(call activities.ToolCall) (activities.ToolSpec, error) {
-	i := slices.IndexFunc(t.tools, func(s activities.ToolSpec) bool { return s.Name == call.Name })
+func (t *turn) spec(call protocol.ToolCall) (protocol.ToolSpec, error) {
+	i := slices.IndexFunc(t.tools, func(s protocol.ToolSpec) bool { return s.Name == call.Name })
 	if i < 0 {
-		return activities.ToolSpec{}, fmt.Errorf("there is no tool named %q", call.Name)
+		return protocol.ToolSpec{}, fmt.Errorf("there is no tool named %q", call.Name)
 	}
 	return t.tools[i], nil
 }
@@ -798,12 +798,12 @@ func (t *turn) spec(call activities.ToolCall) (activities.ToolSpec, error) {
 // of an activity task and another workflow task. From level 3 on, one
 // local activity previews the whole batch (levelOnePreview): one marker,
 // not one a call.
-func (t *turn) previews(ctx workflow.Context, calls []activities.ToolCall, vetted []vetting) []string {
+func (t *turn) previews(ctx workflow.Context, calls []protocol.ToolCall, vetted []vetting) []string {
 	out := make([]string, len(calls))
 	var wanted []int
 	for i, c := range calls {
 		if vetted[i].Refused == "" && vetted[i].Check.Required && !(t.bypass && !vetted[i].Check.Always) &&
-			c.Name != TaskTool && !offers(t.clientTools, c.Name) && offers(t.tools, c.Name) && t.settings.mcpServerName(c.Name) == "" {
+			c.Name != protocol.TaskTool && !offers(t.clientTools, c.Name) && offers(t.tools, c.Name) && t.settings.mcpServerName(c.Name) == "" {
 			wanted = append(wanted, i)
 		}
 	}
@@ -817,7 +817,7 @@ func (t *turn) previews(ctx workflow.Context, calls []activities.ToolCall, vette
 		for j, i := range wanted {
 			ins[j] = activities.ToolInput{Call: calls[i]}
 		}
-		var previewed []activities.ToolCall
+		var previewed []protocol.ToolCall
 		for _, i := range wanted {
 			previewed = append(previewed, calls[i])
 		}
@@ -875,15 +875,15 @@ func (t *turn) outgrewHistory(ctx workflow.Context) bool {
 // worker's), retired: every batch follows it. A turn of level 0 asks for
 // it where it asked before, at a batch the patch changes, so its markers
 // replay where they were.
-func (t *turn) strictGate(ctx workflow.Context, calls []activities.ToolCall) {
-	if t.bypass || slices.ContainsFunc(calls, func(c activities.ToolCall) bool { return offers(t.clientTools, c.Name) }) {
+func (t *turn) strictGate(ctx workflow.Context, calls []protocol.ToolCall) {
+	if t.bypass || slices.ContainsFunc(calls, func(c protocol.ToolCall) bool { return offers(t.clientTools, c.Name) }) {
 		requirePatched(ctx, t.settings, patchStrictGate)
 	}
 }
 
 // runTool runs one tool activity. A tool never runs twice: a failure of the
 // activity itself (a lost worker, a timeout) is answered as an error.
-func (t *turn) runTool(ctx workflow.Context, call activities.ToolCall) activities.ToolOutput {
+func (t *turn) runTool(ctx workflow.Context, call protocol.ToolCall) activities.ToolOutput {
 	opts := workflow.ActivityOptions{
 		StartToCloseTimeout: t.settings.ToolTimeout,
 		HeartbeatTimeout:    t.settings.ToolHeartbeatTimeout,
@@ -896,7 +896,7 @@ func (t *turn) runTool(ctx workflow.Context, call activities.ToolCall) activitie
 	t.took(ctx, rows, out.LedgerRows)
 	if err != nil {
 		return activities.ToolOutput{
-			Status: activities.StatusError,
+			Status: protocol.StatusError,
 			Result: fmt.Sprintf("Error: %s did not complete and may have run partly: %s", call.Name, activityErrorMessage(err)),
 		}
 	}
@@ -944,9 +944,9 @@ func (t *turn) notRun(ctx workflow.Context, why int, detail string) string {
 // was that of every declined call before patchPlainNotRun).
 func declined(reason string) string {
 	if reason == "" {
-		return DeclinedResponse
+		return protocol.DeclinedResponse
 	}
-	return DeclinedResponse + " Reason: " + reason
+	return protocol.DeclinedResponse + " Reason: " + reason
 }
 
 // isCancelled reports whether err comes from the cancellation of ctx.

@@ -21,18 +21,19 @@ import (
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/metrics"
+	"github.com/tollgate/tollgate/protocol"
 )
 
-var testTools = []string{activities.ToolRead, activities.ToolWrite, activities.ToolEdit, activities.ToolBash}
+var testTools = []string{protocol.ToolRead, protocol.ToolWrite, protocol.ToolEdit, protocol.ToolBash}
 
 func testSettings() Settings {
 	s := Settings{
-		RequiredTools:   []string{activities.ToolWrite, activities.ToolEdit, activities.ToolBash},
+		RequiredTools:   []string{protocol.ToolWrite, protocol.ToolEdit, protocol.ToolBash},
 		ApprovalTimeout: 3 * time.Minute,
 		MaxSteps:        25,
 	}
 	for _, name := range testTools {
-		s.Tools = append(s.Tools, activities.ToolSpec{Name: name, Parameters: json.RawMessage(`{"type":"object"}`)})
+		s.Tools = append(s.Tools, protocol.ToolSpec{Name: name, Parameters: json.RawMessage(`{"type":"object"}`)})
 	}
 	return s
 }
@@ -55,7 +56,7 @@ type harness struct {
 	// chat, when set, answers the model calls instead of the replies (a
 	// real model activity, say).
 	chat      func(context.Context, activities.ModelInput) (activities.ModelOutput, error)
-	toolCalls []activities.ToolCall
+	toolCalls []protocol.ToolCall
 }
 
 func newHarness(t *testing.T, settings Settings, replies ...activities.ModelOutput) *harness {
@@ -121,7 +122,7 @@ func (h *harness) tool(name string) func(context.Context, activities.ToolInput) 
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		h.toolCalls = append(h.toolCalls, in.Call)
-		return activities.ToolOutput{Status: activities.StatusOK, Result: name + " ran with " + in.Call.Arguments}, nil
+		return activities.ToolOutput{Status: protocol.StatusOK, Result: name + " ran with " + in.Call.Arguments}, nil
 	}
 }
 
@@ -147,7 +148,7 @@ func (h *harness) runTurn(in TurnInput) TurnOutput {
 }
 
 // events returns the events of the running workflow.
-func (h *harness) events() []Event {
+func (h *harness) events() []protocol.Event {
 	h.t.Helper()
 	v, err := h.env.QueryWorkflow(EventsQuery, EventsRequest{})
 	require.NoError(h.t, err)
@@ -160,7 +161,7 @@ func (h *harness) events() []Event {
 func (h *harness) requestID(tool string) string {
 	h.t.Helper()
 	for _, e := range h.events() {
-		if e.Type == EventApprovalRequest && e.ToolName == tool {
+		if e.Type == protocol.EventApprovalRequest && e.ToolName == tool {
 			return e.RequestID
 		}
 	}
@@ -171,7 +172,7 @@ func (h *harness) requestID(tool string) string {
 // updateOutcome records how the approval Update ended.
 type updateOutcome struct {
 	rejected error
-	result   ApprovalResult
+	result   protocol.ApprovalResult
 	done     bool
 }
 
@@ -183,7 +184,7 @@ func (o *updateOutcome) callback() *testsuite.TestUpdateCallback {
 		OnReject: func(err error) { o.rejected, o.done = err, true },
 		OnComplete: func(v any, err error) {
 			o.done = true
-			if r, ok := v.(ApprovalResult); ok {
+			if r, ok := v.(protocol.ApprovalResult); ok {
 				o.result = r
 			}
 			if err != nil {
@@ -195,25 +196,25 @@ func (o *updateOutcome) callback() *testsuite.TestUpdateCallback {
 
 // decide sends d as the approval Update; the outcome fills in as the
 // workflow handles it.
-func (h *harness) decide(d ApprovalDecision) *updateOutcome {
+func (h *harness) decide(d protocol.ApprovalDecision) *updateOutcome {
 	o := &updateOutcome{}
 	h.env.UpdateWorkflow(ApprovalUpdate, "", o.callback(), d)
 	return o
 }
 
 func userTurn(query string) TurnInput {
-	return TurnInput{ConversationID: "c1", Turn: 1, Messages: []activities.Message{{Role: activities.RoleUser, Content: query}}}
+	return TurnInput{ConversationID: "c1", Turn: 1, Messages: []protocol.Message{{Role: protocol.RoleUser, Content: query}}}
 }
 
-func calls(cs ...activities.ToolCall) activities.ModelOutput {
+func calls(cs ...protocol.ToolCall) activities.ModelOutput {
 	return activities.ModelOutput{ToolCalls: cs}
 }
 
-func call(id, name, args string) activities.ToolCall {
-	return activities.ToolCall{ID: id, Name: name, Arguments: args}
+func call(id, name, args string) protocol.ToolCall {
+	return protocol.ToolCall{ID: id, Name: name, Arguments: args}
 }
 
-func eventTypes(events []Event) []string {
+func eventTypes(events []protocol.Event) []string {
 	var types []string
 	for _, e := range events {
 		types = append(types, e.Type)
@@ -221,10 +222,10 @@ func eventTypes(events []Event) []string {
 	return types
 }
 
-func toolMessages(msgs []activities.Message) []activities.Message {
-	var out []activities.Message
+func toolMessages(msgs []protocol.Message) []protocol.Message {
+	var out []protocol.Message
 	for _, m := range msgs {
-		if m.Role == activities.RoleTool {
+		if m.Role == protocol.RoleTool {
 			out = append(out, m)
 		}
 	}
@@ -245,8 +246,8 @@ func TestBatchWithoutProtectedCallsRunsExactlyAsWithoutGate(t *testing.T) {
 	require.Equal(t, withoutGate, withGate)
 	require.Equal(t, ungated.modelInputs, gated.modelInputs)
 	require.Equal(t, []string{"Read", "Read"}, gated.ranTools())
-	require.NotContains(t, eventTypes(withGate.Events), EventApprovalRequest)
-	require.Equal(t, []string{EventTurnStart, EventToolCall, EventToolResult, EventToken, EventFinish}, eventTypes(withGate.Events))
+	require.NotContains(t, eventTypes(withGate.Events), protocol.EventApprovalRequest)
+	require.Equal(t, []string{protocol.EventTurnStart, protocol.EventToolCall, protocol.EventToolResult, protocol.EventToken, protocol.EventFinish}, eventTypes(withGate.Events))
 }
 
 func TestDeclinedCallGetsSynthesizedResponseInOriginalOrder(t *testing.T) {
@@ -258,10 +259,10 @@ func TestDeclinedCallGetsSynthesizedResponseInOriginalOrder(t *testing.T) {
 	var bash, write *updateOutcome
 	// Decided in reverse order: Bash first, then Write.
 	h.env.RegisterDelayedCallback(func() {
-		bash = h.decide(ApprovalDecision{RequestID: h.requestID("Bash"), Decision: DecisionApprove})
+		bash = h.decide(protocol.ApprovalDecision{RequestID: h.requestID("Bash"), Decision: protocol.DecisionApprove})
 	}, time.Second)
 	h.env.RegisterDelayedCallback(func() {
-		write = h.decide(ApprovalDecision{RequestID: h.requestID("Write"), Decision: DecisionDecline, Reason: "not that file"})
+		write = h.decide(protocol.ApprovalDecision{RequestID: h.requestID("Write"), Decision: protocol.DecisionDecline, Reason: "not that file"})
 	}, 2*time.Second)
 
 	out := h.runTurn(userTurn("do three things"))
@@ -279,16 +280,16 @@ func TestDeclinedCallGetsSynthesizedResponseInOriginalOrder(t *testing.T) {
 	require.Equal(t, "Bash ran with {\"command\":\"ls\"}", tools[2].Content)
 
 	require.Equal(t, []string{
-		EventTurnStart, EventToolCall, EventApprovalRequest, EventApprovalRequest, EventHeartbeat,
-		EventApprovalDecision, EventApprovalDecision, EventToolResult, EventToken, EventFinish,
+		protocol.EventTurnStart, protocol.EventToolCall, protocol.EventApprovalRequest, protocol.EventApprovalRequest, protocol.EventHeartbeat,
+		protocol.EventApprovalDecision, protocol.EventApprovalDecision, protocol.EventToolResult, protocol.EventToken, protocol.EventFinish,
 	}, eventTypes(out.Events))
 	for i, e := range out.Events {
 		require.Equal(t, i+1, e.Seq)
 	}
 	results := out.Events[7].ToolResults
-	require.Equal(t, []string{activities.StatusOK, activities.StatusDeclined, activities.StatusOK},
+	require.Equal(t, []string{protocol.StatusOK, protocol.StatusDeclined, protocol.StatusOK},
 		[]string{results[0].Status, results[1].Status, results[2].Status})
-	require.Equal(t, FinishStop, out.FinishReason)
+	require.Equal(t, protocol.FinishStop, out.FinishReason)
 }
 
 func TestUndecidedCallTimesOutAsDecline(t *testing.T) {
@@ -301,9 +302,9 @@ func TestUndecidedCallTimesOutAsDecline(t *testing.T) {
 	tools := toolMessages(out.Messages)
 	require.Len(t, tools, 1)
 	require.Equal(t, "Not executed: nobody decided on this call in time, so it did not run. Do not call it again unless the user asks you to.", tools[0].Content)
-	decision := findEvent(t, out.Events, EventApprovalDecision)
-	require.Equal(t, DecisionTimeout, decision.Decision)
-	require.Equal(t, activities.StatusTimeout, findEvent(t, out.Events, EventToolResult).ToolResults[0].Status)
+	decision := findEvent(t, out.Events, protocol.EventApprovalDecision)
+	require.Equal(t, protocol.DecisionTimeout, decision.Decision)
+	require.Equal(t, protocol.StatusTimeout, findEvent(t, out.Events, protocol.EventToolResult).ToolResults[0].Status)
 }
 
 func TestCancelledTurnDeclinesPendingApprovals(t *testing.T) {
@@ -312,14 +313,14 @@ func TestCancelledTurnDeclinesPendingApprovals(t *testing.T) {
 
 	out := h.runTurn(userTurn("clean up"))
 
-	require.Equal(t, FinishCancelled, out.FinishReason)
+	require.Equal(t, protocol.FinishCancelled, out.FinishReason)
 	require.Empty(t, h.ranTools(), "nothing runs once the turn is cancelled")
 	require.Len(t, h.modelInputs, 1, "the model is not called again")
 	tools := toolMessages(out.Messages)
 	require.Len(t, tools, 2, "every call still gets a response")
 	require.Equal(t, "Not executed: the turn was cancelled before this call ran. Do not call it again unless the user asks you to.", tools[1].Content)
-	require.Equal(t, DecisionDecline, findEvent(t, out.Events, EventApprovalDecision).Decision)
-	require.Equal(t, EventFinish, out.Events[len(out.Events)-1].Type)
+	require.Equal(t, protocol.DecisionDecline, findEvent(t, out.Events, protocol.EventApprovalDecision).Decision)
+	require.Equal(t, protocol.EventFinish, out.Events[len(out.Events)-1].Type)
 }
 
 func TestInterruptDeclinesPendingApprovalsAndFinishesTurn(t *testing.T) {
@@ -330,7 +331,7 @@ func TestInterruptDeclinesPendingApprovalsAndFinishesTurn(t *testing.T) {
 
 	out := h.runTurn(userTurn("build"))
 
-	require.Equal(t, FinishCancelled, out.FinishReason)
+	require.Equal(t, protocol.FinishCancelled, out.FinishReason)
 	require.Empty(t, h.ranTools())
 	require.Equal(t, "Not executed: the user sent a new message before this call was decided; answer that instead. Do not call it again unless the user asks you to.", toolMessages(out.Messages)[0].Content)
 }
@@ -338,7 +339,7 @@ func TestInterruptDeclinesPendingApprovalsAndFinishesTurn(t *testing.T) {
 func TestApproveWithEditedArgumentsRunsToolWithEditedArguments(t *testing.T) {
 	h := newHarness(t, testSettings(), calls(call("b", "Bash", `{"command":"rm -rf build"}`)))
 	h.env.RegisterDelayedCallback(func() {
-		h.decide(ApprovalDecision{RequestID: h.requestID("Bash"), Decision: DecisionApprove, Arguments: `{"command":"rm -rf build/tmp"}`})
+		h.decide(protocol.ApprovalDecision{RequestID: h.requestID("Bash"), Decision: protocol.DecisionApprove, Arguments: `{"command":"rm -rf build/tmp"}`})
 	}, time.Second)
 
 	out := h.runTurn(userTurn("clean"))
@@ -362,19 +363,19 @@ func TestApprovalValidatorRejectsUnknownDuplicateAndLateDecisions(t *testing.T) 
 	var writeID string
 	h.env.RegisterDelayedCallback(func() {
 		writeID = h.requestID("Write")
-		unknown = h.decide(ApprovalDecision{RequestID: "tollgate-conv-x-turn-1/apr-0000", Decision: DecisionApprove})
-		forged = h.decide(ApprovalDecision{RequestID: writeID + "0", Decision: DecisionApprove})
-		badDecision = h.decide(ApprovalDecision{RequestID: writeID, Decision: "yes"})
-		badArgs = h.decide(ApprovalDecision{RequestID: writeID, Decision: DecisionApprove, Arguments: `[1]`})
-		first = h.decide(ApprovalDecision{RequestID: writeID, Decision: DecisionApprove})
+		unknown = h.decide(protocol.ApprovalDecision{RequestID: "tollgate-conv-x-turn-1/apr-0000", Decision: protocol.DecisionApprove})
+		forged = h.decide(protocol.ApprovalDecision{RequestID: writeID + "0", Decision: protocol.DecisionApprove})
+		badDecision = h.decide(protocol.ApprovalDecision{RequestID: writeID, Decision: "yes"})
+		badArgs = h.decide(protocol.ApprovalDecision{RequestID: writeID, Decision: protocol.DecisionApprove, Arguments: `[1]`})
+		first = h.decide(protocol.ApprovalDecision{RequestID: writeID, Decision: protocol.DecisionApprove})
 	}, time.Second)
 	h.env.RegisterDelayedCallback(func() {
-		duplicate = h.decide(ApprovalDecision{RequestID: writeID, Decision: DecisionDecline})
+		duplicate = h.decide(protocol.ApprovalDecision{RequestID: writeID, Decision: protocol.DecisionDecline})
 	}, 2*time.Second)
 	// The Edit of the second step times out after an hour, while the turn
 	// waits for the third step's Write: a decision on the Edit then is late.
 	h.env.RegisterDelayedCallback(func() {
-		late = h.decide(ApprovalDecision{RequestID: h.requestID("Edit"), Decision: DecisionApprove})
+		late = h.decide(protocol.ApprovalDecision{RequestID: h.requestID("Edit"), Decision: protocol.DecisionApprove})
 	}, 90*time.Minute)
 
 	h.runTurn(userTurn("write then edit"))
@@ -392,8 +393,8 @@ func TestApprovalValidatorRejectsUnknownDuplicateAndLateDecisions(t *testing.T) 
 	require.ErrorContains(t, forged.rejected, "unknown request")
 	require.ErrorContains(t, duplicate.rejected, "already decided")
 	require.ErrorContains(t, late.rejected, "expired", "a request whose time ran out is expired, not decided")
-	require.Equal(t, RejectExpired, RejectionReason(late.rejected))
-	require.Equal(t, RejectDecided, RejectionReason(duplicate.rejected))
+	require.Equal(t, protocol.RejectExpired, RejectionReason(late.rejected))
+	require.Equal(t, protocol.RejectDecided, RejectionReason(duplicate.rejected))
 	require.ErrorContains(t, badDecision.rejected, `decision "yes"`)
 	require.ErrorContains(t, badArgs.rejected, "not a JSON object")
 	require.Equal(t, []string{"Write"}, h.ranTools())
@@ -403,9 +404,9 @@ func TestApprovalBySignalRunsToolAndIgnoresInvalidSignals(t *testing.T) {
 	h := newHarness(t, testSettings(), calls(call("w", "Write", `{"file_path":"a","content":"b"}`)))
 	h.env.RegisterDelayedCallback(func() {
 		id := h.requestID("Write")
-		h.env.SignalWorkflow(ApprovalSignal, ApprovalDecision{RequestID: id + "x", Decision: DecisionDecline})
-		h.env.SignalWorkflow(ApprovalSignal, ApprovalDecision{RequestID: id, Decision: DecisionApprove})
-		h.env.SignalWorkflow(ApprovalSignal, ApprovalDecision{RequestID: id, Decision: DecisionDecline})
+		h.env.SignalWorkflow(ApprovalSignal, protocol.ApprovalDecision{RequestID: id + "x", Decision: protocol.DecisionDecline})
+		h.env.SignalWorkflow(ApprovalSignal, protocol.ApprovalDecision{RequestID: id, Decision: protocol.DecisionApprove})
+		h.env.SignalWorkflow(ApprovalSignal, protocol.ApprovalDecision{RequestID: id, Decision: protocol.DecisionDecline})
 	}, time.Second)
 
 	out := h.runTurn(userTurn("write"))
@@ -413,9 +414,9 @@ func TestApprovalBySignalRunsToolAndIgnoresInvalidSignals(t *testing.T) {
 	require.Equal(t, []string{"Write"}, h.ranTools())
 	decisions := 0
 	for _, e := range out.Events {
-		if e.Type == EventApprovalDecision {
+		if e.Type == protocol.EventApprovalDecision {
 			decisions++
-			require.Equal(t, DecisionApprove, e.Decision)
+			require.Equal(t, protocol.DecisionApprove, e.Decision)
 		}
 	}
 	require.Equal(t, 1, decisions, "the first valid decision wins")
@@ -429,7 +430,7 @@ func TestBypassApprovalRunsProtectedCallsWithoutAsking(t *testing.T) {
 	out := h.runTurn(in)
 
 	require.Equal(t, []string{"Write"}, h.ranTools())
-	require.NotContains(t, eventTypes(out.Events), EventApprovalRequest)
+	require.NotContains(t, eventTypes(out.Events), protocol.EventApprovalRequest)
 }
 
 func TestMalformedArgumentsAndUnknownToolsAnswerTheModelWithoutAsking(t *testing.T) {
@@ -438,7 +439,7 @@ func TestMalformedArgumentsAndUnknownToolsAnswerTheModelWithoutAsking(t *testing
 	out := h.runTurn(userTurn("go"))
 
 	require.Empty(t, h.ranTools())
-	require.NotContains(t, eventTypes(out.Events), EventApprovalRequest)
+	require.NotContains(t, eventTypes(out.Events), protocol.EventApprovalRequest)
 	tools := toolMessages(out.Messages)
 	require.Contains(t, tools[0].Content, "Write was not run: arguments are not valid JSON")
 	require.Contains(t, tools[1].Content, `no tool named "Delete"`)
@@ -453,7 +454,7 @@ func TestTurnStopsAtMaxSteps(t *testing.T) {
 
 	out := h.runTurn(userTurn("loop"))
 
-	require.Equal(t, FinishMaxSteps, out.FinishReason)
+	require.Equal(t, protocol.FinishMaxSteps, out.FinishReason)
 	require.Len(t, h.modelInputs, 3)
 }
 
@@ -463,11 +464,11 @@ func TestRejectedModelRequestEndsTurnWithErrorEvent(t *testing.T) {
 
 	out := h.runTurn(userTurn("hi"))
 
-	require.Equal(t, FinishError, out.FinishReason)
+	require.Equal(t, protocol.FinishError, out.FinishReason)
 	require.Len(t, h.modelInputs, 1, "a non-retryable error is not retried")
-	e := findEvent(t, out.Events, EventError)
+	e := findEvent(t, out.Events, protocol.EventError)
 	require.Contains(t, e.Message, "bad model")
-	require.Equal(t, []string{EventTurnStart, EventError, EventFinish}, eventTypes(out.Events))
+	require.Equal(t, []string{protocol.EventTurnStart, protocol.EventError, protocol.EventFinish}, eventTypes(out.Events))
 }
 
 func TestRetryableModelErrorIsRetried(t *testing.T) {
@@ -481,7 +482,7 @@ func TestRetryableModelErrorIsRetried(t *testing.T) {
 
 	out := h.runTurn(userTurn("hi"))
 
-	require.Equal(t, FinishStop, out.FinishReason)
+	require.Equal(t, protocol.FinishStop, out.FinishReason)
 	require.Greater(t, len(h.modelInputs), 1)
 }
 
@@ -550,7 +551,7 @@ func TestTokensOfARetriedModelCallSpellTheAnswerKept(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var s answerStream
-			var events []Event
+			var events []protocol.Event
 			for _, b := range tt.batches {
 				if e, ok := s.take(b); ok {
 					events = append(events, e)
@@ -561,7 +562,7 @@ func TestTokensOfARetriedModelCallSpellTheAnswerKept(t *testing.T) {
 			}
 			var got []string
 			for _, e := range events {
-				require.Equal(t, EventToken, e.Type)
+				require.Equal(t, protocol.EventToken, e.Type)
 				if e.Reset {
 					e.Data = "↺" + e.Data
 				}
@@ -574,7 +575,7 @@ func TestTokensOfARetriedModelCallSpellTheAnswerKept(t *testing.T) {
 }
 
 // spell applies token events in order, as a client shows them.
-func spell(events []Event) string {
+func spell(events []protocol.Event) string {
 	var text string
 	for _, e := range events {
 		if e.Reset {
@@ -585,7 +586,7 @@ func spell(events []Event) string {
 	return text
 }
 
-func tokenData(events []Event) []string {
+func tokenData(events []protocol.Event) []string {
 	var out []string
 	for _, e := range events {
 		out = append(out, e.Data)
@@ -595,8 +596,8 @@ func tokenData(events []Event) []string {
 
 func TestEventsQueryReturnsEventsAfterCursor(t *testing.T) {
 	var l eventLog
-	for _, typ := range []string{EventTurnStart, EventToken, EventFinish} {
-		l.append(Event{Type: typ})
+	for _, typ := range []string{protocol.EventTurnStart, protocol.EventToken, protocol.EventFinish} {
+		l.append(protocol.Event{Type: typ})
 	}
 	require.Equal(t, []int{2, 3}, seqs(l.after(1).Events))
 	require.True(t, l.after(1).Finished)
@@ -604,7 +605,7 @@ func TestEventsQueryReturnsEventsAfterCursor(t *testing.T) {
 	require.Equal(t, []int{1, 2, 3}, seqs(l.after(-5).Events))
 }
 
-func seqs(events []Event) []int {
+func seqs(events []protocol.Event) []int {
 	var out []int
 	for _, e := range events {
 		out = append(out, e.Seq)
@@ -612,7 +613,7 @@ func seqs(events []Event) []int {
 	return out
 }
 
-func findEvent(t *testing.T, events []Event, typ string) Event {
+func findEvent(t *testing.T, events []protocol.Event, typ string) protocol.Event {
 	t.Helper()
 	for _, e := range events {
 		if e.Type == typ {
@@ -620,7 +621,7 @@ func findEvent(t *testing.T, events []Event, typ string) Event {
 		}
 	}
 	t.Fatalf("no %s event in %v", typ, eventTypes(events))
-	return Event{}
+	return protocol.Event{}
 }
 
 func TestRequestIDNamesItsWorkflow(t *testing.T) {

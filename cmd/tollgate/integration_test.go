@@ -78,7 +78,7 @@ func startRealStack(t *testing.T) *realStack {
 	w := worker.New(c, queue, workflows.WorkerOptions())
 	workflows.RegisterAuditor(w, &activities.Auditor{Ledger: ledger})
 	workflows.Register(w, &workflows.Workflows{Settings: workflows.Settings{
-		RequiredTools:    []string{activities.ToolWrite, activities.ToolEdit, activities.ToolBash},
+		RequiredTools:    []string{protocol.ToolWrite, protocol.ToolEdit, protocol.ToolBash},
 		ApprovalTimeout:  5 * time.Minute,
 		MaxSteps:         5,
 		Tools:            tools.Specs(),
@@ -168,7 +168,7 @@ func TestTerminalClientOnTheRealStack(t *testing.T) {
 		require.Equal(t, 1.0, st.metrics.Sum(workflows.ApprovalDecisionsMetric, map[string]string{"workflow_type": workflows.ChatTurnWorkflow, workflows.MetricTagDecision: protocol.DecisionDecline}))
 		require.EqualValues(t, 1, st.metrics.Count(workflows.ApprovalDecisionLatencyMetric, map[string]string{workflows.MetricTagDecision: protocol.DecisionApprove}))
 		// The SDK's own metrics name each tool's activity.
-		require.GreaterOrEqual(t, st.metrics.Count("temporal_activity_execution_latency_seconds", map[string]string{"activity_type": activities.ToolBash}), uint64(1))
+		require.GreaterOrEqual(t, st.metrics.Count("temporal_activity_execution_latency_seconds", map[string]string{"activity_type": protocol.ToolBash}), uint64(1))
 		require.GreaterOrEqual(t, st.metrics.Count("temporal_activity_execution_latency_seconds", map[string]string{"activity_type": activities.ModelActivity}), uint64(2))
 		pending, err := testutil.GatherAndFormat(st.metrics, expfmt.TypeTextPlain, workflows.ApprovalsPendingMetric)
 		require.NoError(t, err)

@@ -98,6 +98,8 @@ func TestTheArrowsPointDown(t *testing.T) {
 	require.Subset(t, []string{"activities", "internal/agents", "internal/audit", "internal/policy", "internal/text", "internal/workflowtrace", "protocol"}, got["workflows"],
 		"workflows imports no helper above it")
 	require.Subset(t, []string{"protocol", "internal/text"}, got["cmd/tollgate"], "the terminal client speaks the contract only")
+	require.Subset(t, []string{"protocol", "internal/text"}, got["internal/scripted"], "the scripted model server speaks the contract only")
+	require.NotContains(t, got["api"], "activities", "the API shares the contract with the activities through protocol")
 
 	// The workflows link no SQL driver: the ledger's rows are a leaf.
 	out, err := exec.Command("go", "list", "-deps", "../../workflows").CombinedOutput()

@@ -16,6 +16,7 @@ import (
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/internal/proctest"
+	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
 )
 
@@ -48,7 +49,7 @@ func TestPolicyDocExamplesCompileAndDecideAsTheyClaim(t *testing.T) {
 	// The worker's tools in a workspace, and a client's Pay, as a real
 	// model sees them; models send absolute paths as often as relative ones.
 	const ws = "/home/dev/project"
-	pay := activities.ToolSpec{Name: "Pay", Parameters: json.RawMessage(`{"type":"object","properties":{"amount":{"type":"number"}},"required":["amount"]}`)}
+	pay := protocol.ToolSpec{Name: "Pay", Parameters: json.RawMessage(`{"type":"object","properties":{"amount":{"type":"number"}},"required":["amount"]}`)}
 	tools := append((&activities.Tools{Workspace: ws}).Specs(), pay)
 	requires := func(rules []workflows.Rule, tool, args string) bool {
 		s := workflows.Settings{Rules: rules, Tools: tools, WorkspaceRoots: []string{ws}}
@@ -109,8 +110,8 @@ func TestToolsDocMCPExamplesAreTrue(t *testing.T) {
 	m, err := activities.StartMCP(ctx, fs, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
 	defer m.Close()
-	search := activities.ToolSpec{Name: "mcp__search__query", Parameters: json.RawMessage(`{"type":"object"}`),
-		Annotations: &activities.ToolAnnotations{ReadOnly: true}, MCP: &activities.MCPTool{Server: "search", Tool: "query"}}
+	search := protocol.ToolSpec{Name: "mcp__search__query", Parameters: json.RawMessage(`{"type":"object"}`),
+		Annotations: &protocol.ToolAnnotations{ReadOnly: true}, MCP: &protocol.MCPTool{Server: "search", Tool: "query"}}
 	s := workflows.Settings{Rules: rules, Tools: append(m.Specs(), search)}
 	requires := func(tool, args string) bool { return workflows.RequiresApproval(s, tool, args) }
 

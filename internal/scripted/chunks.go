@@ -7,7 +7,7 @@ import (
 
 	openai "github.com/sashabaranov/go-openai"
 
-	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 // ChunkStyle is how a streamed answer is cut into chunks, after the servers
@@ -185,7 +185,7 @@ func chunks(reply Reply) []delta {
 
 // openaiCalls sends each call as a header delta (index, id, name) and four
 // argument fragments, taking one piece of every call in turn.
-func openaiCalls(calls []activities.ToolCall) []delta {
+func openaiCalls(calls []protocol.ToolCall) []delta {
 	perCall := make([][]toolCallJSON, len(calls))
 	for i, call := range calls {
 		header := toolCallJSON{Index: &i, ID: call.ID, Type: "function", Function: functionJSON{Name: call.Name}}
@@ -212,7 +212,7 @@ func openaiCalls(calls []activities.ToolCall) []delta {
 // vllmCalls sends the calls one after another in fragments of two
 // characters, each with the index, id and type, and the name only on the
 // first.
-func vllmCalls(calls []activities.ToolCall) []delta {
+func vllmCalls(calls []protocol.ToolCall) []delta {
 	var out []delta
 	for i, call := range calls {
 		frags := runs(call.Arguments, 2)
@@ -231,7 +231,7 @@ func vllmCalls(calls []activities.ToolCall) []delta {
 }
 
 // ollamaCalls sends every call whole, without an index, in a single chunk.
-func ollamaCalls(calls []activities.ToolCall) []delta {
+func ollamaCalls(calls []protocol.ToolCall) []delta {
 	if len(calls) == 0 {
 		return nil
 	}

@@ -8,7 +8,6 @@ import (
 
 	openai "github.com/sashabaranov/go-openai"
 
-	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/text"
 	"github.com/tollgate/tollgate/protocol"
 )
@@ -103,7 +102,7 @@ func firstSubagent(tools []openai.Tool) string {
 func demoTask(msgs []openai.ChatCompletionMessage, agent, query string) Reply {
 	return Reply{
 		Content: "I'll hand this to the " + agent + " subagent.",
-		ToolCalls: []activities.ToolCall{{
+		ToolCalls: []protocol.ToolCall{{
 			ID:   fmt.Sprintf("call_%d_0", demoTurn(msgs)),
 			Name: protocol.TaskTool,
 			Arguments: marshal(struct {
@@ -124,14 +123,14 @@ func demoCalls(msgs []openai.ChatCompletionMessage, query string, offers func(st
 		name string
 		args any
 	}{
-		{activities.ToolRead, struct {
+		{protocol.ToolRead, struct {
 			FilePath string `json:"file_path"`
 		}{"README.md"}},
-		{activities.ToolWrite, struct {
+		{protocol.ToolWrite, struct {
 			FilePath string `json:"file_path"`
 			Content  string `json:"content"`
 		}{DemoNotePath, note}},
-		{activities.ToolBash, struct {
+		{protocol.ToolBash, struct {
 			Command string `json:"command"`
 		}{"ls -la"}},
 	}
@@ -140,7 +139,7 @@ func demoCalls(msgs []openai.ChatCompletionMessage, query string, offers func(st
 		if !offers(a.name) {
 			continue
 		}
-		reply.ToolCalls = append(reply.ToolCalls, activities.ToolCall{
+		reply.ToolCalls = append(reply.ToolCalls, protocol.ToolCall{
 			ID:        fmt.Sprintf("call_%d_%d", turn, i),
 			Name:      a.name,
 			Arguments: marshal(a.args),

@@ -17,7 +17,7 @@ import (
 
 	openai "github.com/sashabaranov/go-openai"
 
-	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 // Reply is the server's answer to one chat completion request.
@@ -26,7 +26,7 @@ type Reply struct {
 	Content string
 	// ToolCalls are the calls the answer asks for, in order. A call with an
 	// empty ID is sent without one.
-	ToolCalls []activities.ToolCall
+	ToolCalls []protocol.ToolCall
 	// Status, when not zero, makes the server answer with this HTTP status
 	// and an OpenAI-style JSON error body instead of a completion.
 	Status int

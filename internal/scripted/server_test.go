@@ -16,11 +16,11 @@ import (
 	openai "github.com/sashabaranov/go-openai"
 	"github.com/stretchr/testify/require"
 
-	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/scripted"
+	"github.com/tollgate/tollgate/protocol"
 )
 
-var twoCalls = []activities.ToolCall{
+var twoCalls = []protocol.ToolCall{
 	{ID: "call_a", Name: "Read", Arguments: `{"file_path":"README.md"}`},
 	{ID: "call_b", Name: "Bash", Arguments: `{"command":"echo héllo wörld"}`},
 }
