@@ -372,32 +372,10 @@ func (g *gate) await(ctx workflow.Context, reqs []*approval, onDecided func([]*a
 	}
 	for _, a := range reqs {
 		if !oneTimer {
-			// The Web UI shows a timer by its summary: name the call it
-			// waits for (a summary is metadata, not part of what replay
-			// matches).
-			timer := workflow.NewTimerWithOptions(timerCtx, a.ExpiresAt.Sub(workflow.Now(ctx)),
-				workflow.TimerOptions{Summary: "approval: " + callSummary(a.Call)})
-			sel.AddFuture(timer, func(f workflow.Future) {
-				if f.Get(ctx, nil) == nil {
-					g.decide(ctx, a, protocol.DecisionTimeout, reasonTimeout, "", "", DecidedByTimer)
-				}
-			})
+			g.expireAlone(ctx, timerCtx, sel, a)
 		}
 		if g.notify {
-			// A reminder Settings.ReminderBefore the timeout, or when four
-			// fifths of the time have passed.
-			before := a.ExpiresAt.Sub(a.RequestedAt) / 5
-			if r := g.settings.ReminderBefore; r > 0 && r < a.ExpiresAt.Sub(a.RequestedAt) {
-				before = r
-			}
-			remindAt := a.ExpiresAt.Add(-before)
-			reminder := workflow.NewTimerWithOptions(timerCtx, remindAt.Sub(workflow.Now(ctx)),
-				workflow.TimerOptions{Summary: "reminder: " + callSummary(a.Call)})
-			sel.AddFuture(reminder, func(f workflow.Future) {
-				if f.Get(ctx, nil) == nil && !a.decided {
-					g.sendNotice(ctx, a, activities.NoticeReminder)
-				}
-			})
+			g.remind(ctx, timerCtx, sel, a)
 		}
 	}
 	sel.AddReceive(g.wake, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil) })
@@ -409,20 +387,54 @@ func (g *gate) await(ctx workflow.Context, reqs []*approval, onDecided func([]*a
 		if cancelled {
 			g.declinePending(ctx, reasonCancelled)
 		}
-		if onDecided == nil {
-			continue
-		}
-		var news []*approval
-		for i, a := range reqs {
-			if a.decided && !told[i] {
-				told[i] = true
-				news = append(news, a)
-			}
-		}
-		if len(news) > 0 {
+		if news := newlyDecided(reqs, told); onDecided != nil && len(news) > 0 {
 			onDecided(news)
 		}
 	}
+}
+
+// expireAlone gives request a a durable timer of its own, which times it
+// out when it fires (before levelOneTimer). The Web UI shows a timer by
+// its summary: it names the call it waits for (a summary is metadata, not
+// part of what replay matches).
+func (g *gate) expireAlone(ctx, timerCtx workflow.Context, sel workflow.Selector, a *approval) {
+	timer := workflow.NewTimerWithOptions(timerCtx, a.ExpiresAt.Sub(workflow.Now(ctx)),
+		workflow.TimerOptions{Summary: "approval: " + callSummary(a.Call)})
+	sel.AddFuture(timer, func(f workflow.Future) {
+		if f.Get(ctx, nil) == nil {
+			g.decide(ctx, a, protocol.DecisionTimeout, reasonTimeout, "", "", DecidedByTimer)
+		}
+	})
+}
+
+// remind starts the timer of request a's reminder: Settings.ReminderBefore
+// its timeout, or when four fifths of its time have passed.
+func (g *gate) remind(ctx, timerCtx workflow.Context, sel workflow.Selector, a *approval) {
+	before := a.ExpiresAt.Sub(a.RequestedAt) / 5
+	if r := g.settings.ReminderBefore; r > 0 && r < a.ExpiresAt.Sub(a.RequestedAt) {
+		before = r
+	}
+	remindAt := a.ExpiresAt.Add(-before)
+	reminder := workflow.NewTimerWithOptions(timerCtx, remindAt.Sub(workflow.Now(ctx)),
+		workflow.TimerOptions{Summary: "reminder: " + callSummary(a.Call)})
+	sel.AddFuture(reminder, func(f workflow.Future) {
+		if f.Get(ctx, nil) == nil && !a.decided {
+			g.sendNotice(ctx, a, activities.NoticeReminder)
+		}
+	})
+}
+
+// newlyDecided gives the requests of reqs decided since the last call,
+// marking them in told.
+func newlyDecided(reqs []*approval, told []bool) []*approval {
+	var news []*approval
+	for i, a := range reqs {
+		if a.decided && !told[i] {
+			told[i] = true
+			news = append(news, a)
+		}
+	}
+	return news
 }
 
 // expireTogether gives the requests of a batch one durable timer, not one

@@ -802,8 +802,7 @@ func (t *turn) previews(ctx workflow.Context, calls []protocol.ToolCall, vetted 
 	out := make([]string, len(calls))
 	var wanted []int
 	for i, c := range calls {
-		if vetted[i].Refused == "" && vetted[i].Check.Required && !(t.bypass && !vetted[i].Check.Always) &&
-			c.Name != protocol.TaskTool && !offers(t.clientTools, c.Name) && offers(t.tools, c.Name) && t.settings.mcpServerName(c.Name) == "" {
+		if t.previewed(c, vetted[i]) {
 			wanted = append(wanted, i)
 		}
 	}
@@ -811,31 +810,57 @@ func (t *turn) previews(ctx workflow.Context, calls []protocol.ToolCall, vetted 
 		return out
 	}
 	requirePatched(ctx, t.settings, patchApprovalPreview)
-	const timeout, attempts = 10 * time.Second, 2
 	if t.settings.PatchLevel >= levelOnePreview {
-		ins := make([]activities.ToolInput, len(wanted))
-		for j, i := range wanted {
-			ins[j] = activities.ToolInput{Call: calls[i]}
-		}
-		var previewed []protocol.ToolCall
-		for _, i := range wanted {
-			previewed = append(previewed, calls[i])
-		}
-		summary := batchSummary("preview: ", previewed)
-		var got []string
-		err := workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
-			StartToCloseTimeout: timeout, RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: attempts}, Summary: summary,
-		}), activities.PreviewsActivity, ins).Get(ctx, &got)
-		for j, i := range wanted {
-			switch {
-			case err != nil:
-				out[i] = "(no preview: " + activityErrorMessage(err) + ")"
-			case j < len(got):
-				out[i] = got[j]
-			}
-		}
-		return out
+		t.previewTogether(ctx, calls, wanted, out)
+	} else {
+		t.previewEach(ctx, calls, wanted, out)
 	}
+	return out
+}
+
+// previewTimeout and previewAttempts bound a preview's local activity.
+const previewTimeout, previewAttempts = 10 * time.Second, 2
+
+// previewed reports whether call c, vetted as v, gets a preview: the
+// policy may make it wait for a person, and its tool is the worker's own
+// (not a subagent, a client tool or an MCP server's).
+func (t *turn) previewed(c protocol.ToolCall, v vetting) bool {
+	mayAsk := v.Refused == "" && v.Check.Required && !(t.bypass && !v.Check.Always)
+	return mayAsk && c.Name != protocol.TaskTool && !offers(t.clientTools, c.Name) && offers(t.tools, c.Name) &&
+		t.settings.mcpServerName(c.Name) == ""
+}
+
+// previewTogether previews the wanted calls in one local activity
+// (levelOnePreview) and puts each preview in out.
+func (t *turn) previewTogether(ctx workflow.Context, calls []protocol.ToolCall, wanted []int, out []string) {
+	const timeout, attempts = previewTimeout, previewAttempts
+	ins := make([]activities.ToolInput, len(wanted))
+	for j, i := range wanted {
+		ins[j] = activities.ToolInput{Call: calls[i]}
+	}
+	var previewed []protocol.ToolCall
+	for _, i := range wanted {
+		previewed = append(previewed, calls[i])
+	}
+	summary := batchSummary("preview: ", previewed)
+	var got []string
+	err := workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+		StartToCloseTimeout: timeout, RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: attempts}, Summary: summary,
+	}), activities.PreviewsActivity, ins).Get(ctx, &got)
+	for j, i := range wanted {
+		switch {
+		case err != nil:
+			out[i] = "(no preview: " + activityErrorMessage(err) + ")"
+		case j < len(got):
+			out[i] = got[j]
+		}
+	}
+}
+
+// previewEach previews each wanted call in an activity of its own (a local
+// one from levelLocalPreviews on) and puts each preview in out.
+func (t *turn) previewEach(ctx workflow.Context, calls []protocol.ToolCall, wanted []int, out []string) {
+	const timeout, attempts = previewTimeout, previewAttempts
 	futures := make([]workflow.Future, len(wanted))
 	for j, i := range wanted {
 		summary, in := "preview: "+callSummary(calls[i]), activities.ToolInput{Call: calls[i]}
@@ -854,7 +879,6 @@ func (t *turn) previews(ctx workflow.Context, calls []protocol.ToolCall, vetted 
 			out[i] = "(no preview: " + activityErrorMessage(err) + ")"
 		}
 	}
-	return out
 }
 
 // outgrewHistory reports whether the turn should end before its history
