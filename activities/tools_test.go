@@ -493,10 +493,12 @@ func TestToolsBashOutputFloodIsCappedWithoutBuffering(t *testing.T) {
 
 func TestToolsBashEndlessOutputIsCappedAndTimesOut(t *testing.T) {
 	ws, _ := newWorkspace(t)
-	tools := &Tools{Workspace: ws, OutputCap: 1000, BashTimeout: 300 * time.Millisecond}
+	// 3 s, not less: on a loaded machine the shell may not have written
+	// its first line before a shorter limit kills it.
+	tools := &Tools{Workspace: ws, OutputCap: 1000, BashTimeout: 3 * time.Second}
 
 	out := call(t, tools.Bash, map[string]any{"command": "yes"})
-	requireToolError(t, out, "Bash: command timed out after 300ms")
+	requireToolError(t, out, "Bash: command timed out after 3s")
 	require.Contains(t, out.Result, "[output truncated: ")
 	require.Less(t, len(out.Result), 1200)
 }
