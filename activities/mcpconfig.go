@@ -11,6 +11,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/tollgate/tollgate/protocol"
 )
 
 // MCPConfig is an MCP configuration file in the format Claude Code reads
@@ -98,11 +100,6 @@ const (
 	MCPHTTP  = "http"
 	MCPSSE   = "sse"
 )
-
-// MCPToolPrefix starts the name of every MCP tool: mcp__<server>__<tool>,
-// the names Claude Code gives them, which policies and subagent
-// definitions use.
-const MCPToolPrefix = "mcp__"
 
 // maxToolName is the longest function name OpenAI-compatible servers take.
 const maxToolName = 64
@@ -241,5 +238,5 @@ func MCPToolName(server, tool string) string {
 		}
 		return '_'
 	}, tool)
-	return MCPToolPrefix + server + "__" + clean
+	return protocol.MCPToolPrefix + server + "__" + clean
 }

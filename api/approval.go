@@ -19,7 +19,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/protocol"
-	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // maxBodyBytes bounds every request body.
@@ -187,7 +187,7 @@ func jsonKindOf(raw []byte) string {
 
 // approve handles POST /chat/approval. It answers {"accepted": true} when
 // the waiting workflow took the decision, and {"accepted": false, "reason":
-// ...} (a workflows.Reject reason) when it did not.
+// ...} (a protocol.Reject reason) when it did not.
 func (s *Server) approve(c *gin.Context) {
 	d, err := parseApproval(http.MaxBytesReader(c.Writer, c.Request.Body, maxBodyBytes))
 	if err != nil {
@@ -226,7 +226,7 @@ func decidedBy(c *gin.Context, d protocol.ApprovalDecision) protocol.ApprovalDec
 // names and the store no longer holds: the answer then says so, rather
 // than leave the caller to guess at a mistyped id.
 func (s *Server) lostTurnOf(ctx context.Context, requestID, reason string) *turnLostError {
-	wid, ok := workflows.RequestWorkflowID(requestID)
+	wid, ok := contract.RequestWorkflowID(requestID)
 	if !ok || reason != protocol.RejectUnknown {
 		return nil
 	}
@@ -238,13 +238,13 @@ func (s *Server) lostTurnOf(ctx context.Context, requestID, reason string) *turn
 // names its workflow, so any API instance can deliver any decision; only
 // the workflow's validator can tell a genuine id.
 func (s *Server) decide(ctx context.Context, d protocol.ApprovalDecision, updateID string) (string, error) {
-	wid, ok := workflows.RequestWorkflowID(d.RequestID)
+	wid, ok := contract.RequestWorkflowID(d.RequestID)
 	if !ok {
 		s.log.Info("approval not taken: not a tollgate request id", "requestId", d.RequestID)
 		return protocol.RejectUnknown, nil
 	}
 	var res protocol.ApprovalResult
-	reason, err := s.offer(ctx, wid, workflows.ApprovalUpdate, updateID, d, &res)
+	reason, err := s.offer(ctx, wid, contract.ApprovalUpdate, updateID, d, &res)
 	if err != nil {
 		return "", fmt.Errorf("request %s: %w", d.RequestID, err)
 	}
@@ -266,7 +266,7 @@ func decisionUpdateID(d protocol.ApprovalDecision) string {
 }
 
 // offer sends an Update to wid and says why the workflow did not take it:
-// a workflows.Reject reason (unknown also for a workflow that is gone or
+// a protocol.Reject reason (unknown also for a workflow that is gone or
 // closed), or "" when it did. Only a failure to reach Temporal is an error.
 // An updateID, when not "", makes a retried Update get the first one's
 // outcome.
@@ -282,7 +282,7 @@ func (s *Server) offer(ctx context.Context, wid, update, updateID string, arg, r
 // a workflow that is gone or closed), or, for an invalid one, a
 // badRequestError that says why.
 func refusalReason(refused error) (string, error) {
-	reason := cmp.Or(workflows.RejectionReason(refused), protocol.RejectUnknown)
+	reason := cmp.Or(contract.RejectionReason(refused), protocol.RejectUnknown)
 	var app *temporal.ApplicationError
 	if reason == protocol.RejectInvalid && errors.As(refused, &app) {
 		return "", badRequest("%s", app.Message())

@@ -21,11 +21,11 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/tollgate/tollgate/protocol"
-	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // testRequestID is an approval request id of tollgate's form.
-var testRequestID = workflows.NewRequestID(testTurn, "s3cret")
+var testRequestID = contract.NewRequestID(testTurn, "s3cret")
 
 func TestApprovalBodyThatIsNotValidIsRejectedWithWhatIsWrong(t *testing.T) {
 	for _, tc := range []struct {
@@ -95,7 +95,7 @@ func TestApprovalIsSentToTheWaitingTurnAsAnUpdate(t *testing.T) {
 	c.On("UpdateWorkflow", mock.Anything, client.UpdateWorkflowOptions{
 		UpdateID:     decisionUpdateID(decision),
 		WorkflowID:   testTurn,
-		UpdateName:   workflows.ApprovalUpdate,
+		UpdateName:   contract.ApprovalUpdate,
 		Args:         []any{decision},
 		WaitForStage: client.WorkflowUpdateStageCompleted,
 	}).Return(h, nil)

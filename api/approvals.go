@@ -24,7 +24,7 @@ import (
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/internal/links"
 	"github.com/tollgate/tollgate/protocol"
-	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // GET /approvals answers from the audit ledger when the API has one: the
@@ -257,10 +257,10 @@ const ledgerMissWarnEvery = time.Minute
 // ledger has nothing to list.
 func (s *Server) turnsWaitOutsideLedger(ctx context.Context, conv string) bool {
 	query := fmt.Sprintf("WorkflowType IN ('%s', '%s') AND ExecutionStatus = 'Running' AND %s IS NOT NULL",
-		workflows.ChatTurnWorkflow, workflows.SubagentWorkflow, workflows.PendingApprovalsAttribute)
+		contract.ChatTurnWorkflow, contract.SubagentWorkflow, contract.PendingApprovalsAttribute)
 	if conv != "" {
 		// conv matched conversationIDPattern, so it cannot break the quotes.
-		query += fmt.Sprintf(" AND %s = '%s'", workflows.ConversationIDAttribute, conv)
+		query += fmt.Sprintf(" AND %s = '%s'", contract.ConversationIDAttribute, conv)
 	}
 	resp, err := s.client.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Query: query})
 	if err != nil {

@@ -30,7 +30,7 @@ import (
 	"github.com/tollgate/tollgate/internal/proctest"
 	"github.com/tollgate/tollgate/internal/scripted"
 	"github.com/tollgate/tollgate/protocol"
-	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // TestTheAuditLedgerListsEveryDecisionOverHTTP runs turns whose calls a
@@ -268,7 +268,7 @@ func TestAnApprovedCallWaitsForNoLedgerWrite(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	var events []*historypb.HistoryEvent
-	iter := st.client.GetWorkflowHistory(ctx, workflows.TurnWorkflowID("ledger-off-path", 1), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	iter := st.client.GetWorkflowHistory(ctx, contract.TurnWorkflowID("ledger-off-path", 1), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	for iter.HasNext() {
 		e, err := iter.Next()
 		require.NoError(t, err)
@@ -345,7 +345,7 @@ func TestABatchCostsItsTurnAMarkerOfEachKindNotOneACall(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	markers, timers := 0, 0
-	iter := st.client.GetWorkflowHistory(ctx, workflows.TurnWorkflowID("batch-markers", 1), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	iter := st.client.GetWorkflowHistory(ctx, contract.TurnWorkflowID("batch-markers", 1), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	for iter.HasNext() {
 		e, err := iter.Next()
 		require.NoError(t, err)

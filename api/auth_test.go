@@ -20,7 +20,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/protocol"
-	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // Bearer tokens of the tests' API, and the principals they name.
@@ -228,7 +228,7 @@ func TestDecisionRecordsWhoDecidedInTheEventAndTheWorkflowHistory(t *testing.T) 
 	require.JSONEq(t, `{"accepted":true}`, body)
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
-	require.NoError(t, st.client.SignalWorkflow(ctx, turnID, "", workflows.ApprovalSignal,
+	require.NoError(t, st.client.SignalWorkflow(ctx, turnID, "", contract.ApprovalSignal,
 		protocol.ApprovalDecision{RequestID: bash.RequestID, Decision: protocol.DecisionDecline}))
 
 	rest := untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
@@ -284,7 +284,7 @@ func TestConsoleAndInboxSendTheTokenTypedIntoThem(t *testing.T) {
 	b.waitUntil(`document.querySelector('[data-testid="inbox-empty"]') && !document.querySelector('[data-testid="inbox-empty"]').hidden`)
 
 	conv := eval[string](b, `JSON.parse(localStorage.getItem('tollgate.console.v1')).conversationId`)
-	turnID := workflows.TurnWorkflowID(conv, 1)
+	turnID := contract.TurnWorkflowID(conv, 1)
 	_, msgs, _ := openStream(t, eventsURL(api, turnID)+"?after=0", http.Header{"Authorization": {"Bearer " + bobToken}})
 	var by []string
 	for _, e := range ofType(streamToEnd(t, msgs), protocol.EventApprovalDecision) {

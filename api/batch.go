@@ -11,7 +11,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/tollgate/tollgate/protocol"
-	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // parseBatch reads and checks the decisions of POST /chat/approvals, each
@@ -41,7 +41,7 @@ func parseBatch(c *gin.Context) ([]protocol.ApprovalDecision, string, error) {
 			return nil, "", badRequest("decisions[%d] and decisions[%d] both decide request %s: decide it once", j, i, d.RequestID)
 		}
 		seen[d.RequestID] = i
-		w, ok := workflows.RequestWorkflowID(d.RequestID)
+		w, ok := contract.RequestWorkflowID(d.RequestID)
 		switch {
 		case !ok:
 			return nil, "", badRequest("decisions[%d]: requestId %q is not a tollgate request id", i, d.RequestID)
@@ -72,7 +72,7 @@ func (s *Server) approveAll(c *gin.Context) {
 	}
 	batch := protocol.ApprovalBatch{Decisions: ds}
 	var res protocol.ApprovalBatchResult
-	refused, err := s.sendUpdate(c.Request.Context(), wid, workflows.ApprovalsUpdate, batchUpdateID(batch), batch, &res)
+	refused, err := s.sendUpdate(c.Request.Context(), wid, contract.ApprovalsUpdate, batchUpdateID(batch), batch, &res)
 	if err == nil && refused != nil {
 		res, err = s.batchRefusal(c, wid, refused)
 	}
@@ -100,7 +100,7 @@ func (s *Server) batchRefusal(c *gin.Context, wid string, refused error) (protoc
 	if err != nil {
 		return protocol.ApprovalBatchResult{}, err
 	}
-	res := protocol.ApprovalBatchResult{Reason: reason, RequestID: workflows.RejectedRequest(refused), Message: refused.Error()}
+	res := protocol.ApprovalBatchResult{Reason: reason, RequestID: contract.RejectedRequest(refused), Message: refused.Error()}
 	var app *temporal.ApplicationError
 	if errors.As(refused, &app) {
 		res.Message = app.Message()

@@ -16,6 +16,7 @@ import (
 	"github.com/tollgate/tollgate/internal/scripted"
 	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // batchBody is the body of POST /chat/approvals that makes decision on
@@ -77,7 +78,7 @@ func TestOnePostDecidesATurnsCallsAndEachDecisionKeepsItsDeciders(t *testing.T) 
 		"no body object":     {leadToken, `[]`, http.StatusBadRequest, "body must be a JSON object"},
 		"a bad decision":     {leadToken, `{"decisions":[{"requestId":"` + bash + `","decision":"maybe"}]}`, http.StatusBadRequest, `decisions[0]: decision "maybe" is neither`},
 		"a request twice":    {leadToken, batchBody(protocol.DecisionApprove, bash, write, bash), http.StatusBadRequest, "decisions[0] and decisions[2] both decide request " + bash},
-		"another turn's":     {leadToken, batchBody(protocol.DecisionApprove, bash, workflows.NewRequestID(workflows.TurnWorkflowID("other", 1), "0123")), http.StatusBadRequest, "decisions[1]: request " + workflows.NewRequestID(workflows.TurnWorkflowID("other", 1), "0123") + " is not of the same turn"},
+		"another turn's":     {leadToken, batchBody(protocol.DecisionApprove, bash, contract.NewRequestID(contract.TurnWorkflowID("other", 1), "0123")), http.StatusBadRequest, "decisions[1]: request " + contract.NewRequestID(contract.TurnWorkflowID("other", 1), "0123") + " is not of the same turn"},
 		"not a request id":   {leadToken, batchBody(protocol.DecisionApprove, bash, "nonsense"), http.StatusBadRequest, `decisions[1]: requestId "nonsense" is not a tollgate request id`},
 		"too many":           {leadToken, batchBody(protocol.DecisionDecline, manyIDs(write, 101)...), http.StatusBadRequest, "101 decisions, more than the limit of 100"},
 		"an edit it refuses": {leadToken, `{"decisions":[{"requestId":"` + write + `","decision":"approve","arguments":"[1]"}]}`, http.StatusBadRequest, "decisions[0]: arguments must be a JSON object"},
@@ -110,10 +111,10 @@ func TestOnePostDecidesATurnsCallsAndEachDecisionKeepsItsDeciders(t *testing.T) 
 
 // manyIDs is n request ids of the workflow of id, all different.
 func manyIDs(id string, n int) []string {
-	wid, _ := workflows.RequestWorkflowID(id)
+	wid, _ := contract.RequestWorkflowID(id)
 	out := make([]string, n)
 	for i := range out {
-		out[i] = workflows.NewRequestID(wid, fmt.Sprintf("%032x", i))
+		out[i] = contract.NewRequestID(wid, fmt.Sprintf("%032x", i))
 	}
 	return out
 }
@@ -169,7 +170,7 @@ func TestOneBatchDecisionCostsTheTurnFewerEventsThanTenSingleOnes(t *testing.T) 
 		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 		defer cancel()
 		n := 0
-		iter := st.client.GetWorkflowHistory(ctx, workflows.TurnWorkflowID(conv, 1), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+		iter := st.client.GetWorkflowHistory(ctx, contract.TurnWorkflowID(conv, 1), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 		for iter.HasNext() {
 			_, err := iter.Next()
 			require.NoError(t, err)

@@ -12,7 +12,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 
 	"github.com/tollgate/tollgate/protocol"
-	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // toolCallIDPattern is what a tool call id may look like when it is used
@@ -40,7 +40,7 @@ func (s *Server) toolResult(c *gin.Context) {
 		writeError(c, s.log, badRequest("result is missing"))
 		return
 	}
-	r := workflows.ClientToolResult{RequestID: b.RequestID, ToolCallID: b.ToolCallID, IsError: b.IsError}
+	r := contract.ClientToolResult{RequestID: b.RequestID, ToolCallID: b.ToolCallID, IsError: b.IsError}
 	// A JSON string is the result's text; any other JSON value is passed on
 	// as JSON text.
 	if err := json.Unmarshal(b.Result, &r.Result); err != nil {
@@ -57,7 +57,7 @@ func (s *Server) toolResult(c *gin.Context) {
 		return
 	}
 	var none struct{}
-	reason, err := s.offer(c.Request.Context(), wid, workflows.ClientToolResultUpdate, "", r, &none)
+	reason, err := s.offer(c.Request.Context(), wid, contract.ClientToolResultUpdate, "", r, &none)
 	if err != nil {
 		writeError(c, s.log, err)
 		return
@@ -74,10 +74,10 @@ func (s *Server) toolResult(c *gin.Context) {
 func (s *Server) clientToolWorkflow(ctx context.Context, b protocol.ToolResultRequest) (string, error) {
 	switch {
 	case b.RequestID != "":
-		wid, _ := workflows.RequestWorkflowID(b.RequestID)
+		wid, _ := contract.RequestWorkflowID(b.RequestID)
 		return wid, nil
 	case b.TurnID != "":
-		if !workflows.IsTollgateWorkflowID(b.TurnID) {
+		if !contract.IsTollgateWorkflowID(b.TurnID) {
 			return "", nil
 		}
 		return b.TurnID, nil
@@ -85,7 +85,7 @@ func (s *Server) clientToolWorkflow(ctx context.Context, b protocol.ToolResultRe
 		return "", badRequest("toolCallId %.80q is not valid: use up to 128 letters, digits, '.', '_', ':' or '-', or send requestId", b.ToolCallID)
 	}
 	query := fmt.Sprintf("%s = '%s' AND ExecutionStatus = 'Running'",
-		workflows.PendingApprovalsAttribute, workflows.ClientToolSearchValue(b.ToolCallID))
+		contract.PendingApprovalsAttribute, contract.ClientToolSearchValue(b.ToolCallID))
 	ctx, cancel := context.WithTimeout(ctx, toolResultLookup)
 	defer cancel()
 	for wait := 50 * time.Millisecond; ; wait *= 2 {

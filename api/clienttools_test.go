@@ -12,7 +12,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/scripted"
 	"github.com/tollgate/tollgate/protocol"
-	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // pickColor is a model that calls the client tool PickColor, then says what
@@ -60,7 +60,7 @@ func TestBadClientToolsAreRefusedBeforeTheConversationStarts(t *testing.T) {
 			require.Equal(t, http.StatusBadRequest, status, "%v", body)
 			require.Contains(t, body["error"], "clientTools")
 			require.Contains(t, body["error"], c.want)
-			_, err := st.client.DescribeWorkflow(context.Background(), workflows.ConversationWorkflowID(conv), "")
+			_, err := st.client.DescribeWorkflow(context.Background(), contract.ConversationWorkflowID(conv), "")
 			var notFound *serviceerror.NotFound
 			require.ErrorAs(t, err, &notFound, "a refused message starts no conversation")
 		})

@@ -21,7 +21,7 @@ import (
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/internal/scripted"
 	"github.com/tollgate/tollgate/protocol"
-	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // postCodec posts payloads to the codec's decode with token and returns
@@ -62,7 +62,7 @@ func TestTheCodecDecodesForAdminsOnlyAndBoundsWhatOneRequestDecodes(t *testing.T
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	var result *commonpb.Payload
-	iter := st.client.GetWorkflowHistory(ctx, workflows.TurnWorkflowID("codec-bounds", 1), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_CLOSE_EVENT)
+	iter := st.client.GetWorkflowHistory(ctx, contract.TurnWorkflowID("codec-bounds", 1), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_CLOSE_EVENT)
 	for iter.HasNext() {
 		e, err := iter.Next()
 		require.NoError(t, err)
@@ -91,7 +91,7 @@ func TestTheCodecDecodesForAdminsOnlyAndBoundsWhatOneRequestDecodes(t *testing.T
 	require.Equal(t, http.StatusOK, status, "%.300s", body)
 	var decoded commonpb.Payloads
 	require.NoError(t, protojson.Unmarshal(body, &decoded))
-	var out workflows.TurnOutput
+	var out contract.TurnOutput
 	require.NoError(t, converter.GetDefaultDataConverter().FromPayload(decoded.GetPayloads()[0], &out))
 	require.Equal(t, answer, out.Text)
 

@@ -12,7 +12,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/tollgate/tollgate/protocol"
-	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // compactTimeout bounds POST /conversations/:id/compact: the summary is
@@ -36,8 +36,8 @@ func (s *Server) compact(c *gin.Context) {
 	ctx, cancel := context.WithTimeout(c.Request.Context(), compactTimeout)
 	defer cancel()
 	h, err := s.client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
-		WorkflowID:   workflows.ConversationWorkflowID(conv),
-		UpdateName:   workflows.CompactUpdate,
+		WorkflowID:   contract.ConversationWorkflowID(conv),
+		UpdateName:   contract.CompactUpdate,
 		Args:         []any{req},
 		WaitForStage: client.WorkflowUpdateStageCompleted,
 	})
@@ -49,7 +49,7 @@ func (s *Server) compact(c *gin.Context) {
 	switch {
 	case err == nil:
 		c.JSON(http.StatusOK, res)
-	case workflows.RejectionReason(err) == protocol.RejectInvalid && errors.As(err, &app):
+	case contract.RejectionReason(err) == protocol.RejectInvalid && errors.As(err, &app):
 		writeError(c, s.log, badRequest("%s", app.Message()))
 	default:
 		writeError(c, s.log, fmt.Errorf("compact conversation %s: %w", conv, err))

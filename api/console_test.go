@@ -24,6 +24,7 @@ import (
 	"github.com/tollgate/tollgate/internal/scripted"
 	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // The console and inbox tests drive the pages in real headless Chromium
@@ -469,7 +470,7 @@ func TestInboxListsPendingApprovalsAndDecidingThereFinishesTheTurn(t *testing.T)
 		statuses[r.Name] = r.Status
 	}
 	require.Equal(t, map[string]string{"Read": "ok", "Write": "declined", "Bash": "ok"}, statuses)
-	require.Equal(t, workflows.TurnWorkflowID("inbox-1", 1), turnID)
+	require.Equal(t, contract.TurnWorkflowID("inbox-1", 1), turnID)
 	require.Empty(t, st.approvals(t, ""))
 }
 
@@ -642,7 +643,7 @@ func TestInboxSaysWhatBecameOfACallDecidedElsewhere(t *testing.T) {
 // tool-call budget is spent by its first batch: the console shows the
 // budget's request, and approving it lets the turn finish.
 func TestConsoleAsksToRaiseASpentBudgetAndTheTurnGoesOn(t *testing.T) {
-	env := newStack(t, withSettings(func(s *workflows.Settings) { s.Budgets = workflows.Budgets{TurnToolCalls: 2} }))
+	env := newStack(t, withSettings(func(s *workflows.Settings) { s.Budgets = contract.Budgets{TurnToolCalls: 2} }))
 	b := newBrowser(t)
 	b.do(chromedp.Navigate(env.api.URL + "/"))
 	sendFromConsole(b, "tidy up on a budget")

@@ -16,7 +16,7 @@ import (
 	"github.com/tollgate/tollgate/internal/proctest"
 	"github.com/tollgate/tollgate/internal/scripted"
 	"github.com/tollgate/tollgate/protocol"
-	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // post sends body to path with the given Content-Type and Origin (none
@@ -39,7 +39,7 @@ func (st *stack) requireNoConversation(t *testing.T, conv string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
-	_, err := st.client.DescribeWorkflow(ctx, workflows.ConversationWorkflowID(conv), "")
+	_, err := st.client.DescribeWorkflow(ctx, contract.ConversationWorkflowID(conv), "")
 	require.True(t, isNotFound(err), "conversation %s was never started: %v", conv, err)
 }
 

@@ -25,7 +25,7 @@ import (
 	"github.com/tollgate/tollgate/internal/proctest"
 	"github.com/tollgate/tollgate/internal/scripted"
 	"github.com/tollgate/tollgate/protocol"
-	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // End-to-end proofs of the HTTP contract: a real Temporal dev server, real
@@ -41,7 +41,7 @@ func TestReadWriteBashBatchStreamsFullSequenceOverHTTP(t *testing.T) {
 	require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
 	require.Equal(t, "no", resp.Header.Get("X-Accel-Buffering"))
 	turnID := resp.Header.Get(protocol.HeaderTurnID)
-	require.Equal(t, workflows.TurnWorkflowID("e2e-seq", 1), turnID)
+	require.Equal(t, contract.TurnWorkflowID("e2e-seq", 1), turnID)
 
 	seq := 0
 	first := untilEvent(t, msgs, &seq, protocol.EventHeartbeat, 1)
@@ -255,8 +255,8 @@ func TestLateUnknownAndForgedRequestIDsAreNotAccepted(t *testing.T) {
 	// the timed-out one is told it expired (the timer decided it).
 	for id, reason := range map[string]string{
 		write.RequestID: protocol.RejectExpired,
-		workflows.NewRequestID(turnID, "00000000000000000000000000000000"):        protocol.RejectUnknown,
-		workflows.NewRequestID(workflows.TurnWorkflowID("e2e-nobody", 1), "0123"): protocol.RejectUnknown,
+		contract.NewRequestID(turnID, "00000000000000000000000000000000"):       protocol.RejectUnknown,
+		contract.NewRequestID(contract.TurnWorkflowID("e2e-nobody", 1), "0123"): protocol.RejectUnknown,
 	} {
 		for _, decision := range []string{protocol.DecisionApprove, protocol.DecisionDecline} {
 			require.Equal(t, reason, postDecision(t, st.api, id, decision, "", false), id)
@@ -467,10 +467,10 @@ func TestResumingATurnThatDoesNotExistIsNotFoundAtOnceWhileAQueuedTurnStreams(t 
 	}))
 	const conv = "e2e-unknown-turn"
 	first, _ := st.chat(t, `{"query": "think", "conversationId": "`+conv+`"}`)
-	require.Equal(t, workflows.TurnWorkflowID(conv, 1), first.Header.Get(protocol.HeaderTurnID))
+	require.Equal(t, contract.TurnWorkflowID(conv, 1), first.Header.Get(protocol.HeaderTurnID))
 	second, _ := chatAt(t, st.api.URL, `{"query": "and then", "conversationId": "`+conv+`"}`)
 	queued := second.Header.Get(protocol.HeaderTurnID)
-	require.Equal(t, workflows.TurnWorkflowID(conv, 2), queued)
+	require.Equal(t, contract.TurnWorkflowID(conv, 2), queued)
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	_, err := st.client.DescribeWorkflow(ctx, queued, "")
@@ -480,7 +480,7 @@ func TestResumingATurnThatDoesNotExistIsNotFoundAtOnceWhileAQueuedTurnStreams(t 
 	// conversation that does not exist: 404 at once, on any API instance.
 	other := st.newAPI(t)
 	for _, id := range []string{
-		workflows.TurnWorkflowID(conv+"x", 1), workflows.TurnWorkflowID(conv, 3), workflows.TurnWorkflowID("no-such-conversation", 1),
+		contract.TurnWorkflowID(conv+"x", 1), contract.TurnWorkflowID(conv, 3), contract.TurnWorkflowID("no-such-conversation", 1),
 	} {
 		began := time.Now()
 		req, err := http.NewRequest(http.MethodGet, eventsURL(other, id)+"?after=0", nil)
@@ -496,7 +496,7 @@ func TestResumingATurnThatDoesNotExistIsNotFoundAtOnceWhileAQueuedTurnStreams(t 
 	var listed protocol.TurnList
 	getJSON(t, other.URL+"/conversations/"+conv+"/turns", http.StatusOK, &listed)
 	require.Equal(t, conv, listed.ConversationID)
-	require.Equal(t, []protocol.TurnSummary{{TurnID: workflows.TurnWorkflowID(conv, 1), Message: "think"}, {TurnID: queued}}, listed.Turns)
+	require.Equal(t, []protocol.TurnSummary{{TurnID: contract.TurnWorkflowID(conv, 1), Message: "think"}, {TurnID: queued}}, listed.Turns)
 	getJSON(t, other.URL+"/conversations/"+conv+"/turns?limit=1", http.StatusOK, &listed)
 	require.Equal(t, []protocol.TurnSummary{{TurnID: queued}}, listed.Turns, "the last turn")
 	req, err := http.NewRequest(http.MethodGet, other.URL+"/conversations/no-such-conversation/turns", nil)

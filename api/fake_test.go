@@ -13,7 +13,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 
 	"github.com/tollgate/tollgate/protocol"
-	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // fakeSource is an eventSource in memory: tests publish events to a turn
@@ -23,7 +23,7 @@ type fakeSource struct {
 	turns map[string]*fakeTurn
 	// conversations are the states Conversation answers; one not there
 	// is not found.
-	conversations map[string]workflows.ConversationState
+	conversations map[string]contract.ConversationState
 
 	// watching is the number of Watch calls running now.
 	watching atomic.Int32
@@ -115,7 +115,7 @@ func (f *fakeSource) close(turnID string) {
 	f.change(t)
 }
 
-func (f *fakeSource) Events(ctx context.Context, turnID string, after int, _ bool) (workflows.EventsResponse, error) {
+func (f *fakeSource) Events(ctx context.Context, turnID string, after int, _ bool) (contract.EventsResponse, error) {
 	f.reads.Add(1)
 	f.mu.Lock()
 	gate := f.readGate
@@ -124,37 +124,37 @@ func (f *fakeSource) Events(ctx context.Context, turnID string, after int, _ boo
 		select {
 		case <-gate:
 		case <-ctx.Done():
-			return workflows.EventsResponse{}, ctx.Err()
+			return contract.EventsResponse{}, ctx.Err()
 		}
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	t := f.turn(turnID)
 	if t.missing {
-		return workflows.EventsResponse{}, serviceerror.NewNotFound("workflow not found for ID: " + turnID)
+		return contract.EventsResponse{}, serviceerror.NewNotFound("workflow not found for ID: " + turnID)
 	}
 	if f.ignoreAfter {
 		after = 0
 	}
-	return workflows.EventsAfter(t.events, after), nil
+	return contract.EventsAfter(t.events, after), nil
 }
 
 // setConversation sets what Conversation answers for conv.
-func (f *fakeSource) setConversation(conv string, st workflows.ConversationState) {
+func (f *fakeSource) setConversation(conv string, st contract.ConversationState) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.conversations == nil {
-		f.conversations = map[string]workflows.ConversationState{}
+		f.conversations = map[string]contract.ConversationState{}
 	}
 	f.conversations[conv] = st
 }
 
-func (f *fakeSource) Conversation(_ context.Context, conv string) (workflows.ConversationState, error) {
+func (f *fakeSource) Conversation(_ context.Context, conv string) (contract.ConversationState, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	st, ok := f.conversations[conv]
 	if !ok {
-		return st, serviceerror.NewNotFound("workflow not found for ID: " + workflows.ConversationWorkflowID(conv))
+		return st, serviceerror.NewNotFound("workflow not found for ID: " + contract.ConversationWorkflowID(conv))
 	}
 	return st, nil
 }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // grants handles GET /conversations/:conversationId/grants.
@@ -21,8 +21,8 @@ func (s *Server) grants(c *gin.Context) {
 	}
 	ctx, cancel := context.WithTimeout(c.Request.Context(), queryTimeout)
 	defer cancel()
-	v, err := s.client.QueryWorkflow(ctx, workflows.ConversationWorkflowID(conv), "", workflows.GrantsQuery)
-	var grants []workflows.Grant
+	v, err := s.client.QueryWorkflow(ctx, contract.ConversationWorkflowID(conv), "", contract.GrantsQuery)
+	var grants []contract.Grant
 	if err == nil {
 		err = v.Get(&grants)
 	}
@@ -31,7 +31,7 @@ func (s *Server) grants(c *gin.Context) {
 		return
 	}
 	if grants == nil {
-		grants = []workflows.Grant{}
+		grants = []contract.Grant{}
 	}
 	c.JSON(http.StatusOK, gin.H{"grants": grants})
 }
@@ -45,7 +45,7 @@ func (s *Server) messages(c *gin.Context) {
 		writeError(c, s.log, err)
 		return
 	}
-	var req workflows.MessagesRequest
+	var req contract.MessagesRequest
 	for name, dst := range map[string]*int{"offset": &req.Offset, "limit": &req.Limit} {
 		if v := c.Query(name); v != "" {
 			n, err := strconv.Atoi(v)
@@ -58,8 +58,8 @@ func (s *Server) messages(c *gin.Context) {
 	}
 	ctx, cancel := context.WithTimeout(c.Request.Context(), queryTimeout)
 	defer cancel()
-	v, err := s.client.QueryWorkflow(ctx, workflows.ConversationWorkflowID(conv), "", workflows.MessagesQuery, req)
-	var page workflows.MessagesPage
+	v, err := s.client.QueryWorkflow(ctx, contract.ConversationWorkflowID(conv), "", contract.MessagesQuery, req)
+	var page contract.MessagesPage
 	if err == nil {
 		err = v.Get(&page)
 	}
@@ -78,8 +78,8 @@ func (s *Server) revokeGrant(c *gin.Context) {
 		return
 	}
 	var none struct{}
-	reason, err := s.offer(c.Request.Context(), workflows.ConversationWorkflowID(conv), workflows.RevokeGrantUpdate, "",
-		workflows.RevokeGrant{GrantID: c.Param("grantId")}, &none)
+	reason, err := s.offer(c.Request.Context(), contract.ConversationWorkflowID(conv), contract.RevokeGrantUpdate, "",
+		contract.RevokeGrant{GrantID: c.Param("grantId")}, &none)
 	if err != nil {
 		writeError(c, s.log, err)
 		return

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tollgate/tollgate/protocol"
-	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 func TestRememberedApprovalSkipsTheNextAskUntilRevokedOverHTTP(t *testing.T) {
@@ -62,7 +62,7 @@ func TestRememberedApprovalSkipsTheNextAskUntilRevokedOverHTTP(t *testing.T) {
 	require.Contains(t, requestsByTool(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 2)), "Bash")
 }
 
-func (st *stack) grants(t *testing.T, conv string) []workflows.Grant {
+func (st *stack) grants(t *testing.T, conv string) []contract.Grant {
 	t.Helper()
 	resp, err := http.Get(st.api.URL + "/conversations/" + conv + "/grants")
 	require.NoError(t, err)
@@ -72,7 +72,7 @@ func (st *stack) grants(t *testing.T, conv string) []workflows.Grant {
 	}
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	var out struct {
-		Grants []workflows.Grant `json:"grants"`
+		Grants []contract.Grant `json:"grants"`
 	}
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
 	return out.Grants

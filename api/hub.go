@@ -16,7 +16,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/tollgate/tollgate/protocol"
-	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // eventSource is where a turn's events live: Temporal in production
@@ -25,7 +25,7 @@ type eventSource interface {
 	// Events returns the turn's events after sequence number after. closed
 	// says the turn's workflow has closed, so its log is final and may be
 	// read without a worker.
-	Events(ctx context.Context, turnID string, after int, closed bool) (workflows.EventsResponse, error)
+	Events(ctx context.Context, turnID string, after int, closed bool) (contract.EventsResponse, error)
 	// Watch blocks while the turn's workflow runs, calling changed (from any
 	// goroutine, never blocking) whenever the turn may have new events. It
 	// returns nil once the workflow has closed, a NotFound error while the
@@ -37,13 +37,13 @@ type eventSource interface {
 	// not tell.
 	Exists(ctx context.Context, turnID string) (bool, error)
 	// Live returns the token events in the heartbeat details of the turn's
-	// model call activityID (workflows.LiveTokens); running is false once
+	// model call activityID (contract.LiveTokens); running is false once
 	// that call is no longer pending.
 	Live(ctx context.Context, turnID, activityID string) (pieces []protocol.TokenPiece, running bool, err error)
 	// Conversation returns the state of a conversation (its turns, the one
 	// that runs, how many wait), to learn whether a turn that does not
 	// exist yet waits in its queue.
-	Conversation(ctx context.Context, conversationID string) (workflows.ConversationState, error)
+	Conversation(ctx context.Context, conversationID string) (contract.ConversationState, error)
 }
 
 // hubSettings tunes the pollers; tests shorten them.
@@ -270,7 +270,7 @@ func (f *feed) seen() bool {
 	return len(f.events) > 0 || f.queued != nil
 }
 
-func (f *feed) finishedLocked() bool { return workflows.Finished(f.events) }
+func (f *feed) finishedLocked() bool { return contract.Finished(f.events) }
 
 func (f *feed) finished() bool {
 	f.mu.Lock()
@@ -438,7 +438,7 @@ func (p *poller) wait(ctx context.Context) bool {
 // read reads the turn's events after after, within queryTimeout. ended
 // says the watcher has seen the workflow close; until then, the read gives
 // way when it does (closedCtx).
-func (p *poller) read(ctx context.Context, after int, ended bool) (workflows.EventsResponse, error) {
+func (p *poller) read(ctx context.Context, after int, ended bool) (contract.EventsResponse, error) {
 	readCtx := p.closedCtx
 	if ended {
 		readCtx = ctx
@@ -487,7 +487,7 @@ func (p *poller) failed(err error, after int, ended bool) (done bool) {
 // take adds the events a read answered to the feed and follows the model
 // call that streams its answer. It reports true when the feed is complete:
 // the turn finished, or ended without a finish event, which fails the feed.
-func (p *poller) take(ctx context.Context, resp workflows.EventsResponse, after int, ended bool) (done bool) {
+func (p *poller) take(ctx context.Context, resp contract.EventsResponse, after int, ended bool) (done bool) {
 	p.backoff = p.h.settings.minBackoff
 	contiguous := p.f.add(resp.Events)
 	p.live.follow(ctx, resp.Live, contiguous && resp.Live != nil && resp.Live.After <= p.f.last(), p.readLive)
@@ -505,7 +505,7 @@ func (p *poller) take(ctx context.Context, resp workflows.EventsResponse, after 
 }
 
 // readLive reads the token events of the model call l names (hub.readLive).
-func (p *poller) readLive(ctx context.Context, l workflows.LiveTokens) {
+func (p *poller) readLive(ctx context.Context, l contract.LiveTokens) {
 	p.h.readLive(ctx, p.f, l, p.log)
 }
 
@@ -539,7 +539,7 @@ func closedLost(ctx context.Context, c client.Client, wid string) *turnLostError
 		if err != nil {
 			return nil
 		}
-		if why, ok := workflows.LostPayload(ev.GetWorkflowExecutionTerminatedEventAttributes().GetReason()); ok {
+		if why, ok := contract.LostPayload(ev.GetWorkflowExecutionTerminatedEventAttributes().GetReason()); ok {
 			return &turnLostError{turnID: wid, why: why}
 		}
 	}
@@ -556,7 +556,7 @@ type liveReader struct {
 // follow starts reading the call l names when it is not read yet and may
 // be (ok: the feed holds the events the call's pieces follow), and stops
 // reading a call the turn no longer names.
-func (r *liveReader) follow(ctx context.Context, l *workflows.LiveTokens, ok bool, read func(context.Context, workflows.LiveTokens)) {
+func (r *liveReader) follow(ctx context.Context, l *contract.LiveTokens, ok bool, read func(context.Context, contract.LiveTokens)) {
 	switch {
 	case l != nil && l.ActivityID == r.activityID:
 		return // being read, or given up on
@@ -593,7 +593,7 @@ const liveFailures = 3
 // under the same numbers when the call ends, so the poller's next read
 // finds them had. Heartbeats are no history events, so the watcher does not
 // wake for them.
-func (h *hub) readLive(ctx context.Context, f *feed, live workflows.LiveTokens, log *slog.Logger) {
+func (h *hub) readLive(ctx context.Context, f *feed, live contract.LiveTokens, log *slog.Logger) {
 	wait := time.NewTimer(h.settings.liveInterval + h.settings.liveInterval/3)
 	defer wait.Stop()
 	failures := 0
@@ -711,7 +711,7 @@ func (h *hub) watch(ctx context.Context, turnID string, onClose, changed func(),
 // with no turn running (the conversation starts it next, in moments), when
 // turnID is not a turn's, or when the conversation did not answer.
 func (h *hub) queuedBehind(ctx context.Context, turnID string, log *slog.Logger) (running, conv string, queued bool) {
-	conv, n, ok := workflows.ParseTurnWorkflowID(turnID)
+	conv, n, ok := contract.ParseTurnWorkflowID(turnID)
 	if !ok {
 		return "", "", false
 	}
@@ -753,30 +753,30 @@ type temporalSource struct {
 // Events reads a turn's events after after. An ended turn is read from its
 // result first: that needs no worker and no replay. Its query is the
 // fallback, for a turn that failed or was terminated and so has no result.
-func (s temporalSource) Events(ctx context.Context, turnID string, after int, closed bool) (workflows.EventsResponse, error) {
+func (s temporalSource) Events(ctx context.Context, turnID string, after int, closed bool) (contract.EventsResponse, error) {
 	if closed {
-		var out workflows.TurnOutput
+		var out contract.TurnOutput
 		err := s.client.GetWorkflow(ctx, turnID, "").Get(ctx, &out)
 		if err == nil {
-			return workflows.EventsAfter(out.Events, after), nil
+			return contract.EventsAfter(out.Events, after), nil
 		}
 		if ctx.Err() != nil {
 			// No answer in time is not "no result": a query now would start
 			// with no time left.
-			return workflows.EventsResponse{}, fmt.Errorf("result of ended turn %s: %w", turnID, err)
+			return contract.EventsResponse{}, fmt.Errorf("result of ended turn %s: %w", turnID, err)
 		}
 		if lost := lostTurn(ctx, s.client, turnID, err); lost != nil {
-			return workflows.EventsResponse{}, lost // its query would need the payload too
+			return contract.EventsResponse{}, lost // its query would need the payload too
 		}
 		s.log.Debug("ended turn has no result; querying its events", "turnId", turnID, "error", err)
 	}
-	v, err := s.client.QueryWorkflow(ctx, turnID, "", workflows.EventsQuery, workflows.EventsRequest{After: after})
+	v, err := s.client.QueryWorkflow(ctx, turnID, "", contract.EventsQuery, contract.EventsRequest{After: after})
 	if err != nil {
-		return workflows.EventsResponse{}, fmt.Errorf("query %s of turn %s after %d: %w", workflows.EventsQuery, turnID, after, err)
+		return contract.EventsResponse{}, fmt.Errorf("query %s of turn %s after %d: %w", contract.EventsQuery, turnID, after, err)
 	}
-	var resp workflows.EventsResponse
+	var resp contract.EventsResponse
 	if err := v.Get(&resp); err != nil {
-		return workflows.EventsResponse{}, fmt.Errorf("decode %s of turn %s: %w", workflows.EventsQuery, turnID, err)
+		return contract.EventsResponse{}, fmt.Errorf("decode %s of turn %s: %w", contract.EventsQuery, turnID, err)
 	}
 	return resp, nil
 }
@@ -791,7 +791,7 @@ func (s temporalSource) Exists(ctx context.Context, turnID string) (bool, error)
 	if err == nil {
 		return true, nil
 	}
-	conv, n, ok := workflows.ParseTurnWorkflowID(turnID)
+	conv, n, ok := contract.ParseTurnWorkflowID(turnID)
 	if !ok {
 		// No turn's id (a subagent's, say): its stream says what it is.
 		return true, nil
@@ -811,14 +811,14 @@ func (s temporalSource) Exists(ctx context.Context, turnID string) (bool, error)
 var errNotDescribed = errors.New("no description from Temporal of turn")
 
 // Conversation queries a conversation's state.
-func (s temporalSource) Conversation(ctx context.Context, conversationID string) (workflows.ConversationState, error) {
-	var st workflows.ConversationState
-	v, err := s.client.QueryWorkflow(ctx, workflows.ConversationWorkflowID(conversationID), "", workflows.StateQuery)
+func (s temporalSource) Conversation(ctx context.Context, conversationID string) (contract.ConversationState, error) {
+	var st contract.ConversationState
+	v, err := s.client.QueryWorkflow(ctx, contract.ConversationWorkflowID(conversationID), "", contract.StateQuery)
 	if err == nil {
 		err = v.Get(&st)
 	}
 	if err != nil {
-		return st, fmt.Errorf("query %s of conversation %s: %w", workflows.StateQuery, conversationID, err)
+		return st, fmt.Errorf("query %s of conversation %s: %w", contract.StateQuery, conversationID, err)
 	}
 	return st, nil
 }

@@ -12,7 +12,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/scripted"
 	"github.com/tollgate/tollgate/protocol"
-	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // answers says hello to each message, calling no tool.
@@ -26,7 +26,7 @@ func TestNoConversationIDTakesAnotherConversationsTurn(t *testing.T) {
 
 	// alice's conversation "victim" runs its first turn.
 	turn1, msgs := chatAs(t, api, aliceToken, `{"query":"one","conversationId":"victim"}`)
-	require.Equal(t, workflows.TurnWorkflowID("victim", 1), turn1)
+	require.Equal(t, contract.TurnWorkflowID("victim", 1), turn1)
 	finish := lastOf(streamToEnd(t, msgs))
 	require.Equal(t, protocol.FinishStop, finish.Reason)
 
@@ -38,7 +38,7 @@ func TestNoConversationIDTakesAnotherConversationsTurn(t *testing.T) {
 		require.Equal(t, http.StatusBadRequest, resp.StatusCode, body)
 		require.Contains(t, body, `may not contain \"-turn-\"`)
 	}
-	_, err := st.client.DescribeWorkflow(context.Background(), workflows.ConversationWorkflowID("victim-turn-2"), "")
+	_, err := st.client.DescribeWorkflow(context.Background(), contract.ConversationWorkflowID("victim-turn-2"), "")
 	require.True(t, isNotFound(err), "no conversation started under the id of alice's turn: %v", err)
 	// Nor is alice's first turn any conversation's to read or change.
 	for _, req := range [][3]string{
@@ -55,7 +55,7 @@ func TestNoConversationIDTakesAnotherConversationsTurn(t *testing.T) {
 
 	// alice's second turn runs whatever bob did.
 	turn2, msgs := chatAs(t, api, aliceToken, `{"query":"two","conversationId":"victim"}`)
-	require.Equal(t, workflows.TurnWorkflowID("victim", 2), turn2)
+	require.Equal(t, contract.TurnWorkflowID("victim", 2), turn2)
 	events := streamToEnd(t, msgs)
 	require.Empty(t, ofType(events, protocol.EventError))
 	require.Equal(t, protocol.FinishStop, lastOf(events).Reason)
@@ -68,13 +68,13 @@ func TestAConversationStartedUnderATurnLikeIDStillTakesMessages(t *testing.T) {
 	// started it then.
 	const legacy = "notes-turn-over"
 	_, err := st.client.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{
-		ID: workflows.ConversationWorkflowID(legacy), TaskQueue: st.queue,
+		ID: contract.ConversationWorkflowID(legacy), TaskQueue: st.queue,
 		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
-	}, workflows.ConversationWorkflow, workflows.ConversationInput{ConversationID: legacy})
+	}, contract.ConversationWorkflow, contract.ConversationInput{ConversationID: legacy})
 	require.NoError(t, err)
 
 	turnID, msgs := chatAs(t, api, aliceToken, `{"query":"one","conversationId":"`+legacy+`"}`)
-	require.Equal(t, workflows.TurnWorkflowID(legacy, 1), turnID)
+	require.Equal(t, contract.TurnWorkflowID(legacy, 1), turnID)
 	require.Equal(t, protocol.FinishStop, lastOf(streamToEnd(t, msgs)).Reason)
 
 	resp, body := send(t, http.MethodGet, api.URL+"/conversations/"+legacy+"/messages", "Bearer "+aliceToken, "")

@@ -31,6 +31,7 @@ import (
 	"github.com/tollgate/tollgate/internal/telemetry"
 	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // stack is a real Temporal dev server, a worker in this process with the
@@ -380,7 +381,7 @@ func TestTurnStreamsThroughApprovalsToFinishOnRealTemporal(t *testing.T) {
 	st := newStack(t)
 	resp, msgs := st.chat(t, `{"query": "hello", "conversationId": "it-1"}`)
 	turnID := resp.Header.Get(protocol.HeaderTurnID)
-	require.Equal(t, workflows.TurnWorkflowID("it-1", 1), turnID)
+	require.Equal(t, contract.TurnWorkflowID("it-1", 1), turnID)
 
 	seq := 0
 	events := untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 2)
@@ -408,7 +409,7 @@ func TestTurnStreamsThroughApprovalsToFinishOnRealTemporal(t *testing.T) {
 	postDecision(t, st.api, write, protocol.DecisionApprove, "", true)
 	require.Equal(t, protocol.RejectDecided, postDecision(t, st.api, write, protocol.DecisionDecline, "", false))
 	require.Equal(t, protocol.RejectUnknown, postDecision(t, st.api, write+"x", protocol.DecisionApprove, "", false)) // forged
-	forged := workflows.NewRequestID(workflows.ConversationWorkflowID("it-1"), "x")
+	forged := contract.NewRequestID(contract.ConversationWorkflowID("it-1"), "x")
 	postDecision(t, st.api, forged, protocol.DecisionApprove, "", false) // a workflow with no approval update
 	postDecision(t, st.api, bash, protocol.DecisionDecline, "not now", true)
 
@@ -445,7 +446,7 @@ func TestApprovalOfAnEndedTurnIsNotAccepted(t *testing.T) {
 	requests := ofType(events, protocol.EventApprovalRequest)
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
-	require.NoError(t, st.client.TerminateWorkflow(ctx, workflows.TurnWorkflowID("it-2", 1), "", "test"))
+	require.NoError(t, st.client.TerminateWorkflow(ctx, contract.TurnWorkflowID("it-2", 1), "", "test"))
 
 	postDecision(t, st.api, requests[0].RequestID, protocol.DecisionApprove, "", false)
 }
@@ -458,7 +459,7 @@ func TestStreamOfAConversationsWorkflowEndsWithAnError(t *testing.T) {
 	seq := 0
 	untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 1)
 
-	_, conv, _ := openStream(t, eventsURL(st.api, workflows.ConversationWorkflowID("it-4")), nil)
+	_, conv, _ := openStream(t, eventsURL(st.api, contract.ConversationWorkflowID("it-4")), nil)
 	got := drain(t, conv)
 	require.NotEmpty(t, got)
 	last := got[len(got)-1]
@@ -485,7 +486,7 @@ func TestNewMessageInTheSameConversationStreamsTheNextTurn(t *testing.T) {
 	untilEvent(t, first, &seq1, protocol.EventApprovalRequest, 2)
 
 	resp, second := st.chat(t, `{"query": "two", "conversationId": "it-3"}`)
-	require.Equal(t, workflows.TurnWorkflowID("it-3", 2), resp.Header.Get(protocol.HeaderTurnID))
+	require.Equal(t, contract.TurnWorkflowID("it-3", 2), resp.Header.Get(protocol.HeaderTurnID))
 
 	// The new message declines what the first turn waits for, and it ends.
 	rest := untilEvent(t, first, &seq1, protocol.EventFinish, 1)
@@ -497,5 +498,5 @@ func TestNewMessageInTheSameConversationStreamsTheNextTurn(t *testing.T) {
 
 	seq2 := 0
 	events := untilEvent(t, second, &seq2, protocol.EventApprovalRequest, 2)
-	require.Equal(t, workflows.TurnWorkflowID("it-3", 2), events[0].TurnID)
+	require.Equal(t, contract.TurnWorkflowID("it-3", 2), events[0].TurnID)
 }

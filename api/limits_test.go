@@ -28,6 +28,7 @@ import (
 	"github.com/tollgate/tollgate/internal/scripted"
 	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // TestABatchOfAHundredProtectedCallsWaitsAndRuns goes past Temporal's 2 KB
@@ -75,7 +76,7 @@ func TestAConversationThatEndedIsNeverReplacedByAnEmptyOneUnderItsID(t *testing.
 	untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
-	id := workflows.ConversationWorkflowID("ended")
+	id := contract.ConversationWorkflowID("ended")
 	require.NoError(t, st.client.TerminateWorkflow(ctx, id, "", "an operator ended it"))
 
 	status, msg := post(t, st.api.URL+"/chat/stream", "application/json", "", `{"query": "again", "conversationId": "ended"}`)
@@ -84,7 +85,7 @@ func TestAConversationThatEndedIsNeverReplacedByAnEmptyOneUnderItsID(t *testing.
 	desc, err := st.client.DescribeWorkflow(ctx, id, "")
 	require.NoError(t, err)
 	require.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED, desc.RawResponse.GetWorkflowExecutionInfo().GetStatus(), "no new run under its id")
-	_, err = st.client.DescribeWorkflow(ctx, workflows.TurnWorkflowID("ended", 1), "")
+	_, err = st.client.DescribeWorkflow(ctx, contract.TurnWorkflowID("ended", 1), "")
 	require.NoError(t, err, "turn 1 is still the first conversation's")
 }
 
@@ -123,7 +124,7 @@ func TestAWriteOfTwoAndAHalfMebibytesPassesThroughThePayloadStore(t *testing.T) 
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	size := 0
-	iter := st.client.GetWorkflowHistory(ctx, workflows.TurnWorkflowID("big-write", 1), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	iter := st.client.GetWorkflowHistory(ctx, contract.TurnWorkflowID("big-write", 1), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	for iter.HasNext() {
 		e, err := iter.Next()
 		require.NoError(t, err)
@@ -145,7 +146,7 @@ func TestAWriteOfTwoAndAHalfMebibytesPassesThroughThePayloadStore(t *testing.T) 
 	// What the Web UI does with the history: it asks the API's codec
 	// endpoint, from its own origin, to resolve the references.
 	var result *commonpb.Payloads
-	iter = st.client.GetWorkflowHistory(ctx, workflows.TurnWorkflowID("big-write", 1), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_CLOSE_EVENT)
+	iter = st.client.GetWorkflowHistory(ctx, contract.TurnWorkflowID("big-write", 1), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_CLOSE_EVENT)
 	for iter.HasNext() {
 		e, err := iter.Next()
 		require.NoError(t, err)
@@ -178,7 +179,7 @@ func TestAWriteOfTwoAndAHalfMebibytesPassesThroughThePayloadStore(t *testing.T) 
 	require.NoError(t, err)
 	var payloadsOut commonpb.Payloads
 	require.NoError(t, protojson.Unmarshal(decoded, &payloadsOut))
-	var out workflows.TurnOutput
+	var out contract.TurnOutput
 	require.NoError(t, converter.GetDefaultDataConverter().FromPayload(payloadsOut.GetPayloads()[0], &out))
 	require.Equal(t, "Wrote it.", out.Text, "the Web UI shows the turn's result, not a storage key")
 
@@ -188,7 +189,7 @@ func TestAWriteOfTwoAndAHalfMebibytesPassesThroughThePayloadStore(t *testing.T) 
 	cliCtx, cancelCLI := context.WithTimeout(context.Background(), time.Minute)
 	defer cancelCLI()
 	cli, err := exec.CommandContext(cliCtx, temporal, "workflow", "result", "--address", st.temporal.HostPort, "--namespace", st.temporal.Namespace,
-		"--workflow-id", workflows.TurnWorkflowID("big-write", 1), "--codec-endpoint", st.api.URL+"/codec", "--output", "json").CombinedOutput()
+		"--workflow-id", contract.TurnWorkflowID("big-write", 1), "--codec-endpoint", st.api.URL+"/codec", "--output", "json").CombinedOutput()
 	require.NoError(t, err, "%.500s", cli)
 	require.True(t, strings.Contains(string(cli), `"text": "Wrote it."`), "the CLI shows the turn's result: %.500s", cli)
 
@@ -260,7 +261,7 @@ func TestALongConversationIsCompactedForTheModelAndKeptWholeForPeople(t *testing
 	require.LessOrEqual(t, compacted[0].BytesAfter, 20<<10)
 	require.Equal(t, "I no longer see the file; I would read it again.", second[len(second)-1].Text)
 
-	var page workflows.MessagesPage
+	var page contract.MessagesPage
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		page = messagesPage(c, st.api.URL+"/conversations/compacted/messages?offset=0&limit=3")
 		require.Equal(c, 6, page.Total, "two turns: user, call, output, answer; user, answer")
@@ -303,7 +304,7 @@ func TestATurnEndsWithAnErrorBeforeItsHistoryReachesTemporalsLimit(t *testing.T)
 
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
-	desc, err := st.client.DescribeWorkflow(ctx, workflows.TurnWorkflowID("history-limit", 1), "")
+	desc, err := st.client.DescribeWorkflow(ctx, contract.TurnWorkflowID("history-limit", 1), "")
 	require.NoError(t, err)
 	info := desc.RawResponse.GetWorkflowExecutionInfo()
 	require.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, info.GetStatus(), "completed, not terminated")
@@ -322,12 +323,12 @@ func TestATurnEndsWithAnErrorBeforeItsHistoryReachesTemporalsLimit(t *testing.T)
 }
 
 // messagesPage reads a page of GET /conversations/:id/messages at url.
-func messagesPage(t require.TestingT, url string) workflows.MessagesPage {
+func messagesPage(t require.TestingT, url string) contract.MessagesPage {
 	resp, err := http.Get(url)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
-	var page workflows.MessagesPage
+	var page contract.MessagesPage
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&page))
 	return page
 }
@@ -345,7 +346,7 @@ func TestAConversationOfSixtyLongMessagesGoesOnPastTwoMegabytes(t *testing.T) {
 	runID := func(t require.TestingT) string {
 		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 		defer cancel()
-		d, err := st.client.DescribeWorkflow(ctx, workflows.ConversationWorkflowID("long-messages"), "")
+		d, err := st.client.DescribeWorkflow(ctx, contract.ConversationWorkflowID("long-messages"), "")
 		require.NoError(t, err)
 		return d.RawResponse.GetWorkflowExecutionInfo().GetExecution().GetRunId()
 	}
@@ -358,7 +359,7 @@ func TestAConversationOfSixtyLongMessagesGoesOnPastTwoMegabytes(t *testing.T) {
 		body, err := json.Marshal(map[string]string{"query": log, "conversationId": "long-messages"})
 		require.NoError(t, err)
 		resp, msgs := st.chat(t, string(body))
-		require.Equal(t, workflows.TurnWorkflowID("long-messages", i+1), resp.Header.Get(protocol.HeaderTurnID))
+		require.Equal(t, contract.TurnWorkflowID("long-messages", i+1), resp.Header.Get(protocol.HeaderTurnID))
 		seq := 0
 		events := untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
 		require.Equal(t, protocol.FinishStop, events[len(events)-1].Reason, "turn %d", i+1)
@@ -372,7 +373,7 @@ func TestAConversationOfSixtyLongMessagesGoesOnPastTwoMegabytes(t *testing.T) {
 	resp, err := http.Get(st.api.URL + "/conversations/long-messages/messages?offset=118")
 	require.NoError(t, err)
 	defer resp.Body.Close()
-	var page workflows.MessagesPage
+	var page contract.MessagesPage
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&page))
 	require.Equal(t, 2*n, page.Total, "every message kept across six continue-as-new")
 	require.True(t, strings.HasPrefix(page.Messages[0].Content, fmt.Sprintf("log %d\n", n-1)))

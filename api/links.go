@@ -14,7 +14,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/links"
 	"github.com/tollgate/tollgate/protocol"
-	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // PrincipalLink is who a decision made through a signed link is recorded
@@ -155,7 +155,7 @@ func (s *Server) checkLink(ctx context.Context, q url.Values) (links.Link, *prot
 	case err != nil:
 		return l, nil, http.StatusBadRequest, err.Error() + "."
 	}
-	wid, ok := workflows.RequestWorkflowID(l.RequestID)
+	wid, ok := contract.RequestWorkflowID(l.RequestID)
 	if !ok {
 		return l, nil, http.StatusNotFound, "the link names no request of tollgate's."
 	}

@@ -20,7 +20,7 @@ import (
 	"github.com/tollgate/tollgate/internal/docstest"
 	"github.com/tollgate/tollgate/internal/payloads"
 	"github.com/tollgate/tollgate/protocol"
-	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // protocolDoc is the wire protocol's reference, which these tests hold to
@@ -172,8 +172,8 @@ func TestProtocolDocNamesEveryFieldOfTheBodies(t *testing.T) {
 		{"### `POST /chat/approvals`", []any{protocol.ApprovalBatchResult{}}, false},
 		{"### `POST /chat/tool-result`", []any{protocol.ToolResultRequest{}}, false},
 		{"### `GET /approvals`", []any{protocol.PendingApproval{}}, true},
-		{"### `GET /conversations/:conversationId/grants`", []any{workflows.Grant{}}, false},
-		{"### `GET /conversations/:conversationId/messages`", []any{workflows.MessagesPage{}, protocol.Message{}}, true},
+		{"### `GET /conversations/:conversationId/grants`", []any{contract.Grant{}}, false},
+		{"### `GET /conversations/:conversationId/messages`", []any{contract.MessagesPage{}, protocol.Message{}}, true},
 		{"### `GET /conversations/:conversationId/turns`", []any{protocol.TurnList{}}, false},
 		{"### `POST /conversations/:conversationId/compact`", []any{protocol.CompactResult{}}, false},
 		{"### The decision body", []any{protocol.DecisionRequest{}, protocol.ApprovalDecision{}}, false},

@@ -9,7 +9,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/scripted"
 	"github.com/tollgate/tollgate/protocol"
-	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // TestAQueuedTurnsStreamSaysSoAndWaitsPastTheNotFoundLimit: the stream of
@@ -19,10 +19,10 @@ import (
 // starts.
 func TestAQueuedTurnsStreamSaysSoAndWaitsPastTheNotFoundLimit(t *testing.T) {
 	src := newFakeSource()
-	running, queued := workflows.TurnWorkflowID("q", 1), workflows.TurnWorkflowID("q", 2)
+	running, queued := contract.TurnWorkflowID("q", 1), contract.TurnWorkflowID("q", 2)
 	src.publish(running, protocol.EventTurnStart, protocol.EventApprovalRequest)
 	src.setMissing(queued, true)
-	src.setConversation("q", workflows.ConversationState{ConversationID: "q", Turns: 2, Running: running, Queued: 1})
+	src.setConversation("q", contract.ConversationState{ConversationID: "q", Turns: 2, Running: running, Queued: 1})
 	_, ts := newTestServer(t, src, 10*time.Millisecond)
 
 	opened := time.Now()
@@ -38,7 +38,7 @@ func TestAQueuedTurnsStreamSaysSoAndWaitsPastTheNotFoundLimit(t *testing.T) {
 	}
 
 	// The running turn ends, and the queued one starts.
-	src.setConversation("q", workflows.ConversationState{ConversationID: "q", Turns: 2, Running: queued})
+	src.setConversation("q", contract.ConversationState{ConversationID: "q", Turns: 2, Running: queued})
 	src.publish(queued, protocol.EventTurnStart, protocol.EventFinish)
 	src.setMissing(queued, false)
 	src.close(running)
@@ -55,10 +55,10 @@ func TestAQueuedTurnsStreamSaysSoAndWaitsPastTheNotFoundLimit(t *testing.T) {
 // resumes the stream of a queued turn by its id hears that it is queued.
 func TestAStreamResumedWhileItsTurnIsQueuedSaysSoAgain(t *testing.T) {
 	src := newFakeSource()
-	running, queued := workflows.TurnWorkflowID("r", 4), workflows.TurnWorkflowID("r", 6)
+	running, queued := contract.TurnWorkflowID("r", 4), contract.TurnWorkflowID("r", 6)
 	src.publish(running, protocol.EventTurnStart)
 	src.setMissing(queued, true)
-	src.setConversation("r", workflows.ConversationState{ConversationID: "r", Turns: 6, Running: running, Queued: 2})
+	src.setConversation("r", contract.ConversationState{ConversationID: "r", Turns: 6, Running: running, Queued: 2})
 	_, ts := newTestServer(t, src, time.Hour)
 
 	for range 2 {
@@ -75,10 +75,10 @@ func TestAStreamResumedWhileItsTurnIsQueuedSaysSoAgain(t *testing.T) {
 // of it opens without asking Temporal again whether it exists.
 func TestASecondStreamOfAQueuedTurnIsNotLookedUpAgain(t *testing.T) {
 	src := newFakeSource()
-	running, queued := workflows.TurnWorkflowID("s", 1), workflows.TurnWorkflowID("s", 2)
+	running, queued := contract.TurnWorkflowID("s", 1), contract.TurnWorkflowID("s", 2)
 	src.publish(running, protocol.EventTurnStart)
 	src.setMissing(queued, true)
-	src.setConversation("s", workflows.ConversationState{ConversationID: "s", Turns: 2, Running: running, Queued: 1})
+	src.setConversation("s", contract.ConversationState{ConversationID: "s", Turns: 2, Running: running, Queued: 1})
 	_, ts := newTestServer(t, src, time.Hour)
 
 	_, first, _ := openStream(t, eventsURL(ts, queued), nil)
@@ -119,7 +119,7 @@ func TestAMessageQueuedBehindABusyTurnIsStreamedWhenItsTurnRuns(t *testing.T) {
 
 	sent := time.Now()
 	resp, second := chatAt(t, api.URL, `{"query":"two","conversationId":"busy-1"}`)
-	turn2 := workflows.TurnWorkflowID("busy-1", 2)
+	turn2 := contract.TurnWorkflowID("busy-1", 2)
 	require.Equal(t, turn2, resp.Header.Get(protocol.HeaderTurnID))
 	m, ok := nextMessage(t, second)
 	require.True(t, ok)

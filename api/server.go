@@ -31,7 +31,7 @@ import (
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/internal/links"
 	"github.com/tollgate/tollgate/protocol"
-	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // Options are what the server needs from main.
@@ -123,7 +123,7 @@ func checkConversationID(conv string) error {
 // checkNewConversationID says what is wrong with the conversation id of a
 // message: checkConversationID's shape, and no TurnIDSeparator, so that no
 // id a client picks is the workflow ID of another conversation's turn or
-// subagent (workflows.MayNameAnotherTurn). A conversation that already
+// subagent (contract.MayNameAnotherTurn). A conversation that already
 // runs under such an id (one started before the API refused them) still
 // takes its messages: its workflow is a Conversation, where another
 // conversation's turn would be a ChatTurn.
@@ -134,7 +134,7 @@ func (s *Server) checkNewConversationID(ctx context.Context, conv string) error 
 	if ok, err := s.isConversation(ctx, conv); ok || err != nil {
 		return err
 	}
-	return badRequest("conversationId %q is not valid: it may not contain %q, which joins a conversation's id to its turns' numbers in their ids (tollgate-conv-<conversationId>%s<n>), so that it cannot name another conversation's turn", conv, workflows.TurnIDSeparator, workflows.TurnIDSeparator)
+	return badRequest("conversationId %q is not valid: it may not contain %q, which joins a conversation's id to its turns' numbers in their ids (tollgate-conv-<conversationId>%s<n>), so that it cannot name another conversation's turn", conv, contract.TurnIDSeparator, contract.TurnIDSeparator)
 }
 
 // isConversation reports whether conv, a valid conversation id, names a
@@ -143,15 +143,15 @@ func (s *Server) checkNewConversationID(ctx context.Context, conv string) error 
 // type Conversation under it (one started before the API refused such
 // ids) is one.
 func (s *Server) isConversation(ctx context.Context, conv string) (bool, error) {
-	if !workflows.MayNameAnotherTurn(conv) {
+	if !contract.MayNameAnotherTurn(conv) {
 		return true, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
 	defer cancel()
-	d, err := s.client.DescribeWorkflow(ctx, workflows.ConversationWorkflowID(conv), "")
+	d, err := s.client.DescribeWorkflow(ctx, contract.ConversationWorkflowID(conv), "")
 	switch {
 	case err == nil:
-		return d.WorkflowType.Name == workflows.ConversationWorkflow, nil
+		return d.WorkflowType.Name == contract.ConversationWorkflow, nil
 	case isNotFound(err):
 		return false, nil
 	default:
@@ -323,11 +323,11 @@ func (s *Server) chatStream(c *gin.Context) {
 	}
 	// Checked before the message is sent: a message the conversation
 	// would refuse must not start one.
-	if err := workflows.CheckClientTools(req.ClientTools); err != nil {
+	if err := contract.CheckClientTools(req.ClientTools); err != nil {
 		writeError(c, s.log, badRequest("clientTools: %s", err))
 		return
 	}
-	msg := workflows.UserMessage{
+	msg := contract.UserMessage{
 		Query: req.Query, Sender: principal(c), BypassApproval: req.BypassApproval, ClientTools: req.ClientTools,
 	}
 	after := 0
@@ -337,7 +337,7 @@ func (s *Server) chatStream(c *gin.Context) {
 		return
 	}
 	if key != "" {
-		msg.IdempotencyKey = workflows.MessageKey(principal(c), key)
+		msg.IdempotencyKey = contract.MessageKey(principal(c), key)
 		// A retry may say which of the turn's events it has.
 		if after, err = resumeCursor(c.Request); err != nil {
 			writeError(c, s.log, err)
@@ -407,46 +407,46 @@ func idempotencyKey(r *http.Request) (string, error) {
 // idempotency key has an Update ID made from it, so that the server answers
 // a retry of an Update it holds with that Update's outcome; the
 // conversation answers one it took earlier.
-func (s *Server) send(ctx context.Context, conv string, msg workflows.UserMessage) (workflows.TurnRef, error) {
+func (s *Server) send(ctx context.Context, conv string, msg contract.UserMessage) (contract.TurnRef, error) {
 	release, err := s.calls.acquire("send a message to conversation " + conv)
 	if err != nil {
-		return workflows.TurnRef{}, err
+		return contract.TurnRef{}, err
 	}
 	defer release()
 	ctx, cancel := context.WithTimeout(ctx, sendTimeout)
 	defer cancel()
 	start := s.client.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
-		ID:                       workflows.ConversationWorkflowID(conv),
+		ID:                       contract.ConversationWorkflowID(conv),
 		TaskQueue:                s.taskQueue,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		// A conversation that ended (terminated, failed, cancelled) is
 		// never replaced by an empty one under its id: its turn ids and
 		// grants would be reused.
 		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
-	}, workflows.ConversationWorkflow, workflows.ConversationInput{ConversationID: conv})
+	}, contract.ConversationWorkflow, contract.ConversationInput{ConversationID: conv})
 	updateID := "" // the client makes one
 	if msg.IdempotencyKey != "" {
-		updateID = workflows.MessageUpdateID(conv, msg)
+		updateID = contract.MessageUpdateID(conv, msg)
 	}
 	h, err := s.client.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
 		StartWorkflowOperation: start,
 		UpdateOptions: client.UpdateWorkflowOptions{
 			UpdateID:     updateID,
-			UpdateName:   workflows.SendMessageUpdate,
+			UpdateName:   contract.SendMessageUpdate,
 			Args:         []any{msg},
 			WaitForStage: client.WorkflowUpdateStageCompleted,
 		},
 	})
-	var ref workflows.TurnRef
+	var ref contract.TurnRef
 	if err == nil {
 		err = h.Get(ctx, &ref)
 	}
 	var ended *serviceerror.WorkflowExecutionAlreadyStarted
 	if errors.As(err, &ended) {
-		return workflows.TurnRef{}, fmt.Errorf("conversation %s %w", conv, errConversationEnded)
+		return contract.TurnRef{}, fmt.Errorf("conversation %s %w", conv, errConversationEnded)
 	}
 	if err != nil {
-		return workflows.TurnRef{}, fmt.Errorf("send message to conversation %s (within %s): %w", conv, sendTimeout, err)
+		return contract.TurnRef{}, fmt.Errorf("send message to conversation %s (within %s): %w", conv, sendTimeout, err)
 	}
 	s.log.Debug("message sent", "conversationId", conv, "turnId", ref.TurnID)
 	return ref, nil
@@ -456,7 +456,7 @@ func (s *Server) send(ctx context.Context, conv string, msg workflows.UserMessag
 // resumed after the client's cursor.
 func (s *Server) turnEvents(c *gin.Context) {
 	turnID := c.Param("turnId")
-	if !workflows.IsTollgateWorkflowID(turnID) {
+	if !contract.IsTollgateWorkflowID(turnID) {
 		writeError(c, s.log, errUnknownTurn)
 		return
 	}
@@ -633,7 +633,7 @@ func (s *Server) pendingIn(ctx context.Context, wid string) ([]protocol.PendingA
 	defer cancel()
 	s.metrics.pendingQueries.Inc()
 	var pending []protocol.PendingApproval
-	v, err := s.client.QueryWorkflow(ctx, wid, "", workflows.PendingQuery)
+	v, err := s.client.QueryWorkflow(ctx, wid, "", contract.PendingQuery)
 	if err == nil {
 		err = v.Get(&pending)
 	}
@@ -647,11 +647,11 @@ func (s *Server) pendingIn(ctx context.Context, wid string) ([]protocol.PendingA
 // attribute (a worker registers it at start).
 func (s *Server) waitingTurns(ctx context.Context, conv string, page turnsPage) ([]string, []byte, error) {
 	running := fmt.Sprintf("WorkflowType IN ('%s', '%s') AND ExecutionStatus = 'Running'",
-		workflows.ChatTurnWorkflow, workflows.SubagentWorkflow)
-	narrow := fmt.Sprintf("%s AND %s IS NOT NULL", running, workflows.PendingApprovalsAttribute)
+		contract.ChatTurnWorkflow, contract.SubagentWorkflow)
+	narrow := fmt.Sprintf("%s AND %s IS NOT NULL", running, contract.PendingApprovalsAttribute)
 	if conv != "" {
 		// conv matched conversationIDPattern, so it cannot break the quotes.
-		narrow += fmt.Sprintf(" AND %s = '%s'", workflows.ConversationIDAttribute, conv)
+		narrow += fmt.Sprintf(" AND %s = '%s'", contract.ConversationIDAttribute, conv)
 	}
 	ids, next, err := s.listTurns(ctx, narrow, page)
 	var invalid *serviceerror.InvalidArgument

@@ -16,11 +16,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tollgate/tollgate/protocol"
-	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // testTurn is a turn id of tollgate's form.
-var testTurn = workflows.TurnWorkflowID("c1", 1)
+var testTurn = contract.TurnWorkflowID("c1", 1)
 
 // serveAPI serves s over HTTP until the test ends.
 func serveAPI(t testing.TB, s *Server) *httptest.Server {
@@ -174,7 +174,7 @@ func TestStreamOfAForeignTurnIDIsNotFound(t *testing.T) {
 
 func TestStreamOfATurnNobodyPromisedIsNotFoundAndOfAStartingTurnStreams(t *testing.T) {
 	src := newFakeSource()
-	absent, starting := workflows.TurnWorkflowID("c1", 9), workflows.TurnWorkflowID("c1", 2)
+	absent, starting := contract.TurnWorkflowID("c1", 9), contract.TurnWorkflowID("c1", 2)
 	src.setAbsent(absent)
 	src.setMissing(starting, true)
 	_, ts := newTestServer(t, src, time.Hour)

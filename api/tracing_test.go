@@ -23,16 +23,17 @@ import (
 	"github.com/tollgate/tollgate/internal/telemetry"
 	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // The spans a message's turn descends from, nearest first: the turn's run,
 // started by the conversation under the message Update that the API's
 // request sent.
 var turnAncestry = []string{
-	"RunWorkflow:" + workflows.ChatTurnWorkflow,
-	"StartChildWorkflow:" + workflows.ChatTurnWorkflow,
-	"HandleUpdate:" + workflows.SendMessageUpdate,
-	"UpdateWithStartWorkflow:" + workflows.SendMessageUpdate,
+	"RunWorkflow:" + contract.ChatTurnWorkflow,
+	"StartChildWorkflow:" + contract.ChatTurnWorkflow,
+	"HandleUpdate:" + contract.SendMessageUpdate,
+	"UpdateWithStartWorkflow:" + contract.SendMessageUpdate,
 	"POST /chat/stream",
 }
 
@@ -72,14 +73,14 @@ func TestATurnIsOneTraceFromItsRequestThroughTheModelAndTheToolsWithItsApprovals
 	require.Len(t, decisions, 2)
 
 	until("POST /chat/stream", 1)
-	got := until("RunWorkflow:"+workflows.ChatTurnWorkflow, 1)
+	got := until("RunWorkflow:"+contract.ChatTurnWorkflow, 1)
 	post := got.Named("POST /chat/stream")[0]
 	require.Equal(t, "", post.ParentID, "the request is the root of its trace")
 	turn := got.InTrace(post.TraceID)
-	run := turn.Named("RunWorkflow:" + workflows.ChatTurnWorkflow)
+	run := turn.Named("RunWorkflow:" + contract.ChatTurnWorkflow)
 	require.Len(t, run, 1, "the turn is in the request's trace: %v", turn.Names())
 	require.Equal(t, turnAncestry[1:], turn.Ancestry(run[0]))
-	require.Equal(t, workflows.TurnWorkflowID("traced", 1), run[0].Attributes["temporalWorkflowID"])
+	require.Equal(t, contract.TurnWorkflowID("traced", 1), run[0].Attributes["temporalWorkflowID"])
 
 	// Both model calls, each with its HTTP request to the model server.
 	models := turn.Named("RunActivity:" + "Model")
@@ -125,8 +126,8 @@ func TestATurnIsOneTraceFromItsRequestThroughTheModelAndTheToolsWithItsApprovals
 	require.Len(t, ws.Links, 1)
 	decision, ok := got.ByID(ws.Links[0])
 	require.True(t, ok)
-	require.Equal(t, "HandleUpdate:"+workflows.ApprovalUpdate, decision.Name)
-	require.Equal(t, []string{"UpdateWorkflow:" + workflows.ApprovalUpdate, "POST /chat/approval"}, got.Ancestry(decision))
+	require.Equal(t, "HandleUpdate:"+contract.ApprovalUpdate, decision.Name)
+	require.Equal(t, []string{"UpdateWorkflow:" + contract.ApprovalUpdate, "POST /chat/approval"}, got.Ancestry(decision))
 
 	bs := approval(turn, "Bash")
 	require.Equal(t, protocol.DecisionApprove, bs.Attributes[workflows.AttrDecision])
@@ -144,13 +145,13 @@ func TestATurnIsOneTraceFromItsRequestThroughTheModelAndTheToolsWithItsApprovals
 	untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
 
 	until("POST /chat/stream", 2)
-	got = until("RunWorkflow:"+workflows.ChatTurnWorkflow, 2)
+	got = until("RunWorkflow:"+contract.ChatTurnWorkflow, 2)
 	post2 := got.Named("POST /chat/stream")[1]
 	require.NotEqual(t, post.TraceID, post2.TraceID)
 	turn2 := got.InTrace(post2.TraceID)
-	run2 := turn2.Named("RunWorkflow:" + workflows.ChatTurnWorkflow)
+	run2 := turn2.Named("RunWorkflow:" + contract.ChatTurnWorkflow)
 	require.Len(t, run2, 1, "turn 2 is in its own request's trace, not the first one's: %v", turn2.Names())
-	require.Equal(t, workflows.TurnWorkflowID("traced", 2), run2[0].Attributes["temporalWorkflowID"])
+	require.Equal(t, contract.TurnWorkflowID("traced", 2), run2[0].Attributes["temporalWorkflowID"])
 	require.Equal(t, turnAncestry[1:], turn2.Ancestry(run2[0]))
 	granted := approval(turn2, "Bash")
 	require.Equal(t, workflows.DecidedByGrant, granted.Attributes[workflows.AttrDecidedBy])
@@ -240,7 +241,7 @@ func TestTheBinariesExportOneTraceOverOTLPWhenTheEndpointIsSet(t *testing.T) {
 	require.Equal(t, callerTrace, posts[0].TraceID, "the caller's trace goes on")
 	require.Equal(t, callerSpan, posts[0].ParentID)
 	trace := spans.InTrace(posts[0].TraceID)
-	run := trace.Named("RunWorkflow:" + workflows.ChatTurnWorkflow)
+	run := trace.Named("RunWorkflow:" + contract.ChatTurnWorkflow)
 	require.Len(t, run, 1, "the worker's spans are in the API's request's trace: %v", trace.Names())
 	require.Equal(t, telemetry.WorkerService, run[0].Service)
 	// The caller's span is not among them: "?" ends each ancestry.

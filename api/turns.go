@@ -11,7 +11,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/tollgate/tollgate/protocol"
-	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // Sizes of GET /conversations/:conversationId/turns.
@@ -58,7 +58,7 @@ func (s *Server) conversationTurns(c *gin.Context) {
 	g.SetLimit(describedAtOnce)
 	for i := range turns {
 		t := &turns[i]
-		t.TurnID = workflows.TurnWorkflowID(conv, first+i)
+		t.TurnID = contract.TurnWorkflowID(conv, first+i)
 		g.Go(func() error {
 			d, err := s.client.DescribeWorkflow(gctx, t.TurnID, "")
 			switch {

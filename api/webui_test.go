@@ -23,7 +23,7 @@ import (
 	"github.com/tollgate/tollgate/internal/proctest"
 	"github.com/tollgate/tollgate/internal/scripted"
 	"github.com/tollgate/tollgate/protocol"
-	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // TestTheWebUISaysWhatAWaitingTurnWaitsFor reads what the Temporal Web UI
@@ -35,7 +35,7 @@ func TestTheWebUISaysWhatAWaitingTurnWaitsFor(t *testing.T) {
 	_, msgs := st.chat(t, `{"query": "tidy up", "conversationId": "webui"}`)
 	seq := 0
 	requests := ofType(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 2), protocol.EventApprovalRequest)
-	turnID := workflows.TurnWorkflowID("webui", 1)
+	turnID := contract.TurnWorkflowID("webui", 1)
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 
@@ -107,7 +107,7 @@ func TestTheWebUIShowsTheCallsATurnWaitsFor(t *testing.T) {
 	_, msgs := st.chat(t, `{"query": "tidy up", "conversationId": "webui-page"}`)
 	seq := 0
 	untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 2)
-	turnID := workflows.TurnWorkflowID("webui-page", 1)
+	turnID := contract.TurnWorkflowID("webui-page", 1)
 
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), chromedp.ExecPath(proctest.Browser(t)), chromedp.Headless, chromedp.NoSandbox,
 		chromedp.DisableGPU, chromedp.NoFirstRun, chromedp.Flag("disable-background-networking", true),
@@ -142,21 +142,21 @@ func TestAStatusAttributeTellsWaitingTurnsFromRunningAndIdleOnes(t *testing.T) {
 	_, msgs := st.chat(t, `{"query": "tidy up", "conversationId": "status"}`)
 	seq := 0
 	requests := ofType(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 2), protocol.EventApprovalRequest)
-	turn, conv := workflows.TurnWorkflowID("status", 1), workflows.ConversationWorkflowID("status")
-	requireStatus(t, st, workflows.StatusWaiting, turn)
-	requireStatus(t, st, workflows.StatusRunning, conv)
+	turn, conv := contract.TurnWorkflowID("status", 1), contract.ConversationWorkflowID("status")
+	requireStatus(t, st, contract.StatusWaiting, turn)
+	requireStatus(t, st, contract.StatusRunning, conv)
 
 	for _, r := range requests {
 		postDecision(t, st.api, r.RequestID, protocol.DecisionApprove, "", true)
 	}
 	untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
-	requireStatus(t, st, workflows.StatusIdle, conv)
+	requireStatus(t, st, contract.StatusIdle, conv)
 }
 
 // requireStatus waits until visibility lists exactly ids under status.
 func requireStatus(t *testing.T, st *stack, status string, ids ...string) {
 	t.Helper()
-	query := fmt.Sprintf("%s = '%s' AND ExecutionStatus = 'Running'", workflows.StatusAttribute, status)
+	query := fmt.Sprintf("%s = '%s' AND ExecutionStatus = 'Running'", contract.StatusAttribute, status)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 		defer cancel()
@@ -200,7 +200,7 @@ func TestTheApproverSeesWhatACallWillReallyDo(t *testing.T) {
 	require.Equal(t, requests[pending[0].ToolName].Preview, pending[0].Preview, "the inbox gets the same preview")
 
 	b := newBrowser(t)
-	b.do(chromedp.Navigate(st.api.URL + "/?conversation=preview&turn=" + workflows.TurnWorkflowID("preview", 1)))
+	b.do(chromedp.Navigate(st.api.URL + "/?conversation=preview&turn=" + contract.TurnWorkflowID("preview", 1)))
 	b.waitUntil(`document.querySelectorAll('[data-testid="preview"]').length === 2`)
 	text := eval[string](b, `[...document.querySelectorAll('[data-testid="preview"]')].map((e) => e.innerText).join("\n")`)
 	require.Contains(t, text, "−40 +1")

@@ -17,6 +17,7 @@ import (
 	"github.com/tollgate/tollgate/internal/scripted"
 	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // Names of the raw floor, registered on a worker of its own in the
@@ -77,9 +78,9 @@ var floorToolOptions = workflow.ActivityOptions{
 // setFloorEventsQuery answers the events query from the log that log
 // returns, as a turn answers it.
 func setFloorEventsQuery(ctx workflow.Context, log func() []protocol.Event) error {
-	return workflow.SetQueryHandler(ctx, workflows.EventsQuery, func(req workflows.EventsRequest) (workflows.EventsResponse, error) {
+	return workflow.SetQueryHandler(ctx, contract.EventsQuery, func(req contract.EventsRequest) (contract.EventsResponse, error) {
 		l := log()
-		resp := workflows.EventsResponse{Events: []protocol.Event{}}
+		resp := contract.EventsResponse{Events: []protocol.Event{}}
 		if req.After < len(l) {
 			resp.Events = append(resp.Events, l[max(req.After, 0):]...)
 		}
@@ -190,16 +191,16 @@ func (r *floorReader) watch(ctx context.Context, workflowID string) <-chan stamp
 	return out
 }
 
-func (r *floorReader) events(ctx context.Context, workflowID string, after int) (workflows.EventsResponse, error) {
+func (r *floorReader) events(ctx context.Context, workflowID string, after int) (contract.EventsResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, floorQueryTimeout)
 	defer cancel()
-	v, err := r.client.QueryWorkflow(ctx, workflowID, "", workflows.EventsQuery, workflows.EventsRequest{After: after})
+	v, err := r.client.QueryWorkflow(ctx, workflowID, "", contract.EventsQuery, contract.EventsRequest{After: after})
 	if err != nil {
-		return workflows.EventsResponse{}, fmt.Errorf("query %s of %s after %d: %w", workflows.EventsQuery, workflowID, after, err)
+		return contract.EventsResponse{}, fmt.Errorf("query %s of %s after %d: %w", contract.EventsQuery, workflowID, after, err)
 	}
-	var resp workflows.EventsResponse
+	var resp contract.EventsResponse
 	if err := v.Get(&resp); err != nil {
-		return workflows.EventsResponse{}, fmt.Errorf("decode %s of %s: %w", workflows.EventsQuery, workflowID, err)
+		return contract.EventsResponse{}, fmt.Errorf("decode %s of %s: %w", contract.EventsQuery, workflowID, err)
 	}
 	return resp, nil
 }

@@ -14,7 +14,7 @@ import (
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/protocol"
-	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // segment is one stretch of a path, from one moment to the next.
@@ -238,7 +238,7 @@ func timeline(ctx context.Context, c client.Client, s turnSample) ([]timelineRow
 		{s.finish.Sub(s.start), "client", "finish event"},
 	}
 	for _, wf := range []struct{ where, id string }{
-		{"conversation", workflows.ConversationWorkflowID(s.conv)},
+		{"conversation", contract.ConversationWorkflowID(s.conv)},
 		{"turn", s.workflowID},
 	} {
 		h, err := history(ctx, c, wf.id)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/protocol"
-	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // historyCost is the history one turn leaves.
@@ -100,10 +100,10 @@ func (e *env) historyCost(ctx context.Context, query string, together int) (hist
 		}
 	}
 	// The conversation has taken the turn's result once it runs no turn.
-	convID := workflows.ConversationWorkflowID(conv)
+	convID := contract.ConversationWorkflowID(conv)
 	if err := waitUntil(ctx, 10*time.Millisecond, func(ctx context.Context) (bool, error) {
-		v, err := e.temporal.QueryWorkflow(ctx, convID, "", workflows.StateQuery)
-		var st workflows.ConversationState
+		v, err := e.temporal.QueryWorkflow(ctx, convID, "", contract.StateQuery)
+		var st contract.ConversationState
 		return err == nil && v.Get(&st) == nil && st.Running == "" && st.Messages > 0, nil
 	}); err != nil {
 		return res, fmt.Errorf("conversation %s did not take its turn's result: %w", convID, err)

@@ -15,7 +15,7 @@ import (
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/protocol"
-	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // Names of the same-shape floor, registered on the floor's worker.
@@ -33,18 +33,18 @@ func shapedConversation(ctx workflow.Context, query string, indexed bool) error 
 	id := workflow.GetInfo(ctx).WorkflowExecution.ID
 	opts := workflow.ChildWorkflowOptions{WorkflowID: shapedTurnID(id)}
 	if indexed {
-		if err := upsert(ctx, temporal.NewSearchAttributeKeyKeyword(workflows.StatusAttribute).ValueSet(workflows.StatusRunning)); err != nil {
+		if err := upsert(ctx, temporal.NewSearchAttributeKeyKeyword(contract.StatusAttribute).ValueSet(contract.StatusRunning)); err != nil {
 			return err
 		}
 		opts.TypedSearchAttributes = temporal.NewSearchAttributes(
-			temporal.NewSearchAttributeKeyKeyword(workflows.ConversationIDAttribute).ValueSet(id),
-			temporal.NewSearchAttributeKeyKeyword(workflows.StatusAttribute).ValueSet(workflows.StatusRunning))
+			temporal.NewSearchAttributeKeyKeyword(contract.ConversationIDAttribute).ValueSet(id),
+			temporal.NewSearchAttributeKeyKeyword(contract.StatusAttribute).ValueSet(contract.StatusRunning))
 	}
 	if err := workflow.ExecuteChildWorkflow(workflow.WithChildOptions(ctx, opts), shapedTurnName, query, indexed).Get(ctx, nil); err != nil {
 		return err
 	}
 	if indexed {
-		return upsert(ctx, temporal.NewSearchAttributeKeyKeyword(workflows.StatusAttribute).ValueSet(workflows.StatusIdle))
+		return upsert(ctx, temporal.NewSearchAttributeKeyKeyword(contract.StatusAttribute).ValueSet(contract.StatusIdle))
 	}
 	return nil
 }
@@ -103,17 +103,17 @@ func shapedTurn(ctx workflow.Context, query string, indexed bool) error {
 	}
 	call := out.ToolCalls[0]
 	publish(protocol.Event{Type: protocol.EventApprovalRequest, RequestID: "r", ToolCallID: call.ID, ToolName: call.Name})
-	pending := temporal.NewSearchAttributeKeyKeywordList(workflows.PendingApprovalsAttribute)
-	status := temporal.NewSearchAttributeKeyKeyword(workflows.StatusAttribute)
+	pending := temporal.NewSearchAttributeKeyKeywordList(contract.PendingApprovalsAttribute)
+	status := temporal.NewSearchAttributeKeyKeyword(contract.StatusAttribute)
 	if indexed {
-		if err := upsert(ctx, pending.ValueSet([]string{workflow.GetInfo(ctx).WorkflowExecution.ID + "/r"}), status.ValueSet(workflows.StatusWaiting)); err != nil {
+		if err := upsert(ctx, pending.ValueSet([]string{workflow.GetInfo(ctx).WorkflowExecution.ID + "/r"}), status.ValueSet(contract.StatusWaiting)); err != nil {
 			return err
 		}
 	}
 	var d protocol.ApprovalDecision
 	workflow.GetSignalChannel(ctx, floorSignalName).Receive(ctx, &d)
 	if indexed {
-		if err := upsert(ctx, pending.ValueUnset(), status.ValueSet(workflows.StatusRunning)); err != nil {
+		if err := upsert(ctx, pending.ValueUnset(), status.ValueSet(contract.StatusRunning)); err != nil {
 			return err
 		}
 	}

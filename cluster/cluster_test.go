@@ -35,7 +35,7 @@ import (
 	"github.com/tollgate/tollgate/internal/proctest"
 	"github.com/tollgate/tollgate/internal/scripted"
 	"github.com/tollgate/tollgate/protocol"
-	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // envRun turns the test on; envTurns changes how many turns it runs.
@@ -145,7 +145,7 @@ func TestEveryTurnFinishesOnceWhileAWorkerAndAnAPIAreKilled(t *testing.T) {
 
 	// SQL visibility finds them by tollgate's search attribute, and
 	// GET /approvals lists them.
-	pending := fmt.Sprintf("%s IS NOT NULL AND ExecutionStatus = 'Running'", workflows.PendingApprovalsAttribute)
+	pending := fmt.Sprintf("%s IS NOT NULL AND ExecutionStatus = 'Running'", contract.PendingApprovalsAttribute)
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		resp, err := c.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Namespace: tc.Namespace, Query: pending})
 		require.NoError(ct, err)
@@ -372,7 +372,7 @@ func requireSearchAttributes(t *testing.T, c client.Client, namespace string) {
 	resp, err := c.OperatorService().ListSearchAttributes(context.Background(),
 		&operatorservice.ListSearchAttributesRequest{Namespace: namespace})
 	require.NoError(t, err)
-	for _, name := range []string{workflows.ConversationIDAttribute, workflows.PendingApprovalsAttribute, workflows.StatusAttribute} {
+	for _, name := range []string{contract.ConversationIDAttribute, contract.PendingApprovalsAttribute, contract.StatusAttribute} {
 		require.Contains(t, resp.GetCustomAttributes(), name)
 	}
 }

@@ -23,6 +23,11 @@ const (
 	ToolBash = "Bash"
 )
 
+// MCPToolPrefix starts the name of every MCP tool: mcp__<server>__<tool>,
+// the names Claude Code gives them, which policies and subagent
+// definitions use.
+const MCPToolPrefix = "mcp__"
+
 // Message roles, as OpenAI-compatible servers spell them.
 const (
 	RoleSystem    = "system"

@@ -37,6 +37,7 @@ import (
 	"github.com/tollgate/tollgate/internal/scripted"
 	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // unreleasedCorpus is the replay corpus of today's unreleased paths.
@@ -133,7 +134,7 @@ func upgradeIdleFrom(t *testing.T, release string, srv *devserver.Server, modelU
 	for _, r := range ofType(events, protocol.EventApprovalRequest) {
 		approve(t, oldAddr, r.RequestID)
 	}
-	events = first.until(t, workflows.Finished)
+	events = first.until(t, contract.Finished)
 	require.Equal(t, protocol.FinishStop, events[len(events)-1].Reason)
 	first.close()
 
@@ -156,11 +157,11 @@ func nextTurnOnToday(t *testing.T, c client.Client, addr, conv string) {
 	events := next.until(t, func(events []protocol.Event) bool {
 		return len(ofType(events, protocol.EventApprovalRequest)) == 2
 	})
-	require.Equal(t, workflows.TurnWorkflowID(conv, 2), events[0].TurnID)
+	require.Equal(t, contract.TurnWorkflowID(conv, 2), events[0].TurnID)
 	for _, r := range ofType(events, protocol.EventApprovalRequest) {
 		approve(t, addr, r.RequestID)
 	}
-	events = next.until(t, workflows.Finished)
+	events = next.until(t, contract.Finished)
 	require.Equal(t, protocol.FinishStop, events[len(events)-1].Reason)
 	require.Equal(t, []string{"Read ok", "Write ok", "Bash ok"}, statuses(ofType(events, protocol.EventToolResult)[0].ToolResults))
 	require.Subset(t, workflows.PatchesAfterLevel(), patches(t, c, events[0].TurnID), "the turn started on today's build asked no patch of its level")
@@ -218,7 +219,7 @@ func upgradeFrom(t *testing.T, release string, srv *devserver.Server, modelURL, 
 	// resumes where the earlier release's left off.
 	approve(t, newAddr, requests[1].RequestID)
 	resumed := resume(t, newAddr, turnID, lastSeen)
-	after := resumed.until(t, workflows.Finished)
+	after := resumed.until(t, contract.Finished)
 	require.Equal(t, lastSeen+1, after[0].Seq, "the resumed stream starts right after the last event seen")
 	whole := append(append([]protocol.Event{}, before...), after...)
 	for i, e := range whole {
@@ -243,7 +244,7 @@ func upgradeFrom(t *testing.T, release string, srv *devserver.Server, modelURL, 
 
 	// Today's build serves the turn's whole log under the ids the
 	// earlier release gave it.
-	replayed := resume(t, newAddr, turnID, 0).until(t, workflows.Finished)
+	replayed := resume(t, newAddr, turnID, 0).until(t, contract.Finished)
 	require.Equal(t, eventIDs(whole), eventIDs(replayed))
 
 	// The conversation the earlier release started takes its next turn,

@@ -30,6 +30,7 @@ import (
 	"github.com/tollgate/tollgate/internal/telemetry"
 	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 func main() {
@@ -312,7 +313,7 @@ func settings(cfg config.Config, p parts, tools []protocol.ToolSpec) workflows.S
 		Rules:            p.rules,
 		Notify:           cfg.NotifyURL != "",
 		ReminderBefore:   cfg.NotifyReminder,
-		Budgets:          workflows.Budgets(cfg.Budgets),
+		Budgets:          contract.Budgets(cfg.Budgets),
 		Audit:            p.ledger != nil,
 		ContextBudget:    cfg.ContextBudget,
 		ContextWindow:    cfg.ContextWindow,

@@ -31,6 +31,7 @@ import (
 	"github.com/tollgate/tollgate/internal/scripted"
 	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // scrape reads GET /metrics at addr as Prometheus does: the text format,
@@ -121,8 +122,8 @@ func TestTheWorkersMetricsHaveEverySeriesTheDocsName(t *testing.T) {
 	defer turnCancel()
 	conv := "metrics-" + uuid.NewString()
 	turn, err := c.ExecuteWorkflow(turnCtx, client.StartWorkflowOptions{
-		ID: workflows.TurnWorkflowID(conv, 1), TaskQueue: queue,
-	}, workflows.ChatTurnWorkflow, workflows.TurnInput{
+		ID: contract.TurnWorkflowID(conv, 1), TaskQueue: queue,
+	}, contract.ChatTurnWorkflow, workflows.TurnInput{
 		ConversationID: conv, Turn: 1,
 		Messages: []protocol.Message{{Role: protocol.RoleUser, Content: "tidy up"}},
 	})
@@ -133,18 +134,18 @@ func TestTheWorkersMetricsHaveEverySeriesTheDocsName(t *testing.T) {
 		return len(requests) == 2
 	}, time.Minute, 20*time.Millisecond)
 	decide := func(e protocol.Event, decision string) {
-		require.NoError(t, c.SignalWorkflow(turnCtx, e.WorkflowID, "", workflows.ApprovalSignal,
+		require.NoError(t, c.SignalWorkflow(turnCtx, e.WorkflowID, "", contract.ApprovalSignal,
 			protocol.ApprovalDecision{RequestID: e.RequestID, Decision: decision}))
 	}
 	decide(requests[0], protocol.DecisionDecline)
 	decide(requests[1], protocol.DecisionApprove)
-	var out workflows.TurnOutput
+	var out contract.TurnOutput
 	require.NoError(t, turn.Get(turnCtx, &out))
 	require.Equal(t, protocol.FinishStop, out.FinishReason)
 
-	chatTurn := map[string]string{"workflow_type": workflows.ChatTurnWorkflow}
+	chatTurn := map[string]string{"workflow_type": contract.ChatTurnWorkflow}
 	withTurn := func(k, v string) map[string]string {
-		return map[string]string{"workflow_type": workflows.ChatTurnWorkflow, k: v}
+		return map[string]string{"workflow_type": contract.ChatTurnWorkflow, k: v}
 	}
 	// The SDK records the end of a workflow as it completes its last task:
 	// the scrape waits for that.
@@ -195,11 +196,11 @@ func TestTheWorkersMetricsHaveEverySeriesTheDocsName(t *testing.T) {
 // pendingRequests returns the approval requests in a turn's event log, in
 // order, or nil while the turn cannot be queried yet.
 func pendingRequests(ctx context.Context, c client.Client, workflowID string) []protocol.Event {
-	v, err := c.QueryWorkflow(ctx, workflowID, "", workflows.EventsQuery, workflows.EventsRequest{})
+	v, err := c.QueryWorkflow(ctx, workflowID, "", contract.EventsQuery, contract.EventsRequest{})
 	if err != nil {
 		return nil
 	}
-	var resp workflows.EventsResponse
+	var resp contract.EventsResponse
 	if v.Get(&resp) != nil {
 		return nil
 	}
@@ -238,8 +239,8 @@ func TestTheWorkersCacheHoldsNoMoreWaitingTurnsThanItsSize(t *testing.T) {
 	for i := range turns {
 		conv := "cache-" + uuid.NewString()
 		turns[i], err = c.ExecuteWorkflow(turnCtx, client.StartWorkflowOptions{
-			ID: workflows.TurnWorkflowID(conv, 1), TaskQueue: queue,
-		}, workflows.ChatTurnWorkflow, workflows.TurnInput{
+			ID: contract.TurnWorkflowID(conv, 1), TaskQueue: queue,
+		}, contract.ChatTurnWorkflow, workflows.TurnInput{
 			ConversationID: conv, Turn: 1,
 			Messages: []protocol.Message{{Role: protocol.RoleUser, Content: "tidy up"}},
 		})
@@ -258,10 +259,10 @@ func TestTheWorkersCacheHoldsNoMoreWaitingTurnsThanItsSize(t *testing.T) {
 
 	// The first turn was evicted long ago: its decisions replay it.
 	for _, e := range pendingRequests(turnCtx, c, turns[0].GetID()) {
-		require.NoError(t, c.SignalWorkflow(turnCtx, e.WorkflowID, "", workflows.ApprovalSignal,
+		require.NoError(t, c.SignalWorkflow(turnCtx, e.WorkflowID, "", contract.ApprovalSignal,
 			protocol.ApprovalDecision{RequestID: e.RequestID, Decision: protocol.DecisionApprove}))
 	}
-	var out workflows.TurnOutput
+	var out contract.TurnOutput
 	require.NoError(t, turns[0].Get(turnCtx, &out))
 	require.Equal(t, protocol.FinishStop, out.FinishReason)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/text"
 	"github.com/tollgate/tollgate/protocol"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // auditOptions run the ledger's writes as local activities: each is one
@@ -249,7 +250,7 @@ func (t *turn) auditRow(ctx workflow.Context, id string, call protocol.ToolCall,
 		ID:             id,
 		Stage:          audit.StageAsked,
 		ConversationID: t.conversationID,
-		TurnID:         TurnOfWorkflowID(workflowID),
+		TurnID:         contract.TurnOfWorkflowID(workflowID),
 		WorkflowID:     workflowID,
 		Agent:          t.agent,
 		ToolCallID:     call.ID,
@@ -265,7 +266,7 @@ func (t *turn) auditRow(ctx workflow.Context, id string, call protocol.ToolCall,
 // auditGranted is the row of a call that grant g answered without asking:
 // the i-th call of the batch of the loop's current step (a model may repeat
 // a call id).
-func (t *turn) auditGranted(ctx workflow.Context, i int, call protocol.ToolCall, c check, g *Grant) audit.Record {
+func (t *turn) auditGranted(ctx workflow.Context, i int, call protocol.ToolCall, c check, g *contract.Grant) audit.Record {
 	workflowID := workflow.GetInfo(ctx).WorkflowExecution.ID
 	now := workflow.Now(ctx)
 	id := "grant:" + workflowID + ":" + strconv.Itoa(t.step) + ":" + strconv.Itoa(i) + ":" + call.ID

@@ -16,6 +16,7 @@ import (
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/auditdb"
 	"github.com/tollgate/tollgate/protocol"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // withLedger gives h's worker an audit ledger in a SQLite file whose
@@ -94,7 +95,7 @@ func TestTheLedgerHasARowForEveryAskedCallWithWhoDecidedWhatAndWhatRan(t *testin
 	for _, r := range []audit.Record{bash, write, edit} {
 		require.Equal(t, audit.StageEnded, r.Stage)
 		require.Equal(t, "c1", r.ConversationID)
-		require.Equal(t, TurnOfWorkflowID(workflowID), r.TurnID)
+		require.Equal(t, contract.TurnOfWorkflowID(workflowID), r.TurnID)
 		require.Equal(t, workflowID, r.WorkflowID)
 		require.Equal(t, "ann", r.Sender)
 		require.NotNil(t, r.DecidedAt)
@@ -178,7 +179,7 @@ func TestASubagentsCallHasARowNamingTheSubagentAndItsTurn(t *testing.T) {
 	l := withLedger(t, h, 0)
 	h.env.RegisterDelayedCallback(func() {
 		// The pending request names its subagent and the user's message.
-		v, err := h.env.QueryWorkflowByID(childID, PendingQuery)
+		v, err := h.env.QueryWorkflowByID(childID, contract.PendingQuery)
 		require.NoError(t, err)
 		var pending []protocol.PendingApproval
 		require.NoError(t, v.Get(&pending))
@@ -195,7 +196,7 @@ func TestASubagentsCallHasARowNamingTheSubagentAndItsTurn(t *testing.T) {
 	r := rows["w"]
 	require.Equal(t, "writer", r.Agent)
 	require.Equal(t, childID, r.WorkflowID)
-	require.Equal(t, TurnOfWorkflowID(childID), r.TurnID)
+	require.Equal(t, contract.TurnOfWorkflowID(childID), r.TurnID)
 	require.NotEqual(t, childID, r.TurnID, "the turn that started the subagent")
 	require.Equal(t, "bob", r.Principal)
 	require.Equal(t, audit.OutcomeOK, r.Outcome)

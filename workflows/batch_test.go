@@ -9,13 +9,14 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/tollgate/tollgate/protocol"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // decideAll sends b as the approvals Update; the outcome fills in as the
 // workflow handles it.
 func (h *harness) decideAll(b protocol.ApprovalBatch) *batchOutcome {
 	o := &batchOutcome{}
-	h.env.UpdateWorkflow(ApprovalsUpdate, "", &testsuite.TestUpdateCallback{
+	h.env.UpdateWorkflow(contract.ApprovalsUpdate, "", &testsuite.TestUpdateCallback{
 		OnAccept: func() {},
 		OnReject: func(err error) { o.rejected = err },
 		OnComplete: func(v any, err error) {
@@ -104,7 +105,7 @@ func TestABatchWithOneRefusedDecisionTakesNoneAndNamesIt(t *testing.T) {
 		single = h.decide(approve(w2, "ops"))
 	}, 30*time.Second)
 	h.env.RegisterDelayedCallback(func() {
-		refused["unknown"] = h.decideAll(protocol.ApprovalBatch{Decisions: []protocol.ApprovalDecision{approve(w1, "ops"), approve(NewRequestID(workflowOf(w1), "0123"), "ops")}})
+		refused["unknown"] = h.decideAll(protocol.ApprovalBatch{Decisions: []protocol.ApprovalDecision{approve(w1, "ops"), approve(contract.NewRequestID(workflowOf(w1), "0123"), "ops")}})
 		refused["decided"] = h.decideAll(protocol.ApprovalBatch{Decisions: []protocol.ApprovalDecision{approve(w1, "ops"), approve(w2, "ops")}})
 		refused["forbidden"] = h.decideAll(protocol.ApprovalBatch{Decisions: []protocol.ApprovalDecision{approve(w1, "dev"), approve(bash, "dev")}})
 		refused["twice"] = h.decideAll(protocol.ApprovalBatch{Decisions: []protocol.ApprovalDecision{approve(w1, "ops"), approve(w1, "ops")}})
@@ -112,7 +113,7 @@ func TestABatchWithOneRefusedDecisionTakesNoneAndNamesIt(t *testing.T) {
 		refused["too many"] = h.decideAll(protocol.ApprovalBatch{Decisions: make([]protocol.ApprovalDecision, 101)})
 	}, time.Minute)
 	h.env.RegisterDelayedCallback(func() {
-		v, err := h.env.QueryWorkflow(PendingQuery)
+		v, err := h.env.QueryWorkflow(contract.PendingQuery)
 		require.NoError(t, err)
 		require.NoError(t, v.Get(&pendingAfter))
 		accepted = h.decideAll(protocol.ApprovalBatch{Decisions: []protocol.ApprovalDecision{approve(w1, "dev"), approve(bash, "ops")}})
@@ -134,10 +135,10 @@ func TestABatchWithOneRefusedDecisionTakesNoneAndNamesIt(t *testing.T) {
 	} {
 		o := refused[name]
 		require.Error(t, o.rejected, name)
-		require.Equal(t, want.reason, RejectionReason(o.rejected), "%s: %v", name, o.rejected)
-		require.Contains(t, RejectedRequest(o.rejected), want.request, name)
+		require.Equal(t, want.reason, contract.RejectionReason(o.rejected), "%s: %v", name, o.rejected)
+		require.Contains(t, contract.RejectedRequest(o.rejected), want.request, name)
 		if want.request == "" {
-			require.Empty(t, RejectedRequest(o.rejected), name)
+			require.Empty(t, contract.RejectedRequest(o.rejected), name)
 		}
 		require.ErrorContains(t, o.rejected, want.message, name)
 	}
@@ -151,6 +152,6 @@ func TestABatchWithOneRefusedDecisionTakesNoneAndNamesIt(t *testing.T) {
 }
 
 func workflowOf(requestID string) string {
-	wid, _ := RequestWorkflowID(requestID)
+	wid, _ := contract.RequestWorkflowID(requestID)
 	return wid
 }

@@ -10,34 +10,11 @@ import (
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/text"
 	"github.com/tollgate/tollgate/protocol"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
-// Budgets bound what a turn, and a conversation, may spend: the model's
-// tokens (as its server reports them), tool calls run, and wall time. A
-// zero field is no bound.
-type Budgets struct {
-	TurnTokens            int           `json:"turnTokens,omitempty"`
-	TurnToolCalls         int           `json:"turnToolCalls,omitempty"`
-	TurnTime              time.Duration `json:"turnTime,omitempty"`
-	ConversationTokens    int           `json:"conversationTokens,omitempty"`
-	ConversationToolCalls int           `json:"conversationToolCalls,omitempty"`
-	ConversationTime      time.Duration `json:"conversationTime,omitempty"`
-}
-
-// Usage is what a turn or a conversation spent.
-type Usage struct {
-	Tokens    int           `json:"tokens,omitempty"`
-	ToolCalls int           `json:"toolCalls,omitempty"`
-	Time      time.Duration `json:"time,omitempty"`
-}
-
-// Add is u and v together.
-func (u Usage) Add(v Usage) Usage {
-	return Usage{Tokens: u.Tokens + v.Tokens, ToolCalls: u.ToolCalls + v.ToolCalls, Time: u.Time + v.Time}
-}
-
 // raisedBy is b with the bounds r raised (its non-zero fields).
-func (b Budgets) raisedBy(r Budgets) Budgets {
+func raisedBy(b, r contract.Budgets) contract.Budgets {
 	if r.ConversationTokens > 0 {
 		b.ConversationTokens = r.ConversationTokens
 	}
@@ -51,7 +28,7 @@ func (b Budgets) raisedBy(r Budgets) Budgets {
 }
 
 // wantsUsage reports whether the model must report its token usage.
-func (b Budgets) wantsUsage() bool { return b.TurnTokens > 0 || b.ConversationTokens > 0 }
+func wantsUsage(b contract.Budgets) bool { return b.TurnTokens > 0 || b.ConversationTokens > 0 }
 
 // BudgetRequest is the arguments of a budget's approval request: which
 // budget, its limit, what is spent, and what approving raises it to (a
@@ -99,7 +76,7 @@ type limits struct {
 
 // limitsOf are the bounds of settings, with a conversation's raises over
 // them.
-func limitsOf(b, raised Budgets) limits {
+func limitsOf(b, raised contract.Budgets) limits {
 	pick := func(set, raised int64) int64 {
 		if raised > 0 {
 			return raised
@@ -123,7 +100,7 @@ func limitsOf(b, raised Budgets) limits {
 // loop whose recorded settings have budgets asks anything, so no turn
 // recorded before budgets existed issues a new command.
 func (t *turn) checkBudgets(ctx workflow.Context) bool {
-	if t.settings.Budgets == (Budgets{}) || t.depth > 0 {
+	if t.settings.Budgets == (contract.Budgets{}) || t.depth > 0 {
 		// A subagent spends its turn's budget: the turn counts what it
 		// spent when it returns, and asks then.
 		return true

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/protocol"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 func reads(n int) []activities.ModelOutput {
@@ -36,7 +37,7 @@ func (h *harness) budgetRequest() (protocol.Event, BudgetRequest) {
 
 func TestAToolCallBudgetAsksBeforeGoingOnAndApprovingRaisesIt(t *testing.T) {
 	settings := testSettings()
-	settings.Budgets = Budgets{TurnToolCalls: 2}
+	settings.Budgets = contract.Budgets{TurnToolCalls: 2}
 	h := newHarness(t, settings, reads(3)...)
 	var asked BudgetRequest
 	var request protocol.Event
@@ -60,7 +61,7 @@ func TestAToolCallBudgetAsksBeforeGoingOnAndApprovingRaisesIt(t *testing.T) {
 
 func TestADeclinedBudgetEndsTheTurnSayingWhy(t *testing.T) {
 	settings := testSettings()
-	settings.Budgets = Budgets{TurnToolCalls: 1}
+	settings.Budgets = contract.Budgets{TurnToolCalls: 1}
 	h := newHarness(t, settings, reads(3)...)
 	h.env.RegisterDelayedCallback(func() {
 		request, _ := h.budgetRequest()
@@ -79,7 +80,7 @@ func TestADeclinedBudgetEndsTheTurnSayingWhy(t *testing.T) {
 
 func TestATokenBudgetCountsWhatTheModelReportsAndNoDecisionEndsTheTurn(t *testing.T) {
 	settings := testSettings()
-	settings.Budgets = Budgets{TurnTokens: 1000}
+	settings.Budgets = contract.Budgets{TurnTokens: 1000}
 	replies := reads(3)
 	for i := range replies {
 		replies[i].Tokens = 600
@@ -97,7 +98,7 @@ func TestATokenBudgetCountsWhatTheModelReportsAndNoDecisionEndsTheTurn(t *testin
 
 func TestAPersonMayRaiseABudgetByAnotherAmount(t *testing.T) {
 	settings := testSettings()
-	settings.Budgets = Budgets{TurnToolCalls: 1}
+	settings.Budgets = contract.Budgets{TurnToolCalls: 1}
 	h := newHarness(t, settings, reads(4)...)
 	asks := 0
 	var lower *updateOutcome
@@ -110,7 +111,7 @@ func TestAPersonMayRaiseABudgetByAnotherAmount(t *testing.T) {
 
 	out := h.runTurn(userTurn("read"))
 
-	require.Equal(t, protocol.RejectInvalid, RejectionReason(lower.rejected), "a raise that raises nothing is refused")
+	require.Equal(t, protocol.RejectInvalid, contract.RejectionReason(lower.rejected), "a raise that raises nothing is refused")
 	require.ErrorContains(t, lower.rejected, "raiseTo must be a whole number above 1")
 
 	require.Equal(t, protocol.FinishStop, out.FinishReason)
@@ -121,36 +122,36 @@ func TestAPersonMayRaiseABudgetByAnotherAmount(t *testing.T) {
 
 func TestAConversationBudgetCountsEveryTurnAndKeepsItsRaise(t *testing.T) {
 	settings := testSettings()
-	settings.Budgets = Budgets{ConversationToolCalls: 1}
+	settings.Budgets = contract.Budgets{ConversationToolCalls: 1}
 	read := calls(call("r", "Read", `{"file_path":"a.txt"}`))
 	done := activities.ModelOutput{Content: "done"}
 	h := newHarness(t, settings, read, done, read, done, read, done)
-	var r1, r2, r3 TurnRef
+	var r1, r2, r3 contract.TurnRef
 	var second BudgetRequest
 	h.env.RegisterDelayedCallback(func() { h.send("one", &r1) }, time.Second)
 	h.env.RegisterDelayedCallback(func() { h.send("two", &r2) }, time.Minute)
 	h.env.RegisterDelayedCallback(func() {
 		// Turn 2 asks at once: turn 1 spent the conversation's one call.
-		v, err := h.env.QueryWorkflowByID(r2.TurnID, PendingQuery)
+		v, err := h.env.QueryWorkflowByID(r2.TurnID, contract.PendingQuery)
 		require.NoError(t, err)
 		var pending []protocol.PendingApproval
 		require.NoError(t, v.Get(&pending))
 		require.Len(t, pending, 1)
 		require.Equal(t, protocol.BudgetTool, pending[0].ToolName)
 		require.NoError(t, json.Unmarshal([]byte(pending[0].Arguments), &second))
-		require.NoError(t, h.env.UpdateWorkflowByID(r2.TurnID, ApprovalUpdate, "raise", noRejection(t),
+		require.NoError(t, h.env.UpdateWorkflowByID(r2.TurnID, contract.ApprovalUpdate, "raise", noRejection(t),
 			protocol.ApprovalDecision{RequestID: pending[0].RequestID, Decision: protocol.DecisionApprove}))
 	}, 2*time.Minute)
 	h.env.RegisterDelayedCallback(func() { h.send("three", &r3) }, 3*time.Minute)
 	var third []protocol.PendingApproval
 	h.env.RegisterDelayedCallback(func() {
-		v, err := h.env.QueryWorkflowByID(r3.TurnID, PendingQuery)
+		v, err := h.env.QueryWorkflowByID(r3.TurnID, contract.PendingQuery)
 		require.NoError(t, err)
 		require.NoError(t, v.Get(&third))
 		h.env.CancelWorkflow()
 	}, 4*time.Minute)
 
-	h.env.ExecuteWorkflow(ConversationWorkflow, ConversationInput{ConversationID: "c1"})
+	h.env.ExecuteWorkflow(contract.ConversationWorkflow, contract.ConversationInput{ConversationID: "c1"})
 
 	require.Equal(t, BudgetRequest{Budget: "conversation tool calls", Limit: 1, Spent: 1, RaiseTo: 2, Unit: "tool calls"}, second)
 	require.Len(t, third, 1, "turn 3 finds the raise kept (2) and spent by turn 2, so it asks again")
@@ -162,7 +163,7 @@ func TestAConversationBudgetCountsEveryTurnAndKeepsItsRaise(t *testing.T) {
 
 func TestASubagentsSpendingCountsForItsTurn(t *testing.T) {
 	settings := subagentSettings()
-	settings.Budgets = Budgets{TurnToolCalls: 2}
+	settings.Budgets = contract.Budgets{TurnToolCalls: 2}
 	h := newHarness(t, settings,
 		task("auditor", "read twice"),
 		calls(call("a", "Read", `{"file_path":"a"}`), call("b", "Read", `{"file_path":"b"}`)),
@@ -188,25 +189,25 @@ func TestTurnsWithoutBudgetsAskForNoUsage(t *testing.T) {
 
 func TestANewMessageWhileABudgetWaitsEndsTheTurnAsCancelled(t *testing.T) {
 	settings := testSettings()
-	settings.Budgets = Budgets{ConversationToolCalls: 1}
+	settings.Budgets = contract.Budgets{ConversationToolCalls: 1}
 	read := calls(call("r", "Read", `{"file_path":"a.txt"}`))
 	h := newHarness(t, settings, read, activities.ModelOutput{Content: "done"}, activities.ModelOutput{Content: "the new message's answer"})
-	var r1, r2, r3 TurnRef
+	var r1, r2, r3 contract.TurnRef
 	h.env.RegisterDelayedCallback(func() { h.send("one", &r1) }, time.Second)
 	h.env.RegisterDelayedCallback(func() { h.send("two", &r2) }, time.Minute)
 	// Turn 2 waits for its budget; a third message interrupts it.
 	h.env.RegisterDelayedCallback(func() { h.send("three", &r3) }, 2*time.Minute)
 	var events []protocol.Event
 	h.env.RegisterDelayedCallback(func() {
-		v, err := h.env.QueryWorkflowByID(r2.TurnID, EventsQuery, EventsRequest{})
+		v, err := h.env.QueryWorkflowByID(r2.TurnID, contract.EventsQuery, contract.EventsRequest{})
 		require.NoError(t, err)
-		var resp EventsResponse
+		var resp contract.EventsResponse
 		require.NoError(t, v.Get(&resp))
 		events = resp.Events
 		h.env.CancelWorkflow()
 	}, 3*time.Minute)
 
-	h.env.ExecuteWorkflow(ConversationWorkflow, ConversationInput{ConversationID: "c1"})
+	h.env.ExecuteWorkflow(contract.ConversationWorkflow, contract.ConversationInput{ConversationID: "c1"})
 
 	require.NotEmpty(t, events)
 	last := events[len(events)-1]

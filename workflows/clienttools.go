@@ -2,26 +2,14 @@ package workflows
 
 import (
 	"fmt"
-	"slices"
-	"strings"
 	"time"
 
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/protocol"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
-
-// ClientToolResult is the payload of the toolResult Update: the answer of
-// a client-executed tool. RequestID (from the client_tool_call event) names
-// the call; ToolCallID alone does too, within one turn.
-type ClientToolResult struct {
-	RequestID  string `json:"requestId,omitempty"`
-	ToolCallID string `json:"toolCallId,omitempty"`
-	Result     string `json:"result"`
-	// IsError marks a result that reports the tool's failure.
-	IsError bool `json:"isError,omitempty"`
-}
 
 // clientCall is a call of a client-executed tool that waits for the
 // client's answer.
@@ -33,7 +21,7 @@ type clientCall struct {
 	answered bool
 	// expired is true when the call's time ran out before an answer came.
 	expired bool
-	result  ClientToolResult
+	result  contract.ClientToolResult
 	// declined is the reason the call was declined before an answer came
 	// (a new message); empty otherwise.
 	declined string
@@ -43,7 +31,7 @@ type clientCall struct {
 const clientTimeoutResponse = "The client did not return a result in time, so this tool was not executed."
 
 // validateClientResult says why r cannot be taken now, or nil.
-func (g *gate) validateClientResult(ctx workflow.Context, r ClientToolResult) error {
+func (g *gate) validateClientResult(ctx workflow.Context, r contract.ClientToolResult) error {
 	cc := g.findClientCall(r)
 	switch {
 	case cc == nil:
@@ -60,7 +48,7 @@ func (g *gate) validateClientResult(ctx workflow.Context, r ClientToolResult) er
 
 // findClientCall finds the call r answers: by request id, or by tool call
 // id among those still waiting.
-func (g *gate) findClientCall(r ClientToolResult) *clientCall {
+func (g *gate) findClientCall(r contract.ClientToolResult) *clientCall {
 	for _, cc := range g.clients {
 		if r.RequestID != "" && cc.RequestID == r.RequestID {
 			return cc
@@ -73,7 +61,7 @@ func (g *gate) findClientCall(r ClientToolResult) *clientCall {
 }
 
 // takeClientResult records a validated answer and wakes the waiting call.
-func (g *gate) takeClientResult(r ClientToolResult) {
+func (g *gate) takeClientResult(r contract.ClientToolResult) {
 	cc := g.findClientCall(r)
 	cc.answered, cc.result = true, r
 	g.wake.SendAsync(struct{}{})
@@ -121,9 +109,10 @@ func (g *gate) runClientTool(ctx workflow.Context, call protocol.ToolCall, timeo
 }
 
 // validateClientTools checks a request's client-executed tools
-// (CheckClientTools), and that none is named like a tool this worker runs.
+// (contract.CheckClientTools), and that none is named like a tool this
+// worker runs.
 func validateClientTools(tools []protocol.ToolSpec, settings Settings) error {
-	if err := CheckClientTools(tools); err != nil {
+	if err := contract.CheckClientTools(tools); err != nil {
 		return err
 	}
 	for _, t := range tools {
@@ -133,38 +122,3 @@ func validateClientTools(tools []protocol.ToolSpec, settings Settings) error {
 	}
 	return nil
 }
-
-// CheckClientTools checks what can be checked of a request's
-// client-executed tools without the worker's settings, so the API refuses
-// them before it sends the message (and so before it starts a
-// conversation for it): each is named, once, not like a built-in tool or
-// an MCP tool (mcp__…), and says nothing that only a worker tool may say.
-//
-// workspacePaths and mcp are refused: a client tool runs on the client,
-// so its arguments never name a file of the worker's workspace, and it is
-// no MCP server's. Honoured, workspacePaths would have the worker rewrite
-// the client's paths against its own workspace (refusing or reshaping
-// them) and a path rule match them as if the worker's files were touched:
-// a client's word changing what the policy and the approver read.
-func CheckClientTools(tools []protocol.ToolSpec) error {
-	var seen []string
-	for _, t := range tools {
-		switch {
-		case t.Name == "":
-			return fmt.Errorf("a client tool has no name")
-		case slices.Contains(builtinTools, t.Name) || strings.HasPrefix(t.Name, activities.MCPToolPrefix):
-			return fmt.Errorf("client tool %q has the name of a tool the worker runs (%s, or %s…)", t.Name, strings.Join(builtinTools, ", "), activities.MCPToolPrefix)
-		case slices.Contains(seen, t.Name):
-			return fmt.Errorf("client tool %q is declared twice", t.Name)
-		case len(t.WorkspacePaths) > 0:
-			return fmt.Errorf("client tool %q declares workspacePaths: a client tool runs on the client, so none of its arguments names a file of the worker's workspace; leave the field out", t.Name)
-		case t.MCP != nil:
-			return fmt.Errorf("client tool %q declares mcp: a client tool is the client's, not an MCP server's; leave the field out", t.Name)
-		}
-		seen = append(seen, t.Name)
-	}
-	return nil
-}
-
-// builtinTools are the names of the tools every worker runs.
-var builtinTools = []string{protocol.ToolRead, protocol.ToolWrite, protocol.ToolEdit, protocol.ToolBash, protocol.TaskTool}

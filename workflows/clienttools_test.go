@@ -10,6 +10,7 @@ import (
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/protocol"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 var pickColor = protocol.ToolSpec{Name: "PickColor", Description: "asks the user for a color", Parameters: json.RawMessage(`{"type":"object"}`)}
@@ -21,8 +22,8 @@ func clientTurn() TurnInput {
 }
 
 // answer sends the toolResult Update and records its rejection, if any.
-func (h *harness) answer(r ClientToolResult, rejected *error) {
-	h.env.UpdateWorkflow(ClientToolResultUpdate, "", &testsuite.TestUpdateCallback{
+func (h *harness) answer(r contract.ClientToolResult, rejected *error) {
+	h.env.UpdateWorkflow(contract.ClientToolResultUpdate, "", &testsuite.TestUpdateCallback{
 		OnAccept: func() {}, OnReject: func(err error) { *rejected = err }, OnComplete: func(any, error) {},
 	}, r)
 }
@@ -37,10 +38,10 @@ func TestClientToolAnsweredInTimeAnswersTheModel(t *testing.T) {
 		e := findEvent(t, h.events(), protocol.EventClientToolCall)
 		require.Equal(t, "c1", e.ToolCallID)
 		require.Equal(t, "PickColor", e.ToolName)
-		h.answer(ClientToolResult{ToolCallID: "nope", Result: "x"}, &unknown)
+		h.answer(contract.ClientToolResult{ToolCallID: "nope", Result: "x"}, &unknown)
 		// By tool call id alone, within the turn.
-		h.answer(ClientToolResult{ToolCallID: "c1", Result: "blue"}, &early)
-		h.answer(ClientToolResult{RequestID: e.RequestID, Result: "red"}, &late)
+		h.answer(contract.ClientToolResult{ToolCallID: "c1", Result: "blue"}, &early)
+		h.answer(contract.ClientToolResult{RequestID: e.RequestID, Result: "red"}, &late)
 	}, time.Second)
 
 	out := h.runTurn(clientTurn())
@@ -63,7 +64,7 @@ func TestClientToolWithoutAnswerTimesOutAsDecline(t *testing.T) {
 	h := newHarness(t, settings, calls(call("c1", "PickColor", `{}`)), calls(call("w", "Write", `{"file_path":"a","content":"b"}`)))
 	var late error
 	h.env.RegisterDelayedCallback(func() {
-		h.answer(ClientToolResult{RequestID: findEvent(t, h.events(), protocol.EventClientToolCall).RequestID, Result: "blue"}, &late)
+		h.answer(contract.ClientToolResult{RequestID: findEvent(t, h.events(), protocol.EventClientToolCall).RequestID, Result: "blue"}, &late)
 	}, 90*time.Minute)
 
 	out := h.runTurn(clientTurn())
@@ -71,7 +72,7 @@ func TestClientToolWithoutAnswerTimesOutAsDecline(t *testing.T) {
 	result := findEvent(t, out.Events, protocol.EventToolResult).ToolResults[0]
 	require.Equal(t, protocol.StatusTimeout, result.Status)
 	require.Equal(t, clientTimeoutResponse, result.Result)
-	require.Equal(t, protocol.RejectExpired, RejectionReason(late), "an answer after the call's time ran out is expired, not decided: %v", late)
+	require.Equal(t, protocol.RejectExpired, contract.RejectionReason(late), "an answer after the call's time ran out is expired, not decided: %v", late)
 }
 
 func TestClientToolNamedLikeAWorkerToolIsRejected(t *testing.T) {
@@ -89,7 +90,7 @@ func TestNewMessageDeclinesAClientToolCallThatWaits(t *testing.T) {
 	settings.ApprovalTimeout = time.Hour
 	h := newHarness(t, settings, calls(call("c1", "PickColor", `{}`)))
 	h.env.RegisterDelayedCallback(func() {
-		h.env.SignalWorkflow(InterruptSignal, Interrupt{Reason: reasonNewMessage})
+		h.env.SignalWorkflow(contract.InterruptSignal, Interrupt{Reason: reasonNewMessage})
 	}, time.Minute)
 
 	out := h.runTurn(clientTurn())

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/protocol"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // longConversation is a conversation whose earlier turn read a large file,
@@ -83,7 +84,7 @@ func TestEarlierTurnsAreSummarizedAndThePreviousTurnIsKeptWhole(t *testing.T) {
 	require.Equal(t, 6, e.Summarized)
 	require.Equal(t, 3, e.Kept)
 	require.Less(t, e.BytesAfter, e.BytesBefore)
-	require.Equal(t, &Compaction{Summary: "Turns 0 to 2 were long messages.", Covers: 6}, out.Compaction, "the conversation keeps the summary")
+	require.Equal(t, &contract.Compaction{Summary: "Turns 0 to 2 were long messages.", Covers: 6}, out.Compaction, "the conversation keeps the summary")
 	require.Len(t, out.Messages, 1, "the turn adds its own messages; the conversation keeps everything")
 }
 
@@ -93,7 +94,7 @@ func TestATurnReadsTheConversationsSummaryAndSummarizesNoMoreWhileTheRestFits(t 
 	whole := turns(4, 1000, "and now?")
 	in := whole
 	in.Offset, in.Messages = 6, whole.Messages[6:]
-	in.Compaction = Compaction{Summary: "Turns 0 to 2 were long messages.", Covers: 6}
+	in.Compaction = contract.Compaction{Summary: "Turns 0 to 2 were long messages.", Covers: 6}
 	h := newHarness(t, settings, activities.ModelOutput{Content: "Now this."})
 
 	out := h.runTurn(in)
@@ -113,7 +114,7 @@ func TestTheSummaryIsBroughtUpToDateWithTheMessagesSinceOnly(t *testing.T) {
 	whole := turns(8, 1000, "and now?")
 	in := whole
 	in.Offset, in.Messages = 6, whole.Messages[6:]
-	in.Compaction = Compaction{Summary: "Turns 0 to 2 were long messages.", Covers: 6}
+	in.Compaction = contract.Compaction{Summary: "Turns 0 to 2 were long messages.", Covers: 6}
 	h := newHarness(t, settings,
 		activities.ModelOutput{Content: "Turns 0 to 6 were long messages."},
 		activities.ModelOutput{Content: "Now this."},
@@ -129,7 +130,7 @@ func TestTheSummaryIsBroughtUpToDateWithTheMessagesSinceOnly(t *testing.T) {
 	require.NotContains(t, request, "message 7:")
 	view := h.modelInputs[1].Messages
 	require.Equal(t, whole.Messages[14:], view[2:])
-	require.Equal(t, &Compaction{Summary: "Turns 0 to 6 were long messages.", Covers: 14}, out.Compaction)
+	require.Equal(t, &contract.Compaction{Summary: "Turns 0 to 6 were long messages.", Covers: 14}, out.Compaction)
 }
 
 func TestMessagesTooLongForOneSummaryRequestAreSummarizedInPiecesThatFit(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/protocol"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // How a conversation's compaction (patchConversationCompaction) fits the
@@ -83,7 +84,7 @@ type viewState struct {
 	offset int
 	// kept is the compaction in force: the conversation's, then what the
 	// turn made of it; changed says the conversation is to keep it.
-	kept    Compaction
+	kept    contract.Compaction
 	changed bool
 	// refits counts the requests made smaller after a refusal.
 	refits int
@@ -467,7 +468,7 @@ func (s *summarizer) fold(ctx workflow.Context, summary string, msgs []protocol.
 		in := activities.ModelInput{
 			Messages:  []protocol.Message{{Role: protocol.RoleSystem, Content: system}, {Role: protocol.RoleUser, Content: text}},
 			Model:     s.model,
-			WantUsage: s.settings.Budgets.wantsUsage(),
+			WantUsage: wantsUsage(s.settings.Budgets),
 		}
 		var out activities.ModelOutput
 		opts := modelActivityOptions(s.settings)
@@ -502,7 +503,7 @@ func (s *summarizer) render(m protocol.Message, index, room int) string {
 // compaction runs at once while no turn runs (the next turn waits for it),
 // and after the running turn otherwise.
 func (c *conversation) setCompactHandler(ctx workflow.Context) error {
-	err := workflow.SetUpdateHandlerWithOptions(ctx, CompactUpdate,
+	err := workflow.SetUpdateHandlerWithOptions(ctx, contract.CompactUpdate,
 		func(ctx workflow.Context, r protocol.CompactRequest) (protocol.CompactResult, error) {
 			switch {
 			case c.compacting:
@@ -523,7 +524,7 @@ func (c *conversation) setCompactHandler(ctx workflow.Context) error {
 		}},
 	)
 	if err != nil {
-		return fmt.Errorf("set %s update handler: %w", CompactUpdate, err)
+		return fmt.Errorf("set %s update handler: %w", contract.CompactUpdate, err)
 	}
 	return nil
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/scripted"
 	"github.com/tollgate/tollgate/protocol"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // windowedModel is a model server with a context window, as OpenAI's: a
@@ -117,21 +118,21 @@ func lastUser(msgs []openai.ChatCompletionMessage) string {
 
 // finishedTurns collects the outputs of the conversation's turns as they
 // end, by turn workflow ID.
-func finishedTurns(h *harness) func() map[string]TurnOutput {
+func finishedTurns(h *harness) func() map[string]contract.TurnOutput {
 	var mu sync.Mutex
-	outs := map[string]TurnOutput{}
+	outs := map[string]contract.TurnOutput{}
 	h.env.SetOnChildWorkflowCompletedListener(func(info *workflow.Info, result converter.EncodedValue, err error) {
-		if info.WorkflowType.Name != ChatTurnWorkflow {
+		if info.WorkflowType.Name != contract.ChatTurnWorkflow {
 			return
 		}
-		var out TurnOutput
+		var out contract.TurnOutput
 		require.NoError(h.t, err)
 		require.NoError(h.t, result.Get(&out))
 		mu.Lock()
 		defer mu.Unlock()
 		outs[info.WorkflowExecution.ID] = out
 	})
-	return func() map[string]TurnOutput {
+	return func() map[string]contract.TurnOutput {
 		mu.Lock()
 		defer mu.Unlock()
 		return outs
@@ -141,8 +142,8 @@ func finishedTurns(h *harness) func() map[string]TurnOutput {
 // sendEach sends the messages one at a time, each once the conversation
 // is idle again (the test clock stands still while a turn's activities
 // run), then stops the conversation.
-func (h *harness) sendEach(queries []string) []TurnRef {
-	refs := make([]TurnRef, len(queries))
+func (h *harness) sendEach(queries []string) []contract.TurnRef {
+	refs := make([]contract.TurnRef, len(queries))
 	for i, q := range queries {
 		h.env.RegisterDelayedCallback(func() { h.send(q, &refs[i]) }, time.Duration(i+1)*time.Minute)
 	}
@@ -221,7 +222,7 @@ func runLongConversation(t *testing.T, n, size, window, earlyFrom, span int) mea
 	// between its message and the next (the test clock stands still while
 	// a turn runs).
 	sentBefore, started := make([]int, n+1), make([]time.Time, n+1)
-	var state ConversationState
+	var state contract.ConversationState
 	// Each message's callback registers the next one: the test
 	// environment holds at most a thousand callbacks waiting.
 	var next func(i int)
@@ -230,25 +231,25 @@ func runLongConversation(t *testing.T, n, size, window, earlyFrom, span int) mea
 			sent, _ := model.requests()
 			sentBefore[i], started[i] = len(sent), time.Now()
 			if i == n {
-				v, err := h.env.QueryWorkflow(StateQuery)
+				v, err := h.env.QueryWorkflow(contract.StateQuery)
 				require.NoError(t, err)
 				require.NoError(t, v.Get(&state))
 				h.env.CancelWorkflow()
 				return
 			}
-			var ref TurnRef
+			var ref contract.TurnRef
 			h.send(queries[i], &ref)
 			next(i + 1)
 		}, time.Minute)
 	}
 	next(0)
 
-	h.env.ExecuteWorkflow(ConversationWorkflow, ConversationInput{ConversationID: "long"})
+	h.env.ExecuteWorkflow(contract.ConversationWorkflow, contract.ConversationInput{ConversationID: "long"})
 
 	outs := turnsDone()
 	require.Len(t, outs, n)
 	for i := 1; i <= n; i++ {
-		require.Equal(t, protocol.FinishStop, outs[TurnWorkflowID("long", i)].FinishReason, "turn %d", i)
+		require.Equal(t, protocol.FinishStop, outs[contract.TurnWorkflowID("long", i)].FinishReason, "turn %d", i)
 	}
 	require.Equal(t, 2*n, state.Messages)
 	require.Positive(t, state.Summarized)
@@ -292,11 +293,11 @@ func TestATwoMegabytePasteIsCutInTheMiddleAndSaysWhereTheWholeIsKept(t *testing.
 	h.sendEach([]string{"hello", paste, "what did it say?"})
 	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, time.Hour)
 
-	h.env.ExecuteWorkflow(ConversationWorkflow, ConversationInput{ConversationID: "paste"})
+	h.env.ExecuteWorkflow(contract.ConversationWorkflow, contract.ConversationInput{ConversationID: "paste"})
 
 	outs := turnsDone()
 	for i := 1; i <= 3; i++ {
-		require.Equal(t, protocol.FinishStop, outs[TurnWorkflowID("paste", i)].FinishReason, "turn %d", i)
+		require.Equal(t, protocol.FinishStop, outs[contract.TurnWorkflowID("paste", i)].FinishReason, "turn %d", i)
 	}
 	sent, refused := model.requests()
 	require.Zero(t, refused, "no request passed the window")
@@ -305,7 +306,7 @@ func TestATwoMegabytePasteIsCutInTheMiddleAndSaysWhereTheWholeIsKept(t *testing.
 	require.True(t, strings.HasPrefix(cut, paste[:1000]), "its beginning")
 	require.True(t, strings.HasSuffix(cut, paste[len(paste)-1000:]), "and its end")
 	require.Contains(t, cut, "bytes left out here to fit the model's context. The whole message is kept in the conversation's transcript: GET /conversations/paste/messages?offset=2&limit=1")
-	require.Equal(t, 1, findEvent(t, outs[TurnWorkflowID("paste", 2)].Events, protocol.EventContextCompacted).Cut)
+	require.Equal(t, 1, findEvent(t, outs[contract.TurnWorkflowID("paste", 2)].Events, protocol.EventContextCompacted).Cut)
 	last := sent[len(sent)-1].messages
 	require.Equal(t, "what did it say?", last[len(last)-1].Content)
 	require.True(t, slices.ContainsFunc(last, func(m openai.ChatCompletionMessage) bool { return strings.HasPrefix(m.Content, paste[:1000]) }),
@@ -352,7 +353,7 @@ func TestAPersonCompactsTheConversationWithInstructionsAndTheNextTurnReadsTheSum
 	h.sendEach([]string{"q1", "q2", "q3"})
 	var result protocol.CompactResult
 	h.env.RegisterDelayedCallback(func() {
-		h.env.UpdateWorkflow(CompactUpdate, "", &testsuite.TestUpdateCallback{
+		h.env.UpdateWorkflow(contract.CompactUpdate, "", &testsuite.TestUpdateCallback{
 			OnAccept: func() {}, OnReject: func(err error) { t.Errorf("rejected: %v", err) },
 			OnComplete: func(v any, err error) {
 				require.NoError(t, err)
@@ -360,17 +361,17 @@ func TestAPersonCompactsTheConversationWithInstructionsAndTheNextTurnReadsTheSum
 			},
 		}, protocol.CompactRequest{Instructions: "keep the decisions about the schema"})
 	}, 10*time.Minute)
-	var r4 TurnRef
+	var r4 contract.TurnRef
 	h.env.RegisterDelayedCallback(func() { h.send("q4", &r4) }, 20*time.Minute)
 	var rejected error
 	h.env.RegisterDelayedCallback(func() {
-		h.env.UpdateWorkflow(CompactUpdate, "", &testsuite.TestUpdateCallback{
+		h.env.UpdateWorkflow(contract.CompactUpdate, "", &testsuite.TestUpdateCallback{
 			OnAccept: func() {}, OnReject: func(err error) { rejected = err }, OnComplete: func(any, error) {},
 		}, protocol.CompactRequest{Instructions: strings.Repeat("x", 5000)})
 	}, 25*time.Minute)
 	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, time.Hour)
 
-	h.env.ExecuteWorkflow(ConversationWorkflow, ConversationInput{ConversationID: "manual"})
+	h.env.ExecuteWorkflow(contract.ConversationWorkflow, contract.ConversationInput{ConversationID: "manual"})
 
 	require.Equal(t, protocol.CompactResult{Compacted: true, Summarized: 4, Kept: 2, BytesBefore: 12, BytesAfter: 35 + 4}, result)
 	require.Len(t, h.modelInputs, 5)
@@ -395,7 +396,7 @@ func TestAConversationThatContinuesAsNewKeepsItsSummary(t *testing.T) {
 	}
 	h.sendEach(queries)
 
-	h.env.ExecuteWorkflow(ConversationWorkflow, ConversationInput{ConversationID: "carried"})
+	h.env.ExecuteWorkflow(contract.ConversationWorkflow, contract.ConversationInput{ConversationID: "carried"})
 
 	next := continuedAs(t, h.env)
 	require.Positive(t, next.Compaction.Covers)
@@ -405,10 +406,10 @@ func TestAConversationThatContinuesAsNewKeepsItsSummary(t *testing.T) {
 	// The next run's turn reads the summary it carried, and no more than
 	// the messages since.
 	h2 := newHarness(t, settings, activities.ModelOutput{Content: "a6"})
-	var r TurnRef
+	var r contract.TurnRef
 	h2.env.RegisterDelayedCallback(func() { h2.send("q6", &r) }, time.Minute)
 	h2.env.RegisterDelayedCallback(h2.env.CancelWorkflow, time.Hour)
-	h2.env.ExecuteWorkflow(ConversationWorkflow, next)
+	h2.env.ExecuteWorkflow(contract.ConversationWorkflow, next)
 	require.Len(t, h2.modelInputs, 1, "no summary again")
 	view := h2.modelInputs[0].Messages
 	require.Equal(t, SummaryPrefix+next.Compaction.Summary, view[1].Content)
@@ -418,7 +419,7 @@ func TestAConversationThatContinuesAsNewKeepsItsSummary(t *testing.T) {
 func TestTheBudgetsCountWhatSummariesSpend(t *testing.T) {
 	settings := testSettings()
 	settings.ContextBudget = 6000
-	settings.Budgets = Budgets{TurnTokens: 100000}
+	settings.Budgets = contract.Budgets{TurnTokens: 100000}
 	h := newHarness(t, settings,
 		activities.ModelOutput{Content: "Turns 0 to 2 were long messages.", Tokens: 1500},
 		activities.ModelOutput{Content: "Now this.", Tokens: 700},
@@ -443,7 +444,7 @@ func TestACompactionAskedWhileATurnRunsFollowsTheTurn(t *testing.T) {
 	var queued, again, third protocol.CompactResult
 	compact := func(res *protocol.CompactResult) func() {
 		return func() {
-			h.env.UpdateWorkflow(CompactUpdate, "", &testsuite.TestUpdateCallback{
+			h.env.UpdateWorkflow(contract.CompactUpdate, "", &testsuite.TestUpdateCallback{
 				OnAccept: func() {}, OnReject: func(err error) { t.Errorf("rejected: %v", err) },
 				OnComplete: func(v any, err error) {
 					require.NoError(t, err)
@@ -455,13 +456,13 @@ func TestACompactionAskedWhileATurnRunsFollowsTheTurn(t *testing.T) {
 	// Turn 2 waits for its Bash call's approval meanwhile (which times out
 	// after three minutes).
 	h.env.RegisterDelayedCallback(compact(&queued), 2*time.Minute+time.Second)
-	var r3 TurnRef
+	var r3 contract.TurnRef
 	h.env.RegisterDelayedCallback(func() { h.send("q3", &r3) }, 10*time.Minute)
 	h.env.RegisterDelayedCallback(compact(&again), 20*time.Minute)
 	h.env.RegisterDelayedCallback(compact(&third), 21*time.Minute)
 	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, time.Hour)
 
-	h.env.ExecuteWorkflow(ConversationWorkflow, ConversationInput{ConversationID: "queued"})
+	h.env.ExecuteWorkflow(contract.ConversationWorkflow, contract.ConversationInput{ConversationID: "queued"})
 
 	require.Equal(t, protocol.CompactResult{Queued: true}, queued, "answered at once")
 	require.Len(t, h.modelInputs, 6)
@@ -482,7 +483,7 @@ func TestACompactionAskedWhileAnotherRunsIsToldSo(t *testing.T) {
 	results := make([]protocol.CompactResult, 2)
 	h.env.RegisterDelayedCallback(func() {
 		for i := range results {
-			h.env.UpdateWorkflow(CompactUpdate, "", &testsuite.TestUpdateCallback{
+			h.env.UpdateWorkflow(contract.CompactUpdate, "", &testsuite.TestUpdateCallback{
 				OnAccept: func() {}, OnReject: func(err error) { t.Errorf("rejected: %v", err) },
 				OnComplete: func(v any, err error) {
 					require.NoError(t, err)
@@ -493,7 +494,7 @@ func TestACompactionAskedWhileAnotherRunsIsToldSo(t *testing.T) {
 	}, 10*time.Minute)
 	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, time.Hour)
 
-	h.env.ExecuteWorkflow(ConversationWorkflow, ConversationInput{ConversationID: "twice"})
+	h.env.ExecuteWorkflow(contract.ConversationWorkflow, contract.ConversationInput{ConversationID: "twice"})
 
 	require.True(t, results[0].Compacted)
 	require.Equal(t, protocol.CompactResult{Reason: "another compaction runs now; ask again once it has ended"}, results[1])
@@ -516,7 +517,7 @@ func TestACompactionIsRefusedWhenTheConversationsTokenBudgetIsSpent(t *testing.T
 	var rejected error
 	var result protocol.CompactResult
 	compact := func() {
-		h.env.UpdateWorkflow(CompactUpdate, "", &testsuite.TestUpdateCallback{
+		h.env.UpdateWorkflow(contract.CompactUpdate, "", &testsuite.TestUpdateCallback{
 			OnAccept: func() {}, OnReject: func(err error) { rejected = err },
 			OnComplete: func(v any, err error) {
 				require.NoError(t, err)
@@ -526,7 +527,7 @@ func TestACompactionIsRefusedWhenTheConversationsTokenBudgetIsSpent(t *testing.T
 	}
 	h.env.RegisterDelayedCallback(compact, time.Minute)
 	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, time.Hour)
-	h.env.ExecuteWorkflow(ConversationWorkflow, ConversationInput{ConversationID: "spent", Messages: history, Turns: 2, Spent: Usage{Tokens: 600}})
+	h.env.ExecuteWorkflow(contract.ConversationWorkflow, contract.ConversationInput{ConversationID: "spent", Messages: history, Turns: 2, Spent: contract.Usage{Tokens: 600}})
 	require.ErrorContains(t, rejected, "the conversation's token budget is spent (600 of 500 tokens)")
 	require.Empty(t, h.modelInputs, "no summary request")
 
@@ -535,8 +536,8 @@ func TestACompactionIsRefusedWhenTheConversationsTokenBudgetIsSpent(t *testing.T
 	rejected = nil
 	h.env.RegisterDelayedCallback(compact, time.Minute)
 	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, time.Hour)
-	h.env.ExecuteWorkflow(ConversationWorkflow, ConversationInput{ConversationID: "raised", Messages: history, Turns: 2,
-		Spent: Usage{Tokens: 600}, Raised: Budgets{ConversationTokens: 1200}})
+	h.env.ExecuteWorkflow(contract.ConversationWorkflow, contract.ConversationInput{ConversationID: "raised", Messages: history, Turns: 2,
+		Spent: contract.Usage{Tokens: 600}, Raised: contract.Budgets{ConversationTokens: 1200}})
 	require.NoError(t, rejected)
 	require.True(t, result.Compacted)
 	require.Len(t, h.modelInputs, 1)

@@ -14,6 +14,7 @@ import (
 	"github.com/tollgate/tollgate/internal/text"
 	"github.com/tollgate/tollgate/internal/workflowtrace"
 	"github.com/tollgate/tollgate/protocol"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // conversation is the state of a Conversation workflow.
@@ -21,15 +22,15 @@ type conversation struct {
 	id       string
 	messages []protocol.Message
 	turns    int
-	queue    []QueuedMessage
+	queue    []contract.QueuedMessage
 	// running is the turn that runs now, if any; runningTurn its child future.
 	running     string
 	runningTurn workflow.ChildWorkflowFuture
-	grants      []Grant
+	grants      []contract.Grant
 	// spent and raised are what the turns spent and the conversation
 	// budgets people raised (budget.go).
-	spent  Usage
-	raised Budgets
+	spent  contract.Usage
+	raised contract.Budgets
 	// traces holds, by turn number, the span of the message Update that
 	// queued the turn, so that the turn is traced as part of the request
 	// that sent its message rather than of the conversation's run, which
@@ -45,11 +46,11 @@ type conversation struct {
 	started int
 	// keys are the idempotency keys of the messages taken in the last
 	// messageKeyWindow (idempotency.go).
-	keys []TakenKey
+	keys []contract.TakenKey
 	// compaction is the summary the turns read in place of the first
 	// messages; compacting is true while a person's compaction runs, and
 	// compactNext holds one asked for while a turn ran (context.go).
-	compaction  Compaction
+	compaction  contract.Compaction
 	compacting  bool
 	compactNext *protocol.CompactRequest
 }
@@ -59,7 +60,7 @@ type conversation struct {
 // message that arrives while a turn runs interrupts that turn (its pending
 // approvals are declined) and runs next. The workflow continues as new,
 // carrying the full message log, before its history grows large.
-func (w *Workflows) Conversation(ctx workflow.Context, in ConversationInput) error {
+func (w *Workflows) Conversation(ctx workflow.Context, in contract.ConversationInput) error {
 	c := &conversation{id: in.ConversationID, messages: in.Messages, turns: in.Turns, queue: in.Queue, grants: in.Grants, spent: in.Spent, raised: in.Raised, keys: in.Keys, traces: map[int]workflowtrace.Span{},
 		compaction: in.Compaction,
 		// A run with nothing queued goes idle before it does anything else;
@@ -70,16 +71,16 @@ func (w *Workflows) Conversation(ctx workflow.Context, in ConversationInput) err
 	}).Get(&c.settings); err != nil {
 		return fmt.Errorf("conversation %s: settings: %w", c.id, err)
 	}
-	if err := workflow.SetQueryHandler(ctx, StateQuery, func() (ConversationState, error) {
-		return ConversationState{
+	if err := workflow.SetQueryHandler(ctx, contract.StateQuery, func() (contract.ConversationState, error) {
+		return contract.ConversationState{
 			ConversationID: c.id, Turns: c.turns, Running: c.running,
 			Messages: len(c.messages), Queued: len(c.queue), Summarized: c.compaction.Covers,
 		}, nil
 	}); err != nil {
-		return fmt.Errorf("set %s query handler: %w", StateQuery, err)
+		return fmt.Errorf("set %s query handler: %w", contract.StateQuery, err)
 	}
-	if err := workflow.SetUpdateHandlerWithOptions(ctx, SendMessageUpdate, c.onMessage,
-		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, m UserMessage) error {
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, contract.SendMessageUpdate, c.onMessage,
+		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, m contract.UserMessage) error {
 			if strings.TrimSpace(m.Query) == "" {
 				return errors.New("the message is empty")
 			}
@@ -89,39 +90,39 @@ func (w *Workflows) Conversation(ctx workflow.Context, in ConversationInput) err
 			return validateClientTools(m.ClientTools, c.settings)
 		}},
 	); err != nil {
-		return fmt.Errorf("set %s update handler: %w", SendMessageUpdate, err)
+		return fmt.Errorf("set %s update handler: %w", contract.SendMessageUpdate, err)
 	}
-	if err := workflow.SetQueryHandler(ctx, MessagesQuery, func(req MessagesRequest) (MessagesPage, error) {
+	if err := workflow.SetQueryHandler(ctx, contract.MessagesQuery, func(req contract.MessagesRequest) (contract.MessagesPage, error) {
 		return page(c.messages, req), nil
 	}); err != nil {
-		return fmt.Errorf("set %s query handler: %w", MessagesQuery, err)
+		return fmt.Errorf("set %s query handler: %w", contract.MessagesQuery, err)
 	}
 	if err := c.setCompactHandler(ctx); err != nil {
 		return err
 	}
-	if err := workflow.SetQueryHandler(ctx, GrantsQuery, func() ([]Grant, error) {
-		return append([]Grant{}, c.grants...), nil
+	if err := workflow.SetQueryHandler(ctx, contract.GrantsQuery, func() ([]contract.Grant, error) {
+		return append([]contract.Grant{}, c.grants...), nil
 	}); err != nil {
-		return fmt.Errorf("set %s query handler: %w", GrantsQuery, err)
+		return fmt.Errorf("set %s query handler: %w", contract.GrantsQuery, err)
 	}
-	if err := workflow.SetUpdateHandlerWithOptions(ctx, RevokeGrantUpdate,
-		func(ctx workflow.Context, r RevokeGrant) error {
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, contract.RevokeGrantUpdate,
+		func(ctx workflow.Context, r contract.RevokeGrant) error {
 			var err error
 			c.grants, err = revoke(c.grants, r.GrantID)
 			return err
 		},
-		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, r RevokeGrant) error {
+		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, r contract.RevokeGrant) error {
 			_, err := revoke(slices.Clone(c.grants), r.GrantID)
 			return err
 		}},
 	); err != nil {
-		return fmt.Errorf("set %s update handler: %w", RevokeGrantUpdate, err)
+		return fmt.Errorf("set %s update handler: %w", contract.RevokeGrantUpdate, err)
 	}
 
 	ran := 0
 	for {
 		if len(c.queue) == 0 {
-			c.setStatus(ctx, StatusIdle)
+			c.setStatus(ctx, contract.StatusIdle)
 		}
 		c.idle = len(c.queue) == 0
 		err := workflow.Await(ctx, func() bool { return len(c.queue) > 0 && !c.compacting })
@@ -131,7 +132,7 @@ func (w *Workflows) Conversation(ctx workflow.Context, in ConversationInput) err
 		}
 		next := c.queue[0]
 		c.queue = c.queue[1:]
-		c.setStatus(ctx, StatusRunning)
+		c.setStatus(ctx, contract.StatusRunning)
 		c.runTurn(ctx, next)
 		c.compactQueued(ctx)
 		ran++
@@ -142,7 +143,7 @@ func (w *Workflows) Conversation(ctx workflow.Context, in ConversationInput) err
 			if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
 				return err
 			}
-			return workflow.NewContinueAsNewError(ctx, ConversationWorkflow, ConversationInput{
+			return workflow.NewContinueAsNewError(ctx, contract.ConversationWorkflow, contract.ConversationInput{
 				ConversationID: c.id, Messages: c.messages, Turns: c.turns, Queue: c.queue, Grants: c.grants, Spent: c.spent, Raised: c.raised,
 				Keys:       c.keys,
 				Compaction: c.compaction,
@@ -166,29 +167,29 @@ func (w *Workflows) Conversation(ctx workflow.Context, in ConversationInput) err
 // A message with the idempotency key of one the conversation took
 // (patchIdempotentMessages) is answered with that message's turn, at once,
 // and queues nothing.
-func (c *conversation) onMessage(ctx workflow.Context, m UserMessage) (TurnRef, error) {
+func (c *conversation) onMessage(ctx workflow.Context, m contract.UserMessage) (contract.TurnRef, error) {
 	if k, ok := c.takenKey(m.IdempotencyKey); ok && patched(ctx, c.settings, patchIdempotentMessages) {
-		if k.Digest != m.digest() {
-			return TurnRef{}, errKeyReused
+		if k.Digest != m.Digest() {
+			return contract.TurnRef{}, errKeyReused
 		}
-		return TurnRef{ConversationID: c.id, Turn: k.Turn, TurnID: TurnWorkflowID(c.id, k.Turn)}, nil
+		return contract.TurnRef{ConversationID: c.id, Turn: k.Turn, TurnID: contract.TurnWorkflowID(c.id, k.Turn)}, nil
 	}
 	startsNow := c.idle && len(c.queue) == 0
 	c.turns++
 	n := c.turns
-	c.queue = append(c.queue, QueuedMessage{Turn: n, Message: m})
+	c.queue = append(c.queue, contract.QueuedMessage{Turn: n, Message: m})
 	c.rememberKey(workflow.Now(ctx), m, n)
 	c.traces[n] = workflowtrace.SpanOf(ctx)
 	if c.runningTurn != nil {
 		// The interrupted turn finishes at its next step; this message's
 		// turn starts right after. A failed signal only means that turn
 		// has already finished.
-		err := c.runningTurn.SignalChildWorkflow(ctx, InterruptSignal, Interrupt{Reason: reasonNewMessage}).Get(ctx, nil)
+		err := c.runningTurn.SignalChildWorkflow(ctx, contract.InterruptSignal, Interrupt{Reason: reasonNewMessage}).Get(ctx, nil)
 		if err != nil {
 			workflow.GetLogger(ctx).Info("interrupt running turn", "turnId", c.running, "error", err)
 		}
 	}
-	ref := TurnRef{ConversationID: c.id, Turn: n, TurnID: TurnWorkflowID(c.id, n)}
+	ref := contract.TurnRef{ConversationID: c.id, Turn: n, TurnID: contract.TurnWorkflowID(c.id, n)}
 	if startsNow && c.settings.PatchLevel >= levelAnswerOnStart {
 		// Cancelled while it waits, the conversation still answers: the
 		// message was taken.
@@ -199,7 +200,7 @@ func (c *conversation) onMessage(ctx workflow.Context, m UserMessage) (TurnRef, 
 
 // runTurn runs one queued message as a child ChatTurn and adds the user
 // message and the turn's messages to the log.
-func (c *conversation) runTurn(ctx workflow.Context, q QueuedMessage) {
+func (c *conversation) runTurn(ctx workflow.Context, q contract.QueuedMessage) {
 	user := protocol.Message{Role: protocol.RoleUser, Content: q.Message.Query}
 	// The turn reads the summary in place of the messages it stands for.
 	offset := min(c.compaction.Covers, len(c.messages))
@@ -207,7 +208,7 @@ func (c *conversation) runTurn(ctx workflow.Context, q QueuedMessage) {
 	messages = append(append(messages, c.messages[offset:]...), user)
 
 	opts := workflow.ChildWorkflowOptions{
-		WorkflowID:        TurnWorkflowID(c.id, q.Turn),
+		WorkflowID:        contract.TurnWorkflowID(c.id, q.Turn),
 		ParentClosePolicy: enumspb.PARENT_CLOSE_POLICY_REQUEST_CANCEL,
 		StaticSummary:     text.Truncate(q.Message.Query, 200),
 	}
@@ -218,7 +219,7 @@ func (c *conversation) runTurn(ctx workflow.Context, q QueuedMessage) {
 	// in history.
 	trace := c.traces[q.Turn]
 	delete(c.traces, q.Turn)
-	child := workflow.ExecuteChildWorkflow(workflow.WithChildOptions(workflowtrace.WithSpan(ctx, trace), opts), ChatTurnWorkflow, TurnInput{
+	child := workflow.ExecuteChildWorkflow(workflow.WithChildOptions(workflowtrace.WithSpan(ctx, trace), opts), contract.ChatTurnWorkflow, TurnInput{
 		ConversationID: c.id,
 		Turn:           q.Turn,
 		Messages:       messages,
@@ -240,12 +241,12 @@ func (c *conversation) runTurn(ctx workflow.Context, q QueuedMessage) {
 	// holds its whole event log, which repeats every tool call and output,
 	// and decoding megabytes in workflow code holds up the workflow task.
 	var out struct {
-		Messages   []protocol.Message `json:"messages,omitempty"`
-		Grants     []Grant            `json:"grants,omitempty"`
-		GrantsUsed map[string]int     `json:"grantsUsed,omitempty"`
-		Usage      Usage              `json:"usage,omitempty,omitzero"`
-		Raised     Budgets            `json:"raised,omitempty,omitzero"`
-		Compaction *Compaction        `json:"compaction,omitempty"`
+		Messages   []protocol.Message   `json:"messages,omitempty"`
+		Grants     []contract.Grant     `json:"grants,omitempty"`
+		GrantsUsed map[string]int       `json:"grantsUsed,omitempty"`
+		Usage      contract.Usage       `json:"usage,omitempty,omitzero"`
+		Raised     contract.Budgets     `json:"raised,omitempty,omitzero"`
+		Compaction *contract.Compaction `json:"compaction,omitempty"`
 	}
 	err := child.Get(ctx, &out)
 	c.running, c.runningTurn = "", nil
@@ -260,13 +261,13 @@ func (c *conversation) runTurn(ctx workflow.Context, q QueuedMessage) {
 	c.messages = append(c.messages, out.Messages...)
 	// Uses first: a grant made in the turn came back with its uses counted.
 	for _, id := range slices.Sorted(maps.Keys(out.GrantsUsed)) {
-		if i := slices.IndexFunc(c.grants, func(g Grant) bool { return g.ID == id }); i >= 0 {
+		if i := slices.IndexFunc(c.grants, func(g contract.Grant) bool { return g.ID == id }); i >= 0 {
 			c.grants[i].Used += out.GrantsUsed[id]
 		}
 	}
 	c.grants = append(c.grants, out.Grants...)
 	c.spent = c.spent.Add(out.Usage)
-	c.raised = c.raised.raisedBy(out.Raised)
+	c.raised = raisedBy(c.raised, out.Raised)
 	if out.Compaction != nil {
 		c.compaction = *out.Compaction
 	}
@@ -279,7 +280,7 @@ func (c *conversation) setStatus(ctx workflow.Context, status string) {
 	if !c.settings.SearchAttributes || !c.settings.StatusAttribute {
 		return
 	}
-	if err := workflow.UpsertTypedSearchAttributes(ctx, temporal.NewSearchAttributeKeyKeyword(StatusAttribute).ValueSet(status)); err != nil {
+	if err := workflow.UpsertTypedSearchAttributes(ctx, temporal.NewSearchAttributeKeyKeyword(contract.StatusAttribute).ValueSet(status)); err != nil {
 		workflow.GetLogger(ctx).Warn("upsert status", "status", status, "error", err)
 	}
 }
@@ -287,9 +288,9 @@ func (c *conversation) setStatus(ctx workflow.Context, status string) {
 // startAttributes are the search attributes a turn or a subagent starts
 // with: its conversation, and running.
 func startAttributes(conversationID string, settings Settings) []temporal.SearchAttributeUpdate {
-	attrs := []temporal.SearchAttributeUpdate{temporal.NewSearchAttributeKeyKeyword(ConversationIDAttribute).ValueSet(conversationID)}
+	attrs := []temporal.SearchAttributeUpdate{temporal.NewSearchAttributeKeyKeyword(contract.ConversationIDAttribute).ValueSet(conversationID)}
 	if settings.StatusAttribute {
-		attrs = append(attrs, temporal.NewSearchAttributeKeyKeyword(StatusAttribute).ValueSet(StatusRunning))
+		attrs = append(attrs, temporal.NewSearchAttributeKeyKeyword(contract.StatusAttribute).ValueSet(contract.StatusRunning))
 	}
 	return attrs
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/tollgate/tollgate/internal/scripted"
 	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // envRecordCorpus names the release whose replay corpus
@@ -174,7 +175,7 @@ func newRecorder(t *testing.T, dir string) *recorder {
 	}
 	start(queueDefault, nil)
 	start(queueSeat, func(s *workflows.Settings) {
-		s.Audit, s.Budgets = true, workflows.Budgets{TurnToolCalls: 1}
+		s.Audit, s.Budgets = true, contract.Budgets{TurnToolCalls: 1}
 	})
 	start(queueTimeout, func(s *workflows.Settings) { s.ApprovalTimeout, s.Notify = 3*time.Second, true })
 	start(queueAgents, func(s *workflows.Settings) {
@@ -326,7 +327,7 @@ func taskCall(id, prompt string) protocol.ToolCall {
 // SideEffect evaluates its scope) and its budget raised again.
 func (r *recorder) recordApproversSeat() {
 	const conv = "corpus-seat"
-	turn1 := r.send(queueSeat, conv, workflows.UserMessage{Query: "seat: first"})
+	turn1 := r.send(queueSeat, conv, contract.UserMessage{Query: "seat: first"})
 	reqs := r.requests(turn1.TurnID, 1)
 	r.decideByUpdate(reqs[0], protocol.ApprovalDecision{Decision: protocol.DecisionApprove, Remember: protocol.RememberConversation,
 		RememberUses: 2, RememberFor: "1h", RememberWhen: `args.command.startsWith("git ")`})
@@ -337,22 +338,22 @@ func (r *recorder) recordApproversSeat() {
 	// The next message must find the conversation idle, which it is one
 	// workflow task after its turn ends; sooner, it queues behind the turn
 	// and is answered at once.
-	r.idle(workflows.ConversationWorkflowID(conv), turn1.TurnID)
+	r.idle(contract.ConversationWorkflowID(conv), turn1.TurnID)
 
-	turn2 := r.send(queueSeat, conv, workflows.UserMessage{Query: "seat: second"})
+	turn2 := r.send(queueSeat, conv, contract.UserMessage{Query: "seat: second"})
 	reqs = r.requests(turn2.TurnID, 1)
 	require.Equal(r.t, protocol.KindBudget, reqs[0].Kind, "the grant answered the Bash call; only the budget asks")
 	r.decideByUpdate(reqs[0], protocol.ApprovalDecision{Decision: protocol.DecisionApprove, Arguments: `{"raiseTo":5}`})
 	r.finished(turn2.TurnID)
 
-	r.record("seat.conversation", workflows.ConversationWorkflowID(conv), "")
+	r.record("seat.conversation", contract.ConversationWorkflowID(conv), "")
 	r.record("seat.turn-1", turn1.TurnID, "")
 	r.record("seat.turn-2", turn2.TurnID, "")
 }
 
 func (r *recorder) recordDecisionsByUpdate() {
 	const conv = "corpus-update"
-	turn1 := r.send(queueDefault, conv, workflows.UserMessage{Query: "update: write and run"})
+	turn1 := r.send(queueDefault, conv, contract.UserMessage{Query: "update: write and run"})
 	reqs := r.requests(turn1.TurnID, 2)
 	r.decideByUpdate(reqs[0], protocol.ApprovalDecision{Decision: protocol.DecisionApprove, Remember: protocol.RememberConversation})
 	r.decideByUpdate(reqs[1], protocol.ApprovalDecision{Decision: protocol.DecisionDecline, Reason: "not now"})
@@ -360,18 +361,18 @@ func (r *recorder) recordDecisionsByUpdate() {
 
 	// The Write grant decides the next Write; the Bash call is approved
 	// with edited arguments.
-	turn2 := r.send(queueDefault, conv, workflows.UserMessage{Query: "update: again"})
+	turn2 := r.send(queueDefault, conv, contract.UserMessage{Query: "update: again"})
 	reqs = r.requests(turn2.TurnID, 1)
 	r.decideByUpdate(reqs[0], protocol.ApprovalDecision{Decision: protocol.DecisionApprove, Arguments: `{"command":"echo edited"}`})
 	r.finished(turn2.TurnID)
 
-	r.record("update.conversation", workflows.ConversationWorkflowID(conv), "")
+	r.record("update.conversation", contract.ConversationWorkflowID(conv), "")
 	r.record("update.turn-1", turn1.TurnID, "")
 	r.record("update.turn-2", turn2.TurnID, "")
 }
 
 func (r *recorder) recordDecisionsBySignal() {
-	turn := r.send(queueDefault, "corpus-signal", workflows.UserMessage{Query: "signal: write and run"})
+	turn := r.send(queueDefault, "corpus-signal", contract.UserMessage{Query: "signal: write and run"})
 	reqs := r.requests(turn.TurnID, 2)
 	r.decideBySignal(reqs[1], protocol.ApprovalDecision{Decision: protocol.DecisionApprove})
 	r.decideBySignal(reqs[0], protocol.ApprovalDecision{Decision: protocol.DecisionDecline, Reason: "no notes today"})
@@ -382,7 +383,7 @@ func (r *recorder) recordDecisionsBySignal() {
 // recordBatchDecision: a batch of three, on a worker with the ledger, the
 // first call decided alone, the other two with one approvals Update.
 func (r *recorder) recordBatchDecision() {
-	turn := r.send(queueLedger, "corpus-batch", workflows.UserMessage{Query: "batch: three"})
+	turn := r.send(queueLedger, "corpus-batch", contract.UserMessage{Query: "batch: three"})
 	reqs := r.requests(turn.TurnID, 3)
 	r.decideByUpdate(reqs[0], protocol.ApprovalDecision{Decision: protocol.DecisionApprove, Principal: "ann"})
 	batch := protocol.ApprovalBatch{Decisions: []protocol.ApprovalDecision{
@@ -390,14 +391,14 @@ func (r *recorder) recordBatchDecision() {
 		{RequestID: reqs[2].RequestID, Decision: protocol.DecisionApprove, Principal: "ann"},
 	}}
 	var res protocol.ApprovalBatchResult
-	r.update(turn.TurnID, workflows.ApprovalsUpdate, batch, &res)
+	r.update(turn.TurnID, contract.ApprovalsUpdate, batch, &res)
 	require.True(r.t, res.Accepted)
 	r.finished(turn.TurnID)
 	r.record("batch-decision.turn-1", turn.TurnID, "")
 }
 
 func (r *recorder) recordTimeoutWithNotices() {
-	turn := r.send(queueTimeout, "corpus-timeout", workflows.UserMessage{Query: "timeout: write"})
+	turn := r.send(queueTimeout, "corpus-timeout", contract.UserMessage{Query: "timeout: write"})
 	r.requests(turn.TurnID, 1)
 	r.finished(turn.TurnID)
 	r.record("timeout.turn-1", turn.TurnID, "")
@@ -405,25 +406,25 @@ func (r *recorder) recordTimeoutWithNotices() {
 
 func (r *recorder) recordInterruptByNewMessage() {
 	const conv = "corpus-interrupt"
-	turn1 := r.send(queueDefault, conv, workflows.UserMessage{Query: "interrupt: first"})
+	turn1 := r.send(queueDefault, conv, contract.UserMessage{Query: "interrupt: first"})
 	r.requests(turn1.TurnID, 1)
-	turn2 := r.send(queueDefault, conv, workflows.UserMessage{Query: "interrupt: second"})
+	turn2 := r.send(queueDefault, conv, contract.UserMessage{Query: "interrupt: second"})
 	r.finished(turn1.TurnID)
 	r.finished(turn2.TurnID)
-	r.record("interrupt.conversation", workflows.ConversationWorkflowID(conv), "")
+	r.record("interrupt.conversation", contract.ConversationWorkflowID(conv), "")
 	r.record("interrupt.turn-1", turn1.TurnID, "")
 	r.record("interrupt.turn-2", turn2.TurnID, "")
 }
 
 func (r *recorder) recordCancel() {
 	const conv = "corpus-cancel"
-	turn := r.send(queueDefault, conv, workflows.UserMessage{Query: "cancel: write"})
+	turn := r.send(queueDefault, conv, contract.UserMessage{Query: "cancel: write"})
 	r.requests(turn.TurnID, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), corpusWait)
 	defer cancel()
 	require.NoError(r.t, r.c.CancelWorkflow(ctx, turn.TurnID, ""))
 	r.finished(turn.TurnID)
-	r.record("cancel.conversation", workflows.ConversationWorkflowID(conv), "")
+	r.record("cancel.conversation", contract.ConversationWorkflowID(conv), "")
 	r.record("cancel.turn-1", turn.TurnID, "")
 }
 
@@ -432,7 +433,7 @@ var corpusPay = protocol.ToolSpec{Name: "Pay", Description: "Pay an amount.", Pa
 	`{"type":"object","properties":{"amount":{"type":"number"}},"required":["amount"]}`)}
 
 func (r *recorder) recordClientTool() {
-	turn := r.send(queueDefault, "corpus-client", workflows.UserMessage{Query: "client: pay", ClientTools: []protocol.ToolSpec{corpusPay}})
+	turn := r.send(queueDefault, "corpus-client", contract.UserMessage{Query: "client: pay", ClientTools: []protocol.ToolSpec{corpusPay}})
 	r.answerClientTool(turn.TurnID, "paid 5")
 	r.finished(turn.TurnID)
 	r.record("client-tool.turn-1", turn.TurnID, "")
@@ -445,25 +446,25 @@ func (r *recorder) answerClientTool(turnID, result string) {
 		return len(ofType(events, protocol.EventClientToolCall)) == 1
 	})
 	req := ofType(call, protocol.EventClientToolCall)[0]
-	r.update(req.WorkflowID, workflows.ClientToolResultUpdate, workflows.ClientToolResult{RequestID: req.RequestID, Result: result}, nil)
+	r.update(req.WorkflowID, contract.ClientToolResultUpdate, contract.ClientToolResult{RequestID: req.RequestID, Result: result}, nil)
 }
 
 func (r *recorder) recordSubagent() {
 	const conv = "corpus-subagent"
-	turn := r.send(queueAgents, conv, workflows.UserMessage{Query: "subagent: delegate"})
+	turn := r.send(queueAgents, conv, contract.UserMessage{Query: "subagent: delegate"})
 	reqs := r.requests(turn.TurnID, 1)
-	require.Equal(r.t, workflows.SubagentWorkflowID(turn.TurnID, 1), reqs[0].WorkflowID, "the subagent asks")
+	require.Equal(r.t, contract.SubagentWorkflowID(turn.TurnID, 1), reqs[0].WorkflowID, "the subagent asks")
 	r.decideByUpdate(reqs[0], protocol.ApprovalDecision{Decision: protocol.DecisionApprove})
 	r.finished(turn.TurnID)
-	r.record("subagent.conversation", workflows.ConversationWorkflowID(conv), "")
+	r.record("subagent.conversation", contract.ConversationWorkflowID(conv), "")
 	r.record("subagent.turn-1", turn.TurnID, "")
 	r.record("subagent.subagent-1", reqs[0].WorkflowID, "")
 }
 
 func (r *recorder) recordContinueAsNew() {
 	const conv = "corpus-continue"
-	id := workflows.ConversationWorkflowID(conv)
-	turn1 := r.send(queueContinue, conv, workflows.UserMessage{Query: "continue: first"})
+	id := contract.ConversationWorkflowID(conv)
+	turn1 := r.send(queueContinue, conv, contract.UserMessage{Query: "continue: first"})
 	firstRun := r.runID(r.t, id)
 	r.finished(turn1.TurnID)
 	var secondRun string
@@ -471,7 +472,7 @@ func (r *recorder) recordContinueAsNew() {
 		secondRun = r.runID(c, id)
 		assert.NotEqual(c, firstRun, secondRun, "the conversation continued as new")
 	}, corpusWait, 20*time.Millisecond)
-	turn2 := r.send(queueContinue, conv, workflows.UserMessage{Query: "continue: second"})
+	turn2 := r.send(queueContinue, conv, contract.UserMessage{Query: "continue: second"})
 	r.finished(turn2.TurnID)
 	// The second run continues as new after its turn too.
 	require.EventuallyWithT(r.t, func(c *assert.CollectT) {
@@ -487,8 +488,8 @@ func (r *recorder) recordContinueAsNew() {
 // none (the idempotent-messages patch: its marker is in the second run).
 func (r *recorder) recordKeyedRetry() {
 	const conv = "corpus-keyed"
-	id := workflows.ConversationWorkflowID(conv)
-	msg := workflows.UserMessage{Query: "keyed: once", IdempotencyKey: workflows.MessageKey("corpus", "key-1")}
+	id := contract.ConversationWorkflowID(conv)
+	msg := contract.UserMessage{Query: "keyed: once", IdempotencyKey: contract.MessageKey("corpus", "key-1")}
 	turn := r.send(queueContinue, conv, msg)
 	firstRun := r.runID(r.t, id)
 	r.finished(turn.TurnID)
@@ -501,7 +502,7 @@ func (r *recorder) recordKeyedRetry() {
 }
 
 func (r *recorder) recordPolicyRules() {
-	turn := r.send(queuePolicy, "corpus-policy", workflows.UserMessage{Query: "policy: calls"})
+	turn := r.send(queuePolicy, "corpus-policy", contract.UserMessage{Query: "policy: calls"})
 	reqs := r.requests(turn.TurnID, 1)
 	require.Equal(r.t, "r1b", reqs[0].ToolCallID, "only rm asks")
 	r.decideByUpdate(reqs[0], protocol.ApprovalDecision{Decision: protocol.DecisionApprove})
@@ -513,43 +514,43 @@ func (r *recorder) recordPolicyRules() {
 // batch decided, the other waiting.
 func (r *recorder) recordPausedTurn() {
 	const conv = "corpus-paused"
-	turn := r.send(queueDefault, conv, workflows.UserMessage{Query: "paused: write and run"})
+	turn := r.send(queueDefault, conv, contract.UserMessage{Query: "paused: write and run"})
 	reqs := r.requests(turn.TurnID, 2)
 	r.decideByUpdate(reqs[0], protocol.ApprovalDecision{Decision: protocol.DecisionApprove})
 	r.until(turn.TurnID, func(events []protocol.Event) bool {
 		return len(ofType(events, protocol.EventApprovalDecision)) == 1
 	})
-	r.record("paused.conversation", workflows.ConversationWorkflowID(conv), "")
+	r.record("paused.conversation", contract.ConversationWorkflowID(conv), "")
 	r.record("paused.turn-1", turn.TurnID, "")
 }
 
 func (r *recorder) recordPausedSubagent() {
 	const conv = "corpus-paused-subagent"
-	turn := r.send(queueAgents, conv, workflows.UserMessage{Query: "subagent: paused"})
+	turn := r.send(queueAgents, conv, contract.UserMessage{Query: "subagent: paused"})
 	reqs := r.requests(turn.TurnID, 1)
-	r.record("paused-subagent.conversation", workflows.ConversationWorkflowID(conv), "")
+	r.record("paused-subagent.conversation", contract.ConversationWorkflowID(conv), "")
 	r.record("paused-subagent.turn-1", turn.TurnID, "")
 	r.record("paused-subagent.subagent-1", reqs[0].WorkflowID, "")
 }
 
 // send hands msg to the conversation as the API does: update-with-start.
-func (r *recorder) send(queue, conv string, msg workflows.UserMessage) workflows.TurnRef {
+func (r *recorder) send(queue, conv string, msg contract.UserMessage) contract.TurnRef {
 	r.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), corpusWait)
 	defer cancel()
 	start := r.c.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
-		ID:                       workflows.ConversationWorkflowID(conv),
+		ID:                       contract.ConversationWorkflowID(conv),
 		TaskQueue:                queue,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-	}, workflows.ConversationWorkflow, workflows.ConversationInput{ConversationID: conv})
+	}, contract.ConversationWorkflow, contract.ConversationInput{ConversationID: conv})
 	h, err := r.c.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
 		StartWorkflowOperation: start,
 		UpdateOptions: client.UpdateWorkflowOptions{
-			UpdateName: workflows.SendMessageUpdate, Args: []any{msg}, WaitForStage: client.WorkflowUpdateStageCompleted,
+			UpdateName: contract.SendMessageUpdate, Args: []any{msg}, WaitForStage: client.WorkflowUpdateStageCompleted,
 		},
 	})
 	require.NoError(r.t, err)
-	var ref workflows.TurnRef
+	var ref contract.TurnRef
 	require.NoError(r.t, h.Get(ctx, &ref))
 	return ref
 }
@@ -597,7 +598,7 @@ func (r *recorder) decideByUpdate(req protocol.Event, d protocol.ApprovalDecisio
 	r.t.Helper()
 	d.RequestID = req.RequestID
 	var res protocol.ApprovalResult
-	r.update(req.WorkflowID, workflows.ApprovalUpdate, d, &res)
+	r.update(req.WorkflowID, contract.ApprovalUpdate, d, &res)
 	require.True(r.t, res.Accepted)
 }
 
@@ -606,7 +607,7 @@ func (r *recorder) decideBySignal(req protocol.Event, d protocol.ApprovalDecisio
 	ctx, cancel := context.WithTimeout(context.Background(), corpusWait)
 	defer cancel()
 	d.RequestID = req.RequestID
-	require.NoError(r.t, r.c.SignalWorkflow(ctx, req.WorkflowID, "", workflows.ApprovalSignal, d))
+	require.NoError(r.t, r.c.SignalWorkflow(ctx, req.WorkflowID, "", contract.ApprovalSignal, d))
 }
 
 func (r *recorder) update(id, name string, arg, result any) {
@@ -700,9 +701,9 @@ func (r *recorder) record(name, id, runID string) {
 	require.NoError(r.t, os.WriteFile(filepath.Join(r.dir, name+".json"), b, 0o644))
 
 	if strings.Contains(name, ".turn-") || strings.Contains(name, ".subagent-") {
-		v, err := r.c.QueryWorkflow(ctx, id, runID, workflows.EventsQuery, workflows.EventsRequest{})
+		v, err := r.c.QueryWorkflow(ctx, id, runID, contract.EventsQuery, contract.EventsRequest{})
 		require.NoError(r.t, err)
-		var resp workflows.EventsResponse
+		var resp contract.EventsResponse
 		require.NoError(r.t, v.Get(&resp))
 		b, err := json.MarshalIndent(resp.Events, "", "  ")
 		require.NoError(r.t, err)
@@ -713,7 +714,7 @@ func (r *recorder) record(name, id, runID string) {
 // recordBypassWithAnAlwaysRule: a bypassed turn runs Write unasked, but a
 // rule that says always still asks for Bash.
 func (r *recorder) recordBypassWithAnAlwaysRule() {
-	turn := r.send(queueStrict, "corpus-bypass", workflows.UserMessage{Query: "bypass: calls", BypassApproval: true})
+	turn := r.send(queueStrict, "corpus-bypass", contract.UserMessage{Query: "bypass: calls", BypassApproval: true})
 	reqs := r.requests(turn.TurnID, 1)
 	r.decideByUpdate(reqs[0], protocol.ApprovalDecision{Decision: protocol.DecisionApprove, Principal: "root", Role: "admin"})
 	r.finished(turn.TurnID)
@@ -723,7 +724,7 @@ func (r *recorder) recordBypassWithAnAlwaysRule() {
 // recordRefusedArguments: a call whose keys differ only in case is refused
 // and never asks; the other call asks and is declined.
 func (r *recorder) recordRefusedArguments() {
-	turn := r.send(queueDefault, "corpus-refused", workflows.UserMessage{Query: "refused: calls"})
+	turn := r.send(queueDefault, "corpus-refused", contract.UserMessage{Query: "refused: calls"})
 	reqs := r.requests(turn.TurnID, 1)
 	r.decideByUpdate(reqs[0], protocol.ApprovalDecision{Decision: protocol.DecisionDecline})
 	r.finished(turn.TurnID)
@@ -733,7 +734,7 @@ func (r *recorder) recordRefusedArguments() {
 // recordProtectedClientTool: a client tool the policy protects asks before
 // its call is handed to the client.
 func (r *recorder) recordProtectedClientTool() {
-	turn := r.send(queueStrict, "corpus-protected-client", workflows.UserMessage{Query: "client: protected pay", ClientTools: []protocol.ToolSpec{corpusPay}})
+	turn := r.send(queueStrict, "corpus-protected-client", contract.UserMessage{Query: "client: protected pay", ClientTools: []protocol.ToolSpec{corpusPay}})
 	reqs := r.requests(turn.TurnID, 1)
 	r.decideByUpdate(reqs[0], protocol.ApprovalDecision{Decision: protocol.DecisionApprove})
 	r.answerClientTool(turn.TurnID, "paid 50")
@@ -745,13 +746,13 @@ func (r *recorder) recordProtectedClientTool() {
 // the first turn's tool output left out, then the first turn summarized.
 func (r *recorder) recordCompaction() {
 	const conv = "corpus-compaction"
-	turn1 := r.send(queueCompact, conv, workflows.UserMessage{Query: "compaction: read"})
+	turn1 := r.send(queueCompact, conv, contract.UserMessage{Query: "compaction: read"})
 	r.finished(turn1.TurnID)
-	turn2 := r.send(queueCompact, conv, workflows.UserMessage{Query: "compaction: again"})
+	turn2 := r.send(queueCompact, conv, contract.UserMessage{Query: "compaction: again"})
 	r.finished(turn2.TurnID)
-	events := r.until(turn2.TurnID, workflows.Finished)
+	events := r.until(turn2.TurnID, contract.Finished)
 	require.NotEmpty(r.t, ofType(events, protocol.EventContextCompacted))
-	r.record("compaction.conversation", workflows.ConversationWorkflowID(conv), "")
+	r.record("compaction.conversation", contract.ConversationWorkflowID(conv), "")
 	r.record("compaction.turn-1", turn1.TurnID, "")
 	r.record("compaction.turn-2", turn2.TurnID, "")
 }
@@ -762,29 +763,29 @@ func (r *recorder) recordCompaction() {
 // instructions, before the fifth.
 func (r *recorder) recordConversationCompaction() {
 	const conv = "corpus-conversation-compaction"
-	var turns []workflows.TurnRef
+	var turns []contract.TurnRef
 	for _, q := range []string{"window: first", "window: second", "window: third", "window: fourth"} {
-		turn := r.send(queueWindow, conv, workflows.UserMessage{Query: q})
+		turn := r.send(queueWindow, conv, contract.UserMessage{Query: q})
 		r.finished(turn.TurnID)
-		r.idle(workflows.ConversationWorkflowID(conv), turn.TurnID)
+		r.idle(contract.ConversationWorkflowID(conv), turn.TurnID)
 		turns = append(turns, turn)
 	}
-	third := r.until(turns[2].TurnID, workflows.Finished)
+	third := r.until(turns[2].TurnID, contract.Finished)
 	require.Equal(r.t, 2, ofType(third, protocol.EventContextCompacted)[0].Summarized, "turn 3 summarized turn 1")
 	ctx, cancel := context.WithTimeout(context.Background(), corpusWait)
 	defer cancel()
 	h, err := r.c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
-		WorkflowID: workflows.ConversationWorkflowID(conv), UpdateName: workflows.CompactUpdate,
+		WorkflowID: contract.ConversationWorkflowID(conv), UpdateName: contract.CompactUpdate,
 		Args: []any{protocol.CompactRequest{Instructions: "keep the numbers"}}, WaitForStage: client.WorkflowUpdateStageCompleted,
 	})
 	require.NoError(r.t, err)
 	var res protocol.CompactResult
 	require.NoError(r.t, h.Get(ctx, &res))
 	require.True(r.t, res.Compacted)
-	fifth := r.send(queueWindow, conv, workflows.UserMessage{Query: "window: fifth"})
+	fifth := r.send(queueWindow, conv, contract.UserMessage{Query: "window: fifth"})
 	r.finished(fifth.TurnID)
-	r.idle(workflows.ConversationWorkflowID(conv), fifth.TurnID)
-	r.record("conversation-compaction.conversation", workflows.ConversationWorkflowID(conv), "")
+	r.idle(contract.ConversationWorkflowID(conv), fifth.TurnID)
+	r.record("conversation-compaction.conversation", contract.ConversationWorkflowID(conv), "")
 	for i, turn := range append(turns, fifth) {
 		r.record(fmt.Sprintf("conversation-compaction.turn-%d", i+1), turn.TurnID, "")
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tollgate/tollgate/protocol"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 func TestThePolicyNamesWhoMayDecideAndCanRequireASecondPerson(t *testing.T) {
@@ -24,13 +25,13 @@ func TestThePolicyNamesWhoMayDecideAndCanRequireASecondPerson(t *testing.T) {
 	h.env.RegisterDelayedCallback(func() {
 		bash, write := h.requestID("Bash"), h.requestID("Write")
 		refused["bash by dev"] = h.decide(protocol.ApprovalDecision{RequestID: bash, Decision: protocol.DecisionApprove, Principal: "dev", Role: "approve"})
-		h.env.SignalWorkflow(ApprovalSignal, protocol.ApprovalDecision{RequestID: bash, Decision: protocol.DecisionApprove}) // names nobody: "temporal"
+		h.env.SignalWorkflow(contract.ApprovalSignal, protocol.ApprovalDecision{RequestID: bash, Decision: protocol.DecisionApprove}) // names nobody: "temporal"
 		refused["write by its sender"] = h.decide(protocol.ApprovalDecision{RequestID: write, Decision: protocol.DecisionApprove, Principal: "dev", Role: "approve"})
 		refused["write by nobody"] = h.decide(protocol.ApprovalDecision{RequestID: write, Decision: protocol.DecisionApprove})
 	}, time.Minute)
 	var allowed []*updateOutcome
 	h.env.RegisterDelayedCallback(func() {
-		v, err := h.env.QueryWorkflow(PendingQuery)
+		v, err := h.env.QueryWorkflow(contract.PendingQuery)
 		require.NoError(t, err)
 		require.NoError(t, v.Get(&pendingAfterRefusals))
 		allowed = append(allowed,
@@ -44,7 +45,7 @@ func TestThePolicyNamesWhoMayDecideAndCanRequireASecondPerson(t *testing.T) {
 
 	require.Len(t, pendingAfterRefusals, 2, "no refused decision was taken, nor the signal of a Temporal client that names nobody")
 	for name, o := range refused {
-		require.Equal(t, protocol.RejectForbidden, RejectionReason(o.rejected), "%s: %v", name, o.rejected)
+		require.Equal(t, protocol.RejectForbidden, contract.RejectionReason(o.rejected), "%s: %v", name, o.rejected)
 	}
 	require.ErrorContains(t, refused["bash by dev"].rejected, `Bash calls are decided only by lead, role:admin, not by "dev"`)
 	require.ErrorContains(t, refused["write by its sender"].rejected, `Write calls need a second person: "dev" sent the message`)

@@ -18,6 +18,7 @@ import (
 	"github.com/tollgate/tollgate/internal/text"
 	"github.com/tollgate/tollgate/internal/workflowtrace"
 	"github.com/tollgate/tollgate/protocol"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // Reasons for declines that no person typed.
@@ -209,7 +210,7 @@ func boundRequestID(workflowID string, secret []byte, call protocol.ToolCall) st
 	h.Write(secret)
 	h.Write([]byte(call.ID))
 	h.Write(args[:])
-	return NewRequestID(workflowID, hex.EncodeToString(h.Sum(nil))[:2*requestSecretBytes])
+	return contract.NewRequestID(workflowID, hex.EncodeToString(h.Sum(nil))[:2*requestSecretBytes])
 }
 
 // validate says why decision d cannot be taken now, or nil when it can.
@@ -241,19 +242,6 @@ func (g *gate) validate(ctx workflow.Context, d protocol.ApprovalDecision) error
 // rejection makes err the validator's answer for reason.
 func rejection(reason string, err error) error {
 	return temporal.NewApplicationErrorWithOptions(err.Error(), reason, temporal.ApplicationErrorOptions{NonRetryable: true, Cause: err})
-}
-
-// RejectionReason says why an Update's validator refused, when it is one
-// of the Reject reasons, or "".
-func RejectionReason(err error) string {
-	var app *temporal.ApplicationError
-	if errors.As(err, &app) {
-		switch t := app.Type(); t {
-		case protocol.RejectUnknown, protocol.RejectDecided, protocol.RejectExpired, protocol.RejectForbidden, protocol.RejectInvalid:
-			return t
-		}
-	}
-	return ""
 }
 
 var (
@@ -335,7 +323,7 @@ func (g *gate) pending() []protocol.PendingApproval {
 		out = append(out, protocol.PendingApproval{
 			RequestID:      a.RequestID,
 			WorkflowID:     g.workflowID,
-			TurnID:         TurnOfWorkflowID(g.workflowID),
+			TurnID:         contract.TurnOfWorkflowID(g.workflowID),
 			ConversationID: g.conversationID,
 			ToolCallID:     a.Call.ID,
 			ToolName:       a.Call.Name,
@@ -497,7 +485,7 @@ func (g *gate) upsertPending(ctx workflow.Context) {
 	ids := []string{}
 	for _, cc := range g.clients {
 		if !cc.answered {
-			ids = append(ids, ClientToolSearchValue(cc.Call.ID))
+			ids = append(ids, contract.ClientToolSearchValue(cc.Call.ID))
 		}
 	}
 	for _, a := range g.all {
@@ -506,14 +494,14 @@ func (g *gate) upsertPending(ctx workflow.Context) {
 		}
 	}
 	ids = boundedKeywords(ids, pendingAttributeBudget)
-	key := temporal.NewSearchAttributeKeyKeywordList(PendingApprovalsAttribute)
+	key := temporal.NewSearchAttributeKeyKeywordList(contract.PendingApprovalsAttribute)
 	updates := []temporal.SearchAttributeUpdate{key.ValueSet(ids)}
-	status := StatusWaiting
+	status := contract.StatusWaiting
 	if len(ids) == 0 {
-		updates[0], status = key.ValueUnset(), StatusRunning
+		updates[0], status = key.ValueUnset(), contract.StatusRunning
 	}
 	if g.status {
-		updates = append(updates, temporal.NewSearchAttributeKeyKeyword(StatusAttribute).ValueSet(status))
+		updates = append(updates, temporal.NewSearchAttributeKeyKeyword(contract.StatusAttribute).ValueSet(status))
 	}
 	// Upsert fails only for an unregistered attribute, which the worker
 	// rules out before it sets upserts; a log line is enough here.

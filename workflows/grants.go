@@ -11,51 +11,21 @@ import (
 
 	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/protocol"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // reasonRemembered is the reason shown for a decision a grant made.
 const reasonRemembered = "remembered decision"
 
-// Grant is a remembered decision: for the rest of its conversation, calls
-// of Tool (with exactly Arguments, when set) are approved or declined
-// without asking.
-type Grant struct {
-	ID       string `json:"id"`
-	Tool     string `json:"tool"`
-	Decision string `json:"decision"`
-	// Arguments, when set, is the canonical JSON of the only arguments the
-	// grant covers.
-	Arguments string    `json:"arguments,omitempty"`
-	Reason    string    `json:"reason,omitempty"`
-	TurnID    string    `json:"turnId"`
-	CreatedAt time.Time `json:"createdAt"`
-	// By names who made the decision the grant remembers; every decision
-	// the grant makes is recorded as theirs. Role is the role of the API
-	// token they decided with, if any. A grant answers only a call that By
-	// (in Role) may decide under the rule in force when the call comes
-	// (deciders, second person): see turn.grantsFor.
-	By   string `json:"by,omitempty"`
-	Role string `json:"role,omitempty"`
-	// ExpiresAt, when set, ends the grant (the decision's rememberFor).
-	ExpiresAt *time.Time `json:"expiresAt,omitempty"`
-	// Uses, when not 0, is how many calls the grant decides
-	// (rememberUses); Used is how many it has decided.
-	Uses int `json:"uses,omitempty"`
-	Used int `json:"used,omitempty"`
-	// When, when set, is a CEL expression over a call's arguments and its
-	// tool's annotations (rememberWhen): the grant decides only the calls
-	// for which it is true.
-	When string `json:"when,omitempty"`
-}
-
-// live reports whether g may still decide a call at now: not expired, and
-// not used up.
-func (g *Grant) live(now time.Time) bool {
+// grantLive reports whether g may still decide a call at now: not
+// expired, and not used up.
+func grantLive(g *contract.Grant, now time.Time) bool {
 	return (g.ExpiresAt == nil || now.Before(*g.ExpiresAt)) && (g.Uses == 0 || g.Used < g.Uses)
 }
 
-// usesLeft is how many more calls g may decide, or nil for any number.
-func (g *Grant) usesLeft() *int {
+// grantUsesLeft is how many more calls g may decide, or nil for any
+// number.
+func grantUsesLeft(g *contract.Grant) *int {
 	if g.Uses == 0 {
 		return nil
 	}
@@ -63,18 +33,13 @@ func (g *Grant) usesLeft() *int {
 	return &n
 }
 
-// RevokeGrant is the payload of the conversation's revokeGrant Update.
-type RevokeGrant struct {
-	GrantID string `json:"grantId"`
-}
-
 // grantFor returns the newest grant that covers call at now, or nil: one
 // for its tool, live, for its arguments when the grant names them (as same
 // compares them), and whose scope, when it has one, inScope says holds.
-func grantFor(grants []Grant, call protocol.ToolCall, now time.Time, same, inScope func(*Grant) bool) *Grant {
+func grantFor(grants []contract.Grant, call protocol.ToolCall, now time.Time, same, inScope func(*contract.Grant) bool) *contract.Grant {
 	for i := len(grants) - 1; i >= 0; i-- {
 		g := &grants[i]
-		if g.Tool == call.Name && (g.Arguments == "" || same(g)) && g.live(now) &&
+		if g.Tool == call.Name && (g.Arguments == "" || same(g)) && grantLive(g, now) &&
 			(g.When == "" || (inScope != nil && inScope(g))) {
 			return g
 		}
@@ -98,11 +63,11 @@ func argumentsOf(call protocol.ToolCall) callArguments {
 // canonicalJSON, or by floatCanonicalJSON before it, and canonicalJSON
 // gives either back unchanged, so the exact comparison reads no JSON; the
 // float64 one reads each grant's once a turn (t.floats).
-func (t *turn) sameArguments(args callArguments, exact bool) func(*Grant) bool {
+func (t *turn) sameArguments(args callArguments, exact bool) func(*contract.Grant) bool {
 	if exact {
-		return func(g *Grant) bool { return g.Arguments == args.exact }
+		return func(g *contract.Grant) bool { return g.Arguments == args.exact }
 	}
-	return func(g *Grant) bool {
+	return func(g *contract.Grant) bool {
 		f, ok := t.floats[g.ID]
 		if !ok {
 			f = floatCanonicalJSON(g.Arguments)
@@ -125,12 +90,12 @@ func (t *turn) sameArguments(args callArguments, exact bool) func(*Grant) bool {
 // every grant answer and compares numbers as float64, as it did. The patch
 // is asked only when it changes something: when a live grant of call's
 // tool is one that the new way leaves out.
-func (t *turn) grantsFor(ctx workflow.Context, call protocol.ToolCall, args callArguments, now time.Time) ([]Grant, func(*Grant) bool) {
+func (t *turn) grantsFor(ctx workflow.Context, call protocol.ToolCall, args callArguments, now time.Time) ([]contract.Grant, func(*contract.Grant) bool) {
 	rule := t.settings.rule(call.Name)
 	exactly, asFloats := t.sameArguments(args, true), t.sameArguments(args, false)
-	var narrowed []Grant
+	var narrowed []contract.Grant
 	for _, g := range t.grants {
-		leftOut := g.Tool == call.Name && g.live(now) &&
+		leftOut := g.Tool == call.Name && grantLive(&g, now) &&
 			(rule.MayDecide(g.By, g.Role, t.sender) != nil ||
 				(g.Arguments != "" && !exactly(&g) && asFloats(&g)))
 		if !leftOut {
@@ -148,8 +113,8 @@ func (t *turn) grantsFor(ctx workflow.Context, call protocol.ToolCall, args call
 }
 
 // grantFrom makes the grant a remembered decision on a asks for.
-func grantFrom(a *approval, turnID string) Grant {
-	g := Grant{
+func grantFrom(a *approval, turnID string) contract.Grant {
+	g := contract.Grant{
 		ID:        grantID(a.RequestID),
 		Tool:      a.Call.Name,
 		Decision:  a.decision,
@@ -177,7 +142,7 @@ func grantFrom(a *approval, turnID string) Grant {
 // grantID is the id of the grant that the decision of request requestID
 // makes.
 func grantID(requestID string) string {
-	return "grant-" + requestSecret(requestID)
+	return "grant-" + contract.RequestSecret(requestID)
 }
 
 // canonicalJSON re-encodes a JSON text with sorted keys and no spaces, so
@@ -213,8 +178,8 @@ func floatCanonicalJSON(s string) string {
 }
 
 // revoke removes the grant with id from grants.
-func revoke(grants []Grant, id string) ([]Grant, error) {
-	i := slices.IndexFunc(grants, func(g Grant) bool { return g.ID == id })
+func revoke(grants []contract.Grant, id string) ([]contract.Grant, error) {
+	i := slices.IndexFunc(grants, func(g contract.Grant) bool { return g.ID == id })
 	if i < 0 {
 		return grants, fmt.Errorf("grant %q: %w", id, errUnknownGrant)
 	}
@@ -229,13 +194,13 @@ func revoke(grants []Grant, id string) ([]Grant, error) {
 // grants need nothing recorded (tool, arguments, the workflow's clock and
 // counts replay the same). A scope that fails, or passes its cost limit
 // (policy.CostLimit), decides nothing: the call asks.
-func (t *turn) useGrant(ctx workflow.Context, call protocol.ToolCall) *Grant {
-	if !slices.ContainsFunc(t.grants, func(g Grant) bool { return g.Tool == call.Name }) {
+func (t *turn) useGrant(ctx workflow.Context, call protocol.ToolCall) *contract.Grant {
+	if !slices.ContainsFunc(t.grants, func(g contract.Grant) bool { return g.Tool == call.Name }) {
 		return nil // no grant to read the arguments for
 	}
 	now := workflow.Now(ctx)
 	grants, same := t.grantsFor(ctx, call, argumentsOf(call), now)
-	scoped := slices.ContainsFunc(grants, func(g Grant) bool { return g.When != "" && g.Tool == call.Name && g.live(now) })
+	scoped := slices.ContainsFunc(grants, func(g contract.Grant) bool { return g.When != "" && g.Tool == call.Name && grantLive(&g, now) })
 	var id string
 	if !scoped {
 		if g := grantFor(grants, call, now, same, nil); g != nil {
@@ -244,7 +209,7 @@ func (t *turn) useGrant(ctx workflow.Context, call protocol.ToolCall) *Grant {
 	} else {
 		spec, _ := t.settings.spec(call.Name)
 		if err := workflow.SideEffect(ctx, func(ctx workflow.Context) any {
-			g := grantFor(grants, call, now, same, func(g *Grant) bool {
+			g := grantFor(grants, call, now, same, func(g *contract.Grant) bool {
 				ok, err := policy.EvalWhen(g.When, call.Arguments, spec.Hints(), t.cost)
 				if err != nil {
 					workflow.GetLogger(ctx).Warn("grant scope decides nothing: the call asks", "grantId", g.ID, "toolCallId", call.ID, "error", err)
@@ -260,7 +225,7 @@ func (t *turn) useGrant(ctx workflow.Context, call protocol.ToolCall) *Grant {
 			panic(fmt.Errorf("grant for call %s: %w", call.ID, err))
 		}
 	}
-	i := slices.IndexFunc(t.grants, func(g Grant) bool { return g.ID == id })
+	i := slices.IndexFunc(t.grants, func(g contract.Grant) bool { return g.ID == id })
 	if id == "" || i < 0 {
 		return nil
 	}
@@ -271,7 +236,7 @@ func (t *turn) useGrant(ctx workflow.Context, call protocol.ToolCall) *Grant {
 // countGrantUse counts n calls decided by grant id, in the loop's grants
 // and in what it reports to its parent.
 func (t *turn) countGrantUse(id string, n int) {
-	if i := slices.IndexFunc(t.grants, func(g Grant) bool { return g.ID == id }); i >= 0 {
+	if i := slices.IndexFunc(t.grants, func(g contract.Grant) bool { return g.ID == id }); i >= 0 {
 		t.grants[i].Used += n
 	}
 	if t.grantsUsed == nil {

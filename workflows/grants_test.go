@@ -10,6 +10,7 @@ import (
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/protocol"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // grantDecisions are the approval_decision events a grant made, in order.
@@ -34,7 +35,7 @@ func bashCalls(commands ...string) activities.ModelOutput {
 func TestAGrantWithUsesDecidesThatManyCallsThenTheCallAsks(t *testing.T) {
 	h := newHarness(t, testSettings(), bashCalls("make", "make", "make"))
 	in := userTurn("go")
-	in.Grants = []Grant{{ID: "g1", Tool: "Bash", Decision: protocol.DecisionApprove, Uses: 3, Used: 1}}
+	in.Grants = []contract.Grant{{ID: "g1", Tool: "Bash", Decision: protocol.DecisionApprove, Uses: 3, Used: 1}}
 	h.env.RegisterDelayedCallback(func() {
 		h.decide(protocol.ApprovalDecision{RequestID: h.requestID("Bash"), Decision: protocol.DecisionApprove})
 	}, time.Minute)
@@ -56,7 +57,7 @@ func TestAGrantEndsAtItsExpiry(t *testing.T) {
 	h := newHarness(t, testSettings(), first, bashCalls("make"))
 	in := userTurn("go")
 	ends := h.env.Now().Add(90 * time.Second)
-	in.Grants = []Grant{{ID: "g1", Tool: "Bash", Decision: protocol.DecisionApprove, ExpiresAt: &ends}}
+	in.Grants = []contract.Grant{{ID: "g1", Tool: "Bash", Decision: protocol.DecisionApprove, ExpiresAt: &ends}}
 	// The Write is decided after the grant has ended; the next Bash asks.
 	h.env.RegisterDelayedCallback(func() {
 		h.decide(protocol.ApprovalDecision{RequestID: h.requestID("Write"), Decision: protocol.DecisionApprove})
@@ -79,7 +80,7 @@ func TestAGrantEndsAtItsExpiry(t *testing.T) {
 func TestAGrantWithAScopeDecidesOnlyTheCallsItAccepts(t *testing.T) {
 	h := newHarness(t, testSettings(), bashCalls("git status", "rm -rf build"))
 	in := userTurn("go")
-	in.Grants = []Grant{{ID: "g1", Tool: "Bash", Decision: protocol.DecisionApprove, When: `args.command.startsWith("git ")`}}
+	in.Grants = []contract.Grant{{ID: "g1", Tool: "Bash", Decision: protocol.DecisionApprove, When: `args.command.startsWith("git ")`}}
 	h.env.RegisterDelayedCallback(func() {
 		h.decide(protocol.ApprovalDecision{RequestID: h.requestID("Bash"), Decision: protocol.DecisionDecline})
 	}, time.Minute)
@@ -108,7 +109,7 @@ func TestADecisionMakesALimitedGrantAndABadScopeIsRefused(t *testing.T) {
 	out := h.runTurn(userTurn("go"))
 
 	require.ErrorContains(t, bad.rejected, "rememberWhen")
-	require.Equal(t, protocol.RejectInvalid, RejectionReason(bad.rejected))
+	require.Equal(t, protocol.RejectInvalid, contract.RejectionReason(bad.rejected))
 	require.NoError(t, good.rejected)
 	require.Len(t, out.Grants, 1)
 	g := out.Grants[0]
@@ -147,7 +148,7 @@ func narrowingTurn(t *testing.T, level int) (*harness, TurnInput) {
 	))
 	in := userTurn("ship it")
 	in.Sender = "bob"
-	in.Grants = []Grant{
+	in.Grants = []contract.Grant{
 		{ID: "g-alice", Tool: "Write", Decision: protocol.DecisionApprove, By: "alice", Role: "approve"},
 		{ID: "g-bob", Tool: "Write", Decision: protocol.DecisionApprove, By: "bob", Role: "approve"},
 		{ID: "g-ops", Tool: "Bash", Decision: protocol.DecisionApprove, By: "ops", Role: "admin", Arguments: canonicalJSON(`{"command":"make"}`)},
@@ -175,7 +176,7 @@ func TestAGrantAnswersOnlyACallItsMakerMayDecideUnderTheRuleInForce(t *testing.T
 	asked := ofType(out.Events, protocol.EventApprovalRequest)
 	require.Len(t, asked, 1)
 	require.Equal(t, "b1", asked[0].ToolCallID, "no grant left answers make deploy")
-	require.Equal(t, protocol.RejectForbidden, RejectionReason(bobsOwn.rejected), "as dev's direct decision is refused")
+	require.Equal(t, protocol.RejectForbidden, contract.RejectionReason(bobsOwn.rejected), "as dev's direct decision is refused")
 	require.Equal(t, map[string]int{"g-alice": 1, "g-ops": 1}, out.GrantsUsed)
 	require.Equal(t, []string{"Write", "Bash", "Bash"}, h.ranTools())
 }
@@ -203,7 +204,7 @@ func TestAGrantWhoseMakerMayStillDecideAsksForNoPatch(t *testing.T) {
 	h := newHarness(t, settings, calls(call("w", "Write", `{"file_path":"a","content":"b"}`)))
 	in := userTurn("write")
 	in.Sender = "alice"
-	in.Grants = []Grant{{ID: "g-bob", Tool: "Write", Decision: protocol.DecisionApprove, By: "bob"}}
+	in.Grants = []contract.Grant{{ID: "g-bob", Tool: "Write", Decision: protocol.DecisionApprove, By: "bob"}}
 	h.env.OnGetVersion(patchGrantNarrowed, workflow.DefaultVersion, 1).Panic("asked for the grant-narrowed patch")
 
 	out := h.runTurn(in)
@@ -260,7 +261,7 @@ func TestAGrantScopeThatCostsTooMuchDecidesNothingAndTheCallAsks(t *testing.T) {
 		call("b2", "Bash", `{"command":"make"}`),
 	))
 	in := userTurn("go")
-	in.Grants = []Grant{
+	in.Grants = []contract.Grant{
 		// Saved before scopes had a cost limit: it would hold the workflow
 		// task for seconds, past the SDK's deadlock detector.
 		{ID: "g-costly", Tool: "Bash", Decision: protocol.DecisionApprove, When: nestedAll(7)},
@@ -285,6 +286,6 @@ func TestAGrantScopeThatCostsTooMuchDecidesNothingAndTheCallAsks(t *testing.T) {
 	asked := ofType(out.Events, protocol.EventApprovalRequest)
 	require.Len(t, asked, 2)
 	require.Equal(t, []string{"b0", "b1"}, []string{asked[0].ToolCallID, asked[1].ToolCallID})
-	require.Equal(t, protocol.RejectInvalid, RejectionReason(refused.rejected))
+	require.Equal(t, protocol.RejectInvalid, contract.RejectionReason(refused.rejected))
 	require.ErrorContains(t, refused.rejected, "past the limit of 500000 that one call may cost")
 }

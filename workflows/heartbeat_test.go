@@ -12,6 +12,7 @@ import (
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/protocol"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 func TestHeartbeatTimeoutsComeFromSettingsOrTheirDefaults(t *testing.T) {
@@ -29,7 +30,7 @@ func TestHeartbeatTimeoutsComeFromSettingsOrTheirDefaults(t *testing.T) {
 			var suite testsuite.WorkflowTestSuite
 			env := suite.NewTestWorkflowEnvironment()
 			w := &Workflows{Settings: s}
-			env.RegisterWorkflowWithOptions(w.ChatTurn, workflow.RegisterOptions{Name: ChatTurnWorkflow})
+			env.RegisterWorkflowWithOptions(w.ChatTurn, workflow.RegisterOptions{Name: contract.ChatTurnWorkflow})
 			var modelTimeouts, toolTimeouts []time.Duration
 			env.RegisterActivityWithOptions(func(ctx context.Context, _ activities.ModelInput) (activities.ModelOutput, error) {
 				modelTimeouts = append(modelTimeouts, activity.GetInfo(ctx).HeartbeatTimeout)
@@ -43,7 +44,7 @@ func TestHeartbeatTimeoutsComeFromSettingsOrTheirDefaults(t *testing.T) {
 				return activities.ToolOutput{Result: "ok", Status: protocol.StatusOK}, nil
 			}, activity.RegisterOptions{Name: protocol.ToolRead})
 
-			env.ExecuteWorkflow(ChatTurnWorkflow, userTurn("hi"))
+			env.ExecuteWorkflow(contract.ChatTurnWorkflow, userTurn("hi"))
 			require.NoError(t, env.GetWorkflowError())
 			require.Equal(t, []time.Duration{tc.wantModel, tc.wantModel}, modelTimeouts)
 			require.Equal(t, []time.Duration{tc.wantTool}, toolTimeouts)

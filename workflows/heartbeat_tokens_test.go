@@ -13,6 +13,7 @@ import (
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/protocol"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // tokenEvents returns the data and reset flags of the token events.
@@ -35,18 +36,18 @@ func TestATurnLogsTheTokenEventsItsModelCallStreamedByHeartbeat(t *testing.T) {
 			started = append(started, info.ActivityID)
 		}
 	})
-	var during EventsResponse
+	var during contract.EventsResponse
 	h.env.OnActivity(activities.ModelActivity, mock.Anything, mock.Anything).After(time.Minute).
 		Return(activities.ModelOutput{Content: "I shall say it plainly.", Pieces: pieces}, nil)
 	h.env.RegisterDelayedCallback(func() {
-		v, err := h.env.QueryWorkflow(EventsQuery, EventsRequest{})
+		v, err := h.env.QueryWorkflow(contract.EventsQuery, contract.EventsRequest{})
 		require.NoError(t, err)
 		require.NoError(t, v.Get(&during))
 	}, 30*time.Second)
 
 	out := h.runTurn(userTurn("say it"))
 	require.Equal(t, []string{"model-1"}, started)
-	require.Equal(t, &LiveTokens{ActivityID: "model-1", After: 1}, during.Live,
+	require.Equal(t, &contract.LiveTokens{ActivityID: "model-1", After: 1}, during.Live,
 		"while the call runs, the query names it and where its events go")
 	require.Equal(t, []string{protocol.EventTurnStart}, eventTypes(during.Events))
 	require.Equal(t, pieces, tokenEvents(out.Events), "the call's pieces, as they were, under the numbers after Live.After")
@@ -73,7 +74,7 @@ func TestAFailedModelCallLogsThePiecesItStreamedBeforeItsError(t *testing.T) {
 
 func TestASubagentKeepsTheTokensSignal(t *testing.T) {
 	h := newHarness(t, testSettings())
-	h.env.ExecuteWorkflow(SubagentWorkflow, SubagentInput{Agent: AgentDef{Name: "scout"}, Prompt: "look", Settings: testSettings(), Depth: 1})
+	h.env.ExecuteWorkflow(contract.SubagentWorkflow, SubagentInput{Agent: AgentDef{Name: "scout"}, Prompt: "look", Settings: testSettings(), Depth: 1})
 	require.NoError(t, h.env.GetWorkflowError())
 	require.NotEmpty(t, h.modelInputs)
 	require.False(t, h.modelInputs[0].Tokens.Heartbeat, "a subagent's events reach the parent only through its log")

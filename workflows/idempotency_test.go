@@ -9,12 +9,13 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // sendMessage delivers m and returns what the conversation answered: the
 // turn, or why it refused.
-func (h *harness) sendMessage(m UserMessage, ref *TurnRef, refused *error) {
-	h.env.UpdateWorkflow(SendMessageUpdate, "", &testsuite.TestUpdateCallback{
+func (h *harness) sendMessage(m contract.UserMessage, ref *contract.TurnRef, refused *error) {
+	h.env.UpdateWorkflow(contract.SendMessageUpdate, "", &testsuite.TestUpdateCallback{
 		OnAccept: func() {},
 		OnReject: func(err error) { *refused = err },
 		OnComplete: func(v any, err error) {
@@ -22,7 +23,7 @@ func (h *harness) sendMessage(m UserMessage, ref *TurnRef, refused *error) {
 				*refused = err
 				return
 			}
-			*ref = v.(TurnRef)
+			*ref = v.(contract.TurnRef)
 		},
 	}, m)
 }
@@ -32,30 +33,30 @@ func TestAMessageWithATakenKeyGetsItsTurnAndQueuesNone(t *testing.T) {
 		activities.ModelOutput{Content: "first answer"},
 		activities.ModelOutput{Content: "bob's answer"},
 	)
-	alice := MessageKey("alice", "k1")
-	first := UserMessage{Query: "one", Sender: "alice", IdempotencyKey: alice}
-	var r1, again, other, bobs TurnRef
+	alice := contract.MessageKey("alice", "k1")
+	first := contract.UserMessage{Query: "one", Sender: "alice", IdempotencyKey: alice}
+	var r1, again, other, bobs contract.TurnRef
 	var refusedAgain, refusedOther, refusedBob error
 	h.env.RegisterDelayedCallback(func() { h.sendMessage(first, &r1, new(error)) }, time.Second)
 	// The retry, once the turn has run: the same turn.
 	h.env.RegisterDelayedCallback(func() { h.sendMessage(first, &again, &refusedAgain) }, time.Minute)
 	// The key with another message: refused.
 	h.env.RegisterDelayedCallback(func() {
-		h.sendMessage(UserMessage{Query: "two", Sender: "alice", IdempotencyKey: alice}, &other, &refusedOther)
+		h.sendMessage(contract.UserMessage{Query: "two", Sender: "alice", IdempotencyKey: alice}, &other, &refusedOther)
 	}, 2*time.Minute)
 	// Bob's key of the same words is his own.
 	h.env.RegisterDelayedCallback(func() {
-		h.sendMessage(UserMessage{Query: "one", Sender: "bob", IdempotencyKey: MessageKey("bob", "k1")}, &bobs, &refusedBob)
+		h.sendMessage(contract.UserMessage{Query: "one", Sender: "bob", IdempotencyKey: contract.MessageKey("bob", "k1")}, &bobs, &refusedBob)
 	}, 3*time.Minute)
-	var state ConversationState
+	var state contract.ConversationState
 	h.env.RegisterDelayedCallback(func() {
-		v, err := h.env.QueryWorkflow(StateQuery)
+		v, err := h.env.QueryWorkflow(contract.StateQuery)
 		require.NoError(t, err)
 		require.NoError(t, v.Get(&state))
 		h.env.CancelWorkflow()
 	}, time.Hour)
 
-	h.env.ExecuteWorkflow(ConversationWorkflow, ConversationInput{ConversationID: "c1"})
+	h.env.ExecuteWorkflow(contract.ConversationWorkflow, contract.ConversationInput{ConversationID: "c1"})
 
 	require.Equal(t, 1, r1.Turn)
 	require.NoError(t, refusedAgain)
@@ -70,8 +71,8 @@ func TestAMessageWithATakenKeyGetsItsTurnAndQueuesNone(t *testing.T) {
 func TestTakenKeysAreForgottenAfterADayOrPastTheCount(t *testing.T) {
 	c := &conversation{}
 	start := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	message := func(i int) UserMessage {
-		return UserMessage{Query: "q", IdempotencyKey: MessageKey("p", strconv.Itoa(i))}
+	message := func(i int) contract.UserMessage {
+		return contract.UserMessage{Query: "q", IdempotencyKey: contract.MessageKey("p", strconv.Itoa(i))}
 	}
 	c.rememberKey(start, message(0), 1)
 	c.rememberKey(start.Add(messageKeyWindow-time.Second), message(1), 2)

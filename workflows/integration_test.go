@@ -19,6 +19,7 @@ import (
 	"github.com/tollgate/tollgate/internal/scripted"
 	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // TestTurnWithApprovalsBySignalOnRealTemporal runs the Read / Write / Bash
@@ -58,8 +59,8 @@ func TestTurnWithApprovalsBySignalOnRealTemporal(t *testing.T) {
 	defer cancel()
 	conv := "itest-" + uuid.NewString()
 	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-		ID: workflows.TurnWorkflowID(conv, 1), TaskQueue: "turn-integration",
-	}, workflows.ChatTurnWorkflow, workflows.TurnInput{
+		ID: contract.TurnWorkflowID(conv, 1), TaskQueue: "turn-integration",
+	}, contract.ChatTurnWorkflow, workflows.TurnInput{
 		ConversationID: conv, Turn: 1,
 		Messages: []protocol.Message{{Role: protocol.RoleUser, Content: "tidy up"}},
 	})
@@ -78,12 +79,12 @@ func TestTurnWithApprovalsBySignalOnRealTemporal(t *testing.T) {
 	require.Equal(t, []string{protocol.ToolWrite, protocol.ToolBash}, []string{requests[0].ToolName, requests[1].ToolName})
 
 	// Decided in reverse order, by signal, as the Temporal CLI would.
-	require.NoError(t, c.SignalWorkflow(ctx, requests[1].WorkflowID, "", workflows.ApprovalSignal,
+	require.NoError(t, c.SignalWorkflow(ctx, requests[1].WorkflowID, "", contract.ApprovalSignal,
 		protocol.ApprovalDecision{RequestID: requests[1].RequestID, Decision: protocol.DecisionApprove}))
-	require.NoError(t, c.SignalWorkflow(ctx, requests[0].WorkflowID, "", workflows.ApprovalSignal,
+	require.NoError(t, c.SignalWorkflow(ctx, requests[0].WorkflowID, "", contract.ApprovalSignal,
 		protocol.ApprovalDecision{RequestID: requests[0].RequestID, Decision: protocol.DecisionDecline, Reason: "no notes today"}))
 
-	var out workflows.TurnOutput
+	var out contract.TurnOutput
 	require.NoError(t, run.Get(ctx, &out))
 	require.Equal(t, protocol.FinishStop, out.FinishReason)
 
@@ -117,11 +118,11 @@ func TestTurnWithApprovalsBySignalOnRealTemporal(t *testing.T) {
 func queryEvents(t *testing.T, c client.Client, workflowID string) []protocol.Event {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	v, err := c.QueryWorkflow(ctx, workflowID, "", workflows.EventsQuery, workflows.EventsRequest{})
+	v, err := c.QueryWorkflow(ctx, workflowID, "", contract.EventsQuery, contract.EventsRequest{})
 	if err != nil {
 		return nil // not started yet
 	}
-	var resp workflows.EventsResponse
+	var resp contract.EventsResponse
 	if v.Get(&resp) != nil {
 		return nil // called from an Eventually condition: no require here
 	}

@@ -12,6 +12,8 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"google.golang.org/grpc"
+
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // A turn whose history names a stored payload that is no longer in the
@@ -29,7 +31,7 @@ import (
 // a ChatTurn or a Subagent fails because a payload is missing
 // (payloads.MissingError, which unlike a store that does not answer will
 // not pass), it terminates that workflow with a reason that names the
-// payload's key (LostPayloadReason). The termination is in the turn's
+// payload's key (contract.LostPayloadReason). The termination is in the turn's
 // history for good: the API reads its reason and ends the turn's stream
 // with an error event that says it, and the conversation, which takes a
 // terminated turn as one that failed, keeps the user's message and takes
@@ -64,23 +66,6 @@ type lostTask struct {
 // tasks at a time, and a task it never answered (its process ended) is
 // forgotten when the map is cleared.
 const maxHeldTasks = 10000
-
-// lostPayloadPrefix starts the termination reason of a turn whose history
-// names a missing payload.
-const lostPayloadPrefix = "tollgate: lost payload: "
-
-// LostPayloadReason is the termination reason of a turn whose history
-// names the missing payload key.
-func LostPayloadReason(key string) string {
-	return lostPayloadPrefix + "the turn's history names payload " + key +
-		", which is not in the payload store (deleted, or expired by the store's lifecycle rule): the turn cannot read its history and has ended"
-}
-
-// LostPayload returns what a termination reason says when it is
-// LostPayloadReason's.
-func LostPayload(reason string) (string, bool) {
-	return strings.CutPrefix(reason, lostPayloadPrefix)
-}
 
 // NewLostPayloads returns a LostPayloads that logs to log and finds a
 // missing payload's key in a failure's text with missingKey
@@ -159,7 +144,7 @@ func (l *LostPayloads) failed(t lostTask, msg string) {
 	if !missing || t.workflowID == "" {
 		return
 	}
-	if t.workflowType != ChatTurnWorkflow && t.workflowType != SubagentWorkflow {
+	if t.workflowType != contract.ChatTurnWorkflow && t.workflowType != contract.SubagentWorkflow {
 		l.log.Error("a workflow's history names a payload that is not in the payload store; it waits until the payload is restored",
 			"workflowId", t.workflowID, "workflowType", t.workflowType, "payload", key)
 		return
@@ -180,7 +165,7 @@ func (l *LostPayloads) failed(t lostTask, msg string) {
 		}()
 		ctx, cancel := context.WithTimeout(context.Background(), terminateTimeout)
 		defer cancel()
-		if err := c.TerminateWorkflow(ctx, t.workflowID, t.runID, LostPayloadReason(key)); err != nil {
+		if err := c.TerminateWorkflow(ctx, t.workflowID, t.runID, contract.LostPayloadReason(key)); err != nil {
 			l.log.Warn("end a turn that lost a payload", "workflowId", t.workflowID, "payload", key, "error", err)
 			return
 		}

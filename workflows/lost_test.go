@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/tollgate/tollgate/internal/payloads"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // TestOnlyATurnOrSubagentWhoseTaskFailsOnAMissingPayloadIsEnded drives
@@ -57,23 +58,23 @@ func TestOnlyATurnOrSubagentWhoseTaskFailsOnAMissingPayloadIsEnded(t *testing.T)
 		call(&workflowservice.RespondWorkflowTaskFailedRequest{TaskToken: []byte(token), Failure: &failurepb.Failure{Message: "workflow task failed", Cause: &failurepb.Failure{Message: msg}}}, &workflowservice.RespondWorkflowTaskFailedResponse{})
 	}
 
-	task("t1", "conv-turn-1", ChatTurnWorkflow)
+	task("t1", "conv-turn-1", contract.ChatTurnWorkflow)
 	fail("t1", "storage driver \"tollgate-s3\" retrieve failed: dial tcp: connection refused")
 	require.Zero(t, ending(), "a store that does not answer ends nothing")
-	task("t2", "conv", ConversationWorkflow)
+	task("t2", "conv", contract.ConversationWorkflow)
 	fail("t2", missing)
 	require.Zero(t, ending(), "a conversation is never ended")
-	task("t3", "conv-turn-1", ChatTurnWorkflow)
+	task("t3", "conv-turn-1", contract.ChatTurnWorkflow)
 	fail("t3", missing)
 	require.Equal(t, 1, ending(), "the turn is being ended")
 
 	select {
 	case got := <-terminated:
-		require.Equal(t, "conv-turn-1 "+LostPayloadReason(key), got)
+		require.Equal(t, "conv-turn-1 "+contract.LostPayloadReason(key), got)
 	case <-time.After(5 * time.Second):
 		t.Fatal("the turn was not ended")
 	}
-	why, ok := LostPayload(LostPayloadReason(key))
+	why, ok := contract.LostPayload(contract.LostPayloadReason(key))
 	require.True(t, ok)
 	require.Contains(t, why, key)
 	require.NotContains(t, why, "/srv/p", "the reason names the key, not where the store is")

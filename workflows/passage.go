@@ -8,6 +8,7 @@ import (
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/protocol"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // passage is one tool call's way through a batch, from its vetting to the
@@ -30,7 +31,7 @@ type passage struct {
 	// grant is the remembered decision that answered the call
 	// (routeGranted); approval the request a person, its timer or the
 	// turn decided (routeAsk). Each says who decided, and how.
-	grant    *Grant
+	grant    *contract.Grant
 	approval *approval
 	// ran are the arguments the call ran with when a person edited them,
 	// normalized as the tool ran them.

@@ -9,6 +9,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // TestAConversationTakesTodaysLevelWhenItContinuesAsNew proves what
@@ -27,7 +28,7 @@ func TestAConversationTakesTodaysLevelWhenItContinuesAsNew(t *testing.T) {
 	settings.TurnsPerRun = 1
 	old := settings
 	old.beginAt = 2
-	message := UserMessage{Query: "write a", Sender: "alice", IdempotencyKey: MessageKey("alice", "k1")}
+	message := contract.UserMessage{Query: "write a", Sender: "alice", IdempotencyKey: contract.MessageKey("alice", "k1")}
 
 	h := newHarness(t, old,
 		calls(call("w", "Write", `{"file_path":"a","content":"b"}`)),
@@ -36,12 +37,12 @@ func TestAConversationTakesTodaysLevelWhenItContinuesAsNew(t *testing.T) {
 	asked := 0
 	h.env.OnGetVersion(patchIdempotentMessages, workflow.DefaultVersion, 1).
 		Run(func(mock.Arguments) { asked++ }).Return(workflow.Version(1))
-	var first, resent TurnRef
+	var first, resent contract.TurnRef
 	h.env.RegisterDelayedCallback(func() { h.sendMessage(message, &first, new(error)) }, time.Second)
 	// Sent again while its turn waits for the Write's approval, which
 	// times out; then the run continues as new.
 	h.env.RegisterDelayedCallback(func() { h.sendMessage(message, &resent, new(error)) }, time.Minute)
-	h.env.ExecuteWorkflow(ConversationWorkflow, ConversationInput{ConversationID: "c-level"})
+	h.env.ExecuteWorkflow(contract.ConversationWorkflow, contract.ConversationInput{ConversationID: "c-level"})
 	next := continuedAs(t, h.env)
 	require.Equal(t, 1, first.Turn)
 	require.Equal(t, first, resent)
@@ -50,11 +51,11 @@ func TestAConversationTakesTodaysLevelWhenItContinuesAsNew(t *testing.T) {
 	today := newHarness(t, settings)
 	today.env.OnGetVersion(patchIdempotentMessages, workflow.DefaultVersion, 1).
 		Panic("the continued run asked for a patch of today's level: it kept the level of the run before")
-	var again TurnRef
+	var again contract.TurnRef
 	var refused error
 	today.env.RegisterDelayedCallback(func() { today.sendMessage(message, &again, &refused) }, time.Second)
 	today.env.RegisterDelayedCallback(func() { today.env.CancelWorkflow() }, time.Hour)
-	today.env.ExecuteWorkflow(ConversationWorkflow, next)
+	today.env.ExecuteWorkflow(contract.ConversationWorkflow, next)
 
 	require.NoError(t, refused)
 	require.Equal(t, first, again, "the continued run answers from the key it carried, without asking")

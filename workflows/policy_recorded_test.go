@@ -19,6 +19,7 @@ import (
 	"github.com/tollgate/tollgate/internal/scripted"
 	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // TestPolicyAnswersAreRecordedSoReplaysNeverEvaluateThemAgain runs a turn
@@ -62,8 +63,8 @@ func TestPolicyAnswersAreRecordedSoReplaysNeverEvaluateThemAgain(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-		ID: workflows.TurnWorkflowID("policy-recorded", 1), TaskQueue: "policy-recorded",
-	}, workflows.ChatTurnWorkflow, workflows.TurnInput{
+		ID: contract.TurnWorkflowID("policy-recorded", 1), TaskQueue: "policy-recorded",
+	}, contract.ChatTurnWorkflow, workflows.TurnInput{
 		ConversationID: "policy-recorded", Turn: 1,
 		Messages: []protocol.Message{{Role: protocol.RoleUser, Content: "say hi"}},
 	})
@@ -75,10 +76,10 @@ func TestPolicyAnswersAreRecordedSoReplaysNeverEvaluateThemAgain(t *testing.T) {
 		return len(ofType(events, protocol.EventApprovalRequest)) == 1 || len(ofType(events, protocol.EventToolResult)) == 1
 	}, 30*time.Second, 20*time.Millisecond)
 	if reqs := ofType(events, protocol.EventApprovalRequest); len(reqs) == 1 {
-		require.NoError(t, c.SignalWorkflow(ctx, run.GetID(), "", workflows.ApprovalSignal,
+		require.NoError(t, c.SignalWorkflow(ctx, run.GetID(), "", contract.ApprovalSignal,
 			protocol.ApprovalDecision{RequestID: reqs[0].RequestID, Decision: protocol.DecisionApprove}))
 	}
-	var out workflows.TurnOutput
+	var out contract.TurnOutput
 	require.NoError(t, run.Get(ctx, &out))
 	require.Equal(t, protocol.FinishStop, out.FinishReason)
 	results := ofType(queryEvents(t, c, run.GetID()), protocol.EventToolResult)
@@ -94,7 +95,7 @@ func TestPolicyAnswersAreRecordedSoReplaysNeverEvaluateThemAgain(t *testing.T) {
 		history.Events = append(history.Events, e)
 	}
 	replayer := worker.NewWorkflowReplayer()
-	replayer.RegisterWorkflowWithOptions((&workflows.Workflows{}).ChatTurn, workflow.RegisterOptions{Name: workflows.ChatTurnWorkflow})
+	replayer.RegisterWorkflowWithOptions((&workflows.Workflows{}).ChatTurn, workflow.RegisterOptions{Name: contract.ChatTurnWorkflow})
 	execution := workflow.Execution{ID: run.GetID(), RunID: run.GetRunID()}
 	for i := range 40 {
 		require.NoError(t, replayer.ReplayWorkflowHistoryWithOptions(nil, history, worker.ReplayWorkflowHistoryOptions{OriginalExecution: execution}),

@@ -16,6 +16,7 @@ import (
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/protocol"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 func ruleSettings(rules ...Rule) Settings {
@@ -128,35 +129,35 @@ func TestRuleValidationNamesToolAndExpression(t *testing.T) {
 func TestRememberedApprovalSkipsLaterApprovalsInTheConversationUntilRevoked(t *testing.T) {
 	bash := calls(call("b", "Bash", `{"command":"make test"}`))
 	h := newHarness(t, testSettings(), bash, activities.ModelOutput{Content: "1"}, bash, activities.ModelOutput{Content: "2"}, bash)
-	var r1, r2, r3 TurnRef
-	var grants []Grant
+	var r1, r2, r3 contract.TurnRef
+	var grants []contract.Grant
 	h.env.RegisterDelayedCallback(func() { h.send("one", &r1) }, time.Second)
 	h.env.RegisterDelayedCallback(func() {
 		id := pendingRequest(t, h, r1.TurnID)
-		require.NoError(t, h.env.UpdateWorkflowByID(r1.TurnID, ApprovalUpdate, "d1", noRejection(t),
+		require.NoError(t, h.env.UpdateWorkflowByID(r1.TurnID, contract.ApprovalUpdate, "d1", noRejection(t),
 			protocol.ApprovalDecision{RequestID: id, Decision: protocol.DecisionApprove, Remember: protocol.RememberConversation}))
 	}, time.Minute)
 	h.env.RegisterDelayedCallback(func() { h.send("two", &r2) }, 2*time.Minute)
 	h.env.RegisterDelayedCallback(func() {
-		v, err := h.env.QueryWorkflow(GrantsQuery)
+		v, err := h.env.QueryWorkflow(contract.GrantsQuery)
 		require.NoError(t, err)
 		require.NoError(t, v.Get(&grants))
 		require.Len(t, grants, 1)
-		h.env.UpdateWorkflow(RevokeGrantUpdate, "revoke", noRejection(t), RevokeGrant{GrantID: grants[0].ID})
+		h.env.UpdateWorkflow(contract.RevokeGrantUpdate, "revoke", noRejection(t), contract.RevokeGrant{GrantID: grants[0].ID})
 	}, 3*time.Minute)
 	h.env.RegisterDelayedCallback(func() { h.send("three", &r3) }, 4*time.Minute)
 	var pendingAfterRevoke []protocol.PendingApproval
 	h.env.RegisterDelayedCallback(func() {
-		v, err := h.env.QueryWorkflowByID(r3.TurnID, PendingQuery)
+		v, err := h.env.QueryWorkflowByID(r3.TurnID, contract.PendingQuery)
 		require.NoError(t, err)
 		require.NoError(t, v.Get(&pendingAfterRevoke))
 		h.env.CancelWorkflow()
 	}, 5*time.Minute)
 
-	h.env.ExecuteWorkflow(ConversationWorkflow, ConversationInput{ConversationID: "c1"})
+	h.env.ExecuteWorkflow(contract.ConversationWorkflow, contract.ConversationInput{ConversationID: "c1"})
 
 	require.Equal(t, []string{"Bash", "Bash"}, h.ranTools(), "turn 2 ran Bash without asking")
-	require.Equal(t, Grant{ID: grants[0].ID, Tool: "Bash", Decision: protocol.DecisionApprove, TurnID: r1.TurnID, CreatedAt: grants[0].CreatedAt, Used: 1}, grants[0],
+	require.Equal(t, contract.Grant{ID: grants[0].ID, Tool: "Bash", Decision: protocol.DecisionApprove, TurnID: r1.TurnID, CreatedAt: grants[0].CreatedAt, Used: 1}, grants[0],
 		"the conversation counts the call turn 2's grant decided")
 	require.Len(t, pendingAfterRevoke, 1, "after the revoke, turn 3 asks again")
 	// Turn 2's model saw the tool's result, not a decline.
@@ -167,10 +168,10 @@ func TestRememberedApprovalSkipsLaterApprovalsInTheConversationUntilRevoked(t *t
 // conversation; api's TestRememberedApprovalSkipsTheNextAskUntilRevokedOverHTTP
 // shows that on a real server.
 func TestGrantCoversOnlyItsToolWithTheSameArguments(t *testing.T) {
-	g := Grant{ID: "g", Tool: "Bash", Decision: protocol.DecisionApprove, Arguments: canonicalJSON(`{"command": "make"}`)}
+	g := contract.Grant{ID: "g", Tool: "Bash", Decision: protocol.DecisionApprove, Arguments: canonicalJSON(`{"command": "make"}`)}
 	now := time.Now()
-	grantFor := func(c protocol.ToolCall) *Grant {
-		return grantFor([]Grant{g}, c, now, (&turn{}).sameArguments(argumentsOf(c), true), nil)
+	grantFor := func(c protocol.ToolCall) *contract.Grant {
+		return grantFor([]contract.Grant{g}, c, now, (&turn{}).sameArguments(argumentsOf(c), true), nil)
 	}
 	require.NotNil(t, grantFor(call("x", "Bash", `{ "command":"make" }`)))
 	require.Nil(t, grantFor(call("x", "Bash", `{"command":"make deploy"}`)))
@@ -180,7 +181,7 @@ func TestGrantCoversOnlyItsToolWithTheSameArguments(t *testing.T) {
 func TestRememberedDeclineDeclinesWithoutAsking(t *testing.T) {
 	h := newHarness(t, testSettings(), calls(call("b", "Bash", `{"command":"make"}`)))
 	in := userTurn("go")
-	in.Grants = []Grant{{ID: "g1", Tool: "Bash", Decision: protocol.DecisionDecline}}
+	in.Grants = []contract.Grant{{ID: "g1", Tool: "Bash", Decision: protocol.DecisionDecline}}
 
 	out := h.runTurn(in)
 
@@ -274,7 +275,7 @@ func TestTheReminderGoesOutWhenSettingsSayBeforeTheTimeout(t *testing.T) {
 
 func pendingRequest(t *testing.T, h *harness, turnID string) string {
 	t.Helper()
-	v, err := h.env.QueryWorkflowByID(turnID, PendingQuery)
+	v, err := h.env.QueryWorkflowByID(turnID, contract.PendingQuery)
 	require.NoError(t, err)
 	var pending []protocol.PendingApproval
 	require.NoError(t, v.Get(&pending))

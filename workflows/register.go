@@ -22,14 +22,15 @@ import (
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/protocol"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // Register registers the workflows, the model activity and every tool
 // activity (named after its tool) with r.
 func Register(r worker.Registry, w *Workflows, model *activities.Model, tools *activities.Tools) {
-	r.RegisterWorkflowWithOptions(w.ChatTurn, workflow.RegisterOptions{Name: ChatTurnWorkflow})
-	r.RegisterWorkflowWithOptions(w.Conversation, workflow.RegisterOptions{Name: ConversationWorkflow})
-	r.RegisterWorkflowWithOptions(w.Subagent, workflow.RegisterOptions{Name: SubagentWorkflow})
+	r.RegisterWorkflowWithOptions(w.ChatTurn, workflow.RegisterOptions{Name: contract.ChatTurnWorkflow})
+	r.RegisterWorkflowWithOptions(w.Conversation, workflow.RegisterOptions{Name: contract.ConversationWorkflow})
+	r.RegisterWorkflowWithOptions(w.Subagent, workflow.RegisterOptions{Name: contract.SubagentWorkflow})
 	r.RegisterActivityWithOptions(model.Chat, activity.RegisterOptions{Name: activities.ModelActivity})
 	for name, fn := range tools.Activities() {
 		r.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name})
@@ -79,14 +80,14 @@ type TokenSignaler struct {
 
 // SendTokens signals one batch of answer text to the turn named by target.
 func (s TokenSignaler) SendTokens(ctx context.Context, target activities.TokenTarget, batch activities.TokenBatch) error {
-	return s.Client.SignalWorkflow(ctx, target.WorkflowID, target.RunID, TokensSignal, batch)
+	return s.Client.SignalWorkflow(ctx, target.WorkflowID, target.RunID, contract.TokensSignal, batch)
 }
 
 // searchAttributes are the custom search attributes tollgate sets.
 var searchAttributes = map[string]enumspb.IndexedValueType{
-	ConversationIDAttribute:   enumspb.INDEXED_VALUE_TYPE_KEYWORD,
-	PendingApprovalsAttribute: enumspb.INDEXED_VALUE_TYPE_KEYWORD_LIST,
-	StatusAttribute:           enumspb.INDEXED_VALUE_TYPE_KEYWORD,
+	contract.ConversationIDAttribute:   enumspb.INDEXED_VALUE_TYPE_KEYWORD,
+	contract.PendingApprovalsAttribute: enumspb.INDEXED_VALUE_TYPE_KEYWORD_LIST,
+	contract.StatusAttribute:           enumspb.INDEXED_VALUE_TYPE_KEYWORD,
 }
 
 // EnsureSearchAttributes registers the custom search attributes that are
@@ -140,7 +141,7 @@ const (
 func AwaitSearchAttributes(ctx context.Context, c client.Client, namespace string, log *slog.Logger) error {
 	queue := probeValue + "-" + uuid.NewString()
 	w := worker.New(c, queue, worker.Options{})
-	w.RegisterWorkflowWithOptions(probeSearchAttributes, workflow.RegisterOptions{Name: SearchAttributesProbeWorkflow})
+	w.RegisterWorkflowWithOptions(probeSearchAttributes, workflow.RegisterOptions{Name: contract.SearchAttributesProbeWorkflow})
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("start the search attribute probe's worker: %w", err)
 	}
@@ -171,7 +172,7 @@ func probeOnce(ctx context.Context, c client.Client, queue string, attempt int) 
 		ID: fmt.Sprintf("%s-%d", queue, attempt), TaskQueue: queue,
 		// The server ends a probe that no task of it completes.
 		WorkflowExecutionTimeout: probeAttemptTimeout,
-	}, SearchAttributesProbeWorkflow)
+	}, contract.SearchAttributesProbeWorkflow)
 	if err != nil {
 		return fmt.Errorf("start probe: %w", err)
 	}
@@ -212,8 +213,8 @@ func lastTaskFailure(ctx context.Context, c client.Client, run client.WorkflowRu
 	return why
 }
 
-// probeSearchAttributes is the SearchAttributesProbeWorkflow: it sets
-// every attribute in searchAttributes to probeValue.
+// probeSearchAttributes is the contract.SearchAttributesProbeWorkflow: it
+// sets every attribute in searchAttributes to probeValue.
 func probeSearchAttributes(ctx workflow.Context) error {
 	var set []temporal.SearchAttributeUpdate
 	for _, name := range slices.Sorted(maps.Keys(searchAttributes)) {

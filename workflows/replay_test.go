@@ -24,6 +24,7 @@ import (
 	"github.com/tollgate/tollgate/internal/telemetry"
 	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // The replay corpus: one folder per release (testdata/replay/v0.1.0), and
@@ -54,7 +55,7 @@ func TestReplayCorpus(t *testing.T) {
 		rel, _ := filepath.Rel(corpusDir, path)
 		t.Run(rel, func(t *testing.T) { types[replayCorpusHistory(t, path)]++ })
 	}
-	for _, typ := range []string{workflows.ChatTurnWorkflow, workflows.ConversationWorkflow, workflows.SubagentWorkflow} {
+	for _, typ := range []string{contract.ChatTurnWorkflow, contract.ConversationWorkflow, contract.SubagentWorkflow} {
 		require.NotZero(t, types[typ], "the corpus has no %s history", typ)
 	}
 }
@@ -71,7 +72,7 @@ func TestATurnBegunBeforeARetiredPatchFailsNamingIt(t *testing.T) {
 	start := history.GetEvents()[0].GetWorkflowExecutionStartedEventAttributes()
 	replayer := worker.NewWorkflowReplayer()
 	w := &workflows.Workflows{}
-	replayer.RegisterWorkflowWithOptions(w.ChatTurn, workflow.RegisterOptions{Name: workflows.ChatTurnWorkflow})
+	replayer.RegisterWorkflowWithOptions(w.ChatTurn, workflow.RegisterOptions{Name: contract.ChatTurnWorkflow})
 	err := replayer.ReplayWorkflowHistoryWithOptions(nil, history, worker.ReplayWorkflowHistoryOptions{
 		OriginalExecution: workflow.Execution{ID: start.GetWorkflowId(), RunID: start.GetOriginalExecutionRunId()},
 	})
@@ -103,9 +104,9 @@ func replayCorpusHistory(t *testing.T, path string) string {
 	})
 	require.NoError(t, err)
 	w := &workflows.Workflows{}
-	replayer.RegisterWorkflowWithOptions(w.ChatTurn, workflow.RegisterOptions{Name: workflows.ChatTurnWorkflow})
-	replayer.RegisterWorkflowWithOptions(w.Conversation, workflow.RegisterOptions{Name: workflows.ConversationWorkflow})
-	replayer.RegisterWorkflowWithOptions(w.Subagent, workflow.RegisterOptions{Name: workflows.SubagentWorkflow})
+	replayer.RegisterWorkflowWithOptions(w.ChatTurn, workflow.RegisterOptions{Name: contract.ChatTurnWorkflow})
+	replayer.RegisterWorkflowWithOptions(w.Conversation, workflow.RegisterOptions{Name: contract.ConversationWorkflow})
+	replayer.RegisterWorkflowWithOptions(w.Subagent, workflow.RegisterOptions{Name: contract.SubagentWorkflow})
 	// Replayed under its own workflow ID, as a worker replays it: the ids
 	// of a turn's subagents derive from it.
 	execution := workflow.Execution{ID: id, RunID: start.GetOriginalExecutionRunId()}
@@ -113,15 +114,15 @@ func replayCorpusHistory(t *testing.T, path string) string {
 		"%s workflow %s, recorded in %s, does not replay on today's code: a change to the commands it issues needs workflow.GetVersion (docs/versioning.md)",
 		typ, id, path)
 
-	if typ == workflows.ConversationWorkflow {
+	if typ == contract.ConversationWorkflow {
 		return typ // it publishes no events
 	}
 	recorded, err := os.ReadFile(strings.TrimSuffix(path, ".json") + eventsSuffix)
 	require.NoError(t, err, "%s workflow %s, recorded in %s, has no recorded events to compare its SSE ids with", typ, id, path)
 	var want []protocol.Event
 	require.NoError(t, json.Unmarshal(recorded, &want))
-	require.NotNil(t, capture.events, "%s workflow %s set no %s query handler", typ, id, workflows.EventsQuery)
-	got, err := capture.events(workflows.EventsRequest{})
+	require.NotNil(t, capture.events, "%s workflow %s set no %s query handler", typ, id, contract.EventsQuery)
+	got, err := capture.events(contract.EventsRequest{})
 	require.NoError(t, err)
 	require.Equal(t, eventIDs(want), eventIDs(got.Events),
 		"%s workflow %s, recorded in %s, serves its events under other ids on today's code: a change to the events a turn publishes needs workflow.GetVersion (docs/versioning.md)",
@@ -143,7 +144,7 @@ func eventIDs(events []protocol.Event) []string {
 // replays, so a test can ask what the replayed turn would serve.
 type eventsCapture struct {
 	interceptor.WorkerInterceptorBase
-	events func(workflows.EventsRequest) (workflows.EventsResponse, error)
+	events func(contract.EventsRequest) (contract.EventsResponse, error)
 }
 
 func (c *eventsCapture) InterceptWorkflow(_ workflow.Context, next interceptor.WorkflowInboundInterceptor) interceptor.WorkflowInboundInterceptor {
@@ -165,7 +166,7 @@ type captureOutbound struct {
 }
 
 func (o *captureOutbound) SetQueryHandler(ctx workflow.Context, name string, handler any) error {
-	if h, ok := handler.(func(workflows.EventsRequest) (workflows.EventsResponse, error)); ok && name == workflows.EventsQuery {
+	if h, ok := handler.(func(contract.EventsRequest) (contract.EventsResponse, error)); ok && name == contract.EventsQuery {
 		o.capture.events = h
 	}
 	return o.Next.SetQueryHandler(ctx, name, handler)
@@ -192,8 +193,8 @@ func TestReplayWithTracingMakesNoApprovalSpans(t *testing.T) {
 		})
 		require.NoError(t, err)
 		w := &workflows.Workflows{}
-		replayer.RegisterWorkflowWithOptions(w.ChatTurn, workflow.RegisterOptions{Name: workflows.ChatTurnWorkflow})
-		replayer.RegisterWorkflowWithOptions(w.Subagent, workflow.RegisterOptions{Name: workflows.SubagentWorkflow})
+		replayer.RegisterWorkflowWithOptions(w.ChatTurn, workflow.RegisterOptions{Name: contract.ChatTurnWorkflow})
+		replayer.RegisterWorkflowWithOptions(w.Subagent, workflow.RegisterOptions{Name: contract.SubagentWorkflow})
 		execution := workflow.Execution{ID: start.GetWorkflowId(), RunID: start.GetOriginalExecutionRunId()}
 		require.NoError(t, replayer.ReplayWorkflowHistoryWithOptions(nil, history, worker.ReplayWorkflowHistoryOptions{OriginalExecution: execution}),
 			"%s replays with tracing", path)
@@ -201,7 +202,7 @@ func TestReplayWithTracingMakesNoApprovalSpans(t *testing.T) {
 	}
 	require.NotZero(t, replayed)
 	spans := spantest.FromStubs(exporter.GetSpans())
-	runs := spans.Named("RunWorkflow:" + workflows.ChatTurnWorkflow)
+	runs := spans.Named("RunWorkflow:" + contract.ChatTurnWorkflow)
 	require.NotEmpty(t, runs, "the replayer traced")
 	for _, s := range runs {
 		require.Equal(t, "true", s.Attributes[telemetry.ReplayedAttribute], "a run that only replayed is marked, for LiveOnly to drop")
@@ -232,7 +233,7 @@ func TestTodaysHistoriesOfTheApproversSeatReplay(t *testing.T) {
 		}
 		types[replayCorpusHistory(t, path)]++
 	}
-	require.Equal(t, map[string]int{workflows.ConversationWorkflow: 1, workflows.ChatTurnWorkflow: 2}, types)
+	require.Equal(t, map[string]int{contract.ConversationWorkflow: 1, contract.ChatTurnWorkflow: 2}, types)
 	// The histories hold what they are here for: the ledger's local
 	// activities behind its patch, and turn 2's scoped grant in a
 	// SideEffect.
@@ -291,11 +292,11 @@ func TestTodaysHistoriesOfTheApproversSeatReplay(t *testing.T) {
 			order = append(order, "started "+a.GetWorkflowExecution().GetWorkflowId())
 		}
 		if a := e.GetWorkflowExecutionUpdateCompletedEventAttributes(); a != nil {
-			var ref workflows.TurnRef
+			var ref contract.TurnRef
 			require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(a.GetOutcome().GetSuccess(), &ref))
 			order = append(order, "answered "+ref.TurnID)
 		}
 	}
-	turnIDs := []string{workflows.TurnWorkflowID("corpus-seat", 1), workflows.TurnWorkflowID("corpus-seat", 2)}
+	turnIDs := []string{contract.TurnWorkflowID("corpus-seat", 1), contract.TurnWorkflowID("corpus-seat", 2)}
 	require.Equal(t, []string{"started " + turnIDs[0], "answered " + turnIDs[0], "started " + turnIDs[1], "answered " + turnIDs[1]}, order)
 }

@@ -6,6 +6,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/tollgate/tollgate/protocol"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // route is one way through the gate: which calls take it, and what the
@@ -46,7 +47,7 @@ type routeInput struct {
 	offered, clientTool bool
 	// grant is the remembered decision that answers the call, looked up
 	// only for a call on a grantable route.
-	grant *Grant
+	grant *contract.Grant
 }
 
 // The routes, in the order they are tried: a call takes the first that
@@ -145,7 +146,7 @@ func passGranted(t *turn, ctx workflow.Context, _ *batch, p *passage) {
 		p.row = &r
 	}
 	t.log.append(protocol.Event{Type: protocol.EventApprovalDecision, ToolCallID: p.call.ID, Decision: g.Decision, Reason: reasonRemembered, Grant: g.ID, By: g.By,
-		GrantUsesLeft: g.usesLeft(), GrantExpiresAt: g.ExpiresAt})
+		GrantUsesLeft: grantUsesLeft(g), GrantExpiresAt: g.ExpiresAt})
 	if g.Decision != protocol.DecisionApprove {
 		p.answer(t.notRun(ctx, notRunRemembered, ""), protocol.StatusDeclined)
 	}

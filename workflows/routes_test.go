@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tollgate/tollgate/protocol"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // TestEveryRouteTakesItsCalls walks the route table: each case is a call
@@ -17,7 +18,7 @@ func TestEveryRouteTakesItsCalls(t *testing.T) {
 	always := vetting{Check: check{Required: true, Always: true}}
 	call := protocol.ToolCall{ID: "c1", Name: protocol.ToolBash, Arguments: `{"command":"ls"}`}
 	notObject := protocol.ToolCall{ID: "c1", Name: protocol.ToolBash, Arguments: `["ls"]`}
-	grant := &Grant{ID: "grant-1", Tool: protocol.ToolBash, Decision: protocol.DecisionApprove}
+	grant := &contract.Grant{ID: "grant-1", Tool: protocol.ToolBash, Decision: protocol.DecisionApprove}
 	// base is a call of an offered tool, the policy protects it, in a
 	// batch of the strict gate, of a turn not stopped or bypassed.
 	base := routeInput{call: call, vetting: protected, offered: true}
@@ -69,6 +70,6 @@ func TestOnlyTheAskingRouteLooksForAGrant(t *testing.T) {
 	}
 	in := routeInput{call: protocol.ToolCall{Name: protocol.ToolBash, Arguments: `{}`}, vetting: vetting{Check: check{Required: true}}, offered: true}
 	require.Equal(t, routeAsk.name, routeOf(in).name)
-	in.grant = &Grant{ID: "grant-1", Decision: protocol.DecisionDecline}
+	in.grant = &contract.Grant{ID: "grant-1", Decision: protocol.DecisionDecline}
 	require.Equal(t, routeGranted.name, routeOf(in).name)
 }

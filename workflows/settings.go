@@ -5,8 +5,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/protocol"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // DefaultSystemPrompt tells the model where it works and what a declined
@@ -41,7 +41,7 @@ type Settings struct {
 	ReminderBefore time.Duration `json:"reminderBefore,omitempty"`
 	// Budgets bound what a turn and a conversation may spend before a
 	// person is asked whether they may go on (budget.go); zero is none.
-	Budgets Budgets `json:"budgets,omitempty,omitzero"`
+	Budgets contract.Budgets `json:"budgets,omitempty,omitzero"`
 	// Audit is true when the worker writes the audit ledger: every call the
 	// gate asks about or a grant answers gets a row (audit.go).
 	Audit bool `json:"audit,omitempty"`
@@ -182,7 +182,7 @@ func (s Settings) spec(tool string) (protocol.ToolSpec, bool) {
 // tool. It is "" for other tools.
 func (s Settings) mcpServerName(tool string) string {
 	if spec, ok := s.spec(tool); ok && spec.MCP != nil {
-		return activities.MCPToolPrefix + spec.MCP.Server
+		return protocol.MCPToolPrefix + spec.MCP.Server
 	}
 	return ""
 }

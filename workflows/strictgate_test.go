@@ -13,6 +13,7 @@ import (
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/protocol"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 func TestBypassedTurnStillAsksWhereARuleRequiresAToolAlways(t *testing.T) {
@@ -53,7 +54,7 @@ func TestClientToolThatThePolicyProtectsAsksBeforeItsCallIsPublished(t *testing.
 	h.env.RegisterDelayedCallback(func() {
 		published = ofType(h.events(), protocol.EventClientToolCall)
 		var rejected error
-		h.answer(ClientToolResult{ToolCallID: "c2", Result: "grey it is"}, &rejected)
+		h.answer(contract.ClientToolResult{ToolCallID: "c2", Result: "grey it is"}, &rejected)
 		require.NoError(t, rejected)
 	}, 2*time.Minute)
 
@@ -88,11 +89,11 @@ func TestThePendingApprovalsAttributeStaysUnderItsBudgetAndSaysWhenItListsFewer(
 	for i := range 100 {
 		ids = append(ids, fmt.Sprintf("tollgate-conv-a-long-conversation-id-turn-1/apr-%032d", i))
 	}
-	got := boundedKeywords(append([]string{ClientToolSearchValue("call_pay")}, ids...), pendingAttributeBudget)
+	got := boundedKeywords(append([]string{contract.ClientToolSearchValue("call_pay")}, ids...), pendingAttributeBudget)
 	b, err := json.Marshal(got)
 	require.NoError(t, err)
 	require.LessOrEqual(t, len(b), pendingAttributeBudget)
-	require.Equal(t, ClientToolSearchValue("call_pay"), got[0], "the client tool call is always listed")
+	require.Equal(t, contract.ClientToolSearchValue("call_pay"), got[0], "the client tool call is always listed")
 	require.Equal(t, PendingMoreValue, got[len(got)-1])
 	require.Equal(t, ids[:3], boundedKeywords(ids[:3], pendingAttributeBudget), "what fits is listed whole")
 }
@@ -150,7 +151,7 @@ func TestAGrantScopedToAFolderAnswersNoCallThatALinkLeadsOutOf(t *testing.T) {
 		call("w2", "Write", `{"file_path":"docs/src/main.go","content":"y"}`),
 	))
 	in := userTurn("write")
-	in.Grants = []Grant{{ID: "g1", Tool: "Write", Decision: protocol.DecisionApprove, When: `args.file_path.startsWith("docs/")`}}
+	in.Grants = []contract.Grant{{ID: "g1", Tool: "Write", Decision: protocol.DecisionApprove, When: `args.file_path.startsWith("docs/")`}}
 	h.env.RegisterDelayedCallback(func() {
 		h.decide(protocol.ApprovalDecision{RequestID: h.requestID("Write"), Decision: protocol.DecisionDecline})
 	}, time.Minute)

@@ -16,6 +16,7 @@ import (
 	"github.com/tollgate/tollgate/internal/agents"
 	"github.com/tollgate/tollgate/internal/text"
 	"github.com/tollgate/tollgate/protocol"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // AgentDef is a subagent definition (package agents reads them).
@@ -36,7 +37,7 @@ type SubagentInput struct {
 	// Settings are the parent's: the same policy, timeouts and limits.
 	Settings Settings `json:"settings"`
 	// Grants are the conversation's remembered decisions.
-	Grants []Grant `json:"grants,omitempty"`
+	Grants []contract.Grant `json:"grants,omitempty"`
 	// UserMessage is the user's message the turn runs for, which people
 	// deciding the subagent's calls are shown.
 	UserMessage string `json:"userMessage,omitempty"`
@@ -52,11 +53,11 @@ type SubagentOutput struct {
 	Forwarded int `json:"forwarded"`
 	// Grants are the decisions remembered in the subagent; GrantsUsed the
 	// calls each grant decided in it.
-	Grants     []Grant        `json:"grants,omitempty"`
-	GrantsUsed map[string]int `json:"grantsUsed,omitempty"`
+	Grants     []contract.Grant `json:"grants,omitempty"`
+	GrantsUsed map[string]int   `json:"grantsUsed,omitempty"`
 	// Usage is what the subagent spent (tokens and tool calls), which its
 	// parent counts.
-	Usage Usage `json:"usage,omitempty,omitzero"`
+	Usage contract.Usage `json:"usage,omitempty,omitzero"`
 }
 
 // SubagentEvents is the payload of the subagentEvents signal.
@@ -78,7 +79,7 @@ type subagentState struct {
 // interrupt passes an interrupt on to the running subagent, if any.
 func (s *subagentState) interrupt(ctx workflow.Context, reason string) {
 	if s.running != nil {
-		s.running.SignalChildWorkflow(ctx, InterruptSignal, Interrupt{Reason: reason})
+		s.running.SignalChildWorkflow(ctx, contract.InterruptSignal, Interrupt{Reason: reason})
 	}
 }
 
@@ -174,7 +175,7 @@ func (t *turn) runSubagent(ctx workflow.Context, call protocol.ToolCall) activit
 	t.subagents.started++
 	parentID := workflow.GetInfo(ctx).WorkflowExecution.ID
 	opts := workflow.ChildWorkflowOptions{
-		WorkflowID:        SubagentWorkflowID(parentID, t.subagents.started),
+		WorkflowID:        contract.SubagentWorkflowID(parentID, t.subagents.started),
 		ParentClosePolicy: enumspb.PARENT_CLOSE_POLICY_REQUEST_CANCEL,
 		StaticSummary:     text.Truncate("subagent "+def.Name+": "+args.Description, 200),
 		// A cancelled parent waits for the subagent to decline its pending
@@ -184,7 +185,7 @@ func (t *turn) runSubagent(ctx workflow.Context, call protocol.ToolCall) activit
 	if t.settings.SearchAttributes {
 		opts.TypedSearchAttributes = temporal.NewSearchAttributes(startAttributes(t.conversationID, t.settings)...)
 	}
-	child := workflow.ExecuteChildWorkflow(workflow.WithChildOptions(ctx, opts), SubagentWorkflow, SubagentInput{
+	child := workflow.ExecuteChildWorkflow(workflow.WithChildOptions(ctx, opts), contract.SubagentWorkflow, SubagentInput{
 		ParentWorkflowID: parentID,
 		ConversationID:   t.conversationID,
 		Agent:            def,
@@ -211,7 +212,7 @@ func (t *turn) runSubagent(ctx workflow.Context, call protocol.ToolCall) activit
 	for _, id := range slices.Sorted(maps.Keys(out.GrantsUsed)) {
 		t.countGrantUse(id, out.GrantsUsed[id])
 	}
-	t.used = t.used.Add(Usage{Tokens: out.Usage.Tokens, ToolCalls: out.Usage.ToolCalls})
+	t.used = t.used.Add(contract.Usage{Tokens: out.Usage.Tokens, ToolCalls: out.Usage.ToolCalls})
 	for _, g := range out.Grants {
 		t.remember(g)
 	}
@@ -309,7 +310,7 @@ func newForwarder(ctx workflow.Context, parentID, name string) *forwarder {
 			_ = workflow.Await(ctx, func() bool { return len(f.outbox) > 0 })
 			batch := f.outbox
 			f.outbox = nil
-			err := workflow.SignalExternalWorkflow(ctx, f.parentID, "", SubagentEventsSignal,
+			err := workflow.SignalExternalWorkflow(ctx, f.parentID, "", contract.SubagentEventsSignal,
 				SubagentEvents{WorkflowID: self, Name: f.name, Events: batch}).Get(ctx, nil)
 			if err != nil {
 				workflow.GetLogger(ctx).Warn("forward subagent events", "parent", f.parentID, "error", err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/protocol"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 const childID = "default-test-workflow-id-sub-1"
@@ -29,7 +30,7 @@ func task(agent, prompt string) activities.ModelOutput {
 
 // decideChild sends an approval Update to the subagent's own workflow.
 func (h *harness) decideChild(d protocol.ApprovalDecision) {
-	require.NoError(h.t, h.env.UpdateWorkflowByID(childID, ApprovalUpdate, "decide-"+d.RequestID, &testsuite.TestUpdateCallback{
+	require.NoError(h.t, h.env.UpdateWorkflowByID(childID, contract.ApprovalUpdate, "decide-"+d.RequestID, &testsuite.TestUpdateCallback{
 		OnAccept: func() {}, OnReject: func(err error) { h.t.Errorf("rejected: %v", err) }, OnComplete: func(any, error) {},
 	}, d))
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/workflowtrace"
 	"github.com/tollgate/tollgate/protocol"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // TracerScope names the tracer of the spans workflow code makes itself.
@@ -113,7 +114,7 @@ func (g *gate) traceDecision(ctx workflow.Context, a *approval, decidedBy string
 
 // traceAnswer makes the span of a call that the gate answered without
 // waiting: by a grant, the policy or the turn's bypass. It lasts no time.
-func (g *gate) traceAnswer(ctx workflow.Context, call protocol.ToolCall, decidedBy string, grant *Grant) {
+func (g *gate) traceAnswer(ctx workflow.Context, call protocol.ToolCall, decidedBy string, grant *contract.Grant) {
 	parent := g.span.OTel()
 	if parent == nil || workflow.IsReplaying(ctx) {
 		return

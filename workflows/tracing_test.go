@@ -14,6 +14,7 @@ import (
 	"github.com/tollgate/tollgate/internal/spantest"
 	"github.com/tollgate/tollgate/internal/telemetry"
 	"github.com/tollgate/tollgate/protocol"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // traced makes h's worker trace into an in-memory exporter, and returns
@@ -51,7 +52,7 @@ func TestAnApprovalSpanLastsFromRequestToDecisionAndNamesWhatDecided(t *testing.
 	require.Equal(t, []string{protocol.DecisionApprove, protocol.DecisionTimeout}, decisionsOf(out.Events))
 
 	got := spans()
-	run := got.Named("RunWorkflow:" + ChatTurnWorkflow)
+	run := got.Named("RunWorkflow:" + contract.ChatTurnWorkflow)
 	require.Len(t, run, 1)
 	requested := findEvent(t, out.Events, protocol.EventApprovalRequest).ExpiresAt.Add(-testSettings().ApprovalTimeout)
 
@@ -64,7 +65,7 @@ func TestAnApprovalSpanLastsFromRequestToDecisionAndNamesWhatDecided(t *testing.
 		AttrDecision: protocol.DecisionApprove, AttrDecidedBy: DecidedByPerson, AttrPrincipal: "alice", AttrRole: "approve",
 		AttrRemember: "true", AttrGrantID: out.Grants[0].ID, AttrEdited: "true",
 	}, w.Attributes)
-	update := got.Named("HandleUpdate:" + ApprovalUpdate)
+	update := got.Named("HandleUpdate:" + contract.ApprovalUpdate)
 	require.Len(t, update, 1)
 	require.Equal(t, []string{update[0].SpanID}, w.Links, "it links to the span of the Update that decided")
 
@@ -83,17 +84,17 @@ func TestAnApprovalSpanLastsFromRequestToDecisionAndNamesWhatDecided(t *testing.
 }
 
 func TestCallsAnsweredByAGrantOrTheTurnItselfAreTracedSo(t *testing.T) {
-	grant := Grant{ID: "grant-1", Tool: "Bash", Decision: protocol.DecisionApprove, By: "bob"}
+	grant := contract.Grant{ID: "grant-1", Tool: "Bash", Decision: protocol.DecisionApprove, By: "bob"}
 	h := newHarness(t, testSettings(), calls(
 		call("b", "Bash", `{"command":"ls"}`),
 		call("w", "Write", `{"file_path":"a.txt","content":"b"}`),
 	))
 	spans := h.traced()
 	h.env.RegisterDelayedCallback(func() {
-		h.env.SignalWorkflow(InterruptSignal, Interrupt{})
+		h.env.SignalWorkflow(contract.InterruptSignal, Interrupt{})
 	}, time.Minute)
 	in := userTurn("ls and write")
-	in.Grants = []Grant{grant}
+	in.Grants = []contract.Grant{grant}
 
 	h.runTurn(in)
 
@@ -114,18 +115,18 @@ func TestEachMessageOfAConversationTracesItsTurnUnderItsOwnUpdate(t *testing.T) 
 		activities.ModelOutput{Content: "second answer"},
 	)
 	spans := h.traced()
-	var r1, r2 TurnRef
+	var r1, r2 contract.TurnRef
 	h.env.RegisterDelayedCallback(func() { h.send("one", &r1) }, time.Second)
 	h.env.RegisterDelayedCallback(func() { h.send("two", &r2) }, time.Minute)
 	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, time.Hour)
 
-	h.env.ExecuteWorkflow(ConversationWorkflow, ConversationInput{ConversationID: "c2"})
+	h.env.ExecuteWorkflow(contract.ConversationWorkflow, contract.ConversationInput{ConversationID: "c2"})
 	require.Equal(t, 2, r2.Turn)
 
 	got := spans()
-	updates := got.Named("HandleUpdate:" + SendMessageUpdate)
+	updates := got.Named("HandleUpdate:" + contract.SendMessageUpdate)
 	require.Len(t, updates, 2)
-	starts := got.Named("StartChildWorkflow:" + ChatTurnWorkflow)
+	starts := got.Named("StartChildWorkflow:" + contract.ChatTurnWorkflow)
 	require.Len(t, starts, 2, "spans: %v", got.Names())
 	for i := range starts {
 		require.Equal(t, updates[i].SpanID, starts[i].ParentID,

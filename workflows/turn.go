@@ -16,6 +16,7 @@ import (
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/protocol"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // turn is the state of one running model/tool loop: a ChatTurn, or a
@@ -64,7 +65,7 @@ type turn struct {
 	// live names the model call that streams its token events by heartbeat
 	// while it runs (patchTokensByHeartbeat), nil otherwise; the events
 	// query says it, and the API reads them from the call's details.
-	live *LiveTokens
+	live *contract.LiveTokens
 
 	interrupted     bool
 	interruptReason string
@@ -80,7 +81,7 @@ type turn struct {
 	// grants are the conversation's remembered decisions, those made during
 	// this loop included; newGrants only the latter; grantsUsed counts the
 	// calls each grant decided in this loop and its subagents.
-	grants, newGrants []Grant
+	grants, newGrants []contract.Grant
 	grantsUsed        map[string]int
 	// floats are the grants' arguments as turns before patchGrantNarrowed
 	// compared them, by grant id, read once (sameArguments).
@@ -95,15 +96,15 @@ type turn struct {
 	// the conversation's earlier turns did; limits are the bounds as
 	// people raised them, raised the conversation bounds raised here;
 	// budgetAsks numbers the budget requests (budget.go).
-	used, spent Usage
+	used, spent contract.Usage
 	startedAt   time.Time
 	limits      limits
-	raised      Budgets
+	raised      contract.Budgets
 	budgetAsks  int
 }
 
 // remember adds a grant made during this loop.
-func (t *turn) remember(g Grant) {
+func (t *turn) remember(g contract.Grant) {
 	t.grants = append(t.grants, g)
 	t.newGrants = append(t.newGrants, g)
 }
@@ -112,12 +113,12 @@ func (t *turn) remember(g Grant) {
 // asks for through the approval gate, runs the approved ones and answers the
 // model, until the model answers without tool calls or MaxSteps is reached.
 // Its events are served by the events query.
-func (w *Workflows) ChatTurn(ctx workflow.Context, in TurnInput) (TurnOutput, error) {
+func (w *Workflows) ChatTurn(ctx workflow.Context, in TurnInput) (contract.TurnOutput, error) {
 	var settings Settings
 	if err := workflow.SideEffect(ctx, func(workflow.Context) any {
 		return w.Settings.recorded()
 	}).Get(&settings); err != nil {
-		return TurnOutput{}, fmt.Errorf("turn %d of conversation %s: settings: %w", in.Turn, in.ConversationID, err)
+		return contract.TurnOutput{}, fmt.Errorf("turn %d of conversation %s: settings: %w", in.Turn, in.ConversationID, err)
 	}
 	// Settings recorded by an older worker may lack fields added since.
 	settings = settings.withDefaults()
@@ -141,13 +142,13 @@ func (w *Workflows) ChatTurn(ctx workflow.Context, in TurnInput) (TurnOutput, er
 		t.userMessage = in.Messages[n-1].Content
 	}
 	if err := t.start(ctx); err != nil {
-		return TurnOutput{}, err
+		return contract.TurnOutput{}, err
 	}
 	reason, text := t.run(ctx)
 	t.flushAudit(ctx)
 	t.finish(reason, text)
 	t.used.Time = workflow.Now(ctx).Sub(t.startedAt)
-	out := TurnOutput{FinishReason: reason, Text: text, Messages: t.messages, Events: t.log.events, Grants: t.newGrants, GrantsUsed: t.grantsUsed,
+	out := contract.TurnOutput{FinishReason: reason, Text: text, Messages: t.messages, Events: t.log.events, Grants: t.newGrants, GrantsUsed: t.grantsUsed,
 		Usage: t.used, Raised: t.raised}
 	if t.view.changed {
 		out.Compaction = &t.view.kept
@@ -191,26 +192,26 @@ func (t *turn) finish(reason, text string) {
 
 // setHandlers registers the turn's query, update and signal handlers.
 func (t *turn) setHandlers(ctx workflow.Context) error {
-	if err := workflow.SetQueryHandler(ctx, EventsQuery, t.queryEvents); err != nil {
-		return fmt.Errorf("set %s query handler: %w", EventsQuery, err)
+	if err := workflow.SetQueryHandler(ctx, contract.EventsQuery, t.queryEvents); err != nil {
+		return fmt.Errorf("set %s query handler: %w", contract.EventsQuery, err)
 	}
-	if err := workflow.SetQueryHandler(ctx, PendingQuery, t.queryPending); err != nil {
-		return fmt.Errorf("set %s query handler: %w", PendingQuery, err)
+	if err := workflow.SetQueryHandler(ctx, contract.PendingQuery, t.queryPending); err != nil {
+		return fmt.Errorf("set %s query handler: %w", contract.PendingQuery, err)
 	}
-	if err := workflow.SetUpdateHandlerWithOptions(ctx, ApprovalUpdate, t.takeDecision,
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, contract.ApprovalUpdate, t.takeDecision,
 		workflow.UpdateHandlerOptions{Validator: t.validateDecision},
 	); err != nil {
-		return fmt.Errorf("set %s update handler: %w", ApprovalUpdate, err)
+		return fmt.Errorf("set %s update handler: %w", contract.ApprovalUpdate, err)
 	}
-	if err := workflow.SetUpdateHandlerWithOptions(ctx, ApprovalsUpdate, t.takeBatch,
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, contract.ApprovalsUpdate, t.takeBatch,
 		workflow.UpdateHandlerOptions{Validator: t.validateBatch},
 	); err != nil {
-		return fmt.Errorf("set %s update handler: %w", ApprovalsUpdate, err)
+		return fmt.Errorf("set %s update handler: %w", contract.ApprovalsUpdate, err)
 	}
-	if err := workflow.SetUpdateHandlerWithOptions(ctx, ClientToolResultUpdate, t.takeClientResult,
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, contract.ClientToolResultUpdate, t.takeClientResult,
 		workflow.UpdateHandlerOptions{Validator: t.validateClientResult},
 	); err != nil {
-		return fmt.Errorf("set %s update handler: %w", ClientToolResultUpdate, err)
+		return fmt.Errorf("set %s update handler: %w", contract.ClientToolResultUpdate, err)
 	}
 	workflow.Go(ctx, t.receiveSignals)
 	return nil
@@ -218,7 +219,7 @@ func (t *turn) setHandlers(ctx workflow.Context) error {
 
 // queryEvents answers the events query: the events after req.After, and the
 // model call that streams its tokens by heartbeat, if one does.
-func (t *turn) queryEvents(req EventsRequest) (EventsResponse, error) {
+func (t *turn) queryEvents(req contract.EventsRequest) (contract.EventsResponse, error) {
 	resp := t.log.after(req.After)
 	resp.Live = t.live
 	return resp, nil
@@ -256,13 +257,13 @@ func (t *turn) takeBatch(ctx workflow.Context, b protocol.ApprovalBatch) (protoc
 }
 
 // validateClientResult is the client tool result Update's validator.
-func (t *turn) validateClientResult(ctx workflow.Context, r ClientToolResult) error {
+func (t *turn) validateClientResult(ctx workflow.Context, r contract.ClientToolResult) error {
 	return t.gate.validateClientResult(ctx, r)
 }
 
 // takeClientResult is the client tool result Update's handler, after
 // validateClientResult.
-func (t *turn) takeClientResult(_ workflow.Context, r ClientToolResult) error {
+func (t *turn) takeClientResult(_ workflow.Context, r contract.ClientToolResult) error {
 	t.gate.takeClientResult(r)
 	return nil
 }
@@ -271,10 +272,10 @@ func (t *turn) takeClientResult(_ workflow.Context, r ClientToolResult) error {
 // turn runs.
 func (t *turn) receiveSignals(ctx workflow.Context) {
 	sel := workflow.NewSelector(ctx)
-	onSignal(ctx, sel, ApprovalSignal, t.approvalSignal)
-	onSignal(ctx, sel, TokensSignal, t.tokensSignal)
-	onSignal(ctx, sel, InterruptSignal, t.interruptSignal)
-	onSignal(ctx, sel, SubagentEventsSignal, t.subagentEventsSignal)
+	onSignal(ctx, sel, contract.ApprovalSignal, t.approvalSignal)
+	onSignal(ctx, sel, contract.TokensSignal, t.tokensSignal)
+	onSignal(ctx, sel, contract.InterruptSignal, t.interruptSignal)
+	onSignal(ctx, sel, contract.SubagentEventsSignal, t.subagentEventsSignal)
 	for {
 		sel.Select(ctx)
 	}
@@ -431,7 +432,7 @@ func (t *turn) callModel(ctx workflow.Context, messages []protocol.Message) (act
 			RunID:      info.WorkflowExecution.RunID,
 			Step:       t.step,
 		},
-		WantUsage: t.settings.Budgets.wantsUsage(),
+		WantUsage: wantsUsage(t.settings.Budgets),
 		Ledger:    t.carried(),
 	}
 	var out activities.ModelOutput
@@ -449,7 +450,7 @@ func (t *turn) callModel(ctx workflow.Context, messages []protocol.Message) (act
 		// The call's token events end in the log however it ends; a
 		// cancelled call answers with those it made.
 		opts.WaitForCancellation = true
-		t.live = &LiveTokens{ActivityID: opts.ActivityID, After: len(t.log.events)}
+		t.live = &contract.LiveTokens{ActivityID: opts.ActivityID, After: len(t.log.events)}
 	}
 	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), activities.ModelActivity, in).Get(ctx, &out)
 	t.modelRunning = false
@@ -676,10 +677,10 @@ func (t *turn) validateBatch(ctx workflow.Context, b protocol.ApprovalBatch) err
 
 // batchRejection makes err, the refusal of request id's decision, the
 // refusal of its whole batch: the same reason (invalid for a decision
-// that is not one), with the request's id in its details (RejectedRequest)
-// and its message.
+// that is not one), with the request's id in its details
+// (contract.RejectedRequest) and its message.
 func batchRejection(id string, err error) error {
-	reason := RejectionReason(err)
+	reason := contract.RejectionReason(err)
 	if reason == "" {
 		reason = protocol.RejectInvalid
 	}
@@ -692,18 +693,6 @@ func batchRejection(id string, err error) error {
 		msg = fmt.Sprintf("approval request %q: %s", id, msg)
 	}
 	return temporal.NewApplicationErrorWithOptions(msg, reason, temporal.ApplicationErrorOptions{NonRetryable: true, Details: []any{id}})
-}
-
-// RejectedRequest names the request whose decision made the approvals
-// Update refuse its batch, or "" when err names none (an empty batch, one
-// too large, or no refusal of that Update).
-func RejectedRequest(err error) string {
-	var app *temporal.ApplicationError
-	var id string
-	if errors.As(err, &app) && app.HasDetails() && app.Details(&id) == nil {
-		return id
-	}
-	return ""
 }
 
 // checkGrantScope refuses a decision whose grant scope (rememberWhen) is

@@ -22,6 +22,7 @@ import (
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/metrics"
 	"github.com/tollgate/tollgate/protocol"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 var testTools = []string{protocol.ToolRead, protocol.ToolWrite, protocol.ToolEdit, protocol.ToolBash}
@@ -68,9 +69,9 @@ func newHarness(t *testing.T, settings Settings, replies ...activities.ModelOutp
 	suite.SetMetricsHandler(reg.Handler())
 	h := &harness{t: t, env: suite.NewTestWorkflowEnvironment(), metrics: reg, replies: replies}
 	w := &Workflows{Settings: settings}
-	h.env.RegisterWorkflowWithOptions(w.ChatTurn, workflow.RegisterOptions{Name: ChatTurnWorkflow})
-	h.env.RegisterWorkflowWithOptions(w.Conversation, workflow.RegisterOptions{Name: ConversationWorkflow})
-	h.env.RegisterWorkflowWithOptions(w.Subagent, workflow.RegisterOptions{Name: SubagentWorkflow})
+	h.env.RegisterWorkflowWithOptions(w.ChatTurn, workflow.RegisterOptions{Name: contract.ChatTurnWorkflow})
+	h.env.RegisterWorkflowWithOptions(w.Conversation, workflow.RegisterOptions{Name: contract.ConversationWorkflow})
+	h.env.RegisterWorkflowWithOptions(w.Subagent, workflow.RegisterOptions{Name: contract.SubagentWorkflow})
 	h.env.RegisterActivityWithOptions(h.model, activity.RegisterOptions{Name: activities.ModelActivity})
 	h.env.RegisterActivityWithOptions(func(_ context.Context, in activities.ToolInput) (string, error) {
 		return "preview of " + in.Call.Name + " " + in.Call.Arguments, nil
@@ -137,12 +138,12 @@ func (h *harness) ranTools() []string {
 }
 
 // runTurn runs a ChatTurn to its end and returns its output.
-func (h *harness) runTurn(in TurnInput) TurnOutput {
+func (h *harness) runTurn(in TurnInput) contract.TurnOutput {
 	h.t.Helper()
-	h.env.ExecuteWorkflow(ChatTurnWorkflow, in)
+	h.env.ExecuteWorkflow(contract.ChatTurnWorkflow, in)
 	require.True(h.t, h.env.IsWorkflowCompleted())
 	require.NoError(h.t, h.env.GetWorkflowError())
-	var out TurnOutput
+	var out contract.TurnOutput
 	require.NoError(h.t, h.env.GetWorkflowResult(&out))
 	return out
 }
@@ -150,9 +151,9 @@ func (h *harness) runTurn(in TurnInput) TurnOutput {
 // events returns the events of the running workflow.
 func (h *harness) events() []protocol.Event {
 	h.t.Helper()
-	v, err := h.env.QueryWorkflow(EventsQuery, EventsRequest{})
+	v, err := h.env.QueryWorkflow(contract.EventsQuery, contract.EventsRequest{})
 	require.NoError(h.t, err)
-	var resp EventsResponse
+	var resp contract.EventsResponse
 	require.NoError(h.t, v.Get(&resp))
 	return resp.Events
 }
@@ -198,7 +199,7 @@ func (o *updateOutcome) callback() *testsuite.TestUpdateCallback {
 // workflow handles it.
 func (h *harness) decide(d protocol.ApprovalDecision) *updateOutcome {
 	o := &updateOutcome{}
-	h.env.UpdateWorkflow(ApprovalUpdate, "", o.callback(), d)
+	h.env.UpdateWorkflow(contract.ApprovalUpdate, "", o.callback(), d)
 	return o
 }
 
@@ -326,7 +327,7 @@ func TestCancelledTurnDeclinesPendingApprovals(t *testing.T) {
 func TestInterruptDeclinesPendingApprovalsAndFinishesTurn(t *testing.T) {
 	h := newHarness(t, testSettings(), calls(call("b", "Bash", `{"command":"make"}`)))
 	h.env.RegisterDelayedCallback(func() {
-		h.env.SignalWorkflow(InterruptSignal, Interrupt{Reason: reasonNewMessage})
+		h.env.SignalWorkflow(contract.InterruptSignal, Interrupt{Reason: reasonNewMessage})
 	}, time.Minute)
 
 	out := h.runTurn(userTurn("build"))
@@ -393,8 +394,8 @@ func TestApprovalValidatorRejectsUnknownDuplicateAndLateDecisions(t *testing.T) 
 	require.ErrorContains(t, forged.rejected, "unknown request")
 	require.ErrorContains(t, duplicate.rejected, "already decided")
 	require.ErrorContains(t, late.rejected, "expired", "a request whose time ran out is expired, not decided")
-	require.Equal(t, protocol.RejectExpired, RejectionReason(late.rejected))
-	require.Equal(t, protocol.RejectDecided, RejectionReason(duplicate.rejected))
+	require.Equal(t, protocol.RejectExpired, contract.RejectionReason(late.rejected))
+	require.Equal(t, protocol.RejectDecided, contract.RejectionReason(duplicate.rejected))
 	require.ErrorContains(t, badDecision.rejected, `decision "yes"`)
 	require.ErrorContains(t, badArgs.rejected, "not a JSON object")
 	require.Equal(t, []string{"Write"}, h.ranTools())
@@ -404,9 +405,9 @@ func TestApprovalBySignalRunsToolAndIgnoresInvalidSignals(t *testing.T) {
 	h := newHarness(t, testSettings(), calls(call("w", "Write", `{"file_path":"a","content":"b"}`)))
 	h.env.RegisterDelayedCallback(func() {
 		id := h.requestID("Write")
-		h.env.SignalWorkflow(ApprovalSignal, protocol.ApprovalDecision{RequestID: id + "x", Decision: protocol.DecisionDecline})
-		h.env.SignalWorkflow(ApprovalSignal, protocol.ApprovalDecision{RequestID: id, Decision: protocol.DecisionApprove})
-		h.env.SignalWorkflow(ApprovalSignal, protocol.ApprovalDecision{RequestID: id, Decision: protocol.DecisionDecline})
+		h.env.SignalWorkflow(contract.ApprovalSignal, protocol.ApprovalDecision{RequestID: id + "x", Decision: protocol.DecisionDecline})
+		h.env.SignalWorkflow(contract.ApprovalSignal, protocol.ApprovalDecision{RequestID: id, Decision: protocol.DecisionApprove})
+		h.env.SignalWorkflow(contract.ApprovalSignal, protocol.ApprovalDecision{RequestID: id, Decision: protocol.DecisionDecline})
 	}, time.Second)
 
 	out := h.runTurn(userTurn("write"))
@@ -625,20 +626,20 @@ func findEvent(t *testing.T, events []protocol.Event, typ string) protocol.Event
 }
 
 func TestRequestIDNamesItsWorkflow(t *testing.T) {
-	id := NewRequestID(TurnWorkflowID("c", 3), "abc")
-	wid, ok := RequestWorkflowID(id)
+	id := contract.NewRequestID(contract.TurnWorkflowID("c", 3), "abc")
+	wid, ok := contract.RequestWorkflowID(id)
 	require.True(t, ok)
 	require.Equal(t, "tollgate-conv-c-turn-3", wid)
 	for _, bad := range []string{"", "abc", "/apr-abc", "other-wf/apr-abc", "tollgate-x/apr-", strings.Repeat("x", 10)} {
-		_, ok := RequestWorkflowID(bad)
+		_, ok := contract.RequestWorkflowID(bad)
 		require.False(t, ok, bad)
 	}
 }
 
 func TestASubagentsWorkflowIDNamesItsTurn(t *testing.T) {
-	turn := TurnWorkflowID("c-sub-1", 3) // a conversation id may look like anything
-	nested := SubagentWorkflowID(SubagentWorkflowID(turn, 2), 1)
+	turn := contract.TurnWorkflowID("c-sub-1", 3) // a conversation id may look like anything
+	nested := contract.SubagentWorkflowID(contract.SubagentWorkflowID(turn, 2), 1)
 	require.Equal(t, turn+"-sub-2-sub-1", nested)
-	require.Equal(t, turn, TurnOfWorkflowID(nested))
-	require.Equal(t, turn, TurnOfWorkflowID(turn))
+	require.Equal(t, turn, contract.TurnOfWorkflowID(nested))
+	require.Equal(t, turn, contract.TurnOfWorkflowID(turn))
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/tollgate/tollgate/internal/scripted"
 	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // realStack is a Temporal dev server, an in-process worker on the scripted
@@ -162,10 +163,10 @@ func TestTerminalClientOnTheRealStack(t *testing.T) {
 
 		// The worker's registry saw one request per protected call and one
 		// decision of each kind, from the turn's workflow code.
-		turn := map[string]string{"workflow_type": workflows.ChatTurnWorkflow}
+		turn := map[string]string{"workflow_type": contract.ChatTurnWorkflow}
 		require.Equal(t, 2.0, st.metrics.Sum(workflows.ApprovalRequestsMetric, turn))
-		require.Equal(t, 1.0, st.metrics.Sum(workflows.ApprovalDecisionsMetric, map[string]string{"workflow_type": workflows.ChatTurnWorkflow, workflows.MetricTagDecision: protocol.DecisionApprove}))
-		require.Equal(t, 1.0, st.metrics.Sum(workflows.ApprovalDecisionsMetric, map[string]string{"workflow_type": workflows.ChatTurnWorkflow, workflows.MetricTagDecision: protocol.DecisionDecline}))
+		require.Equal(t, 1.0, st.metrics.Sum(workflows.ApprovalDecisionsMetric, map[string]string{"workflow_type": contract.ChatTurnWorkflow, workflows.MetricTagDecision: protocol.DecisionApprove}))
+		require.Equal(t, 1.0, st.metrics.Sum(workflows.ApprovalDecisionsMetric, map[string]string{"workflow_type": contract.ChatTurnWorkflow, workflows.MetricTagDecision: protocol.DecisionDecline}))
 		require.EqualValues(t, 1, st.metrics.Count(workflows.ApprovalDecisionLatencyMetric, map[string]string{workflows.MetricTagDecision: protocol.DecisionApprove}))
 		// The SDK's own metrics name each tool's activity.
 		require.GreaterOrEqual(t, st.metrics.Count("temporal_activity_execution_latency_seconds", map[string]string{"activity_type": protocol.ToolBash}), uint64(1))

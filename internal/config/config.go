@@ -358,7 +358,7 @@ var known = []string{
 	EnvBudgetConversationTokens, EnvBudgetConversationToolCalls, EnvBudgetConversationTime,
 }
 
-// Budgets are the TOLLGATE_BUDGET_* variables (workflows.Budgets).
+// Budgets are the TOLLGATE_BUDGET_* variables (contract.Budgets).
 type Budgets struct {
 	TurnTokens, TurnToolCalls                 int
 	TurnTime                                  time.Duration

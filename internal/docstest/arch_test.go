@@ -95,17 +95,29 @@ func TestTheArrowsPointDown(t *testing.T) {
 		}
 	}
 	require.Empty(t, got["protocol"], "protocol is a leaf")
-	require.Subset(t, []string{"activities", "internal/agents", "internal/audit", "internal/policy", "internal/text", "internal/workflowtrace", "protocol"}, got["workflows"],
+	require.Subset(t, []string{"activities", "internal/agents", "internal/audit", "internal/policy", "internal/text", "internal/workflowtrace", "protocol", "workflows/contract"}, got["workflows"],
 		"workflows imports no helper above it")
 	require.Subset(t, []string{"protocol", "internal/text"}, got["cmd/tollgate"], "the terminal client speaks the contract only")
 	require.Subset(t, []string{"protocol", "internal/text"}, got["internal/scripted"], "the scripted model server speaks the contract only")
 	require.NotContains(t, got["api"], "activities", "the API shares the contract with the activities through protocol")
+	require.Subset(t, []string{"protocol", "internal/text"}, got["workflows/contract"], "the workflows' contract is a leaf above protocol")
+	require.NotContains(t, got["api"], "workflows", "the API speaks to the workflows through workflows/contract")
 
 	// The workflows link no SQL driver: the ledger's rows are a leaf.
 	out, err := exec.Command("go", "list", "-deps", "../../workflows").CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	for _, dep := range strings.Fields(string(out)) {
 		require.False(t, dep == "database/sql" || strings.HasPrefix(dep, "modernc.org/") || strings.HasPrefix(dep, "github.com/jackc/"), "workflows links %s", dep)
+	}
+
+	// The API links no CEL, MCP SDK or model client: what the workflows
+	// run stays in the worker.
+	out, err = exec.Command("go", "list", "-deps", "../../api").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	for _, dep := range strings.Fields(string(out)) {
+		for _, banned := range []string{"github.com/google/cel-go", "cel.dev/expr", "github.com/modelcontextprotocol/go-sdk", "github.com/sashabaranov/go-openai"} {
+			require.False(t, strings.HasPrefix(dep, banned), "api links %s", dep)
+		}
 	}
 
 	// What the terminal client and the contract link, all the way down.

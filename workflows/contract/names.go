@@ -1,7 +1,11 @@
-// Package workflows knows Temporal and the approval protocol: the ChatTurn
-// and Conversation workflows, the approval gate, the event log, and the names
-// of every workflow, signal, query and update that clients use.
-package workflows
+// Package contract is the workflows' side of the contract: what a client
+// of tollgate's workflows (the API, the Temporal CLI, tests) names and
+// sends over Temporal. It holds the workflow, query, update, signal and
+// search attribute names, the workflow IDs, and the bodies of the queries
+// and updates. It imports nothing of what the workflows run (the model
+// client, MCP, the policy's CEL), so the API, which speaks to the
+// workflows through it alone, links none of that.
+package contract
 
 import (
 	"fmt"
@@ -22,7 +26,7 @@ const (
 	SubagentWorkflow = "Subagent"
 	// SearchAttributesProbeWorkflow sets every search attribute tollgate
 	// sets, and nothing else: the worker runs it on a task queue of its
-	// own before it takes work (AwaitSearchAttributes).
+	// own before it takes work (workflows.AwaitSearchAttributes).
 	SearchAttributesProbeWorkflow = "TollgateSearchAttributesProbe"
 )
 
@@ -49,11 +53,11 @@ const (
 	// activity to its turn while the model is still answering.
 	TokensSignal = "tokens"
 	// InterruptSignal asks a running turn to decline its pending approvals and
-	// finish at the next step (Interrupt in). The conversation sends it when a
+	// finish at the next step (workflows.Interrupt in). The conversation sends it when a
 	// new user message arrives.
 	InterruptSignal = "interrupt"
 	// SubagentEventsSignal carries a subagent's events to its parent
-	// (SubagentEvents in), which adds them to its own stream.
+	// (workflows.SubagentEvents in), which adds them to its own stream.
 	SubagentEventsSignal = "subagentEvents"
 	// ClientToolResultUpdate answers a client-executed tool's call
 	// (ClientToolResult in); its validator rejects unknown, answered and
@@ -205,8 +209,8 @@ func NewRequestID(workflowID, secret string) string {
 	return workflowID + requestIDSeparator + secret
 }
 
-// requestSecret returns the part of a request id after its workflow's ID.
-func requestSecret(requestID string) string {
+// RequestSecret returns the part of a request id after its workflow's ID.
+func RequestSecret(requestID string) string {
 	return requestID[strings.LastIndex(requestID, requestIDSeparator)+len(requestIDSeparator):]
 }
 
