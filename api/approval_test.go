@@ -14,8 +14,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
+	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/api/serviceerror"
+	workflowpb "go.temporal.io/api/workflow/v1"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/mocks"
 	"go.temporal.io/sdk/temporal"
@@ -112,12 +116,21 @@ func TestApprovalTheTurnDidNotTakeIsNotAccepted(t *testing.T) {
 	for name, tc := range map[string]struct {
 		updateErr, getErr error
 		reason            string
+		// status is the turn's, as Temporal describes it; describeErr
+		// what it answers instead.
+		status      enumspb.WorkflowExecutionStatus
+		describeErr error
 	}{
-		"validator: decided":  {getErr: temporal.NewApplicationError("approval request already decided", protocol.RejectDecided), reason: protocol.RejectDecided},
-		"validator: expired":  {getErr: temporal.NewApplicationError("approval request expired", protocol.RejectExpired), reason: protocol.RejectExpired},
-		"validator: unknown":  {getErr: temporal.NewApplicationError("unknown request", protocol.RejectUnknown), reason: protocol.RejectUnknown},
-		"turn does not exist": {updateErr: serviceerror.NewNotFound("workflow not found"), reason: protocol.RejectUnknown},
-		"turn has ended":      {updateErr: serviceerror.NewNotFound("workflow execution already completed"), reason: protocol.RejectUnknown},
+		"validator: decided": {getErr: temporal.NewApplicationError("approval request already decided", protocol.RejectDecided), reason: protocol.RejectDecided},
+		"validator: expired": {getErr: temporal.NewApplicationError("approval request expired", protocol.RejectExpired), reason: protocol.RejectExpired},
+		"validator: unknown": {getErr: temporal.NewApplicationError("unknown request", protocol.RejectUnknown), reason: protocol.RejectUnknown,
+			status: enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING},
+		"turn does not exist": {updateErr: serviceerror.NewNotFound("workflow not found"), reason: protocol.RejectUnknown,
+			describeErr: serviceerror.NewNotFound("workflow not found")},
+		"turn has ended": {updateErr: serviceerror.NewNotFound("workflow execution already completed"), reason: protocol.RejectUnknown,
+			status: enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED},
+		"turn was terminated": {updateErr: serviceerror.NewNotFound("workflow execution already completed"), reason: protocol.RejectUnknown,
+			status: enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED},
 	} {
 		t.Run(name, func(t *testing.T) {
 			c := mocks.NewClient(t)
@@ -130,10 +143,24 @@ func TestApprovalTheTurnDidNotTakeIsNotAccepted(t *testing.T) {
 			}
 			if tc.reason == protocol.RejectUnknown {
 				// Unknown: the API looks whether the turn was ended for a
-				// lost payload, to say so (it was not).
-				it := mocks.NewHistoryEventIterator(t)
-				it.On("HasNext").Return(false)
-				c.On("GetWorkflowHistory", mock.Anything, testTurn, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_CLOSE_EVENT).Return(it)
+				// lost payload, to say so (it was not). It reads the close
+				// event only of a terminated turn: Temporal holds a read of
+				// a running one's until it closes (no mock is set for it).
+				var d *client.WorkflowExecutionDescription
+				if tc.describeErr == nil {
+					d = &client.WorkflowExecutionDescription{RawResponse: &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: &workflowpb.WorkflowExecutionInfo{
+						Execution: &commonpb.WorkflowExecution{WorkflowId: testTurn, RunId: "run-1"}, Status: tc.status}}}
+				}
+				c.On("DescribeWorkflow", mock.Anything, testTurn, "").Return(d, tc.describeErr)
+				if tc.status == enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED {
+					it := mocks.NewHistoryEventIterator(t)
+					it.On("HasNext").Return(true).Once()
+					it.On("HasNext").Return(false)
+					it.On("Next").Return(&historypb.HistoryEvent{EventType: enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED,
+						Attributes: &historypb.HistoryEvent_WorkflowExecutionTerminatedEventAttributes{
+							WorkflowExecutionTerminatedEventAttributes: &historypb.WorkflowExecutionTerminatedEventAttributes{Reason: "test"}}}, nil)
+					c.On("GetWorkflowHistory", mock.Anything, testTurn, "run-1", false, enumspb.HISTORY_EVENT_FILTER_TYPE_CLOSE_EVENT).Return(it)
+				}
 			}
 			ts := newMockedServer(t, c)
 			resp := postApprovalResult(t, ts, `{"requestId":"`+testRequestID+`","decision":"approve"}`)

@@ -531,9 +531,21 @@ func lostTurn(ctx context.Context, c client.Client, wid string, err error) *turn
 
 // closedLost returns the turnLostError of workflow wid when it has closed,
 // terminated for a lost payload; nil otherwise (running, closed otherwise,
-// or not found).
+// or not found). It reads the close event only of a run that was
+// terminated: Temporal answers a read of a running workflow's close event
+// when the workflow closes, or with nothing just before the read's
+// deadline (some 9 s on), so a decision with a forged or stale request id
+// would wait that long to be refused.
 func closedLost(ctx context.Context, c client.Client, wid string) *turnLostError {
-	it := c.GetWorkflowHistory(ctx, wid, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_CLOSE_EVENT)
+	d, err := c.DescribeWorkflow(ctx, wid, "")
+	if err != nil {
+		return nil
+	}
+	info := d.RawResponse.GetWorkflowExecutionInfo()
+	if info.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED {
+		return nil
+	}
+	it := c.GetWorkflowHistory(ctx, wid, info.GetExecution().GetRunId(), false, enumspb.HISTORY_EVENT_FILTER_TYPE_CLOSE_EVENT)
 	for it.HasNext() {
 		ev, err := it.Next()
 		if err != nil {

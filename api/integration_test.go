@@ -12,15 +12,20 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/trace"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/auditdb"
@@ -67,6 +72,28 @@ type stack struct {
 	payloadDir string
 	// tracer is withTracing's.
 	tracer trace.TracerProvider
+	// heldReads watches the API's client for reads Temporal held.
+	heldReads *heldReads
+}
+
+// heldReads counts the history reads of the API's client that were no long
+// polls and that Temporal answered with no event, or not before their
+// deadline: it held them, as it holds a read of the close event of a
+// workflow that runs until that workflow closes or the read's deadline is
+// near. Nothing the API means to answer at once may wait so.
+type heldReads struct{ n atomic.Int32 }
+
+func (r *heldReads) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	err := invoker(ctx, method, req, reply, cc, opts...)
+	in, ok := req.(*workflowservice.GetWorkflowExecutionHistoryRequest)
+	if !ok || in.GetWaitNewEvent() {
+		return err
+	}
+	out, _ := reply.(*workflowservice.GetWorkflowExecutionHistoryResponse)
+	if (err == nil && len(out.GetHistory().GetEvents()) == 0) || status.Code(err) == codes.DeadlineExceeded {
+		r.n.Add(1)
+	}
+	return err
 }
 
 // stackOptions change what newStack builds.
@@ -202,6 +229,8 @@ func newStack(t *testing.T, opts ...stackOption) *stack {
 	if o.payloads {
 		clientOpts.ExternalStorage, _, _ = payloads.Storage(payloads.Config{Dir: st.payloadDir})
 	}
+	st.heldReads = &heldReads{}
+	clientOpts.ConnectionOptions.DialOptions = append(clientOpts.ConnectionOptions.DialOptions, grpc.WithChainUnaryInterceptor(st.heldReads.intercept))
 	st.apiClient, err = client.Dial(clientOpts)
 	require.NoError(t, err)
 	t.Cleanup(st.apiClient.Close)
@@ -411,6 +440,10 @@ func TestTurnStreamsThroughApprovalsToFinishOnRealTemporal(t *testing.T) {
 	require.Equal(t, protocol.RejectUnknown, postDecision(t, st.api, write+"x", protocol.DecisionApprove, "", false)) // forged
 	forged := contract.NewRequestID(contract.ConversationWorkflowID("it-1"), "x")
 	postDecision(t, st.api, forged, protocol.DecisionApprove, "", false) // a workflow with no approval update
+	// Both refusals came at once: the API looked whether the turn, and the
+	// conversation, had been ended for a lost payload without waiting on
+	// the close event of a workflow that runs.
+	require.Zero(t, st.heldReads.n.Load(), "history reads of the API that Temporal held")
 	postDecision(t, st.api, bash, protocol.DecisionDecline, "not now", true)
 
 	rest := untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
