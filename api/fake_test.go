@@ -33,6 +33,9 @@ type fakeSource struct {
 	readGate chan struct{}
 	// exists counts Exists calls.
 	exists atomic.Int32
+	// conversationGate, when set, holds every Conversation call until it
+	// is closed (holdConversations).
+	conversationGate chan struct{}
 	// ignoreAfter makes Events answer the whole log whatever the cursor, as
 	// a sloppy source might: the hub must still send no duplicates.
 	ignoreAfter bool
@@ -149,7 +152,26 @@ func (f *fakeSource) setConversation(conv string, st contract.ConversationState)
 	f.conversations[conv] = st
 }
 
-func (f *fakeSource) Conversation(_ context.Context, conv string) (contract.ConversationState, error) {
+// holdConversations holds every Conversation call, as a busy worker
+// would, until the returned channel is closed.
+func (f *fakeSource) holdConversations() chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.conversationGate = make(chan struct{})
+	return f.conversationGate
+}
+
+func (f *fakeSource) Conversation(ctx context.Context, conv string) (contract.ConversationState, error) {
+	f.mu.Lock()
+	gate := f.conversationGate
+	f.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return contract.ConversationState{}, ctx.Err()
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	st, ok := f.conversations[conv]

@@ -122,6 +122,10 @@ type feed struct {
 	// conversation's queue (protocol.EventQueued), for every subscriber
 	// that joins before the turn's first event.
 	queued *protocol.Event
+	// settled is closed once the hub knows whether the turn is queued
+	// (settleLocked): a stream holds its keep-alives until then, so that
+	// the queued notice comes first.
+	settled chan struct{}
 }
 
 // subscription is one client's place in a feed.
@@ -149,7 +153,7 @@ func (h *hub) subscribe(turnID string, after int) *subscription {
 	}
 	if f == nil {
 		ctx, stop := context.WithCancel(h.ctx)
-		f = &feed{turnID: turnID, stop: stop, subs: map[*subscription]struct{}{}}
+		f = &feed{turnID: turnID, stop: stop, subs: map[*subscription]struct{}{}, settled: make(chan struct{})}
 		h.feeds[turnID] = f
 		h.metrics.pollersStarted.Inc()
 		h.metrics.pollersRunning.Inc()
@@ -241,16 +245,38 @@ func (s *subscription) queuedNotice() (protocol.Event, bool) {
 	return *f.queued, true
 }
 
-// setQueued records that the turn waits in its conversation's queue and
-// tells the subscribers.
-func (f *feed) setQueued(e protocol.Event) {
+// told records what the turn's conversation said: the turn waits in its
+// queue (notice, which the subscribers are told), or not, or it could not
+// tell (nil).
+func (f *feed) told(notice *protocol.Event) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.queued == nil {
-		f.queued = &e
+	if notice != nil && f.queued == nil {
+		f.queued = notice
 		f.notifyLocked()
 	}
+	f.settleLocked()
 }
+
+// settle records that the hub knows whether the turn is queued: it exists,
+// it has ended, or the hub cannot tell.
+func (f *feed) settle() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.settleLocked()
+}
+
+func (f *feed) settleLocked() {
+	select {
+	case <-f.settled:
+	default:
+		close(f.settled)
+	}
+}
+
+// settled returns the channel that is closed once the hub knows whether
+// the turn is queued; by then the feed holds the queued notice if it is.
+func (s *subscription) settled() <-chan struct{} { return s.feed.settled }
 
 // changed returns the channel that gets a value when the feed has news.
 func (s *subscription) changed() <-chan struct{} { return s.notify }
@@ -314,6 +340,7 @@ func (f *feed) fail(err error) {
 	defer f.mu.Unlock()
 	f.err = err
 	f.notifyLocked()
+	f.settleLocked()
 }
 
 func (f *feed) notifyLocked() {
@@ -336,6 +363,12 @@ func (h *hub) poll(ctx context.Context, f *feed) {
 	for p.wait(ctx) {
 		ended, after := p.closed(), f.last()
 		resp, err := p.read(ctx, after, ended)
+		if err == nil || ended || !isNotFound(err) {
+			// The turn exists, has ended, or cannot be read: it waits in
+			// no queue, or the hub cannot tell. Only a turn that does not
+			// exist yet waits for its conversation's answer (watch).
+			f.settle()
+		}
 		var done bool
 		switch {
 		case ctx.Err() != nil:
@@ -390,7 +423,7 @@ func (h *hub) startPoller(ctx context.Context, f *feed) *poller {
 // watch runs the hub's watcher of the turn until the workflow closes, ctx
 // ends or the watcher gives up.
 func (p *poller) watch(ctx context.Context) {
-	if err := p.h.watch(ctx, p.f.turnID, p.onClose, p.changed, p.f.setQueued, p.log); err != nil {
+	if err := p.h.watch(ctx, p.f.turnID, p.onClose, p.changed, p.f.told, p.log); err != nil {
 		p.watchFailed <- err
 	}
 }
@@ -646,8 +679,9 @@ func (h *hub) readLive(ctx context.Context, f *feed, live contract.LiveTokens, l
 // that does not exist because its message waits in its conversation's
 // queue is no failure, however long it waits: watch calls queued with the
 // notice, waits (a long poll of its history, at no cost) for the turn that
-// runs to end, and looks again.
-func (h *hub) watch(ctx context.Context, turnID string, onClose, changed func(), queued func(protocol.Event), log *slog.Logger) error {
+// runs to end, and looks again. When the conversation says the turn is not
+// queued, or does not say, watch calls queued with nil.
+func (h *hub) watch(ctx context.Context, turnID string, onClose, changed func(), queued func(*protocol.Event), log *slog.Logger) error {
 	backoff := h.settings.minBackoff
 	var missingSince, nextAsk time.Time
 	for {
@@ -669,7 +703,7 @@ func (h *hub) watch(ctx context.Context, turnID string, onClose, changed func(),
 		if isNotFound(err) && !time.Now().Before(nextAsk) {
 			behind, conv, ok := h.queuedBehind(ctx, turnID, log)
 			if ok {
-				queued(protocol.Event{Type: protocol.EventQueued, ConversationID: conv, TurnID: turnID})
+				queued(&protocol.Event{Type: protocol.EventQueued, ConversationID: conv, TurnID: turnID})
 				missingSince, backoff = time.Time{}, h.settings.minBackoff
 				if err := h.src.Watch(ctx, behind, func() {}); err != nil && ctx.Err() == nil {
 					log.Debug("watch the turn this one waits for", "running", behind, "error", err)
@@ -678,6 +712,7 @@ func (h *hub) watch(ctx context.Context, turnID string, onClose, changed func(),
 				// Not queued (about to start, or not a turn its
 				// conversation knows), or the conversation did not say:
 				// asked again after a while.
+				queued(nil)
 				nextAsk = time.Now().Add(h.settings.startingFor)
 			}
 			if ctx.Err() != nil {

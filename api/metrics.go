@@ -28,6 +28,9 @@ type metrics struct {
 	liveReads prometheus.Counter
 	// openStreams is the number of SSE streams open now.
 	openStreams prometheus.Gauge
+	// keepAlivesHeld counts the keep-alives a stream held back while the
+	// hub learned whether its turn is queued.
+	keepAlivesHeld prometheus.Counter
 	// requests counts answered requests by route, method and status.
 	requests *prometheus.CounterVec
 	// decisions counts decisions sent to turns by decision and outcome.
@@ -71,6 +74,10 @@ func newMetrics() *metrics {
 		openStreams: f.NewGauge(prometheus.GaugeOpts{
 			Name: "tollgate_api_open_streams",
 			Help: "Event streams open now.",
+		}),
+		keepAlivesHeld: f.NewCounter(prometheus.CounterOpts{
+			Name: "tollgate_api_keepalives_held_total",
+			Help: "Keep-alives a stream held back while the API asked the turn's conversation whether the turn waits in its queue, so that the queued notice comes first.",
 		}),
 		requests: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_api_requests_total",

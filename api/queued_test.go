@@ -5,6 +5,7 @@ import (
 	"time"
 
 	openai "github.com/sashabaranov/go-openai"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tollgate/tollgate/internal/scripted"
@@ -49,6 +50,32 @@ func TestAQueuedTurnsStreamSaysSoAndWaitsPastTheNotFoundLimit(t *testing.T) {
 		}
 	}
 	require.Equal(t, []string{protocol.EventTurnStart, protocol.EventFinish}, shape(events))
+}
+
+// TestAQueuedTurnsStreamStartsWithItsNoticeWhenTheConversationIsSlow: the
+// hub learns that a turn is queued from its conversation, which a busy
+// worker answers; a keep-alive that falls due meanwhile waits for the
+// answer, so that the stream still starts with the queued notice.
+func TestAQueuedTurnsStreamStartsWithItsNoticeWhenTheConversationIsSlow(t *testing.T) {
+	src := newFakeSource()
+	running, queued := contract.TurnWorkflowID("slow", 1), contract.TurnWorkflowID("slow", 2)
+	src.publish(running, protocol.EventTurnStart)
+	src.setMissing(queued, true)
+	src.setConversation("slow", contract.ConversationState{ConversationID: "slow", Turns: 2, Running: running, Queued: 1})
+	answer := src.holdConversations()
+	_, ts := newTestServer(t, src, time.Millisecond)
+
+	_, msgs, _ := openStream(t, eventsURL(ts, queued), nil)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		require.Positive(c, metric(c, ts, "tollgate_api_keepalives_held_total"), "a keep-alive fell due before the conversation answered")
+	}, waitFor, time.Millisecond)
+	close(answer)
+	m, ok := nextMessage(t, msgs)
+	require.True(t, ok)
+	requireQueued(t, m, "slow", queued)
+	m, ok = nextMessage(t, msgs)
+	require.True(t, ok, "the stream goes on")
+	require.JSONEq(t, `{"type":"heartbeat"}`, m.Data, "the keep-alive held back follows the notice")
 }
 
 // TestAStreamResumedWhileItsTurnIsQueuedSaysSoAgain: a client that

@@ -515,12 +515,21 @@ func (s *Server) stream(c *gin.Context, turnID string, after int) {
 	ctx := c.Request.Context()
 	idle := time.NewTimer(s.heartbeat)
 	defer idle.Stop()
+	// A keep-alive due before the hub knows whether the turn waits in its
+	// conversation's queue waits for that (due), so that a queued turn's
+	// stream starts with its notice; for at most the time the hub gives
+	// the conversation to answer (hold), as the keep-alives are there to
+	// keep the connection open.
+	settled, hold := sub.settled(), time.NewTimer(s.hub.settings.queryTimeout)
+	defer hold.Stop()
+	due := false
 	for {
 		if e, ok := sub.queuedNotice(); ok {
 			if werr := out.unnumbered(e); werr != nil {
 				return
 			}
 			idle.Reset(s.heartbeat)
+			due = false
 		}
 		events, done, err := sub.next()
 		if len(events) > 0 {
@@ -529,6 +538,7 @@ func (s *Server) stream(c *gin.Context, turnID string, after int) {
 				return
 			}
 			idle.Reset(s.heartbeat)
+			due = false
 		}
 		if done {
 			if err != nil {
@@ -537,13 +547,29 @@ func (s *Server) stream(c *gin.Context, turnID string, after int) {
 			}
 			return
 		}
+		if due && settled == nil {
+			if werr := out.keepAlive(); werr != nil {
+				return
+			}
+			idle.Reset(s.heartbeat)
+			due = false
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-s.ctx.Done():
 			return
 		case <-sub.changed():
+		case <-settled:
+			settled = nil
+		case <-hold.C:
+			settled = nil
 		case <-idle.C:
+			if settled != nil {
+				s.metrics.keepAlivesHeld.Inc()
+				due = true
+				continue
+			}
 			if werr := out.keepAlive(); werr != nil {
 				return
 			}
