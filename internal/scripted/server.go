@@ -34,6 +34,15 @@ type Reply struct {
 	Header map[string]string
 	// Style is how a streamed answer is cut into chunks.
 	Style ChunkStyle
+	// ChunkBytes, when not zero, cuts a streamed answer's text into pieces
+	// of at most ChunkBytes bytes, each ending after a space (a word longer
+	// than that is a piece of its own), in place of Style's word- or
+	// character-sized ones; tool calls are cut as Style says. Real servers
+	// vary the size of their chunks, from a few characters to many words;
+	// a test whose subject is an answer's size rather than how it streams
+	// uses large pieces, so that megabytes take hundreds of chunks and not
+	// hundreds of thousands.
+	ChunkBytes int
 	// Hold, when not nil, keeps the answer back until Hold is closed or the
 	// client goes away: a model that thinks for long, or, with a channel
 	// that is never closed, a connection that hangs. A streamed answer

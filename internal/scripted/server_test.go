@@ -158,6 +158,46 @@ func TestOllamaStyleSendsWholeCallsInOneChunkWithoutIndex(t *testing.T) {
 	}
 }
 
+// textPieces are the text deltas of a streamed answer, in order.
+func textPieces(chunks []openai.ChatCompletionStreamResponse) []string {
+	var out []string
+	for _, c := range chunks {
+		if len(c.Choices) > 0 && c.Choices[0].Delta.Content != "" {
+			out = append(out, c.Choices[0].Delta.Content)
+		}
+	}
+	return out
+}
+
+func TestChunkBytesSendsTheTextInPiecesOfWholeWordsUpToThatSize(t *testing.T) {
+	long := strings.Repeat("x", 30)
+	text := "alpha beta gamma delta " + long + " omega"
+
+	// By default, a word a chunk.
+	chunks := receive(t, start(t, scripted.New(scripted.Always(scripted.Reply{Content: text}))))
+	require.Equal(t, []string{"alpha ", "beta ", "gamma ", "delta ", long + " ", "omega"}, textPieces(chunks))
+
+	// With ChunkBytes, as many words as fit, whatever the style; a longer
+	// word alone.
+	for _, style := range []scripted.ChunkStyle{scripted.StyleOpenAI, scripted.StyleVLLM, scripted.StyleOllama} {
+		chunks := receive(t, start(t, scripted.New(scripted.Always(scripted.Reply{Content: text, Style: style, ChunkBytes: 12}))))
+		require.Equal(t, []string{"alpha beta ", "gamma delta ", long + " ", "omega"}, textPieces(chunks), style.String())
+	}
+
+	// A megabyte in pieces of 64 KiB, each as many words of 14 bytes as
+	// fit but the last.
+	const word, size = "thirteen-char ", 64 << 10
+	big := strings.Repeat(word, 1<<20/len(word))
+	chunks = receive(t, start(t, scripted.New(scripted.Always(scripted.Reply{Content: big, ChunkBytes: size}))))
+	pieces := textPieces(chunks)
+	require.True(t, strings.Join(pieces, "") == big, "the pieces make the text")
+	require.Len(t, pieces, 17)
+	for i, p := range pieces[:len(pieces)-1] {
+		require.Equal(t, size/len(word)*len(word), len(p), "piece %d", i)
+		require.True(t, strings.HasSuffix(p, " "), "cut after a space")
+	}
+}
+
 func TestStreamIsServerSentEventsEndingWithDone(t *testing.T) {
 	srv := httptest.NewServer(scripted.New(scripted.Always(scripted.Reply{Content: "a b c"})))
 	t.Cleanup(srv.Close)
