@@ -153,7 +153,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	var req openai.ChatCompletionRequest
 	body, err := io.ReadAll(r.Body)
 	if err == nil {
-		err = json.Unmarshal(body, &req)
+		req, err = decodeRequest(body)
 	}
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "invalid JSON body: "+err.Error())
@@ -199,6 +199,46 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, c.whole(reply))
+}
+
+// message is the first form in which go-openai's ChatCompletionMessage
+// reads itself (content as a string), without its UnmarshalJSON.
+type message struct {
+	Role             string `json:"role"`
+	Content          string `json:"content"`
+	Refusal          string `json:"refusal,omitempty"`
+	MultiContent     []openai.ChatMessagePart
+	Name             string               `json:"name,omitempty"`
+	ReasoningContent string               `json:"reasoning_content,omitempty"`
+	FunctionCall     *openai.FunctionCall `json:"function_call,omitempty"`
+	ToolCalls        []openai.ToolCall    `json:"tool_calls,omitempty"`
+	ToolCallID       string               `json:"tool_call_id,omitempty"`
+}
+
+// decodeRequest reads body as go-openai reads a request, in one pass where
+// it can: ChatCompletionMessage's UnmarshalJSON decodes its bytes anew,
+// after the request's decoder has scanned them, which made decoding a
+// long conversation's requests twice as slow (a third of a 1,000-turn
+// test's time under -race). Content as a list of parts, and a body that
+// is not valid, take go-openai's own way, and its error.
+func decodeRequest(body []byte) (openai.ChatCompletionRequest, error) {
+	var plain struct {
+		openai.ChatCompletionRequest
+		Messages []message `json:"messages"` // in place of the embedded field's
+	}
+	if json.Unmarshal(body, &plain) == nil {
+		req := plain.ChatCompletionRequest
+		if plain.Messages != nil {
+			req.Messages = make([]openai.ChatCompletionMessage, len(plain.Messages))
+			for i, m := range plain.Messages {
+				req.Messages[i] = openai.ChatCompletionMessage(m)
+			}
+		}
+		return req, nil
+	}
+	var req openai.ChatCompletionRequest
+	err := json.Unmarshal(body, &req)
+	return req, err
 }
 
 // held waits until hold is closed, or at once when hold is nil. It reports

@@ -265,6 +265,35 @@ func TestStatusReplyIsOpenAIStyleErrorWithHeaders(t *testing.T) {
 	require.Equal(t, "slow down", apiErr.Message)
 }
 
+func TestARequestIsRecordedAsGoOpenAIReadsIt(t *testing.T) {
+	bodies := []string{
+		`{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[` +
+			`{"role":"system","content":"be brief"},{"role":"user","content":"hi","name":"ann"},` +
+			`{"role":"assistant","tool_calls":[{"id":"c1","type":"function","function":{"name":"Read","arguments":"{}"}}]},` +
+			`{"role":"tool","content":"ok","tool_call_id":"c1"}],` +
+			`"tools":[{"type":"function","function":{"name":"Read","parameters":{"type":"object"}}}]}`,
+		// Content as a list of parts.
+		`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}]}`,
+		`{"model":"m","messages":[]}`,
+		`{"model":"m"}`,
+	}
+	s := scripted.New(scripted.Always(scripted.Reply{Content: "ok"}))
+	srv := httptest.NewServer(s)
+	t.Cleanup(srv.Close)
+	var want []openai.ChatCompletionRequest
+	for _, body := range bodies {
+		var req openai.ChatCompletionRequest
+		require.NoError(t, json.Unmarshal([]byte(body), &req))
+		want = append(want, req)
+		resp, err := http.Post(srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+	}
+	require.Equal(t, want, s.Requests())
+	require.Equal(t, "hi", s.Requests()[1].Messages[0].MultiContent[0].Text)
+}
+
 func TestInvalidJSONBodyIsRejectedWith400(t *testing.T) {
 	s := scripted.New(scripted.Always(scripted.Reply{Content: "never"}))
 	srv := httptest.NewServer(s)
