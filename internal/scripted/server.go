@@ -88,6 +88,14 @@ func Window(tokens int) Option {
 	return func(s *Server) { s.window = tokens }
 }
 
+// KeepNoRequests makes the server keep no record of the requests it
+// takes: Requests and RequestTimes return none. A test of a long
+// conversation, whose requests would take gigabytes (a thousand turns
+// of a 150,000-token window), keeps what it needs from its Script.
+func KeepNoRequests() Option {
+	return func(s *Server) { s.keepNone = true }
+}
+
 // BytesPerToken is how many bytes of a request's JSON body the server
 // counts as one token: about what OpenAI's tokenizers make of English
 // text and JSON (150,000 tokens are about 600 KB of request).
@@ -105,11 +113,12 @@ const ModelName = "tollgate-scripted"
 
 // Server is an http.Handler that serves POST /v1/chat/completions (streamed
 // as server-sent events or not, as the request asks) and GET /v1/models. It
-// records every request it could decode.
+// records every request it could decode (unless KeepNoRequests).
 type Server struct {
 	script     Script
 	chunkDelay time.Duration
 	window     int // tokens; 0 is no limit
+	keepNone   bool
 	mux        *http.ServeMux
 	completion atomic.Int64 // numbers the completions
 
@@ -159,10 +168,12 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid JSON body: "+err.Error())
 		return
 	}
-	s.mu.Lock()
-	s.requests = append(s.requests, req)
-	s.times = append(s.times, time.Now())
-	s.mu.Unlock()
+	if !s.keepNone {
+		s.mu.Lock()
+		s.requests = append(s.requests, req)
+		s.times = append(s.times, time.Now())
+		s.mu.Unlock()
+	}
 
 	if used := RequestTokens(len(body)); s.window > 0 && used > s.window {
 		// OpenAI's words and code for it.

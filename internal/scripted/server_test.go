@@ -334,6 +334,26 @@ func TestServerRecordsEveryRequest(t *testing.T) {
 	require.Equal(t, "m", s.Requests()[0].Model, "Requests returns a copy")
 }
 
+func TestKeepNoRequestsRecordsNoneAndStillAnswers(t *testing.T) {
+	var seen []string
+	s := scripted.New(func(req openai.ChatCompletionRequest) scripted.Reply {
+		seen = append(seen, req.Messages[0].Content)
+		return scripted.Reply{Content: "ok"}
+	}, scripted.KeepNoRequests())
+	client := start(t, s)
+	for _, q := range []string{"one", "two"} {
+		resp, err := client.CreateChatCompletion(context.Background(), openai.ChatCompletionRequest{
+			Model:    "m",
+			Messages: []openai.ChatCompletionMessage{{Role: "user", Content: q}},
+		})
+		require.NoError(t, err)
+		require.Equal(t, "ok", resp.Choices[0].Message.Content)
+	}
+	require.Equal(t, []string{"one", "two"}, seen, "the script reads every request")
+	require.Empty(t, s.Requests())
+	require.Empty(t, s.RequestTimes())
+}
+
 func TestModelsListsTheScriptedModel(t *testing.T) {
 	client := start(t, scripted.New(scripted.Demo()))
 	models, err := client.ListModels(context.Background())
