@@ -78,7 +78,7 @@ func newWindowedModel(t *testing.T, h *harness, window int) *windowedModel {
 			return scripted.Reply{Content: fmt.Sprintf("The user sent long messages; the last one summarized began %.20q.", lastUser(req.Messages))}
 		}
 		return scripted.Reply{Content: "answer to " + lastUser(req.Messages)[:min(20, len(lastUser(req.Messages)))]}
-	}, scripted.Window(window))
+	}, scripted.Window(window), scripted.KeepNoRequests())
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// The bytes sent are the body as read: marshalling the decoded
 		// request again took a seventh of a long conversation's time.
