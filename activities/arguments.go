@@ -159,7 +159,10 @@ func normalize(spec protocol.ToolSpec, workspace []string, arguments string, res
 		values[name], _ = json.Marshal(clean) // a string always marshals
 	}
 	// The keys stay in the order the model wrote them (a person reads
-	// file_path before content); each value is compacted.
+	// file_path before content); each value is compacted. A string is
+	// compact already, and copied as it is: compacting scans it byte by
+	// byte, which for a model's 4 MB of commands, vetted in workflow code,
+	// was nearly half of the time normalizing took.
 	var out bytes.Buffer
 	out.WriteByte('{')
 	for i, name := range names {
@@ -169,12 +172,20 @@ func normalize(spec protocol.ToolSpec, workspace []string, arguments string, res
 		key, _ := json.Marshal(name) // a string always marshals
 		out.Write(key)
 		out.WriteByte(':')
-		if err := json.Compact(&out, values[name]); err != nil {
+		if v := values[name]; isString(v) {
+			out.Write(v)
+		} else if err := json.Compact(&out, v); err != nil {
 			return "", fmt.Errorf("arguments cannot be written back: %w", err)
 		}
 	}
 	out.WriteByte('}')
 	return out.String(), nil
+}
+
+// isString reports whether v, one valid JSON value, is a string and
+// nothing else: it begins and ends with a quote.
+func isString(v json.RawMessage) bool {
+	return len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"'
 }
 
 // errOutsideWorkspace ends the message of a path that leaves the workspace.

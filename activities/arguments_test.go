@@ -1,6 +1,7 @@
 package activities
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -138,6 +139,38 @@ func TestNormalizedArgumentsAreCompactInTheModelsOrderAndKeepTheirValues(t *test
 	again, err := NormalizeArguments(specOf(t, protocol.ToolBash), nil, got)
 	require.NoError(t, err)
 	require.Equal(t, got, again, "normalizing is idempotent")
+}
+
+// FuzzNormalizedValuesAreCompactedAsJSONCompactsThem checks that
+// normalizing the arguments a schemaless tool takes writes each value back
+// as json.Compact does, strings (which normalize copies as they are)
+// included.
+func FuzzNormalizedValuesAreCompactedAsJSONCompactsThem(f *testing.F) {
+	for _, seed := range []string{
+		"{\n  \"command\" :  \"printf '%s\\\\n' \\\"a  b\\\"\"  ,\t\"n\": [ 1, {\"x\" : \" y \"} ] }",
+		`{"html":"<a href=\"x\">&amp;</a>","esc":"\u003c\u2028\ud83d\ude00\/","raw":"  é 	"}`,
+		"{\"bad\":\"\xff\xfe\",\"empty\":\"\",\"null\":null,\"t\":true}",
+		`{"s":" \" "  }`,
+	} {
+		f.Add(seed)
+	}
+	none := protocol.ToolSpec{Name: "Anything"}
+	f.Fuzz(func(t *testing.T, arguments string) {
+		norm, err := NormalizeArguments(none, nil, arguments)
+		if err != nil || strings.TrimSpace(arguments) == "" {
+			return
+		}
+		sent, names, err := objectMembers(arguments)
+		require.NoError(t, err)
+		written, again, err := objectMembers(norm)
+		require.NoError(t, err)
+		require.Equal(t, names, again)
+		for _, name := range names {
+			var want bytes.Buffer
+			require.NoError(t, json.Compact(&want, sent[name]))
+			require.Equal(t, want.String(), string(written[name]), name)
+		}
+	})
 }
 
 func TestASchemaThatAllowsOtherKeysTakesThemButNotTheirCaseVariants(t *testing.T) {

@@ -53,7 +53,9 @@ func reference(t *testing.T, ref *commonpb.Payload, key string) *commonpb.Payloa
 
 func TestTheCodecDecodesForAdminsOnlyAndBoundsWhatOneRequestDecodes(t *testing.T) {
 	answer := strings.Repeat("a long answer, kept in the payload store. ", 36<<10) // 1.5 MiB
-	st := newStack(t, withPayloadStore(), withScript(scripted.Always(scripted.Reply{Content: answer})))
+	// In pieces of 64 KiB: the answer's size is the subject here, not
+	// how it streams (a word a chunk is 300,000 chunks).
+	st := newStack(t, withPayloadStore(), withScript(scripted.Always(scripted.Reply{Content: answer, ChunkBytes: 64 << 10})))
 	_, msgs := st.chat(t, `{"query": "say a lot", "conversationId": "codec-bounds"}`)
 	seq := 0
 	untilEvent(t, msgs, &seq, protocol.EventFinish, 1)

@@ -1,8 +1,9 @@
 package workflows
 
 import (
-	"encoding/json"
+	"bytes"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -31,6 +32,11 @@ import (
 type windowedModel struct {
 	server *scripted.Server
 
+	// serving holds the server to one request at a time (the harness
+	// sends them so) while size is that request's body length in bytes.
+	serving sync.Mutex
+	size    int
+
 	mu sync.Mutex
 	// sent holds the requests the server took, in order; refused counts
 	// the others.
@@ -55,10 +61,8 @@ type sentRequest struct {
 func newWindowedModel(t *testing.T, h *harness, window int) *windowedModel {
 	m := &windowedModel{}
 	m.server = scripted.New(func(req openai.ChatCompletionRequest) scripted.Reply {
-		body, err := json.Marshal(req)
-		require.NoError(t, err)
 		summary := strings.HasPrefix(req.Messages[0].Content, foldPrompt)
-		r := sentRequest{bytes: len(body), summary: summary, last: -1}
+		r := sentRequest{bytes: m.size, summary: summary, last: -1}
 		m.mu.Lock()
 		if m.index == nil {
 			r.messages = req.Messages
@@ -74,8 +78,19 @@ func newWindowedModel(t *testing.T, h *harness, window int) *windowedModel {
 			return scripted.Reply{Content: fmt.Sprintf("The user sent long messages; the last one summarized began %.20q.", lastUser(req.Messages))}
 		}
 		return scripted.Reply{Content: "answer to " + lastUser(req.Messages)[:min(20, len(lastUser(req.Messages)))]}
-	}, scripted.Window(window))
+	}, scripted.Window(window), scripted.KeepNoRequests())
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The bytes sent are the body as read: marshalling the decoded
+		// request again took a seventh of a long conversation's time.
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		m.serving.Lock()
+		defer m.serving.Unlock()
+		m.size = len(body)
 		rec := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 		m.server.ServeHTTP(rec, r)
 		if rec.status != http.StatusOK {
@@ -93,6 +108,13 @@ func (m *windowedModel) requests() ([]sentRequest, int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return slices.Clone(m.sent), m.refused
+}
+
+// taken is how many requests the server took so far.
+func (m *windowedModel) taken() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.sent)
 }
 
 type statusWriter struct {
@@ -228,8 +250,7 @@ func runLongConversation(t *testing.T, n, size, window, earlyFrom, span int) mea
 	var next func(i int)
 	next = func(i int) {
 		h.env.RegisterDelayedCallback(func() {
-			sent, _ := model.requests()
-			sentBefore[i], started[i] = len(sent), time.Now()
+			sentBefore[i], started[i] = model.taken(), time.Now()
 			if i == n {
 				v, err := h.env.QueryWorkflow(contract.StateQuery)
 				require.NoError(t, err)

@@ -52,10 +52,13 @@ type harness struct {
 	modelErr error
 	// modelErrs, when set, answer the model calls in order (nil for a
 	// reply), before modelErr.
-	modelErrs   []error
+	modelErrs []error
+	// modelInputs are the inputs of the model calls the replies answered.
 	modelInputs []activities.ModelInput
 	// chat, when set, answers the model calls instead of the replies (a
-	// real model activity, say).
+	// real model activity, say), and modelInputs keeps none: the model
+	// server chat calls sees them (a long conversation's would take
+	// hundreds of megabytes).
 	chat      func(context.Context, activities.ModelInput) (activities.ModelOutput, error)
 	toolCalls []protocol.ToolCall
 }
@@ -94,12 +97,12 @@ func newHarness(t *testing.T, settings Settings, replies ...activities.ModelOutp
 func (h *harness) model(ctx context.Context, in activities.ModelInput) (activities.ModelOutput, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.modelInputs = append(h.modelInputs, in)
 	if chat := h.chat; chat != nil {
 		h.mu.Unlock()
 		defer h.mu.Lock()
 		return chat(ctx, in)
 	}
+	h.modelInputs = append(h.modelInputs, in)
 	if len(h.modelErrs) > 0 {
 		err := h.modelErrs[0]
 		h.modelErrs = h.modelErrs[1:]

@@ -163,9 +163,12 @@ func chunks(reply Reply) []delta {
 	out := []delta{{delta: deltaJSON{Role: openai.ChatMessageRoleAssistant, Content: &empty}}}
 
 	var pieces []string
-	if reply.Style == StyleVLLM {
+	switch {
+	case reply.ChunkBytes > 0:
+		pieces = upTo(reply.Content, reply.ChunkBytes)
+	case reply.Style == StyleVLLM:
 		pieces = runs(reply.Content, 3)
-	} else {
+	default:
 		pieces = words(reply.Content)
 	}
 	for _, p := range pieces {
@@ -256,6 +259,28 @@ func words(s string) []string {
 		}
 		out = append(out, s[:i+1])
 		s = s[i+1:]
+	}
+	return out
+}
+
+// upTo cuts s after spaces into pieces of at most n bytes: as many whole
+// words as fit, or one word alone when it is longer than n.
+func upTo(s string, n int) []string {
+	var out []string
+	for s != "" {
+		end := 0
+		for end < len(s) {
+			next := len(s)
+			if i := strings.IndexByte(s[end:], ' '); i >= 0 {
+				next = end + i + 1
+			}
+			if end > 0 && next > n {
+				break
+			}
+			end = next
+		}
+		out = append(out, s[:end])
+		s = s[end:]
 	}
 	return out
 }

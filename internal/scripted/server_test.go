@@ -158,6 +158,46 @@ func TestOllamaStyleSendsWholeCallsInOneChunkWithoutIndex(t *testing.T) {
 	}
 }
 
+// textPieces are the text deltas of a streamed answer, in order.
+func textPieces(chunks []openai.ChatCompletionStreamResponse) []string {
+	var out []string
+	for _, c := range chunks {
+		if len(c.Choices) > 0 && c.Choices[0].Delta.Content != "" {
+			out = append(out, c.Choices[0].Delta.Content)
+		}
+	}
+	return out
+}
+
+func TestChunkBytesSendsTheTextInPiecesOfWholeWordsUpToThatSize(t *testing.T) {
+	long := strings.Repeat("x", 30)
+	text := "alpha beta gamma delta " + long + " omega"
+
+	// By default, a word a chunk.
+	chunks := receive(t, start(t, scripted.New(scripted.Always(scripted.Reply{Content: text}))))
+	require.Equal(t, []string{"alpha ", "beta ", "gamma ", "delta ", long + " ", "omega"}, textPieces(chunks))
+
+	// With ChunkBytes, as many words as fit, whatever the style; a longer
+	// word alone.
+	for _, style := range []scripted.ChunkStyle{scripted.StyleOpenAI, scripted.StyleVLLM, scripted.StyleOllama} {
+		chunks := receive(t, start(t, scripted.New(scripted.Always(scripted.Reply{Content: text, Style: style, ChunkBytes: 12}))))
+		require.Equal(t, []string{"alpha beta ", "gamma delta ", long + " ", "omega"}, textPieces(chunks), style.String())
+	}
+
+	// A megabyte in pieces of 64 KiB, each as many words of 14 bytes as
+	// fit but the last.
+	const word, size = "thirteen-char ", 64 << 10
+	big := strings.Repeat(word, 1<<20/len(word))
+	chunks = receive(t, start(t, scripted.New(scripted.Always(scripted.Reply{Content: big, ChunkBytes: size}))))
+	pieces := textPieces(chunks)
+	require.True(t, strings.Join(pieces, "") == big, "the pieces make the text")
+	require.Len(t, pieces, 17)
+	for i, p := range pieces[:len(pieces)-1] {
+		require.Equal(t, size/len(word)*len(word), len(p), "piece %d", i)
+		require.True(t, strings.HasSuffix(p, " "), "cut after a space")
+	}
+}
+
 func TestStreamIsServerSentEventsEndingWithDone(t *testing.T) {
 	srv := httptest.NewServer(scripted.New(scripted.Always(scripted.Reply{Content: "a b c"})))
 	t.Cleanup(srv.Close)
@@ -225,6 +265,35 @@ func TestStatusReplyIsOpenAIStyleErrorWithHeaders(t *testing.T) {
 	require.Equal(t, "slow down", apiErr.Message)
 }
 
+func TestARequestIsRecordedAsGoOpenAIReadsIt(t *testing.T) {
+	bodies := []string{
+		`{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[` +
+			`{"role":"system","content":"be brief"},{"role":"user","content":"hi","name":"ann"},` +
+			`{"role":"assistant","tool_calls":[{"id":"c1","type":"function","function":{"name":"Read","arguments":"{}"}}]},` +
+			`{"role":"tool","content":"ok","tool_call_id":"c1"}],` +
+			`"tools":[{"type":"function","function":{"name":"Read","parameters":{"type":"object"}}}]}`,
+		// Content as a list of parts.
+		`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}]}`,
+		`{"model":"m","messages":[]}`,
+		`{"model":"m"}`,
+	}
+	s := scripted.New(scripted.Always(scripted.Reply{Content: "ok"}))
+	srv := httptest.NewServer(s)
+	t.Cleanup(srv.Close)
+	var want []openai.ChatCompletionRequest
+	for _, body := range bodies {
+		var req openai.ChatCompletionRequest
+		require.NoError(t, json.Unmarshal([]byte(body), &req))
+		want = append(want, req)
+		resp, err := http.Post(srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+	}
+	require.Equal(t, want, s.Requests())
+	require.Equal(t, "hi", s.Requests()[1].Messages[0].MultiContent[0].Text)
+}
+
 func TestInvalidJSONBodyIsRejectedWith400(t *testing.T) {
 	s := scripted.New(scripted.Always(scripted.Reply{Content: "never"}))
 	srv := httptest.NewServer(s)
@@ -263,6 +332,26 @@ func TestServerRecordsEveryRequest(t *testing.T) {
 
 	reqs[0].Model = "changed"
 	require.Equal(t, "m", s.Requests()[0].Model, "Requests returns a copy")
+}
+
+func TestKeepNoRequestsRecordsNoneAndStillAnswers(t *testing.T) {
+	var seen []string
+	s := scripted.New(func(req openai.ChatCompletionRequest) scripted.Reply {
+		seen = append(seen, req.Messages[0].Content)
+		return scripted.Reply{Content: "ok"}
+	}, scripted.KeepNoRequests())
+	client := start(t, s)
+	for _, q := range []string{"one", "two"} {
+		resp, err := client.CreateChatCompletion(context.Background(), openai.ChatCompletionRequest{
+			Model:    "m",
+			Messages: []openai.ChatCompletionMessage{{Role: "user", Content: q}},
+		})
+		require.NoError(t, err)
+		require.Equal(t, "ok", resp.Choices[0].Message.Content)
+	}
+	require.Equal(t, []string{"one", "two"}, seen, "the script reads every request")
+	require.Empty(t, s.Requests())
+	require.Empty(t, s.RequestTimes())
 }
 
 func TestModelsListsTheScriptedModel(t *testing.T) {
