@@ -159,6 +159,16 @@ next:
 	return env
 }
 
+// GORACEQuickExit is the GORACE setting for a process that runs a test
+// binary built with -race (this one, run again): such a binary sleeps a
+// second as it exits, for goroutines still running to report their races
+// (the race detector's atexit_sleep_ms), which a test that starts it time
+// and again waits out every time. A race found before the exit still
+// fails the process. The options GORACE already has are kept.
+func GORACEQuickExit() string {
+	return "GORACE=" + strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0")
+}
+
 // FreeAddr returns a loopback address with a port that was free a moment
 // ago.
 func FreeAddr(t testing.TB) string {
