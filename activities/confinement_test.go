@@ -8,11 +8,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/tollgate/tollgate/internal/proctest"
 )
 
 // Cases of workspace confinement and output caps that tools_test.go does
@@ -184,13 +187,24 @@ func TestToolsAsAnUnprivilegedUser(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(bin, exe, 0o755))
 
-	cmd := exec.Command(bin, "-test.count=1", "-test.v", "-test.run", "^("+strings.Join(unprivilegedTests, "|")+")$")
-	cmd.Dir = dir
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=/", envHidden + "=1", envWorkerSecret + "=worker-secret-0123456789"}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "%s", out)
-	for _, name := range unprivilegedTests {
-		require.Contains(t, string(out), "--- PASS: "+name+" ", "%s ran and passed as nobody:\n%s", name, out)
+	// A process a test, all at once: most of their time is a Bash time
+	// limit waited out, and each works in a workspace of its own.
+	outs := make([][]byte, len(unprivilegedTests))
+	errs := make([]error, len(unprivilegedTests))
+	var wg sync.WaitGroup
+	for i, name := range unprivilegedTests {
+		wg.Go(func() {
+			cmd := exec.Command(bin, "-test.count=1", "-test.v", "-test.run", "^"+name+"$")
+			cmd.Dir = dir
+			cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=/", envHidden + "=1", envWorkerSecret + "=worker-secret-0123456789",
+				proctest.GORACEQuickExit()}
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
+			outs[i], errs[i] = cmd.CombinedOutput()
+		})
+	}
+	wg.Wait()
+	for i, name := range unprivilegedTests {
+		require.NoError(t, errs[i], "%s as nobody:\n%s", name, outs[i])
+		require.Contains(t, string(outs[i]), "--- PASS: "+name+" ", "%s ran and passed as nobody:\n%s", name, outs[i])
 	}
 }

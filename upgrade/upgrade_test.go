@@ -60,10 +60,7 @@ func TestTurnsPausedByEarlierReleasesFinishOnTodaysBuild(t *testing.T) {
 	root := moduleRoot(t)
 	releases, drained := corpusReleases(t, root)
 	require.NotEmpty(t, releases)
-	builds := map[string]func() (string, string){}
-	for _, r := range append(slices.Clone(drained), releases...) {
-		builds[r] = buildRelease(t, root, r)
-	}
+	builds := buildReleases(t, root, append(slices.Clone(drained), releases...))
 	newWorker := proctest.Build(t, "github.com/tollgate/tollgate/worker")
 	newAPI := proctest.Build(t, "github.com/tollgate/tollgate/api")
 	srv := devserver.ForTest(t)
@@ -71,14 +68,14 @@ func TestTurnsPausedByEarlierReleasesFinishOnTodaysBuild(t *testing.T) {
 	t.Cleanup(model.Close)
 	for _, r := range drained {
 		t.Run(r, func(t *testing.T) {
-			oldWorker, oldAPI := builds[r]()
+			oldWorker, oldAPI := builds[r](t)
 			upgradeIdleFrom(t, r, srv, model.URL, oldWorker, oldAPI, newWorker(), newAPI())
 		})
 	}
 	ledgers := 0
 	for _, r := range releases {
 		t.Run(r, func(t *testing.T) {
-			oldWorker, oldAPI := builds[r]()
+			oldWorker, oldAPI := builds[r](t)
 			if upgradeFrom(t, r, srv, model.URL, oldWorker, oldAPI, newWorker(), newAPI()) {
 				ledgers++
 			}
@@ -288,41 +285,94 @@ func moduleRoot(t *testing.T) string {
 	return strings.TrimSpace(string(out))
 }
 
-// buildRelease starts building the worker and the API of release from
-// the repository's history and returns a function that waits for the
-// build and gives the two binaries. The release's commit is its tag's
-// or, where tags were not fetched, the one its replay corpus records.
-func buildRelease(t *testing.T, root, release string) (wait func() (worker, api string)) {
+// releaseBuildTimeout bounds the build of one release: on two loaded
+// cores, with the dependencies to compile, one took over 5 minutes.
+const releaseBuildTimeout = 10 * time.Minute
+
+// extracted marks a release's tree in the cache as whole.
+const extracted = ".tollgate-extracted"
+
+// buildReleases starts building the worker and the API of each release,
+// one after another in the order given, and returns for each a function
+// that waits for its build and gives the two binaries. A release's commit
+// is its tag's or, where tags were not fetched, the one its replay corpus
+// records.
+//
+// Each release's tree is taken from the repository's history once, into
+// the tests' cache (proctest.CacheDir) under its commit, where go build
+// leaves binaries that are up to date as they are: built in a new folder
+// every run, every package of the release was compiled again, as the
+// folder is part of what the build cache keys. One build at a time: on
+// two cores builds at once only share them, and with a cold cache each
+// would compile the same dependencies.
+func buildReleases(t *testing.T, root string, releases []string) map[string]func(*testing.T) (worker, api string) {
 	t.Helper()
-	commit := releaseCommit(t, root, release)
-	dir := filepath.Join(t.TempDir(), release)
-	require.NoError(t, os.MkdirAll(dir, 0o755))
-	built := make(chan error, 1)
+	cache, out := proctest.CacheDir(t, "releases"), t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	type build struct {
+		release, commit string
+		done            chan error
+	}
+	builds := make([]build, len(releases))
+	waits := map[string]func(*testing.T) (string, string){}
+	for i, r := range releases {
+		b := build{release: r, commit: releaseCommit(t, root, r), done: make(chan error, 1)}
+		builds[i] = b
+		require.NoError(t, os.MkdirAll(filepath.Join(out, r), 0o755))
+		result := sync.OnceValue(func() error { return <-b.done })
+		waits[r] = func(t *testing.T) (string, string) {
+			t.Helper()
+			require.NoError(t, result())
+			return filepath.Join(out, r, "worker"), filepath.Join(out, r, "api")
+		}
+	}
+	finished := make(chan struct{})
 	go func() {
-		// Every release builds at once, beside the other packages' tests:
-		// on two loaded cores one took over 5 minutes.
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-		defer cancel()
-		extract := exec.CommandContext(ctx, "sh", "-c", `git -C "$1" archive "$2" | tar -x -C "$3"`, "sh", root, commit, dir)
-		if out, err := extract.CombinedOutput(); err != nil {
-			built <- fmt.Errorf("extract %s (%s): %w\n%s", release, commit, err, out)
-			return
+		defer close(finished)
+		for _, b := range builds {
+			b.done <- buildRelease(ctx, root, filepath.Join(cache, b.commit), filepath.Join(out, b.release), b.release, b.commit)
+		}
+	}()
+	// The builds write into a folder cleanup removes.
+	t.Cleanup(func() { cancel(); <-finished })
+	return waits
+}
+
+// buildRelease builds the worker and the API of release at commit in tree,
+// taking the tree from the repository's history first when it is not
+// whole, and links or copies the two binaries into dir. Test processes
+// that build the same commit take turns.
+func buildRelease(ctx context.Context, root, tree, dir, release, commit string) error {
+	ctx, cancel := context.WithTimeout(ctx, releaseBuildTimeout)
+	defer cancel()
+	return proctest.Locked(tree+".lock", func() error {
+		if _, err := os.Stat(filepath.Join(tree, extracted)); err != nil {
+			if err := os.RemoveAll(tree); err != nil {
+				return err
+			}
+			if err := os.MkdirAll(tree, 0o755); err != nil {
+				return err
+			}
+			extract := exec.CommandContext(ctx, "sh", "-c", `git -C "$1" archive "$2" | tar -x -C "$3"`, "sh", root, commit, tree)
+			if out, err := extract.CombinedOutput(); err != nil {
+				return fmt.Errorf("extract %s (%s): %w\n%s", release, commit, err, out)
+			}
+			if err := os.WriteFile(filepath.Join(tree, extracted), nil, 0o644); err != nil {
+				return err
+			}
 		}
 		build := exec.CommandContext(ctx, "go", "build", "-o", "bin/", "./worker", "./api")
-		build.Dir = dir
+		build.Dir = tree
 		if out, err := build.CombinedOutput(); err != nil {
-			built <- fmt.Errorf("build %s (%s): %w\n%s", release, commit, err, out)
-			return
+			return fmt.Errorf("build %s (%s): %w\n%s", release, commit, err, out)
 		}
-		built <- nil
-	}()
-	result := sync.OnceValue(func() error { return <-built })
-	t.Cleanup(func() { _ = result() }) // the build writes into a folder cleanup removes
-	return func() (string, string) {
-		t.Helper()
-		require.NoError(t, result())
-		return filepath.Join(dir, "bin", "worker"), filepath.Join(dir, "bin", "api")
-	}
+		for _, name := range []string{"worker", "api"} {
+			if err := proctest.LinkOrCopy(filepath.Join(tree, "bin", name), filepath.Join(dir, name)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // releaseCommit resolves release to a commit of this repository.

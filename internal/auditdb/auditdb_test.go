@@ -296,7 +296,7 @@ const envOpenLedger = "TOLLGATE_TEST_OPEN_LEDGER"
 // its own: this test binary, running TestOpenLedgerInThisProcess.
 func openInAnotherProcess(dsn string) error {
 	cmd := exec.Command(os.Args[0], "-test.run=^TestOpenLedgerInThisProcess$", "-test.count=1")
-	cmd.Env = append(os.Environ(), envOpenLedger+"="+dsn)
+	cmd.Env = append(os.Environ(), envOpenLedger+"="+dsn, proctest.GORACEQuickExit())
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("open %s in another process: %w\n%s", dsn, err, out)
 	}

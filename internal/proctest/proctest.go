@@ -5,15 +5,12 @@
 package proctest
 
 import (
-	"context"
 	"errors"
-	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -24,31 +21,6 @@ import (
 // killWait bounds how long a killed process may take to be reaped, with
 // everything it started.
 const killWait = 10 * time.Second
-
-// Build starts building the Go package pkg (an import path) into the test's
-// temporary folder and returns a function that waits for the build and
-// gives the binary, so that a test can do other slow things meanwhile.
-func Build(t testing.TB, pkg string) (wait func() string) {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), filepath.Base(pkg))
-	built := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, pkg).CombinedOutput()
-		if err != nil {
-			err = fmt.Errorf("go build %s: %w\n%s", pkg, err, out)
-		}
-		built <- err
-	}()
-	result := sync.OnceValue(func() error { return <-built })
-	t.Cleanup(func() { _ = result() }) // the build writes into a folder cleanup removes
-	return func() string {
-		t.Helper()
-		require.NoError(t, result())
-		return bin
-	}
-}
 
 // Process is a binary running as a process of its own, in its own process
 // group, logging to a file.
@@ -159,6 +131,16 @@ next:
 	return env
 }
 
+// GORACEQuickExit is the GORACE setting for a process that runs a test
+// binary built with -race (this one, run again): such a binary sleeps a
+// second as it exits, for goroutines still running to report their races
+// (the race detector's atexit_sleep_ms), which a test that starts it time
+// and again waits out every time. A race found before the exit still
+// fails the process. The options GORACE already has are kept.
+func GORACEQuickExit() string {
+	return "GORACE=" + strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0")
+}
+
 // FreeAddr returns a loopback address with a port that was free a moment
 // ago.
 func FreeAddr(t testing.TB) string {
@@ -175,20 +157,26 @@ func FreeAddr(t testing.TB) string {
 // installs into bin/mcp of the module root.
 func MCPServer(t testing.TB, name string) string {
 	t.Helper()
+	bin := filepath.Join(ModuleDir(t), "bin", "mcp", "node_modules", ".bin", name)
+	_, err := os.Stat(bin)
+	require.NoError(t, err, "%s is missing: `make mcp-servers` installs it (it needs Node 20 and npm)", name)
+	return bin
+}
+
+// ModuleDir is the folder of the module the test belongs to: the nearest
+// one above the test's folder with a go.mod.
+func ModuleDir(t testing.TB) string {
+	t.Helper()
 	dir, err := os.Getwd()
 	require.NoError(t, err)
 	for {
 		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
+			return dir
 		}
 		parent := filepath.Dir(dir)
 		require.NotEqual(t, dir, parent, "no go.mod above the test's folder")
 		dir = parent
 	}
-	bin := filepath.Join(dir, "bin", "mcp", "node_modules", ".bin", name)
-	_, err = os.Stat(bin)
-	require.NoError(t, err, "%s is missing: `make mcp-servers` installs it (it needs Node 20 and npm)", name)
-	return bin
 }
 
 // EnvBrowser names a Chrome or Chromium binary for the tests that drive a
