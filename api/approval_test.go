@@ -225,6 +225,7 @@ func postApprovalResult(t *testing.T, ts *httptest.Server, body string) string {
 // is refused naming it, and so is the principal filter, which needs the
 // ledger.
 func TestApprovalsArePagedByWaitingTurns(t *testing.T) {
+	t.Parallel()
 	st := newStack(t, withAPIWithoutLedger())
 	want := map[string]bool{}
 	for i := range 4 {

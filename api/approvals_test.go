@@ -11,6 +11,7 @@ import (
 )
 
 func TestPendingApprovalIsListedByASecondAPIInstance(t *testing.T) {
+	t.Parallel()
 	st := newStack(t)
 	_, msgs := st.chat(t, `{"query":"hello","conversationId":"inbox-2"}`)
 	seq := 0

@@ -21,6 +21,7 @@ import (
 // tool the other), a path that only starts with docs/, and an absolute path
 // a real model sends for a file the policy lets through.
 func TestACraftedCallCannotShowThePolicyOneThingAndRunAnother(t *testing.T) {
+	t.Parallel()
 	var workspace string
 	script := func(req openai.ChatCompletionRequest) scripted.Reply {
 		if countRole(req.Messages, openai.ChatMessageRoleTool) > 0 {
@@ -74,6 +75,7 @@ func TestACraftedCallCannotShowThePolicyOneThingAndRunAnother(t *testing.T) {
 // ask, and the person, the preview and the ledger see those files; a write
 // that really stays in docs/ runs unasked.
 func TestALinkInTheWorkspaceCannotWalkAWriteAroundAPathRule(t *testing.T) {
+	t.Parallel()
 	script := func(req openai.ChatCompletionRequest) scripted.Reply {
 		if countRole(req.Messages, openai.ChatMessageRoleTool) > 0 {
 			return scripted.Reply{Content: "Done."}

@@ -38,6 +38,7 @@ import (
 // through GET /audit: filtered, paged and exported, from SQLite (the
 // default) and from a real PostgreSQL server.
 func TestTheAuditLedgerListsEveryDecisionOverHTTP(t *testing.T) {
+	t.Parallel()
 	for _, db := range []string{"sqlite", "postgres"} {
 		t.Run(db, func(t *testing.T) {
 			var opts []stackOption
@@ -187,6 +188,7 @@ func readAll(t *testing.T, resp *http.Response) string {
 // headless Chromium after a turn whose Bash call was approved with an edit
 // and whose Write call was declined.
 func TestTheLedgerPageListsFiltersPagesAndExportsTheRows(t *testing.T) {
+	t.Parallel()
 	st := newStack(t)
 	_, msgs := st.chat(t, `{"query":"one","conversationId":"ledger-page"}`)
 	seq := 0
@@ -254,6 +256,7 @@ func TestTheLedgerPageListsFiltersPagesAndExportsTheRows(t *testing.T) {
 // by the activities that ran anyway; and the turn's history stays within
 // 40 events.
 func TestAnApprovedCallWaitsForNoLedgerWrite(t *testing.T) {
+	t.Parallel()
 	replies := map[string][]scripted.Reply{
 		"write": {{ToolCalls: []protocol.ToolCall{{ID: "call_w", Name: protocol.ToolWrite, Arguments: `{"file_path":"a.txt","content":"hi"}`}}}, {Content: "Written."}},
 	}
@@ -324,6 +327,7 @@ func TestAnApprovedCallWaitsForNoLedgerWrite(t *testing.T) {
 // rows and the two decisions that left others waiting, whatever the
 // number of calls beyond that.
 func TestABatchCostsItsTurnAMarkerOfEachKindNotOneACall(t *testing.T) {
+	t.Parallel()
 	write := func(id, file string) protocol.ToolCall {
 		return protocol.ToolCall{ID: id, Name: protocol.ToolWrite, Arguments: `{"file_path":"` + file + `","content":"x"}`}
 	}

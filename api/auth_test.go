@@ -207,6 +207,7 @@ func requestsByTool(events []protocol.Event) map[string]protocol.Event {
 }
 
 func TestDecisionRecordsWhoDecidedInTheEventAndTheWorkflowHistory(t *testing.T) {
+	t.Parallel()
 	st := newStack(t)
 	api := st.newAuthedAPI(t)
 	turnID, msgs := chatAs(t, api, bobToken, `{"query":"tidy up","conversationId":"auth-1"}`)
@@ -256,6 +257,7 @@ func TestDecisionRecordsWhoDecidedInTheEventAndTheWorkflowHistory(t *testing.T) 
 }
 
 func TestConsoleAndInboxSendTheTokenTypedIntoThem(t *testing.T) {
+	t.Parallel()
 	st := newStack(t)
 	api := st.newAuthedAPI(t)
 	b := newBrowser(t)

@@ -31,6 +31,7 @@ func batchBody(decision string, ids ...string) string {
 }
 
 func TestOnePostDecidesATurnsCallsAndEachDecisionKeepsItsDeciders(t *testing.T) {
+	t.Parallel()
 	st := newStack(t, withSettings(func(s *workflows.Settings) {
 		s.Rules = []workflows.Rule{
 			{Tool: protocol.ToolWrite, Require: workflows.RequireAlways, SecondPerson: true},
@@ -136,6 +137,7 @@ func listApprovals(t *testing.T, api *httptest.Server, token, conversation strin
 // ten POST /chat/approval do: each Update costs the turn its accepted and
 // completed events and a workflow task.
 func TestOneBatchDecisionCostsTheTurnFewerEventsThanTenSingleOnes(t *testing.T) {
+	t.Parallel()
 	var writes []protocol.ToolCall
 	for i := range 10 {
 		writes = append(writes, protocol.ToolCall{ID: fmt.Sprintf("call_w%d", i), Name: protocol.ToolWrite, Arguments: fmt.Sprintf(`{"file_path":"f%d.txt","content":"x"}`, i)})

@@ -26,6 +26,7 @@ func pickColor(req openai.ChatCompletionRequest) scripted.Reply {
 }
 
 func TestClientToolIsAnsweredByToolCallIDAloneOverHTTP(t *testing.T) {
+	t.Parallel()
 	st := newStack(t, withScript(pickColor))
 	_, msgs := st.chat(t, `{"query":"paint it","clientTools":[{"name":"PickColor","description":"asks the user for a color","parameters":{"type":"object"}}]}`)
 	seq := 0
@@ -46,6 +47,7 @@ func TestClientToolIsAnsweredByToolCallIDAloneOverHTTP(t *testing.T) {
 }
 
 func TestBadClientToolsAreRefusedBeforeTheConversationStarts(t *testing.T) {
+	t.Parallel()
 	st := newStack(t)
 	for name, c := range map[string]struct{ tools, want string }{
 		"named like a worker tool": {`[{"name":"Bash","parameters":{"type":"object"}}]`, `"Bash"`},

@@ -41,6 +41,7 @@ func lastUserMessage(msgs []openai.ChatCompletionMessage) string {
 // anything longer, as OpenAI does) through the API, then asks the
 // conversation to compact with instructions.
 func TestALongConversationOfPastedLogsRunsOnAModelWithAWindow(t *testing.T) {
+	t.Parallel()
 	st := newStack(t, withScript(summaryScript), withModelWindow(150000), withPayloadStore(),
 		withSettings(func(s *workflows.Settings) { s.ContextWindow = 150000 }))
 	const n = 64
@@ -112,6 +113,7 @@ func TestALongConversationOfPastedLogsRunsOnAModelWithAWindow(t *testing.T) {
 }
 
 func TestCompactSaysWhatIsWrongWithTheRequest(t *testing.T) {
+	t.Parallel()
 	st := newStack(t, withScript(summaryScript))
 	for _, tc := range []struct {
 		path, body string

@@ -44,6 +44,7 @@ func (st *stack) requireNoConversation(t *testing.T, conv string) {
 }
 
 func TestAWebPageCannotStartATurnOrDecideOne(t *testing.T) {
+	t.Parallel()
 	st := newStack(t, withBypassAllowed())
 	const forged = `{"query": "tidy up", "conversationId": "cross-site", "bypassApproval": true}`
 
@@ -134,6 +135,7 @@ func TestAnAPIWithoutTokensAnswersOnlyLoopbackNames(t *testing.T) {
 }
 
 func TestBypassIsRefusedUnlessTheOperatorAllowsIt(t *testing.T) {
+	t.Parallel()
 	st := newStack(t)
 	status, msg := post(t, st.api.URL+"/chat/stream", "application/json", "",
 		`{"query": "tidy up", "conversationId": "no-bypass", "bypassApproval": true}`)
@@ -202,6 +204,7 @@ func TestRolesDecideWhoMaySendDecideAndBypass(t *testing.T) {
 }
 
 func TestWithoutTokensTheAPIRefusesToListenBeyondLoopback(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds and runs the API")
 	}

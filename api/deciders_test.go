@@ -17,6 +17,7 @@ import (
 )
 
 func TestASecondPersonMustApproveWhatTheSenderAsked(t *testing.T) {
+	t.Parallel()
 	st := newStack(t, withSettings(func(s *workflows.Settings) {
 		s.Rules = []workflows.Rule{
 			{Tool: protocol.ToolWrite, Require: workflows.RequireAlways, SecondPerson: true},
@@ -50,6 +51,7 @@ func TestASecondPersonMustApproveWhatTheSenderAsked(t *testing.T) {
 }
 
 func TestAClientToolThePolicyProtectsAsksBeforeTheClientIsToldToRunIt(t *testing.T) {
+	t.Parallel()
 	script := func(req openai.ChatCompletionRequest) scripted.Reply {
 		if countRole(req.Messages, openai.ChatMessageRoleTool) > 0 {
 			return scripted.Reply{Content: "Paid."}
@@ -78,6 +80,7 @@ func TestAClientToolThePolicyProtectsAsksBeforeTheClientIsToldToRunIt(t *testing
 // maker could decide now. Bob's remembered approval of Alice's Write must
 // not approve Bob's own Write, which the four-eyes rule keeps from him.
 func TestAGrantDoesNotLetItsMakerSkipTheSecondPerson(t *testing.T) {
+	t.Parallel()
 	st := newStack(t, withSettings(func(s *workflows.Settings) {
 		s.Rules = []workflows.Rule{
 			{Tool: protocol.ToolWrite, Require: workflows.RequireAlways, SecondPerson: true},
@@ -151,6 +154,7 @@ func restartWorker(t *testing.T, st *stack, change func(*workflows.Settings)) {
 // A grant made before its tool's rule named deciders answers no call once
 // it does, unless its maker is one of them.
 func TestARuleThatGainsDecidersNarrowsTheGrantsMadeBefore(t *testing.T) {
+	t.Parallel()
 	st := newStack(t, withSettings(func(s *workflows.Settings) {
 		s.Rules = []workflows.Rule{{Tool: protocol.ToolBash, Require: workflows.RequireNever}}
 	}))

@@ -36,6 +36,7 @@ import (
 const declinedPrefix = "Not executed: a person declined this call. Do not call it again unless the user asks you to."
 
 func TestReadWriteBashBatchStreamsFullSequenceOverHTTP(t *testing.T) {
+	t.Parallel()
 	st := newStack(t)
 	resp, msgs := st.chat(t, `{"query": "take a note", "conversationId": "e2e-seq"}`)
 	require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
@@ -114,6 +115,7 @@ func TestReadWriteBashBatchStreamsFullSequenceOverHTTP(t *testing.T) {
 }
 
 func TestApprovalByTemporalCLISignal(t *testing.T) {
+	t.Parallel()
 	st := newStack(t)
 	bin, err := devserver.Binary()
 	require.NoError(t, err)
@@ -150,6 +152,7 @@ func TestApprovalByTemporalCLISignal(t *testing.T) {
 }
 
 func TestResumeAfterDroppedConnectionHasNoGapNoDuplicate(t *testing.T) {
+	t.Parallel()
 	st := newStack(t)
 	other := st.newAPI(t) // a second API instance: it shares only Temporal
 
@@ -203,6 +206,7 @@ func TestResumeAfterDroppedConnectionHasNoGapNoDuplicate(t *testing.T) {
 }
 
 func TestLateUnknownAndForgedRequestIDsAreNotAccepted(t *testing.T) {
+	t.Parallel()
 	// The model asks for a Write, which times out; its next answer waits
 	// for the test, so the turn is still running when the Write's request
 	// is late; then it asks for a Bash call, which is declined. Its last
@@ -277,6 +281,7 @@ func TestLateUnknownAndForgedRequestIDsAreNotAccepted(t *testing.T) {
 }
 
 func TestWorkerKilledWhileApprovalPendingResumesAndRunsToolOnce(t *testing.T) {
+	t.Parallel()
 	script := func(req openai.ChatCompletionRequest) scripted.Reply {
 		if countRole(req.Messages, openai.ChatMessageRoleTool) > 0 {
 			return scripted.Reply{Content: "Counted."}
@@ -455,6 +460,7 @@ func countRole(msgs []openai.ChatCompletionMessage, role string) int {
 }
 
 func TestResumingATurnThatDoesNotExistIsNotFoundAtOnceWhileAQueuedTurnStreams(t *testing.T) {
+	t.Parallel()
 	// The first turn's model call thinks until the test lets it, so the
 	// second message's turn is given its number but queued: it does not
 	// exist in Temporal yet when it is asked for.

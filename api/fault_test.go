@@ -43,6 +43,7 @@ const (
 )
 
 func TestWorkerKilledDuringModelCallRetriesTheCallOnAnotherWorker(t *testing.T) {
+	t.Parallel()
 	// The first answer is held after its first words, while the worker
 	// that asked is killed; the attempt that another worker makes then
 	// gets the whole answer at once.
@@ -95,6 +96,7 @@ func TestWorkerKilledDuringModelCallRetriesTheCallOnAnotherWorker(t *testing.T) 
 }
 
 func TestWorkerKilledDuringToolCallAnswersTheModelThatItDidNotComplete(t *testing.T) {
+	t.Parallel()
 	// The approved command writes "start", waits (in a child process, as
 	// most real commands do their work) for a file that never comes, then
 	// would write "end".
@@ -151,6 +153,7 @@ func TestWorkerKilledDuringToolCallAnswersTheModelThatItDidNotComplete(t *testin
 }
 
 func TestApprovalWorksAfterTemporalRestartsWhileTheTurnWaits(t *testing.T) {
+	t.Parallel()
 	script := func(req openai.ChatCompletionRequest) scripted.Reply {
 		if countRole(req.Messages, openai.ChatMessageRoleTool) > 0 {
 			return scripted.Reply{Content: "Counted."}
@@ -180,6 +183,7 @@ func TestApprovalWorksAfterTemporalRestartsWhileTheTurnWaits(t *testing.T) {
 }
 
 func TestModelServerFaultsAreRetriedOrEndTheTurnWithAnError(t *testing.T) {
+	t.Parallel()
 	never := make(chan struct{}) // holds a hung answer until the test ends
 	var stopHanging sync.Once
 	badArguments := `{"file_path":"bad.txt","content":"cut off`
@@ -281,6 +285,7 @@ func TestModelServerFaultsAreRetriedOrEndTheTurnWithAnError(t *testing.T) {
 }
 
 func TestFailingToolsBecomeErrorResultsTheModelReads(t *testing.T) {
+	t.Parallel()
 	noArgs := json.RawMessage(`{"type":"object","properties":{}}`)
 	replies := map[string][]scripted.Reply{
 		"panic": {{ToolCalls: []protocol.ToolCall{{ID: "call_panic", Name: "Explode", Arguments: `{}`}}}, {Content: "It exploded."}},

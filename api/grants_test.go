@@ -13,6 +13,7 @@ import (
 )
 
 func TestRememberedApprovalSkipsTheNextAskUntilRevokedOverHTTP(t *testing.T) {
+	t.Parallel()
 	st := newStack(t)
 	conv := "grants-1"
 	decide := func(e protocol.Event, body string) {
@@ -89,6 +90,7 @@ func (st *stack) delete(t *testing.T, path string) int {
 }
 
 func TestAGrantLimitedToOneUseOverHTTPDecidesOneCallThenAsks(t *testing.T) {
+	t.Parallel()
 	st := newStack(t)
 	conv := "grants-limited"
 	_, msgs := st.chat(t, `{"query":"one","conversationId":"`+conv+`"}`)
@@ -138,6 +140,7 @@ func decideAll(t *testing.T, st *stack, events []protocol.Event) {
 }
 
 func TestAGrantScopeThatMayCostTooMuchIsRefusedWithA400NamingTheLimit(t *testing.T) {
+	t.Parallel()
 	st := newStack(t)
 	_, msgs := st.chat(t, `{"query":"one","conversationId":"grants-costly"}`)
 	seq := 0

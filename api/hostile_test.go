@@ -50,6 +50,7 @@ func injectionScript(req openai.ChatCompletionRequest) scripted.Reply {
 }
 
 func TestAToolOutputThatAsksToApproveItselfChangesNothing(t *testing.T) {
+	t.Parallel()
 	st := newStack(t, withScript(injectionScript), withApprovalTimeout(4*time.Second))
 	conv := "inject-1"
 	turnID := contract.TurnWorkflowID(conv, 1)
@@ -102,6 +103,7 @@ func TestAToolOutputThatAsksToApproveItselfChangesNothing(t *testing.T) {
 // a turn that run started, is not taken, and the new run's log holds each
 // turn once.
 func TestAfterContinueAsNewTheOldRunAndItsTurnsTakeNoDecision(t *testing.T) {
+	t.Parallel()
 	st := newStack(t, withSettings(func(s *workflows.Settings) { s.TurnsPerRun = 1 }))
 	conv := "can-1"
 	convID := contract.ConversationWorkflowID(conv)

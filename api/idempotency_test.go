@@ -41,6 +41,7 @@ func postKeyed(ctx context.Context, baseURL, key, body string) (*http.Response, 
 // with the same key, to a second API process: it gets the first turn's
 // stream, and the conversation has one turn.
 func TestAMessageRetriedAfterItsAPIDiedRunsOneTurn(t *testing.T) {
+	t.Parallel()
 	st := newStack(t, withScript(answers), withoutWorker())
 	const conv, key = "retry-1", "7f1c9a52-5a49-4c1b-9a57-3d1f0f6e2b11"
 	body := `{"query":"count once","conversationId":"` + conv + `"}`
@@ -134,6 +135,7 @@ func TestAnIdempotencyKeyThatIsNotValidIs400(t *testing.T) {
 // heard the id the API made; its retry lands in the same conversation,
 // on the same turn.
 func TestAMessageWithAKeyAndNoConversationIsRetriedIntoTheSameConversation(t *testing.T) {
+	t.Parallel()
 	st := newStack(t, withScript(answers))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -176,6 +178,7 @@ func TestAMessageWithAKeyAndNoConversationIsRetriedIntoTheSameConversation(t *te
 // Mallory, who knows its id): it is refused, and Mallory's conversation
 // keeps its one turn.
 func TestAConversationMadeFromAKeyCannotBeStartedBySomeoneElse(t *testing.T) {
+	t.Parallel()
 	st := newStack(t, withScript(answers))
 	const aliceToken, malloryToken = "alice-0123456789abcd", "mallory-0123456789ab"
 	o := st.apiOptions()

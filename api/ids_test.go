@@ -21,6 +21,7 @@ func answers(openai.ChatCompletionRequest) scripted.Reply {
 }
 
 func TestNoConversationIDTakesAnotherConversationsTurn(t *testing.T) {
+	t.Parallel()
 	st := newStack(t, withScript(answers))
 	api := st.newAuthedAPI(t)
 
@@ -62,6 +63,7 @@ func TestNoConversationIDTakesAnotherConversationsTurn(t *testing.T) {
 }
 
 func TestAConversationStartedUnderATurnLikeIDStillTakesMessages(t *testing.T) {
+	t.Parallel()
 	st := newStack(t, withScript(answers))
 	api := st.newAuthedAPI(t)
 	// A conversation started before the API refused such ids, as the API

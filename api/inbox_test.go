@@ -78,6 +78,7 @@ func requestIDs(approvals []protocol.PendingApproval) []string {
 // an unchanged inbox, a decided call and an expired one leaving it; and no
 // turn is asked (the API's count of pending queries stays 0).
 func TestTheInboxAnswersFromTheLedger(t *testing.T) {
+	t.Parallel()
 	for _, db := range []string{"sqlite", "postgres"} {
 		t.Run(db, func(t *testing.T) {
 			var opts []stackOption
@@ -257,6 +258,7 @@ func testInboxFromLedger(t *testing.T, st *stack) {
 // turns, and pages through GET /approvals: every row once, in order, the
 // filters narrowing to the real turns', and not one query of a turn.
 func TestTheInboxListsThousandsFromTheLedgerWithoutAskingTheTurns(t *testing.T) {
+	t.Parallel()
 	st := newStack(t)
 	var real []string
 	for i := range 2 {
@@ -320,6 +322,7 @@ func TestTheInboxListsThousandsFromTheLedgerWithoutAskingTheTurns(t *testing.T) 
 // nothing, visibility knows a waiting turn, and GET /approvals answers
 // from the turns instead of an empty inbox (and warns in the API's log).
 func TestAnInboxWhoseWorkerWritesNoLedgerAsksTheTurns(t *testing.T) {
+	t.Parallel()
 	st := newStack(t, withSettings(func(s *workflows.Settings) { s.Audit = false }))
 	_, msgs := st.chat(t, `{"query":"hello","conversationId":"unledgered"}`)
 	seq := 0

@@ -407,6 +407,7 @@ func approvalsAt(t require.TestingT, baseURL, query string) []protocol.PendingAp
 }
 
 func TestTurnStreamsThroughApprovalsToFinishOnRealTemporal(t *testing.T) {
+	t.Parallel()
 	st := newStack(t)
 	resp, msgs := st.chat(t, `{"query": "hello", "conversationId": "it-1"}`)
 	turnID := resp.Header.Get(protocol.HeaderTurnID)
@@ -472,6 +473,7 @@ func TestTurnStreamsThroughApprovalsToFinishOnRealTemporal(t *testing.T) {
 }
 
 func TestApprovalOfAnEndedTurnIsNotAccepted(t *testing.T) {
+	t.Parallel()
 	st := newStack(t)
 	_, msgs := st.chat(t, `{"query": "hi", "conversationId": "it-2"}`)
 	seq := 0
@@ -485,6 +487,7 @@ func TestApprovalOfAnEndedTurnIsNotAccepted(t *testing.T) {
 }
 
 func TestStreamOfAConversationsWorkflowEndsWithAnError(t *testing.T) {
+	t.Parallel()
 	// A conversation's workflow id passes as a tollgate id, but it has no
 	// events: the stream ends with an error instead of asking again forever.
 	st := newStack(t)
@@ -503,6 +506,7 @@ func TestStreamOfAConversationsWorkflowEndsWithAnError(t *testing.T) {
 }
 
 func TestHealthzAnswersOKWithTemporalUp(t *testing.T) {
+	t.Parallel()
 	st := newStack(t)
 	resp, err := http.Get(st.api.URL + "/healthz")
 	require.NoError(t, err)
@@ -513,6 +517,7 @@ func TestHealthzAnswersOKWithTemporalUp(t *testing.T) {
 }
 
 func TestNewMessageInTheSameConversationStreamsTheNextTurn(t *testing.T) {
+	t.Parallel()
 	st := newStack(t)
 	_, first := st.chat(t, `{"query": "one", "conversationId": "it-3"}`)
 	seq1 := 0

@@ -35,6 +35,7 @@ import (
 // limit on a search attribute value: every pending request id of a batch no
 // longer fits in TollgatePendingApprovals (22 did not, with ids this long).
 func TestABatchOfAHundredProtectedCallsWaitsAndRuns(t *testing.T) {
+	t.Parallel()
 	const n = 100
 	script := func(req openai.ChatCompletionRequest) scripted.Reply {
 		if countRole(req.Messages, openai.ChatMessageRoleTool) > 0 {
@@ -70,6 +71,7 @@ func TestABatchOfAHundredProtectedCallsWaitsAndRuns(t *testing.T) {
 }
 
 func TestAConversationThatEndedIsNeverReplacedByAnEmptyOneUnderItsID(t *testing.T) {
+	t.Parallel()
 	st := newStack(t, withScript(scripted.Always(scripted.Reply{Content: "Hello."})))
 	_, msgs := st.chat(t, `{"query": "hi", "conversationId": "ended"}`)
 	seq := 0
@@ -95,6 +97,7 @@ func TestAConversationThatEndedIsNeverReplacedByAnEmptyOneUnderItsID(t *testing.
 // call's input and the turn's result all carry it). With the payload store,
 // history holds claims, not content, and the content is stored once.
 func TestAWriteOfTwoAndAHalfMebibytesPassesThroughThePayloadStore(t *testing.T) {
+	t.Parallel()
 	var generated strings.Builder
 	for line := 0; generated.Len() < 5<<19; line++ { // 2.5 MB
 		sum := sha256.Sum256(fmt.Appendf(nil, "%d", line))
@@ -222,6 +225,7 @@ func TestAWriteOfTwoAndAHalfMebibytesPassesThroughThePayloadStore(t *testing.T) 
 // read it whole), the second sees it left out (context_compacted in each
 // stream), and the conversation's transcript still holds all of it.
 func TestALongConversationIsCompactedForTheModelAndKeptWholeForPeople(t *testing.T) {
+	t.Parallel()
 	script := func(req openai.ChatCompletionRequest) scripted.Reply {
 		last := req.Messages[len(req.Messages)-1]
 		switch {
@@ -281,6 +285,7 @@ func TestALongConversationIsCompactedForTheModelAndKeptWholeForPeople(t *testing
 // terminated; the conversation keeps what it did and takes the next
 // message.
 func TestATurnEndsWithAnErrorBeforeItsHistoryReachesTemporalsLimit(t *testing.T) {
+	t.Parallel()
 	script := func(req openai.ChatCompletionRequest) scripted.Reply {
 		if req.Messages[len(req.Messages)-1].Content == "and now?" {
 			return scripted.Reply{Content: "Fresh turn."}
@@ -339,6 +344,7 @@ func messagesPage(t require.TestingT, url string) contract.MessagesPage {
 // payload limit (which terminated such a conversation, and a fresh one
 // took its id), and with the payload store it goes on.
 func TestAConversationOfSixtyLongMessagesGoesOnPastTwoMegabytes(t *testing.T) {
+	t.Parallel()
 	st := newStack(t, withPayloadStore(),
 		withScript(scripted.Always(scripted.Reply{Content: "Noted."})),
 		withSettings(func(s *workflows.Settings) { s.TurnsPerRun = 10 }))
@@ -384,6 +390,7 @@ func TestAConversationOfSixtyLongMessagesGoesOnPastTwoMegabytes(t *testing.T) {
 // message limit as well as the 2 MB payload limit. Every command runs once
 // and the turn finishes.
 func TestAModelAnswerLargerThanAGRPCMessageIsCarried(t *testing.T) {
+	t.Parallel()
 	const n = 150
 	script := func(req openai.ChatCompletionRequest) scripted.Reply {
 		if req.Messages[len(req.Messages)-1].Role == openai.ChatMessageRoleTool {

@@ -34,6 +34,7 @@ func heldAnswer(t *testing.T) (script scripted.Script, release func()) {
 }
 
 func TestAnAnswerStreamsWhileTheModelWritesAndItsTurnHasNoTokenSignal(t *testing.T) {
+	t.Parallel()
 	script, release := heldAnswer(t)
 	st := newStack(t, withScript(script))
 	turn := st.startTurn(t, `{"query": "talk", "conversationId": "live-tokens"}`)
@@ -78,6 +79,7 @@ func TestAnAnswerStreamsWhileTheModelWritesAndItsTurnHasNoTokenSignal(t *testing
 }
 
 func TestATurnCancelledWhileTheModelWritesKeepsTheTokensItShowed(t *testing.T) {
+	t.Parallel()
 	script, _ := heldAnswer(t) // never released: the call ends by its heartbeat timeout
 	st := newStack(t, withScript(script), withSettings(func(s *workflows.Settings) { s.ModelHeartbeatTimeout = fastHeartbeat }))
 	turn := st.startTurn(t, `{"query": "talk", "conversationId": "live-cancel"}`)

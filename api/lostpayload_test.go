@@ -20,6 +20,7 @@ import (
 )
 
 func TestATurnThatLostItsPayloadsEndsNamingOneAndItsConversationGoesOn(t *testing.T) {
+	t.Parallel()
 	// A Write far past the store's threshold: the model's answer that asks
 	// for it is kept in the payload store, and the turn's history holds a
 	// claim to it.

@@ -54,6 +54,7 @@ func childrenOf(t *testing.T, pid int) []int {
 // one runs unasked, the write waits for a decision taken over HTTP, and
 // the worker's death ends the stdio server.
 func TestMCPToolsOfTheWorkerGoThroughTheGateOverHTTP(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds the worker, starts a Temporal dev server and MCP servers")
 	}
@@ -153,6 +154,7 @@ func TestMCPToolsOfTheWorkerGoThroughTheGateOverHTTP(t *testing.T) {
 // the server writes it only once approved; a write that stays in docs/
 // runs unasked, given to the server as the workspace's absolute path.
 func TestAnMCPToolsWorkspacePathsAreResolvedThroughLinksBeforeThePolicy(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds the worker, starts a Temporal dev server and an MCP server")
 	}

@@ -127,6 +127,7 @@ func TestASecondStreamOfAQueuedTurnIsNotLookedUpAgain(t *testing.T) {
 // stream says it is queued and keeps alive past the API's limit for a
 // turn that does not exist, then streams the turn when the first ends.
 func TestAMessageQueuedBehindABusyTurnIsStreamedWhenItsTurnRuns(t *testing.T) {
+	t.Parallel()
 	release := make(chan struct{})
 	script := func(req openai.ChatCompletionRequest) scripted.Reply {
 		if req.Messages[len(req.Messages)-1].Content == "one" {

@@ -16,6 +16,7 @@ import (
 )
 
 func TestSubagentEventsReachTheParentStreamAndItsApprovalIsDecidedByRequestIDAlone(t *testing.T) {
+	t.Parallel()
 	st := newStack(t, withSettings(func(s *workflows.Settings) { s.Agents = []workflows.AgentDef{notetaker} }))
 	_, msgs := st.chat(t, `{"query":"use a subagent to take notes"}`)
 	seq := 0

@@ -34,6 +34,7 @@ import (
 // proxy with a CA of the test's stands in front of it, as a load balancer
 // does in front of a cluster; a client without the certificate is refused.
 func TestTheWorkerAndTheAPIReachTemporalOverMutualTLS(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds the binaries and starts a Temporal dev server")
 	}

@@ -46,6 +46,7 @@ func decideAs(t *testing.T, apiURL, token, body string) {
 }
 
 func TestATurnIsOneTraceFromItsRequestThroughTheModelAndTheToolsWithItsApprovals(t *testing.T) {
+	t.Parallel()
 	exporter := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(telemetry.LiveOnly(exporter)))
 	st := newStack(t, withTracing(tp))

@@ -68,6 +68,7 @@ func ask(t *testing.T, method, url, body string) answer {
 // the server healthy, a turn or conversation that does not exist still
 // answers 404, and once it runs again the waiting decision is taken.
 func TestTemporalUnavailableAnswers503WithRetryAfterNamingIt(t *testing.T) {
+	t.Parallel()
 	st := newStack(t)
 	opts := st.apiOptions()
 	opts.TemporalAddress = st.temporal.HostPort
@@ -138,6 +139,7 @@ func TestTemporalUnavailableAnswers503WithRetryAfterNamingIt(t *testing.T) {
 // know the namespace (an overloaded dev server says so of the one it
 // serves) answers 503 naming the namespace, not 500.
 func TestUnknownNamespaceAnswers503NamingIt(t *testing.T) {
+	t.Parallel()
 	st := newStack(t, withoutWorker())
 	co := st.temporal.ClientOptions()
 	co.Namespace = "nosuch"
@@ -159,6 +161,7 @@ func TestUnknownNamespaceAnswers503NamingIt(t *testing.T) {
 // every further call is refused at once with 503 and Retry-After, saying
 // why, and once the place is free again calls go through.
 func TestTemporalCallsPastTheLimitAnswer503AtOnce(t *testing.T) {
+	t.Parallel()
 	st := newStack(t, withoutWorker())
 	opts := st.apiOptions()
 	opts.TemporalAddress, opts.MaxTemporalCalls = st.temporal.HostPort, 1

@@ -31,6 +31,7 @@ import (
 // (the calls it waits for, with arguments and expiry) and the summaries of
 // its timers and activities.
 func TestTheWebUISaysWhatAWaitingTurnWaitsFor(t *testing.T) {
+	t.Parallel()
 	st := newStack(t)
 	_, msgs := st.chat(t, `{"query": "tidy up", "conversationId": "webui"}`)
 	seq := 0
@@ -103,6 +104,7 @@ func summariesOf(t *testing.T, st *stack, id string) []string {
 // page (the current details are TestTheWebUISaysWhatAWaitingTurnWaitsFor's);
 // the screenshot goes to $TOLLGATE_SCREENSHOT_DIR when set.
 func TestTheWebUIShowsTheCallsATurnWaitsFor(t *testing.T) {
+	t.Parallel()
 	st := newStack(t, withDevServer(devserver.Options{UI: true}))
 	_, msgs := st.chat(t, `{"query": "tidy up", "conversationId": "webui-page"}`)
 	seq := 0
@@ -138,6 +140,7 @@ func TestTheWebUIShowsTheCallsATurnWaitsFor(t *testing.T) {
 // turn waits while its approvals are pending, its conversation runs it,
 // and once it has finished the conversation is idle.
 func TestAStatusAttributeTellsWaitingTurnsFromRunningAndIdleOnes(t *testing.T) {
+	t.Parallel()
 	st := newStack(t)
 	_, msgs := st.chat(t, `{"query": "tidy up", "conversationId": "status"}`)
 	seq := 0
@@ -175,6 +178,7 @@ func requireStatus(t *testing.T, st *stack, status string, ids ...string) {
 // console's own diff of the arguments showed "−0"), a multi-line command is
 // shown line by line, in the stream, in GET /approvals and in the console.
 func TestTheApproverSeesWhatACallWillReallyDo(t *testing.T) {
+	t.Parallel()
 	lines := strings.Repeat("an old line\n", 40)
 	script := func(req openai.ChatCompletionRequest) scripted.Reply {
 		if countRole(req.Messages, openai.ChatMessageRoleTool) > 0 {
