@@ -77,9 +77,11 @@ build:
 	go build -o bin/ $(BINARIES)
 
 # Integration tests start their own Temporal dev server from bin/temporal,
-# S3 server from bin/versitygw and MCP servers from bin/mcp.
+# S3 server from bin/versitygw and MCP servers from bin/mcp. Most API tests
+# wait on those servers, on timers and on builds rather than use a core, so
+# four of a package's parallel tests run at once (docs/testing.md).
 test: $(TEMPORAL) $(VERSITYGW) $(MCP_SERVERS)
-	go test $(RACE) -count=1 -timeout 14m ./...
+	go test $(RACE) -count=1 -parallel 4 -timeout 14m ./...
 
 # The cluster test (cluster/, docs/testing.md): PostgreSQL from Debian's
 # postgresql package, the Temporal server on it, two workers and two APIs,
