@@ -109,7 +109,7 @@ func TestMakeDevAnswersAgainWithinAMinuteOfABurst(t *testing.T) {
 	}
 	temporalCLI, err := devserver.Binary()
 	require.NoError(t, err)
-	stack := startDevStack(t, temporalCLI)
+	stack := startDevStack(t, temporalCLI, true)
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, name := range []string{"api", "temporal", "worker"} {
@@ -224,7 +224,7 @@ func TestMakeDevRestartsADevServerThatStopsAnswering(t *testing.T) {
 	}
 	temporalCLI, err := devserver.Binary()
 	require.NoError(t, err)
-	stack := startDevStack(t, temporalCLI)
+	stack := startDevStack(t, temporalCLI, true)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	out := startTurnToApproval(ctx, stack.api)
 	cancel()

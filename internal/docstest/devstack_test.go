@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/tollgate/tollgate/internal/proctest"
 )
 
 // devScript is what `make dev` runs.
@@ -189,11 +191,27 @@ type devStack struct {
 	bin, state, workspace string
 }
 
+// devBinaries are the packages make dev builds into its bin folder.
+var devBinaries = []string{"worker", "api", "cmd/scripted-model", "cmd/tollgate"}
+
 // startDevStack runs make dev's script with the Temporal CLI the tests
-// use (TEMPORAL_CLI), and waits for its banner.
-func startDevStack(t *testing.T, temporalCLI string) *devStack {
+// use (TEMPORAL_CLI), and waits for its banner. With built, its bin
+// folder holds the binaries already, as after a first make dev, linked
+// from proctest's builds, so that the script's go build finds them up to
+// date rather than link them again for each test; without, the script
+// builds them as in a fresh clone.
+func startDevStack(t *testing.T, temporalCLI string, built bool) *devStack {
 	t.Helper()
 	s := &devStack{bin: t.TempDir(), state: t.TempDir(), workspace: t.TempDir()}
+	if built {
+		var waits []func() string
+		for _, pkg := range devBinaries {
+			waits = append(waits, proctest.BuildTo(t, "github.com/tollgate/tollgate/"+pkg, filepath.Join(s.bin, filepath.Base(pkg))))
+		}
+		for _, wait := range waits {
+			wait()
+		}
+	}
 	apiAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
 	temporalPort := freePort(t)
 	s.api, s.temporalAddr = "http://"+apiAddr, "127.0.0.1:"+strconv.Itoa(temporalPort)
