@@ -30,6 +30,8 @@ const (
 	// dev's server for good (issue 28): 400 turns from 8 clients at once.
 	burstTurns   = 400
 	burstClients = 8
+	// restartSays is what make dev says as it restarts its dev server.
+	restartSays = "the Temporal dev server has not answered for"
 	// burstRequestTimeout bounds one turn's request in the burst: a stack
 	// that neither streams nor refuses within it counts as stuck. It is
 	// longer than make dev takes to notice a dev server that stopped
@@ -217,14 +219,16 @@ func devServerPID(t *testing.T, port string) int {
 // server (SIGSTOP: it keeps its port and answers nothing, as a dev server
 // whose SQLite connection refuses every statement does) and requires that
 // make dev says so, restarts it, and that a new turn streams to its
-// approval request within a minute.
+// approval request within a minute. make dev asks its server here every
+// second, for 2 s at most (its defaults, 5 s and 5 s, took half a minute
+// to notice); the burst's test runs it with the defaults.
 func TestMakeDevRestartsADevServerThatStopsAnswering(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs make dev's stack")
 	}
 	temporalCLI, err := devserver.Binary()
 	require.NoError(t, err)
-	stack := startDevStack(t, temporalCLI, true)
+	stack := startDevStack(t, temporalCLI, true, "TOLLGATE_DEV_PROBE_EVERY=1", "TOLLGATE_DEV_PROBE_TIMEOUT=2")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	out := startTurnToApproval(ctx, stack.api)
 	cancel()
@@ -236,7 +240,7 @@ func TestMakeDevRestartsADevServerThatStopsAnswering(t *testing.T) {
 	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
 	stopped := time.Now()
 
-	stack.dev.waitLine(t, "the Temporal dev server has not answered for", recoveryWithin)
+	stack.dev.waitLine(t, restartSays, recoveryWithin)
 	t.Logf("make dev saw the dev server not answer after %s", time.Since(stopped).Round(time.Millisecond))
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
