@@ -9,7 +9,11 @@
 # TOLLGATE_DEV_BIN (default bin) is where tollgate's binaries are built;
 # TOLLGATE_DEV_TEMPORAL_PORT, TOLLGATE_DEV_UI_PORT and TOLLGATE_DEV_MODEL_ADDR
 # move the dev server, its Web UI and the scripted model (the README's tour
-# test runs a second stack so).
+# test runs a second stack so). TOLLGATE_DEV_PROBE_EVERY,
+# TOLLGATE_DEV_PROBE_TIMEOUT and TOLLGATE_DEV_PROBE_FAILURES set how make dev
+# watches its dev server (below); TOLLGATE_DEV_BUILD_HEARTBEAT how often (in
+# seconds) it says that the Temporal CLI's build is still going. The tests
+# shorten them, not to wait out the defaults.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -103,10 +107,11 @@ is_wanted_cli() {
 	v=$("$1" --version 2>/dev/null) || return 1
 	[[ $v == "temporal version ${cli_version#v} "* || $v == *"(Server ${server_version#v},"* ]]
 }
+BUILD_HEARTBEAT=${TOLLGATE_DEV_BUILD_HEARTBEAT:-15}
 # minsec SECONDS: 2m05s.
 minsec() { printf '%dm%02ds' $(($1 / 60)) $(($1 % 60)); }
 # build_cli builds bin/temporal with make, saying first what, why and how
-# long, then every 15s that it is still going. The build runs in the
+# long, then every BUILD_HEARTBEAT seconds that it is still going. The build runs in the
 # foreground, so Ctrl-C stops it; the heartbeat ends with this script.
 build_cli() {
 	local log=$LOGS/temporal-build.log
@@ -125,7 +130,7 @@ END
 		for ((i = 1; ; i++)); do
 			sleep 1
 			kill -0 $$ 2>/dev/null || exit 0
-			((i % 15)) || say "still building the Temporal CLI: $(minsec $((SECONDS - start))) so far, $(grep -vc '^go: \|^GOBIN=' "$log") of about 1,300 packages compiled"
+			((i % BUILD_HEARTBEAT)) || say "still building the Temporal CLI: $(minsec $((SECONDS - start))) so far, $(grep -vc '^go: \|^GOBIN=' "$log") of about 1,300 packages compiled"
 		done
 	) &
 	heartbeat=$!
@@ -210,13 +215,15 @@ temporal_args=(server start-dev --ip 127.0.0.1 --port $TEMPORAL_PORT
 # (`Namespace default is not found`) until it restarts. So make dev asks it
 # every PROBE_EVERY seconds whether it serves the namespace, and restarts it
 # (same database, same ports; every workflow carries on) when PROBE_FAILURES
-# asks in a row went unanswered. docs/production.md has the measurements.
+# asks in a row went unanswered within PROBE_TIMEOUT seconds each.
+# docs/production.md has the measurements.
 PROBE_EVERY=${TOLLGATE_DEV_PROBE_EVERY:-5}
+PROBE_TIMEOUT=${TOLLGATE_DEV_PROBE_TIMEOUT:-5}
 PROBE_FAILURES=${TOLLGATE_DEV_PROBE_FAILURES:-3}
-# probe_temporal: the dev server answers for its namespace within 5s.
+# probe_temporal: the dev server answers for its namespace in time.
 probe_temporal() {
 	"$TEMPORAL" operator namespace describe --address "$TEMPORAL_ADDRESS" \
-		--namespace "$TEMPORAL_NAMESPACE" --command-timeout 5s >/dev/null 2>&1
+		--namespace "$TEMPORAL_NAMESPACE" --command-timeout "${PROBE_TIMEOUT}s" >/dev/null 2>&1
 }
 # supervise_temporal runs the dev server, restarts it when it stops
 # answering, and exits with its status when it exits by itself. A TERM or

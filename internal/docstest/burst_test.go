@@ -30,6 +30,18 @@ const (
 	// dev's server for good (issue 28): 400 turns from 8 clients at once.
 	burstTurns   = 400
 	burstClients = 8
+	// burstTurnsOnceRestarted is where the burst ends instead when make
+	// dev has restarted its dev server by then. A server that stops
+	// answering, and its restart, are what the burst is there to bring
+	// about; a second one costs another minute and proves nothing the
+	// first did not. It is past the 140 turns after which make dev's
+	// server first wedged (issue 28); where it wedges varies widely (after
+	// 14 to 370 turns in the runs measured since, and in one run of 400
+	// not at all), so a burst that brought no restart by then goes on to
+	// burstTurns.
+	burstTurnsOnceRestarted = 200
+	// restartSays is what make dev says as it restarts its dev server.
+	restartSays = "the Temporal dev server has not answered for"
 	// burstRequestTimeout bounds one turn's request in the burst: a stack
 	// that neither streams nor refuses within it counts as stuck. It is
 	// longer than make dev takes to notice a dev server that stopped
@@ -99,9 +111,10 @@ func startTurnToApproval(ctx context.Context, api string) turnOutcome {
 
 // TestMakeDevAnswersAgainWithinAMinuteOfABurst starts 400 turns from 8
 // clients at once on make dev's own stack (scripts/dev.sh: its dev server
-// flags, worker and API) and requires that every one either streams to
-// its approval request or is refused with a 503 and Retry-After (never a
-// 500, never a hang), and that a new turn streams to its approval request
+// flags, worker and API; 200 turns when make dev has restarted its dev
+// server by then) and requires that every one either streams to its
+// approval request or is refused with a 503 and Retry-After (never a 500,
+// never a hang), and that a new turn streams to its approval request
 // within a minute of the burst's end.
 func TestMakeDevAnswersAgainWithinAMinuteOfABurst(t *testing.T) {
 	if testing.Short() {
@@ -109,7 +122,7 @@ func TestMakeDevAnswersAgainWithinAMinuteOfABurst(t *testing.T) {
 	}
 	temporalCLI, err := devserver.Binary()
 	require.NoError(t, err)
-	stack := startDevStack(t, temporalCLI)
+	stack := startDevStack(t, temporalCLI, true)
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, name := range []string{"api", "temporal", "worker"} {
@@ -127,6 +140,9 @@ func TestMakeDevAnswersAgainWithinAMinuteOfABurst(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := c; i < burstTurns; i += burstClients {
+				if i >= burstTurnsOnceRestarted && strings.Contains(stack.dev.output(), restartSays) {
+					return
+				}
 				ctx, cancel := context.WithTimeout(context.Background(), burstRequestTimeout)
 				out := startTurnToApproval(ctx, stack.api)
 				cancel()
@@ -140,6 +156,7 @@ func TestMakeDevAnswersAgainWithinAMinuteOfABurst(t *testing.T) {
 
 	counts := map[string]int{}
 	var bad []string
+	turns := len(outcomes)
 	for o := range outcomes {
 		switch {
 		case o.what == "approval":
@@ -169,7 +186,7 @@ func TestMakeDevAnswersAgainWithinAMinuteOfABurst(t *testing.T) {
 	}
 	serverLog, _ := os.ReadFile(filepath.Join(stack.state, "logs", "temporal.log"))
 	t.Logf("burst of %d turns from %d clients took %s; WAL %.1f MB; dev server restarted %d times; outcomes:%s",
-		burstTurns, burstClients, burst.Round(time.Millisecond), float64(wal)/(1<<20),
+		turns, burstClients, burst.Round(time.Millisecond), float64(wal)/(1<<20),
 		strings.Count(string(serverLog), "dev: restarting the dev server"), summary.String())
 
 	// The stack answers again: a new turn streams to its approval request.
@@ -217,14 +234,16 @@ func devServerPID(t *testing.T, port string) int {
 // server (SIGSTOP: it keeps its port and answers nothing, as a dev server
 // whose SQLite connection refuses every statement does) and requires that
 // make dev says so, restarts it, and that a new turn streams to its
-// approval request within a minute.
+// approval request within a minute. make dev asks its server here every
+// second, for 2 s at most (its defaults, 5 s and 5 s, took half a minute
+// to notice); the burst's test runs it with the defaults.
 func TestMakeDevRestartsADevServerThatStopsAnswering(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs make dev's stack")
 	}
 	temporalCLI, err := devserver.Binary()
 	require.NoError(t, err)
-	stack := startDevStack(t, temporalCLI)
+	stack := startDevStack(t, temporalCLI, true, "TOLLGATE_DEV_PROBE_EVERY=1", "TOLLGATE_DEV_PROBE_TIMEOUT=2")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	out := startTurnToApproval(ctx, stack.api)
 	cancel()
@@ -236,7 +255,7 @@ func TestMakeDevRestartsADevServerThatStopsAnswering(t *testing.T) {
 	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
 	stopped := time.Now()
 
-	stack.dev.waitLine(t, "the Temporal dev server has not answered for", recoveryWithin)
+	stack.dev.waitLine(t, restartSays, recoveryWithin)
 	t.Logf("make dev saw the dev server not answer after %s", time.Since(stopped).Round(time.Millisecond))
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/tollgate/tollgate/internal/proctest"
 )
 
 // devScript is what `make dev` runs.
@@ -41,7 +43,8 @@ func startDev(t *testing.T, root string, env ...string) *devRun {
 	for _, kv := range os.Environ() {
 		switch name, _, _ := strings.Cut(kv, "="); name {
 		case "OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_MODEL", "TOLLGATE_NOTIFY_URL", "TOLLGATE_MCP_CONFIG",
-			"TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "HTTP_ADDR", "TEMPORAL_CLI", "TOLLGATE_STATE_DIR", "TOLLGATE_WORKSPACE":
+			"TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "HTTP_ADDR", "TEMPORAL_CLI", "TOLLGATE_STATE_DIR", "TOLLGATE_WORKSPACE",
+			"TOLLGATE_DEV_PROBE_EVERY", "TOLLGATE_DEV_PROBE_TIMEOUT", "TOLLGATE_DEV_PROBE_FAILURES", "TOLLGATE_DEV_BUILD_HEARTBEAT":
 			continue
 		}
 		cmd.Env = append(cmd.Env, kv)
@@ -141,7 +144,7 @@ func freePort(t *testing.T) int {
 // CLI of another version on PATH. The build itself is a stand-in that
 // never ends (the Makefile's temporal target, in a copy of the script's
 // folder), so the test sees the words before it, the heartbeat while it
-// runs and Ctrl-C stopping it.
+// runs (every 2 s here, not every 15 s) and Ctrl-C stopping it.
 func TestMakeDevSaysWhatItBuildsAndHowLongBeforeBuildingTheTemporalCLI(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits for make dev's first heartbeat")
@@ -165,13 +168,14 @@ func TestMakeDevSaysWhatItBuildsAndHowLongBeforeBuildingTheTemporalCLI(t *testin
 	require.NoError(t, os.WriteFile(filepath.Join(path, "temporal"),
 		[]byte("#!/bin/sh\necho 'temporal version 1.9.1 (Server 1.30.0, UI 2.40.0)'\n"), 0o755))
 
-	dev := startDev(t, tree, "PATH="+path+":"+os.Getenv("PATH"), "TOLLGATE_STATE_DIR="+filepath.Join(tree, ".tollgate"))
+	dev := startDev(t, tree, "PATH="+path+":"+os.Getenv("PATH"), "TOLLGATE_STATE_DIR="+filepath.Join(tree, ".tollgate"),
+		"TOLLGATE_DEV_BUILD_HEARTBEAT=2")
 	dev.waitLine(t, "temporal on your PATH says 'temporal version 1.9.1 (Server 1.30.0, UI 2.40.0)', not v1.5.1", time.Minute)
 	dev.waitLine(t, "building the Temporal CLI v1.5.1 into bin/temporal", time.Second)
 	dev.waitLine(t, "about six minutes on two cores", time.Second)
 	dev.waitLine(t, "TEMPORAL_CLI=/path/to/temporal make dev", time.Second)
 	beat := dev.waitLine(t, "still building the Temporal CLI", time.Minute)
-	require.Regexp(t, `still building the Temporal CLI: 0m1[5-9]s so far, 1 of about 1,300 packages compiled$`, beat)
+	require.Regexp(t, `still building the Temporal CLI: 0m0[2-9]s so far, 1 of about 1,300 packages compiled$`, beat)
 	require.Equal(t, 130, dev.interrupt(t), "Ctrl-C during the build stops it:\n%s", dev.output())
 	require.Eventually(t, func() bool { return syscall.Kill(-dev.cmd.Process.Pid, 0) != nil }, 5*time.Second, 50*time.Millisecond,
 		"nothing of the build, nor its heartbeat, is left running")
@@ -189,25 +193,41 @@ type devStack struct {
 	bin, state, workspace string
 }
 
+// devBinaries are the packages make dev builds into its bin folder.
+var devBinaries = []string{"worker", "api", "cmd/scripted-model", "cmd/tollgate"}
+
 // startDevStack runs make dev's script with the Temporal CLI the tests
-// use (TEMPORAL_CLI), and waits for its banner.
-func startDevStack(t *testing.T, temporalCLI string) *devStack {
+// use (TEMPORAL_CLI) and env added, and waits for its banner. With built,
+// its bin folder holds the binaries already, as after a first make dev,
+// linked from proctest's builds, so that the script's go build finds them
+// up to date rather than link them again for each test; without, the
+// script builds them as in a fresh clone.
+func startDevStack(t *testing.T, temporalCLI string, built bool, env ...string) *devStack {
 	t.Helper()
 	s := &devStack{bin: t.TempDir(), state: t.TempDir(), workspace: t.TempDir()}
+	if built {
+		var waits []func() string
+		for _, pkg := range devBinaries {
+			waits = append(waits, proctest.BuildTo(t, "github.com/tollgate/tollgate/"+pkg, filepath.Join(s.bin, filepath.Base(pkg))))
+		}
+		for _, wait := range waits {
+			wait()
+		}
+	}
 	apiAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
 	temporalPort := freePort(t)
 	s.api, s.temporalAddr = "http://"+apiAddr, "127.0.0.1:"+strconv.Itoa(temporalPort)
-	s.dev = startDev(t, root,
-		"TEMPORAL_CLI="+temporalCLI,
-		"TOLLGATE_DEV_BIN="+s.bin,
-		"TOLLGATE_STATE_DIR="+s.state,
-		"TOLLGATE_WORKSPACE="+s.workspace,
+	s.dev = startDev(t, root, append([]string{
+		"TEMPORAL_CLI=" + temporalCLI,
+		"TOLLGATE_DEV_BIN=" + s.bin,
+		"TOLLGATE_STATE_DIR=" + s.state,
+		"TOLLGATE_WORKSPACE=" + s.workspace,
 		"TOLLGATE_MCP_CONFIG=off",
-		"HTTP_ADDR="+apiAddr,
-		"TOLLGATE_DEV_TEMPORAL_PORT="+strconv.Itoa(temporalPort),
-		"TOLLGATE_DEV_UI_PORT="+strconv.Itoa(freePort(t)),
-		"TOLLGATE_DEV_MODEL_ADDR=127.0.0.1:"+strconv.Itoa(freePort(t)),
-	)
+		"HTTP_ADDR=" + apiAddr,
+		"TOLLGATE_DEV_TEMPORAL_PORT=" + strconv.Itoa(temporalPort),
+		"TOLLGATE_DEV_UI_PORT=" + strconv.Itoa(freePort(t)),
+		"TOLLGATE_DEV_MODEL_ADDR=127.0.0.1:" + strconv.Itoa(freePort(t)),
+	}, env...)...)
 	s.dev.waitLine(t, "tollgate is running.", 5*time.Minute)
 	s.dev.waitLine(t, "Ctrl-C stops everything.", 5*time.Second)
 	return s

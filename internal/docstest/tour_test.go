@@ -339,7 +339,7 @@ func TestTheREADMETourAnswersWhatTheREADMEShows(t *testing.T) {
 	require.NoError(t, err)
 	cmds := tourCommands(t, string(readme))
 
-	stack := startDevStack(t, temporalCLI)
+	stack := startDevStack(t, temporalCLI, false) // a new user's make dev builds tollgate
 	sh := newTourShell(t, stack, temporalCLI)
 	var streams []<-chan string
 	// rest is the first stream after its heartbeat; a reader who sends a

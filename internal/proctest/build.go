@@ -32,11 +32,17 @@ const buildTimeout = 5 * time.Minute
 // of it, which a later build there (of changed code) does not touch.
 func Build(t testing.TB, pkg string) (wait func() string) {
 	t.Helper()
+	return BuildTo(t, pkg, filepath.Join(t.TempDir(), filepath.Base(pkg)))
+}
+
+// BuildTo is Build with the binary at bin, a file that does not exist
+// yet.
+func BuildTo(t testing.TB, pkg, bin string) (wait func() string) {
+	t.Helper()
 	module := ModuleDir(t)
 	sum := sha256.Sum256([]byte(module))
 	cached := filepath.Join(CacheDir(t, "bin"), filepath.Base(module)+"-"+hex.EncodeToString(sum[:6]), filepath.FromSlash(pkg))
 	require.NoError(t, os.MkdirAll(filepath.Dir(cached), 0o755))
-	bin := filepath.Join(t.TempDir(), filepath.Base(pkg))
 	built := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
