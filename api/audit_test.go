@@ -188,7 +188,6 @@ func readAll(t *testing.T, resp *http.Response) string {
 // headless Chromium after a turn whose Bash call was approved with an edit
 // and whose Write call was declined.
 func TestTheLedgerPageListsFiltersPagesAndExportsTheRows(t *testing.T) {
-	t.Parallel()
 	st := newStack(t)
 	_, msgs := st.chat(t, `{"query":"one","conversationId":"ledger-page"}`)
 	seq := 0

@@ -257,7 +257,6 @@ func TestDecisionRecordsWhoDecidedInTheEventAndTheWorkflowHistory(t *testing.T) 
 }
 
 func TestConsoleAndInboxSendTheTokenTypedIntoThem(t *testing.T) {
-	t.Parallel()
 	st := newStack(t)
 	api := st.newAuthedAPI(t)
 	b := newBrowser(t)

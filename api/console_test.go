@@ -277,7 +277,6 @@ func turnIDOf(b *browser, sel string) string {
 }
 
 func TestConsoleApprovesAndDeclinesByClickAndShowsTheResults(t *testing.T) {
-	t.Parallel()
 	env := newStack(t)
 	b := newBrowser(t)
 	b.do(chromedp.Navigate(env.api.URL + "/"))
@@ -346,7 +345,6 @@ func TestConsoleApprovesAndDeclinesByClickAndShowsTheResults(t *testing.T) {
 }
 
 func TestConsoleShowsEveryEventOnceAfterADroppedConnectionAndAReload(t *testing.T) {
-	t.Parallel()
 	env := newStack(t)
 	b := newBrowser(t)
 	b.do(chromedp.Navigate(env.api.URL + "/"))
@@ -396,7 +394,6 @@ func TestConsoleShowsEveryEventOnceAfterADroppedConnectionAndAReload(t *testing.
 }
 
 func TestInboxListsPendingApprovalsAndDecidingThereFinishesTheTurn(t *testing.T) {
-	t.Parallel()
 	st := newStack(t)
 	resp, msgs := st.chat(t, `{"query": "inbox please", "conversationId": "inbox-1"}`)
 	turnID := resp.Header.Get(protocol.HeaderTurnID)
@@ -478,7 +475,6 @@ func TestInboxListsPendingApprovalsAndDecidingThereFinishesTheTurn(t *testing.T)
 }
 
 func TestConsoleNestsSubagentEventsUnderTheirTaskCall(t *testing.T) {
-	t.Parallel()
 	env := newStack(t, withSettings(func(s *workflows.Settings) { s.Agents = []workflows.AgentDef{notetaker} }))
 	b := newBrowser(t)
 	b.do(chromedp.Navigate(env.api.URL + "/"))
@@ -504,7 +500,6 @@ func TestConsoleNestsSubagentEventsUnderTheirTaskCall(t *testing.T) {
 }
 
 func TestConsoleStrikesThroughTheTextARetriedModelCallVoided(t *testing.T) {
-	t.Parallel()
 	// The first answer hangs after its first words; the retry, once the
 	// heartbeat timeout gives the first attempt up, words it otherwise.
 	never := make(chan struct{})
@@ -570,7 +565,6 @@ func TestWebPagesAreServedWithTheirTypesAndAStrictPolicy(t *testing.T) {
 }
 
 func TestConsoleSaysWhenTheContextWasCompacted(t *testing.T) {
-	t.Parallel()
 	script := func(req openai.ChatCompletionRequest) scripted.Reply {
 		if req.Messages[len(req.Messages)-1].Role == openai.ChatMessageRoleTool {
 			return scripted.Reply{Content: "Read it."}
@@ -595,7 +589,6 @@ func TestConsoleSaysWhenTheContextWasCompacted(t *testing.T) {
 }
 
 func TestConsoleSaysACallTheTurnStoppedBeforeWasNotRunRatherThanDeclined(t *testing.T) {
-	t.Parallel()
 	env := newStack(t)
 	b := newBrowser(t)
 	b.do(chromedp.Navigate(env.api.URL + "/"))
@@ -630,7 +623,6 @@ func TestConsoleSaysACallTheTurnStoppedBeforeWasNotRunRatherThanDeclined(t *test
 // API while the inbox shows it: the card moves to the decided ones with the
 // ledger's outcome.
 func TestInboxSaysWhatBecameOfACallDecidedElsewhere(t *testing.T) {
-	t.Parallel()
 	st := newStack(t)
 	_, msgs := st.chat(t, `{"query": "decide it elsewhere", "conversationId": "inbox-elsewhere"}`)
 	seq := 0
@@ -651,7 +643,6 @@ func TestInboxSaysWhatBecameOfACallDecidedElsewhere(t *testing.T) {
 // tool-call budget is spent by its first batch: the console shows the
 // budget's request, and approving it lets the turn finish.
 func TestConsoleAsksToRaiseASpentBudgetAndTheTurnGoesOn(t *testing.T) {
-	t.Parallel()
 	env := newStack(t, withSettings(func(s *workflows.Settings) { s.Budgets = contract.Budgets{TurnToolCalls: 2} }))
 	b := newBrowser(t)
 	b.do(chromedp.Navigate(env.api.URL + "/"))
@@ -681,7 +672,6 @@ func TestConsoleAsksToRaiseASpentBudgetAndTheTurnGoesOn(t *testing.T) {
 // click. The Write overwrites a file: its card shows the worker's preview,
 // not a diff of its own.
 func TestConsoleOpensAConversationStartedElsewhereWithItsTurnsMessagesAndWaitingCalls(t *testing.T) {
-	t.Parallel()
 	st := newStack(t)
 	require.NoError(t, os.MkdirAll(filepath.Join(st.workspace, filepath.Dir(scripted.DemoNotePath)), 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(st.workspace, scripted.DemoNotePath), []byte("an older note\n"), 0o644))
@@ -741,7 +731,6 @@ func TestConsoleOpensAConversationStartedElsewhereWithItsTurnsMessagesAndWaiting
 }
 
 func TestConsoleCompactsTheConversationWithInstructions(t *testing.T) {
-	t.Parallel()
 	env := newStack(t, withScript(summaryScript))
 	b := newBrowser(t)
 	b.do(chromedp.Navigate(env.api.URL + "/"))
@@ -774,7 +763,6 @@ func TestConsoleCompactsTheConversationWithInstructions(t *testing.T) {
 // while nothing changes, and a decision made elsewhere still moves its
 // card to the decided ones.
 func TestInboxShowsAPageOfThousandsAndStaysLiveOnUnchangedPolls(t *testing.T) {
-	t.Parallel()
 	st := newStack(t)
 	_, msgs := st.chat(t, `{"query": "among many", "conversationId": "inbox-many"}`)
 	seq := 0
@@ -816,7 +804,6 @@ func TestInboxShowsAPageOfThousandsAndStaysLiveOnUnchangedPolls(t *testing.T) {
 }
 
 func TestConsoleDecidesATurnsWaitingCallsAllAtOnce(t *testing.T) {
-	t.Parallel()
 	env := newStack(t)
 	b := newBrowser(t)
 	b.do(chromedp.Navigate(env.api.URL + "/"))

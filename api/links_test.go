@@ -271,7 +271,6 @@ func linkPageTitle(b *browser, want string) string {
 }
 
 func TestALinkOpenedInABrowserDecidesByItsButtonAndAPageElsewhereCannotPostIt(t *testing.T) {
-	t.Parallel()
 	st, sink, _ := linkStack(t)
 	_, msgs := st.chat(t, `{"query":"one","conversationId":"links-browser"}`)
 	seq := 0

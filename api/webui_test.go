@@ -104,7 +104,6 @@ func summariesOf(t *testing.T, st *stack, id string) []string {
 // page (the current details are TestTheWebUISaysWhatAWaitingTurnWaitsFor's);
 // the screenshot goes to $TOLLGATE_SCREENSHOT_DIR when set.
 func TestTheWebUIShowsTheCallsATurnWaitsFor(t *testing.T) {
-	t.Parallel()
 	st := newStack(t, withDevServer(devserver.Options{UI: true}))
 	_, msgs := st.chat(t, `{"query": "tidy up", "conversationId": "webui-page"}`)
 	seq := 0
@@ -178,7 +177,6 @@ func requireStatus(t *testing.T, st *stack, status string, ids ...string) {
 // console's own diff of the arguments showed "−0"), a multi-line command is
 // shown line by line, in the stream, in GET /approvals and in the console.
 func TestTheApproverSeesWhatACallWillReallyDo(t *testing.T) {
-	t.Parallel()
 	lines := strings.Repeat("an old line\n", 40)
 	script := func(req openai.ChatCompletionRequest) scripted.Reply {
 		if countRole(req.Messages, openai.ChatMessageRoleTool) > 0 {
