@@ -297,9 +297,13 @@ func TestConsoleApprovesAndDeclinesByClickAndShowsTheResults(t *testing.T) {
 	b.waitUntil(fmt.Sprintf(`document.querySelector(%s)?.textContent === "waiting for the batch"`, jsQuote(callIn(turn, "Read")+` [data-testid="call-status"]`)))
 	b.screenshot("console-mid-approval")
 
-	// Approve the Write, decline the Bash with a reason.
+	// Approve the Write, decline the Bash with a reason. Each decision
+	// folds its call's buttons away, which moves the calls below it: the
+	// next click waits for that, as a person's eyes would, or it lands
+	// where the button was (seen on a loaded machine).
+	b.do(chromedp.Click(chromedp.CSS(callIn(turn, "Write") + ` [data-testid="approve"]`)))
+	b.waitUntil(count(callIn(turn, "Write")+` [data-testid="approval-actions"]:not([hidden])`) + ` === 0`)
 	b.do(
-		chromedp.Click(chromedp.CSS(callIn(turn, "Write")+` [data-testid="approve"]`)),
 		chromedp.SendKeys(chromedp.CSS(callIn(turn, "Bash")+` [data-testid="decline-reason"]`), "not on a Friday"),
 		chromedp.Click(chromedp.CSS(callIn(turn, "Bash")+` [data-testid="decline"]`)),
 	)
@@ -329,6 +333,9 @@ func TestConsoleApprovesAndDeclinesByClickAndShowsTheResults(t *testing.T) {
 	b.do(
 		chromedp.WaitVisible(chromedp.CSS(callIn(turn2, "Bash")+` [data-testid="edit"]`)),
 		chromedp.Click(chromedp.CSS(callIn(turn2, "Write")+` [data-testid="decline"]`)),
+	)
+	b.waitUntil(count(callIn(turn2, "Write")+` [data-testid="approval-actions"]:not([hidden])`) + ` === 0`)
+	b.do(
 		chromedp.Click(chromedp.CSS(callIn(turn2, "Bash")+` [data-testid="edit"]`)),
 		chromedp.WaitVisible(chromedp.CSS(callIn(turn2, "Bash")+` [data-testid="edit-args"]`)),
 	)
