@@ -248,11 +248,25 @@ func TestTheBinariesExportOneTraceOverOTLPWhenTheEndpointIsSet(t *testing.T) {
 	// The caller's span is not among them: "?" ends each ancestry.
 	ancestry := append(slices.Clone(turnAncestry), "?")
 	require.Equal(t, ancestry[1:], trace.Ancestry(run[0]))
+	// Each model request is in the trace, under its activity. The run
+	// that scheduled the first may have left the worker's cache before the
+	// turn ended (seen in CI after a query the API gave up on failed to
+	// answer): the run that replays it ends and exports its RunWorkflow
+	// span, the evicted run's never ends, so its StartActivity has no
+	// exported parent. The last call is always the exported run's.
 	calls := trace.Named("HTTP POST")
 	require.Len(t, calls, 2)
+	slices.SortFunc(calls, func(a, b spantest.Span) int { return a.Start.Compare(b.Start) })
 	var sent []string
-	for _, c := range calls {
-		require.Equal(t, append([]string{"RunActivity:Model", "StartActivity:Model"}, ancestry...), trace.Ancestry(c))
+	full := append([]string{"RunActivity:Model", "StartActivity:Model"}, ancestry...)
+	for i, c := range calls {
+		got := trace.Ancestry(c)
+		if i == 0 && !slices.Equal(full, got) {
+			require.Equal(t, []string{"RunActivity:Model", "StartActivity:Model", "?"}, got)
+			t.Logf("the first model call's run left the worker's cache before the turn ended: %v", got)
+		} else {
+			require.Equal(t, full, got)
+		}
 		sent = append(sent, "00-"+c.TraceID+"-"+c.SpanID+"-01")
 	}
 	mu.Lock()
