@@ -52,6 +52,7 @@ func decisionOf(b protocol.DecisionRequest) (protocol.ApprovalDecision, error) {
 		RequestID: b.RequestID, Decision: b.Decision, Reason: b.Reason, Arguments: args,
 		Remember: b.Remember, SameArguments: b.SameArguments,
 		RememberFor: b.RememberFor, RememberUses: b.RememberUses, RememberWhen: b.RememberWhen,
+		Unconfined: b.Unconfined,
 	}
 	if err := d.Check(); err != nil {
 		return protocol.ApprovalDecision{}, badRequest("%s", err)

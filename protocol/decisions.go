@@ -73,6 +73,12 @@ type ApprovalDecision struct {
 	// arguments (args) and its tool's annotations, as a policy rule's
 	// when: the grant decides only the calls for which it is true.
 	RememberWhen string `json:"rememberWhen,omitempty"`
+	// Unconfined, with an approve of a call that ran in the Bash sandbox
+	// (Event.Sandbox), runs the command for real, outside the sandbox,
+	// instead of applying what it changed there: a separate, explicit
+	// decision that the ledger records. It is the only way to approve an
+	// edited command that the sandbox ran as first written.
+	Unconfined bool `json:"unconfined,omitempty"`
 	// Principal names who decided. The API sets it from the caller's bearer
 	// token and overwrites whatever a body said; a client with Temporal
 	// access (the CLI's signal or Update) is trusted to say who it is, and a
@@ -95,6 +101,9 @@ func (d ApprovalDecision) Check() error {
 			return errors.New("edited arguments are not a JSON object")
 		}
 	case DecisionDecline:
+		if d.Unconfined {
+			return errors.New("unconfined runs an approved command outside the sandbox: it needs the decision approve")
+		}
 	default:
 		return fmt.Errorf("decision %q is neither %q nor %q", d.Decision, DecisionApprove, DecisionDecline)
 	}

@@ -122,6 +122,14 @@ type Event struct {
 	// the worker where the files are: a Write's or an Edit's diff against
 	// the file, a Bash command line by line.
 	Preview string `json:"preview,omitempty"`
+	// Sandbox, on approval_request, is what a Bash call did when it ran
+	// in the sandbox before anyone was asked (TOLLGATE_BASH_SANDBOX=
+	// preview): how it ended, its output, and the files it changed with
+	// their diffs, without their contents. An approve applies exactly
+	// those changes; Unconfined, on the approval_decision, says the person
+	// chose to run the command for real instead.
+	Sandbox    *SandboxRun `json:"sandbox,omitempty"`
+	Unconfined bool        `json:"unconfined,omitempty"`
 	// Kind, on approval_request, is "budget" for a budget's request
 	// (omitted for a tool call's).
 	Kind string `json:"kind,omitempty"`

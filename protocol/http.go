@@ -42,6 +42,7 @@ type DecisionRequest struct {
 	RememberFor   string          `json:"rememberFor,omitempty"`
 	RememberUses  int             `json:"rememberUses,omitempty"`
 	RememberWhen  string          `json:"rememberWhen,omitempty"`
+	Unconfined    bool            `json:"unconfined,omitempty"`
 }
 
 // BatchDecisionRequest is the body of POST /chat/approvals: decisions, as

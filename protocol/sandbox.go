@@ -1,5 +1,7 @@
 package protocol
 
+import "slices"
+
 // Bash sandbox modes (TOLLGATE_BASH_SANDBOX): what a protected Bash call
 // does before a person is asked about it.
 const (
@@ -44,6 +46,11 @@ type SandboxRun struct {
 	// TooLarge, when set, says why the changes cannot be applied from the
 	// run (their size, their number): approving then applies nothing.
 	TooLarge string `json:"tooLarge,omitempty"`
+	// Preview is the run as the person who decides reads it: how it
+	// ended, the start and end of its output, and each change with its
+	// diff, bounded like the other previews. The worker writes it, so a
+	// replay shows the words the person saw.
+	Preview string `json:"preview,omitempty"`
 	// Unavailable, when set, says why the command could not run in the
 	// sandbox at all (the machine cannot start it): the request asks about
 	// the command as it would run unconfined, as without a sandbox.
@@ -90,4 +97,21 @@ type SandboxApplied struct {
 	// Conflicts are the paths refused because the workspace changed under
 	// them after the command ran, each with why.
 	Conflicts []string `json:"conflicts,omitempty"`
+}
+
+// Ran reports whether the command ran in the sandbox: an approve then
+// applies what it changed there (nothing when they were TooLarge), never
+// the command itself.
+func (r *SandboxRun) Ran() bool {
+	return r != nil && r.Unavailable == ""
+}
+
+// Shown is the run as events carry it: every field but the files'
+// contents, which only the apply needs.
+func (r SandboxRun) Shown() SandboxRun {
+	r.Changes = slices.Clone(r.Changes)
+	for i := range r.Changes {
+		r.Changes[i].Content = nil
+	}
+	return r
 }

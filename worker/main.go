@@ -53,7 +53,7 @@ func main() {
 // reason; what a step opened is closed when run returns, the worker
 // stopped first.
 func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
-	warnOfTools(log)
+	warnOfTools(log, cfg)
 	// The policy is checked before anything else: a rule that does not
 	// compile stops the worker.
 	rules, err := policy.Load(cfg.PolicyFile)
@@ -112,7 +112,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	log.Info("worker started", "taskQueue", cfg.TaskQueue, "temporal", cfg.TemporalAddress,
 		"workspace", cfg.Workspace, "requiredTools", cfg.RequiredTools, "model", cfg.OpenAIModel, "subagents", len(agentDefs), "policyRules", len(rules), "notices", cfg.NotifyURL != "", "links", cfg.NotifyURL != "" && cfg.Links != nil,
-		"audit", auditWhere(ledger), "workflowCacheSize", cfg.WorkflowCacheSize, "mcpTools", len(mcpServers.Specs()), "tracing", tracing.On(), "bashIsolation", activities.BashIsolation())
+		"audit", auditWhere(ledger), "workflowCacheSize", cfg.WorkflowCacheSize, "mcpTools", len(mcpServers.Specs()), "tracing", tracing.On(), "bashIsolation", activities.BashIsolation(), "bashSandbox", bashSandbox(cfg))
 	<-ctx.Done()
 	log.Info("worker stopping")
 	w.Stop()
@@ -123,7 +123,12 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 // start, before any starts (an MCP server, a command): it holds the
 // worker's secrets. Where that, or a PID namespace for Bash commands, cannot
 // be had, the worker says so and runs on.
-func warnOfTools(log *slog.Logger) {
+func warnOfTools(log *slog.Logger, cfg config.Config) {
+	if cfg.BashSandbox == protocol.SandboxPreview {
+		if err := activities.BashSandbox(); err != nil {
+			log.Error("the Bash sandbox cannot start on this machine: Bash calls ask as without it, and never run unconfined in its stead", "error", err)
+		}
+	}
 	if err := activities.HideWorker(); err != nil {
 		log.Warn("the programs the worker starts may read its environment", "error", err)
 	}
@@ -318,7 +323,19 @@ func settings(cfg config.Config, p parts, tools []protocol.ToolSpec) workflows.S
 		ContextBudget:    cfg.ContextBudget,
 		ContextWindow:    cfg.ContextWindow,
 		ContextRecent:    cfg.ContextRecent,
+		BashSandbox:      bashSandbox(cfg),
 	}
+}
+
+// bashSandbox is the sandbox mode the worker's turns record: the one
+// configured, or none on a machine where the sandbox cannot start (which
+// warnOfTools reports at start), so that Bash calls ask as without one,
+// never run unconfined in its stead.
+func bashSandbox(cfg config.Config) string {
+	if cfg.BashSandbox != protocol.SandboxPreview || activities.BashSandbox() != nil {
+		return ""
+	}
+	return protocol.SandboxPreview
 }
 
 // surveyLimit bounds how long the start-up check of the payload store

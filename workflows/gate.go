@@ -54,6 +54,10 @@ type approval struct {
 	rememberWhen  string
 	// decidedBy says what decided: one of the DecidedBy values.
 	decidedBy string
+	// sandboxed is true of a call that ran in the Bash sandbox before it
+	// asked; unconfined of its approve when the person chose to run the
+	// command for real instead of applying what it changed there.
+	sandboxed, unconfined bool
 }
 
 // gate is the approval gate of one workflow: the requests it has published,
@@ -107,11 +111,13 @@ func newGate(ctx workflow.Context, log *eventLog, conversationID, sender string,
 // names the workflow, so the API can find it from the id alone, and is bound
 // to the call (see boundRequestID); it is made once and recorded in history.
 func (g *gate) request(ctx workflow.Context, call protocol.ToolCall, timeout time.Duration, note, preview string) *approval {
-	return g.requestAs(ctx, g.newRequestID(ctx, call), call, timeout, note, preview)
+	return g.requestAs(ctx, g.newRequestID(ctx, call), call, timeout, note, preview, nil)
 }
 
-// requestAs is request with the request's id made already (batchRequestID).
-func (g *gate) requestAs(ctx workflow.Context, id string, call protocol.ToolCall, timeout time.Duration, note, preview string) *approval {
+// requestAs is request with the request's id made already (batchRequestID),
+// for a call that did what sandbox says in the Bash sandbox (nil when it
+// did not run there).
+func (g *gate) requestAs(ctx workflow.Context, id string, call protocol.ToolCall, timeout time.Duration, note, preview string, sandbox *protocol.SandboxRun) *approval {
 	now := workflow.Now(ctx)
 	a := &approval{
 		RequestID:   id,
@@ -119,6 +125,12 @@ func (g *gate) requestAs(ctx workflow.Context, id string, call protocol.ToolCall
 		RequestedAt: now,
 		ExpiresAt:   now.Add(timeout),
 		Preview:     preview,
+		sandboxed:   sandbox.Ran(),
+	}
+	var shown *protocol.SandboxRun
+	if sandbox != nil {
+		s := sandbox.Shown()
+		shown = &s
 	}
 	g.all = append(g.all, a)
 	g.byID[a.RequestID] = a
@@ -133,6 +145,7 @@ func (g *gate) requestAs(ctx workflow.Context, id string, call protocol.ToolCall
 		ExpiresAt:  &expires,
 		Reason:     note,
 		Preview:    preview,
+		Sandbox:    shown,
 		Kind:       requestKind(call),
 	})
 	countRequest(ctx)
@@ -266,6 +279,7 @@ func (g *gate) take(ctx workflow.Context, d protocol.ApprovalDecision, by string
 	a.rememberFor, _ = d.RememberDuration()
 	a.rememberUses, a.rememberWhen = d.RememberUses, d.RememberWhen
 	a.role = d.Role
+	a.unconfined = d.Unconfined && d.Decision == protocol.DecisionApprove
 	g.decide(ctx, a, d.Decision, d.Reason, d.Arguments, by, DecidedByPerson)
 	return nil
 }
@@ -289,6 +303,7 @@ func (g *gate) decide(ctx workflow.Context, a *approval, decision, reason, argum
 		Reason:     reason,
 		By:         by,
 		Role:       a.role,
+		Unconfined: a.unconfined,
 	})
 	countDecision(ctx, decision, a.RequestedAt)
 	g.traceDecision(ctx, a, decidedBy)

@@ -26,6 +26,9 @@ type passage struct {
 	// preview says what the call will do, as the worker read it, for a
 	// call that may ask (turn.previews).
 	preview string
+	// sandbox is what the call did in the Bash sandbox before the gate
+	// met it (turn.sandboxRuns): an approve applies its changes.
+	sandbox *protocol.SandboxRun
 	// route is the way the gate takes the call (routes).
 	route *route
 	// grant is the remembered decision that answered the call
@@ -104,8 +107,9 @@ func (b *batch) results() []protocol.ToolResult {
 }
 
 // openBatch makes the passages of a batch: it vets the calls (vetBatch),
-// sees whether the batch follows the strict gate, and previews the calls
-// that may ask, in that order.
+// sees whether the batch follows the strict gate, previews the calls that
+// may ask, and runs those of Bash in the sandbox when the turn does, in
+// that order.
 func (t *turn) openBatch(ctx workflow.Context, calls []protocol.ToolCall) *batch {
 	t.newBatchForLedger()
 	t.gate.newBatch()
@@ -114,10 +118,14 @@ func (t *turn) openBatch(ctx workflow.Context, calls []protocol.ToolCall) *batch
 	t.strictGate(ctx, calls)
 	b := &batch{calls: calls}
 	previews := t.previews(ctx, calls, vetted)
+	runs := t.sandboxRuns(ctx, calls, vetted)
 	b.passages = make([]*passage, len(calls))
 	for i, call := range calls {
-		b.passages[i] = &passage{index: i, call: call, vetting: vetted[i], preview: previews[i],
+		b.passages[i] = &passage{index: i, call: call, vetting: vetted[i], preview: previews[i], sandbox: runs[i],
 			result: protocol.ToolResult{ID: call.ID, Name: call.Name}}
+		if r := runs[i]; r != nil {
+			b.passages[i].preview = r.Preview
+		}
 	}
 	return b
 }
@@ -248,7 +256,11 @@ func (t *turn) recordOutcomes(ctx workflow.Context, b *batch) {
 	var ended []audit.Record
 	for _, p := range b.passages {
 		if p.row != nil {
-			ended = append(ended, auditEnded(ctx, *p.row, p.approval, p.ran, p.result))
+			r := auditEnded(ctx, *p.row, p.approval, p.ran, p.result)
+			if p.result.Status != protocol.StatusDeclined && p.result.Status != protocol.StatusTimeout {
+				r.Sandbox = p.sandboxWord()
+			}
+			ended = append(ended, r)
 		}
 	}
 	if len(ended) > 0 && t.offPath(ctx) {

@@ -160,7 +160,7 @@ func passAsk(t *turn, ctx workflow.Context, b *batch, p *passage) {
 		workflow.GetLogger(ctx).Warn("policy fails closed", "toolCallId", p.call.ID, "problem", c.Problem)
 	}
 	if t.settings.PatchLevel >= levelBatchIDs {
-		p.approval = t.gate.requestAs(ctx, t.gate.batchRequestID(ctx, b.calls, p.index), p.call, c.Timeout, c.Problem, p.preview)
+		p.approval = t.gate.requestAs(ctx, t.gate.batchRequestID(ctx, b.calls, p.index), p.call, c.Timeout, c.Problem, p.preview, p.sandbox)
 	} else {
 		p.approval = t.gate.request(ctx, p.call, c.Timeout, c.Problem, p.preview)
 	}

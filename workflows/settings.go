@@ -99,6 +99,11 @@ type Settings struct {
 	// ContextRecent is the share of the view, in percent, that the newest
 	// whole turns may take before older ones are summarized.
 	ContextRecent int `json:"contextRecent,omitempty"`
+	// BashSandbox is protocol.SandboxPreview when a protected Bash call
+	// first runs in the sandbox, before anyone is asked (sandbox.go); empty
+	// (settings recorded before it, or a worker whose machine cannot start
+	// the sandbox) when it only runs once approved, as it is.
+	BashSandbox string `json:"bashSandbox,omitempty"`
 	// PatchLevel is the patch level of the build that began the workflow
 	// (patches.go): set when its settings are recorded, never by
 	// withDefaults, so that settings recorded before levels stay at 0.

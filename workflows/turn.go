@@ -556,6 +556,8 @@ func (t *turn) runCall(ctx workflow.Context, p *passage, call protocol.ToolCall)
 	case offers(t.clientTools, call.Name):
 		t.writeOwed(ctx)
 		out = t.gate.runClientTool(ctx, call, p.vetting.Check.Timeout)
+	case p.sandboxed():
+		out = t.applySandbox(ctx, p)
 	default:
 		out = t.runTool(ctx, call)
 	}
@@ -646,6 +648,9 @@ func (t *turn) validateDecision(ctx workflow.Context, d protocol.ApprovalDecisio
 		return err
 	}
 	if err := t.checkEdit(d); err != nil {
+		return err
+	}
+	if err := checkSandboxDecision(t.gate.byID[d.RequestID], d); err != nil {
 		return err
 	}
 	return checkGrantScope(d)

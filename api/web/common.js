@@ -141,6 +141,31 @@ const TG = (() => {
       }, l))) : null);
   }
 
+  // sandboxView shows what a Bash call did in the sandbox before anyone
+  // was asked (the approval request's sandbox): how it ended, each file it
+  // added, changed, deleted or renamed with its diff, and its output. An
+  // approve applies exactly these changes.
+  function sandboxView(run) {
+    if (!run) return null;
+    const ended = run.timedOut ? 'timed out' : run.signal ? `killed (${run.signal})` : `exit ${run.exitCode}`;
+    const changes = run.changes || [];
+    const head = run.unavailable
+      ? `not run in the sandbox: ${run.unavailable}`
+      : `ran in the sandbox: ${ended} · ${changes.length} ${changes.length === 1 ? 'file' : 'files'} changed`;
+    const lines = (text) => h('pre', { class: 'preview-body' }, text.split('\n').map((l) => h('span', {
+      class: l.startsWith('+') ? 'dl add' : l.startsWith('-') ? 'dl del' : 'dl ctx',
+    }, l)));
+    return h('div', { class: 'preview sandbox', testid: 'sandbox' },
+      h('div', { class: 'preview-head' }, head),
+      run.tooLarge ? h('div', { class: 'sandbox-too-large', testid: 'sandbox-too-large' }, `an approve applies nothing: ${run.tooLarge}`) : null,
+      h('ul', { class: 'sandbox-changes' }, changes.map((c) => h('li', { testid: 'sandbox-change', 'data-op': c.op, 'data-path': c.path },
+        h('span', { class: 'badge', 'data-status': c.op }, c.op), ' ',
+        h('code', {}, c.from ? `${c.from} → ${c.path}` : c.path),
+        c.binary ? ` (binary, ${c.size} bytes)` : null,
+        c.diff ? lines(c.diff) : null))),
+      run.output ? h('details', { testid: 'sandbox-output' }, h('summary', {}, 'output'), h('pre', { class: 'preview-body' }, run.output)) : null);
+  }
+
   // argsView shows a call's arguments as indented JSON.
   function argsView(args) {
     return h('pre', { class: 'json', testid: 'tool-args' }, pretty(args));
@@ -297,7 +322,12 @@ const TG = (() => {
   // decisionPanel is the approve / decline (with a reason) / edit the
   // arguments and approve panel of one approval request. onSent(decision,
   // accepted) is called once the API answered.
-  function decisionPanel({ requestId, arguments: args, onSent }) {
+  //
+  // For a call that ran in the sandbox (sandboxed), Approve applies what
+  // it changed there; "Run unconfined" runs the command for real instead,
+  // a separate decision the ledger records, and the only way to run an
+  // edited command (the sandbox ran the model's).
+  function decisionPanel({ requestId, arguments: args, sandboxed, onSent }) {
     const status = h('span', { class: 'decision-status', testid: 'approval-status', role: 'status' });
     const reason = h('input', { type: 'text', class: 'reason', testid: 'decline-reason', placeholder: 'reason (optional)', 'aria-label': 'reason for declining' });
     const editor = h('textarea', { class: 'json edit-args', testid: 'edit-args', rows: 8, spellcheck: 'false', 'aria-label': 'edited arguments' });
@@ -343,13 +373,14 @@ const TG = (() => {
         status.textContent = 'the edited arguments must be a JSON object';
         return;
       }
-      send({ decision: 'approve', arguments: JSON.stringify(edited) });
+      send({ decision: 'approve', arguments: JSON.stringify(edited), ...(sandboxed ? { unconfined: true } : {}) });
     };
     editBox.append(editor, h('div', { class: 'row' },
-      button('Approve with these arguments', 'approve', 'approve-edited', approveEdited)));
+      button(sandboxed ? 'Run these arguments unconfined' : 'Approve with these arguments', 'approve', 'approve-edited', approveEdited)));
     const panel = h('div', { class: 'decision-panel', testid: 'approval-actions', 'data-request-id': requestId },
       h('div', { class: 'row' },
-        button('Approve', 'approve', 'approve', () => send({ decision: 'approve' })),
+        button(sandboxed ? 'Apply these changes' : 'Approve', 'approve', 'approve', () => send({ decision: 'approve' })),
+        sandboxed ? button('Run unconfined', 'secondary', 'approve-unconfined', () => send({ decision: 'approve', unconfined: true })) : null,
         reason,
         button('Decline', 'decline', 'decline', () => send({ decision: 'decline', reason: reason.value.trim() })),
         button('Edit arguments', 'secondary', 'edit', () => {
@@ -367,5 +398,5 @@ const TG = (() => {
     return panel;
   }
 
-  return { h, parseObject, summary, diffView, previewView, argsView, tick, startClock, expiry, age, authHeaders, decisionPanel, batchPanel };
+  return { h, parseObject, summary, diffView, previewView, sandboxView, argsView, tick, startClock, expiry, age, authHeaders, decisionPanel, batchPanel };
 })();

@@ -432,13 +432,14 @@
     }
 
     approvalRequest(scope, ev) {
-      const panel = TG.decisionPanel({ requestId: ev.requestId, arguments: ev.arguments });
+      const sandboxed = !!(ev.sandbox && !ev.sandbox.unavailable);
+      const panel = TG.decisionPanel({ requestId: ev.requestId, arguments: ev.arguments, sandboxed });
       const budget = ev.kind === 'budget';
       const el = h('div', { class: budget ? 'approval budget' : 'approval', testid: 'approval-request', 'data-request-id': ev.requestId, 'data-tool': ev.toolName, 'data-kind': ev.kind || null },
         budget
           ? h('div', { class: 'approval-head' }, h('strong', {}, 'Budget spent'), ': ', ev.reason || '', ' · ', TG.expiry(ev.expiresAt))
           : h('div', { class: 'approval-head' }, 'Approval needed for ', h('strong', {}, ev.toolName), ' · ', TG.expiry(ev.expiresAt)),
-        budget ? null : TG.previewView(ev.preview),
+        budget ? null : (sandboxed ? TG.sandboxView(ev.sandbox) : TG.previewView(ev.preview)),
         panel);
       const card = scope.cards.get(ev.toolCallId);
       if (card) {

@@ -296,7 +296,8 @@ func (p *printer) handle(ctx context.Context, e protocol.Event, items <-chan str
 			fmt.Fprintf(p.out, "%s? %s was decided elsewhere\n", tag, e.ToolName)
 			return nil
 		}
-		req := request{RequestID: e.RequestID, ToolName: e.ToolName, Arguments: e.Arguments, Note: e.Reason, Preview: e.Preview}
+		req := request{RequestID: e.RequestID, ToolName: e.ToolName, Arguments: e.Arguments, Note: e.Reason, Preview: e.Preview,
+			Sandboxed: e.Sandbox.Ran()}
 		if sub {
 			req.Subagent = e.Name
 		}

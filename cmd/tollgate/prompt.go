@@ -17,6 +17,10 @@ import (
 // promptLine is the question asked for every approval request.
 const promptLine = "approve? [y/N/e=edit/r=reason] "
 
+// sandboxPromptLine is the question asked about a call that ran in the
+// sandbox: y applies what it changed there, u runs it for real.
+const sandboxPromptLine = "apply these changes? [y/N/u=run unconfined/e=edit and run unconfined/r=reason] "
+
 // request is what a person is asked to decide: an approval_request (or
 // subagent_approval_request) event, or a pending approval from the inbox.
 type request struct {
@@ -30,6 +34,9 @@ type request struct {
 	Note string
 	// Preview says what the call will do, as the worker read it.
 	Preview string
+	// Sandboxed is true of a call that ran in the sandbox before it asked:
+	// an approve applies what it changed there.
+	Sandboxed bool
 }
 
 // decider sends a decision to tollgate; the API client is one.
@@ -63,8 +70,12 @@ func (a *asker) line() (text string, ok bool) {
 func (a *asker) ask(req request) protocol.ApprovalDecision {
 	d := protocol.ApprovalDecision{RequestID: req.RequestID, Decision: protocol.DecisionDecline}
 	a.show(req)
+	prompt := promptLine
+	if req.Sandboxed {
+		prompt = sandboxPromptLine
+	}
 	for {
-		fmt.Fprint(a.out, promptLine)
+		fmt.Fprint(a.out, prompt)
 		answer, ok := a.line()
 		if !ok {
 			fmt.Fprintln(a.out, "\n(no answer: declining)")
@@ -73,6 +84,13 @@ func (a *asker) ask(req request) protocol.ApprovalDecision {
 		switch strings.ToLower(strings.TrimSpace(answer)) {
 		case "y", "yes":
 			d.Decision = protocol.DecisionApprove
+			return d
+		case "u", "unconfined":
+			if !req.Sandboxed {
+				fmt.Fprintln(a.out, "the call did not run in the sandbox: answer y to run it")
+				continue
+			}
+			d.Decision, d.Unconfined = protocol.DecisionApprove, true
 			return d
 		case "", "n", "no":
 			return d
@@ -93,7 +111,9 @@ func (a *asker) ask(req request) protocol.ApprovalDecision {
 				fmt.Fprintf(a.out, "%v; answer again\n", err)
 				continue
 			}
-			d.Decision, d.Arguments = protocol.DecisionApprove, args
+			// The sandbox ran the model's command: an edited one can only
+			// run for real.
+			d.Decision, d.Arguments, d.Unconfined = protocol.DecisionApprove, args, req.Sandboxed
 			return d
 		default:
 			fmt.Fprintln(a.out, "answer y (approve), n or nothing (decline), e (edit the arguments and approve) or r (decline with a reason)")
@@ -138,6 +158,8 @@ func askAndDecide(ctx context.Context, a *asker, d decider, req request) (protoc
 		return dec, nil
 	}
 	switch {
+	case dec.Unconfined:
+		fmt.Fprintf(a.out, "sent: run %s unconfined\n", req.ToolName)
 	case dec.Decision == protocol.DecisionApprove && dec.Arguments != "":
 		fmt.Fprintf(a.out, "sent: approve %s with edited arguments\n", req.ToolName)
 	case dec.Reason != "":

@@ -86,6 +86,11 @@ type Record struct {
 	// have neither.
 	Preview     string `json:"preview,omitempty"`
 	UserMessage string `json:"userMessage,omitempty"`
+	// Sandbox says how a Bash call that ran in the sandbox before it asked
+	// ran once decided: "applied" (what it changed there, its preview) or
+	// "unconfined" (a person chose to run it for real). Empty for any
+	// other call, and in rows written before the sandbox.
+	Sandbox string `json:"sandbox,omitempty"`
 }
 
 // UserMessageBytes bounds a row's UserMessage: what GET /approvals shows of

@@ -63,6 +63,11 @@ const (
 	// environment that Bash commands get besides PATH, HOME and the few
 	// others every program needs (activities.BaseEnv). Default none.
 	EnvBashEnv = "TOLLGATE_BASH_ENV"
+	// EnvBashSandbox is what a protected Bash call does before a person is
+	// asked: "off" (the default) nothing; "preview" runs it in the
+	// sandbox over a copy-on-write view of the workspace, shows what it
+	// changed, and applies exactly that on approve (docs/security.md).
+	EnvBashSandbox = "TOLLGATE_BASH_SANDBOX"
 	// EnvAPITokens holds the API's bearer tokens as comma-separated
 	// token:principal[:role+role...] entries; unset, the API asks for none.
 	EnvAPITokens = "TOLLGATE_API_TOKENS"
@@ -249,6 +254,8 @@ type Config struct {
 	// BashEnv names the variables of the worker's environment that Bash
 	// commands get besides the base few; none of tollgate's own.
 	BashEnv []string
+	// BashSandbox is protocol.SandboxOff or protocol.SandboxPreview.
+	BashSandbox string
 	// LogLevel is the lowest level that is logged.
 	LogLevel slog.Level
 	// MetricsAddr is where the worker serves its metrics (GET /metrics);
@@ -349,7 +356,7 @@ var known = []string{
 	EnvTemporalAddress, EnvTemporalNamespace, EnvTaskQueue, EnvHTTPAddr,
 	EnvOpenAIBaseURL, EnvOpenAIAPIKey, EnvOpenAIModel, EnvWorkspace,
 	EnvRequiredTools, EnvApprovalTimeout, EnvHeartbeatInterval, EnvMaxTemporalCalls, EnvAgentsDir, EnvPolicyFile, EnvNotifyURL,
-	EnvMaxSteps, EnvWorkflowCacheSize, EnvBashTimeout, EnvBashEnv, EnvLogLevel,
+	EnvMaxSteps, EnvWorkflowCacheSize, EnvBashTimeout, EnvBashEnv, EnvBashSandbox, EnvLogLevel,
 	EnvMetricsAddr, EnvMCPConfig, EnvAPITokens, EnvAllowBypass, EnvAllowUnauthenticated, EnvAllowedOrigins,
 	EnvCodecOrigins, EnvContextBudget, EnvModelContextWindow, EnvContextRecent, EnvPayloadDir, EnvPayloadThreshold, EnvPayloadS3Endpoint, EnvPayloadS3Secure, EnvPayloadS3Bucket,
 	EnvPayloadS3Prefix, EnvPayloadS3Region, EnvPayloadS3AccessKey, EnvPayloadS3SecretKey, EnvAuditDB, EnvGRPCCompression,
@@ -450,6 +457,7 @@ func LoadFor(uses Binary, getenv func(string) string) (Config, error) {
 		}
 		c.BashTimeout = r.duration(EnvBashTimeout, DefaultBashTimeout)
 		c.BashEnv = r.envNames(EnvBashEnv)
+		c.BashSandbox = r.oneOf(EnvBashSandbox, protocol.SandboxOff, protocol.SandboxOff, protocol.SandboxPreview)
 		c.MetricsAddr = r.listenAddr(EnvMetricsAddr, DefaultMetricsAddr)
 		c.MCPConfig = r.mcpConfig(EnvMCPConfig)
 		c.ContextBudget = r.optionalCount(EnvContextBudget, protocol.DefaultContextBudget)

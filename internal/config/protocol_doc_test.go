@@ -88,6 +88,7 @@ func TestProtocolDocGivesEveryVariableLoadsDefault(t *testing.T) {
 		EnvPayloadThreshold:     strconv.Itoa(payloads.DefaultThreshold),
 		EnvPayloadS3Secure:      "false",
 		EnvGRPCCompression:      GRPCCompressionGzip,
+		EnvBashSandbox:          protocol.SandboxOff,
 	}
 	for name, cell := range docVariables(t) {
 		if want, ok := defaults[name]; ok {

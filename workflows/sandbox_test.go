@@ -1,0 +1,220 @@
+package workflows
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
+
+	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/protocol"
+)
+
+// sandboxed is a harness whose turns run protected Bash calls in the
+// sandbox first, with stand-ins for the sandbox's two activities that
+// record what they were given.
+type sandboxed struct {
+	*harness
+	// runs are the calls the sandbox ran; applied the runs applied.
+	runs    []protocol.ToolCall
+	applied []activities.SandboxApplyInput
+	// answer is what a run answers.
+	answer func(protocol.ToolCall) protocol.SandboxRun
+}
+
+// aRun is what `sed -i` on two files does in the sandbox.
+func aRun(c protocol.ToolCall) protocol.SandboxRun {
+	return protocol.SandboxRun{
+		Command: c.Arguments, ExitCode: 0, Output: "done\n",
+		Changes: []protocol.FileChange{
+			{Path: "src/main.go", Op: protocol.ChangeChanged, Kind: "file", Before: "abc", Content: []byte("package main\n"), Size: 13, Diff: "-old\n+new"},
+			{Path: "gone.txt", Op: protocol.ChangeDeleted, Kind: "file", Before: "def"},
+		},
+		Preview: "ran in the sandbox: exit 0\nchanged src/main.go\ndeleted gone.txt",
+	}
+}
+
+func newSandboxed(t *testing.T, settings Settings, replies ...activities.ModelOutput) *sandboxed {
+	settings.BashSandbox = protocol.SandboxPreview
+	s := &sandboxed{harness: newHarness(t, settings, replies...), answer: aRun}
+	s.env.RegisterActivityWithOptions(func(_ context.Context, in activities.ToolInput) (protocol.SandboxRun, error) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.runs = append(s.runs, in.Call)
+		return s.answer(in.Call), nil
+	}, activity.RegisterOptions{Name: activities.SandboxBashActivity})
+	s.env.RegisterActivityWithOptions(func(_ context.Context, in activities.SandboxApplyInput) (activities.ToolOutput, error) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.applied = append(s.applied, in)
+		return activities.ToolOutput{Status: protocol.StatusOK, Result: "done\napplied 2 changes"}, nil
+	}, activity.RegisterOptions{Name: activities.ApplySandboxActivity})
+	return s
+}
+
+func TestASandboxedCallShowsWhatItChangedAndItsApproveAppliesThatNotTheCommand(t *testing.T) {
+	s := newSandboxed(t, testSettings(), calls(
+		call("r", protocol.ToolRead, `{"file_path":"a.txt"}`),
+		call("b", protocol.ToolBash, `{"command":"sed -i s/old/new/ src/main.go; rm gone.txt"}`),
+	))
+	s.env.RegisterDelayedCallback(func() {
+		req := findEvent(t, s.events(), protocol.EventApprovalRequest)
+		require.Equal(t, aRun(protocol.ToolCall{}).Preview, req.Preview, "the request shows the run as the worker wrote it")
+		require.NotNil(t, req.Sandbox)
+		require.Len(t, req.Sandbox.Changes, 2)
+		require.Equal(t, "-old\n+new", req.Sandbox.Changes[0].Diff)
+		require.Nil(t, req.Sandbox.Changes[0].Content, "events carry no contents")
+		s.decide(protocol.ApprovalDecision{RequestID: req.RequestID, Decision: protocol.DecisionApprove})
+	}, time.Second)
+
+	out := s.runTurn(userTurn("fix it"))
+
+	require.Equal(t, []string{protocol.ToolRead}, s.ranTools(), "Bash itself never ran")
+	require.Len(t, s.runs, 1, "only the protected Bash call ran in the sandbox")
+	require.Len(t, s.applied, 1)
+	require.Equal(t, []byte("package main\n"), s.applied[0].Run.Changes[0].Content, "the apply gets the contents the run made")
+	require.Equal(t, "b", s.applied[0].Call.ID)
+	require.Equal(t, "done\napplied 2 changes", toolMessages(out.Messages)[1].Content)
+}
+
+func TestADeclinedSandboxedCallNeitherAppliesNorRuns(t *testing.T) {
+	s := newSandboxed(t, testSettings(), calls(call("b", protocol.ToolBash, `{"command":"rm -rf src"}`)))
+	s.env.RegisterDelayedCallback(func() {
+		s.decide(protocol.ApprovalDecision{RequestID: s.requestID(protocol.ToolBash), Decision: protocol.DecisionDecline, Reason: "no"})
+	}, time.Second)
+
+	out := s.runTurn(userTurn("clean"))
+
+	require.Len(t, s.runs, 1)
+	require.Empty(t, s.applied)
+	require.Empty(t, s.ranTools())
+	require.Contains(t, toolMessages(out.Messages)[0].Content, "Not executed")
+}
+
+func TestAnUnconfinedApproveRunsTheCommandForRealAndIsRecorded(t *testing.T) {
+	settings := testSettings()
+	settings.Audit = true
+	s := newSandboxed(t, settings, calls(
+		call("b1", protocol.ToolBash, `{"command":"curl -fsS https://example.com"}`),
+		call("b2", protocol.ToolBash, `{"command":"go test ./..."}`),
+	))
+	l := withLedger(t, s.harness, 0)
+	var edited *updateOutcome
+	s.env.RegisterDelayedCallback(func() {
+		var ids []string
+		for _, e := range s.events() {
+			if e.Type == protocol.EventApprovalRequest {
+				ids = append(ids, e.RequestID)
+			}
+		}
+		require.Len(t, ids, 2)
+		// An edited command was never run in the sandbox: approving it
+		// as if it had been is refused, naming the way that works.
+		edited = s.decide(protocol.ApprovalDecision{RequestID: ids[0], Decision: protocol.DecisionApprove, Arguments: `{"command":"curl https://example.org"}`})
+		s.decide(protocol.ApprovalDecision{RequestID: ids[0], Decision: protocol.DecisionApprove, Unconfined: true, Arguments: `{"command":"curl https://example.org"}`, Principal: "bob"})
+		s.decide(protocol.ApprovalDecision{RequestID: ids[1], Decision: protocol.DecisionApprove, Principal: "bob"})
+	}, time.Second)
+
+	out := s.runTurn(userTurn("fetch and test"))
+
+	require.True(t, edited.done)
+	require.ErrorContains(t, edited.rejected, "unconfined")
+	require.Len(t, s.toolCalls, 1, "only the unconfined call ran for real")
+	require.JSONEq(t, `{"command":"curl https://example.org"}`, s.toolCalls[0].Arguments)
+	require.Len(t, s.applied, 1)
+	require.Equal(t, "b2", s.applied[0].Call.ID)
+	var unconfined int
+	for _, e := range out.Events {
+		if e.Type == protocol.EventApprovalDecision && e.Unconfined {
+			unconfined++
+		}
+	}
+	require.Equal(t, 1, unconfined, "the decision event says it was unconfined")
+	rows := ledgerRows(t, l)
+	require.Equal(t, sandboxUnconfined, rows["b1"].Sandbox)
+	require.Equal(t, sandboxApplied, rows["b2"].Sandbox)
+	require.Equal(t, audit.OutcomeOK, rows["b2"].Outcome)
+	require.Contains(t, rows["b2"].Preview, "changed src/main.go", "the ledger keeps the change list the person saw")
+}
+
+func TestUnconfinedIsRefusedForACallThatDidNotRunInTheSandbox(t *testing.T) {
+	h := newHarness(t, testSettings(), calls(call("b", protocol.ToolBash, `{"command":"make"}`)))
+	var o *updateOutcome
+	h.env.RegisterDelayedCallback(func() {
+		o = h.decide(protocol.ApprovalDecision{RequestID: h.requestID(protocol.ToolBash), Decision: protocol.DecisionApprove, Unconfined: true})
+	}, time.Second)
+	h.env.RegisterDelayedCallback(func() {
+		h.decide(protocol.ApprovalDecision{RequestID: h.requestID(protocol.ToolBash), Decision: protocol.DecisionApprove})
+	}, 2*time.Second)
+
+	h.runTurn(userTurn("build"))
+
+	require.True(t, o.done)
+	require.ErrorContains(t, o.rejected, "did not")
+	require.Equal(t, []string{protocol.ToolBash}, h.ranTools())
+}
+
+func TestACallTheSandboxCouldNotRunSaysSoAndAsksAsWithoutIt(t *testing.T) {
+	s := newSandboxed(t, testSettings(), calls(call("b", protocol.ToolBash, `{"command":"make"}`)))
+	s.answer = func(protocol.ToolCall) protocol.SandboxRun {
+		return protocol.SandboxRun{Unavailable: "bwrap is not installed"}
+	}
+	s.env.RegisterDelayedCallback(func() {
+		req := findEvent(t, s.events(), protocol.EventApprovalRequest)
+		require.True(t, strings.HasPrefix(req.Preview, "(not run in the sandbox: bwrap is not installed;"), req.Preview)
+		s.decide(protocol.ApprovalDecision{RequestID: req.RequestID, Decision: protocol.DecisionApprove})
+	}, time.Second)
+
+	s.runTurn(userTurn("build"))
+
+	require.Empty(t, s.applied)
+	require.Equal(t, []string{protocol.ToolBash}, s.ranTools(), "an approve runs it as without a sandbox, as its preview said")
+}
+
+func TestWithoutTheSandboxModeNoCallRunsInTheSandbox(t *testing.T) {
+	// A turn of a worker without the mode (or of any build before it)
+	// records none in its settings, and runs nothing in the sandbox.
+	s := newHarness(t, testSettings(), calls(call("b", protocol.ToolBash, `{"command":"make"}`)))
+	s.env.RegisterActivityWithOptions(func(context.Context, activities.ToolInput) (protocol.SandboxRun, error) {
+		t.Error("the sandbox ran a call of a turn without the mode")
+		return protocol.SandboxRun{}, nil
+	}, activity.RegisterOptions{Name: activities.SandboxBashActivity})
+	s.env.RegisterDelayedCallback(func() {
+		req := findEvent(t, s.events(), protocol.EventApprovalRequest)
+		require.Nil(t, req.Sandbox)
+		s.decide(protocol.ApprovalDecision{RequestID: req.RequestID, Decision: protocol.DecisionApprove})
+	}, time.Second)
+
+	s.runTurn(userTurn("build"))
+
+	require.Equal(t, []string{protocol.ToolBash}, s.ranTools())
+}
+
+func TestOnlyProtectedBashCallsRunInTheSandbox(t *testing.T) {
+	settings := testSettings()
+	settings.Rules = []Rule{{Tool: protocol.ToolBash, Require: RequireWhen, When: `args.command != "ls"`}}
+	s := newSandboxed(t, settings, calls(
+		call("ls", protocol.ToolBash, `{"command":"ls"}`),
+		call("w", protocol.ToolWrite, `{"file_path":"a.txt","content":"x"}`),
+		call("rm", protocol.ToolBash, `{"command":"rm a.txt"}`),
+	))
+	s.env.RegisterDelayedCallback(func() {
+		for _, e := range s.events() {
+			if e.Type == protocol.EventApprovalRequest {
+				require.Equal(t, e.ToolName == protocol.ToolBash, e.Sandbox != nil, "%s", e.ToolName)
+				s.decide(protocol.ApprovalDecision{RequestID: e.RequestID, Decision: protocol.DecisionApprove})
+			}
+		}
+	}, time.Second)
+
+	s.runTurn(userTurn("tidy"))
+
+	require.Len(t, s.runs, 1)
+	require.Equal(t, "rm", s.runs[0].ID)
+	require.Equal(t, []string{protocol.ToolBash, protocol.ToolWrite}, s.ranTools(), "ls runs unasked as before, Write as before")
+	require.Len(t, s.applied, 1)
+}
