@@ -29,6 +29,9 @@ type passage struct {
 	// sandbox is what the call did in the Bash sandbox before the gate
 	// met it (turn.sandboxRuns): an approve applies its changes.
 	sandbox *protocol.SandboxRun
+	// contained is true when the sandboxed run may go on without a person
+	// (turn.containedRuns).
+	contained bool
 	// route is the way the gate takes the call (routes).
 	route *route
 	// grant is the remembered decision that answered the call
@@ -119,9 +122,10 @@ func (t *turn) openBatch(ctx workflow.Context, calls []protocol.ToolCall) *batch
 	b := &batch{calls: calls}
 	previews := t.previews(ctx, calls, vetted)
 	runs := t.sandboxRuns(ctx, calls, vetted)
+	contained := t.containedRuns(ctx, runs)
 	b.passages = make([]*passage, len(calls))
 	for i, call := range calls {
-		b.passages[i] = &passage{index: i, call: call, vetting: vetted[i], preview: previews[i], sandbox: runs[i],
+		b.passages[i] = &passage{index: i, call: call, vetting: vetted[i], preview: previews[i], sandbox: runs[i], contained: contained[i],
 			result: protocol.ToolResult{ID: call.ID, Name: call.Name}}
 		if r := runs[i]; r != nil {
 			b.passages[i].preview = r.Preview
@@ -138,6 +142,7 @@ func (t *turn) route(ctx workflow.Context, b *batch, p *passage) {
 		call: p.call, vetting: p.vetting,
 		interrupted: t.interrupted, bypass: t.bypass,
 		offered: offers(t.tools, p.call.Name), clientTool: offers(t.clientTools, p.call.Name),
+		contained: p.contained,
 	}
 	p.route = routeOf(in)
 	if p.route.grantable {

@@ -48,6 +48,10 @@ type routeInput struct {
 	// grant is the remembered decision that answers the call, looked up
 	// only for a call on a grantable route.
 	grant *contract.Grant
+	// contained is true when the call ran in the sandbox, touched no file
+	// the policy protects, and Bash's rule lets such calls go on unasked
+	// (turn.containedRuns).
+	contained bool
 }
 
 // The routes, in the order they are tried: a call takes the first that
@@ -55,7 +59,7 @@ type routeInput struct {
 // in TestEveryRouteTakesItsCalls.
 var routes = []*route{
 	routeInterrupted, routeUnknownTool, routeRefused, routeNotObject,
-	routeBypassed, routeNoRule, routeGranted, routeAsk,
+	routeBypassed, routeNoRule, routeGranted, routeContained, routeAsk,
 }
 
 var (
@@ -116,6 +120,16 @@ var (
 		name:  "granted",
 		takes: func(in routeInput) bool { return in.grant != nil },
 		pass:  passGranted,
+	}
+	// routeContained: the call ran in the sandbox first and touched no
+	// file the policy protects, and Bash's rule says sandbox: auto: its
+	// changes apply without a person. A grant still answers it first (a
+	// remembered decline holds).
+	routeContained = &route{
+		name:      "contained",
+		takes:     func(in routeInput) bool { return in.contained },
+		grantable: true,
+		pass:      passContained,
 	}
 	// routeAsk: a person decides (the approval request, its timer).
 	routeAsk = &route{

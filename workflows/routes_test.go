@@ -44,6 +44,9 @@ func TestEveryRouteTakesItsCalls(t *testing.T) {
 		{"a bypassed call no rule protects", with(func(in *routeInput) { in.bypass, in.vetting = true, vetting{} }), routeBypassed},
 		{"a client tool's call no rule protects", with(func(in *routeInput) { in.clientTool, in.vetting = true, vetting{} }), routeNoRule},
 		{"a protected call a grant answers", with(func(in *routeInput) { in.grant = grant }), routeGranted},
+		{"a protected call contained in the sandbox", with(func(in *routeInput) { in.contained = true }), routeContained},
+		{"a contained call a grant answers", with(func(in *routeInput) { in.contained, in.grant = true, grant }), routeGranted},
+		{"a bypassed contained call", with(func(in *routeInput) { in.contained, in.bypass = true, true }), routeBypassed},
 		{"a protected call", base, routeAsk},
 		{"a bypassed call a rule protects always", with(func(in *routeInput) { in.bypass, in.vetting = true, always }), routeAsk},
 		{"a protected call of a client tool", with(func(in *routeInput) { in.clientTool = true }), routeAsk},
@@ -61,12 +64,13 @@ func TestEveryRouteTakesItsCalls(t *testing.T) {
 	}
 }
 
-// TestOnlyTheAskingRouteLooksForAGrant: looking for a grant uses it (and
+// TestOnlyTheAskingRoutesLookForAGrant: looking for a grant uses it (and
 // may record a SideEffect), so the gate does so only for a call that
-// would ask, and a grant found takes the call to routeGranted.
-func TestOnlyTheAskingRouteLooksForAGrant(t *testing.T) {
+// would ask, or that its sandboxed run would let through (a remembered
+// decline holds for it), and a grant found takes the call to routeGranted.
+func TestOnlyTheAskingRoutesLookForAGrant(t *testing.T) {
 	for _, r := range routes {
-		require.Equal(t, r == routeAsk, r.grantable, "route %q", r.name)
+		require.Equal(t, r == routeAsk || r == routeContained, r.grantable, "route %q", r.name)
 	}
 	in := routeInput{call: protocol.ToolCall{Name: protocol.ToolBash, Arguments: `{}`}, vetting: vetting{Check: check{Required: true}}, offered: true}
 	require.Equal(t, routeAsk.name, routeOf(in).name)

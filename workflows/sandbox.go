@@ -1,12 +1,17 @@
 package workflows
 
 import (
+	"encoding/json"
 	"fmt"
+	"slices"
+	"strconv"
 
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/protocol"
 )
 
@@ -129,4 +134,87 @@ func checkSandboxDecision(a *approval, d protocol.ApprovalDecision) error {
 		return rejection(protocol.RejectInvalid, fmt.Errorf("approval request %q: the sandbox ran the command as the model wrote it, and an approve applies what that run changed: approve it as it is, or approve the edited command with unconfined to run it outside the sandbox", d.RequestID))
 	}
 	return nil
+}
+
+// reasonContained is the reason shown for a call that its sandboxed run
+// answered (routeContained).
+const reasonContained = "contained: its run in the sandbox touched no file the policy protects"
+
+// DecidedBySandbox: a call's run in the sandbox touched no protected file,
+// and Bash's rule lets such calls go on unasked (sandbox: auto).
+const DecidedBySandbox = "sandbox"
+
+// containedRuns says of each run of runs whether it may go on without a
+// person: Bash's rule says sandbox: auto, the run held its changes, and
+// none of them touches a file the policy protects (protects). The answers
+// are recorded in one SideEffect, as the batch's checks are (vetBatch), so
+// a replay, or a later policy engine, never changes which calls ask.
+func (t *turn) containedRuns(ctx workflow.Context, runs []*protocol.SandboxRun) []bool {
+	out := make([]bool, len(runs))
+	if r := t.settings.rule(protocol.ToolBash); r == nil || r.Sandbox != policy.SandboxAuto ||
+		!slices.ContainsFunc(runs, func(r *protocol.SandboxRun) bool { return r.Ran() }) {
+		return out
+	}
+	contained := func() []bool {
+		out := make([]bool, len(runs))
+		for i, r := range runs {
+			out[i] = r.Ran() && r.TooLarge == "" && !slices.ContainsFunc(r.Changes, t.protects)
+		}
+		return out
+	}
+	if err := workflow.SideEffect(ctx, func(workflow.Context) any { return contained() }).Get(&out); err != nil {
+		panic(fmt.Errorf("containment of %d sandboxed runs: %w", len(runs), err))
+	}
+	return out
+}
+
+// protects reports whether the policy protects the file change c touches:
+// whether a Write of its path (and of the path it was renamed from), with
+// its new content, would ask. So the rules a policy has for files ("writes
+// outside docs/ ask") hold for what a command really wrote, whatever the
+// command's text said.
+func (t *turn) protects(c protocol.FileChange) bool {
+	paths := []string{c.Path}
+	if c.From != "" {
+		paths = append(paths, c.From)
+	}
+	content := ""
+	if !c.Binary {
+		content = string(c.Content)
+	}
+	for _, path := range paths {
+		args, err := json.Marshal(map[string]string{"file_path": path, "content": content})
+		if err != nil {
+			return true
+		}
+		if t.settings.check(protocol.ToolCall{Name: protocol.ToolWrite, Arguments: string(args)}, nil).Required {
+			return true
+		}
+	}
+	return false
+}
+
+// passContained publishes that p's call goes on without a person (its
+// sandboxed changes apply when it runs), and its ledger row.
+func passContained(t *turn, ctx workflow.Context, _ *batch, p *passage) {
+	t.gate.traceAnswer(ctx, p.call, DecidedBySandbox, nil)
+	if t.auditing(ctx) {
+		r := t.auditContained(ctx, p)
+		p.row = &r
+	}
+	shown := p.sandbox.Shown()
+	t.log.append(protocol.Event{Type: protocol.EventApprovalDecision, ToolCallID: p.call.ID, Decision: protocol.DecisionApprove,
+		Reason: reasonContained, By: DecidedBySandbox, Sandbox: &shown})
+}
+
+// auditContained is the ledger's row of a call its sandboxed run
+// answered: decided by the sandbox, with the run's change list as its
+// preview.
+func (t *turn) auditContained(ctx workflow.Context, p *passage) audit.Record {
+	workflowID := workflow.GetInfo(ctx).WorkflowExecution.ID
+	now := workflow.Now(ctx)
+	id := "sandbox:" + workflowID + ":" + strconv.Itoa(t.step) + ":" + strconv.Itoa(p.index) + ":" + p.call.ID
+	r := t.auditRow(ctx, id, p.call, p.vetting.Check, now, nil)
+	r.Decision, r.DecidedBy, r.Reason, r.DecidedAt, r.Preview = protocol.DecisionApprove, DecidedBySandbox, reasonContained, &now, p.sandbox.Preview
+	return r
 }

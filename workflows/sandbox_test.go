@@ -11,6 +11,7 @@ import (
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/protocol"
 )
 
@@ -217,4 +218,71 @@ func TestOnlyProtectedBashCallsRunInTheSandbox(t *testing.T) {
 	require.Equal(t, "rm", s.runs[0].ID)
 	require.Equal(t, []string{protocol.ToolBash, protocol.ToolWrite}, s.ranTools(), "ls runs unasked as before, Write as before")
 	require.Len(t, s.applied, 1)
+}
+
+func TestWithSandboxAutoAContainedCallRunsUnaskedAndOneThatTouchesAProtectedFileAsks(t *testing.T) {
+	settings := testSettings()
+	settings.Audit = true
+	settings.Rules = []Rule{
+		{Tool: protocol.ToolBash, Require: RequireAlways, Sandbox: policy.SandboxAuto},
+		{Tool: protocol.ToolWrite, Require: RequireWhen, When: `!args.file_path.startsWith("docs/")`},
+	}
+	s := newSandboxed(t, settings, calls(
+		call("test", protocol.ToolBash, `{"command":"go test ./..."}`),
+		call("docs", protocol.ToolBash, `{"command":"sed -i s/a/b/ docs/a.md"}`),
+		call("src", protocol.ToolBash, `{"command":"sed -i s/a/b/ src/main.go"}`),
+		call("move", protocol.ToolBash, `{"command":"mv src/x.go docs/x.go"}`),
+		call("big", protocol.ToolBash, `{"command":"make dist"}`),
+	))
+	s.answer = func(c protocol.ToolCall) protocol.SandboxRun {
+		run := protocol.SandboxRun{Command: c.Arguments, Preview: "ran " + c.ID}
+		switch c.ID {
+		case "docs":
+			run.Changes = []protocol.FileChange{{Path: "docs/a.md", Op: protocol.ChangeChanged, Kind: "file", Content: []byte("b")}}
+		case "src":
+			run.Changes = []protocol.FileChange{{Path: "src/main.go", Op: protocol.ChangeChanged, Kind: "file", Content: []byte("b")}}
+		case "move":
+			// Written inside docs/, but taken from src/: a rename touches both.
+			run.Changes = []protocol.FileChange{{Path: "docs/x.go", From: "src/x.go", Op: protocol.ChangeRenamed, Kind: "file"}}
+		case "big":
+			run.TooLarge = "3,000 files changed, past the 2,000 a run may hold"
+		}
+		return run
+	}
+	l := withLedger(t, s.harness, 0)
+	var asked []string
+	s.env.RegisterDelayedCallback(func() {
+		for _, e := range s.events() {
+			if e.Type == protocol.EventApprovalRequest {
+				asked = append(asked, e.ToolCallID)
+				s.decide(protocol.ApprovalDecision{RequestID: e.RequestID, Decision: protocol.DecisionApprove, Principal: "bob"})
+			}
+		}
+	}, time.Second)
+
+	out := s.runTurn(userTurn("work"))
+
+	require.Equal(t, []string{"src", "move", "big"}, asked, "only the calls that touched a protected file, or whose changes were not held, asked")
+	require.Empty(t, s.ranTools(), "nothing ran unconfined")
+	var applied []string
+	for _, a := range s.applied {
+		applied = append(applied, a.Call.ID)
+	}
+	require.Equal(t, []string{"test", "docs", "src", "move", "big"}, applied)
+	var contained []string
+	for _, e := range out.Events {
+		if e.Type == protocol.EventApprovalDecision && e.By == DecidedBySandbox {
+			contained = append(contained, e.ToolCallID)
+			require.NotNil(t, e.Sandbox)
+		}
+	}
+	require.Equal(t, []string{"test", "docs"}, contained)
+	rows := ledgerRows(t, l)
+	require.Len(t, rows, 5, "a contained call has its row too")
+	require.Equal(t, DecidedBySandbox, rows["test"].DecidedBy)
+	require.Equal(t, sandboxApplied, rows["test"].Sandbox)
+	require.Equal(t, "ran docs", rows["docs"].Preview, "the row keeps the run the sandbox answered")
+	require.Equal(t, audit.OutcomeOK, rows["docs"].Outcome)
+	require.Equal(t, DecidedByPerson, rows["src"].DecidedBy)
+	require.Equal(t, sandboxApplied, rows["src"].Sandbox)
 }

@@ -23,6 +23,7 @@ import (
 //	    timeout: 10m
 //	    deciders: [alice, "role:admin"]
 //	    second_person: true
+//	    sandbox: auto
 type file struct {
 	Tools map[string]struct {
 		Require string `yaml:"require"`
@@ -32,6 +33,8 @@ type file struct {
 		Deciders []string `yaml:"deciders"`
 		// SecondPerson refuses the decision of whoever sent the message.
 		SecondPerson bool `yaml:"second_person"`
+		// Sandbox, auto on Bash, lets contained calls run unasked.
+		Sandbox string `yaml:"sandbox"`
 	} `yaml:"tools"`
 }
 
@@ -65,7 +68,7 @@ func Parse(data []byte) ([]Rule, error) {
 	var errs []error
 	for _, tool := range slices.Sorted(maps.Keys(f.Tools)) {
 		spec := f.Tools[tool]
-		r := Rule{Tool: tool, Require: spec.Require, When: spec.When, Deciders: spec.Deciders, SecondPerson: spec.SecondPerson}
+		r := Rule{Tool: tool, Require: spec.Require, When: spec.When, Deciders: spec.Deciders, SecondPerson: spec.SecondPerson, Sandbox: spec.Sandbox}
 		if r.Require == "" && r.When != "" {
 			r.Require = RequireWhen
 		}

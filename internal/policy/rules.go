@@ -44,7 +44,16 @@ type Rule struct {
 	// message that led to the call, and one by nobody in particular (an
 	// API without tokens): a second person must decide.
 	SecondPerson bool `json:"secondPerson,omitempty"`
+	// Sandbox, SandboxAuto on Bash's rule, lets a call the rule would ask
+	// about go on without a person when, run in the sandbox first
+	// (TOLLGATE_BASH_SANDBOX=preview), it touched no file that the policy
+	// protects: its changes apply at once.
+	Sandbox string `json:"sandbox,omitempty"`
 }
+
+// SandboxAuto is the Sandbox of a Bash rule whose contained calls need no
+// person.
+const SandboxAuto = "auto"
 
 // DeciderRolePrefix starts a Deciders entry that names a role.
 const DeciderRolePrefix = "role:"
@@ -86,6 +95,12 @@ func (r Rule) Validate() error {
 	}
 	if r.Timeout < 0 {
 		return fmt.Errorf("tool %s: timeout %s is negative", r.Tool, r.Timeout)
+	}
+	switch {
+	case r.Sandbox != "" && r.Sandbox != SandboxAuto:
+		return fmt.Errorf("tool %s: sandbox %q is not %q", r.Tool, r.Sandbox, SandboxAuto)
+	case r.Sandbox != "" && r.Tool != "Bash":
+		return fmt.Errorf("tool %s: sandbox: %s is for Bash's rule only: only Bash runs in the sandbox", r.Tool, r.Sandbox)
 	}
 	return nil
 }
