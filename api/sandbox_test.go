@@ -1,0 +1,156 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	openai "github.com/sashabaranov/go-openai"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/internal/scripted"
+	"github.com/tollgate/tollgate/protocol"
+	"github.com/tollgate/tollgate/workflows"
+)
+
+// sandboxScript makes one Bash call of command, then answers "Done.".
+func sandboxScript(command string) scripted.Script {
+	return func(req openai.ChatCompletionRequest) scripted.Reply {
+		if countRole(req.Messages, openai.ChatMessageRoleTool) > 0 {
+			return scripted.Reply{Content: "Done."}
+		}
+		args, _ := json.Marshal(map[string]string{"command": command})
+		return scripted.Reply{ToolCalls: []protocol.ToolCall{{ID: "call_sh", Name: protocol.ToolBash, Arguments: string(args)}}}
+	}
+}
+
+// requireSandbox fails a test on a machine where the sandbox cannot start:
+// .ci/run installs bubblewrap, as it installs chromium for the console's.
+func requireSandbox(t *testing.T) {
+	t.Helper()
+	require.NoError(t, activities.BashSandbox(), "the Bash sandbox cannot start here: apt-get install bubblewrap")
+}
+
+func withSandbox() stackOption {
+	return withSettings(func(s *workflows.Settings) { s.BashSandbox = protocol.SandboxPreview })
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	return string(b)
+}
+
+func TestASandboxedCommandShowsWhatItChangedAndAnApproveAppliesExactlyThat(t *testing.T) {
+	t.Parallel()
+	requireSandbox(t)
+	const command = `printf 'new\n' > added.txt && printf '# changed\n' > README.md && rm gone.txt && mkdir -p sub && printf 'x' > sub/x.txt && echo ran`
+	st := newStack(t, withScript(sandboxScript(command)), withSandbox())
+	require.NoError(t, os.WriteFile(filepath.Join(st.workspace, "gone.txt"), []byte("bye\n"), 0o644))
+	before := readFile(t, filepath.Join(st.workspace, "README.md"))
+
+	_, msgs := st.chat(t, `{"query": "change things", "conversationId": "sandbox-apply"}`)
+	seq := 0
+	req := lastOf(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 1))
+	require.NotNil(t, req.Sandbox, "the request carries the sandboxed run")
+	require.Equal(t, 0, req.Sandbox.ExitCode)
+	require.Contains(t, req.Sandbox.Output, "ran")
+	ops := map[string]string{}
+	for _, c := range req.Sandbox.Changes {
+		ops[c.Path] = c.Op
+		require.Nil(t, c.Content, "events carry no contents")
+	}
+	require.Equal(t, map[string]string{
+		"added.txt": protocol.ChangeAdded, "README.md": protocol.ChangeChanged, "gone.txt": protocol.ChangeDeleted, "sub/x.txt": protocol.ChangeAdded,
+	}, onlyFiles(ops, req.Sandbox.Changes))
+	require.Contains(t, req.Preview, "README.md")
+
+	// Nothing of it is in the workspace until a person approves.
+	require.Equal(t, before, readFile(t, filepath.Join(st.workspace, "README.md")))
+	require.NoFileExists(t, filepath.Join(st.workspace, "added.txt"))
+	require.FileExists(t, filepath.Join(st.workspace, "gone.txt"))
+
+	postDecision(t, st.api, req.RequestID, protocol.DecisionApprove, "", true)
+	rest := untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
+	results := ofType(rest, protocol.EventToolResult)[0].ToolResults
+	require.Equal(t, []string{"call_sh Bash ok"}, resultStatuses(results))
+	require.Contains(t, results[0].Result, "ran", "the model reads the run's output")
+
+	require.Equal(t, "# changed\n", readFile(t, filepath.Join(st.workspace, "README.md")))
+	require.Equal(t, "new\n", readFile(t, filepath.Join(st.workspace, "added.txt")))
+	require.Equal(t, "x", readFile(t, filepath.Join(st.workspace, "sub", "x.txt")))
+	require.NoFileExists(t, filepath.Join(st.workspace, "gone.txt"))
+}
+
+// onlyFiles keeps the changes of files (not of folders) of ops.
+func onlyFiles(ops map[string]string, changes []protocol.FileChange) map[string]string {
+	out := map[string]string{}
+	for _, c := range changes {
+		if c.Kind != "dir" {
+			out[c.Path] = ops[c.Path]
+		}
+	}
+	return out
+}
+
+func TestADeclinedSandboxedCommandLeavesTheWorkspaceAsItWas(t *testing.T) {
+	t.Parallel()
+	requireSandbox(t)
+	st := newStack(t, withScript(sandboxScript(`rm -rf ./* && echo wiped`)), withSandbox())
+	before := readFile(t, filepath.Join(st.workspace, "README.md"))
+
+	_, msgs := st.chat(t, `{"query": "wipe", "conversationId": "sandbox-decline"}`)
+	seq := 0
+	req := lastOf(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 1))
+	require.NotEmpty(t, req.Sandbox.Changes)
+	postDecision(t, st.api, req.RequestID, protocol.DecisionDecline, "no", true)
+	rest := untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
+	require.Equal(t, []string{"call_sh Bash declined"}, resultStatuses(ofType(rest, protocol.EventToolResult)[0].ToolResults))
+	require.Equal(t, before, readFile(t, filepath.Join(st.workspace, "README.md")))
+}
+
+func TestAChangeMadeUnderASandboxedRunIsRefusedAndTheRestApplied(t *testing.T) {
+	t.Parallel()
+	requireSandbox(t)
+	st := newStack(t, withScript(sandboxScript(`printf 'sandbox\n' > README.md && printf 'b\n' > b.txt`)), withSandbox())
+
+	_, msgs := st.chat(t, `{"query": "edit", "conversationId": "sandbox-conflict"}`)
+	seq := 0
+	req := lastOf(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 1))
+	// Someone edits the file while the call waits.
+	require.NoError(t, os.WriteFile(filepath.Join(st.workspace, "README.md"), []byte("meanwhile\n"), 0o644))
+	postDecision(t, st.api, req.RequestID, protocol.DecisionApprove, "", true)
+
+	rest := untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
+	result := ofType(rest, protocol.EventToolResult)[0].ToolResults[0].Result
+	require.Contains(t, result, "README.md", "the model is told which file was refused: %s", result)
+	require.Equal(t, "meanwhile\n", readFile(t, filepath.Join(st.workspace, "README.md")), "the later change is kept")
+	require.Equal(t, "b\n", readFile(t, filepath.Join(st.workspace, "b.txt")), "the other change applied")
+}
+
+func TestAnUnconfinedApproveRunsTheCommandForRealWhereTheSandboxRefusedIt(t *testing.T) {
+	t.Parallel()
+	requireSandbox(t)
+	outside := filepath.Join(t.TempDir(), "outside.txt")
+	st := newStack(t, withScript(sandboxScript("printf real > "+outside)), withSandbox())
+
+	_, msgs := st.chat(t, `{"query": "write outside", "conversationId": "sandbox-unconfined"}`)
+	seq := 0
+	req := lastOf(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 1))
+	require.NotEqual(t, 0, req.Sandbox.ExitCode, "the sandbox refused the write outside the workspace: %+v", req.Sandbox)
+	require.NoFileExists(t, outside)
+
+	status, body := st.postJSON(t, "/chat/approval", `{"requestId":"`+req.RequestID+`","decision":"decline","unconfined":true}`)
+	require.Equal(t, 400, status, "unconfined is an approve's: %v", body)
+	status, body = st.postJSON(t, "/chat/approval", `{"requestId":"`+req.RequestID+`","decision":"approve","unconfined":true}`)
+	require.Equal(t, 200, status, "%v", body)
+	require.Equal(t, true, body["accepted"], "%v", body)
+
+	rest := untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
+	decision := ofType(rest, protocol.EventApprovalDecision)[0]
+	require.True(t, decision.Unconfined, "the decision says it ran unconfined")
+	require.Equal(t, "real", readFile(t, outside))
+}
