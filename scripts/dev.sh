@@ -314,16 +314,29 @@ wait_port api "$api"
 mcp_config=${TOLLGATE_MCP_CONFIG:-}
 [ -n "$mcp_config" ] || [ ! -f .mcp.json ] || mcp_config=.mcp.json
 mcp_tools=""
-if [ -n "$mcp_config" ] && [ "$mcp_config" != off ]; then
-	say "starting the MCP servers of $mcp_config"
+wait_worker() {
 	for i in $(seq 1200); do
-		grep -q 'msg="worker started"' "$LOGS/worker.log" && break
+		grep -q 'msg="worker started"' "$LOGS/worker.log" && return
 		kill -0 "$worker_pid" 2>/dev/null || die "worker exited; see $LOGS/worker.log:
 $(tail -n 20 "$LOGS/worker.log")"
 		((i < 1200)) || die "worker not started after 120s; see $LOGS/worker.log"
 		sleep 0.1
 	done
+}
+if [ -n "$mcp_config" ] && [ "$mcp_config" != off ]; then
+	say "starting the MCP servers of $mcp_config"
+	wait_worker
 	mcp_tools=$(sed -n 's/.*msg="MCP server started" mcpServer=\([^ ]*\) type=[^ ]* tools="\[\(.*\)\]".*/  MCP      \1: \2/p' "$LOGS/worker.log")
+fi
+
+# The Bash sandbox (docs/sandbox.md): whether the worker could start it.
+sandbox="off (TOLLGATE_BASH_SANDBOX=preview runs a protected command in a sandbox first, and you approve what it changed)"
+if [ "${TOLLGATE_BASH_SANDBOX:-off}" = preview ]; then
+	wait_worker
+	sandbox="preview: a protected Bash call runs in the sandbox first; approve applies what it changed"
+	if why=$(grep -m1 'Bash sandbox cannot start' "$LOGS/worker.log"); then
+		sandbox="CANNOT START here, so Bash asks as without it: ${why##*error=}"
+	fi
 fi
 
 # The terminal client's default API is make dev's default address.
@@ -339,6 +352,7 @@ tollgate is running.
   Approval a call waits $TOLLGATE_APPROVAL_TIMEOUT for a decision, then counts as declined (TOLLGATE_APPROVAL_TIMEOUT)
   Audit    $TOLLGATE_AUDIT_DB (GET http://$api/audit, http://$api/ledger)
   Notices  ${NOTICES:-$TOLLGATE_NOTIFY_URL} (each with signed approve and decline links)
+  Sandbox  $sandbox
   Logs     $LOGS/ (${names[*]/%/.log})${mcp_tools:+
 $mcp_tools}
   Try      curl -N http://$api/chat/stream -H 'Content-Type: application/json' -d '{"query":"tidy up the workspace"}'
