@@ -20,6 +20,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 
+	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/auditdb"
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/internal/links"
@@ -99,7 +100,7 @@ func (s *Server) listApprovals(c *gin.Context) {
 		p := protocol.PendingApproval{
 			RequestID: r.ID, WorkflowID: r.WorkflowID, TurnID: r.TurnID, ConversationID: r.ConversationID,
 			ToolCallID: r.ToolCallID, ToolName: r.Tool, Arguments: r.Arguments, RequestedAt: r.RequestedAt,
-			Preview: r.Preview, Subagent: r.Agent, UserMessage: r.UserMessage,
+			Preview: r.Preview, Subagent: r.Agent, UserMessage: r.UserMessage, Sandboxed: r.Sandbox == audit.SandboxPreview,
 		}
 		if r.ExpiresAt != nil {
 			p.ExpiresAt = *r.ExpiresAt

@@ -198,4 +198,8 @@ type PendingApproval struct {
 	// to it.
 	Subagent    string `json:"subagent,omitempty"`
 	UserMessage string `json:"userMessage,omitempty"`
+	// Sandboxed is true when the call ran in the Bash sandbox before it
+	// asked: an approve applies what it changed there (the preview lists
+	// it), and an approve with unconfined runs it for real.
+	Sandboxed bool `json:"sandboxed,omitempty"`
 }

@@ -348,6 +348,7 @@ func (g *gate) pending() []protocol.PendingApproval {
 			Preview:        a.Preview,
 			Subagent:       g.agent,
 			UserMessage:    text.Truncate(g.userMessage, pendingMessageBytes),
+			Sandboxed:      a.sandboxed,
 		})
 	}
 	return out

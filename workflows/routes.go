@@ -5,6 +5,7 @@ import (
 
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows/contract"
 )
@@ -180,6 +181,9 @@ func passAsk(t *turn, ctx workflow.Context, b *batch, p *passage) {
 	}
 	if t.auditing(ctx) {
 		r := t.auditAsked(ctx, p.approval, c)
+		if p.approval.sandboxed {
+			r.Sandbox = audit.SandboxPreview
+		}
 		p.row = &r
 	}
 }

@@ -99,12 +99,6 @@ func (p *passage) sandboxed() bool {
 	return p.sandbox.Ran() && (p.approval == nil || !p.approval.unconfined)
 }
 
-// Ledger words for how a sandboxed call ran (audit.Record.Sandbox).
-const (
-	sandboxApplied    = "applied"
-	sandboxUnconfined = "unconfined"
-)
-
 // sandboxWord is what the ledger records of how p's call ran: its
 // sandboxed changes applied, or unconfined by a person's choice; empty
 // for a call that did not run in the sandbox.
@@ -113,9 +107,9 @@ func (p *passage) sandboxWord() string {
 	case !p.sandbox.Ran():
 		return ""
 	case p.sandboxed():
-		return sandboxApplied
+		return audit.SandboxApplied
 	default:
-		return sandboxUnconfined
+		return audit.SandboxUnconfined
 	}
 }
 
@@ -216,5 +210,6 @@ func (t *turn) auditContained(ctx workflow.Context, p *passage) audit.Record {
 	id := "sandbox:" + workflowID + ":" + strconv.Itoa(t.step) + ":" + strconv.Itoa(p.index) + ":" + p.call.ID
 	r := t.auditRow(ctx, id, p.call, p.vetting.Check, now, nil)
 	r.Decision, r.DecidedBy, r.Reason, r.DecidedAt, r.Preview = protocol.DecisionApprove, DecidedBySandbox, reasonContained, &now, p.sandbox.Preview
+	r.Sandbox = audit.SandboxPreview
 	return r
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/protocol"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // sandboxed is a harness whose turns run protected Bash calls in the
@@ -83,12 +84,23 @@ func TestASandboxedCallShowsWhatItChangedAndItsApproveAppliesThatNotTheCommand(t
 }
 
 func TestADeclinedSandboxedCallNeitherAppliesNorRuns(t *testing.T) {
-	s := newSandboxed(t, testSettings(), calls(call("b", protocol.ToolBash, `{"command":"rm -rf src"}`)))
+	settings := testSettings()
+	settings.Audit = true
+	s := newSandboxed(t, settings, calls(call("b", protocol.ToolBash, `{"command":"rm -rf src"}`)))
+	l := withLedger(t, s.harness, 0)
 	s.env.RegisterDelayedCallback(func() {
+		v, err := s.env.QueryWorkflow(contract.PendingQuery)
+		require.NoError(t, err)
+		var pending []protocol.PendingApproval
+		require.NoError(t, v.Get(&pending))
+		require.Len(t, pending, 1)
+		require.True(t, pending[0].Sandboxed, "the inbox knows an approve applies the run")
+		require.Equal(t, audit.SandboxPreview, ledgerRows(t, l)["b"].Sandbox, "and so does the ledger's asked row")
 		s.decide(protocol.ApprovalDecision{RequestID: s.requestID(protocol.ToolBash), Decision: protocol.DecisionDecline, Reason: "no"})
 	}, time.Second)
 
 	out := s.runTurn(userTurn("clean"))
+	require.Equal(t, audit.SandboxPreview, ledgerRows(t, l)["b"].Sandbox, "it ran in the sandbox, and nothing was applied")
 
 	require.Len(t, s.runs, 1)
 	require.Empty(t, s.applied)
@@ -136,8 +148,8 @@ func TestAnUnconfinedApproveRunsTheCommandForRealAndIsRecorded(t *testing.T) {
 	}
 	require.Equal(t, 1, unconfined, "the decision event says it was unconfined")
 	rows := ledgerRows(t, l)
-	require.Equal(t, sandboxUnconfined, rows["b1"].Sandbox)
-	require.Equal(t, sandboxApplied, rows["b2"].Sandbox)
+	require.Equal(t, audit.SandboxUnconfined, rows["b1"].Sandbox)
+	require.Equal(t, audit.SandboxApplied, rows["b2"].Sandbox)
 	require.Equal(t, audit.OutcomeOK, rows["b2"].Outcome)
 	require.Contains(t, rows["b2"].Preview, "changed src/main.go", "the ledger keeps the change list the person saw")
 }
@@ -280,9 +292,9 @@ func TestWithSandboxAutoAContainedCallRunsUnaskedAndOneThatTouchesAProtectedFile
 	rows := ledgerRows(t, l)
 	require.Len(t, rows, 5, "a contained call has its row too")
 	require.Equal(t, DecidedBySandbox, rows["test"].DecidedBy)
-	require.Equal(t, sandboxApplied, rows["test"].Sandbox)
+	require.Equal(t, audit.SandboxApplied, rows["test"].Sandbox)
 	require.Equal(t, "ran docs", rows["docs"].Preview, "the row keeps the run the sandbox answered")
 	require.Equal(t, audit.OutcomeOK, rows["docs"].Outcome)
 	require.Equal(t, DecidedByPerson, rows["src"].DecidedBy)
-	require.Equal(t, sandboxApplied, rows["src"].Sandbox)
+	require.Equal(t, audit.SandboxApplied, rows["src"].Sandbox)
 }

@@ -70,6 +70,7 @@
     TG.decisionPanel({
       requestId: a.requestId,
       arguments: a.arguments,
+      sandboxed: !!a.sandboxed,
       onSent: (decision, accepted) => {
         el.classList.add(accepted ? `decided-${decision}` : 'not-accepted');
         // The row itself, not a lookup: a filter changed while the

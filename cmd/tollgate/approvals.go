@@ -34,7 +34,7 @@ func approvals(ctx context.Context, api *apiClient, opts approvalsOptions, in io
 	}
 	a := newAsker(in, out)
 	for _, p := range list {
-		req := request{RequestID: p.RequestID, ToolName: p.ToolName, Arguments: p.Arguments, ExpiresAt: p.ExpiresAt, Preview: p.Preview}
+		req := request{RequestID: p.RequestID, ToolName: p.ToolName, Arguments: p.Arguments, ExpiresAt: p.ExpiresAt, Preview: p.Preview, Sandboxed: p.Sandboxed}
 		if _, err := askAndDecide(ctx, a, api, req); err != nil {
 			return err
 		}

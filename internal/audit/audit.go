@@ -86,12 +86,20 @@ type Record struct {
 	// have neither.
 	Preview     string `json:"preview,omitempty"`
 	UserMessage string `json:"userMessage,omitempty"`
-	// Sandbox says how a Bash call that ran in the sandbox before it asked
-	// ran once decided: "applied" (what it changed there, its preview) or
-	// "unconfined" (a person chose to run it for real). Empty for any
-	// other call, and in rows written before the sandbox.
+	// Sandbox is, for a Bash call that ran in the sandbox before it asked,
+	// SandboxPreview while it waits and when it did not run (declined,
+	// timed out), SandboxApplied when what it changed there was applied,
+	// SandboxUnconfined when a person chose to run it for real. Empty for
+	// any other call, and in rows written before the sandbox.
 	Sandbox string `json:"sandbox,omitempty"`
 }
+
+// What a ledger row says of a sandboxed call (Record.Sandbox).
+const (
+	SandboxPreview    = "preview"
+	SandboxApplied    = "applied"
+	SandboxUnconfined = "unconfined"
+)
 
 // UserMessageBytes bounds a row's UserMessage: what GET /approvals shows of
 // the message, as the turn's pending query does.
