@@ -2,10 +2,13 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 
+	"github.com/chromedp/chromedp"
 	openai "github.com/sashabaranov/go-openai"
 	"github.com/stretchr/testify/require"
 
@@ -15,14 +18,24 @@ import (
 	"github.com/tollgate/tollgate/workflows"
 )
 
-// sandboxScript makes one Bash call of command, then answers "Done.".
-func sandboxScript(command string) scripted.Script {
+// sandboxScript makes a batch of Bash calls, one of each command (the
+// first's id is call_sh, the next ones call_sh1, ...), then answers
+// "Done.".
+func sandboxScript(commands ...string) scripted.Script {
 	return func(req openai.ChatCompletionRequest) scripted.Reply {
 		if countRole(req.Messages, openai.ChatMessageRoleTool) > 0 {
 			return scripted.Reply{Content: "Done."}
 		}
-		args, _ := json.Marshal(map[string]string{"command": command})
-		return scripted.Reply{ToolCalls: []protocol.ToolCall{{ID: "call_sh", Name: protocol.ToolBash, Arguments: string(args)}}}
+		var calls []protocol.ToolCall
+		for i, command := range commands {
+			args, _ := json.Marshal(map[string]string{"command": command})
+			id := "call_sh"
+			if i > 0 {
+				id += strconv.Itoa(i)
+			}
+			calls = append(calls, protocol.ToolCall{ID: id, Name: protocol.ToolBash, Arguments: string(args)})
+		}
+		return scripted.Reply{ToolCalls: calls}
 	}
 }
 
@@ -153,4 +166,32 @@ func TestAnUnconfinedApproveRunsTheCommandForRealWhereTheSandboxRefusedIt(t *tes
 	decision := ofType(rest, protocol.EventApprovalDecision)[0]
 	require.True(t, decision.Unconfined, "the decision says it ran unconfined")
 	require.Equal(t, "real", readFile(t, outside))
+}
+
+func TestConsoleShowsASandboxedRunsChangesAndAppliesOrRunsItUnconfinedByClick(t *testing.T) {
+	requireSandbox(t)
+	outside := filepath.Join(t.TempDir(), "outside.txt")
+	st := newStack(t, withScript(sandboxScript(`printf 'hello\n' > hello.txt && echo made`, "printf real > "+outside)), withSandbox())
+	b := newBrowser(t)
+	b.do(chromedp.Navigate(st.api.URL + "/"))
+	sendFromConsole(b, "make things")
+	turn := nthTurn(1)
+	b.waitUntil(count(turn+` [data-testid="sandbox"]`) + ` === 2`)
+
+	// The first call's card lists what its run changed, and its output.
+	first := fmt.Sprintf(`%s .call[data-call-id="call_sh"]`, turn)
+	change := eval[string](b, fmt.Sprintf(`document.querySelector(%s).textContent`, jsQuote(first+` [data-testid="sandbox-change"][data-op="added"]`)))
+	require.Contains(t, change, "hello.txt")
+	require.Contains(t, change, "+ hello", "with its diff")
+	require.NoFileExists(t, filepath.Join(st.workspace, "hello.txt"), "nothing is applied before the click")
+	b.screenshot("console-sandboxed")
+
+	b.do(chromedp.Click(chromedp.CSS(first + ` [data-testid="approve"]`)))
+	b.waitUntil(count(first+` [data-testid="approval-actions"]:not([hidden])`) + ` === 0`)
+	second := fmt.Sprintf(`%s .call[data-call-id="call_sh1"]`, turn)
+	b.do(chromedp.Click(chromedp.CSS(second + ` [data-testid="approve-unconfined"]`)))
+	b.do(chromedp.WaitVisible(chromedp.CSS(turn + ` [data-testid="finish"]`)))
+
+	require.Equal(t, "hello\n", readFile(t, filepath.Join(st.workspace, "hello.txt")), "Apply applied the run's change")
+	require.Equal(t, "real", readFile(t, outside), "Run unconfined ran the command for real")
 }
