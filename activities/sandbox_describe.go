@@ -1,0 +1,76 @@
+package activities
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/tollgate/tollgate/internal/text"
+	"github.com/tollgate/tollgate/protocol"
+)
+
+// describeSandboxRun is run as the person who decides reads it, at most
+// capBytes long: a first line that says it ran in the sandbox, how it
+// ended and how many files it changed; a line per change; each text
+// change's diff; and the output's start and end. The worker writes it into
+// the run (SandboxRun.Preview), so that a replay shows the same words.
+func describeSandboxRun(run protocol.SandboxRun, capBytes int) string {
+	var b strings.Builder
+	n := len(run.Changes)
+	fmt.Fprintf(&b, "ran in the sandbox (no network; it wrote only to a copy of the workspace): %s, %d %s changed\n",
+		sandboxEnd(run), n, text.Plural(n, "file"))
+	if run.TooLarge != "" {
+		fmt.Fprintf(&b, "an approve applies nothing: %s\n", run.TooLarge)
+	}
+	for _, c := range run.Changes {
+		b.WriteString(changeLine(c))
+		b.WriteByte('\n')
+	}
+	for _, c := range run.Changes {
+		if c.Diff != "" {
+			fmt.Fprintf(&b, "--- %s\n%s\n", c.Path, c.Diff)
+		}
+	}
+	if out := strings.TrimRight(run.Output, "\n"); out != "" {
+		fmt.Fprintf(&b, "output:\n%s\n", out)
+	} else {
+		b.WriteString("output: none\n")
+	}
+	const cut = "\n… (cut: the changes hold the rest)"
+	s := strings.ToValidUTF8(b.String(), "\uFFFD")
+	if capBytes > 0 && len(s) > capBytes {
+		s = text.Cut(s, capBytes-len(cut)) + cut
+	}
+	return s
+}
+
+// sandboxEnd says how a sandboxed run ended.
+func sandboxEnd(run protocol.SandboxRun) string {
+	switch {
+	case run.TimedOut:
+		return "timed out, killed with all it started"
+	case run.Signal != "":
+		return "killed by " + run.Signal
+	default:
+		return fmt.Sprintf("exit %d", run.ExitCode)
+	}
+}
+
+// changeLine is one line of the change list: what happened to which file.
+func changeLine(c protocol.FileChange) string {
+	what := c.Op + " " + c.Path
+	if c.Op == protocol.ChangeRenamed {
+		what = fmt.Sprintf("renamed %s → %s", c.From, c.Path)
+	}
+	switch {
+	case c.Kind == "dir":
+		what += "/ (folder)"
+	case c.Kind == "symlink":
+		what += " (symbolic link to " + c.Link + ")"
+	case c.Op == protocol.ChangeDeleted:
+	case c.Binary:
+		what += fmt.Sprintf(" (binary, %d bytes)", c.Size)
+	default:
+		what += fmt.Sprintf(" (%d bytes)", c.Size)
+	}
+	return "  " + what
+}

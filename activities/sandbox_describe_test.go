@@ -1,0 +1,48 @@
+package activities
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tollgate/tollgate/protocol"
+)
+
+func TestASandboxedRunIsDescribedChangeByChangeWithItsDiffsAndOutput(t *testing.T) {
+	run := protocol.SandboxRun{
+		ExitCode: 1, Output: "FAIL x_test.go\n",
+		Changes: []protocol.FileChange{
+			{Path: "README.md", Op: protocol.ChangeChanged, Kind: "file", Size: 10, Diff: "- # demo\n+ # changed"},
+			{Path: "b.txt", From: "a.txt", Op: protocol.ChangeRenamed, Kind: "file", Size: 3},
+			{Path: "gone.txt", Op: protocol.ChangeDeleted, Kind: "file"},
+			{Path: "logo.png", Op: protocol.ChangeAdded, Kind: "file", Binary: true, Size: 2048},
+			{Path: "latest", Op: protocol.ChangeAdded, Kind: "symlink", Link: "b.txt"},
+			{Path: "build", Op: protocol.ChangeAdded, Kind: "dir"},
+		},
+	}
+	got := describeSandboxRun(run, DefaultOutputCap)
+	require.Equal(t, `ran in the sandbox (no network; it wrote only to a copy of the workspace): exit 1, 6 files changed
+  changed README.md (10 bytes)
+  renamed a.txt → b.txt (3 bytes)
+  deleted gone.txt
+  added logo.png (binary, 2048 bytes)
+  added latest (symbolic link to b.txt)
+  added build/ (folder)
+--- README.md
+- # demo
++ # changed
+output:
+FAIL x_test.go
+`, got)
+
+	run = protocol.SandboxRun{TimedOut: true, ExitCode: -1, TooLarge: "3,001 files, past the 2,000 a run may hold"}
+	got = describeSandboxRun(run, DefaultOutputCap)
+	require.True(t, strings.HasPrefix(got, "ran in the sandbox (no network; it wrote only to a copy of the workspace): timed out, killed with all it started, 0 files changed\nan approve applies nothing: 3,001 files"), got)
+	require.True(t, strings.HasSuffix(got, "output: none\n"), got)
+
+	run = protocol.SandboxRun{Output: strings.Repeat("x", 100_000)}
+	got = describeSandboxRun(run, 1000)
+	require.LessOrEqual(t, len(got), 1000)
+	require.True(t, strings.HasSuffix(got, "(cut: the changes hold the rest)"), got[len(got)-60:])
+}
