@@ -238,7 +238,7 @@ func (r *changeReader) file(p string, upper, lower fs.FileInfo) error {
 		switch {
 		case !beforeKept:
 			fmt.Fprintf(&b, "(was %d bytes, too large to compare)", lower.Size())
-		case !c.Binary:
+		case !c.Binary && !bytes.Equal(before, after):
 			b.WriteString(diffLines(splitLines(string(before)), splitLines(string(after))))
 		}
 		c.Diff = text.Truncate(b.String(), maxSandboxDiff)

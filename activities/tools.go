@@ -43,7 +43,8 @@ type Tools struct {
 	Ledger audit.Writer
 }
 
-// Activities returns the tool activities by their names, for registration
+// Activities returns the tool activities by their names, and the
+// sandbox's (SandboxBashActivity, ApplySandboxActivity), for registration
 // with a worker:
 //
 //	for name, fn := range tools.Activities() {
@@ -58,9 +59,10 @@ func (t *Tools) Activities() map[string]any {
 		protocol.ToolWrite: Carried(t.Ledger, t.Write),
 		protocol.ToolEdit:  Carried(t.Ledger, t.Edit),
 		protocol.ToolBash:  Carried(t.Ledger, t.Bash),
-		// The sandbox: a Bash call run over a copy-on-write view of the
-		// workspace.
-		SandboxBashActivity: t.SandboxBash,
+		// The sandbox's: a Bash call run over a copy-on-write view of the
+		// workspace, and its changes applied once approved.
+		SandboxBashActivity:  t.SandboxBash,
+		ApplySandboxActivity: Carried(t.Ledger, t.ApplySandbox),
 	}
 }
 
