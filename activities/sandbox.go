@@ -89,8 +89,10 @@ const (
 	// (RLIMIT_FSIZE): a runaway write stops there rather than fill the
 	// worker's disk. Past maxSandboxBytes a run is too large to apply.
 	sandboxFileSize = 1 << 30
-	// sandboxTmpSize bounds the private /tmp, which is kept in memory.
+	// sandboxTmpSize bounds the private /tmp, and sandboxShmSize
+	// /dev/shm, which are kept in memory.
 	sandboxTmpSize = 512 << 20
+	sandboxShmSize = 64 << 20
 )
 
 // sandboxOverlayOptions are the overlay's options: its extended attributes
@@ -300,7 +302,10 @@ func sandboxCommand(p sandboxPrograms, dir, ws, command string, env []string) st
 		"--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
 		"--die-with-parent", "--new-session",
 		"--ro-bind", "/", "/",
+		// /dev read-only but for /dev/shm, both in memory: bounded.
 		"--dev", "/dev",
+		"--size", strconv.Itoa(sandboxShmSize), "--tmpfs", "/dev/shm",
+		"--remount-ro", "/dev",
 		"--proc", "/proc",
 		"--size", strconv.Itoa(sandboxTmpSize), "--tmpfs", "/tmp",
 		"--bind", filepath.Join(dir, "merged"), ws,

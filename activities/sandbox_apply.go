@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -130,6 +131,15 @@ type applier struct {
 func applyChanges(root *os.Root, changes []protocol.FileChange) protocol.SandboxApplied {
 	a := &applier{root: root}
 	moved := map[int]bool{} // renames whose file was taken from From
+	changes = slices.DeleteFunc(slices.Clone(changes), func(c protocol.FileChange) bool {
+		for _, p := range []string{c.Path, c.From} {
+			if p != "" && (!filepath.IsLocal(p) || path.Clean(p) != p || p == ".") {
+				a.refuse(c.Path, "not a clean path inside the workspace")
+				return true
+			}
+		}
+		return false
+	})
 	for i, c := range changes {
 		switch {
 		case c.Op == protocol.ChangeDeleted && c.Kind != "dir":

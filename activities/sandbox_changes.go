@@ -30,6 +30,7 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"unicode/utf8"
 
@@ -56,6 +57,11 @@ const (
 	// files changed or deleted (their Before): a command that deletes a
 	// folder of large files is not read whole.
 	maxSandboxHashed = 256 << 20
+	// maxSandboxDepth bounds how deep in folders a change may lie: each
+	// path is opened from the top (os.Root), so reading a tree costs its
+	// depth squared, and a command's 10,000 nested folders would hold the
+	// activity for minutes.
+	maxSandboxDepth = 256
 	// maxSandboxDiff bounds one file's diff, whose lines diffLines already
 	// bounds in number but not in length.
 	maxSandboxDiff = 64 << 10
@@ -114,6 +120,9 @@ func readChanges(upperDir, ws string) (sandboxChanges, error) {
 // dir reads the changes in the upper layer's folder rel, whose workspace
 // folder exists when lowerDir, and reports whether it is empty.
 func (r *changeReader) dir(rel string, lowerDir bool) (empty bool, err error) {
+	if err := r.depth(rel); err != nil {
+		return false, err
+	}
 	names, err := r.names(r.upper, rel, true)
 	if err != nil {
 		return false, err
@@ -255,6 +264,9 @@ func (r *changeReader) deleted(p string, info fs.FileInfo) error {
 	case "":
 		return r.omit(p, info, "deleted")
 	case "dir":
+		if err := r.depth(p); err != nil {
+			return err
+		}
 		names, err := r.names(r.lower, p, false)
 		if err != nil {
 			return err
@@ -387,6 +399,15 @@ func (r *changeReader) opaque(rel string) bool {
 	buf := make([]byte, 8)
 	n, err := unix.Lgetxattr(filepath.Join(r.upperDir, rel), opaqueXattr, buf)
 	return err == nil && string(buf[:n]) == "y"
+}
+
+// depth stops the reading at a folder deeper than maxSandboxDepth.
+func (r *changeReader) depth(p string) error {
+	if strings.Count(p, "/") >= maxSandboxDepth {
+		r.setTooLarge(fmt.Sprintf("it changed folders nested more than %d deep", maxSandboxDepth))
+		return errStopReading
+	}
+	return nil
 }
 
 // add records c, unless there are too many changes already.
