@@ -80,13 +80,21 @@ func Carry(ctx context.Context, ledger audit.Writer, rows []audit.Record, wait b
 const LedgerStillWriting = -1
 
 // Carried is fn, a tool's activity, taking the ledger rows its input
-// carries (ToolInput.Ledger) to ledger while it runs, without waiting
-// for them once the tool is done (Carry); a nil ledger takes none, and
-// the turn writes them later itself.
-func Carried(ledger audit.Writer, fn func(context.Context, ToolInput) (ToolOutput, error)) func(context.Context, ToolInput) (ToolOutput, error) {
-	return func(ctx context.Context, in ToolInput) (out ToolOutput, err error) {
-		n := Carry(ctx, ledger, in.Ledger, false, func() { out, err = fn(ctx, in) })
+// carries (ToolInput.Ledger, SandboxApplyInput.Ledger) to ledger while it
+// runs, without waiting for them once the tool is done (Carry); a nil
+// ledger takes none, and the turn writes them later itself.
+func Carried[In carrier](ledger audit.Writer, fn func(context.Context, In) (ToolOutput, error)) func(context.Context, In) (ToolOutput, error) {
+	return func(ctx context.Context, in In) (out ToolOutput, err error) {
+		n := Carry(ctx, ledger, in.carried(), false, func() { out, err = fn(ctx, in) })
 		out.LedgerRows = n
 		return out, err
 	}
 }
+
+// carrier is the input of an activity that answers the model for a tool:
+// it carries the ledger rows its turn hands it.
+type carrier interface {
+	carried() []audit.Record
+}
+
+func (in ToolInput) carried() []audit.Record { return in.Ledger }

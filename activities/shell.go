@@ -29,30 +29,41 @@ const (
 // times out, when the activity is cancelled and when the worker dies.
 func (t *Tools) Bash(ctx context.Context, in ToolInput) (ToolOutput, error) {
 	return t.run(ctx, protocol.ToolBash, in, func(ws *workspace, in ToolInput) (string, error) {
-		var args struct {
-			Command *string  `json:"command"`
-			Timeout *float64 `json:"timeout"`
-		}
-		if err := decodeArgs(in.Call.Arguments, &args); err != nil {
+		command, timeout, err := t.bashArgs(in.Call.Arguments)
+		if err != nil {
 			return "", err
 		}
-		if args.Command == nil {
-			return "", missing("command")
-		}
-		if strings.TrimSpace(*args.Command) == "" {
-			return "", errors.New("command is empty")
-		}
-		timeout := t.bashTimeout()
-		if args.Timeout != nil {
-			if *args.Timeout <= 0 {
-				return "", fmt.Errorf("timeout must be a positive number of milliseconds, not %v", *args.Timeout)
-			}
-			if ms := *args.Timeout; ms < float64(timeout/time.Millisecond) {
-				timeout = time.Duration(ms * float64(time.Millisecond))
-			}
-		}
-		return runBash(ctx, ws.real, *args.Command, allowedEnv(t.BashEnv), timeout, t.outputCap())
+		return runBash(ctx, ws.real, command, allowedEnv(t.BashEnv), timeout, t.outputCap())
 	})
+}
+
+// bashArgs reads a Bash call's arguments: the command, and how long it may
+// run (the call's timeout, at most the configured one). Its errors are
+// written for the model to correct its call.
+func (t *Tools) bashArgs(arguments string) (command string, timeout time.Duration, err error) {
+	var args struct {
+		Command *string  `json:"command"`
+		Timeout *float64 `json:"timeout"`
+	}
+	if err := decodeArgs(arguments, &args); err != nil {
+		return "", 0, err
+	}
+	if args.Command == nil {
+		return "", 0, missing("command")
+	}
+	if strings.TrimSpace(*args.Command) == "" {
+		return "", 0, errors.New("command is empty")
+	}
+	timeout = t.bashTimeout()
+	if args.Timeout != nil {
+		if *args.Timeout <= 0 {
+			return "", 0, fmt.Errorf("timeout must be a positive number of milliseconds, not %v", *args.Timeout)
+		}
+		if ms := *args.Timeout; ms < float64(timeout/time.Millisecond) {
+			timeout = time.Duration(ms * float64(time.Millisecond))
+		}
+	}
+	return *args.Command, timeout, nil
 }
 
 // runBash runs command in dir with the environment env. A command that fails, is killed or times out
@@ -67,9 +78,7 @@ func runBash(ctx context.Context, dir, command string, env []string, timeout tim
 	if err != nil {
 		return "", err
 	}
-	stopHeartbeat := heartbeat(ctx)
-	end, err := g.wait()
-	stopHeartbeat()
+	end, err := g.waitHeartbeating(ctx)
 
 	switch status := end.Status; {
 	case ctx.Err() != nil:
@@ -93,4 +102,12 @@ func runBash(ctx context.Context, dir, command string, env []string, timeout tim
 		return "(no output)", nil
 	}
 	return out.String(), nil
+}
+
+// waitHeartbeating is wait, with the activity of ctx heartbeating
+// meanwhile.
+func (g *guardedCommand) waitHeartbeating(ctx context.Context) (guardEnd, error) {
+	stop := heartbeat(ctx)
+	defer stop()
+	return g.wait()
 }

@@ -43,7 +43,8 @@ type Tools struct {
 	Ledger audit.Writer
 }
 
-// Activities returns the tool activities by their names, for registration
+// Activities returns the tool activities by their names, and the
+// sandbox's (SandboxBashActivity, ApplySandboxActivity), for registration
 // with a worker:
 //
 //	for name, fn := range tools.Activities() {
@@ -58,6 +59,10 @@ func (t *Tools) Activities() map[string]any {
 		protocol.ToolWrite: Carried(t.Ledger, t.Write),
 		protocol.ToolEdit:  Carried(t.Ledger, t.Edit),
 		protocol.ToolBash:  Carried(t.Ledger, t.Bash),
+		// The sandbox's: a Bash call run over a copy-on-write view of the
+		// workspace, and its changes applied once approved.
+		SandboxBashActivity:  t.SandboxBash,
+		ApplySandboxActivity: Carried(t.Ledger, t.ApplySandbox),
 	}
 }
 
@@ -156,22 +161,11 @@ func (t *Tools) run(ctx context.Context, tool string, in ToolInput, fn func(*wor
 		return ToolOutput{}, err
 	}
 	result, err := func() (string, error) {
-		ws, err := openWorkspace(t.Workspace)
+		ws, in, err := t.open(tool, in)
 		if err != nil {
 			return "", err
 		}
 		defer ws.Close()
-		// The tool runs the call the policy saw: the same normalized view
-		// of its arguments (a no-op for a call the turn has normalized).
-		spec, ok := t.spec(tool)
-		if !ok {
-			return "", fmt.Errorf("no such tool")
-		}
-		args, err := runArguments(spec, ws, in.Call.Arguments)
-		if err != nil {
-			return "", err
-		}
-		in.Call.Arguments = args
 		return fn(ws, in)
 	}()
 	if ctxErr := ctx.Err(); ctxErr != nil {
@@ -181,6 +175,29 @@ func (t *Tools) run(ctx context.Context, tool string, in ToolInput, fn func(*wor
 		return ToolOutput{Status: protocol.StatusError, Result: tool + ": " + err.Error()}, nil
 	}
 	return ToolOutput{Status: protocol.StatusOK, Result: result}, nil
+}
+
+// open opens the workspace for a call of tool and gives the call with the
+// arguments it runs with: the call the policy saw, the same normalized
+// view of its arguments (a no-op for a call the turn has normalized). The
+// caller closes the workspace.
+func (t *Tools) open(tool string, in ToolInput) (*workspace, ToolInput, error) {
+	ws, err := openWorkspace(t.Workspace)
+	if err != nil {
+		return nil, in, err
+	}
+	spec, ok := t.spec(tool)
+	if !ok {
+		ws.Close()
+		return nil, in, fmt.Errorf("no such tool")
+	}
+	args, err := runArguments(spec, ws, in.Call.Arguments)
+	if err != nil {
+		ws.Close()
+		return nil, in, err
+	}
+	in.Call.Arguments = args
+	return ws, in, nil
 }
 
 // runArguments gives the arguments a tool runs with: normalized, and its

@@ -84,4 +84,7 @@ type ToolOutput struct {
 	// LedgerRows is how many of the input's Ledger rows the ledger took:
 	// all or none, or LedgerStillWriting.
 	LedgerRows int `json:"ledgerRows,omitempty"`
+	// Applied is what ApplySandbox applied of a sandboxed run, and what
+	// it refused.
+	Applied *protocol.SandboxApplied `json:"applied,omitempty"`
 }

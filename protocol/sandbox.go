@@ -43,6 +43,10 @@ type SandboxRun struct {
 	// renamed, by path. A change too large to hold is listed without its
 	// content, and TooLarge says so.
 	Changes []FileChange `json:"changes,omitempty"`
+	// Omitted are the things the command made or deleted that are not
+	// files, folders or symbolic links (a named pipe, a socket, a
+	// device), each "path (what it is)": shown, never applied.
+	Omitted []string `json:"omitted,omitempty"`
 	// TooLarge, when set, says why the changes cannot be applied from the
 	// run (their size, their number): approving then applies nothing.
 	TooLarge string `json:"tooLarge,omitempty"`
@@ -73,7 +77,9 @@ type FileChange struct {
 	Mode uint32 `json:"mode,omitempty"`
 	// Before is the SHA-256 (hex) of the file in the workspace when the
 	// command ran, of the From file for a rename; empty for an added
-	// file. Applying refuses a file whose workspace copy no longer has it.
+	// file or a folder. Of a symbolic link, it is the SHA-256 of
+	// "symlink", a NUL byte and its target. Applying refuses a file whose
+	// workspace copy no longer has it.
 	Before string `json:"before,omitempty"`
 	// Content is the file's content after the change (added, changed,
 	// renamed); Link the target of a symbolic link.
