@@ -213,7 +213,7 @@ func (t *Tools) SandboxBash(ctx context.Context, in ToolInput) (protocol.Sandbox
 		if err != nil {
 			return protocol.SandboxRun{}, err
 		}
-		return runSandboxed(ctx, progs, ws.real, command, allowedEnv(t.BashEnv), timeout, t.outputCap())
+		return runSandboxed(ctx, progs, ws.real, command, sandboxEnv(allowedEnv(t.BashEnv)), timeout, t.outputCap())
 	}()
 	if err := ctx.Err(); err != nil {
 		return protocol.SandboxRun{}, err
@@ -221,7 +221,25 @@ func (t *Tools) SandboxBash(ctx context.Context, in ToolInput) (protocol.Sandbox
 	if err != nil {
 		return protocol.SandboxRun{Unavailable: protocol.ToolBash + ": " + err.Error()}, nil
 	}
+	run.Preview = describeSandboxRun(run, t.outputCap())
 	return run, nil
+}
+
+// sandboxCacheHome is where a sandboxed command's tools keep their caches
+// (XDG_CACHE_HOME, which Go's build cache follows): in the sandbox's
+// private /tmp, since HOME is read-only there. A cache starts empty each
+// run and is gone with it.
+const sandboxCacheHome = "/tmp/.cache"
+
+// sandboxEnv is env with XDG_CACHE_HOME in the sandbox's /tmp, unless env
+// sets it (TOLLGATE_BASH_ENV).
+func sandboxEnv(env []string) []string {
+	for _, kv := range env {
+		if strings.HasPrefix(kv, "XDG_CACHE_HOME=") {
+			return env
+		}
+	}
+	return append(env, "XDG_CACHE_HOME="+sandboxCacheHome)
 }
 
 // runSandboxed runs command in the sandbox over the workspace ws (its real

@@ -30,6 +30,9 @@ func describeSandboxRun(run protocol.SandboxRun, capBytes int) string {
 			fmt.Fprintf(&b, "--- %s\n%s\n", c.Path, c.Diff)
 		}
 	}
+	for _, o := range run.Omitted {
+		fmt.Fprintf(&b, "  not applied: %s\n", o)
+	}
 	if out := strings.TrimRight(run.Output, "\n"); out != "" {
 		fmt.Fprintf(&b, "output:\n%s\n", out)
 	} else {

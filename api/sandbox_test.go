@@ -195,3 +195,26 @@ func TestConsoleShowsASandboxedRunsChangesAndAppliesOrRunsItUnconfinedByClick(t 
 	require.Equal(t, "hello\n", readFile(t, filepath.Join(st.workspace, "hello.txt")), "Apply applied the run's change")
 	require.Equal(t, "real", readFile(t, outside), "Run unconfined ran the command for real")
 }
+
+// A run's changes travel in the activity's result, which Temporal caps at
+// 2 MB a payload: past that they go through the payload store, and an
+// approve still applies every byte.
+func TestASandboxedRunPastTemporalsPayloadLimitIsAppliedWhole(t *testing.T) {
+	t.Parallel()
+	requireSandbox(t)
+	const size = 3 << 20
+	st := newStack(t, withScript(sandboxScript(fmt.Sprintf(`head -c %d /dev/zero | tr '\0' 'a' > big.txt`, size))), withSandbox(), withPayloadStore())
+
+	_, msgs := st.chat(t, `{"query": "make a big file", "conversationId": "sandbox-big"}`)
+	seq := 0
+	req := lastOf(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 1))
+	require.Len(t, req.Sandbox.Changes, 1)
+	require.Equal(t, int64(size), req.Sandbox.Changes[0].Size)
+	require.Empty(t, req.Sandbox.TooLarge)
+	postDecision(t, st.api, req.RequestID, protocol.DecisionApprove, "", true)
+	rest := untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
+	require.Equal(t, []string{"call_sh Bash ok"}, resultStatuses(ofType(rest, protocol.EventToolResult)[0].ToolResults))
+	info, err := os.Stat(filepath.Join(st.workspace, "big.txt"))
+	require.NoError(t, err)
+	require.Equal(t, int64(size), info.Size())
+}
