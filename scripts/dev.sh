@@ -32,6 +32,10 @@ export TOLLGATE_AGENTS_DIR=${TOLLGATE_AGENTS_DIR:-./agents}
 export TOLLGATE_PAYLOAD_DIR=${TOLLGATE_PAYLOAD_DIR:-$STATE_DIR/payloads}
 # The audit ledger, a SQLite file the worker writes and the API reads.
 export TOLLGATE_AUDIT_DB=${TOLLGATE_AUDIT_DB:-$STATE_DIR/audit.db}
+# A protected Bash call runs in the sandbox first, and the person approves
+# what it changed (docs/sandbox.md); where the sandbox cannot start, the
+# worker and the banner say so, and Bash asks as without it.
+export TOLLGATE_BASH_SANDBOX=${TOLLGATE_BASH_SANDBOX:-preview}
 # Everything talks over loopback: gzip would only cost CPU.
 export TOLLGATE_GRPC_COMPRESSION=${TOLLGATE_GRPC_COMPRESSION:-none}
 # Long enough to follow the README's tour at a reading pace; the default
@@ -331,7 +335,7 @@ fi
 
 # The Bash sandbox (docs/sandbox.md): whether the worker could start it.
 sandbox="off (TOLLGATE_BASH_SANDBOX=preview runs a protected command in a sandbox first, and you approve what it changed)"
-if [ "${TOLLGATE_BASH_SANDBOX:-off}" = preview ]; then
+if [ "$TOLLGATE_BASH_SANDBOX" = preview ]; then
 	wait_worker
 	sandbox="preview: a protected Bash call runs in the sandbox first; approve applies what it changed"
 	if why=$(grep -m1 'Bash sandbox cannot start' "$LOGS/worker.log"); then
