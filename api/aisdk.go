@@ -151,25 +151,50 @@ func (s *Server) aiSDKMessage(c *gin.Context, req uiChatRequest, msg uiMessage) 
 func (s *Server) aiSDKAnswers(c *gin.Context, req uiChatRequest, msg uiMessage) {
 	conv := req.ID
 	ctx := c.Request.Context()
+	// Refused before anything is read: an approval response is a decision.
+	for _, p := range msg.Parts {
+		if p.isTool() && p.State == "approval-responded" && !s.may(c, config.RoleApprove) {
+			writeError(c, s.log, forbidden("%s %s with an approval response needs a token with the role %s", c.Request.Method, c.FullPath(), config.RoleApprove))
+			return
+		}
+	}
 	if err := s.checkConversation(ctx, conv); err != nil {
 		writeError(c, s.log, err)
 		return
 	}
-	turnID, err := s.aiSDKTurn(c, conv, msg.ID)
+	// The answers hold a place among the Temporal calls in flight, as
+	// POST /chat/approval does, until they are delivered; the stream does
+	// not.
+	release, err := s.calls.acquire("deliver the answers of conversation " + conv)
 	if err != nil {
 		writeError(c, s.log, err)
 		return
 	}
-	if turnID == "" {
-		writeError(c, s.log, badRequest("conversation %s has no turn to answer: send a user message", conv))
+	x, turnID, err := s.deliverAnswers(c, conv, msg)
+	release()
+	if err != nil {
+		writeError(c, s.log, err)
 		return
+	}
+	s.streamUI(c, conv, turnID, x)
+}
+
+// deliverAnswers sends the answers msg carries to conv's turn, and returns
+// the translator that streams the turn on from after the last call answered.
+func (s *Server) deliverAnswers(c *gin.Context, conv string, msg uiMessage) (*uiTranslator, string, error) {
+	ctx := c.Request.Context()
+	turnID, err := s.aiSDKTurn(c, conv, msg.ID)
+	if err != nil {
+		return nil, "", err
+	}
+	if turnID == "" {
+		return nil, "", badRequest("conversation %s has no turn to answer: send a user message", conv)
 	}
 	qctx, cancel := context.WithTimeout(ctx, queryTimeout)
 	log, err := s.hub.src.Events(qctx, turnID, 0, false)
 	cancel()
 	if err != nil {
-		writeError(c, s.log, fmt.Errorf("read turn %s: %w", turnID, err))
-		return
+		return nil, "", fmt.Errorf("read turn %s: %w", turnID, err)
 	}
 	asked := newUITranslator(len(log.Events) + 1) // silent: it only learns
 	asked.events(log.Events)
@@ -213,20 +238,13 @@ func (s *Server) aiSDKAnswers(c *gin.Context, req uiChatRequest, msg uiMessage) 
 		}
 	}
 	if cursor == 0 {
-		writeError(c, s.log, badRequest("the last message answers no call that turn %s asked about: send a user message, or respond to its approvals (addToolApprovalResponse) or client tools (addToolOutput)", turnID))
-		return
+		return nil, "", badRequest("the last message answers no call that turn %s asked about: send a user message, or respond to its approvals (addToolApprovalResponse) or client tools (addToolOutput)", turnID)
 	}
-	if len(decisions) > 0 && !s.may(c, config.RoleApprove) {
-		writeError(c, s.log, forbidden("%s %s with an approval response needs a token with the role %s", c.Request.Method, c.FullPath(), config.RoleApprove))
-		return
-	}
-
 	x := newUITranslator(cursor)
 	for _, d := range decisions {
 		_, reason, err := s.decideAsCaller(c, d)
 		if err != nil {
-			writeError(c, s.log, err)
-			return
+			return nil, "", err
 		}
 		x.answered(d.RequestID, asked.requests[d.RequestID].toolCallID, reason)
 	}
@@ -235,12 +253,11 @@ func (s *Server) aiSDKAnswers(c *gin.Context, req uiChatRequest, msg uiMessage) 
 		wid, _ := contract.RequestWorkflowID(b.RequestID)
 		reason, err := s.offer(ctx, wid, contract.ClientToolResultUpdate, "", clientToolResult(b), &none)
 		if err != nil {
-			writeError(c, s.log, err)
-			return
+			return nil, "", err
 		}
 		x.answered(b.RequestID, "", reason)
 	}
-	s.streamUI(c, conv, turnID, x)
+	return x, turnID, nil
 }
 
 // aiSDKTurn is the turn of conversation conv that a request is about: the

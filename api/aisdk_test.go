@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	openai "github.com/sashabaranov/go-openai"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/internal/scripted"
 	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
@@ -157,6 +159,15 @@ func TestTheAISDKsChatDrivesTurnsThroughTheGate(t *testing.T) {
 		require.Equal(t, protocol.FinishStop, m.Metadata.Tollgate.FinishReason)
 		require.Equal(t, "aisdk-tokens", m.Metadata.Tollgate.ConversationID)
 		require.Equal(t, "step-start", m.Parts[0].Type)
+
+		// Nothing runs: nothing to resume, as for a conversation that
+		// does not exist.
+		for _, conv := range []string{"aisdk-tokens", "aisdk-none"} {
+			resp, err := http.Get(st.api.URL + "/ai-sdk/chat/" + conv + "/stream")
+			require.NoError(t, err)
+			resp.Body.Close()
+			require.Equal(t, http.StatusNoContent, resp.StatusCode, conv)
+		}
 	})
 
 	t.Run("an approval response approves a call and a declined one says why", func(t *testing.T) {
@@ -250,4 +261,48 @@ func auditOf(t *testing.T, st *stack, conv, tool string) auditRow {
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
 	require.Len(t, out.Records, 1, "%s's rows of %s", conv, tool)
 	return out.Records[0]
+}
+
+// TestAISDKChatObeysTheAPIsRules sends POST /ai-sdk/chat what the rest of
+// the API refuses, and an approval response with a token that may chat
+// but not approve: each is refused before anything reaches Temporal.
+func TestAISDKChatObeysTheAPIsRules(t *testing.T) {
+	t.Parallel()
+	tokens := []config.APIToken{
+		{Token: "chat-token-0123456789", Principal: "dev", Roles: []string{config.RoleChat}},
+		{Token: "both-token-0123456789", Principal: "lead", Roles: []string{config.RoleChat, config.RoleApprove}},
+	}
+	h := docServer(t, tokens).Handler()
+	answer := `{"id":"c1","trigger":"submit-message","messages":[{"id":"m1","role":"user","parts":[{"type":"text","text":"go"}]},` +
+		`{"id":"tollgate-conv-c1-turn-1","role":"assistant","parts":[{"type":"tool-Write","toolCallId":"call_0_1","state":"approval-responded",` +
+		`"input":{},"approval":{"id":"tollgate-conv-c1-turn-1/apr-0123","approved":true}}]}]}`
+	for name, tc := range map[string]struct {
+		token, contentType, origin, body string
+		status                           int
+		says                             string
+	}{
+		"no token":                      {"", "application/json", "", answer, http.StatusUnauthorized, "authorization required"},
+		"an approval with a chat token": {"chat-token-0123456789", "application/json", "", answer, http.StatusForbidden, "role approve"},
+		"a foreign origin":              {"both-token-0123456789", "application/json", "https://evil.example", answer, http.StatusForbidden, "may not change anything"},
+		"a body that is not JSON":       {"both-token-0123456789", "text/plain", "", answer, http.StatusUnsupportedMediaType, ""},
+		"a body past the limit":         {"both-token-0123456789", "application/json", "", `{"id":"c1","messages":["` + strings.Repeat("x", maxBodyBytes) + `"]}`, http.StatusRequestEntityTooLarge, "64 KiB"},
+		"no id":                         {"both-token-0123456789", "application/json", "", `{"messages":[{"role":"user","parts":[]}]}`, http.StatusBadRequest, "id is missing"},
+		"a last message of the system":  {"both-token-0123456789", "application/json", "", `{"id":"c1","messages":[{"role":"system","parts":[]}]}`, http.StatusBadRequest, "role"},
+		"a user message with no text":   {"both-token-0123456789", "application/json", "", `{"id":"c1","messages":[{"id":"m","role":"user","parts":[]}]}`, http.StatusBadRequest, "query is empty"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			req := httptest.NewRequest(http.MethodPost, "http://127.0.0.1:8080/ai-sdk/chat", strings.NewReader(tc.body))
+			req.Header.Set("Content-Type", tc.contentType)
+			if tc.token != "" {
+				req.Header.Set("Authorization", "Bearer "+tc.token)
+			}
+			if tc.origin != "" {
+				req.Header.Set("Origin", tc.origin)
+			}
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			require.Equal(t, tc.status, rec.Code, rec.Body.String())
+			require.Contains(t, rec.Body.String(), tc.says)
+		})
+	}
 }
