@@ -116,6 +116,10 @@ func (s *Server) aiSDKChat(c *gin.Context) {
 // streams its turn. The message's id is its Idempotency-Key, so that a
 // request sent again (or regenerated) streams the same turn, never a second.
 func (s *Server) aiSDKMessage(c *gin.Context, req uiChatRequest, msg uiMessage) {
+	if !s.may(c, config.RoleChat) {
+		writeError(c, s.log, forbidden("%s %s with a user message needs a token with the role %s", c.Request.Method, c.FullPath(), config.RoleChat))
+		return
+	}
 	var text []string
 	for _, p := range msg.Parts {
 		if p.Type == "text" {
@@ -146,8 +150,10 @@ func (s *Server) aiSDKMessage(c *gin.Context, req uiChatRequest, msg uiMessage) 
 // the calls its turn asked about: each approval-responded tool part whose
 // approval names a request of the turn is a decision (which needs the
 // approve role), each output of a client tool the turn asked for is its
-// result. Parts that name nothing the turn asked about are ignored. The
-// stream goes on after the last call answered.
+// result (which needs the chat role, as POST /chat/tool-result does).
+// Parts that name nothing the turn asked about are ignored, and so is a
+// second part about the same call. The stream goes on after the last call
+// answered.
 func (s *Server) aiSDKAnswers(c *gin.Context, req uiChatRequest, msg uiMessage) {
 	conv := req.ID
 	ctx := c.Request.Context()
@@ -203,15 +209,23 @@ func (s *Server) deliverAnswers(c *gin.Context, conv string, msg uiMessage) (*ui
 		decisions []protocol.ApprovalDecision
 		results   []protocol.ToolResultRequest
 		cursor    int
+		// answered are the requests a part answered: the first part about
+		// a call is its answer, so a message of many copies of one part
+		// costs one delivery.
+		answered = map[string]bool{}
 	)
 	for _, p := range msg.Parts {
 		switch {
 		case !p.isTool():
 		case p.State == "approval-responded" && p.Approval != nil && p.Approval.Approved != nil:
 			r, ok := asked.requests[p.Approval.ID]
-			if !ok {
+			if !ok || r.toolCallID != p.ToolCallID || answered[r.requestID] {
+				// Not this turn's request, or not this part's call: a client
+				// that put one call's approval on another's part is not
+				// believed about either. A call is answered once.
 				continue
 			}
+			answered[r.requestID] = true
 			cursor = max(cursor, r.seq)
 			if !r.open {
 				continue // decided already: its decision is in the stream
@@ -223,9 +237,10 @@ func (s *Server) deliverAnswers(c *gin.Context, conv string, msg uiMessage) (*ui
 			decisions = append(decisions, d)
 		case p.State == "output-available" || p.State == "output-error":
 			r, ok := asked.clientCalls[p.ToolCallID]
-			if !ok {
+			if !ok || answered[r.requestID] {
 				continue
 			}
+			answered[r.requestID] = true
 			cursor = max(cursor, r.seq)
 			if !r.open {
 				continue
@@ -236,6 +251,9 @@ func (s *Server) deliverAnswers(c *gin.Context, conv string, msg uiMessage) (*ui
 			}
 			results = append(results, b)
 		}
+	}
+	if len(results) > 0 && !s.may(c, config.RoleChat) {
+		return nil, "", forbidden("%s %s with a client tool's output needs a token with the role %s", c.Request.Method, c.FullPath(), config.RoleChat)
 	}
 	if cursor == 0 {
 		return nil, "", badRequest("the last message answers no call that turn %s asked about: send a user message, or respond to its approvals (addToolApprovalResponse) or client tools (addToolOutput)", turnID)

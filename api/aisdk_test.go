@@ -264,13 +264,17 @@ func auditOf(t *testing.T, st *stack, conv, tool string) auditRow {
 }
 
 // TestAISDKChatObeysTheAPIsRules sends POST /ai-sdk/chat what the rest of
-// the API refuses, and an approval response with a token that may chat
-// but not approve: each is refused before anything reaches Temporal.
+// the API refuses, an approval response with a token that may chat but
+// not approve, and a message with one that may approve but not chat (as
+// POST /chat/approval and POST /chat/stream need): each is refused before
+// anything reaches Temporal.
 func TestAISDKChatObeysTheAPIsRules(t *testing.T) {
 	t.Parallel()
 	tokens := []config.APIToken{
 		{Token: "chat-token-0123456789", Principal: "dev", Roles: []string{config.RoleChat}},
 		{Token: "both-token-0123456789", Principal: "lead", Roles: []string{config.RoleChat, config.RoleApprove}},
+		{Token: "approve-token-0123456", Principal: "rev", Roles: []string{config.RoleApprove}},
+		{Token: "bypass-token-01234567", Principal: "bot", Roles: []string{config.RoleBypass}},
 	}
 	h := docServer(t, tokens).Handler()
 	answer := `{"id":"c1","trigger":"submit-message","messages":[{"id":"m1","role":"user","parts":[{"type":"text","text":"go"}]},` +
@@ -281,14 +285,16 @@ func TestAISDKChatObeysTheAPIsRules(t *testing.T) {
 		status                           int
 		says                             string
 	}{
-		"no token":                      {"", "application/json", "", answer, http.StatusUnauthorized, "authorization required"},
-		"an approval with a chat token": {"chat-token-0123456789", "application/json", "", answer, http.StatusForbidden, "role approve"},
-		"a foreign origin":              {"both-token-0123456789", "application/json", "https://evil.example", answer, http.StatusForbidden, "may not change anything"},
-		"a body that is not JSON":       {"both-token-0123456789", "text/plain", "", answer, http.StatusUnsupportedMediaType, ""},
-		"a body past the limit":         {"both-token-0123456789", "application/json", "", `{"id":"c1","messages":["` + strings.Repeat("x", maxBodyBytes) + `"]}`, http.StatusRequestEntityTooLarge, "64 KiB"},
-		"no id":                         {"both-token-0123456789", "application/json", "", `{"messages":[{"role":"user","parts":[]}]}`, http.StatusBadRequest, "id is missing"},
-		"a last message of the system":  {"both-token-0123456789", "application/json", "", `{"id":"c1","messages":[{"role":"system","parts":[]}]}`, http.StatusBadRequest, "role"},
-		"a user message with no text":   {"both-token-0123456789", "application/json", "", `{"id":"c1","messages":[{"id":"m","role":"user","parts":[]}]}`, http.StatusBadRequest, "query is empty"},
+		"no token":                        {"", "application/json", "", answer, http.StatusUnauthorized, "authorization required"},
+		"an approval with a chat token":   {"chat-token-0123456789", "application/json", "", answer, http.StatusForbidden, "role approve"},
+		"a message with an approve token": {"approve-token-0123456", "application/json", "", `{"id":"c1","messages":[{"id":"m","role":"user","parts":[{"type":"text","text":"go"}]}]}`, http.StatusForbidden, "role chat"},
+		"a token that may neither":        {"bypass-token-01234567", "application/json", "", answer, http.StatusForbidden, "role chat or approve"},
+		"a foreign origin":                {"both-token-0123456789", "application/json", "https://evil.example", answer, http.StatusForbidden, "may not change anything"},
+		"a body that is not JSON":         {"both-token-0123456789", "text/plain", "", answer, http.StatusUnsupportedMediaType, ""},
+		"a body past the limit":           {"both-token-0123456789", "application/json", "", `{"id":"c1","messages":["` + strings.Repeat("x", maxBodyBytes) + `"]}`, http.StatusRequestEntityTooLarge, "64 KiB"},
+		"no id":                           {"both-token-0123456789", "application/json", "", `{"messages":[{"role":"user","parts":[]}]}`, http.StatusBadRequest, "id is missing"},
+		"a last message of the system":    {"both-token-0123456789", "application/json", "", `{"id":"c1","messages":[{"role":"system","parts":[]}]}`, http.StatusBadRequest, "role"},
+		"a user message with no text":     {"both-token-0123456789", "application/json", "", `{"id":"c1","messages":[{"id":"m","role":"user","parts":[]}]}`, http.StatusBadRequest, "query is empty"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			req := httptest.NewRequest(http.MethodPost, "http://127.0.0.1:8080/ai-sdk/chat", strings.NewReader(tc.body))

@@ -247,13 +247,16 @@ func (x *uiTranslator) events(evs []protocol.Event) []uiChunk {
 
 // event translates one event.
 func (x *uiTranslator) event(e protocol.Event) []uiChunk {
-	if e.Seq > 0 {
-		x.waiting = false
-	}
 	sub := ""
 	typ := e.Type
 	if rest, ok := strings.CutPrefix(e.Type, protocol.EventSubagentPrefix); ok && e.Type != protocol.EventSubagentStart && e.Type != protocol.EventSubagentFinish {
 		sub, typ = e.Name, rest
+	}
+	if e.Seq > 0 && typ != protocol.EventApprovalDecision {
+		// A decision leaves the turn waiting while others of its batch
+		// are open (waitsForClient looks at them); anything else means
+		// it moved on.
+		x.waiting = false
 	}
 	switch typ {
 	case protocol.EventTurnStart:

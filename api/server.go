@@ -277,7 +277,9 @@ func newServer(o Options, src eventSource, settings hubSettings) *Server {
 	r.DELETE("/conversations/:conversationId/grants/:grantId", approve, limit, s.revokeGrant)
 	r.GET("/approvals", approve, limit, s.listApprovals)
 	r.GET("/audit", approve, s.listAudit)
-	r.POST(aiSDKChatPath, chat, s.aiSDKChat)
+	// A user message needs chat, an approval response approve: the
+	// handler checks which the request is.
+	r.POST(aiSDKChatPath, s.requireRole(config.RoleChat, config.RoleApprove), s.aiSDKChat)
 	r.GET(aiSDKStreamPath, read, s.aiSDKResume)
 	// A link is its own credential: its signature, checked by the handler.
 	r.GET(links.Path, s.showLink)
