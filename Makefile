@@ -16,11 +16,18 @@ GOIMPORTS := bin/goimports
 # Real third-party MCP servers for the MCP tests, from npm (Node 20).
 MCP_SERVERS_VERSION := 2026.8.31
 MCP_SERVERS := bin/mcp/node_modules/.bin/mcp-server-everything
-BINARIES := ./worker ./api ./cmd/scripted-model ./cmd/tollgate
+# The AI SDK's client (the `ai` package, pinned in the folder's
+# package.json and package-lock.json) that the AI SDK tests drive in Node.
+AI_SDK_DIR := api/testdata/aisdk
+AI_SDK := $(AI_SDK_DIR)/node_modules/ai/package.json
+# The same, for the example chat page that make dev serves.
+AI_SDK_EXAMPLE_DIR := examples/ai-sdk-chat
+AI_SDK_EXAMPLE := $(AI_SDK_EXAMPLE_DIR)/node_modules/ai/package.json
+BINARIES := ./worker ./api ./cmd/scripted-model ./cmd/tollgate ./examples/ai-sdk-chat
 # The race detector is on by default; `make test RACE=` turns it off.
 RACE ?= -race
 
-.PHONY: all temporal temporal-server versitygw staticcheck goimports mcp-servers build test cluster-test lint bench dev corpus
+.PHONY: all temporal temporal-server versitygw staticcheck goimports mcp-servers ai-sdk ai-sdk-example build test cluster-test lint bench dev corpus
 
 all: lint test
 
@@ -73,14 +80,30 @@ $(MCP_SERVERS):
 		@modelcontextprotocol/server-filesystem@$(MCP_SERVERS_VERSION) \
 		@modelcontextprotocol/server-everything@$(MCP_SERVERS_VERSION)
 
+# The AI SDK's client for api/aisdk_test.go (docs/ai-sdk.md), exactly as
+# the lock file pins it, into api/testdata/aisdk/node_modules, and for the
+# example page (examples/ai-sdk-chat), which its own lock file pins alike.
+ai-sdk: $(AI_SDK) $(AI_SDK_EXAMPLE)
+
+ai-sdk-example: $(AI_SDK_EXAMPLE)
+
+$(AI_SDK): $(AI_SDK_DIR)/package.json $(AI_SDK_DIR)/package-lock.json
+	npm ci --prefix $(AI_SDK_DIR) --no-audit --no-fund --silent
+	touch $@
+
+$(AI_SDK_EXAMPLE): $(AI_SDK_EXAMPLE_DIR)/package.json $(AI_SDK_EXAMPLE_DIR)/package-lock.json
+	npm ci --prefix $(AI_SDK_EXAMPLE_DIR) --no-audit --no-fund --silent
+	touch $@
+
 build:
 	go build -o bin/ $(BINARIES)
 
 # Integration tests start their own Temporal dev server from bin/temporal,
-# S3 server from bin/versitygw and MCP servers from bin/mcp. Most API tests
+# S3 server from bin/versitygw, MCP servers from bin/mcp and the AI SDK from
+# api/testdata/aisdk and examples/ai-sdk-chat. Most API tests
 # wait on those servers, on timers and on builds rather than use a core, so
 # four of a package's parallel tests run at once (docs/testing.md).
-test: $(TEMPORAL) $(VERSITYGW) $(MCP_SERVERS)
+test: $(TEMPORAL) $(VERSITYGW) $(MCP_SERVERS) $(AI_SDK) $(AI_SDK_EXAMPLE)
 	go test $(RACE) -count=1 -parallel 4 -timeout 14m ./...
 
 # The cluster test (cluster/, docs/testing.md): PostgreSQL from Debian's

@@ -195,15 +195,12 @@ func (s *Server) approve(c *gin.Context) {
 		writeError(c, s.log, err)
 		return
 	}
-	d = decidedBy(c, d)
-	reason, err := s.decide(c.Request.Context(), d, decisionUpdateID(d))
+	d, reason, err := s.decideAsCaller(c, d)
 	if err != nil {
-		s.metrics.decision(d.Decision, outcomeError)
 		writeError(c, s.log, err)
 		return
 	}
 	if reason != "" {
-		s.metrics.decision(d.Decision, outcomeRejected)
 		answer := protocol.ApprovalResult{Reason: reason}
 		if lost := s.lostTurnOf(c.Request.Context(), d.RequestID, reason); lost != nil {
 			answer.Message = lost.Error()
@@ -211,8 +208,25 @@ func (s *Server) approve(c *gin.Context) {
 		c.JSON(http.StatusOK, answer)
 		return
 	}
-	s.metrics.decision(d.Decision, outcomeAccepted)
 	c.JSON(http.StatusOK, gin.H{"accepted": true})
+}
+
+// decideAsCaller sends d, decided by the caller of c, to the turn that
+// waits for it, and counts it: reason is why the turn did not take it ("" when
+// it did). POST /chat/approval and the AI SDK's approval responses
+// (POST /ai-sdk/chat) decide through it.
+func (s *Server) decideAsCaller(c *gin.Context, d protocol.ApprovalDecision) (protocol.ApprovalDecision, string, error) {
+	d = decidedBy(c, d)
+	reason, err := s.decide(c.Request.Context(), d, decisionUpdateID(d))
+	switch {
+	case err != nil:
+		s.metrics.decision(d.Decision, outcomeError)
+	case reason != "":
+		s.metrics.decision(d.Decision, outcomeRejected)
+	default:
+		s.metrics.decision(d.Decision, outcomeAccepted)
+	}
+	return d, reason, err
 }
 
 // decidedBy is d as the caller of c decides it: who decides is the

@@ -40,12 +40,7 @@ func (s *Server) toolResult(c *gin.Context) {
 		writeError(c, s.log, badRequest("result is missing"))
 		return
 	}
-	r := contract.ClientToolResult{RequestID: b.RequestID, ToolCallID: b.ToolCallID, IsError: b.IsError}
-	// A JSON string is the result's text; any other JSON value is passed on
-	// as JSON text.
-	if err := json.Unmarshal(b.Result, &r.Result); err != nil {
-		r.Result = compactJSON(b.Result)
-	}
+	r := clientToolResult(b)
 
 	wid, err := s.clientToolWorkflow(c.Request.Context(), b)
 	if err != nil {
@@ -67,6 +62,17 @@ func (s *Server) toolResult(c *gin.Context) {
 		return
 	}
 	c.JSON(http.StatusOK, gin.H{"accepted": true})
+}
+
+// clientToolResult is the Update's form of a client's result: a JSON
+// string is the result's text; any other JSON value is passed on as JSON
+// text.
+func clientToolResult(b protocol.ToolResultRequest) contract.ClientToolResult {
+	r := contract.ClientToolResult{RequestID: b.RequestID, ToolCallID: b.ToolCallID, IsError: b.IsError}
+	if err := json.Unmarshal(b.Result, &r.Result); err != nil {
+		r.Result = compactJSON(b.Result)
+	}
+	return r
 }
 
 // clientToolWorkflow finds the workflow waiting for a client tool's result,

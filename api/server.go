@@ -277,6 +277,10 @@ func newServer(o Options, src eventSource, settings hubSettings) *Server {
 	r.DELETE("/conversations/:conversationId/grants/:grantId", approve, limit, s.revokeGrant)
 	r.GET("/approvals", approve, limit, s.listApprovals)
 	r.GET("/audit", approve, s.listAudit)
+	// A user message needs chat, an approval response approve: the
+	// handler checks which the request is.
+	r.POST(aiSDKChatPath, s.requireRole(config.RoleChat, config.RoleApprove), s.aiSDKChat)
+	r.GET(aiSDKStreamPath, read, s.aiSDKResume)
 	// A link is its own credential: its signature, checked by the handler.
 	r.GET(links.Path, s.showLink)
 	r.POST(links.Path, s.decideByLink)
@@ -309,39 +313,51 @@ func (s *Server) chatStream(c *gin.Context) {
 		writeError(c, s.log, err)
 		return
 	}
-	if strings.TrimSpace(req.Query) == "" {
-		writeError(c, s.log, badRequest("query is empty"))
-		return
-	}
-	if req.BypassApproval && !s.mayBypass(c) {
-		if s.auth == nil {
-			writeError(c, s.log, forbidden("bypassApproval is off: the operator allows it with %s=true", config.EnvAllowBypass))
-		} else {
-			writeError(c, s.log, forbidden("bypassApproval needs a token with the role %s", config.RoleBypass))
-		}
-		return
-	}
-	// Checked before the message is sent: a message the conversation
-	// would refuse must not start one.
-	if err := contract.CheckClientTools(req.ClientTools); err != nil {
-		writeError(c, s.log, badRequest("clientTools: %s", err))
-		return
-	}
-	msg := contract.UserMessage{
-		Query: req.Query, Sender: principal(c), BypassApproval: req.BypassApproval, ClientTools: req.ClientTools,
-	}
-	after := 0
 	key, err := idempotencyKey(c.Request)
 	if err != nil {
 		writeError(c, s.log, err)
 		return
 	}
+	ref, after, err := s.sendChat(c, req, key)
+	if err != nil {
+		writeError(c, s.log, err)
+		return
+	}
+	c.Header(protocol.HeaderConversationID, ref.ConversationID)
+	c.Header(protocol.HeaderTurnID, ref.TurnID)
+	s.stream(c, ref.TurnID, after)
+}
+
+// sendChat checks a message as POST /chat/stream takes it, with key its
+// Idempotency-Key ("" for none), and hands it to its conversation. It
+// returns the turn that runs it and, for a keyed retry, the last of the
+// turn's events the client says it has. POST /ai-sdk/chat sends its
+// messages through it too.
+func (s *Server) sendChat(c *gin.Context, req protocol.ChatRequest, key string) (contract.TurnRef, int, error) {
+	if strings.TrimSpace(req.Query) == "" {
+		return contract.TurnRef{}, 0, badRequest("query is empty")
+	}
+	if req.BypassApproval && !s.mayBypass(c) {
+		if s.auth == nil {
+			return contract.TurnRef{}, 0, forbidden("bypassApproval is off: the operator allows it with %s=true", config.EnvAllowBypass)
+		}
+		return contract.TurnRef{}, 0, forbidden("bypassApproval needs a token with the role %s", config.RoleBypass)
+	}
+	// Checked before the message is sent: a message the conversation
+	// would refuse must not start one.
+	if err := contract.CheckClientTools(req.ClientTools); err != nil {
+		return contract.TurnRef{}, 0, badRequest("clientTools: %s", err)
+	}
+	msg := contract.UserMessage{
+		Query: req.Query, Sender: principal(c), BypassApproval: req.BypassApproval, ClientTools: req.ClientTools,
+	}
+	after := 0
 	if key != "" {
 		msg.IdempotencyKey = contract.MessageKey(principal(c), key)
 		// A retry may say which of the turn's events it has.
+		var err error
 		if after, err = resumeCursor(c.Request); err != nil {
-			writeError(c, s.log, err)
-			return
+			return contract.TurnRef{}, 0, err
 		}
 	}
 	conv := req.ConversationID
@@ -358,18 +374,11 @@ func (s *Server) chatStream(c *gin.Context) {
 		conv = uuid.NewString()
 	default:
 		if err := s.checkNewConversationID(c.Request.Context(), conv); err != nil {
-			writeError(c, s.log, err)
-			return
+			return contract.TurnRef{}, 0, err
 		}
 	}
 	ref, err := s.send(c.Request.Context(), conv, msg)
-	if err != nil {
-		writeError(c, s.log, err)
-		return
-	}
-	c.Header(protocol.HeaderConversationID, ref.ConversationID)
-	c.Header(protocol.HeaderTurnID, ref.TurnID)
-	s.stream(c, ref.TurnID, after)
+	return ref, after, err
 }
 
 // keyedConversations is the name space of the conversation ids the API
@@ -507,6 +516,27 @@ func (s *Server) stream(c *gin.Context, turnID string, after int) {
 		writeError(c, s.log, err)
 		return
 	}
+	s.streamTo(c, turnID, after, out)
+}
+
+// turnWriter writes a turn's stream in one encoding: tollgate's events
+// (sseStream), or the AI SDK's UI message chunks (uiStream). A write that
+// returns errStreamEnded ends the stream as the encoding wants it ended.
+type turnWriter interface {
+	// events writes numbered events of the turn's log.
+	events(evs []protocol.Event) error
+	// unnumbered writes the API's own notice or error.
+	unnumbered(e protocol.Event) error
+	// keepAlive writes a keep-alive.
+	keepAlive() error
+}
+
+// errStreamEnded is what a turnWriter answers when it has ended the stream
+// by itself (the AI SDK's at a call that waits for its client).
+var errStreamEnded = errors.New("the stream's writer ended it")
+
+// streamTo is stream, into out, whose headers are sent.
+func (s *Server) streamTo(c *gin.Context, turnID string, after int, out turnWriter) {
 	s.metrics.openStreams.Inc()
 	defer s.metrics.openStreams.Dec()
 	sub := s.hub.subscribe(turnID, after)
@@ -534,7 +564,9 @@ func (s *Server) stream(c *gin.Context, turnID string, after int) {
 		events, done, err := sub.next()
 		if len(events) > 0 {
 			if werr := out.events(events); werr != nil {
-				s.log.Debug("stream write failed", "turnId", turnID, "error", werr)
+				if !errors.Is(werr, errStreamEnded) {
+					s.log.Debug("stream write failed", "turnId", turnID, "error", werr)
+				}
 				return
 			}
 			idle.Reset(s.heartbeat)

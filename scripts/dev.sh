@@ -9,7 +9,8 @@
 # TOLLGATE_DEV_BIN (default bin) is where tollgate's binaries are built;
 # TOLLGATE_DEV_TEMPORAL_PORT, TOLLGATE_DEV_UI_PORT and TOLLGATE_DEV_MODEL_ADDR
 # move the dev server, its Web UI and the scripted model (the README's tour
-# test runs a second stack so). TOLLGATE_DEV_PROBE_EVERY,
+# test runs a second stack so); TOLLGATE_DEV_EXAMPLE_ADDR the AI SDK example
+# page (examples/ai-sdk-chat; off leaves it out). TOLLGATE_DEV_PROBE_EVERY,
 # TOLLGATE_DEV_PROBE_TIMEOUT and TOLLGATE_DEV_PROBE_FAILURES set how make dev
 # watches its dev server (below); TOLLGATE_DEV_BUILD_HEARTBEAT how often (in
 # seconds) it says that the Temporal CLI's build is still going. The tests
@@ -23,6 +24,7 @@ BIN=${TOLLGATE_DEV_BIN:-bin}
 TEMPORAL_PORT=${TOLLGATE_DEV_TEMPORAL_PORT:-7233}
 UI_PORT=${TOLLGATE_DEV_UI_PORT:-8233}
 MODEL_ADDR=${TOLLGATE_DEV_MODEL_ADDR:-127.0.0.1:8090}
+EXAMPLE_ADDR=${TOLLGATE_DEV_EXAMPLE_ADDR:-127.0.0.1:8070}
 export TEMPORAL_ADDRESS=127.0.0.1:$TEMPORAL_PORT
 export TEMPORAL_NAMESPACE=${TEMPORAL_NAMESPACE:-default}
 export HTTP_ADDR=${HTTP_ADDR:-127.0.0.1:8080}
@@ -161,8 +163,8 @@ fi
 say "the Temporal CLI: $TEMPORAL"
 
 # ---- build ----------------------------------------------------------------
-say "building tollgate into $BIN/: worker, api, scripted-model and tollgate (the terminal client)"
-go build -o "$BIN/" ./worker ./api ./cmd/scripted-model ./cmd/tollgate
+say "building tollgate into $BIN/: worker, api, scripted-model, tollgate (the terminal client) and ai-sdk-chat (the AI SDK example)"
+go build -o "$BIN/" ./worker ./api ./cmd/scripted-model ./cmd/tollgate ./examples/ai-sdk-chat
 
 # start NAME CMD...: runs CMD in the background with its output in the log.
 start() {
@@ -193,6 +195,7 @@ port_free $TEMPORAL_PORT || die "port $TEMPORAL_PORT is in use: is another Tempo
 # server as ours; fail now instead, with the port's name.
 ports=("$UI_PORT:the Temporal Web UI" "${HTTP_ADDR##*:}:the API ($HTTP_ADDR)")
 { [ -n "${OPENAI_API_KEY:-}" ] && [ -z "$NOTICES" ]; } || ports+=("${MODEL_ADDR##*:}:the scripted model")
+[ "$EXAMPLE_ADDR" = off ] || ports+=("${EXAMPLE_ADDR##*:}:the AI SDK example ($EXAMPLE_ADDR)")
 for p in "${ports[@]}"; do
 	port_free "${p%%:*}" || die "port ${p%%:*}, for ${p#*:}, is in use: is another tollgate running?"
 done
@@ -313,6 +316,24 @@ api=$HTTP_ADDR
 [ "${api%%:*}" ] || api=127.0.0.1$api
 wait_port api "$api"
 
+# The AI SDK example page, in front of the API: it needs the SDK from npm
+# (make ai-sdk-example, pinned by its package-lock.json).
+example="off (TOLLGATE_DEV_EXAMPLE_ADDR=off)"
+if [ "$EXAMPLE_ADDR" != off ]; then
+	if [ ! -f examples/ai-sdk-chat/node_modules/ai/package.json ] && command -v npm >/dev/null; then
+		say "installing the AI SDK for the example page from npm (make ai-sdk-example)"
+		make --no-print-directory ai-sdk-example >"$LOGS/ai-sdk-install.log" 2>&1 ||
+			say "installing the AI SDK failed; see $LOGS/ai-sdk-install.log"
+	fi
+	if [ -f examples/ai-sdk-chat/node_modules/ai/package.json ]; then
+		start ai-sdk-chat "$BIN/ai-sdk-chat" -addr "$EXAMPLE_ADDR" -api "http://$api" -dir examples/ai-sdk-chat
+		wait_port ai-sdk-chat "$EXAMPLE_ADDR"
+		example="http://$EXAMPLE_ADDR (a chat page on the AI SDK's own client, examples/ai-sdk-chat)"
+	else
+		example="not served: it needs the AI SDK from npm (make ai-sdk-example, with Node and npm)"
+	fi
+fi
+
 # With an .mcp.json, the banner lists the MCP servers' tools: wait for the
 # worker to have started them (npx may first download a server).
 mcp_config=${TOLLGATE_MCP_CONFIG:-}
@@ -352,6 +373,7 @@ cat <<EOF
 tollgate is running.
   API      http://$api
   Web UI   http://127.0.0.1:$UI_PORT
+  AI SDK   $example
   Model    $model
   Approval a call waits $TOLLGATE_APPROVAL_TIMEOUT for a decision, then counts as declined (TOLLGATE_APPROVAL_TIMEOUT)
   Audit    $TOLLGATE_AUDIT_DB (GET http://$api/audit, http://$api/ledger)

@@ -44,7 +44,8 @@ func startDev(t *testing.T, root string, env ...string) *devRun {
 		switch name, _, _ := strings.Cut(kv, "="); name {
 		case "OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_MODEL", "TOLLGATE_NOTIFY_URL", "TOLLGATE_MCP_CONFIG",
 			"TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "HTTP_ADDR", "TEMPORAL_CLI", "TOLLGATE_STATE_DIR", "TOLLGATE_WORKSPACE",
-			"TOLLGATE_DEV_PROBE_EVERY", "TOLLGATE_DEV_PROBE_TIMEOUT", "TOLLGATE_DEV_PROBE_FAILURES", "TOLLGATE_DEV_BUILD_HEARTBEAT":
+			"TOLLGATE_DEV_PROBE_EVERY", "TOLLGATE_DEV_PROBE_TIMEOUT", "TOLLGATE_DEV_PROBE_FAILURES", "TOLLGATE_DEV_BUILD_HEARTBEAT",
+			"TOLLGATE_DEV_EXAMPLE_ADDR":
 			continue
 		}
 		cmd.Env = append(cmd.Env, kv)
@@ -194,7 +195,7 @@ type devStack struct {
 }
 
 // devBinaries are the packages make dev builds into its bin folder.
-var devBinaries = []string{"worker", "api", "cmd/scripted-model", "cmd/tollgate"}
+var devBinaries = []string{"worker", "api", "cmd/scripted-model", "cmd/tollgate", "examples/ai-sdk-chat"}
 
 // startDevStack runs make dev's script with the Temporal CLI the tests
 // use (TEMPORAL_CLI) and env added, and waits for its banner. With built,
@@ -227,6 +228,7 @@ func startDevStack(t *testing.T, temporalCLI string, built bool, env ...string) 
 		"TOLLGATE_DEV_TEMPORAL_PORT=" + strconv.Itoa(temporalPort),
 		"TOLLGATE_DEV_UI_PORT=" + strconv.Itoa(freePort(t)),
 		"TOLLGATE_DEV_MODEL_ADDR=127.0.0.1:" + strconv.Itoa(freePort(t)),
+		"TOLLGATE_DEV_EXAMPLE_ADDR=127.0.0.1:" + strconv.Itoa(freePort(t)),
 	}, env...)...)
 	s.dev.waitLine(t, "tollgate is running.", 5*time.Minute)
 	s.dev.waitLine(t, "Ctrl-C stops everything.", 5*time.Second)
