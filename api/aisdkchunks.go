@@ -66,6 +66,9 @@ type (
 		Reason     string     `json:"reason,omitempty"`
 		Kind       string     `json:"kind,omitempty"`
 		Subagent   string     `json:"subagent,omitempty"`
+		// Sandbox is what a Bash call did in the sandbox before it asked
+		// (Event.Sandbox): an approve applies its changes.
+		Sandbox *protocol.SandboxRun `json:"sandbox,omitempty"`
 	}
 	// uiDecisionData is data-tollgate-decision: how a call was decided.
 	uiDecisionData struct {
@@ -297,6 +300,7 @@ func (x *uiTranslator) event(e protocol.Event) []uiChunk {
 			uiChunk{Type: "data-tollgate-approval", ID: e.RequestID, Data: uiApprovalData{
 				RequestID: e.RequestID, ToolCallID: id, ToolName: e.ToolName, Arguments: e.Arguments, WorkflowID: e.WorkflowID,
 				ExpiresAt: e.ExpiresAt, Preview: e.Preview, Reason: e.Reason, Kind: e.Kind, Subagent: sub,
+				Sandbox: e.Sandbox,
 			}})
 	case protocol.EventApprovalDecision:
 		id := x.partID(sub, e.ToolCallID)
