@@ -38,7 +38,7 @@ func TestPolicyDocExamplesCompileAndDecideAsTheyClaim(t *testing.T) {
 	doc, err := os.ReadFile("../../docs/policy.md")
 	require.NoError(t, err)
 	blocks := regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllStringSubmatch(string(doc), -1)
-	require.Len(t, blocks, 3, "docs/policy.md's YAML blocks: a new one needs its claims tested here")
+	require.Len(t, blocks, 4, "docs/policy.md's YAML blocks: a new one needs its claims tested here")
 
 	var policies [][]workflows.Rule
 	for _, b := range blocks {
@@ -69,6 +69,12 @@ func TestPolicyDocExamplesCompileAndDecideAsTheyClaim(t *testing.T) {
 	require.False(t, requires(policies[2], "Pay", `{"amount":0}`))
 	require.Equal(t, []string{"finance-lead", "role:admin"}, policies[2][1].Deciders)
 	require.True(t, policies[2][1].SecondPerson)
+	// Every Bash call asks, unless its sandboxed run wrote only what no
+	// Write rule protects (workflows' TestWithSandboxAuto... holds that).
+	require.True(t, requires(policies[3], "Bash", `{"command":"ls"}`))
+	require.Equal(t, policy.SandboxAuto, policies[3][0].Sandbox)
+	require.False(t, requires(policies[3], "Write", `{"file_path":"docs/a.md","content":""}`))
+	require.True(t, requires(policies[3], "Write", `{"file_path":"src/main.go","content":""}`))
 }
 
 // TestToolsDocMCPExamplesAreTrue keeps the MCP servers section of

@@ -44,3 +44,13 @@ func TestUnknownKeyInPolicyFileIsAnError(t *testing.T) {
 	_, err := Parse([]byte("tools:\n  Bash:\n    requires: always\n"))
 	require.ErrorContains(t, err, "field requires not found")
 }
+
+func TestSandboxAutoIsForBashsRuleOnly(t *testing.T) {
+	rules, err := Parse([]byte("tools:\n  Bash:\n    require: always\n    sandbox: auto\n"))
+	require.NoError(t, err)
+	require.Equal(t, SandboxAuto, rules[0].Sandbox)
+
+	_, err = Parse([]byte("tools:\n  Write:\n    require: always\n    sandbox: auto\n  Bash:\n    require: always\n    sandbox: always\n"))
+	require.ErrorContains(t, err, "tool Write: sandbox: auto is for Bash's rule only")
+	require.ErrorContains(t, err, `tool Bash: sandbox "always" is not "auto"`)
+}
