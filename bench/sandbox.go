@@ -351,6 +351,8 @@ func (r *report) sandboxMarkdown() string {
 	p("")
 	p("A sandboxed run's cache is a fresh `/tmp/.cache` (`XDG_CACHE_HOME`), so by default every go command")
 	p("in the sandbox builds from nothing: the row of each side's default is what a person sees today.")
+	p("With a cold cache on both sides, the sandbox's is in memory (its `/tmp` is a tmpfs) and plain's fresh")
+	p("`GOCACHE` in the temporary folder, on disk here: the sandboxed build may come out ahead.")
 	p("Go's build cache may be read-only: `TOLLGATE_BASH_ENV=GOCACHE`, with the worker's `GOCACHE` set,")
 	p("gives sandboxed commands the worker's warm cache (the warm row), and what they build that it lacks")
 	p("is built and not kept.")
