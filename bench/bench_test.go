@@ -6,13 +6,16 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,10 +23,12 @@ import (
 	"go.temporal.io/sdk/client"
 	sdklog "go.temporal.io/sdk/log"
 
+	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/internal/devserver"
 	"github.com/tollgate/tollgate/internal/proctest"
 	"github.com/tollgate/tollgate/internal/scripted"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 // Environment of the benchmark.
@@ -82,6 +87,19 @@ func BenchmarkScale(b *testing.B) {
 		}
 		// Standard output: the testing package cuts a benchmark's long log.
 		fmt.Println((&report{Scale: res}).scaleMarkdown())
+	}
+}
+
+// BenchmarkSandboxStage runs the sandbox stage of BenchmarkTollgate alone
+// (each command's cost plain and sandboxed, and the scripted session with
+// and without sandbox: auto) and logs its section of the report on standard
+// output; it writes no file.
+//
+//	go test -run '^$' -bench '^BenchmarkSandboxStage$' -benchtime 1x ./bench/
+func BenchmarkSandboxStage(b *testing.B) {
+	sys := startSystem(b)
+	for b.Loop() {
+		fmt.Println((&report{Sandbox: sys.sandboxStage(context.Background())}).sandboxMarkdown())
 	}
 }
 
@@ -255,6 +273,14 @@ func BenchmarkTollgate(b *testing.B) {
 		stage("a long turn, inline and with the payload store", func() (err error) {
 			rep.LongTurn, err = sys.longTurns(ctx)
 			return err
+		})
+
+		b.Log("the Bash sandbox: its cost per command, and a session with and without sandbox: auto")
+		stage("the Bash sandbox", func() error {
+			// A machine without the sandbox, or a stage that fails, says
+			// so in the report; the run goes on.
+			rep.Sandbox = sys.sandboxStage(ctx)
+			return nil
 		})
 
 		sz := sizesFor(waiting)
@@ -641,6 +667,84 @@ func (s *system) longTurns(ctx context.Context) ([2]longTurnResult, error) {
 		out[i] = r
 	}
 	return out, nil
+}
+
+// sandboxStage runs the sandbox stage, whose failure is the result's Err,
+// logged.
+func (s *system) sandboxStage(ctx context.Context) sandboxResult {
+	res, err := s.sandbox(ctx)
+	if err != nil {
+		res.Err = err.Error()
+		s.tb.Logf("the sandbox stage: %v", err)
+		fmt.Fprintf(os.Stderr, "the sandbox stage: %v\n", err)
+	}
+	return res
+}
+
+// sandbox runs the sandbox stage: each command's cost, then the sessions.
+// A machine where the sandbox cannot start measures nothing and says why
+// in Unavailable.
+func (s *system) sandbox(ctx context.Context) (sandboxResult, error) {
+	if err := activities.BashSandbox(); err != nil {
+		return sandboxResult{Unavailable: err.Error()}, nil
+	}
+	res, err := sandboxCosts(ctx, s.tb.TempDir())
+	if err != nil {
+		return res, fmt.Errorf("the sandbox's cost per command: %w", err)
+	}
+	return res, s.sandboxSessions(ctx, &res)
+}
+
+// sandboxSessions runs the session without and then with sandbox: auto,
+// each on a worker and an API of its own and a fresh workspace, into res.
+func (s *system) sandboxSessions(ctx context.Context, res *sandboxResult) error {
+	var hits atomic.Int64
+	listener := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		hits.Add(1)
+		fmt.Fprintln(w, "reached")
+	}))
+	defer listener.Close()
+	defer func() { res.ListenerHits = hits.Load() }()
+	port := listener.Listener.Addr().(*net.TCPAddr).Port
+	_, gitErr := exec.LookPath("git")
+	commands := sessionCommands(port, gitErr == nil)
+	model := httptest.NewServer(scripted.New(sessionScript(commands)))
+	defer model.Close()
+	cache, err := goCache()
+	if err != nil {
+		return err
+	}
+	for i, auto := range []bool{false, true} {
+		name := "without `sandbox: auto`"
+		if auto {
+			name = "with `sandbox: auto`"
+		}
+		ws := s.tb.TempDir()
+		if err := sessionWorkspace(ws, gitErr == nil); err != nil {
+			return err
+		}
+		policy := filepath.Join(s.tb.TempDir(), "policy.yaml")
+		if err := os.WriteFile(policy, []byte(sessionPolicy(auto)), 0o644); err != nil {
+			return err
+		}
+		queue := fmt.Sprintf("sandbox-%d-%s", i, s.env.run)
+		// The go commands share the worker's build cache, read-only in
+		// the sandbox, rather than start from an empty one each run.
+		tg := s.startTollgate(queue, ws, model.URL,
+			config.EnvBashSandbox+"="+protocol.SandboxPreview,
+			config.EnvPolicyFile+"="+policy,
+			config.EnvMaxSteps+"="+strconv.Itoa(len(commands)+1),
+			config.EnvBashEnv+"=GOCACHE",
+			"GOCACHE="+cache)
+		r, err := runSession(ctx, tg.api, queue, commands)
+		tg.stop(s.tb)
+		r.Name = name
+		res.Sessions = append(res.Sessions, r)
+		if err != nil {
+			return fmt.Errorf("the session %s: %w%s", name, err, tg.problems())
+		}
+	}
+	return nil
 }
 
 // scale pauses n turns on a tollgate of its own, measures each process's

@@ -27,6 +27,7 @@ type report struct {
 	FanOut   fanOutResult
 	History  []historyCost
 	LongTurn [2]longTurnResult // payloads inline, then with the store
+	Sandbox  sandboxResult
 	Scale    scaleResult
 	Load     []loadResult
 
@@ -200,6 +201,8 @@ func (r *report) markdown() string {
 
 	p("%s", r.longTurnMarkdown())
 
+	p("%s", r.sandboxMarkdown())
+
 	p("%s", r.scaleMarkdown())
 
 	p("%s", r.stagesMarkdown())
@@ -326,6 +329,7 @@ func (r *report) verdict() string {
 			fmt.Fprintf(&s, "A turn of %s leaves %d history events (%d KiB; goal at most %d: %s). ", h.Shape, h.TurnEvents, h.TurnBytes>>10, h.Goal, metGoal(h.TurnEvents <= h.Goal))
 		}
 	}
+	s.WriteString(r.sandboxVerdict())
 	in, st := r.LongTurn[0], r.LongTurn[1]
 	fmt.Fprintf(&s, "A long turn of %d steps got through %d of them with its payloads inline and %d with the payload store, whose history held %d KiB against %d KiB inline.",
 		longTurnSteps, in.steps, st.steps, st.historyBytes>>10, in.historyBytes>>10)

@@ -83,3 +83,22 @@ func TestAScaleStageThatFailedIsReportedWithItsError(t *testing.T) {
 	require.NotContains(t, md, "the worker's log ends", "only the error's first line goes in the report")
 	require.Contains(t, r.verdict(), "The scale stage did not finish (pause: 500 Internal Server Error)")
 }
+
+func TestASandboxStageWhereTheSandboxCannotStartSaysSo(t *testing.T) {
+	r := &report{Sandbox: sandboxResult{Unavailable: "the Bash sandbox cannot run here: bwrap (package bubblewrap) not found in PATH"}}
+	require.Contains(t, r.sandboxMarkdown(), "The sandbox cannot start on this machine, so the stage measured nothing: the Bash sandbox cannot run here: bwrap")
+	require.NotContains(t, r.sandboxMarkdown(), "| command |", "no table of figures it did not measure")
+	require.Contains(t, r.verdict(), "The Bash sandbox cannot start on this machine, and its stage measured nothing")
+}
+
+func TestASandboxStageThatFailedIsReportedWithWhatItMeasured(t *testing.T) {
+	r := &report{Sandbox: sandboxResult{
+		Err:   "the session with `sandbox: auto`: turn x finished with error\n--- the last of 2 warnings ---",
+		Costs: []sandboxCost{{Key: "true", Command: "`true`", Plain: summary{p50: 10 * time.Millisecond}, Sandboxed: summary{p50: 30 * time.Millisecond}, PlainN: 20, SandboxedN: 20}},
+	}}
+	md := r.sandboxMarkdown()
+	require.Contains(t, md, "**The stage did not finish:** the session with `sandbox: auto`: turn x finished with error")
+	require.NotContains(t, md, "the last of 2 warnings", "only the error's first line goes in the report")
+	require.Contains(t, md, "| `true` | 10.0 ms / 0.0 ms | 30.0 ms / 0.0 ms | 3.00x | 20.0 ms | 20 |")
+	require.Contains(t, r.verdict(), "The Bash sandbox adds 20.0 ms to `true` at p50")
+}
