@@ -13,6 +13,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/auditdb"
+	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/internal/scripted"
 	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
@@ -217,4 +220,52 @@ func TestASandboxedRunPastTemporalsPayloadLimitIsAppliedWhole(t *testing.T) {
 	info, err := os.Stat(filepath.Join(st.workspace, "big.txt"))
 	require.NoError(t, err)
 	require.Equal(t, int64(size), info.Size())
+}
+
+// With sandbox: auto and "writes outside docs/ ask", what a command really
+// did decides, not its text: a sed on docs/ applies unasked, the same sed
+// on src/ asks, over HTTP with the real sandbox, and the ledger says who
+// decided each.
+func TestWithSandboxAutoWhatACommandReallyChangedDecidesWhetherItAsks(t *testing.T) {
+	t.Parallel()
+	requireSandbox(t)
+	st := newStack(t, withScript(sandboxScript(`sed -i s/old/new/ docs/a.md`, `f=docs; sed -i s/old/new/ ${f/docs/src}/main.go`)), withSandbox(),
+		withSettings(func(s *workflows.Settings) {
+			s.Rules = []workflows.Rule{
+				{Tool: protocol.ToolBash, Require: policy.RequireAlways, Sandbox: policy.SandboxAuto},
+				{Tool: protocol.ToolWrite, Require: policy.RequireWhen, When: `!args.file_path.startsWith("docs/")`},
+			}
+		}))
+	for _, f := range []string{"docs/a.md", "src/main.go"} {
+		require.NoError(t, os.MkdirAll(filepath.Join(st.workspace, filepath.Dir(f)), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(st.workspace, f), []byte("old\n"), 0o644))
+	}
+
+	_, msgs := st.chat(t, `{"query": "rename old to new", "conversationId": "sandbox-auto"}`)
+	seq := 0
+	first := untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 1)
+	req := lastOf(first)
+	require.Equal(t, "call_sh1", req.ToolCallID, "only the command that wrote src/ asks, whatever its text")
+	var contained []string
+	for _, e := range ofType(first, protocol.EventApprovalDecision) {
+		contained = append(contained, e.ToolCallID+" by "+e.By)
+	}
+	require.Equal(t, []string{"call_sh by " + workflows.DecidedBySandbox}, contained)
+	require.Equal(t, "old\n", readFile(t, filepath.Join(st.workspace, "docs/a.md")), "nothing applies before the batch runs")
+
+	postDecision(t, st.api, req.RequestID, protocol.DecisionApprove, "", true)
+	untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
+	require.Equal(t, "new\n", readFile(t, filepath.Join(st.workspace, "docs/a.md")))
+	require.Equal(t, "new\n", readFile(t, filepath.Join(st.workspace, "src/main.go")))
+
+	rows := map[string]audit.Record{}
+	page, err := st.ledger.List(t.Context(), auditdb.Filter{Conversation: "sandbox-auto"})
+	require.NoError(t, err)
+	for _, r := range page.Records {
+		rows[r.ToolCallID] = r
+	}
+	require.Equal(t, workflows.DecidedBySandbox, rows["call_sh"].DecidedBy)
+	require.Equal(t, audit.SandboxApplied, rows["call_sh"].Sandbox)
+	require.Equal(t, workflows.DecidedByPerson, rows["call_sh1"].DecidedBy)
+	require.Equal(t, audit.SandboxApplied, rows["call_sh1"].Sandbox)
 }
