@@ -6,13 +6,18 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/chromedp/chromedp"
 	openai "github.com/sashabaranov/go-openai"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/internal/config"
+	"github.com/tollgate/tollgate/internal/proctest"
 	"github.com/tollgate/tollgate/internal/scripted"
 	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
@@ -217,4 +222,55 @@ func TestASandboxedRunPastTemporalsPayloadLimitIsAppliedWhole(t *testing.T) {
 	info, err := os.Stat(filepath.Join(st.workspace, "big.txt"))
 	require.NoError(t, err)
 	require.Equal(t, int64(size), info.Size())
+}
+
+// TestWorkerKilledDuringASandboxedRunLeavesNoProcessOfIt runs the worker
+// binary with the sandbox, and a command that starts sleeps named by a
+// marker, kills its parent and starts one more: the worker is killed
+// while the run goes on, and every process of it must end with the worker.
+func TestWorkerKilledDuringASandboxedRunLeavesNoProcessOfIt(t *testing.T) {
+	t.Parallel()
+	requireSandbox(t)
+	if testing.Short() {
+		t.Skip("builds the worker and starts a Temporal dev server")
+	}
+	marker := fmt.Sprintf("tollgate-sandbox-orphan-%d-%d", os.Getpid(), time.Now().UnixNano())
+	sleeper := "(exec -a " + marker + " sleep 300) & "
+	command := sleeper + "(setsid bash -c 'exec -a " + marker + " sleep 300' &); kill -9 $PPID; " + sleeper + "sleep 300"
+	waitForBuild := proctest.Build(t, "github.com/tollgate/tollgate/worker")
+	st := newStack(t, withScript(sandboxScript(command)), withoutWorker())
+	bin := waitForBuild()
+	worker := proctest.Start(t, "worker", bin, st.workerEnv(config.EnvBashSandbox+"="+protocol.SandboxPreview, config.EnvMetricsAddr+"=off"))
+	t.Cleanup(func() {
+		for _, pid := range processesNamed(marker) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+
+	st.chat(t, `{"query": "sleep", "conversationId": "sandbox-worker-killed"}`)
+	require.Eventually(t, func() bool { return len(processesNamed(marker)) == 3 }, waitFor, 20*time.Millisecond,
+		"the command started its three sleeps in the sandbox, the last after it killed its parent: %v", processesNamed(marker))
+	worker.Crash(t)
+
+	require.Eventually(t, func() bool { return len(processesNamed(marker)) == 0 }, 10*time.Second, 20*time.Millisecond,
+		"processes of the killed worker's sandboxed run kept running: %v", processesNamed(marker))
+}
+
+// processesNamed lists the live processes of the host whose argv[0] is
+// name, whatever PID namespace they run in.
+func processesNamed(name string) []int {
+	var pids []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		// A zombie has no command line: it is gone.
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && strings.HasPrefix(string(cmdline), name+"\x00") {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
