@@ -298,3 +298,46 @@ func TestWithSandboxAutoAContainedCallRunsUnaskedAndOneThatTouchesAProtectedFile
 	require.Equal(t, DecidedByPerson, rows["src"].DecidedBy)
 	require.Equal(t, audit.SandboxApplied, rows["src"].Sandbox)
 }
+
+func TestWithSandboxAutoARunThatMakesASymbolicLinkAsks(t *testing.T) {
+	// A link in docs/ changes no protected file itself, but leads to one,
+	// or out of the workspace, for whatever follows it later: an editor,
+	// a build, a site generator that publishes docs/.
+	settings := testSettings()
+	settings.Rules = []Rule{
+		{Tool: protocol.ToolBash, Require: RequireAlways, Sandbox: policy.SandboxAuto},
+		{Tool: protocol.ToolWrite, Require: RequireWhen, When: `!args.file_path.startsWith("docs/")`},
+	}
+	s := newSandboxed(t, settings, calls(
+		call("in", protocol.ToolBash, `{"command":"ln -s ../src/main.go docs/main.go"}`),
+		call("out", protocol.ToolBash, `{"command":"ln -s /home docs/home"}`),
+		call("unlink", protocol.ToolBash, `{"command":"rm docs/old"}`),
+	))
+	s.answer = func(c protocol.ToolCall) protocol.SandboxRun {
+		run := protocol.SandboxRun{Command: c.Arguments, Preview: "ran " + c.ID}
+		switch c.ID {
+		case "in":
+			run.Changes = []protocol.FileChange{{Path: "docs/main.go", Op: protocol.ChangeAdded, Kind: "symlink", Link: "../src/main.go"}}
+		case "out":
+			run.Changes = []protocol.FileChange{{Path: "docs/home", Op: protocol.ChangeAdded, Kind: "symlink", Link: "/home"}}
+		case "unlink":
+			run.Changes = []protocol.FileChange{{Path: "docs/old", Op: protocol.ChangeDeleted, Kind: "symlink", Before: "abc"}}
+		}
+		return run
+	}
+	var asked []string
+	s.env.RegisterDelayedCallback(func() {
+		for _, e := range s.events() {
+			if e.Type == protocol.EventApprovalRequest {
+				asked = append(asked, e.ToolCallID)
+				s.decide(protocol.ApprovalDecision{RequestID: e.RequestID, Decision: protocol.DecisionDecline, Reason: "no links"})
+			}
+		}
+	}, time.Second)
+
+	s.runTurn(userTurn("link"))
+
+	require.Equal(t, []string{"in", "out"}, asked, "a run that makes a link asks; deleting one is a change of its path alone")
+	require.Len(t, s.applied, 1)
+	require.Equal(t, "unlink", s.applied[0].Call.ID)
+}
