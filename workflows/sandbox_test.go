@@ -341,3 +341,46 @@ func TestWithSandboxAutoARunThatMakesASymbolicLinkAsks(t *testing.T) {
 	require.Len(t, s.applied, 1)
 	require.Equal(t, "unlink", s.applied[0].Call.ID)
 }
+
+func TestASignalsDecisionOnASandboxedCallIsCheckedAsTheUpdatesIs(t *testing.T) {
+	// The Update's validator refuses these; a signal skips it, and must
+	// not get them through: an edit approved without unconfined would
+	// apply the run of the command the model wrote while the model read
+	// that the edited one ran, and unconfined on a call that never ran
+	// in the sandbox would be recorded for nothing.
+	settings := testSettings()
+	settings.Audit = true
+	s := newSandboxed(t, settings, calls(
+		call("b", protocol.ToolBash, `{"command":"make"}`),
+		call("w", protocol.ToolWrite, `{"file_path":"a.txt","content":"x"}`),
+	))
+	l := withLedger(t, s.harness, 0)
+	s.env.RegisterDelayedCallback(func() {
+		s.env.SignalWorkflow(contract.ApprovalSignal, protocol.ApprovalDecision{RequestID: s.requestID(protocol.ToolBash), Decision: protocol.DecisionApprove,
+			Arguments: `{"command":"make install"}`, Principal: "ops"})
+		s.env.SignalWorkflow(contract.ApprovalSignal, protocol.ApprovalDecision{RequestID: s.requestID(protocol.ToolWrite), Decision: protocol.DecisionApprove,
+			Unconfined: true, Principal: "ops"})
+	}, time.Second)
+	var pending []protocol.PendingApproval
+	s.env.RegisterDelayedCallback(func() {
+		v, err := s.env.QueryWorkflow(contract.PendingQuery)
+		require.NoError(t, err)
+		require.NoError(t, v.Get(&pending))
+		s.env.SignalWorkflow(contract.ApprovalSignal, protocol.ApprovalDecision{RequestID: s.requestID(protocol.ToolBash), Decision: protocol.DecisionApprove, Principal: "ops"})
+		s.env.SignalWorkflow(contract.ApprovalSignal, protocol.ApprovalDecision{RequestID: s.requestID(protocol.ToolWrite), Decision: protocol.DecisionApprove, Principal: "ops"})
+	}, 2*time.Second)
+
+	out := s.runTurn(userTurn("build"))
+
+	require.Len(t, pending, 2, "neither signal was taken")
+	for _, e := range ofType(out.Events, protocol.EventApprovalDecision) {
+		require.False(t, e.Unconfined, "%s", e.ToolCallID)
+	}
+	require.Len(t, s.applied, 1)
+	require.JSONEq(t, `{"command":"make"}`, s.applied[0].Call.Arguments)
+	require.NotContains(t, toolMessages(out.Messages)[0].Content, "edited")
+	require.Equal(t, []string{protocol.ToolWrite}, s.ranTools())
+	rows := ledgerRows(t, l)
+	require.Equal(t, audit.SandboxApplied, rows["b"].Sandbox)
+	require.Empty(t, rows["b"].EditedArguments)
+}
