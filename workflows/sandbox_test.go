@@ -384,3 +384,61 @@ func TestASignalsDecisionOnASandboxedCallIsCheckedAsTheUpdatesIs(t *testing.T) {
 	require.Equal(t, audit.SandboxApplied, rows["b"].Sandbox)
 	require.Empty(t, rows["b"].EditedArguments)
 }
+
+func TestUnconfinedIsDecidedOnlyByWhomTheRuleLets(t *testing.T) {
+	settings := testSettings()
+	settings.Rules = []Rule{{Tool: protocol.ToolBash, Require: RequireAlways, Deciders: []string{"dev", "lead"}, SecondPerson: true}}
+	s := newSandboxed(t, settings, calls(call("b", protocol.ToolBash, `{"command":"curl -fsS https://example.com"}`)))
+	refused := map[string]*updateOutcome{}
+	s.env.RegisterDelayedCallback(func() {
+		id := s.requestID(protocol.ToolBash)
+		refused["its sender"] = s.decide(protocol.ApprovalDecision{RequestID: id, Decision: protocol.DecisionApprove, Unconfined: true, Principal: "dev", Role: "approve"})
+		refused["not a decider"] = s.decide(protocol.ApprovalDecision{RequestID: id, Decision: protocol.DecisionApprove, Unconfined: true, Principal: "eve", Role: "approve"})
+		s.env.SignalWorkflow(contract.ApprovalSignal, protocol.ApprovalDecision{RequestID: id, Decision: protocol.DecisionApprove, Unconfined: true, Principal: "eve"})
+		s.env.SignalWorkflow(contract.ApprovalSignal, protocol.ApprovalDecision{RequestID: id, Decision: protocol.DecisionApprove, Unconfined: true, Principal: "dev"})
+	}, time.Second)
+	var allowed *updateOutcome
+	s.env.RegisterDelayedCallback(func() {
+		allowed = s.decide(protocol.ApprovalDecision{RequestID: s.requestID(protocol.ToolBash), Decision: protocol.DecisionApprove, Unconfined: true, Principal: "lead", Role: "approve"})
+	}, 2*time.Second)
+	in := userTurn("fetch")
+	in.Sender = "dev"
+
+	out := s.runTurn(in)
+
+	for name, o := range refused {
+		require.Equal(t, protocol.RejectForbidden, contract.RejectionReason(o.rejected), "%s: %v", name, o.rejected)
+	}
+	require.NoError(t, allowed.rejected)
+	decisions := ofType(out.Events, protocol.EventApprovalDecision)
+	require.Len(t, decisions, 1)
+	require.Equal(t, "lead", decisions[0].By)
+	require.True(t, decisions[0].Unconfined)
+	require.Equal(t, []string{protocol.ToolBash}, s.ranTools())
+	require.Empty(t, s.applied)
+}
+
+func TestAGrantFromAnUnconfinedApproveAppliesLaterRunsAndNeverRunsThemUnconfined(t *testing.T) {
+	// Unconfined is one call's decision, taken by a person who saw that
+	// call's run; what a grant remembers is the approve.
+	s := newSandboxed(t, testSettings(),
+		calls(call("b1", protocol.ToolBash, `{"command":"npm install"}`)),
+		calls(call("b2", protocol.ToolBash, `{"command":"npm install"}`)),
+	)
+	s.env.RegisterDelayedCallback(func() {
+		s.decide(protocol.ApprovalDecision{RequestID: s.requestID(protocol.ToolBash), Decision: protocol.DecisionApprove, Unconfined: true,
+			Remember: protocol.RememberConversation, SameArguments: true, Principal: "bob"})
+	}, time.Second)
+
+	out := s.runTurn(userTurn("install"))
+
+	require.Len(t, out.Grants, 1)
+	require.Len(t, s.runs, 2, "both ran in the sandbox first")
+	require.Len(t, s.toolCalls, 1)
+	require.Equal(t, "b1", s.toolCalls[0].ID, "only the call the person chose to run unconfined ran for real")
+	require.Len(t, s.applied, 1)
+	require.Equal(t, "b2", s.applied[0].Call.ID, "the grant's call applied its run")
+	for _, e := range ofType(out.Events, protocol.EventApprovalDecision) {
+		require.Equal(t, e.ToolCallID == "b1", e.Unconfined, "%s", e.ToolCallID)
+	}
+}
