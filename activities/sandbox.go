@@ -268,6 +268,9 @@ func runSandboxed(ctx context.Context, progs sandboxPrograms, ws, command string
 		return protocol.SandboxRun{}, fmt.Errorf("cannot make the sandbox's folder: %w", err)
 	}
 
+	// Files of the workspace changed from here on may have been read by
+	// the command as they were before (see changedDuringRun).
+	started := time.Now().Add(-clockSlack)
 	runCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	out := &endsWriter{max: capBytes}
@@ -302,7 +305,7 @@ func runSandboxed(ctx context.Context, progs sandboxPrograms, ws, command string
 	if run.Output == "" {
 		run.Output = "(no output)"
 	}
-	changes, err := readChanges(filepath.Join(dir, "upper"), ws)
+	changes, err := readChanges(filepath.Join(dir, "upper"), ws, started)
 	if err != nil {
 		return protocol.SandboxRun{}, fmt.Errorf("cannot read what the command changed: %w", err)
 	}

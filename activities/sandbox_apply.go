@@ -302,6 +302,9 @@ func (a *applier) check(name, p, before string) bool {
 	case before != "" && now == "":
 		a.refuse(name, what+" is no longer there")
 		return false
+	case before == changedDuringRun:
+		a.refuse(name, what+" changed in the workspace while the command ran")
+		return false
 	case now != before:
 		a.refuse(name, what+" changed in the workspace after the command ran")
 		return false

@@ -32,6 +32,7 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
@@ -67,6 +68,19 @@ const (
 	maxSandboxDiff = 64 << 10
 )
 
+// changedDuringRun is the Before of a file of the workspace that changed
+// while the command ran (its ctime is after the run began): the command
+// may have read it, and based what it wrote on it, as it was before, so
+// its change must not replace or delete the new one. No file's identity
+// is this, so an apply refuses the change.
+const changedDuringRun = "(changed in the workspace while the command ran)"
+
+// clockSlack is how far the run's start is taken back to compare it with
+// a file's ctime, which the kernel takes from a clock that may lag by a
+// tick (at most 10 ms): a change made just before the run is counted as
+// made during it, and its apply refused, rather than the other way.
+const clockSlack = 20 * time.Millisecond
+
 // opaqueXattr marks a folder of the upper layer whose lower folder the
 // overlay hides (with the userxattr mount option).
 const opaqueXattr = "user.overlay.opaque"
@@ -86,13 +100,14 @@ type changeReader struct {
 	sandboxChanges
 	upperDir     string
 	upper, lower *os.Root
-	bytes        int64 // content and diffs carried
-	hashed       int64 // workspace bytes read for Before
+	started      time.Time // when the run began
+	bytes        int64     // content and diffs carried
+	hashed       int64     // workspace bytes read for Before
 }
 
 // readChanges reads what a command changed from the overlay's upper layer
-// upperDir, over the workspace ws.
-func readChanges(upperDir, ws string) (sandboxChanges, error) {
+// upperDir, over the workspace ws, in a run that began at started.
+func readChanges(upperDir, ws string, started time.Time) (sandboxChanges, error) {
 	upper, err := os.OpenRoot(upperDir)
 	if err != nil {
 		return sandboxChanges{}, err
@@ -103,7 +118,7 @@ func readChanges(upperDir, ws string) (sandboxChanges, error) {
 		return sandboxChanges{}, err
 	}
 	defer lower.Close()
-	r := &changeReader{upperDir: upperDir, upper: upper, lower: lower}
+	r := &changeReader{upperDir: upperDir, upper: upper, lower: lower, started: started}
 	if _, err := r.dir(".", true); err != nil && !errors.Is(err, errStopReading) {
 		return sandboxChanges{}, err
 	}
@@ -293,8 +308,18 @@ func (r *changeReader) deleted(p string, info fs.FileInfo) error {
 }
 
 // identity is the Before of p in the workspace, which is info (a file or
-// a link), with its content when it has at most maxFileBytes (kept).
+// a link), with its content when it has at most maxFileBytes (kept);
+// changedDuringRun for one changed since the run began.
 func (r *changeReader) identity(p string, info fs.FileInfo) (sum string, content []byte, kept bool, err error) {
+	sum, content, kept, err = r.readIdentity(p, info)
+	if st, ok := info.Sys().(*syscall.Stat_t); err == nil && sum != "" && ok && !time.Unix(st.Ctim.Unix()).Before(r.started) {
+		sum = changedDuringRun
+	}
+	return sum, content, kept, err
+}
+
+// readIdentity is identity as the file is now.
+func (r *changeReader) readIdentity(p string, info fs.FileInfo) (sum string, content []byte, kept bool, err error) {
 	if info.Mode()&fs.ModeSymlink != 0 {
 		link, err := r.lower.Readlink(p)
 		if err != nil {

@@ -354,7 +354,17 @@ func newSandboxWorkspace(t *testing.T) string {
 	ws, _ := newWorkspace(t)
 	writeFiles(t, ws, sandboxWorkspace)
 	require.NoError(t, os.Symlink("dir/a.txt", filepath.Join(ws, "link-gone")))
+	settle(t)
 	return ws
+}
+
+// settle returns once what was written so far is older than a run that
+// starts now, less the slack a file's ctime is given (clockSlack): a run
+// takes a file changed within it for one changed while it ran.
+func settle(t *testing.T) {
+	t.Helper()
+	written := time.Now()
+	require.Eventually(t, func() bool { return time.Since(written) > clockSlack }, time.Second, time.Millisecond)
 }
 
 func TestSandboxBashReportsWhatTheCommandChangedAndLeavesTheWorkspace(t *testing.T) {
@@ -459,6 +469,7 @@ func TestApplySandboxRefusesWhatChangedSinceTheRunAndAppliesTheRest(t *testing.T
 	requireSandbox(t)
 	ws, parent := newWorkspace(t)
 	writeFiles(t, ws, map[string]string{"a.txt": "a\n", "b.txt": "b\n", "gone.txt": "gone\n"})
+	settle(t)
 	tools := &Tools{Workspace: ws}
 
 	run := sandboxed(t, tools, "echo A > a.txt; echo B > b.txt; echo C > c.txt; rm gone.txt; mkdir sub; echo s > sub/s.txt")
@@ -703,4 +714,53 @@ func BenchmarkSandbox(b *testing.B) {
 			b.ReportMetric(float64(took[len(took)/2])/float64(time.Millisecond), "p50-ms")
 		})
 	}
+}
+
+func TestApplySandboxRefusesAFileThatChangedInTheWorkspaceWhileTheCommandRan(t *testing.T) {
+	// The command copies a.txt and b.txt as they were, then someone edits
+	// them in the workspace before it ends: what it wrote is based on
+	// what they were, and would undo the edits if applied.
+	requireSandbox(t)
+	ws, _ := newWorkspace(t)
+	writeFiles(t, ws, map[string]string{"a.txt": "old\n", "b.txt": "old\n", "c.txt": "old\n"})
+	settle(t)
+	tools := &Tools{Workspace: ws, BashTimeout: 30 * time.Second}
+	// The command waits, in sleeps named by marker, which the test sees
+	// from outside the sandbox, for a file the test makes where the
+	// sandbox sees it as it changes: outside both the workspace (an
+	// overlay does not follow changes under it) and /tmp (its own).
+	signals, err := os.MkdirTemp("/var/tmp", "tollgate-sandbox-test-")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = os.RemoveAll(signals) })
+	require.NoError(t, os.Chmod(signals, 0o755))
+	goFile := filepath.Join(signals, "go")
+	marker := fmt.Sprintf("tollgate-sandbox-waits-%d-%d", os.Getpid(), time.Now().UnixNano())
+	command := `printf 'sandbox\n' >> a.txt; rm b.txt; printf 'sandbox\n' >> c.txt; while [ ! -e ` + goFile + ` ]; do (exec -a ` + marker + ` sleep 0.01); done`
+	runs := make(chan protocol.SandboxRun, 1)
+	go func() { runs <- sandboxed(t, tools, command) }()
+	require.Eventually(t, func() bool {
+		found := false
+		eachProcess(func(_ int, proc string) {
+			cmdline, _ := os.ReadFile(proc + "/cmdline")
+			found = found || strings.HasPrefix(string(cmdline), marker+"\x00")
+		})
+		return found
+	}, killWait, 5*time.Millisecond, "the command copied the files and waits")
+	writeFiles(t, ws, map[string]string{"a.txt": "edited\n", "b.txt": "edited\n"})
+	require.NoError(t, os.WriteFile(goFile, nil, 0o644))
+	run := <-runs
+	require.Equal(t, 0, run.ExitCode, run.Output)
+
+	out := apply(t, tools, run)
+	require.Equal(t, "edited\n", readText(t, filepath.Join(ws, "a.txt")), "the edit made while the command ran is kept: %s", out.Result)
+	require.Equal(t, "edited\n", readText(t, filepath.Join(ws, "b.txt")), "and not deleted: %s", out.Result)
+	require.Equal(t, "old\nsandbox\n", readText(t, filepath.Join(ws, "c.txt")), "a file no one touched is applied")
+	require.Len(t, out.Applied.Conflicts, 2, "%s", out.Result)
+}
+
+func readText(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	return string(b)
 }

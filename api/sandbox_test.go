@@ -4,9 +4,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/chromedp/chromedp"
 	openai "github.com/sashabaranov/go-openai"
@@ -15,7 +19,9 @@ import (
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/auditdb"
+	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/internal/policy"
+	"github.com/tollgate/tollgate/internal/proctest"
 	"github.com/tollgate/tollgate/internal/scripted"
 	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
@@ -268,4 +274,141 @@ func TestWithSandboxAutoWhatACommandReallyChangedDecidesWhetherItAsks(t *testing
 	require.Equal(t, audit.SandboxApplied, rows["call_sh"].Sandbox)
 	require.Equal(t, workflows.DecidedByPerson, rows["call_sh1"].DecidedBy)
 	require.Equal(t, audit.SandboxApplied, rows["call_sh1"].Sandbox)
+}
+
+// TestWorkerKilledDuringASandboxedRunLeavesNoProcessOfIt runs the worker
+// binary with the sandbox, and a command that starts sleeps named by a
+// marker, kills its parent and starts one more: the worker is killed
+// while the run goes on, and every process of it must end with the worker.
+func TestWorkerKilledDuringASandboxedRunLeavesNoProcessOfIt(t *testing.T) {
+	t.Parallel()
+	requireSandbox(t)
+	if testing.Short() {
+		t.Skip("builds the worker and starts a Temporal dev server")
+	}
+	marker := fmt.Sprintf("tollgate-sandbox-orphan-%d-%d", os.Getpid(), time.Now().UnixNano())
+	sleeper := "(exec -a " + marker + " sleep 300) & "
+	command := sleeper + "(setsid bash -c 'exec -a " + marker + " sleep 300' &); kill -9 $PPID; " + sleeper + "sleep 300"
+	waitForBuild := proctest.Build(t, "github.com/tollgate/tollgate/worker")
+	st := newStack(t, withScript(sandboxScript(command)), withoutWorker())
+	bin := waitForBuild()
+	worker := proctest.Start(t, "worker", bin, st.workerEnv(config.EnvBashSandbox+"="+protocol.SandboxPreview, config.EnvMetricsAddr+"=off"))
+	t.Cleanup(func() {
+		for _, pid := range processesNamed(marker) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+
+	st.chat(t, `{"query": "sleep", "conversationId": "sandbox-worker-killed"}`)
+	require.Eventually(t, func() bool { return len(processesNamed(marker)) == 3 }, waitFor, 20*time.Millisecond,
+		"the command started its three sleeps in the sandbox, the last after it killed its parent: %v", processesNamed(marker))
+	worker.Crash(t)
+
+	require.Eventually(t, func() bool { return len(processesNamed(marker)) == 0 }, 10*time.Second, 20*time.Millisecond,
+		"processes of the killed worker's sandboxed run kept running: %v", processesNamed(marker))
+}
+
+// processesNamed lists the live processes of the host whose argv[0] is
+// name, whatever PID namespace they run in.
+func processesNamed(name string) []int {
+	var pids []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		// A zombie has no command line: it is gone.
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && strings.HasPrefix(string(cmdline), name+"\x00") {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// pathWithout is a PATH of one folder holding links to the programs of
+// PATH named in keep, and to nothing else: a worker run with it finds no
+// other program.
+func pathWithout(t *testing.T, keep ...string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, name := range keep {
+		path, err := exec.LookPath(name)
+		require.NoError(t, err)
+		require.NoError(t, os.Symlink(path, filepath.Join(dir, name)))
+	}
+	return "PATH=" + dir
+}
+
+func TestATurnBegunWithTheSandboxKeepsItOnAWorkerThatCannotStartOne(t *testing.T) {
+	// The operator moves the turn's worker to a machine without bwrap
+	// while its first call waits: the approve applies the run made on the
+	// first machine, and the next call, which the turn still runs in the
+	// sandbox as it began, asks as without one, saying so.
+	t.Parallel()
+	requireSandbox(t)
+	script := func(req openai.ChatCompletionRequest) scripted.Reply {
+		switch countRole(req.Messages, openai.ChatMessageRoleTool) {
+		case 0:
+			return scripted.Reply{ToolCalls: []protocol.ToolCall{{ID: "call_a", Name: protocol.ToolBash, Arguments: `{"command":"printf a > a.txt"}`}}}
+		case 1:
+			return scripted.Reply{ToolCalls: []protocol.ToolCall{{ID: "call_b", Name: protocol.ToolBash, Arguments: `{"command":"printf b > b.txt"}`}}}
+		}
+		return scripted.Reply{Content: "Done."}
+	}
+	st := newStack(t, withScript(script), withoutWorker())
+	first := st.startTestWorker(t, "worker-1", st.workerSettings(func(s *workflows.Settings) { s.BashSandbox = protocol.SandboxPreview }))
+	_, msgs := st.chat(t, `{"query": "write", "conversationId": "sandbox-moved"}`)
+	seq := 0
+	req := lastOf(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 1))
+	require.True(t, req.Sandbox.Ran(), "%+v", req.Sandbox)
+	first.Stop(t)
+
+	// bwrap is missing here: its worker records no sandbox mode in the
+	// turns it begins (worker/main.go's bashSandbox), and the probe fails.
+	st.startTestWorkerWith(t, "worker-2", st.workerSettings(nil), pathWithout(t, "bash", "sh", "unshare", "prlimit", "mount"))
+	postDecision(t, st.api, req.RequestID, protocol.DecisionApprove, "", true)
+	next := lastOf(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 1))
+	require.Equal(t, "call_b", next.ToolCallID)
+	require.NotNil(t, next.Sandbox)
+	require.False(t, next.Sandbox.Ran())
+	require.Contains(t, next.Preview, "(not run in the sandbox: ")
+	require.Contains(t, next.Preview, "bwrap")
+	require.Equal(t, "a", readFile(t, filepath.Join(st.workspace, "a.txt")), "the first call's run was applied where no sandbox can start")
+	require.NoFileExists(t, filepath.Join(st.workspace, "b.txt"))
+
+	status, body := st.postJSON(t, "/chat/approval", `{"requestId":"`+next.RequestID+`","decision":"approve","unconfined":true}`)
+	require.Equal(t, 400, status, "unconfined is for a call that ran in the sandbox: %v", body)
+	postDecision(t, st.api, next.RequestID, protocol.DecisionApprove, "", true)
+	rest := untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
+	require.Equal(t, []string{"call_b Bash ok"}, resultStatuses(ofType(rest, protocol.EventToolResult)[0].ToolResults))
+	require.Equal(t, "b", readFile(t, filepath.Join(st.workspace, "b.txt")), "an approve ran it as without a sandbox, as its preview said")
+}
+
+func TestABatchOfDecisionsMayRunOneSandboxedCallUnconfinedAndApplyAnother(t *testing.T) {
+	t.Parallel()
+	requireSandbox(t)
+	outside := filepath.Join(t.TempDir(), "outside.txt")
+	st := newStack(t, withScript(sandboxScript("printf real > "+outside, "printf in > in.txt")), withSandbox())
+	_, msgs := st.chat(t, `{"query": "write", "conversationId": "sandbox-batch"}`)
+	seq := 0
+	reqs := ofType(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 2), protocol.EventApprovalRequest)
+	require.Len(t, reqs, 2)
+
+	status, body := st.postJSON(t, "/chat/approvals", fmt.Sprintf(`{"decisions":[{"requestId":%q,"decision":"approve","unconfined":true},{"requestId":%q,"decision":"approve","arguments":{"command":"printf edited > in.txt"}}]}`,
+		reqs[0].RequestID, reqs[1].RequestID))
+	require.Equal(t, 400, status, "an edit of a sandboxed command needs unconfined, and the batch is taken all or none: %v", body)
+	status, body = st.postJSON(t, "/chat/approvals", fmt.Sprintf(`{"decisions":[{"requestId":%q,"decision":"approve","unconfined":true},{"requestId":%q,"decision":"approve"}]}`,
+		reqs[0].RequestID, reqs[1].RequestID))
+	require.Equal(t, 200, status, "%v", body)
+
+	rest := untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
+	unconfined := map[string]bool{}
+	for _, e := range ofType(rest, protocol.EventApprovalDecision) {
+		unconfined[e.ToolCallID] = e.Unconfined
+	}
+	require.Equal(t, map[string]bool{"call_sh": true, "call_sh1": false}, unconfined)
+	require.Equal(t, "real", readFile(t, outside))
+	require.Equal(t, "in", readFile(t, filepath.Join(st.workspace, "in.txt")))
 }

@@ -125,6 +125,13 @@ func (st *stack) workerSettings(change func(*workflows.Settings)) workflows.Sett
 // kill.
 func (st *stack) startTestWorker(t *testing.T, name string, settings workflows.Settings) *proctest.Process {
 	t.Helper()
+	return st.startTestWorkerWith(t, name, settings)
+}
+
+// startTestWorkerWith is startTestWorker with extra variables ("NAME=value")
+// in the worker's environment, which win over the test's own.
+func (st *stack) startTestWorkerWith(t *testing.T, name string, settings workflows.Settings, extra ...string) *proctest.Process {
+	t.Helper()
 	spec, err := json.Marshal(testWorkerSpec{
 		HostPort:   st.temporal.HostPort,
 		Namespace:  st.temporal.Namespace,
@@ -138,7 +145,7 @@ func (st *stack) startTestWorker(t *testing.T, name string, settings workflows.S
 	require.NoError(t, err)
 	exe, err := os.Executable()
 	require.NoError(t, err)
-	env := append(proctest.EnvironWithout("TOLLGATE_", "TEMPORAL_", "OPENAI_"), envTestWorker+"="+string(spec))
+	env := append(append(proctest.EnvironWithout("TOLLGATE_", "TEMPORAL_", "OPENAI_"), envTestWorker+"="+string(spec)), extra...)
 	return proctest.Start(t, name, exe, env)
 }
 

@@ -274,6 +274,12 @@ func (g *gate) take(ctx workflow.Context, d protocol.ApprovalDecision, by string
 		return err
 	}
 	a := g.byID[d.RequestID]
+	// A signal's decision reaches here unvalidated: unconfined, and an
+	// edit of a sandboxed command, must fit the way the call ran for it
+	// as for the Update.
+	if err := checkSandboxDecision(a, d); err != nil {
+		return err
+	}
 	a.remember, a.sameArguments = d.Remember == protocol.RememberConversation, d.SameArguments
 	// Check refused a bad duration already (validate asks it).
 	a.rememberFor, _ = d.RememberDuration()

@@ -166,8 +166,14 @@ func (t *turn) containedRuns(ctx workflow.Context, runs []*protocol.SandboxRun) 
 // whether a Write of its path (and of the path it was renamed from), with
 // its new content, would ask. So the rules a policy has for files ("writes
 // outside docs/ ask") hold for what a command really wrote, whatever the
-// command's text said.
+// command's text said. A symbolic link that c makes is always protected:
+// no Write makes one, and where it leads (a protected file, a folder
+// outside the workspace) is what follows it later reads and writes, which
+// no rule on its own path sees.
 func (t *turn) protects(c protocol.FileChange) bool {
+	if c.Kind == "symlink" && c.Op != protocol.ChangeDeleted {
+		return true
+	}
 	paths := []string{c.Path}
 	if c.From != "" {
 		paths = append(paths, c.From)

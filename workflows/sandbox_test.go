@@ -298,3 +298,147 @@ func TestWithSandboxAutoAContainedCallRunsUnaskedAndOneThatTouchesAProtectedFile
 	require.Equal(t, DecidedByPerson, rows["src"].DecidedBy)
 	require.Equal(t, audit.SandboxApplied, rows["src"].Sandbox)
 }
+
+func TestWithSandboxAutoARunThatMakesASymbolicLinkAsks(t *testing.T) {
+	// A link in docs/ changes no protected file itself, but leads to one,
+	// or out of the workspace, for whatever follows it later: an editor,
+	// a build, a site generator that publishes docs/.
+	settings := testSettings()
+	settings.Rules = []Rule{
+		{Tool: protocol.ToolBash, Require: RequireAlways, Sandbox: policy.SandboxAuto},
+		{Tool: protocol.ToolWrite, Require: RequireWhen, When: `!args.file_path.startsWith("docs/")`},
+	}
+	s := newSandboxed(t, settings, calls(
+		call("in", protocol.ToolBash, `{"command":"ln -s ../src/main.go docs/main.go"}`),
+		call("out", protocol.ToolBash, `{"command":"ln -s /home docs/home"}`),
+		call("unlink", protocol.ToolBash, `{"command":"rm docs/old"}`),
+	))
+	s.answer = func(c protocol.ToolCall) protocol.SandboxRun {
+		run := protocol.SandboxRun{Command: c.Arguments, Preview: "ran " + c.ID}
+		switch c.ID {
+		case "in":
+			run.Changes = []protocol.FileChange{{Path: "docs/main.go", Op: protocol.ChangeAdded, Kind: "symlink", Link: "../src/main.go"}}
+		case "out":
+			run.Changes = []protocol.FileChange{{Path: "docs/home", Op: protocol.ChangeAdded, Kind: "symlink", Link: "/home"}}
+		case "unlink":
+			run.Changes = []protocol.FileChange{{Path: "docs/old", Op: protocol.ChangeDeleted, Kind: "symlink", Before: "abc"}}
+		}
+		return run
+	}
+	var asked []string
+	s.env.RegisterDelayedCallback(func() {
+		for _, e := range s.events() {
+			if e.Type == protocol.EventApprovalRequest {
+				asked = append(asked, e.ToolCallID)
+				s.decide(protocol.ApprovalDecision{RequestID: e.RequestID, Decision: protocol.DecisionDecline, Reason: "no links"})
+			}
+		}
+	}, time.Second)
+
+	s.runTurn(userTurn("link"))
+
+	require.Equal(t, []string{"in", "out"}, asked, "a run that makes a link asks; deleting one is a change of its path alone")
+	require.Len(t, s.applied, 1)
+	require.Equal(t, "unlink", s.applied[0].Call.ID)
+}
+
+func TestASignalsDecisionOnASandboxedCallIsCheckedAsTheUpdatesIs(t *testing.T) {
+	// The Update's validator refuses these; a signal skips it, and must
+	// not get them through: an edit approved without unconfined would
+	// apply the run of the command the model wrote while the model read
+	// that the edited one ran, and unconfined on a call that never ran
+	// in the sandbox would be recorded for nothing.
+	settings := testSettings()
+	settings.Audit = true
+	s := newSandboxed(t, settings, calls(
+		call("b", protocol.ToolBash, `{"command":"make"}`),
+		call("w", protocol.ToolWrite, `{"file_path":"a.txt","content":"x"}`),
+	))
+	l := withLedger(t, s.harness, 0)
+	s.env.RegisterDelayedCallback(func() {
+		s.env.SignalWorkflow(contract.ApprovalSignal, protocol.ApprovalDecision{RequestID: s.requestID(protocol.ToolBash), Decision: protocol.DecisionApprove,
+			Arguments: `{"command":"make install"}`, Principal: "ops"})
+		s.env.SignalWorkflow(contract.ApprovalSignal, protocol.ApprovalDecision{RequestID: s.requestID(protocol.ToolWrite), Decision: protocol.DecisionApprove,
+			Unconfined: true, Principal: "ops"})
+	}, time.Second)
+	var pending []protocol.PendingApproval
+	s.env.RegisterDelayedCallback(func() {
+		v, err := s.env.QueryWorkflow(contract.PendingQuery)
+		require.NoError(t, err)
+		require.NoError(t, v.Get(&pending))
+		s.env.SignalWorkflow(contract.ApprovalSignal, protocol.ApprovalDecision{RequestID: s.requestID(protocol.ToolBash), Decision: protocol.DecisionApprove, Principal: "ops"})
+		s.env.SignalWorkflow(contract.ApprovalSignal, protocol.ApprovalDecision{RequestID: s.requestID(protocol.ToolWrite), Decision: protocol.DecisionApprove, Principal: "ops"})
+	}, 2*time.Second)
+
+	out := s.runTurn(userTurn("build"))
+
+	require.Len(t, pending, 2, "neither signal was taken")
+	for _, e := range ofType(out.Events, protocol.EventApprovalDecision) {
+		require.False(t, e.Unconfined, "%s", e.ToolCallID)
+	}
+	require.Len(t, s.applied, 1)
+	require.JSONEq(t, `{"command":"make"}`, s.applied[0].Call.Arguments)
+	require.NotContains(t, toolMessages(out.Messages)[0].Content, "edited")
+	require.Equal(t, []string{protocol.ToolWrite}, s.ranTools())
+	rows := ledgerRows(t, l)
+	require.Equal(t, audit.SandboxApplied, rows["b"].Sandbox)
+	require.Empty(t, rows["b"].EditedArguments)
+}
+
+func TestUnconfinedIsDecidedOnlyByWhomTheRuleLets(t *testing.T) {
+	settings := testSettings()
+	settings.Rules = []Rule{{Tool: protocol.ToolBash, Require: RequireAlways, Deciders: []string{"dev", "lead"}, SecondPerson: true}}
+	s := newSandboxed(t, settings, calls(call("b", protocol.ToolBash, `{"command":"curl -fsS https://example.com"}`)))
+	refused := map[string]*updateOutcome{}
+	s.env.RegisterDelayedCallback(func() {
+		id := s.requestID(protocol.ToolBash)
+		refused["its sender"] = s.decide(protocol.ApprovalDecision{RequestID: id, Decision: protocol.DecisionApprove, Unconfined: true, Principal: "dev", Role: "approve"})
+		refused["not a decider"] = s.decide(protocol.ApprovalDecision{RequestID: id, Decision: protocol.DecisionApprove, Unconfined: true, Principal: "eve", Role: "approve"})
+		s.env.SignalWorkflow(contract.ApprovalSignal, protocol.ApprovalDecision{RequestID: id, Decision: protocol.DecisionApprove, Unconfined: true, Principal: "eve"})
+		s.env.SignalWorkflow(contract.ApprovalSignal, protocol.ApprovalDecision{RequestID: id, Decision: protocol.DecisionApprove, Unconfined: true, Principal: "dev"})
+	}, time.Second)
+	var allowed *updateOutcome
+	s.env.RegisterDelayedCallback(func() {
+		allowed = s.decide(protocol.ApprovalDecision{RequestID: s.requestID(protocol.ToolBash), Decision: protocol.DecisionApprove, Unconfined: true, Principal: "lead", Role: "approve"})
+	}, 2*time.Second)
+	in := userTurn("fetch")
+	in.Sender = "dev"
+
+	out := s.runTurn(in)
+
+	for name, o := range refused {
+		require.Equal(t, protocol.RejectForbidden, contract.RejectionReason(o.rejected), "%s: %v", name, o.rejected)
+	}
+	require.NoError(t, allowed.rejected)
+	decisions := ofType(out.Events, protocol.EventApprovalDecision)
+	require.Len(t, decisions, 1)
+	require.Equal(t, "lead", decisions[0].By)
+	require.True(t, decisions[0].Unconfined)
+	require.Equal(t, []string{protocol.ToolBash}, s.ranTools())
+	require.Empty(t, s.applied)
+}
+
+func TestAGrantFromAnUnconfinedApproveAppliesLaterRunsAndNeverRunsThemUnconfined(t *testing.T) {
+	// Unconfined is one call's decision, taken by a person who saw that
+	// call's run; what a grant remembers is the approve.
+	s := newSandboxed(t, testSettings(),
+		calls(call("b1", protocol.ToolBash, `{"command":"npm install"}`)),
+		calls(call("b2", protocol.ToolBash, `{"command":"npm install"}`)),
+	)
+	s.env.RegisterDelayedCallback(func() {
+		s.decide(protocol.ApprovalDecision{RequestID: s.requestID(protocol.ToolBash), Decision: protocol.DecisionApprove, Unconfined: true,
+			Remember: protocol.RememberConversation, SameArguments: true, Principal: "bob"})
+	}, time.Second)
+
+	out := s.runTurn(userTurn("install"))
+
+	require.Len(t, out.Grants, 1)
+	require.Len(t, s.runs, 2, "both ran in the sandbox first")
+	require.Len(t, s.toolCalls, 1)
+	require.Equal(t, "b1", s.toolCalls[0].ID, "only the call the person chose to run unconfined ran for real")
+	require.Len(t, s.applied, 1)
+	require.Equal(t, "b2", s.applied[0].Call.ID, "the grant's call applied its run")
+	for _, e := range ofType(out.Events, protocol.EventApprovalDecision) {
+		require.Equal(t, e.ToolCallID == "b1", e.Unconfined, "%s", e.ToolCallID)
+	}
+}
