@@ -2,7 +2,9 @@ package activities
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/tollgate/tollgate/internal/text"
 	"github.com/tollgate/tollgate/protocol"
@@ -27,7 +29,7 @@ func describeSandboxRun(run protocol.SandboxRun, capBytes int) string {
 	}
 	for _, c := range run.Changes {
 		if c.Diff != "" {
-			fmt.Fprintf(&b, "--- %s\n%s\n", c.Path, c.Diff)
+			fmt.Fprintf(&b, "--- %s\n%s\n", shownPath(c.Path), c.Diff)
 		}
 	}
 	for _, o := range run.Omitted {
@@ -60,15 +62,15 @@ func sandboxEnd(run protocol.SandboxRun) string {
 
 // changeLine is one line of the change list: what happened to which file.
 func changeLine(c protocol.FileChange) string {
-	what := c.Op + " " + c.Path
+	what := c.Op + " " + shownPath(c.Path)
 	if c.Op == protocol.ChangeRenamed {
-		what = fmt.Sprintf("renamed %s → %s", c.From, c.Path)
+		what = fmt.Sprintf("renamed %s → %s", shownPath(c.From), shownPath(c.Path))
 	}
 	switch {
 	case c.Kind == "dir":
 		what += "/ (folder)"
 	case c.Kind == "symlink":
-		what += " (symbolic link to " + c.Link + ")"
+		what += " (symbolic link to " + shownPath(c.Link) + ")"
 	case c.Op == protocol.ChangeDeleted:
 	case c.Binary:
 		what += fmt.Sprintf(" (binary, %d bytes)", c.Size)
@@ -76,4 +78,16 @@ func changeLine(c protocol.FileChange) string {
 		what += fmt.Sprintf(" (%d bytes)", c.Size)
 	}
 	return "  " + what
+}
+
+// shownPath is path as the change list shows it: quoted, with its escapes,
+// when it holds a character that is not printable (a newline in a file's
+// name would start a line of its own, and could fake one of the list).
+func shownPath(path string) string {
+	for _, r := range path {
+		if !unicode.IsPrint(r) {
+			return strconv.Quote(path)
+		}
+	}
+	return path
 }

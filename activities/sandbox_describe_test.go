@@ -46,3 +46,13 @@ FAIL x_test.go
 	require.LessOrEqual(t, len(got), 1000)
 	require.True(t, strings.HasSuffix(got, "(cut: the changes hold the rest)"), got[len(got)-60:])
 }
+
+func TestAFileNameThatWouldFakeALineOfTheChangeListIsQuoted(t *testing.T) {
+	run := protocol.SandboxRun{Changes: []protocol.FileChange{
+		{Path: "notes.txt\n  deleted nothing", Op: protocol.ChangeAdded, Kind: "file", Size: 1},
+		{Path: "docs/café.md", Op: protocol.ChangeAdded, Kind: "file", Size: 1},
+	}}
+	got := describeSandboxRun(run, DefaultOutputCap)
+	require.Contains(t, got, "\n  added \"notes.txt\\n  deleted nothing\" (1 bytes)\n")
+	require.Contains(t, got, "\n  added docs/café.md (1 bytes)\n", "printable names stay as they are")
+}

@@ -63,7 +63,9 @@ An API that asks for a bearer token gets --token, else $TOLLGATE_API_TOKEN.
 `
 
 func main() {
-	os.Exit(run(context.Background(), os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr))
+	// What is printed comes from elsewhere too: control characters are shown,
+	// not obeyed (terminal).
+	os.Exit(run(context.Background(), os.Args[1:], os.Getenv, os.Stdin, &terminal{w: os.Stdout}, &terminal{w: os.Stderr}))
 }
 
 // run runs the command in args and returns the exit code. Answers to
