@@ -23,9 +23,18 @@ func describeSandboxRun(run protocol.SandboxRun, capBytes int) string {
 	if run.TooLarge != "" {
 		fmt.Fprintf(&b, "an approve applies nothing: %s\n", run.TooLarge)
 	}
-	for _, c := range run.Changes {
-		b.WriteString(changeLine(c))
-		b.WriteByte('\n')
+	// The list of changes comes whole or says how many it leaves out: a
+	// change cut from the end of the preview would be one the person never
+	// sees and an approve still applies. It may take two thirds of the cap.
+	listCap := capBytes * 2 / 3
+	for i, c := range run.Changes {
+		line := changeLine(c) + "\n"
+		if capBytes > 0 && b.Len()+len(line) > listCap {
+			left := n - i
+			fmt.Fprintf(&b, "  … and %d more %s, not listed here (the console lists every one, and an approve applies every one)\n", left, text.Plural(left, "change"))
+			break
+		}
+		b.WriteString(line)
 	}
 	for _, c := range run.Changes {
 		if c.Diff != "" {

@@ -1,6 +1,7 @@
 package activities
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -55,4 +56,17 @@ func TestAFileNameThatWouldFakeALineOfTheChangeListIsQuoted(t *testing.T) {
 	got := describeSandboxRun(run, DefaultOutputCap)
 	require.Contains(t, got, "\n  added \"notes.txt\\n  deleted nothing\" (1 bytes)\n")
 	require.Contains(t, got, "\n  added docs/café.md (1 bytes)\n", "printable names stay as they are")
+}
+
+func TestAChangeListTooLongForThePreviewSaysHowManyChangesItLeavesOut(t *testing.T) {
+	var run protocol.SandboxRun
+	for i := range 2000 {
+		run.Changes = append(run.Changes, protocol.FileChange{Path: fmt.Sprintf("docs/decoy-%04d.md", i), Op: protocol.ChangeAdded, Kind: "file", Size: 1})
+	}
+	run.Changes = append(run.Changes, protocol.FileChange{Path: "src/main.go", Op: protocol.ChangeChanged, Kind: "file", Size: 1})
+	got := describeSandboxRun(run, DefaultOutputCap)
+	require.LessOrEqual(t, len(got), DefaultOutputCap)
+	require.NotContains(t, got, "src/main.go")
+	require.Regexp(t, `  … and \d+ more changes, not listed here \(the console lists every one, and an approve applies every one\)\n`, got)
+	require.Contains(t, got, ": exit 0, 2001 files changed\n")
 }
