@@ -20,9 +20,13 @@ const auditTimeout = 10 * time.Second
 // auditDecisions are the decisions GET /audit filters on.
 var auditDecisions = map[string]bool{protocol.DecisionApprove: true, protocol.DecisionDecline: true, protocol.DecisionTimeout: true}
 
+// auditShadows are the values of GET /audit's shadow filter.
+var auditShadows = map[string]bool{auditdb.ShadowAny: true, auditdb.ShadowAgree: true, auditdb.ShadowDisagree: true}
+
 // listAudit serves GET /audit: a page of the audit ledger, newest request
-// first, filtered by requestId, conversationId, principal, tool, decision and a time
-// range (since, until: RFC 3339), limit rows from cursor (the previous
+// first, filtered by requestId, conversationId, principal, tool, decision,
+// what a shadow rule would have done (shadow) and a time range (since,
+// until: RFC 3339), limit rows from cursor (the previous
 // page's next). With format=jsonl it streams every row the filters select,
 // one JSON object a line, for an export.
 func (s *Server) listAudit(c *gin.Context) {
@@ -99,10 +103,14 @@ func auditFilter(c *gin.Context) (auditdb.Filter, bool, error) {
 		Principal:    c.Query("principal"),
 		Tool:         c.Query("tool"),
 		Decision:     c.Query("decision"),
+		Shadow:       c.Query("shadow"),
 		Cursor:       c.Query("cursor"),
 	}
 	if f.Decision != "" && !auditDecisions[f.Decision] {
 		return f, false, badRequest("decision %q is not one of approve, decline, timeout", f.Decision)
+	}
+	if f.Shadow != "" && !auditShadows[f.Shadow] {
+		return f, false, badRequest("shadow %q is not one of any, agree, disagree", f.Shadow)
 	}
 	for name, dst := range map[string]*time.Time{"since": &f.Since, "until": &f.Until} {
 		if v := c.Query(name); v != "" {

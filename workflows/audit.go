@@ -275,6 +275,53 @@ func (t *turn) auditGranted(ctx workflow.Context, i int, call protocol.ToolCall,
 	return r
 }
 
+// shadowRow puts what the shadow rule of p's tool would have done
+// (vetting.Shadow) in the call's ledger row, once the gate met the call:
+// the row of a call that asked, or that a grant or the sandbox answered,
+// says it beside what happened; a call the policy let run unasked gets a
+// row of its own (auditShadowed) when its shadow rule would have asked, so
+// that every disagreement is in the ledger. Only a turn whose recorded
+// rules hold a shadow rule has a verdict: its rows, and the writes of
+// them, are its own (docs/versioning.md: a new field).
+func (t *turn) shadowRow(ctx workflow.Context, p *passage) {
+	v := p.vetting.Shadow
+	if v == nil {
+		return
+	}
+	if p.row == nil && p.route == routeNoRule && v.Required && t.auditing(ctx) {
+		r := t.auditShadowed(ctx, p)
+		p.row = &r
+	}
+	if p.row != nil {
+		p.row.Shadow = v.word()
+	}
+}
+
+// auditShadowed is the row of a call no rule asked about while its
+// shadow rule would have: approved by the policy, with why in its reason.
+func (t *turn) auditShadowed(ctx workflow.Context, p *passage) audit.Record {
+	workflowID := workflow.GetInfo(ctx).WorkflowExecution.ID
+	now := workflow.Now(ctx)
+	id := "policy:" + workflowID + ":" + strconv.Itoa(t.step) + ":" + strconv.Itoa(p.index) + ":" + p.call.ID
+	r := t.auditRow(ctx, id, p.call, p.vetting.Check, now, nil)
+	r.Asked = ""
+	r.Decision, r.DecidedBy, r.DecidedAt = protocol.DecisionApprove, DecidedByPolicy, &now
+	r.Reason = "no rule asks about it; " + t.settings.shadowAsked(p.call.Name, p.vetting.Shadow) + " would have"
+	return r
+}
+
+// word is what the ledger says of v (audit.Record.Shadow).
+func (v *shadowCheck) word() string {
+	switch {
+	case v.Problem != "":
+		return audit.ShadowCouldNotDecide
+	case v.Required:
+		return audit.ShadowWouldAsk
+	default:
+		return audit.ShadowWouldNotAsk
+	}
+}
+
 // auditDecided is row r with a's decision, as soon as it is taken.
 func auditDecided(r audit.Record, a *approval) audit.Record {
 	r.Stage = audit.StageDecided
@@ -308,6 +355,19 @@ func auditEnded(ctx workflow.Context, r audit.Record, a *approval, ran string, r
 	finished := workflow.Now(ctx)
 	r.Result, r.FinishedAt = result.Result, &finished
 	return r
+}
+
+// shadowAsked says which shadow rule of tool would have asked, and why
+// it could not decide when it could not.
+func (s Settings) shadowAsked(tool string, v *shadowCheck) string {
+	if v.Problem != "" {
+		return v.Problem + ", so it"
+	}
+	rule := s.shadowRule(tool)
+	if rule.Require == RequireWhen {
+		return "shadow rule " + rule.Tool + ": when " + rule.When
+	}
+	return "shadow rule " + rule.Tool + ": always"
 }
 
 // asked says what made a call of tool ask, for the ledger: the rule, the

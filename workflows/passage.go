@@ -153,6 +153,7 @@ func (t *turn) route(ctx workflow.Context, b *batch, p *passage) {
 	if p.route.pass != nil {
 		p.route.pass(t, ctx, b, p)
 	}
+	t.shadowRow(ctx, p)
 }
 
 // awaitDecisions waits until every request of the batch is decided,

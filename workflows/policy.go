@@ -23,13 +23,22 @@ const (
 // DeciderRolePrefix starts a Deciders entry that names a role.
 const DeciderRolePrefix = policy.DeciderRolePrefix
 
-// rule is the policy's rule for tool, or nil. An MCP tool without a rule
-// of its own follows its server's rule (one for mcp__<server>), if any.
-func (s Settings) rule(tool string) *Rule {
+// rule is the policy's live rule for tool, or nil. An MCP tool without a
+// rule of its own follows its server's rule (one for mcp__<server>), if
+// any. A shadow rule is never a tool's rule: it only watches
+// (shadowRule).
+func (s Settings) rule(tool string) *Rule { return s.findRule(tool, false) }
+
+// shadowRule is the policy's shadow rule for tool, or nil, found as rule
+// finds a live one.
+func (s Settings) shadowRule(tool string) *Rule { return s.findRule(tool, true) }
+
+// findRule is the rule for tool that is a shadow rule or not.
+func (s Settings) findRule(tool string, shadow bool) *Rule {
 	find := func(name string) *Rule {
 		var rule *Rule
 		for i := range s.Rules {
-			if s.Rules[i].Tool == name {
+			if s.Rules[i].Tool == name && s.Rules[i].Shadow == shadow {
 				rule = &s.Rules[i]
 			}
 		}
@@ -70,20 +79,52 @@ func (s Settings) check(call protocol.ToolCall, budget *policy.Budget) check {
 	if rule.Timeout > 0 {
 		c.Timeout = rule.Timeout
 	}
+	required, err := s.evaluate(rule, call, budget)
+	c.Required = required || err != nil
+	if err != nil {
+		c.Problem = fmt.Sprintf("policy rule for %s could not decide (%v), so approval is required", call.Name, err)
+	}
+	c.Always = rule.Require != RequireNever && rule.Require != RequireWhen
+	return c
+}
+
+// evaluate is whether rule requires approval of call, or why it could not
+// decide.
+func (s Settings) evaluate(rule *Rule, call protocol.ToolCall, budget *policy.Budget) (bool, error) {
 	switch rule.Require {
 	case RequireNever:
+		return false, nil
 	case RequireWhen:
 		spec, _ := s.spec(call.Name)
-		required, err := policy.EvalWhen(rule.When, call.Arguments, spec.Hints(), budget)
-		if err != nil {
-			c.Required, c.Problem = true, fmt.Sprintf("policy rule for %s could not decide (%v), so approval is required", call.Name, err)
-		} else {
-			c.Required = required
-		}
+		return policy.EvalWhen(rule.When, call.Arguments, spec.Hints(), budget)
 	default:
-		c.Required, c.Always = true, true
+		return true, nil
 	}
-	return c
+}
+
+// shadowCheck is what a tool's shadow rule says of one call: whether it
+// would ask, and why it could not decide when it could not (then it would
+// ask). A turn records it beside the call's check (vetting.Shadow); it
+// changes nothing the call does, and only the ledger shows it.
+type shadowCheck struct {
+	Required bool   `json:"required"`
+	Problem  string `json:"problem,omitempty"`
+}
+
+// shadow is what the shadow rule of call's tool says of it, or nil when
+// the tool has none. Its evaluation takes from its own budget, so that a
+// costly shadow rule never leaves a live rule too little (the live rule
+// would fail closed: the shadow rule would act).
+func (s Settings) shadow(call protocol.ToolCall, budget *policy.Budget) *shadowCheck {
+	rule := s.shadowRule(call.Name)
+	if rule == nil {
+		return nil
+	}
+	required, err := s.evaluate(rule, call, budget)
+	if err != nil {
+		return &shadowCheck{Required: true, Problem: fmt.Sprintf("shadow rule for %s could not decide (%v)", call.Name, err)}
+	}
+	return &shadowCheck{Required: required}
 }
 
 // RequiresApproval reports whether settings' policy requires approval of a

@@ -29,7 +29,8 @@ type Settings struct {
 	// RequiredTools are the tools whose calls wait for a person's approval,
 	// unless Rules has a rule for the tool.
 	RequiredTools []string `json:"requiredTools"`
-	// Rules are the policy file's rules, at most one a tool.
+	// Rules are the policy file's rules, at most one live rule and one
+	// shadow rule (Rule.Shadow) a tool.
 	Rules []Rule `json:"rules,omitempty"`
 	// Notify is true when the worker sends notices of approval requests
 	// (the notify activity knows where to).

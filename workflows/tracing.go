@@ -7,6 +7,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/workflowtrace"
 	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows/contract"
@@ -56,7 +57,7 @@ const (
 	// DecidedByGrant: a decision remembered earlier in the conversation.
 	DecidedByGrant = "grant"
 	// DecidedByPolicy: the policy requires no approval of the call.
-	DecidedByPolicy = "policy"
+	DecidedByPolicy = audit.DecidedByPolicy
 	// DecidedByBypass: the turn was sent with bypassApproval.
 	DecidedByBypass = "bypass"
 )

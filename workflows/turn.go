@@ -580,6 +580,10 @@ type vetting struct {
 	// (activities.ResolveArguments). Histories recorded before links were
 	// resolved have none.
 	Paths map[string]string `json:"paths,omitempty"`
+	// Shadow is what the shadow rule of the call's tool says of it
+	// (Settings.shadow): nil without one, and in histories recorded
+	// before shadow rules.
+	Shadow *shadowCheck `json:"shadow,omitempty"`
 }
 
 // vetBatch gives the calls of a batch as the gate, the policy, a grant and
@@ -606,10 +610,15 @@ type vetting struct {
 // worker of the task queue; it only lstats and reads links, and its answer
 // is recorded, so a replay never reads the file system. A history recorded
 // before links were resolved has no paths, and keeps the view it had.
+//
+// A tool's shadow rule is evaluated in the same SideEffect, on the same
+// view, with a budget of its own (Settings.shadow), and recorded beside
+// the check: only the ledger reads it (turn.shadowRow).
 func (t *turn) vetBatch(ctx workflow.Context, calls []protocol.ToolCall) (out []protocol.ToolCall, vetted []vetting) {
 	requirePatched(ctx, t.settings, patchNormalizedCalls)
 	vet := func() []vetting {
 		vetted := make([]vetting, len(calls))
+		shadowCost := policy.NewBudget()
 		for i, call := range calls {
 			if !offers(t.tools, call.Name) {
 				continue // answered as an unknown tool
@@ -622,6 +631,7 @@ func (t *turn) vetBatch(ctx workflow.Context, calls []protocol.ToolCall) (out []
 			call.Arguments = args
 			vetted[i].Paths = paths
 			vetted[i].Check = t.settings.check(call, t.cost)
+			vetted[i].Shadow = t.settings.shadow(call, shadowCost)
 		}
 		return vetted
 	}

@@ -17,7 +17,7 @@
   const statusEl = document.getElementById('ledger-status');
   const errorEl = document.getElementById('ledger-error');
   const more = document.getElementById('more');
-  const filters = ['conversationId', 'principal', 'tool', 'decision', 'since', 'until']
+  const filters = ['conversationId', 'principal', 'tool', 'decision', 'shadow', 'since', 'until']
     .map((name) => document.getElementById(`filter-${name}`));
 
   // The filters live in the address, so a filtered ledger can be shared.
@@ -48,6 +48,20 @@
     return t ? new Date(t).toLocaleString() : '';
   }
 
+  // shadow says what the shadow rule of the row's tool would have done,
+  // marked when it would have done otherwise than the policy did: not ask
+  // of a call that asked (or that a grant or the sandbox answered), or ask
+  // of one no rule asked about (decidedBy policy). As the API's
+  // shadow=disagree.
+  function shadow(r) {
+    if (!r.shadow) return null;
+    const disagrees = (r.shadow === 'would not ask') === (r.decidedBy !== 'policy');
+    return h('div', {
+      class: 'badge', testid: 'shadow', 'data-status': disagrees ? 'declined' : 'ok', 'data-disagrees': String(disagrees),
+      title: disagrees ? 'the shadow rule would have done otherwise' : 'the shadow rule would have done the same',
+    }, `shadow: ${r.shadow}`);
+  }
+
   function row(r) {
     // Stage 1 waits for its decision; stage 2 is decided, its batch not
     // yet ended; stage 3 has its outcome.
@@ -66,7 +80,7 @@
     return h('tr', { testid: 'ledger-row', 'data-id': r.id, 'data-tool': r.tool, 'data-decision': decision, 'data-outcome': outcome },
       h('td', { class: 'times' }, when(r.requestedAt)),
       call,
-      h('td', { class: 'asked' }, r.asked || ''),
+      h('td', { class: 'asked' }, r.asked || (r.decidedBy === 'policy' ? 'no rule asked' : ''), shadow(r)),
       h('td', { testid: 'decision', class: `ledger-decision decision-${decision}` }, decision, r.reason ? h('div', { class: 'where' }, `“${r.reason}”`) : null,
         r.decidedAt ? h('div', { class: 'times' }, when(r.decidedAt)) : null),
       h('td', { testid: 'by' }, [r.principal, r.role ? `(${r.role})` : '', r.decidedBy && r.decidedBy !== 'person' ? r.decidedBy : ''].filter(Boolean).join(' ')),

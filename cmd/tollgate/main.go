@@ -4,6 +4,7 @@
 //	tollgate chat "tidy up the workspace" [--conversation ID] [--bypass]
 //	tollgate approvals [--decide] [--conversation ID] [--tool NAME]
 //	tollgate compact --conversation ID ["INSTRUCTIONS"]
+//	tollgate policy suggest [--since 30d] [--min 10] [--tool NAME]
 //
 // Every command takes --api URL (default $TOLLGATE_API, else
 // http://127.0.0.1:8080) and --token TOKEN (default $TOLLGATE_API_TOKEN), the
@@ -18,7 +19,9 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
+	"github.com/tollgate/tollgate/internal/suggest"
 	"github.com/tollgate/tollgate/protocol"
 )
 
@@ -57,6 +60,13 @@ Usage:
       Summarize the conversation's earlier messages now, keeping what
       INSTRUCTIONS say ("keep the decisions about the schema"); its next
       turn reads the summary in their place. The transcript keeps them all.
+
+  tollgate policy suggest [--since 30d] [--min 10] [--tool NAME] [--api URL] [--token TOKEN]
+      Read the audit ledger (GET /audit) and propose the rules or grants
+      that would have answered calls people approved --min times or more
+      and never declined or edited: a command, its first two words, a
+      file, a folder. Prints each with its count, the last similar call a
+      person declined, and its YAML; applies nothing.
 
 The API is at --api, else $TOLLGATE_API, else ` + defaultAPI + `.
 An API that asks for a bearer token gets --token, else $TOLLGATE_API_TOKEN.
@@ -142,6 +152,35 @@ func run(ctx context.Context, args []string, getenv func(string) string, in io.R
 			return exitFail
 		}
 		fmt.Fprintln(out, compactedSays(res))
+		return exitOK
+	case "policy":
+		if len(rest) == 0 || rest[0] != "suggest" {
+			fmt.Fprint(errOut, "tollgate policy: say suggest\n\n"+usage)
+			return exitUsage
+		}
+		since := fs.String("since", "30d", "how far back the ledger is read (30d, 36h)")
+		minimum := fs.Int("min", suggest.DefaultMin, "approvals a pattern needs")
+		tool := fs.String("tool", "", "only calls of tool `NAME`")
+		words, err := parseInterspersed(fs, rest[1:])
+		if err != nil {
+			return exitUsage
+		}
+		d, err := parseSince(*since)
+		if err == nil && *minimum < 1 {
+			err = fmt.Errorf("--min %d is not a positive number", *minimum)
+		}
+		if err == nil && len(words) > 0 {
+			err = fmt.Errorf("unexpected %q", words)
+		}
+		if err != nil {
+			fmt.Fprintf(errOut, "tollgate policy suggest: %v\n\n%s", err, usage)
+			return exitUsage
+		}
+		opts := suggestOptions{Since: d, Tool: *tool, Min: *minimum, Now: time.Now()}
+		if err := suggestRules(ctx, newClient(), opts, out); err != nil {
+			fmt.Fprintf(errOut, "tollgate policy suggest: %v\n", err)
+			return exitFail
+		}
 		return exitOK
 	case "help", "-h", "--help":
 		fmt.Fprint(out, usage)

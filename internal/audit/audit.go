@@ -92,6 +92,12 @@ type Record struct {
 	// SandboxUnconfined when a person chose to run it for real. Empty for
 	// any other call, and in rows written before the sandbox.
 	Sandbox string `json:"sandbox,omitempty"`
+	// Shadow is what the shadow rule of the call's tool would have done:
+	// ShadowWouldAsk, ShadowWouldNotAsk, or ShadowCouldNotDecide (then it
+	// would have asked). Empty for a tool without one, and in rows written
+	// before shadow rules. A call the policy let run unasked has a row
+	// (decided by the policy) only when its shadow rule would have asked.
+	Shadow string `json:"shadow,omitempty"`
 }
 
 // What a ledger row says of a sandboxed call (Record.Sandbox).
@@ -100,6 +106,30 @@ const (
 	SandboxApplied    = "applied"
 	SandboxUnconfined = "unconfined"
 )
+
+// What a ledger row says its tool's shadow rule would have done
+// (Record.Shadow).
+const (
+	ShadowWouldAsk       = "would ask"
+	ShadowWouldNotAsk    = "would not ask"
+	ShadowCouldNotDecide = "could not decide"
+)
+
+// DecidedByPolicy is the DecidedBy of a call's row when no rule asked:
+// only a call whose shadow rule would have asked has one.
+const DecidedByPolicy = "policy"
+
+// Disagrees reports whether r's shadow rule would have done otherwise than
+// the live policy did: it would not have asked of a call that asked (or
+// that a grant or the sandbox answered in a person's place), or it would
+// have asked of one no rule asked about. The ledger's filter of the same
+// name (auditdb.Filter.Shadow) selects these rows.
+func (r Record) Disagrees() bool {
+	if r.Shadow == "" {
+		return false
+	}
+	return (r.Shadow == ShadowWouldNotAsk) == (r.DecidedBy != DecidedByPolicy)
+}
 
 // UserMessageBytes bounds a row's UserMessage: what GET /approvals shows of
 // the message, as the turn's pending query does.

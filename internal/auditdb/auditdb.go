@@ -30,13 +30,13 @@ var columns = []string{
 	"id", "stage", "conversation_id", "turn_id", "workflow_id", "agent", "tool_call_id", "tool", "arguments", "asked",
 	"sender", "requested_at", "expires_at", "decision", "decided_by", "principal", "role", "reason", "grant_id",
 	"decided_at", "edited_arguments", "edit_diff", "outcome", "result", "finished_at",
-	"preview", "user_message", "sandbox",
+	"preview", "user_message", "sandbox", "shadow",
 }
 
 // addedColumns are the columns added after the table was first made:
 // migrate adds them to a table that lacks them, and rows written before
 // read them as empty.
-var addedColumns = []string{"preview", "user_message", "sandbox"}
+var addedColumns = []string{"preview", "user_message", "sandbox", "shadow"}
 
 // keptWhenEmpty are the columns a row has from its first stage on and never
 // changes: a later stage written without them (audit.Record.Trimmed) keeps
@@ -48,7 +48,7 @@ func values(r *audit.Record) []any {
 	// any bytes.
 	clean := func(s string) string { return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD") }
 	for _, f := range []*string{&r.ConversationID, &r.TurnID, &r.WorkflowID, &r.Agent, &r.ToolCallID, &r.Tool, &r.Arguments, &r.Asked,
-		&r.Sender, &r.Decision, &r.DecidedBy, &r.Principal, &r.Role, &r.Reason, &r.Grant, &r.EditedArguments, &r.EditDiff, &r.Outcome, &r.Result, &r.Preview, &r.UserMessage, &r.Sandbox} {
+		&r.Sender, &r.Decision, &r.DecidedBy, &r.Principal, &r.Role, &r.Reason, &r.Grant, &r.EditedArguments, &r.EditDiff, &r.Outcome, &r.Result, &r.Preview, &r.UserMessage, &r.Sandbox, &r.Shadow} {
 		*f = clean(*f)
 	}
 	r.Result = text.Truncate(r.Result, audit.MaxResult)
@@ -56,7 +56,7 @@ func values(r *audit.Record) []any {
 		r.ID, r.Stage, r.ConversationID, r.TurnID, r.WorkflowID, r.Agent, r.ToolCallID, r.Tool, r.Arguments, r.Asked,
 		r.Sender, micros(&r.RequestedAt), micros(r.ExpiresAt), r.Decision, r.DecidedBy, r.Principal, r.Role, r.Reason, r.Grant,
 		micros(r.DecidedAt), r.EditedArguments, r.EditDiff, r.Outcome, r.Result, micros(r.FinishedAt),
-		r.Preview, r.UserMessage, r.Sandbox,
+		r.Preview, r.UserMessage, r.Sandbox, r.Shadow,
 	}
 }
 
@@ -65,7 +65,7 @@ func scan(r *audit.Record, s interface{ Scan(...any) error }) error {
 	err := s.Scan(&r.ID, &r.Stage, &r.ConversationID, &r.TurnID, &r.WorkflowID, &r.Agent, &r.ToolCallID, &r.Tool, &r.Arguments, &r.Asked,
 		&r.Sender, &requested, &expires, &r.Decision, &r.DecidedBy, &r.Principal, &r.Role, &r.Reason, &r.Grant,
 		&decided, &r.EditedArguments, &r.EditDiff, &r.Outcome, &r.Result, &finished,
-		&r.Preview, &r.UserMessage, &r.Sandbox)
+		&r.Preview, &r.UserMessage, &r.Sandbox, &r.Shadow)
 	r.RequestedAt = time.UnixMicro(requested).UTC()
 	r.ExpiresAt, r.DecidedAt, r.FinishedAt = fromMicros(expires), fromMicros(decided), fromMicros(finished)
 	return err
@@ -333,6 +333,9 @@ type Filter struct {
 	Tool         string
 	// Decision is approve, decline or timeout.
 	Decision string
+	// Shadow selects by what a shadow rule would have done: ShadowAny,
+	// ShadowAgree or ShadowDisagree (audit.Record.Disagrees).
+	Shadow string
 	// Since and Until bound RequestedAt: Since <= requested < Until.
 	Since, Until time.Time
 	// Limit is the page size: 0 is DefaultLimit, at most MaxLimit.
@@ -340,6 +343,14 @@ type Filter struct {
 	// Cursor is a Page's Next: the page after it.
 	Cursor string
 }
+
+// What Filter.Shadow selects: rows with a shadow rule's verdict, those
+// where it agrees with what the policy did, or those where it does not.
+const (
+	ShadowAny      = "any"
+	ShadowAgree    = "agree"
+	ShadowDisagree = "disagree"
+)
 
 // Page sizes of List.
 const (
@@ -380,6 +391,19 @@ func (l *Ledger) List(ctx context.Context, f Filter) (Page, error) {
 	}
 	if f.Decision != "" {
 		add("decision = ?", f.Decision)
+	}
+	switch f.Shadow {
+	case ShadowAny:
+		add("shadow <> ''")
+	case ShadowAgree, ShadowDisagree:
+		// As audit.Record.Disagrees: a shadow rule disagrees when it would
+		// not have asked of a call the policy did not let run unasked, or
+		// would have asked of one it did.
+		cond := "shadow <> '' AND ((shadow = ?) = (decided_by <> ?))"
+		if f.Shadow == ShadowAgree {
+			cond = "shadow <> '' AND ((shadow = ?) <> (decided_by <> ?))"
+		}
+		add(cond, audit.ShadowWouldNotAsk, audit.DecidedByPolicy)
 	}
 	if !f.Since.IsZero() {
 		add("requested_at >= ?", f.Since.UnixMicro())

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -61,6 +62,10 @@ func TestLedger(t *testing.T) {
 			t.Run("filters and pages", func(t *testing.T) {
 				l, _ := open(t)
 				testFiltersAndPages(t, l)
+			})
+			t.Run("the shadow filter selects the rows whose shadow rule would have done otherwise, or the same", func(t *testing.T) {
+				l, _ := open(t)
+				testShadowFilter(t, l)
 			})
 			t.Run("any bytes a tool wrote are kept as text, and a long result is cut", func(t *testing.T) {
 				l, _ := open(t)
@@ -254,6 +259,56 @@ func testFiltersAndPages(t *testing.T, l *auditdb.Ledger) {
 	require.ErrorIs(t, err, auditdb.ErrBadCursor)
 }
 
+func testShadowFilter(t *testing.T, l *auditdb.Ledger) {
+	ctx := context.Background()
+	row := func(id, shadow, decidedBy string) audit.Record {
+		r := ended(asked(id, "c1", "Bash", t0.Add(time.Duration(len(id))*time.Second)), "approve", "bob", audit.OutcomeOK)
+		r.Shadow, r.DecidedBy = shadow, decidedBy
+		return r
+	}
+	rows := []audit.Record{
+		row("plain", "", "person"),                                  // no shadow rule
+		row("asked-would-ask", audit.ShadowWouldAsk, "person"),      // agree
+		row("asked-would-not", audit.ShadowWouldNotAsk, "person"),   // disagree
+		row("granted-would-not", audit.ShadowWouldNotAsk, "grant"),  // disagree: a grant answered in a person's place
+		row("unasked-would-ask", audit.ShadowWouldAsk, "policy"),    // disagree
+		row("unasked-failed", audit.ShadowCouldNotDecide, "policy"), // disagree: it would have asked
+		row("asked-failed", audit.ShadowCouldNotDecide, "person"),   // agree
+	}
+	waiting := asked("waiting-would-not", "c1", "Bash", t0.Add(time.Minute))
+	waiting.Shadow = audit.ShadowWouldNotAsk // disagree: it asks, and waits
+	rows = append(rows, waiting)
+	require.NoError(t, l.Write(ctx, rows))
+
+	selected := func(f auditdb.Filter) []string {
+		var out []string
+		for _, r := range list(t, l, f) {
+			out = append(out, r.ID)
+		}
+		slices.Sort(out)
+		return out
+	}
+	var disagree, agree, any []string
+	for _, r := range rows {
+		if r.Shadow != "" {
+			any = append(any, r.ID)
+		}
+		if r.Disagrees() {
+			disagree = append(disagree, r.ID)
+		} else if r.Shadow != "" {
+			agree = append(agree, r.ID)
+		}
+	}
+	slices.Sort(disagree)
+	slices.Sort(agree)
+	slices.Sort(any)
+	require.Equal(t, []string{"asked-would-not", "granted-would-not", "unasked-failed", "unasked-would-ask", "waiting-would-not"}, disagree)
+	require.Equal(t, disagree, selected(auditdb.Filter{Shadow: auditdb.ShadowDisagree}))
+	require.Equal(t, agree, selected(auditdb.Filter{Shadow: auditdb.ShadowAgree}))
+	require.Equal(t, any, selected(auditdb.Filter{Shadow: auditdb.ShadowAny}))
+	require.Len(t, selected(auditdb.Filter{}), len(rows))
+}
+
 func testAnyBytes(t *testing.T, l *auditdb.Ledger) {
 	ctx := context.Background()
 	r := ended(asked("r1", "c1", "Bash", t0), "approve", "bob", audit.OutcomeError)
@@ -432,6 +487,7 @@ func testMigratesAnOldTable(t *testing.T, dsn string) {
 	require.Equal(t, "old", recs[0].ID)
 	require.Empty(t, recs[0].Preview)
 	require.Empty(t, recs[0].UserMessage)
+	require.Empty(t, recs[0].Shadow)
 
 	var indexes int
 	q := "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name LIKE 'tollgate_audit_pending%'"
@@ -446,8 +502,9 @@ func testMigratesAnOldTable(t *testing.T, dsn string) {
 	require.NoError(t, err)
 	require.NoError(t, again.Close())
 	r := asked("new", "c1", "Bash", time.Now())
-	r.Preview = "a preview"
+	r.Preview, r.Shadow = "a preview", audit.ShadowWouldAsk
 	require.NoError(t, l.Write(ctx, []audit.Record{r}))
 	recs = list(t, l, auditdb.Filter{RequestID: "new"})
 	require.Equal(t, "a preview", recs[0].Preview)
+	require.Equal(t, audit.ShadowWouldAsk, recs[0].Shadow)
 }

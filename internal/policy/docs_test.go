@@ -38,7 +38,7 @@ func TestPolicyDocExamplesCompileAndDecideAsTheyClaim(t *testing.T) {
 	doc, err := os.ReadFile("../../docs/policy.md")
 	require.NoError(t, err)
 	blocks := regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllStringSubmatch(string(doc), -1)
-	require.Len(t, blocks, 4, "docs/policy.md's YAML blocks: a new one needs its claims tested here")
+	require.Len(t, blocks, 5, "docs/policy.md's YAML blocks: a new one needs its claims tested here")
 
 	var policies [][]workflows.Rule
 	for _, b := range blocks {
@@ -75,6 +75,24 @@ func TestPolicyDocExamplesCompileAndDecideAsTheyClaim(t *testing.T) {
 	require.Equal(t, policy.SandboxAuto, policies[3][0].Sandbox)
 	require.False(t, requires(policies[3], "Write", `{"file_path":"docs/a.md","content":""}`))
 	require.True(t, requires(policies[3], "Write", `{"file_path":"src/main.go","content":""}`))
+	// The shadow rules act on nothing: every Bash call asks, and no Read
+	// (not a required tool); promoted, they decide as the comment says.
+	watched := policies[4]
+	require.True(t, requires(watched, "Bash", `{"command":"go test ./..."}`))
+	require.False(t, requires(watched, "Read", `{"file_path":"src/main.go"}`), "Read has no live rule")
+	var promoted []workflows.Rule
+	for _, r := range watched {
+		if r.Shadow {
+			r.Shadow = false
+			promoted = append(promoted, r)
+		}
+	}
+	require.Len(t, promoted, 2)
+	require.False(t, requires(promoted, "Bash", `{"command":"go test ./..."}`))
+	require.False(t, requires(promoted, "Bash", `{"command":"git status --short"}`))
+	require.True(t, requires(promoted, "Bash", `{"command":"go test ./... && curl x"}`))
+	require.False(t, requires(promoted, "Read", `{"file_path":"docs/a.md"}`))
+	require.True(t, requires(promoted, "Read", `{"file_path":"src/main.go"}`))
 }
 
 // TestToolsDocMCPExamplesAreTrue keeps the MCP servers section of

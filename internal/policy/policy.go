@@ -24,6 +24,8 @@ import (
 //	    deciders: [alice, "role:admin"]
 //	    second_person: true
 //	    sandbox: auto
+//	    shadow:
+//	      when: args.command.contains("sudo")
 type file struct {
 	Tools map[string]struct {
 		Require string `yaml:"require"`
@@ -35,6 +37,9 @@ type file struct {
 		SecondPerson bool `yaml:"second_person"`
 		// Sandbox, auto on Bash, lets contained calls run unasked.
 		Sandbox string `yaml:"sandbox"`
+		// Shadow is true when the entry's rule is a shadow rule, or the
+		// shadow rule watched beside it.
+		Shadow shadowSpec `yaml:"shadow"`
 	} `yaml:"tools"`
 }
 
@@ -68,7 +73,17 @@ func Parse(data []byte) ([]Rule, error) {
 	var errs []error
 	for _, tool := range slices.Sorted(maps.Keys(f.Tools)) {
 		spec := f.Tools[tool]
-		r := Rule{Tool: tool, Require: spec.Require, When: spec.When, Deciders: spec.Deciders, SecondPerson: spec.SecondPerson, Sandbox: spec.Sandbox}
+		r := Rule{Tool: tool, Require: spec.Require, When: spec.When, Deciders: spec.Deciders, SecondPerson: spec.SecondPerson, Sandbox: spec.Sandbox,
+			Shadow: spec.Shadow.on}
+		shadow, err := spec.Shadow.rule(tool)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if shadow != nil && r.Require == "" && r.When == "" && spec.Timeout == "" && len(spec.Deciders) == 0 && !spec.SecondPerson && spec.Sandbox == "" {
+			rules = append(rules, *shadow) // only watched: the tool has no live rule
+			continue
+		}
 		if r.Require == "" && r.When != "" {
 			r.Require = RequireWhen
 		}
@@ -85,6 +100,61 @@ func Parse(data []byte) ([]Rule, error) {
 			continue
 		}
 		rules = append(rules, r)
+		if shadow != nil {
+			rules = append(rules, *shadow)
+		}
 	}
 	return rules, errors.Join(errs...)
+}
+
+// shadowSpec is a tool entry's shadow (docs/policy.md, Shadow rules):
+// true marks the entry's own rule a shadow rule; a mapping of require and
+// when is a shadow rule watched beside the entry's live one.
+type shadowSpec struct {
+	on      bool
+	require string
+	when    string
+	set     bool
+}
+
+// UnmarshalYAML reads true or false, or a mapping of require and when.
+func (s *shadowSpec) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.MappingNode {
+		if err := n.Decode(&s.on); err != nil {
+			return fmt.Errorf("shadow is true, false, or a rule of require and when: %w", err)
+		}
+		return nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		key, value := n.Content[i], n.Content[i+1]
+		var dst *string
+		switch key.Value {
+		case "require":
+			dst = &s.require
+		case "when":
+			dst = &s.when
+		default:
+			return fmt.Errorf("line %d: shadow: field %s not found: a shadow rule takes require and when", key.Line, key.Value)
+		}
+		if err := value.Decode(dst); err != nil {
+			return err
+		}
+	}
+	s.set = true
+	return nil
+}
+
+// rule is the shadow rule of tool that s holds, nil when none, checked.
+func (s shadowSpec) rule(tool string) (*Rule, error) {
+	if !s.set {
+		return nil, nil
+	}
+	r := Rule{Tool: tool, Require: s.require, When: s.when, Shadow: true}
+	if r.Require == "" && r.When != "" {
+		r.Require = RequireWhen
+	}
+	if err := r.Validate(); err != nil {
+		return nil, fmt.Errorf("shadow rule: %w", err)
+	}
+	return &r, nil
 }

@@ -54,3 +54,38 @@ func TestSandboxAutoIsForBashsRuleOnly(t *testing.T) {
 	require.ErrorContains(t, err, "tool Write: sandbox: auto is for Bash's rule only")
 	require.ErrorContains(t, err, `tool Bash: sandbox "always" is not "auto"`)
 }
+
+func TestShadowRulesAreReadBesideTheLiveRuleOrAlone(t *testing.T) {
+	rules, err := Parse([]byte(`
+tools:
+  Bash:
+    require: always
+    shadow:
+      when: args.command.contains("sudo")
+  Write:
+    when: '!args.file_path.startsWith("docs/")'
+    timeout: 10m
+    shadow: true
+  Edit:
+    shadow:
+      require: never
+`))
+	require.NoError(t, err)
+	require.Equal(t, []Rule{
+		{Tool: "Bash", Require: RequireAlways},
+		{Tool: "Bash", Require: RequireWhen, When: `args.command.contains("sudo")`, Shadow: true},
+		{Tool: "Edit", Require: RequireNever, Shadow: true},
+		{Tool: "Write", Require: RequireWhen, When: `!args.file_path.startsWith("docs/")`, Timeout: 10 * time.Minute, Shadow: true},
+	}, rules)
+}
+
+func TestABadShadowRuleIsAnErrorNamingIt(t *testing.T) {
+	_, err := Parse([]byte("tools:\n  Bash:\n    require: always\n    shadow:\n      when: args.command.startsWith(\n"))
+	require.ErrorContains(t, err, `shadow rule: tool Bash: when "args.command.startsWith("`)
+
+	_, err = Parse([]byte("tools:\n  Bash:\n    require: always\n    shadow:\n      when: 'true'\n      timeout: 10m\n"))
+	require.ErrorContains(t, err, "shadow: field timeout not found: a shadow rule takes require and when")
+
+	_, err = Parse([]byte("tools:\n  Bash:\n    require: always\n    shadow: maybe\n"))
+	require.ErrorContains(t, err, "shadow is true, false, or a rule of require and when")
+}

@@ -49,6 +49,12 @@ type Rule struct {
 	// (TOLLGATE_BASH_SANDBOX=preview), it touched no file that the policy
 	// protects: its changes apply at once.
 	Sandbox string `json:"sandbox,omitempty"`
+	// Shadow, true, marks a rule that is evaluated on live calls and never
+	// acts: the tool follows its live rule (a tool has at most one of
+	// each), or without one the worker's required tools, and the ledger
+	// records what the shadow rule would have done (docs/policy.md, Shadow
+	// rules).
+	Shadow bool `json:"shadow,omitempty"`
 }
 
 // SandboxAuto is the Sandbox of a Bash rule whose contained calls need no

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/suggest"
+)
+
+// suggestOptions are what `tollgate policy suggest` reads of the ledger.
+type suggestOptions struct {
+	// Since is how far back the rows go; Tool, when set, keeps one tool's.
+	Since time.Duration
+	Tool  string
+	// Min is the approvals a pattern needs.
+	Min int
+	// Now is the time Since counts back from.
+	Now time.Time
+}
+
+// suggestRules reads the ledger's rows of the last o.Since through GET
+// /audit (its export, in bounded memory on the API's side) and writes
+// the rules and grants that would have answered what people approved many
+// times and never declined (package suggest). It applies nothing.
+func suggestRules(ctx context.Context, c *apiClient, o suggestOptions, out io.Writer) error {
+	since := o.Now.Add(-o.Since)
+	rows, err := c.auditRows(ctx, since, o.Tool)
+	if err != nil {
+		return err
+	}
+	found := suggest.Suggest(rows, suggest.Options{Min: o.Min})
+	if len(found) == 0 {
+		fmt.Fprintf(out, "No suggestion: in %d rows since %s, no pattern was approved %d times without a decline or an edit.\n",
+			len(rows), since.UTC().Format(time.RFC3339), o.Min)
+		return nil
+	}
+	fmt.Fprintf(out, "%d suggestions from %d rows since %s, to review (nothing is applied):\n",
+		len(found), len(rows), since.UTC().Format(time.RFC3339))
+	for _, s := range found {
+		fmt.Fprintln(out)
+		s.Write(out)
+	}
+	return nil
+}
+
+// auditRows reads every row of the ledger requested since then (of tool,
+// when set), from GET /audit's JSONL export.
+func (c *apiClient) auditRows(ctx context.Context, since time.Time, tool string) ([]audit.Record, error) {
+	q := url.Values{"format": {"jsonl"}, "since": {since.UTC().Format(time.RFC3339)}}
+	if tool != "" {
+		q.Set("tool", tool)
+	}
+	r, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/audit?"+q.Encode(), nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.do(r)
+	if err != nil {
+		return nil, err // names the method and URL
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, apiError(r, resp)
+	}
+	var rows []audit.Record
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64<<10), 64<<20)
+	for sc.Scan() {
+		var line struct {
+			audit.Record
+			Error string `json:"error"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
+			return nil, fmt.Errorf("GET /audit: a line is not a row: %w", err)
+		}
+		if line.Error != "" {
+			return nil, fmt.Errorf("GET /audit: %s", line.Error)
+		}
+		rows = append(rows, line.Record)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("GET /audit: %w", err)
+	}
+	return rows, nil
+}
+
+// parseSince reads a duration back from now: Go's (36h, 90m) or days
+// (30d).
+func parseSince(s string) (time.Duration, error) {
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		n, err := strconv.Atoi(days)
+		if err == nil && n > 0 {
+			return time.Duration(n) * 24 * time.Hour, nil
+		}
+	} else if d, err := time.ParseDuration(s); err == nil && d > 0 {
+		return d, nil
+	}
+	return 0, fmt.Errorf("--since %q is not a positive duration (examples: 30d, 36h)", s)
+}

@@ -1,0 +1,103 @@
+package workflows_test
+
+import (
+	"context"
+	"net/http/httptest"
+	"path/filepath"
+	"testing"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/internal/auditdb"
+	"github.com/tollgate/tollgate/internal/devserver"
+	"github.com/tollgate/tollgate/internal/scripted"
+	"github.com/tollgate/tollgate/protocol"
+	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/workflows/contract"
+)
+
+// TestShadowVerdictsAreRecordedSoReplaysNeverEvaluateThemAgain runs turns
+// whose shadow rule answers at random (args.map(k, k) lists the keys in
+// Go's random map order) and replays each history many times. Whether
+// the call has a ledger row, and so whether the turn writes one, follows
+// the shadow verdict: evaluated again on a replay, it would write on some
+// replays and not on others, and those replays would fail.
+func TestShadowVerdictsAreRecordedSoReplaysNeverEvaluateThemAgain(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Temporal dev server")
+	}
+	srv := devserver.ForTest(t)
+	c, err := srv.Dial()
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	const args = `{"command":"echo hi","timeout":5000,"description":"say hi"}`
+	model := httptest.NewServer(scripted.New(func(req openai.ChatCompletionRequest) scripted.Reply {
+		if req.Messages[len(req.Messages)-1].Role == openai.ChatMessageRoleTool {
+			return scripted.Reply{Content: "Done."}
+		}
+		return scripted.Reply{ToolCalls: []protocol.ToolCall{{ID: "call_1", Name: protocol.ToolBash, Arguments: args}}}
+	}))
+	t.Cleanup(model.Close)
+	ledger, err := auditdb.Open(context.Background(), filepath.Join(t.TempDir(), "audit.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { ledger.Close() })
+	tools := &activities.Tools{Workspace: t.TempDir(), BashTimeout: 10 * time.Second}
+	settings := workflows.Settings{
+		ApprovalTimeout: time.Minute,
+		Audit:           true,
+		Tools:           tools.Specs(),
+		Rules: []workflows.Rule{
+			{Tool: protocol.ToolBash, Require: workflows.RequireNever},
+			{Tool: protocol.ToolBash, Require: workflows.RequireWhen, When: `args.map(k, k)[0] == "command"`, Shadow: true},
+		},
+	}
+	w := worker.New(c, "shadow-recorded", workflows.WorkerOptions())
+	workflows.Register(w, &workflows.Workflows{Settings: settings}, activities.NewModel(model.URL+"/v1", "test", scripted.ModelName, workflows.TokenSignaler{Client: c}), tools)
+	workflows.RegisterAuditor(w, &activities.Auditor{Ledger: ledger})
+	require.NoError(t, w.Start())
+	t.Cleanup(w.Stop)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	replayer := worker.NewWorkflowReplayer()
+	replayer.RegisterWorkflowWithOptions((&workflows.Workflows{}).ChatTurn, workflow.RegisterOptions{Name: contract.ChatTurnWorkflow})
+	rows := map[bool]int{}
+	for turn := 1; len(rows) < 2; turn++ {
+		require.LessOrEqual(t, turn, 30, "the shadow rule must answer both ways, or the replays prove nothing: %v", rows)
+		run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+			ID: contract.TurnWorkflowID("shadow-recorded", turn), TaskQueue: "shadow-recorded",
+		}, contract.ChatTurnWorkflow, workflows.TurnInput{
+			ConversationID: "shadow-recorded", Turn: turn,
+			Messages: []protocol.Message{{Role: protocol.RoleUser, Content: "say hi"}},
+		})
+		require.NoError(t, err)
+		var out contract.TurnOutput
+		require.NoError(t, run.Get(ctx, &out))
+		require.Empty(t, ofType(queryEvents(t, c, run.GetID()), protocol.EventApprovalRequest), "a shadow rule never asks")
+		page, err := ledger.List(ctx, auditdb.Filter{Shadow: auditdb.ShadowDisagree})
+		require.NoError(t, err)
+		had := len(page.Records) > rows[true]
+		rows[had]++
+
+		history := &historypb.History{}
+		iter := c.GetWorkflowHistory(ctx, run.GetID(), run.GetRunID(), false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+		for iter.HasNext() {
+			e, err := iter.Next()
+			require.NoError(t, err)
+			history.Events = append(history.Events, e)
+		}
+		execution := workflow.Execution{ID: run.GetID(), RunID: run.GetRunID()}
+		for i := range 20 {
+			require.NoError(t, replayer.ReplayWorkflowHistoryWithOptions(nil, history, worker.ReplayWorkflowHistoryOptions{OriginalExecution: execution}),
+				"replay %d of turn %d", i+1, turn)
+		}
+	}
+}
