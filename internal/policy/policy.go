@@ -4,6 +4,7 @@ package policy
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -24,6 +25,9 @@ import (
 //	    deciders: [alice, "role:admin"]
 //	    second_person: true
 //	    sandbox: auto
+//	    examples:
+//	      ask: [{command: "sudo reboot"}]
+//	      allow: [{command: "ls"}]
 type file struct {
 	Tools map[string]struct {
 		Require string `yaml:"require"`
@@ -35,6 +39,11 @@ type file struct {
 		SecondPerson bool `yaml:"second_person"`
 		// Sandbox, auto on Bash, lets contained calls run unasked.
 		Sandbox string `yaml:"sandbox"`
+		// Examples are calls the rule must ask about and let through.
+		Examples struct {
+			Ask   []map[string]any `yaml:"ask"`
+			Allow []map[string]any `yaml:"allow"`
+		} `yaml:"examples"`
 	} `yaml:"tools"`
 }
 
@@ -84,7 +93,33 @@ func Parse(data []byte) ([]Rule, error) {
 			errs = append(errs, err)
 			continue
 		}
+		var err error
+		if r.Examples.Ask, err = exampleArguments(spec.Examples.Ask); err != nil {
+			errs = append(errs, fmt.Errorf("tool %s: examples: ask: %w", tool, err))
+			continue
+		}
+		if r.Examples.Allow, err = exampleArguments(spec.Examples.Allow); err != nil {
+			errs = append(errs, fmt.Errorf("tool %s: examples: allow: %w", tool, err))
+			continue
+		}
 		rules = append(rules, r)
 	}
 	return rules, errors.Join(errs...)
+}
+
+// exampleArguments writes each example's arguments as the JSON object a
+// model would send.
+func exampleArguments(examples []map[string]any) ([]string, error) {
+	var out []string
+	for i, args := range examples {
+		if args == nil {
+			args = map[string]any{}
+		}
+		b, err := json.Marshal(args)
+		if err != nil {
+			return nil, fmt.Errorf("example %d: %w", i+1, err)
+		}
+		out = append(out, string(b))
+	}
+	return out, nil
 }

@@ -54,3 +54,25 @@ func TestSandboxAutoIsForBashsRuleOnly(t *testing.T) {
 	require.ErrorContains(t, err, "tool Write: sandbox: auto is for Bash's rule only")
 	require.ErrorContains(t, err, `tool Bash: sandbox "always" is not "auto"`)
 }
+
+func TestRuleExamplesAreReadAsTheArgumentsAModelSends(t *testing.T) {
+	rules, err := Parse([]byte(`
+tools:
+  Bash:
+    when: args.command.contains("sudo")
+    examples:
+      ask:
+        - {command: "sudo reboot"}
+      allow:
+        - command: ls -la
+          timeout: 5
+        - {}
+`))
+	require.NoError(t, err)
+	require.Equal(t, Examples{Ask: []string{`{"command":"sudo reboot"}`}, Allow: []string{`{"command":"ls -la","timeout":5}`, `{}`}}, rules[0].Examples)
+
+	_, err = Parse([]byte("tools:\n  Bash:\n    require: always\n    examples:\n      must_ask: [{command: ls}]\n"))
+	require.ErrorContains(t, err, "field must_ask not found")
+	_, err = Parse([]byte("tools:\n  Bash:\n    require: always\n    examples:\n      ask: [ls]\n"))
+	require.ErrorContains(t, err, "cannot unmarshal !!str `ls`", "an example is a call's arguments: a mapping")
+}
