@@ -103,17 +103,12 @@ type CompactResult struct {
 	Reason string `json:"reason,omitempty"`
 }
 
-// MaxPolicyBytes bounds the policy of a PolicyTestRequest: it travels in
-// the workflow's history.
-const MaxPolicyBytes = 256 << 10
-
 // PolicyTestRequest is the body of POST /policy/test, which evaluates a
 // candidate policy over the audit ledger's rows, and of POST
 // /policy/check, which runs its rules' examples alone (and reads only
 // Policy).
 type PolicyTestRequest struct {
-	// Policy is the candidate policy file's text (YAML), at most
-	// MaxPolicyBytes.
+	// Policy is the candidate policy file's text (YAML).
 	Policy string `json:"policy"`
 	// Since, when set, reads only the rows of calls asked at or after it.
 	Since *time.Time `json:"since,omitempty"`
