@@ -4,6 +4,8 @@
 //	tollgate chat "tidy up the workspace" [--conversation ID] [--bypass]
 //	tollgate approvals [--decide] [--conversation ID] [--tool NAME]
 //	tollgate compact --conversation ID ["INSTRUCTIONS"]
+//	tollgate policy test FILE [--since 7d] [--conversation ID]
+//	tollgate policy check FILE
 //
 // Every command takes --api URL (default $TOLLGATE_API, else
 // http://127.0.0.1:8080) and --token TOKEN (default $TOLLGATE_API_TOKEN), the
@@ -18,6 +20,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/tollgate/tollgate/protocol"
 )
@@ -34,7 +37,7 @@ const defaultAPI = "http://127.0.0.1:8080"
 // Exit codes.
 const (
 	exitOK    = 0
-	exitFail  = 1 // the turn did not finish with stop, or a request failed
+	exitFail  = 1 // the turn did not finish with stop, a request failed, or a policy test found a problem
 	exitUsage = 2
 )
 
@@ -57,6 +60,17 @@ Usage:
       Summarize the conversation's earlier messages now, keeping what
       INSTRUCTIONS say ("keep the decisions about the schema"); its next
       turn reads the summary in their place. The transcript keeps them all.
+
+  tollgate policy test FILE [--since 7d] [--conversation ID] [--api URL] [--token TOKEN]
+      Backtest the policy file FILE on the audit ledger (a token with the
+      admin role): for each call that asked (since 7d, 36h or an RFC 3339
+      time), what FILE would do, by rule and tool, the calls a person
+      DECLINED that it would let run without one first. Exits 1 when there
+      is one, or an example of FILE fails.
+
+  tollgate policy check FILE [--api URL] [--token TOKEN]
+      Check the examples of FILE's rules, as a worker does when it starts.
+      Exits 1 when one fails.
 
 The API is at --api, else $TOLLGATE_API, else ` + defaultAPI + `.
 An API that asks for a bearer token gets --token, else $TOLLGATE_API_TOKEN.
@@ -143,6 +157,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, in io.R
 		}
 		fmt.Fprintln(out, compactedSays(res))
 		return exitOK
+	case "policy":
+		return runPolicy(ctx, fs, rest, conv, newClient, out, errOut)
 	case "help", "-h", "--help":
 		fmt.Fprint(out, usage)
 		return exitOK
@@ -150,6 +166,44 @@ func run(ctx context.Context, args []string, getenv func(string) string, in io.R
 		fmt.Fprintf(errOut, "tollgate: unknown command %q\n\n%s", cmd, usage)
 		return exitUsage
 	}
+}
+
+// runPolicy runs `tollgate policy test|check FILE`.
+func runPolicy(ctx context.Context, fs *flag.FlagSet, args []string, conv *string, newClient func() *apiClient, out, errOut io.Writer) int {
+	since := fs.String("since", "", "only calls asked since `WHEN`: 7d, 36h or an RFC 3339 time")
+	if len(args) == 0 || (args[0] != "test" && args[0] != "check") {
+		fmt.Fprint(errOut, "tollgate policy: test or check?\n\n"+usage)
+		return exitUsage
+	}
+	sub := args[0]
+	words, err := parseInterspersed(fs, args[1:])
+	if err != nil {
+		return exitUsage
+	}
+	if len(words) != 1 {
+		fmt.Fprintf(errOut, "tollgate policy %s: one policy file, not %q\n\n%s", sub, words, usage)
+		return exitUsage
+	}
+	opts := policyOptions{Backtest: sub == "test", File: words[0], ConversationID: *conv}
+	if sub == "check" && (*since != "" || *conv != "") {
+		fmt.Fprint(errOut, "tollgate policy check: --since and --conversation are for policy test\n\n"+usage)
+		return exitUsage
+	}
+	if *since != "" {
+		if opts.Since, err = parseSince(*since, time.Now()); err != nil {
+			fmt.Fprintf(errOut, "tollgate policy %s: %v\n", sub, err)
+			return exitUsage
+		}
+	}
+	passed, err := policy(ctx, newClient(), opts, out)
+	if err != nil {
+		fmt.Fprintf(errOut, "tollgate policy %s: %v\n", sub, err)
+		return exitFail
+	}
+	if !passed {
+		return exitFail
+	}
+	return exitOK
 }
 
 // parseInterspersed parses flags wherever they stand among the words, as
