@@ -261,6 +261,7 @@ func newStack(t *testing.T, opts ...stackOption) *stack {
 		tools.Ledger, model.Ledger = st.ledger, st.ledger
 		workflows.Register(st.worker, wf, model, tools)
 		workflows.RegisterAuditor(st.worker, &activities.Auditor{Ledger: st.ledger})
+		workflows.RegisterPolicyTester(st.worker, &workflows.PolicyTester{Settings: wf.Settings, Ledger: st.ledger})
 		for name, fn := range o.activities {
 			st.worker.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name})
 		}

@@ -176,6 +176,7 @@ func TestProtocolDocNamesEveryFieldOfTheBodies(t *testing.T) {
 		{"### `GET /conversations/:conversationId/messages`", []any{contract.MessagesPage{}, protocol.Message{}}, true},
 		{"### `GET /conversations/:conversationId/turns`", []any{protocol.TurnList{}}, false},
 		{"### `POST /conversations/:conversationId/compact`", []any{protocol.CompactResult{}}, false},
+		{"### `POST /policy/test`, `POST /policy/check`", []any{protocol.PolicyTestRequest{}, protocol.PolicyReport{}}, false},
 		{"### The decision body", []any{protocol.DecisionRequest{}, protocol.ApprovalDecision{}}, false},
 		{"## Notices", []any{activities.Notice{}}, false},
 	} {

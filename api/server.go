@@ -277,6 +277,9 @@ func newServer(o Options, src eventSource, settings hubSettings) *Server {
 	r.DELETE("/conversations/:conversationId/grants/:grantId", approve, limit, s.revokeGrant)
 	r.GET("/approvals", approve, limit, s.listApprovals)
 	r.GET("/audit", approve, s.listAudit)
+	admin := s.requireRole(config.RoleAdmin)
+	r.POST("/policy/test", admin, limit, s.testPolicy)
+	r.POST("/policy/check", admin, limit, s.checkPolicy)
 	// A user message needs chat, an approval response approve: the
 	// handler checks which the request is.
 	r.POST(aiSDKChatPath, s.requireRole(config.RoleChat, config.RoleApprove), s.aiSDKChat)

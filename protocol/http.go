@@ -1,6 +1,9 @@
 package protocol
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"time"
+)
 
 // Headers of the API's answers to POST /chat/stream: they name the turn the
 // message runs as, so a client can resume the stream before the turn_start
@@ -98,4 +101,107 @@ type CompactResult struct {
 	BytesAfter  int `json:"bytesAfter,omitempty"`
 	// Reason says why nothing was compacted.
 	Reason string `json:"reason,omitempty"`
+}
+
+// PolicyTestRequest is the body of POST /policy/test, which evaluates a
+// candidate policy over the audit ledger's rows, and of POST
+// /policy/check, which runs its rules' examples alone (and reads only
+// Policy).
+type PolicyTestRequest struct {
+	// Policy is the candidate policy file's text (YAML).
+	Policy string `json:"policy"`
+	// Since, when set, reads only the rows of calls asked at or after it.
+	Since *time.Time `json:"since,omitempty"`
+	// ConversationID, when set, reads only that conversation's rows.
+	ConversationID string `json:"conversationId,omitempty"`
+}
+
+// What the candidate policy does with a ledger row's call
+// (PolicyTestCall.Verdict).
+const (
+	// VerdictDeclinedWouldRun: a person declined the call, and the
+	// candidate lets it run without asking. The dangerous ones.
+	VerdictDeclinedWouldRun = "declined_would_run"
+	// VerdictWouldRun: the call asked (and was approved, timed out, or
+	// waits), and the candidate lets it run without asking.
+	VerdictWouldRun = "would_run"
+	// VerdictDecidersChange: the candidate still asks, and the person who
+	// decided could not decide it under the candidate's deciders or
+	// second_person.
+	VerdictDecidersChange = "deciders_change"
+	// VerdictWouldAsk: the candidate asks, as the call did.
+	VerdictWouldAsk = "would_ask"
+	// VerdictRefused: today's normalization refuses the call's arguments
+	// (a path that leaves the workspace now, say): it would never run.
+	VerdictRefused = "refused"
+)
+
+// PolicyReport answers POST /policy/test and POST /policy/check.
+type PolicyReport struct {
+	// ExampleFailures are the rules' examples that the candidate does not
+	// decide as they say; the worker would refuse to start with it.
+	ExampleFailures []PolicyExampleFailure `json:"exampleFailures"`
+	// Examples is how many examples were checked.
+	Examples int `json:"examples"`
+	// Rows is how many ledger rows were evaluated (POST /policy/test).
+	Rows int `json:"rows"`
+	// Groups count the rows by the candidate's rule and tool, in the
+	// order of the tool's name.
+	Groups []PolicyTestGroup `json:"groups"`
+	// Calls list the rows whose verdict is not VerdictWouldAsk, those a
+	// person declined first, at most MaxListedCalls; Unlisted is how many
+	// more there are.
+	Calls    []PolicyTestCall `json:"calls"`
+	Unlisted int              `json:"unlisted,omitempty"`
+}
+
+// MaxListedCalls bounds PolicyReport.Calls.
+const MaxListedCalls = 200
+
+// PolicyExampleFailure is an example a rule does not decide as it says.
+type PolicyExampleFailure struct {
+	// Tool is the rule's tool; Kind is ask or allow; Arguments the
+	// example's.
+	Tool      string `json:"tool"`
+	Kind      string `json:"kind"`
+	Arguments string `json:"arguments"`
+	// Problem says what the rule did instead.
+	Problem string `json:"problem"`
+}
+
+// PolicyTestGroup counts the ledger rows of one tool that one rule of the
+// candidate decides, by verdict.
+type PolicyTestGroup struct {
+	Tool string `json:"tool"`
+	// Rule is the candidate's rule ("rule Bash: when …", "rule Write:
+	// never"), or the default ("default: Write is a protected tool",
+	// "default: Read is not protected").
+	Rule             string `json:"rule"`
+	Rows             int    `json:"rows"`
+	DeclinedWouldRun int    `json:"declinedWouldRun"`
+	WouldRun         int    `json:"wouldRun"`
+	DecidersChange   int    `json:"decidersChange"`
+	WouldAsk         int    `json:"wouldAsk"`
+	Refused          int    `json:"refused"`
+}
+
+// PolicyTestCall is one ledger row and what the candidate does with it.
+type PolicyTestCall struct {
+	Verdict string `json:"verdict"`
+	Rule    string `json:"rule"`
+	// Why says why the deciders change, or why the arguments are refused.
+	Why string `json:"why,omitempty"`
+	// The row's: its request, call, and what was decided, by whom.
+	RequestID      string    `json:"requestId"`
+	ConversationID string    `json:"conversationId"`
+	TurnID         string    `json:"turnId"`
+	Tool           string    `json:"tool"`
+	Arguments      string    `json:"arguments"`
+	RequestedAt    time.Time `json:"requestedAt"`
+	// Asked is what made the call ask when it was made.
+	Asked     string `json:"asked,omitempty"`
+	Decision  string `json:"decision,omitempty"`
+	DecidedBy string `json:"decidedBy,omitempty"`
+	Principal string `json:"principal,omitempty"`
+	Role      string `json:"role,omitempty"`
 }

@@ -60,6 +60,10 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", config.EnvPolicyFile, err)
 	}
+	realWorkspace, err := makeWorkspace(cfg.Workspace)
+	if err != nil {
+		return err
+	}
 	mcpServers, err := startMCP(ctx, cfg, log)
 	if err != nil {
 		return err
@@ -67,6 +71,10 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	// Deferred, so it runs after w.Stop below: no running call loses its
 	// server.
 	defer mcpServers.Close()
+	// The rules' examples need the tools' specs, MCP's too.
+	if err := checkExamples(cfg, rules, mcpServers, realWorkspace); err != nil {
+		return err
+	}
 	reg, stopMetrics, err := startMetrics(cfg.MetricsAddr, log)
 	if err != nil {
 		return err
@@ -94,10 +102,6 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	defer c.Close()
 	searchAttributes, err := ensureSearchAttributes(ctx, c, cfg.TemporalNamespace, log)
-	if err != nil {
-		return err
-	}
-	realWorkspace, err := makeWorkspace(cfg.Workspace)
 	if err != nil {
 		return err
 	}
@@ -136,6 +140,29 @@ func warnOfTools(log *slog.Logger, cfg config.Config) {
 		log.Warn("this system allows no PID namespace for Bash commands (neither CAP_SYS_ADMIN nor user namespaces): " +
 			"a command that kills its guard outlives its time limit; see docs/security.md")
 	}
+}
+
+// checkExamples checks the examples of the policy's rules as the worker's
+// turns would check their calls: with its tools (their specs normalize
+// the arguments, MCP's annotations are what rules read), its workspace
+// and its required tools. One that fails stops the worker, naming the
+// tool, the example and what the rule did.
+func checkExamples(cfg config.Config, rules []policy.Rule, mcp *activities.MCP, realWorkspace string) error {
+	s := workflows.Settings{
+		RequiredTools:  cfg.RequiredTools,
+		Rules:          rules,
+		Tools:          append(workerTools(cfg).Specs(), mcp.Specs()...),
+		WorkspaceRoots: activities.WorkspaceRoots(cfg.Workspace, realWorkspace),
+	}
+	if err := workflows.CheckExamples(s); err != nil {
+		return fmt.Errorf("%s %s: an example of its rules fails:\n%w", config.EnvPolicyFile, cfg.PolicyFile, err)
+	}
+	return nil
+}
+
+// workerTools are the worker's own tools.
+func workerTools(cfg config.Config) *activities.Tools {
+	return &activities.Tools{Workspace: cfg.Workspace, BashTimeout: cfg.BashTimeout, BashEnv: cfg.BashEnv}
 }
 
 // startMCP starts the configured MCP servers, before Temporal is dialed:
@@ -281,7 +308,7 @@ type parts struct {
 // newWorker makes the worker of cfg's task queue with tollgate's workflows
 // and activities registered.
 func newWorker(c client.Client, cfg config.Config, p parts) worker.Worker {
-	tools := &activities.Tools{Workspace: cfg.Workspace, BashTimeout: cfg.BashTimeout, BashEnv: cfg.BashEnv}
+	tools := workerTools(cfg)
 	model := activities.NewModel(cfg.OpenAIBaseURL, cfg.OpenAIAPIKey, cfg.OpenAIModel, workflows.TokenSignaler{Client: c})
 	wf := &workflows.Workflows{Settings: settings(cfg, p, append(tools.Specs(), p.mcp.Specs()...))}
 	if p.ledger != nil {
@@ -297,9 +324,12 @@ func newWorker(c client.Client, cfg config.Config, p parts) worker.Worker {
 	if cfg.NotifyURL != "" {
 		workflows.RegisterNotifier(w, &activities.Notifier{URL: cfg.NotifyURL, Format: cfg.NotifyFormat, Links: cfg.Links, PublicURL: cfg.PublicURL})
 	}
+	tester := &workflows.PolicyTester{Settings: wf.Settings}
 	if p.ledger != nil {
 		workflows.RegisterAuditor(w, &activities.Auditor{Ledger: p.ledger})
+		tester.Ledger = p.ledger
 	}
+	workflows.RegisterPolicyTester(w, tester)
 	return w
 }
 

@@ -117,3 +117,37 @@ func TestStartUpCheckSaysHowMuchOfThePayloadStoreItCanRead(t *testing.T) {
 	require.Contains(t, stderr.String(), "payload store: some payloads cannot be read")
 	require.Contains(t, stderr.String(), "payload folder "+store+" stores and reads back; it holds 2 payloads; of 2 checked, 0 can be read whole and 2 cannot")
 }
+
+func TestAPolicyExampleThatFailsStopsTheWorkerNamingTheRuleAndTheExample(t *testing.T) {
+	dir := t.TempDir()
+	bin := proctest.Build(t, "github.com/tollgate/tollgate/worker")()
+	policyFile := filepath.Join(dir, "policy.yaml")
+	// The Write example passes only normalized: the model's absolute path
+	// is docs/guide.md to the rule. The Bash one fails.
+	require.NoError(t, os.WriteFile(policyFile, []byte(`tools:
+  Write:
+    when: '!args.file_path.startsWith("docs/")'
+    examples:
+      allow: [{file_path: `+filepath.Join(dir, "ws", "docs", "guide.md")+`, content: x}]
+  Bash:
+    when: 'args.command.contains("sudo")'
+    examples:
+      ask: [{command: "rm -rf /"}]
+`), 0o644))
+
+	cmd := exec.Command(bin)
+	// Nothing listens on this address: the worker must stop before dialing.
+	cmd.Env = append(proctest.EnvironWithout("TOLLGATE_", "TEMPORAL_", "OPENAI_"), "TOLLGATE_POLICY_FILE="+policyFile, "TEMPORAL_ADDRESS=127.0.0.1:1",
+		"TOLLGATE_WORKSPACE="+filepath.Join(dir, "ws"))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+
+	var exit *exec.ExitError
+	require.True(t, errors.As(err, &exit), "the worker must exit with an error, got %v", err)
+	require.NotZero(t, exit.ExitCode())
+	require.Contains(t, stderr.String(), "TOLLGATE_POLICY_FILE")
+	require.Contains(t, stderr.String(), `tool Bash: example ask {\"command\":\"rm -rf /\"}: the rule lets it run without a person`)
+	require.NotContains(t, stderr.String(), "tool Write")
+	require.NotContains(t, stderr.String(), "dial Temporal")
+}

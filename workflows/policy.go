@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/protocol"
 )
@@ -135,13 +134,6 @@ func (s Settings) shadow(call protocol.ToolCall, budget *policy.Budget) *shadowC
 // outside a workflow that checks a policy (docs/policy.md's example policies are
 // tested with it).
 func RequiresApproval(settings Settings, tool, arguments string) bool {
-	call := protocol.ToolCall{Name: tool, Arguments: arguments}
-	if spec, ok := settings.spec(tool); ok {
-		args, _, err := activities.ResolveArguments(spec, settings.WorkspaceRoots, arguments)
-		if err != nil {
-			return false
-		}
-		call.Arguments = args
-	}
-	return settings.check(call, nil).Required
+	c, err := settings.vet(tool, arguments)
+	return err == nil && c.Required
 }

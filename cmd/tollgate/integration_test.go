@@ -78,15 +78,18 @@ func startRealStack(t *testing.T) *realStack {
 	queue := "tollgate-cli-" + uuid.NewString()
 	w := worker.New(c, queue, workflows.WorkerOptions())
 	workflows.RegisterAuditor(w, &activities.Auditor{Ledger: ledger})
-	workflows.Register(w, &workflows.Workflows{Settings: workflows.Settings{
+	settings := workflows.Settings{
 		RequiredTools:    []string{protocol.ToolWrite, protocol.ToolEdit, protocol.ToolBash},
 		ApprovalTimeout:  5 * time.Minute,
 		MaxSteps:         5,
 		Tools:            tools.Specs(),
+		WorkspaceRoots:   []string{workspace},
 		ToolTimeout:      30 * time.Second,
 		SearchAttributes: true,
 		Audit:            true,
-	}}, model, tools)
+	}
+	workflows.Register(w, &workflows.Workflows{Settings: settings}, model, tools)
+	workflows.RegisterPolicyTester(w, &workflows.PolicyTester{Settings: settings, Ledger: ledger})
 	require.NoError(t, w.Start())
 	t.Cleanup(w.Stop)
 
@@ -228,6 +231,65 @@ func TestTerminalClientOnTheRealStack(t *testing.T) {
 			t.Fatal("the turn did not finish after both decisions")
 		}
 	})
+
+	// The ledger now holds two declined Writes and two approved Bash
+	// calls (the turns above), which a worker reads.
+	t.Run("policy test fails on a policy that lets a declined call run, and passes the one the calls ran under", func(t *testing.T) {
+		code, out, errOut := testPolicyFile(t, st, "tools:\n  Write:\n    require: never\n", "test", "--since", "1h")
+		require.Equal(t, exitFail, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+		t.Logf("tollgate policy test printed:\n%s", out)
+		require.Contains(t, out, ": no examples\n")
+		require.Regexp(t, `(?m)^4 calls that asked \(rows since .*\):$`, out)
+		require.Regexp(t, `(?m)^Write +rule Write: never +2 +2 +0 +0 +0 +0$`, out)
+		require.Regexp(t, `(?m)^Bash +default: Bash is a protected tool +2 +0 +0 +0 +2 +0$`, out)
+		require.Regexp(t, `(?m)^DECLINED by a person, and would now run without one:\n  .* Write \{"file_path":"notes/tollgate.txt",.*\}  \(decline by person; tollgate-conv-`, out)
+		require.NotContains(t, out, "Would now run without a person")
+
+		code, out, errOut = testPolicyFile(t, st, "tools:\n  Write:\n    require: always\n  Bash:\n    require: always\n", "test")
+		require.Equal(t, exitOK, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+		require.NotContains(t, out, "DECLINED by a person")
+
+		code, _, errOut = testPolicyFile(t, st, "tools:\n  Bash:\n    when: args.command.startsWith(\n", "test")
+		require.Equal(t, exitFail, code)
+		require.Contains(t, errOut, `POST /policy/test: 400 Bad Request: the policy: tool Bash: when "args.command.startsWith("`)
+	})
+
+	t.Run("policy check runs the examples alone", func(t *testing.T) {
+		policy := "tools:\n  Write:\n    when: '!args.file_path.startsWith(\"docs/\")'\n    examples:\n      ask: [{file_path: src/a.go, content: x}]\n      allow: [{file_path: " + st.workspace + "/docs/a.md, content: x}]\n"
+		code, out, errOut := testPolicyFile(t, st, policy, "check")
+		require.Equal(t, exitOK, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+		require.Contains(t, out, ": 2 examples, all hold\n")
+
+		code, out, _ = testPolicyFile(t, st, policy+"  Bash:\n    require: never\n    examples: {ask: [{command: ls}]}\n", "check")
+		require.Equal(t, exitFail, code)
+		require.Contains(t, out, ": 1 of 3 examples fail:\n  tool Bash, ask {\"command\":\"ls\"}: the rule lets it run without a person\n")
+	})
+}
+
+func TestSinceIsDaysADurationOrATime(t *testing.T) {
+	now := time.Date(2026, 12, 8, 12, 0, 0, 0, time.UTC)
+	for in, want := range map[string]time.Time{
+		"7d": now.AddDate(0, 0, -7), "36h": now.Add(-36 * time.Hour), "2026-12-01T09:00:00Z": time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC),
+	} {
+		got, err := parseSince(in, now)
+		require.NoError(t, err, in)
+		require.Equal(t, want, got, in)
+	}
+	_, err := parseSince("a week", now)
+	require.EqualError(t, err, `--since "a week" is not a number of days (7d), a duration (36h) or an RFC 3339 time`)
+}
+
+// testPolicyFile runs `tollgate policy SUB` on a policy file holding
+// policy, and answers its exit code and what it printed.
+func testPolicyFile(t *testing.T, st *realStack, policy string, args ...string) (int, string, string) {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "policy.yaml")
+	require.NoError(t, os.WriteFile(file, []byte(policy), 0o644))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var out, errOut strings.Builder
+	code := run(ctx, append(append([]string{"policy"}, args[0], file, "--api", st.api), args[1:]...), noEnv, strings.NewReader(""), &out, &errOut)
+	return code, out.String(), errOut.String()
 }
 
 func get(t *testing.T, url string) string {

@@ -5,6 +5,8 @@
 //	tollgate approvals [--decide] [--conversation ID] [--tool NAME]
 //	tollgate compact --conversation ID ["INSTRUCTIONS"]
 //	tollgate policy suggest [--since 30d] [--min 10] [--tool NAME]
+//	tollgate policy test FILE [--since 7d] [--conversation ID]
+//	tollgate policy check FILE
 //
 // Every command takes --api URL (default $TOLLGATE_API, else
 // http://127.0.0.1:8080) and --token TOKEN (default $TOLLGATE_API_TOKEN), the
@@ -37,7 +39,7 @@ const defaultAPI = "http://127.0.0.1:8080"
 // Exit codes.
 const (
 	exitOK    = 0
-	exitFail  = 1 // the turn did not finish with stop, or a request failed
+	exitFail  = 1 // the turn did not finish with stop, a request failed, or a policy test found a problem
 	exitUsage = 2
 )
 
@@ -67,6 +69,17 @@ Usage:
       and never declined or edited: a command, its first two words, a
       file, a folder. Prints each with its count, the last similar call a
       person declined, and its YAML; applies nothing.
+
+  tollgate policy test FILE [--since 7d] [--conversation ID] [--api URL] [--token TOKEN]
+      Backtest the policy file FILE on the audit ledger (a token with the
+      admin role): for each call that asked (since 7d, 36h or an RFC 3339
+      time), what FILE would do, by rule and tool, the calls a person
+      DECLINED that it would let run without one first. Exits 1 when there
+      is one, or an example of FILE fails.
+
+  tollgate policy check FILE [--api URL] [--token TOKEN]
+      Check the examples of FILE's rules, as a worker does when it starts.
+      Exits 1 when one fails.
 
 The API is at --api, else $TOLLGATE_API, else ` + defaultAPI + `.
 An API that asks for a bearer token gets --token, else $TOLLGATE_API_TOKEN.
@@ -154,34 +167,33 @@ func run(ctx context.Context, args []string, getenv func(string) string, in io.R
 		fmt.Fprintln(out, compactedSays(res))
 		return exitOK
 	case "policy":
-		if len(rest) == 0 || rest[0] != "suggest" {
-			fmt.Fprint(errOut, "tollgate policy: say suggest\n\n"+usage)
-			return exitUsage
+		if len(rest) > 0 && rest[0] == "suggest" {
+			since := fs.String("since", "30d", "how far back the ledger is read (30d, 36h)")
+			minimum := fs.Int("min", suggest.DefaultMin, "approvals a pattern needs")
+			tool := fs.String("tool", "", "only calls of tool `NAME`")
+			words, err := parseInterspersed(fs, rest[1:])
+			if err != nil {
+				return exitUsage
+			}
+			from, err := parseSince(*since, time.Now())
+			if err == nil && *minimum < 1 {
+				err = fmt.Errorf("--min %d is not a positive number", *minimum)
+			}
+			if err == nil && len(words) > 0 {
+				err = fmt.Errorf("unexpected %q", words)
+			}
+			if err != nil {
+				fmt.Fprintf(errOut, "tollgate policy suggest: %v\n\n%s", err, usage)
+				return exitUsage
+			}
+			opts := suggestOptions{Since: from, Tool: *tool, Min: *minimum}
+			if err := suggestRules(ctx, newClient(), opts, out); err != nil {
+				fmt.Fprintf(errOut, "tollgate policy suggest: %v\n", err)
+				return exitFail
+			}
+			return exitOK
 		}
-		since := fs.String("since", "30d", "how far back the ledger is read (30d, 36h)")
-		minimum := fs.Int("min", suggest.DefaultMin, "approvals a pattern needs")
-		tool := fs.String("tool", "", "only calls of tool `NAME`")
-		words, err := parseInterspersed(fs, rest[1:])
-		if err != nil {
-			return exitUsage
-		}
-		d, err := parseSince(*since)
-		if err == nil && *minimum < 1 {
-			err = fmt.Errorf("--min %d is not a positive number", *minimum)
-		}
-		if err == nil && len(words) > 0 {
-			err = fmt.Errorf("unexpected %q", words)
-		}
-		if err != nil {
-			fmt.Fprintf(errOut, "tollgate policy suggest: %v\n\n%s", err, usage)
-			return exitUsage
-		}
-		opts := suggestOptions{Since: d, Tool: *tool, Min: *minimum, Now: time.Now()}
-		if err := suggestRules(ctx, newClient(), opts, out); err != nil {
-			fmt.Fprintf(errOut, "tollgate policy suggest: %v\n", err)
-			return exitFail
-		}
-		return exitOK
+		return runPolicy(ctx, fs, rest, conv, newClient, out, errOut)
 	case "help", "-h", "--help":
 		fmt.Fprint(out, usage)
 		return exitOK
@@ -189,6 +201,44 @@ func run(ctx context.Context, args []string, getenv func(string) string, in io.R
 		fmt.Fprintf(errOut, "tollgate: unknown command %q\n\n%s", cmd, usage)
 		return exitUsage
 	}
+}
+
+// runPolicy runs `tollgate policy test|check FILE`.
+func runPolicy(ctx context.Context, fs *flag.FlagSet, args []string, conv *string, newClient func() *apiClient, out, errOut io.Writer) int {
+	since := fs.String("since", "", "only calls asked since `WHEN`: 7d, 36h or an RFC 3339 time")
+	if len(args) == 0 || (args[0] != "test" && args[0] != "check") {
+		fmt.Fprint(errOut, "tollgate policy: test or check?\n\n"+usage)
+		return exitUsage
+	}
+	sub := args[0]
+	words, err := parseInterspersed(fs, args[1:])
+	if err != nil {
+		return exitUsage
+	}
+	if len(words) != 1 {
+		fmt.Fprintf(errOut, "tollgate policy %s: one policy file, not %q\n\n%s", sub, words, usage)
+		return exitUsage
+	}
+	opts := policyOptions{Backtest: sub == "test", File: words[0], ConversationID: *conv}
+	if sub == "check" && (*since != "" || *conv != "") {
+		fmt.Fprint(errOut, "tollgate policy check: --since and --conversation are for policy test\n\n"+usage)
+		return exitUsage
+	}
+	if *since != "" {
+		if opts.Since, err = parseSince(*since, time.Now()); err != nil {
+			fmt.Fprintf(errOut, "tollgate policy %s: %v\n", sub, err)
+			return exitUsage
+		}
+	}
+	passed, err := policy(ctx, newClient(), opts, out)
+	if err != nil {
+		fmt.Fprintf(errOut, "tollgate policy %s: %v\n", sub, err)
+		return exitFail
+	}
+	if !passed {
+		return exitFail
+	}
+	return exitOK
 }
 
 // parseInterspersed parses flags wherever they stand among the words, as

@@ -8,8 +8,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/tollgate/tollgate/internal/audit"
@@ -18,21 +16,19 @@ import (
 
 // suggestOptions are what `tollgate policy suggest` reads of the ledger.
 type suggestOptions struct {
-	// Since is how far back the rows go; Tool, when set, keeps one tool's.
-	Since time.Duration
+	// Since is the oldest row read; Tool, when set, keeps one tool's.
+	Since time.Time
 	Tool  string
 	// Min is the approvals a pattern needs.
 	Min int
-	// Now is the time Since counts back from.
-	Now time.Time
 }
 
-// suggestRules reads the ledger's rows of the last o.Since through GET
+// suggestRules reads the ledger's rows since o.Since through GET
 // /audit (its export, in bounded memory on the API's side) and writes
 // the rules and grants that would have answered what people approved many
 // times and never declined (package suggest). It applies nothing.
 func suggestRules(ctx context.Context, c *apiClient, o suggestOptions, out io.Writer) error {
-	since := o.Now.Add(-o.Since)
+	since := o.Since
 	rows, err := c.auditRows(ctx, since, o.Tool)
 	if err != nil {
 		return err
@@ -91,18 +87,4 @@ func (c *apiClient) auditRows(ctx context.Context, since time.Time, tool string)
 		return nil, fmt.Errorf("GET /audit: %w", err)
 	}
 	return rows, nil
-}
-
-// parseSince reads a duration back from now: Go's (36h, 90m) or days
-// (30d).
-func parseSince(s string) (time.Duration, error) {
-	if days, ok := strings.CutSuffix(s, "d"); ok {
-		n, err := strconv.Atoi(days)
-		if err == nil && n > 0 {
-			return time.Duration(n) * 24 * time.Hour, nil
-		}
-	} else if d, err := time.ParseDuration(s); err == nil && d > 0 {
-		return d, nil
-	}
-	return 0, fmt.Errorf("--since %q is not a positive duration (examples: 30d, 36h)", s)
 }

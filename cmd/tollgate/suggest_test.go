@@ -92,5 +92,5 @@ func TestPolicySuggestReadsTheLedgerThroughTheAPI(t *testing.T) {
 
 	code, _, errOut = suggest("--since", "a while")
 	require.Equal(t, exitUsage, code)
-	require.Contains(t, errOut, `--since "a while" is not a positive duration`)
+	require.Contains(t, errOut, `--since "a while" is not a number of days (7d), a duration (36h) or an RFC 3339 time`)
 }

@@ -447,6 +447,29 @@ func (l *Ledger) List(ctx context.Context, f Filter) (Page, error) {
 	return page, nil
 }
 
+// Each calls fn with every row of conversation (every conversation's, when
+// "") asked at or after since (all, when zero), newest first, reading
+// MaxLimit rows at a time: a policy's backtest reads the whole window in
+// bounded memory. An error of fn stops it and is returned.
+func (l *Ledger) Each(ctx context.Context, conversation string, since time.Time, fn func(audit.Record) error) error {
+	f := Filter{Conversation: conversation, Since: since, Limit: MaxLimit}
+	for {
+		page, err := l.List(ctx, f)
+		if err != nil {
+			return err
+		}
+		for _, r := range page.Records {
+			if err := fn(r); err != nil {
+				return err
+			}
+		}
+		if page.Next == "" {
+			return nil
+		}
+		f.Cursor = page.Next
+	}
+}
+
 func encodeCursor(at int64, id string) string {
 	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(at, 10) + "|" + id))
 }

@@ -3,6 +3,7 @@ package auditdb_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -66,6 +67,10 @@ func TestLedger(t *testing.T) {
 			t.Run("the shadow filter selects the rows whose shadow rule would have done otherwise, or the same", func(t *testing.T) {
 				l, _ := open(t)
 				testShadowFilter(t, l)
+			})
+			t.Run("each row of a window is read once, page after page, newest first", func(t *testing.T) {
+				l, _ := open(t)
+				testEach(t, l)
 			})
 			t.Run("any bytes a tool wrote are kept as text, and a long result is cut", func(t *testing.T) {
 				l, _ := open(t)
@@ -192,6 +197,35 @@ func testIdempotent(t *testing.T, l *auditdb.Ledger) {
 	got := list(t, l, auditdb.Filter{})
 	require.Len(t, got, 2)
 	require.Equal(t, []string{"r2", "r1"}, []string{got[0].ID, got[1].ID}, "newest request first")
+}
+
+func testEach(t *testing.T, l *auditdb.Ledger) {
+	ctx := context.Background()
+	var rows []audit.Record
+	n := 2*auditdb.MaxLimit + 7
+	for i := range n {
+		// Several rows a microsecond, so that pages end between them.
+		rows = append(rows, asked(fmt.Sprintf("r%05d", i), fmt.Sprintf("c%d", i%2), "Bash", t0.Add(time.Duration(i/3)*time.Microsecond)))
+	}
+	require.NoError(t, l.Write(ctx, rows))
+	read := func(conversation string, since time.Time) []string {
+		var ids []string
+		require.NoError(t, l.Each(ctx, conversation, since, func(r audit.Record) error {
+			ids = append(ids, r.ID)
+			return nil
+		}))
+		return ids
+	}
+	ids := read("", time.Time{})
+	require.Len(t, ids, n)
+	require.Equal(t, fmt.Sprintf("r%05d", n-1), ids[0])
+	require.Equal(t, "r00000", ids[n-1])
+	require.Len(t, read("c1", time.Time{}), n/2)
+	require.Len(t, read("", t0.Add(time.Duration(n/3)*time.Microsecond)), n-n/3*3)
+	stop := errors.New("stop")
+	seen := 0
+	require.ErrorIs(t, l.Each(ctx, "", time.Time{}, func(audit.Record) error { seen++; return stop }), stop)
+	require.Equal(t, 1, seen)
 }
 
 func testFiltersAndPages(t *testing.T, l *auditdb.Ledger) {

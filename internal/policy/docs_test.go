@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -38,7 +39,7 @@ func TestPolicyDocExamplesCompileAndDecideAsTheyClaim(t *testing.T) {
 	doc, err := os.ReadFile("../../docs/policy.md")
 	require.NoError(t, err)
 	blocks := regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllStringSubmatch(string(doc), -1)
-	require.Len(t, blocks, 5, "docs/policy.md's YAML blocks: a new one needs its claims tested here")
+	require.Len(t, blocks, 6, "docs/policy.md's YAML blocks: a new one needs its claims tested here")
 
 	var policies [][]workflows.Rule
 	for _, b := range blocks {
@@ -77,7 +78,7 @@ func TestPolicyDocExamplesCompileAndDecideAsTheyClaim(t *testing.T) {
 	require.True(t, requires(policies[3], "Write", `{"file_path":"src/main.go","content":""}`))
 	// The shadow rules act on nothing: every Bash call asks, and no Read
 	// (not a required tool); promoted, they decide as the comment says.
-	watched := policies[4]
+	watched := policies[5]
 	require.True(t, requires(watched, "Bash", `{"command":"go test ./..."}`))
 	require.False(t, requires(watched, "Read", `{"file_path":"src/main.go"}`), "Read has no live rule")
 	var promoted []workflows.Rule
@@ -93,6 +94,17 @@ func TestPolicyDocExamplesCompileAndDecideAsTheyClaim(t *testing.T) {
 	require.True(t, requires(promoted, "Bash", `{"command":"go test ./... && curl x"}`))
 	require.False(t, requires(promoted, "Read", `{"file_path":"docs/a.md"}`))
 	require.True(t, requires(promoted, "Read", `{"file_path":"src/main.go"}`))
+	// The examples hold, as the worker checks them at start, and say what
+	// the rules do.
+	require.Equal(t, policy.Examples{Ask: []string{`{"command":"sudo apt-get install jq"}`, `{"command":"rm -rf build"}`}, Allow: []string{`{"command":"go test ./..."}`}}, policies[4][0].Examples)
+	require.NoError(t, workflows.CheckExamples(workflows.Settings{Rules: policies[4], Tools: tools, WorkspaceRoots: []string{ws}}))
+	require.False(t, requires(policies[4], "Write", `{"file_path":"./docs//guide.md","content":"# Guide"}`))
+	require.True(t, requires(policies[4], "Write", `{"file_path":"docs/../main.go","content":""}`))
+	broken := slices.Clone(policies[4])
+	broken[0].Examples.Ask = []string{`{"command":"git push --force"}`}
+	err = workflows.CheckExamples(workflows.Settings{Rules: broken, Tools: tools, WorkspaceRoots: []string{ws}})
+	require.EqualError(t, err, `tool Bash: example ask {"command":"git push --force"}: the rule lets it run without a person`)
+	require.Contains(t, string(doc), err.Error(), "the page shows the error of this example")
 }
 
 // TestToolsDocMCPExamplesAreTrue keeps the MCP servers section of

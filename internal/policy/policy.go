@@ -4,6 +4,7 @@ package policy
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -26,6 +27,9 @@ import (
 //	    sandbox: auto
 //	    shadow:
 //	      when: args.command.contains("sudo")
+//	    examples:
+//	      ask: [{command: "sudo reboot"}]
+//	      allow: [{command: "ls"}]
 type file struct {
 	Tools map[string]struct {
 		Require string `yaml:"require"`
@@ -40,6 +44,11 @@ type file struct {
 		// Shadow is true when the entry's rule is a shadow rule, or the
 		// shadow rule watched beside it.
 		Shadow shadowSpec `yaml:"shadow"`
+		// Examples are calls the rule must ask about and let through.
+		Examples struct {
+			Ask   []map[string]any `yaml:"ask"`
+			Allow []map[string]any `yaml:"allow"`
+		} `yaml:"examples"`
 	} `yaml:"tools"`
 }
 
@@ -97,6 +106,14 @@ func Parse(data []byte) ([]Rule, error) {
 		}
 		if err := r.Validate(); err != nil {
 			errs = append(errs, err)
+			continue
+		}
+		if r.Examples.Ask, err = exampleArguments(spec.Examples.Ask); err != nil {
+			errs = append(errs, fmt.Errorf("tool %s: examples: ask: %w", tool, err))
+			continue
+		}
+		if r.Examples.Allow, err = exampleArguments(spec.Examples.Allow); err != nil {
+			errs = append(errs, fmt.Errorf("tool %s: examples: allow: %w", tool, err))
 			continue
 		}
 		rules = append(rules, r)
@@ -157,4 +174,21 @@ func (s shadowSpec) rule(tool string) (*Rule, error) {
 		return nil, fmt.Errorf("shadow rule: %w", err)
 	}
 	return &r, nil
+}
+
+// exampleArguments writes each example's arguments as the JSON object a
+// model would send.
+func exampleArguments(examples []map[string]any) ([]string, error) {
+	var out []string
+	for i, args := range examples {
+		if args == nil {
+			args = map[string]any{}
+		}
+		b, err := json.Marshal(args)
+		if err != nil {
+			return nil, fmt.Errorf("example %d: %w", i+1, err)
+		}
+		out = append(out, string(b))
+	}
+	return out, nil
 }

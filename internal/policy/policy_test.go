@@ -89,3 +89,25 @@ func TestABadShadowRuleIsAnErrorNamingIt(t *testing.T) {
 	_, err = Parse([]byte("tools:\n  Bash:\n    require: always\n    shadow: maybe\n"))
 	require.ErrorContains(t, err, "shadow is true, false, or a rule of require and when")
 }
+
+func TestRuleExamplesAreReadAsTheArgumentsAModelSends(t *testing.T) {
+	rules, err := Parse([]byte(`
+tools:
+  Bash:
+    when: args.command.contains("sudo")
+    examples:
+      ask:
+        - {command: "sudo reboot"}
+      allow:
+        - command: ls -la
+          timeout: 5
+        - {}
+`))
+	require.NoError(t, err)
+	require.Equal(t, Examples{Ask: []string{`{"command":"sudo reboot"}`}, Allow: []string{`{"command":"ls -la","timeout":5}`, `{}`}}, rules[0].Examples)
+
+	_, err = Parse([]byte("tools:\n  Bash:\n    require: always\n    examples:\n      must_ask: [{command: ls}]\n"))
+	require.ErrorContains(t, err, "field must_ask not found")
+	_, err = Parse([]byte("tools:\n  Bash:\n    require: always\n    examples:\n      ask: [ls]\n"))
+	require.ErrorContains(t, err, "cannot unmarshal !!str `ls`", "an example is a call's arguments: a mapping")
+}

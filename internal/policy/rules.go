@@ -55,6 +55,18 @@ type Rule struct {
 	// records what the shadow rule would have done (docs/policy.md, Shadow
 	// rules).
 	Shadow bool `json:"shadow,omitempty"`
+	// Examples are calls the rule must ask about and calls it must let
+	// through, checked when the worker starts (and by POST /policy/check):
+	// the policy file's, never recorded by a turn.
+	Examples Examples `json:"-"`
+}
+
+// Examples are a rule's examples: each a call's arguments, a JSON object.
+type Examples struct {
+	// Ask are calls the rule must ask a person about.
+	Ask []string
+	// Allow are calls the rule must let through without a person.
+	Allow []string
 }
 
 // SandboxAuto is the Sandbox of a Bash rule whose contained calls need no
