@@ -49,12 +49,25 @@ func testPolicyAt(t *testing.T, url, what, token string, req protocol.PolicyTest
 // A, a person deciding each call, then backtests candidates on the
 // ledger they filled: A itself asks for every call that asked, a looser
 // one lists the calls the person declined first, and a four-eyes one the
-// calls whose decider could no longer decide.
+// calls whose decider could no longer decide. The ledger is SQLite (the
+// default) and a real PostgreSQL server.
 func TestBacktestAgreesWithTheGateOnARecordedRun(t *testing.T) {
 	t.Parallel()
+	for _, db := range []string{"sqlite", "postgres"} {
+		t.Run(db, func(t *testing.T) {
+			var opts []stackOption
+			if db == "postgres" {
+				opts = append(opts, withAuditDB(postgresLedger(t)))
+			}
+			testBacktestOnARecordedRun(t, opts...)
+		})
+	}
+}
+
+func testBacktestOnARecordedRun(t *testing.T, opts ...stackOption) {
 	rules, err := policy.Parse([]byte(policyA))
 	require.NoError(t, err)
-	st := newStack(t, withSettings(func(s *workflows.Settings) { s.Rules = rules }))
+	st := newStack(t, append(opts, withSettings(func(s *workflows.Settings) { s.Rules = rules }))...)
 	const adminToken, leadToken = "admin-0123456789abcdef", "lead-0123456789abcdef"
 	o := st.apiOptions()
 	o.Tokens = []config.APIToken{

@@ -16,17 +16,41 @@ import (
 // TestShadowRulesDisagreementsAreInGETAuditAndOnTheLedgerPage runs the
 // demo turn under a policy whose shadow rules would ask about the Bash
 // call that runs unasked and about the Write call that asks, then reads
-// what they would have done through GET /audit's shadow filter and on the
-// ledger page in headless Chromium.
+// what they would have done through GET /audit's shadow filter, with the
+// ledger on SQLite (the default) and on a real PostgreSQL server, and on
+// the ledger page in headless Chromium (which reads GET /audit alike).
 func TestShadowRulesDisagreementsAreInGETAuditAndOnTheLedgerPage(t *testing.T) {
-	st := newStack(t, withSettings(func(s *workflows.Settings) {
+	for _, db := range []string{"sqlite", "postgres"} {
+		t.Run(db, func(t *testing.T) {
+			var opts []stackOption
+			if db == "postgres" {
+				opts = append(opts, withAuditDB(postgresLedger(t)))
+			}
+			st := shadowStack(t, opts...)
+			testShadowOverGETAudit(t, st)
+			if db == "sqlite" {
+				testShadowOnTheLedgerPage(t, st)
+			}
+		})
+	}
+}
+
+// shadowStack is a stack whose policy runs Bash unasked and asks about
+// Write, and whose shadow rules would ask about both and not about Read.
+func shadowStack(t *testing.T, opts ...stackOption) *stack {
+	return newStack(t, append(opts, withSettings(func(s *workflows.Settings) {
 		s.Rules = []workflows.Rule{
 			{Tool: protocol.ToolBash, Require: workflows.RequireNever},
 			{Tool: protocol.ToolBash, Require: workflows.RequireAlways, Shadow: true},
 			{Tool: protocol.ToolRead, Require: workflows.RequireNever, Shadow: true},
 			{Tool: protocol.ToolWrite, Require: workflows.RequireAlways, Shadow: true},
 		}
-	}))
+	}))...)
+}
+
+// testShadowOverGETAudit runs the demo turn on st, approving the Write,
+// and checks what GET /audit's shadow filter answers of it.
+func testShadowOverGETAudit(t *testing.T, st *stack) {
 	_, msgs := st.chat(t, `{"query":"one","conversationId":"shadow"}`)
 	seq := 0
 	asked := requestsByTool(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 1))
@@ -57,7 +81,11 @@ func TestShadowRulesDisagreementsAreInGETAuditAndOnTheLedgerPage(t *testing.T) {
 	body := readAll(t, resp)
 	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
 	require.Contains(t, body, `shadow \"maybe\" is not one of any, agree, disagree`)
+}
 
+// testShadowOnTheLedgerPage reads the rows testShadowOverGETAudit left on
+// the ledger page: the shadow badges, and the disagreements alone.
+func testShadowOnTheLedgerPage(t *testing.T, st *stack) {
 	b := newBrowser(t)
 	b.do(chromedp.Navigate(st.api.URL + "/ledger"))
 	rowSel := func(tool string) string { return fmt.Sprintf(`[data-testid="ledger-row"][data-tool=%q]`, tool) }
