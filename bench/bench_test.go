@@ -103,6 +103,20 @@ func BenchmarkSandboxStage(b *testing.B) {
 	}
 }
 
+// BenchmarkPolicyBacktest runs the policy backtest stage of
+// BenchmarkTollgate alone (a 100,000-row ledger seeded, then the backtest
+// timed over all of it) and logs its section of the report on standard
+// output; it writes no file. It needs no Temporal.
+//
+//	go test -run '^$' -bench '^BenchmarkPolicyBacktest$' -benchtime 1x ./bench/
+func BenchmarkPolicyBacktest(b *testing.B) {
+	for b.Loop() {
+		r := &report{Backtest: backtestStage(context.Background(), b.TempDir())}
+		fmt.Println(r.backtestMarkdown())
+		fmt.Println(r.backtestVerdict())
+	}
+}
+
 // BenchmarkHistory runs the history stage of BenchmarkTollgate alone (a
 // turn of each shape) and logs its section of the report on standard
 // output; it writes no file.
@@ -280,6 +294,13 @@ func BenchmarkTollgate(b *testing.B) {
 			// A machine without the sandbox, or a stage that fails, says
 			// so in the report; the run goes on.
 			rep.Sandbox = sys.sandboxStage(ctx)
+			return nil
+		})
+
+		b.Logf("the policy backtest of a %d-row ledger", backtestRows)
+		stage("the policy backtest", func() error {
+			// A backtest that fails says so in the report; the run goes on.
+			rep.Backtest = backtestStage(ctx, b.TempDir())
 			return nil
 		})
 

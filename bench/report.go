@@ -28,6 +28,7 @@ type report struct {
 	History  []historyCost
 	LongTurn [2]longTurnResult // payloads inline, then with the store
 	Sandbox  sandboxResult
+	Backtest backtestResult
 	Scale    scaleResult
 	Load     []loadResult
 
@@ -203,6 +204,8 @@ func (r *report) markdown() string {
 
 	p("%s", r.sandboxMarkdown())
 
+	p("%s", r.backtestMarkdown())
+
 	p("%s", r.scaleMarkdown())
 
 	p("%s", r.stagesMarkdown())
@@ -330,6 +333,7 @@ func (r *report) verdict() string {
 		}
 	}
 	s.WriteString(r.sandboxVerdict())
+	s.WriteString(r.backtestVerdict())
 	in, st := r.LongTurn[0], r.LongTurn[1]
 	fmt.Fprintf(&s, "A long turn of %d steps got through %d of them with its payloads inline and %d with the payload store, whose history held %d KiB against %d KiB inline.",
 		longTurnSteps, in.steps, st.steps, st.historyBytes>>10, in.historyBytes>>10)

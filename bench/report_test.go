@@ -102,3 +102,14 @@ func TestASandboxStageThatFailedIsReportedWithWhatItMeasured(t *testing.T) {
 	require.Contains(t, md, "| `true` | 10.0 ms / 0.0 ms | 30.0 ms / 0.0 ms | 3.00x | 20.0 ms | 20 |")
 	require.Contains(t, r.verdict(), "The Bash sandbox adds 20.0 ms to `true` at p50")
 }
+
+func TestABacktestStageIsReportedAgainstItsGoalOrWithItsError(t *testing.T) {
+	r := &report{Backtest: backtestResult{Rows: 100_000, Runs: 5, Took: summary{p50: 12 * time.Second, max: 13 * time.Second}}}
+	require.Contains(t, r.backtestMarkdown(), "| 100,000 | 0.0 ms | 12.0 s / 13.0 s | 8,333 | ≤10.0 s: **fail** | 5 |")
+	require.Contains(t, r.verdict(), "over a 100,000-row SQLite ledger took 12.0 s at p50 (8,333 rows a second; goal at most 10.0 s: missed)")
+
+	r = &report{Backtest: backtestResult{Err: "seeding the ledger: disk full\nmore"}}
+	require.Contains(t, r.backtestMarkdown(), "**The stage did not finish:** seeding the ledger: disk full")
+	require.NotContains(t, r.backtestMarkdown(), "| 0 |", "no row of figures it did not measure")
+	require.Contains(t, r.verdict(), "The policy backtest stage did not finish (seeding the ledger: disk full)")
+}
