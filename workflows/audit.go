@@ -363,11 +363,16 @@ func (s Settings) shadowAsked(tool string, v *shadowCheck) string {
 	if v.Problem != "" {
 		return v.Problem + ", so it"
 	}
-	rule := s.shadowRule(tool)
+	return "shadow " + ruleWords(s.shadowRule(tool))
+}
+
+// ruleWords names rule as the ledger and a backtest's report do: "rule
+// Bash: when …", "rule Write: always".
+func ruleWords(rule *Rule) string {
 	if rule.Require == RequireWhen {
-		return "shadow rule " + rule.Tool + ": when " + rule.When
+		return "rule " + rule.Tool + ": when " + rule.When
 	}
-	return "shadow rule " + rule.Tool + ": always"
+	return "rule " + rule.Tool + ": " + rule.Require
 }
 
 // asked says what made a call of tool ask, for the ledger: the rule, the
@@ -376,13 +381,8 @@ func (s Settings) asked(tool string, c check) string {
 	if c.Problem != "" {
 		return c.Problem
 	}
-	rule := s.rule(tool)
-	switch {
-	case rule == nil:
-		return "default: " + tool + " is a protected tool"
-	case rule.Require == RequireWhen:
-		return "rule " + rule.Tool + ": when " + rule.When
-	default:
-		return "rule " + rule.Tool + ": always"
+	if rule := s.rule(tool); rule != nil {
+		return ruleWords(rule) // a rule that asks requires always or when
 	}
+	return "default: " + tool + " is a protected tool"
 }

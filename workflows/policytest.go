@@ -43,16 +43,13 @@ func (s Settings) vet(tool, arguments string) (check, error) {
 // ruleText names what decides the calls of tool under s: its rule, or the
 // default, for a backtest's report.
 func (s Settings) ruleText(tool string, required bool) string {
-	rule := s.rule(tool)
-	switch {
-	case rule == nil && required:
+	switch rule := s.rule(tool); {
+	case rule != nil:
+		return ruleWords(rule)
+	case required:
 		return "default: " + tool + " is a protected tool"
-	case rule == nil:
-		return "default: " + tool + " is not protected"
-	case rule.Require == RequireWhen:
-		return "rule " + rule.Tool + ": when " + rule.When
 	default:
-		return "rule " + rule.Tool + ": " + rule.Require
+		return "default: " + tool + " is not protected"
 	}
 }
 
