@@ -127,8 +127,13 @@ func (t *turn) openBatch(ctx workflow.Context, calls []protocol.ToolCall) *batch
 	for i, call := range calls {
 		b.passages[i] = &passage{index: i, call: call, vetting: vetted[i], preview: previews[i], sandbox: runs[i], contained: contained[i],
 			result: protocol.ToolResult{ID: call.ID, Name: call.Name}}
-		if r := runs[i]; r != nil {
+		switch r := runs[i]; {
+		case r.Ran():
 			b.passages[i].preview = r.Preview
+		case r != nil:
+			// Not run in the sandbox: the command as it will run, after
+			// why (sandboxRuns).
+			b.passages[i].preview = r.Preview + "\n" + previews[i]
 		}
 	}
 	return b

@@ -179,6 +179,7 @@ func TestACallTheSandboxCouldNotRunSaysSoAndAsksAsWithoutIt(t *testing.T) {
 	s.env.RegisterDelayedCallback(func() {
 		req := findEvent(t, s.events(), protocol.EventApprovalRequest)
 		require.True(t, strings.HasPrefix(req.Preview, "(not run in the sandbox: bwrap is not installed;"), req.Preview)
+		require.True(t, strings.HasSuffix(req.Preview, "\npreview of Bash {\"command\":\"make\"}"), "and then the command as it will run: %s", req.Preview)
 		s.decide(protocol.ApprovalDecision{RequestID: req.RequestID, Decision: protocol.DecisionApprove})
 	}, time.Second)
 
