@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -411,4 +412,42 @@ func TestABatchOfDecisionsMayRunOneSandboxedCallUnconfinedAndApplyAnother(t *tes
 	require.Equal(t, map[string]bool{"call_sh": true, "call_sh1": false}, unconfined)
 	require.Equal(t, "real", readFile(t, outside))
 	require.Equal(t, "in", readFile(t, filepath.Join(st.workspace, "in.txt")))
+}
+
+// Running a sandboxed command unconfined is a decision like any other:
+// under second_person, the sender's own token may not make it, over HTTP
+// with two real tokens, and another person's may.
+func TestOnlyASecondPersonMayRunTheSendersSandboxedCommandUnconfined(t *testing.T) {
+	t.Parallel()
+	requireSandbox(t)
+	outside := filepath.Join(t.TempDir(), "outside.txt")
+	st := newStack(t, withScript(sandboxScript("printf real > "+outside)), withSandbox(), withSettings(func(s *workflows.Settings) {
+		s.Rules = []workflows.Rule{{Tool: protocol.ToolBash, Require: workflows.RequireAlways, SecondPerson: true}}
+	}))
+	const devToken, leadToken = "dev-0123456789abcdef", "lead-0123456789abcde"
+	o := st.apiOptions()
+	o.Tokens = []config.APIToken{
+		{Token: devToken, Principal: "dev", Roles: config.DefaultRoles},
+		{Token: leadToken, Principal: "lead", Roles: []string{config.RoleApprove}},
+	}
+	api := serveAPI(t, NewServer(o))
+
+	_, msgs := chatAs(t, api, devToken, `{"query": "write outside", "conversationId": "sandbox-second-person"}`)
+	seq := 0
+	req := lastOf(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 1))
+	require.True(t, req.Sandbox.Ran())
+	decide := func(token string) string {
+		resp, body := send(t, http.MethodPost, api.URL+"/chat/approval", "Bearer "+token, `{"requestId":"`+req.RequestID+`","decision":"approve","unconfined":true}`)
+		require.Equal(t, http.StatusOK, resp.StatusCode, body)
+		return body
+	}
+	require.JSONEq(t, `{"accepted":false,"reason":"forbidden"}`, decide(devToken), "the sender may not run their own command unconfined")
+	require.NoFileExists(t, outside)
+	require.JSONEq(t, `{"accepted":true}`, decide(leadToken))
+
+	events := untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
+	d := ofType(events, protocol.EventApprovalDecision)[0]
+	require.Equal(t, "lead", d.By)
+	require.True(t, d.Unconfined)
+	require.Equal(t, "real", readFile(t, outside))
 }
