@@ -57,12 +57,11 @@ func (t *Tools) ApplySandbox(ctx context.Context, in SandboxApplyInput) (ToolOut
 	}
 	var applied protocol.SandboxApplied
 	var line string
-	switch ws, err := openWorkspace(t.Workspace); {
-	case run.TooLarge != "":
+	if run.TooLarge != "" {
 		line = "Nothing was applied to the workspace: the command's changes are too large to apply from the sandbox (" + run.TooLarge + ")."
-	case err != nil:
+	} else if ws, err := openWorkspace(t.Workspace); err != nil {
 		line = "Nothing was applied to the workspace: " + err.Error() + "."
-	default:
+	} else {
 		applied = applyChanges(ws.root, run.Changes)
 		ws.Close()
 		line = appliedLine(applied, run)
