@@ -172,6 +172,14 @@ func TestToolsAsAnUnprivilegedUser(t *testing.T) {
 	if os.Getuid() != 0 {
 		t.Skip("already unprivileged: the tests ran as this user")
 	}
+	runAsNobody(t, unprivilegedTests, envWorkerSecret+"=worker-secret-0123456789")
+}
+
+// runAsNobody runs each of tests as the user nobody, all at once, in a
+// hidden test binary (HideWorker, as the worker's main does) with env
+// added to its environment, and requires that each ran and passed.
+func runAsNobody(t *testing.T, tests []string, env ...string) {
+	t.Helper()
 	nobody, err := user.Lookup("nobody")
 	if err != nil {
 		t.Skipf("no user nobody: %v", err)
@@ -189,21 +197,20 @@ func TestToolsAsAnUnprivilegedUser(t *testing.T) {
 
 	// A process a test, all at once: most of their time is a Bash time
 	// limit waited out, and each works in a workspace of its own.
-	outs := make([][]byte, len(unprivilegedTests))
-	errs := make([]error, len(unprivilegedTests))
+	outs := make([][]byte, len(tests))
+	errs := make([]error, len(tests))
 	var wg sync.WaitGroup
-	for i, name := range unprivilegedTests {
+	for i, name := range tests {
 		wg.Go(func() {
 			cmd := exec.Command(bin, "-test.count=1", "-test.v", "-test.run", "^"+name+"$")
 			cmd.Dir = dir
-			cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=/", envHidden + "=1", envWorkerSecret + "=worker-secret-0123456789",
-				proctest.GORACEQuickExit()}
+			cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=/", envHidden + "=1", proctest.GORACEQuickExit()}, env...)
 			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
 			outs[i], errs[i] = cmd.CombinedOutput()
 		})
 	}
 	wg.Wait()
-	for i, name := range unprivilegedTests {
+	for i, name := range tests {
 		require.NoError(t, errs[i], "%s as nobody:\n%s", name, outs[i])
 		require.Contains(t, string(outs[i]), "--- PASS: "+name+" ", "%s ran and passed as nobody:\n%s", name, outs[i])
 	}

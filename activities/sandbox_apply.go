@@ -57,12 +57,11 @@ func (t *Tools) ApplySandbox(ctx context.Context, in SandboxApplyInput) (ToolOut
 	}
 	var applied protocol.SandboxApplied
 	var line string
-	switch ws, err := openWorkspace(t.Workspace); {
-	case run.TooLarge != "":
+	if run.TooLarge != "" {
 		line = "Nothing was applied to the workspace: the command's changes are too large to apply from the sandbox (" + run.TooLarge + ")."
-	case err != nil:
+	} else if ws, err := openWorkspace(t.Workspace); err != nil {
 		line = "Nothing was applied to the workspace: " + err.Error() + "."
-	default:
+	} else {
 		applied = applyChanges(ws.root, run.Changes)
 		ws.Close()
 		line = appliedLine(applied, run)
@@ -148,7 +147,7 @@ func applyChanges(root *os.Root, changes []protocol.FileChange) protocol.Sandbox
 			}
 		case c.Op == protocol.ChangeRenamed:
 			// Path must be free, and reachable, before From is taken.
-			if !a.parents(c.Path, c.Path, mayLack) || !a.check(c.Path, c.Path, "") {
+			if !a.parents(c.Path, mayLack) || !a.check(c.Path, "") {
 				continue
 			}
 			moved[i] = a.remove(c.From, c.Before)
@@ -187,7 +186,7 @@ func (a *applier) refuse(p, why string) {
 // remove deletes the file or link p if it is still what the command saw
 // (before).
 func (a *applier) remove(p, before string) bool {
-	if !a.parents(p, p, mustHave) || !a.check(p, p, before) {
+	if !a.parents(p, mustHave) || !a.check(p, before) {
 		return false
 	}
 	if err := a.root.Remove(p); err != nil {
@@ -199,7 +198,7 @@ func (a *applier) remove(p, before string) bool {
 
 // removeDir deletes the folder p, if it is one and empty now.
 func (a *applier) removeDir(p string) bool {
-	if !a.parents(p, p, mustHave) {
+	if !a.parents(p, mustHave) {
 		return false
 	}
 	info, err := a.root.Lstat(p)
@@ -232,7 +231,7 @@ func (a *applier) write(c protocol.FileChange) bool {
 	if c.Op == protocol.ChangeRenamed {
 		before = "" // From was checked; Path must be free
 	}
-	if !a.parents(c.Path, c.Path, makeMissing) || !a.check(c.Path, c.Path, before) {
+	if !a.parents(c.Path, makeMissing) || !a.check(c.Path, before) {
 		return false
 	}
 	var err error
@@ -266,7 +265,7 @@ func (a *applier) write(c protocol.FileChange) bool {
 	return true
 }
 
-// replace makes p with make, under a temporary name next to it, and then
+// replace makes p with create, under a temporary name next to it, and then
 // renames it to p, replacing what p is (a file, or a link, never followed).
 func (a *applier) replace(p string, create func(tmp string) error) error {
 	var nonce [8]byte
@@ -284,29 +283,25 @@ func (a *applier) replace(p string, create func(tmp string) error) error {
 }
 
 // check reports whether p is still as the command saw it: with the Before
-// hash before, or absent when before is empty; otherwise the change to
-// name is refused. The folders on its way have been checked (parents).
-func (a *applier) check(name, p, before string) bool {
+// hash before, or absent when before is empty; otherwise the change to p
+// is refused. The folders on its way have been checked (parents).
+func (a *applier) check(p, before string) bool {
 	now, err := a.identity(p)
-	what := "it"
-	if p != name {
-		what = p
-	}
 	switch {
 	case err != nil:
-		a.refuse(name, pathErr(err).Error())
+		a.refuse(p, pathErr(err).Error())
 		return false
 	case before == "" && now != "":
-		a.refuse(name, "it now exists in the workspace")
+		a.refuse(p, "it now exists in the workspace")
 		return false
 	case before != "" && now == "":
-		a.refuse(name, what+" is no longer there")
+		a.refuse(p, "it is no longer there")
 		return false
 	case before == changedDuringRun:
-		a.refuse(name, what+" changed in the workspace while the command ran")
+		a.refuse(p, "it changed in the workspace while the command ran")
 		return false
 	case now != before:
-		a.refuse(name, what+" changed in the workspace after the command ran")
+		a.refuse(p, "it changed in the workspace after the command ran")
 		return false
 	}
 	return true
@@ -322,9 +317,9 @@ const (
 )
 
 // parents reports whether each folder on p's way is a folder (not a link
-// to one), or is absent and missing allows it; otherwise the change to
-// name is refused.
-func (a *applier) parents(name, p string, missing missingFolders) bool {
+// to one), or is absent and missing allows it; otherwise the change to p
+// is refused.
+func (a *applier) parents(p string, missing missingFolders) bool {
 	dir := path.Dir(p)
 	if dir == "." {
 		return true
@@ -338,14 +333,14 @@ func (a *applier) parents(name, p string, missing missingFolders) bool {
 			return true
 		case errors.Is(err, fs.ErrNotExist) && missing == makeMissing:
 			if err := a.root.Mkdir(prefix, 0o777); err != nil {
-				a.refuse(name, pathErr(err).Error())
+				a.refuse(p, pathErr(err).Error())
 				return false
 			}
 		case err != nil:
-			a.refuse(name, prefix+": "+pathErr(err).Error())
+			a.refuse(p, prefix+": "+pathErr(err).Error())
 			return false
 		case !info.IsDir():
-			a.refuse(name, prefix+" is no longer a folder")
+			a.refuse(p, prefix+" is no longer a folder")
 			return false
 		}
 	}

@@ -11,12 +11,10 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -24,7 +22,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/tollgate/tollgate/internal/proctest"
 	"github.com/tollgate/tollgate/protocol"
 )
 
@@ -648,37 +645,7 @@ func TestSandboxAsAnUnprivilegedUser(t *testing.T) {
 	if os.Getuid() != 0 {
 		t.Skip("already unprivileged: the tests ran as this user")
 	}
-	nobody, err := user.Lookup("nobody")
-	if err != nil {
-		t.Skipf("no user nobody: %v", err)
-	}
-	uid, _ := strconv.Atoi(nobody.Uid)
-	gid, _ := strconv.Atoi(nobody.Gid)
-	dir := t.TempDir()
-	require.NoError(t, os.Chmod(dir, 0o755))
-	require.NoError(t, os.Chmod(filepath.Dir(dir), 0o755))
-	bin := filepath.Join(dir, "activities.test")
-	exe, err := os.ReadFile(os.Args[0])
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(bin, exe, 0o755))
-
-	outs := make([][]byte, len(sandboxUnprivilegedTests))
-	errs := make([]error, len(sandboxUnprivilegedTests))
-	var wg sync.WaitGroup
-	for i, name := range sandboxUnprivilegedTests {
-		wg.Go(func() {
-			cmd := exec.Command(bin, "-test.count=1", "-test.v", "-test.run", "^"+name+"$")
-			cmd.Dir = dir
-			cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=/", envHidden + "=1", proctest.GORACEQuickExit()}
-			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
-			outs[i], errs[i] = cmd.CombinedOutput()
-		})
-	}
-	wg.Wait()
-	for i, name := range sandboxUnprivilegedTests {
-		require.NoError(t, errs[i], "%s as nobody:\n%s", name, outs[i])
-		require.Contains(t, string(outs[i]), "--- PASS: "+name+" ", "%s ran and passed as nobody:\n%s", name, outs[i])
-	}
+	runAsNobody(t, sandboxUnprivilegedTests)
 }
 
 // BenchmarkSandbox measures what the sandbox adds to a command: `true`
