@@ -286,7 +286,7 @@ func (s *Server) aiSDKTurn(c *gin.Context, conv, messageID string) (string, erro
 	if owner, _, ok := contract.ParseTurnWorkflowID(messageID); ok && owner == conv {
 		return messageID, nil
 	}
-	state, err := temporalSource{client: s.client}.Conversation(c.Request.Context(), conv)
+	state, err := s.conversationState(c.Request.Context(), conv)
 	if err != nil {
 		return "", err
 	}
@@ -306,7 +306,7 @@ func (s *Server) aiSDKResume(c *gin.Context) {
 		writeError(c, s.log, err)
 		return
 	}
-	state, err := temporalSource{client: s.client}.Conversation(c.Request.Context(), conv)
+	state, err := s.conversationState(c.Request.Context(), conv)
 	switch {
 	case isNotFound(err):
 		c.Status(http.StatusNoContent)
@@ -421,4 +421,13 @@ func (u *uiStream) done() error {
 		return err
 	}
 	return errStreamEnded
+}
+
+// conversationState asks conv's workflow for its state, for at most
+// queryTimeout: a conversation whose worker is gone fails the request
+// rather than holding it open.
+func (s *Server) conversationState(ctx context.Context, conv string) (contract.ConversationState, error) {
+	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
+	defer cancel()
+	return temporalSource{client: s.client}.Conversation(ctx, conv)
 }
