@@ -286,7 +286,7 @@ func (s *Server) aiSDKTurn(c *gin.Context, conv, messageID string) (string, erro
 	if owner, _, ok := contract.ParseTurnWorkflowID(messageID); ok && owner == conv {
 		return messageID, nil
 	}
-	state, err := temporalSource{client: s.client}.Conversation(c.Request.Context(), conv)
+	state, err := s.conversationState(c.Request.Context(), conv)
 	if err != nil {
 		return "", err
 	}
@@ -306,7 +306,7 @@ func (s *Server) aiSDKResume(c *gin.Context) {
 		writeError(c, s.log, err)
 		return
 	}
-	state, err := temporalSource{client: s.client}.Conversation(c.Request.Context(), conv)
+	state, err := s.conversationState(c.Request.Context(), conv)
 	switch {
 	case isNotFound(err):
 		c.Status(http.StatusNoContent)
@@ -324,21 +324,16 @@ func (s *Server) aiSDKResume(c *gin.Context) {
 // streamUI streams turnID as a UI message stream: its message's start
 // (the turn's id as the message's), then x's chunks of its events.
 func (s *Server) streamUI(c *gin.Context, conv, turnID string, x *uiTranslator) {
-	fw, ok := c.Writer.(flushWriter)
-	if !ok {
-		writeError(c, s.log, fmt.Errorf("response writer %T cannot flush", c.Writer))
-		return
-	}
 	h := c.Writer.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("Connection", "keep-alive")
-	h.Set("X-Accel-Buffering", "no")
 	h.Set(headerUIMessageStream, "v1")
 	h.Set(protocol.HeaderConversationID, conv)
 	h.Set(protocol.HeaderTurnID, turnID)
-	c.Writer.WriteHeader(http.StatusOK)
-	out := &uiStream{w: fw, x: x}
+	sse, err := startSSE(c.Writer)
+	if err != nil {
+		writeError(c, s.log, err)
+		return
+	}
+	out := &uiStream{w: sse.w, x: x}
 	meta := uiMetadata{ConversationID: conv, TurnID: turnID}
 	if err := out.write([]uiChunk{{Type: "start", MessageID: turnID, MessageMetadata: meta.wrap()}}); err != nil {
 		return
@@ -383,8 +378,15 @@ func (u *uiStream) unnumbered(e protocol.Event) error {
 	return nil
 }
 
+// keepAlive writes an SSE comment, not the API's heartbeat event: the SDK
+// parses every data line as a chunk, and a heartbeat is not one.
 func (u *uiStream) keepAlive() error {
-	if _, err := io.WriteString(u.w, ": keep-alive\n\n"); err != nil {
+	return u.raw(": keep-alive\n\n")
+}
+
+// raw writes s as it is and flushes.
+func (u *uiStream) raw(s string) error {
+	if _, err := io.WriteString(u.w, s); err != nil {
 		return err
 	}
 	u.w.Flush()
@@ -415,9 +417,17 @@ func (u *uiStream) write(chunks []uiChunk) error {
 
 // done ends the stream as the SDK's servers do.
 func (u *uiStream) done() error {
-	if _, err := io.WriteString(u.w, "data: [DONE]\n\n"); err != nil {
+	if err := u.raw("data: [DONE]\n\n"); err != nil {
 		return err
 	}
-	u.w.Flush()
 	return errStreamEnded
+}
+
+// conversationState asks conv's workflow for its state, for at most
+// queryTimeout: a conversation whose worker is gone fails the request
+// rather than holding it open.
+func (s *Server) conversationState(ctx context.Context, conv string) (contract.ConversationState, error) {
+	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
+	defer cancel()
+	return temporalSource{client: s.client}.Conversation(ctx, conv)
 }

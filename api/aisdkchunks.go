@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -318,7 +319,7 @@ func (x *uiTranslator) event(e protocol.Event) []uiChunk {
 				case protocol.DecisionDecline:
 					out = append(out, uiChunk{Type: "tool-output-denied", ToolCallID: r.toolCallID})
 				default:
-					out = append(out, uiChunk{Type: "tool-output-error", ToolCallID: r.toolCallID, ErrorText: orText(e.Reason, "no decision came in time")})
+					out = append(out, uiChunk{Type: "tool-output-error", ToolCallID: r.toolCallID, ErrorText: cmp.Or(e.Reason, "no decision came in time")})
 				}
 			}
 		}
@@ -362,7 +363,7 @@ func (x *uiTranslator) event(e protocol.Event) []uiChunk {
 			case protocol.StatusDeclined:
 				out = append(out, uiChunk{Type: "tool-output-denied", ToolCallID: id})
 			default:
-				out = append(out, uiChunk{Type: "tool-output-error", ToolCallID: id, ErrorText: orText(r.Result, "the call failed ("+r.Status+")")})
+				out = append(out, uiChunk{Type: "tool-output-error", ToolCallID: id, ErrorText: cmp.Or(r.Result, "the call failed ("+r.Status+")")})
 			}
 		}
 		if sub == "" && x.step {
@@ -479,11 +480,4 @@ func uiFinishReason(reason string) string {
 	default:
 		return "other"
 	}
-}
-
-func orText(s, otherwise string) string {
-	if s == "" {
-		return otherwise
-	}
-	return s
 }

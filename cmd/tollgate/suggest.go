@@ -12,6 +12,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/suggest"
+	"github.com/tollgate/tollgate/internal/text"
 )
 
 // suggestOptions are what `tollgate policy suggest` reads of the ledger.
@@ -39,8 +40,8 @@ func suggestRules(ctx context.Context, c *apiClient, o suggestOptions, out io.Wr
 			len(rows), since.UTC().Format(time.RFC3339), o.Min)
 		return nil
 	}
-	fmt.Fprintf(out, "%d suggestions from %d rows since %s, to review (nothing is applied):\n",
-		len(found), len(rows), since.UTC().Format(time.RFC3339))
+	fmt.Fprintf(out, "%d %s from %d rows since %s, to review (nothing is applied):\n",
+		len(found), text.Plural(len(found), "suggestion"), len(rows), since.UTC().Format(time.RFC3339))
 	for _, s := range found {
 		fmt.Fprintln(out)
 		s.Write(out)

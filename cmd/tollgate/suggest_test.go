@@ -70,7 +70,7 @@ func TestPolicySuggestReadsTheLedgerThroughTheAPI(t *testing.T) {
 	require.Equal(t, exitOK, code, errOut)
 	t.Logf("tollgate policy suggest printed:\n%s", out)
 	require.Contains(t, out, "2 suggestions from 25 rows since ")
-	require.Contains(t, out, "Bash command \"go test ./...\"\n  approved 12 times (by alice; 1 distinct, 1 conversations), never declined or edited")
+	require.Contains(t, out, "Bash command \"go test ./...\"\n  approved 12 times (by alice; 1 distinct, 1 conversation), never declined or edited")
 	require.Contains(t, out, `last similar call a person declined (Bash commands that start with "go"): Bash {"command":"go run ./cmd/migrate"}`)
 	require.Contains(t, out, `: "not on prod"`)
 	require.Contains(t, out, "          when: '!(args.command == \"go test ./...\")'\n")
@@ -79,7 +79,7 @@ func TestPolicySuggestReadsTheLedgerThroughTheAPI(t *testing.T) {
 
 	code, out, errOut = suggest("--since", "60d")
 	require.Equal(t, exitOK, code, errOut)
-	require.Contains(t, out, "1 suggestions from 26 rows")
+	require.Contains(t, out, "1 suggestion from 26 rows")
 	require.NotContains(t, out, `"make deploy"`+"\n", "declined once, 40 days ago")
 
 	code, out, _ = suggest("--min", "13")

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/text"
 )
 
 // DefaultMin is how many approvals a pattern needs when Options says none.
@@ -253,8 +254,9 @@ func (s Suggestion) Write(w io.Writer) {
 	if len(s.Principals) > 0 {
 		who = "by " + strings.Join(s.Principals, ", ")
 	}
-	fmt.Fprintf(w, "  approved %d times (%s; %d distinct, %d conversations), never declined or edited; last asked %s\n",
-		s.Approvals, who, s.Distinct, s.Conversations, s.Last.UTC().Format(time.RFC3339))
+	fmt.Fprintf(w, "  approved %d %s (%s; %d distinct, %d %s), never declined or edited; last asked %s\n",
+		s.Approvals, text.Plural(s.Approvals, "time"), who, s.Distinct,
+		s.Conversations, text.Plural(s.Conversations, "conversation"), s.Last.UTC().Format(time.RFC3339))
 	if s.LiveRule != "" {
 		fmt.Fprintf(w, "  asked under: %s\n", s.LiveRule)
 	}
