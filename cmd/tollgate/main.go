@@ -16,6 +16,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -181,6 +182,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, in io.R
 			}
 			if err == nil && len(words) > 0 {
 				err = fmt.Errorf("unexpected %q", words)
+			}
+			if err == nil && *conv != "" {
+				err = errors.New("--conversation is for policy test: suggestions read the whole ledger")
 			}
 			if err != nil {
 				fmt.Fprintf(errOut, "tollgate policy suggest: %v\n\n%s", err, usage)

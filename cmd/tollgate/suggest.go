@@ -29,19 +29,18 @@ type suggestOptions struct {
 // the rules and grants that would have answered what people approved many
 // times and never declined (package suggest). It applies nothing.
 func suggestRules(ctx context.Context, c *apiClient, o suggestOptions, out io.Writer) error {
-	since := o.Since
-	rows, err := c.auditRows(ctx, since, o.Tool)
+	rows, err := c.auditRows(ctx, o.Since, o.Tool)
 	if err != nil {
 		return err
 	}
 	found := suggest.Suggest(rows, suggest.Options{Min: o.Min})
 	if len(found) == 0 {
 		fmt.Fprintf(out, "No suggestion: in %d rows since %s, no pattern was approved %d times without a decline or an edit.\n",
-			len(rows), since.UTC().Format(time.RFC3339), o.Min)
+			len(rows), o.Since.UTC().Format(time.RFC3339), o.Min)
 		return nil
 	}
 	fmt.Fprintf(out, "%d %s from %d rows since %s, to review (nothing is applied):\n",
-		len(found), text.Plural(len(found), "suggestion"), len(rows), since.UTC().Format(time.RFC3339))
+		len(found), text.Plural(len(found), "suggestion"), len(rows), o.Since.UTC().Format(time.RFC3339))
 	for _, s := range found {
 		fmt.Fprintln(out)
 		s.Write(out)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"path/filepath"
@@ -93,4 +94,11 @@ func TestPolicySuggestReadsTheLedgerThroughTheAPI(t *testing.T) {
 	code, _, errOut = suggest("--since", "a while")
 	require.Equal(t, exitUsage, code)
 	require.Contains(t, errOut, `--since "a while" is not a number of days (7d), a duration (36h) or an RFC 3339 time`)
+}
+
+func TestPolicySuggestRefusesAConversationItWouldIgnore(t *testing.T) {
+	var out, errOut bytes.Buffer
+	code := run(t.Context(), []string{"policy", "suggest", "--conversation", "c1"}, func(string) string { return "" }, strings.NewReader(""), &out, &errOut)
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errOut.String(), "--conversation is for policy test: suggestions read the whole ledger")
 }
