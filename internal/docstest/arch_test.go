@@ -99,7 +99,7 @@ func TestTheArrowsPointDown(t *testing.T) {
 		"workflows imports no helper above it")
 	require.Subset(t, []string{"protocol", "internal/text", "internal/audit", "internal/suggest"}, got["cmd/tollgate"],
 		"the terminal client speaks the contract only, and reads the ledger's rows (GET /audit's body) for policy suggest")
-	require.Subset(t, []string{"internal/audit"}, got["internal/suggest"], "suggestions are plain Go over the ledger's rows")
+	require.Subset(t, []string{"internal/audit", "internal/text"}, got["internal/suggest"], "suggestions are plain Go over the ledger's rows")
 	require.Subset(t, []string{"protocol", "internal/text"}, got["internal/scripted"], "the scripted model server speaks the contract only")
 	require.NotContains(t, got["api"], "activities", "the API shares the contract with the activities through protocol")
 	require.Subset(t, []string{"protocol", "internal/text"}, got["workflows/contract"], "the workflows' contract is a leaf above protocol")
