@@ -63,8 +63,9 @@ func exampleCall(tool string) string { return fmt.Sprintf(`[data-testid="call"][
 // headless Chromium: a person types, sees the calls wait with their
 // preview, reloads and sees them ask again, approves one, declines the
 // other with a reason, and sees the results and the answer.
+//
+// Serial, as every test that drives Chromium (docs/testing.md).
 func TestTheAISDKExamplePageApprovesACallThePersonSees(t *testing.T) {
-	t.Parallel()
 	st := newStack(t)
 	page := startAISDKExample(t, st.api.URL)
 	b := newBrowser(t)
