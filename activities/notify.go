@@ -54,7 +54,8 @@ const (
 
 // Notifier POSTs notices to URL (TOLLGATE_NOTIFY_URL): as the Notice's
 // JSON, or with Format slack as a Slack-compatible message (text, and
-// blocks with the call and its two link buttons).
+// blocks with the call, its two link buttons and, when Interactive, the
+// two buttons that decide in Slack).
 type Notifier struct {
 	URL    string
 	Client *http.Client
@@ -63,6 +64,9 @@ type Notifier struct {
 	// API's address as people reach it.
 	Links     *links.Key
 	PublicURL string
+	// Interactive gives slack-format notices Approve and Decline buttons
+	// whose callbacks the API takes (TOLLGATE_SLACK_SIGNING_SECRET).
+	Interactive bool
 }
 
 // Notify sends one notice. Any answer but 2xx is an error, which Temporal's
@@ -77,7 +81,7 @@ func (n *Notifier) Notify(ctx context.Context, notice Notice) error {
 	}
 	var v any = notice
 	if n.Format == NoticeFormatSlack {
-		v = slackMessage(notice)
+		v = slackMessage(notice, n.Interactive)
 	}
 	body, err := json.Marshal(v)
 	if err != nil {
@@ -113,8 +117,10 @@ const slackLimit = 2800
 // with the call whole (multi-line commands as lines), the preview when
 // there is one, and Approve and Decline buttons that open the links (a
 // link shows the call and asks once more before it decides; a chat's link
-// preview never decides).
-func slackMessage(n Notice) map[string]any {
+// preview never decides). Interactive, Approve and Decline decide in Slack
+// (their callbacks go to the API, which knows who clicked), and the links
+// stay as buttons that open their pages.
+func slackMessage(n Notice, interactive bool) map[string]any {
 	what := "waits for your approval"
 	if n.Kind == NoticeReminder {
 		what = "still waits for your approval, and is declined at " + n.ExpiresAt.UTC().Format(time.RFC3339)
@@ -131,11 +137,25 @@ func slackMessage(n Notice) map[string]any {
 	if n.Preview != "" {
 		blocks = append(blocks, map[string]any{"type": "section", "text": map[string]any{"type": "mrkdwn", "text": "What it will do:\n" + codeBlock(n.Preview)}})
 	}
-	if n.ApproveURL != "" {
-		blocks = append(blocks, map[string]any{"type": "actions", "elements": []any{
+	var buttons []any
+	if interactive {
+		buttons = append(buttons,
+			map[string]any{"type": "button", "style": "primary", "text": map[string]any{"type": "plain_text", "text": "Approve"}, "action_id": protocol.SlackActionApprove, "value": n.RequestID},
+			map[string]any{"type": "button", "style": "danger", "text": map[string]any{"type": "plain_text", "text": "Decline"}, "action_id": protocol.SlackActionDecline, "value": n.RequestID})
+	}
+	switch {
+	case n.ApproveURL == "":
+	case interactive:
+		buttons = append(buttons,
+			map[string]any{"type": "button", "text": map[string]any{"type": "plain_text", "text": "Open"}, "url": n.ApproveURL, "action_id": protocol.SlackActionLinkApprove},
+			map[string]any{"type": "button", "text": map[string]any{"type": "plain_text", "text": "Decline with a reason"}, "url": n.DeclineURL, "action_id": protocol.SlackActionLinkDecline})
+	default:
+		buttons = append(buttons,
 			map[string]any{"type": "button", "style": "primary", "text": map[string]any{"type": "plain_text", "text": "Approve"}, "url": n.ApproveURL, "action_id": "approve"},
-			map[string]any{"type": "button", "style": "danger", "text": map[string]any{"type": "plain_text", "text": "Decline"}, "url": n.DeclineURL, "action_id": "decline"},
-		}})
+			map[string]any{"type": "button", "style": "danger", "text": map[string]any{"type": "plain_text", "text": "Decline"}, "url": n.DeclineURL, "action_id": "decline"})
+	}
+	if len(buttons) > 0 {
+		blocks = append(blocks, map[string]any{"type": "actions", "elements": buttons})
 	}
 	blocks = append(blocks, map[string]any{"type": "context", "elements": []any{
 		map[string]any{"type": "mrkdwn", "text": "request `" + n.RequestID + "` · expires " + n.ExpiresAt.UTC().Format(time.RFC3339)},

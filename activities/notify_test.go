@@ -107,3 +107,43 @@ func TestASlackNoticeShowsTheCallWholeAsLinesWithTheLinksAsButtons(t *testing.T)
 	require.Contains(t, msg.Blocks[1].Text.Text, "cut here: open a link to see the whole call")
 	require.LessOrEqual(t, len(msg.Blocks[1].Text.Text), 3000)
 }
+
+func TestAnInteractiveSlackNoticeDecidesInSlackAndKeepsTheLinksToOpen(t *testing.T) {
+	key, err := links.NewKey(strings.Repeat("k", links.MinSecretLength))
+	require.NoError(t, err)
+	type button struct {
+		ActionID string `json:"action_id"`
+		Value    string `json:"value"`
+		URL      string `json:"url"`
+		Style    string `json:"style"`
+	}
+	actions := func(n *Notifier) []button {
+		var msg struct {
+			Blocks []struct {
+				Type     string   `json:"type"`
+				Elements []button `json:"elements"`
+			} `json:"blocks"`
+		}
+		require.NoError(t, json.Unmarshal(postedTo(t, n, testNotice), &msg))
+		var out []button
+		for _, b := range msg.Blocks {
+			if b.Type == "actions" {
+				out = append(out, b.Elements...)
+			}
+		}
+		return out
+	}
+	got := actions(&Notifier{Format: NoticeFormatSlack, Links: &key, PublicURL: "https://t.example", Interactive: true})
+	require.Len(t, got, 4)
+	require.Equal(t, button{ActionID: protocol.SlackActionApprove, Value: testNotice.RequestID, Style: "primary"}, got[0])
+	require.Equal(t, button{ActionID: protocol.SlackActionDecline, Value: testNotice.RequestID, Style: "danger"}, got[1])
+	require.Equal(t, protocol.SlackActionLinkApprove, got[2].ActionID)
+	require.True(t, strings.HasPrefix(got[2].URL, "https://t.example/decide?"), got[2].URL)
+	require.Equal(t, protocol.SlackActionLinkDecline, got[3].ActionID)
+	require.Contains(t, got[3].URL, "decision=decline")
+
+	// Without links, the two buttons that decide in Slack alone.
+	got = actions(&Notifier{Format: NoticeFormatSlack, Interactive: true})
+	require.Equal(t, []string{protocol.SlackActionApprove, protocol.SlackActionDecline}, []string{got[0].ActionID, got[1].ActionID})
+	require.Len(t, got, 2)
+}

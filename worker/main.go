@@ -322,7 +322,7 @@ func newWorker(c client.Client, cfg config.Config, p parts) worker.Worker {
 	workflows.Register(w, wf, model, tools)
 	workflows.RegisterMCP(w, p.mcp)
 	if cfg.NotifyURL != "" {
-		workflows.RegisterNotifier(w, &activities.Notifier{URL: cfg.NotifyURL, Format: cfg.NotifyFormat, Links: cfg.Links, PublicURL: cfg.PublicURL})
+		workflows.RegisterNotifier(w, &activities.Notifier{URL: cfg.NotifyURL, Format: cfg.NotifyFormat, Links: cfg.Links, PublicURL: cfg.PublicURL, Interactive: cfg.Slack.SigningSecret != ""})
 	}
 	tester := &workflows.PolicyTester{Settings: wf.Settings}
 	if p.ledger != nil {

@@ -128,6 +128,18 @@ const (
 	// EnvNotifyReminder is how long before a call's timeout its reminder
 	// goes out; unset, at four fifths of the time.
 	EnvNotifyReminder = "TOLLGATE_NOTIFY_REMINDER"
+	// EnvSlackSigningSecret turns on approval from Slack: the API checks
+	// the signature of Slack's interaction callbacks with it (POST
+	// /slack/interactions), and the worker, which needs only to know it
+	// is set, gives slack-format notices buttons that decide in Slack.
+	EnvSlackSigningSecret = "TOLLGATE_SLACK_SIGNING_SECRET"
+	// EnvSlackUsers maps Slack user ids to the principals they decide as:
+	// comma-separated USERID=principal entries (U01ABC=alice).
+	EnvSlackUsers = "TOLLGATE_SLACK_USERS"
+	// EnvSlackResponseURL is what the response_url of a callback must
+	// start with before the API posts the outcome there; default
+	// DefaultSlackResponseURL.
+	EnvSlackResponseURL = "TOLLGATE_SLACK_RESPONSE_URL"
 	// Budgets: what a turn, and a conversation, may spend (model tokens as
 	// the server reports them, tool calls, wall time) before a person is
 	// asked whether it may go on. Unset, none.
@@ -181,6 +193,8 @@ const (
 	DefaultAuditDB           = ".tollgate/audit.db"
 	// DefaultMaxTemporalCalls is EnvMaxTemporalCalls's default.
 	DefaultMaxTemporalCalls = 64
+	// DefaultSlackResponseURL is where Slack's response_urls live.
+	DefaultSlackResponseURL = "https://hooks.slack.com/"
 	// DefaultMCPConfig is read when it exists, as Claude Code reads a
 	// project's .mcp.json; a file named by TOLLGATE_MCP_CONFIG must exist.
 	DefaultMCPConfig = ".mcp.json"
@@ -244,6 +258,9 @@ type Config struct {
 	// unset. PublicURL is the API's address as people reach it.
 	Links     *links.Key
 	PublicURL string
+	// Slack is approval from Slack; its SigningSecret is empty when it is
+	// off.
+	Slack Slack
 	// MaxSteps bounds the model calls of one turn.
 	MaxSteps int
 	// WorkflowCacheSize is how many workflows the worker keeps cached
@@ -340,6 +357,32 @@ func (t APIToken) GoString() string {
 	return "config.APIToken{Principal: " + strconv.Quote(t.Principal) + "}"
 }
 
+// Slack is the configuration of approval from Slack.
+type Slack struct {
+	// SigningSecret checks Slack's callbacks (the API); the worker only
+	// asks whether it is set. Empty when approval from Slack is off.
+	SigningSecret string
+	// Users maps a Slack user id to the principal it decides as (API
+	// only).
+	Users map[string]string
+	// ResponseURL is what a callback's response_url must start with
+	// (API only).
+	ResponseURL string
+}
+
+// String never shows the signing secret.
+func (s Slack) String() string {
+	return fmt.Sprintf("{SigningSecret:<%d characters> Users:%v ResponseURL:%s}", len(s.SigningSecret), s.Users, s.ResponseURL)
+}
+
+// GoString keeps %#v from showing the signing secret, as String does for
+// %v.
+func (s Slack) GoString() string { return "config.Slack" + s.String() }
+
+// slackUserPattern is what a Slack user id looks like (U..., or W... for
+// an Enterprise Grid user).
+var slackUserPattern = regexp.MustCompile(`^[UW][A-Z0-9]{2,}$`)
+
 // MinTokenLength is the shortest bearer token TOLLGATE_API_TOKENS accepts.
 const MinTokenLength = 16
 
@@ -361,6 +404,7 @@ var known = []string{
 	EnvCodecOrigins, EnvContextBudget, EnvModelContextWindow, EnvContextRecent, EnvPayloadDir, EnvPayloadThreshold, EnvPayloadS3Endpoint, EnvPayloadS3Secure, EnvPayloadS3Bucket,
 	EnvPayloadS3Prefix, EnvPayloadS3Region, EnvPayloadS3AccessKey, EnvPayloadS3SecretKey, EnvAuditDB, EnvGRPCCompression,
 	EnvLinkSecret, EnvPublicURL, EnvNotifyFormat, EnvNotifyReminder,
+	EnvSlackSigningSecret, EnvSlackUsers, EnvSlackResponseURL,
 	EnvBudgetTurnTokens, EnvBudgetTurnToolCalls, EnvBudgetTurnTime,
 	EnvBudgetConversationTokens, EnvBudgetConversationToolCalls, EnvBudgetConversationTime,
 }
@@ -442,6 +486,7 @@ func LoadFor(uses Binary, getenv func(string) string) (Config, error) {
 		c.NotifyURL = r.url(EnvNotifyURL)
 		c.NotifyFormat = r.oneOf(EnvNotifyFormat, "json", "json", "slack")
 		c.NotifyReminder = r.optionalDuration(EnvNotifyReminder, time.Minute)
+		c.Slack.SigningSecret = r.str(EnvSlackSigningSecret, "")
 		if c.Links != nil && c.PublicURL == "" {
 			r.fail(EnvPublicURL, "", "required with %s: the worker makes links under it (example: https://tollgate.example.com)", EnvLinkSecret)
 		}
@@ -476,6 +521,7 @@ func LoadFor(uses Binary, getenv func(string) string) (Config, error) {
 		c.AllowUnauthenticated = r.boolean(EnvAllowUnauthenticated)
 		c.AllowedOrigins = r.origins(EnvAllowedOrigins)
 		c.CodecOrigins = r.origins(EnvCodecOrigins)
+		c.Slack = r.slack()
 	}
 	if c.Payloads.S3Endpoint != "" && c.Payloads.S3Bucket == "" {
 		r.fail(EnvPayloadS3Bucket, "", "required with %s", EnvPayloadS3Endpoint)
@@ -616,6 +662,61 @@ func (r *reader) linkKey(name string) *links.Key {
 		return nil
 	}
 	return &k
+}
+
+// slack reads approval from Slack: the signing secret (never shown in an
+// error), and the users, required with it and refused without it.
+func (r *reader) slack() Slack {
+	s := Slack{SigningSecret: r.str(EnvSlackSigningSecret, ""), ResponseURL: DefaultSlackResponseURL}
+	if v := r.url(EnvSlackResponseURL); v != "" {
+		s.ResponseURL = v
+	}
+	if s.SigningSecret != "" && len(s.SigningSecret) < 16 {
+		r.fail(EnvSlackSigningSecret, "<secret>", "is %d characters long: use the Signing Secret of the Slack app's Basic Information page", len(s.SigningSecret))
+	}
+	s.Users = r.slackUsers(EnvSlackUsers)
+	switch {
+	case s.SigningSecret != "" && len(s.Users) == 0:
+		r.fail(EnvSlackUsers, "", "required with %s: it says which principal each Slack user decides as (example: U01ABC=alice,U02DEF=bob)", EnvSlackSigningSecret)
+	case s.SigningSecret == "" && len(s.Users) > 0:
+		r.fail(EnvSlackSigningSecret, "", "required with %s: without it no callback from Slack can be checked", EnvSlackUsers)
+	}
+	return s
+}
+
+// slackUsers reads comma-separated USERID=principal entries; its errors
+// name the entry.
+func (r *reader) slackUsers(name string) map[string]string {
+	raw := r.str(name, "")
+	if raw == "" {
+		return nil
+	}
+	users := map[string]string{}
+	for _, item := range strings.Split(raw, ",") {
+		if item = strings.TrimSpace(item); item == "" {
+			continue
+		}
+		user, principal, ok := strings.Cut(item, "=")
+		user, principal = strings.TrimSpace(user), strings.TrimSpace(principal)
+		switch {
+		case !ok:
+			r.fail(name, raw, "entry %q is not a USERID=principal pair (example: U01ABC=alice)", item)
+		case !slackUserPattern.MatchString(user):
+			r.fail(name, raw, "entry %q: %q is not a Slack user id (U or W, then capital letters and digits: the member id of the user's profile)", item, user)
+		case !principalPattern.MatchString(principal):
+			r.fail(name, raw, "entry %q: the principal must be a name: a letter or digit, then up to 63 letters, digits, '.', '_', '@' or '-'", item)
+		case principal == protocol.PrincipalLink || principal == protocol.PrincipalTemporal:
+			r.fail(name, raw, "entry %q: %q is who decisions through a signed link or a Temporal signal are recorded as, not a person", item, principal)
+		case users[user] != "":
+			r.fail(name, raw, "entry %q: user %s is mapped twice", item, user)
+		default:
+			users[user] = principal
+		}
+	}
+	if len(users) == 0 {
+		r.fail(name, raw, "no USERID=principal entries (example: U01ABC=alice,U02DEF=bob)")
+	}
+	return users
 }
 
 // optionalCount reads a whole number of at least 1, or 0 when unset;

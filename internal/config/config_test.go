@@ -52,6 +52,7 @@ func TestLoadWithNothingSetGivesTheDocumentedDefaults(t *testing.T) {
 		Payloads:          payloads.Config{Dir: filepath.Join(wd, ".tollgate", "payloads"), Threshold: payloads.DefaultThreshold},
 		AuditDB:           filepath.Join(wd, ".tollgate", "audit.db"),
 		NotifyFormat:      "json",
+		Slack:             Slack{ResponseURL: DefaultSlackResponseURL},
 	}, c)
 }
 
@@ -132,6 +133,7 @@ func TestLoadTakesEveryVariableFromTheEnvironment(t *testing.T) {
 		AuditDB:           "postgres://tollgate:secret@db:5432/tollgate",
 		Links:             &key,
 		PublicURL:         "https://tollgate.example.com",
+		Slack:             Slack{ResponseURL: DefaultSlackResponseURL},
 		NotifyFormat:      "slack",
 		NotifyReminder:    2 * time.Minute,
 		Budgets: Budgets{TurnTokens: 5000, TurnToolCalls: 20, TurnTime: 10 * time.Minute,

@@ -89,6 +89,7 @@ func TestProtocolDocGivesEveryVariableLoadsDefault(t *testing.T) {
 		EnvPayloadS3Secure:      "false",
 		EnvGRPCCompression:      GRPCCompressionGzip,
 		EnvBashSandbox:          protocol.SandboxOff,
+		EnvSlackResponseURL:     DefaultSlackResponseURL,
 	}
 	for name, cell := range docVariables(t) {
 		if want, ok := defaults[name]; ok {
