@@ -217,7 +217,17 @@ func (s *Server) approve(c *gin.Context) {
 // (POST /ai-sdk/chat) decide through it.
 func (s *Server) decideAsCaller(c *gin.Context, d protocol.ApprovalDecision) (protocol.ApprovalDecision, string, error) {
 	d = decidedBy(c, d)
-	reason, err := s.decide(c.Request.Context(), d, decisionUpdateID(d))
+	reason, _, err := s.decideAs(c.Request.Context(), d)
+	return d, reason, err
+}
+
+// decideAs sends d, decided by its Principal in its Role, to the turn
+// that waits for it, and counts it: reason is why the turn did not take
+// it ("" when it did), and why the turn's own words for it (which rule
+// refused whom). decideAsCaller and Slack's buttons (POST
+// /slack/interactions) decide through it.
+func (s *Server) decideAs(ctx context.Context, d protocol.ApprovalDecision) (string, string, error) {
+	reason, why, err := s.decideWhy(ctx, d, decisionUpdateID(d))
 	switch {
 	case err != nil:
 		s.metrics.decision(d.Decision, outcomeError)
@@ -226,7 +236,7 @@ func (s *Server) decideAsCaller(c *gin.Context, d protocol.ApprovalDecision) (pr
 	default:
 		s.metrics.decision(d.Decision, outcomeAccepted)
 	}
-	return d, reason, err
+	return reason, why, err
 }
 
 // decidedBy is d as the caller of c decides it: who decides is the
@@ -253,21 +263,28 @@ func (s *Server) lostTurnOf(ctx context.Context, requestID, reason string) *turn
 // names its workflow, so any API instance can deliver any decision; only
 // the workflow's validator can tell a genuine id.
 func (s *Server) decide(ctx context.Context, d protocol.ApprovalDecision, updateID string) (string, error) {
+	reason, _, err := s.decideWhy(ctx, d, updateID)
+	return reason, err
+}
+
+// decideWhy is decide, and says why too: the workflow's words for its
+// refusal ("" when it took the decision, or said nothing more).
+func (s *Server) decideWhy(ctx context.Context, d protocol.ApprovalDecision, updateID string) (string, string, error) {
 	wid, ok := contract.RequestWorkflowID(d.RequestID)
 	if !ok {
 		s.log.Info("approval not taken: not a tollgate request id", "requestId", d.RequestID)
-		return protocol.RejectUnknown, nil
+		return protocol.RejectUnknown, "", nil
 	}
 	var res protocol.ApprovalResult
-	reason, err := s.offer(ctx, wid, contract.ApprovalUpdate, updateID, d, &res)
+	reason, why, err := s.offerWhy(ctx, wid, contract.ApprovalUpdate, updateID, d, &res)
 	if err != nil {
-		return "", fmt.Errorf("request %s: %w", d.RequestID, err)
+		return "", "", fmt.Errorf("request %s: %w", d.RequestID, err)
 	}
 	if reason == "" && !res.Accepted {
 		reason = protocol.RejectDecided
 	}
 	s.log.Info("approval", "requestId", d.RequestID, "decision", d.Decision, "by", d.Principal, "role", d.Role, "accepted", reason == "", "reason", reason)
-	return reason, nil
+	return reason, why, nil
 }
 
 // decisionUpdateID names the Update that carries d: the same decision on
@@ -286,11 +303,23 @@ func decisionUpdateID(d protocol.ApprovalDecision) string {
 // An updateID, when not "", makes a retried Update get the first one's
 // outcome.
 func (s *Server) offer(ctx context.Context, wid, update, updateID string, arg, result any) (string, error) {
+	reason, _, err := s.offerWhy(ctx, wid, update, updateID, arg, result)
+	return reason, err
+}
+
+// offerWhy is offer, and says why too: the message of the workflow's
+// refusal, "" when it took the Update.
+func (s *Server) offerWhy(ctx context.Context, wid, update, updateID string, arg, result any) (string, string, error) {
 	refused, err := s.sendUpdate(ctx, wid, update, updateID, arg, result)
 	if err != nil || refused == nil {
-		return "", err
+		return "", "", err
 	}
-	return refusalReason(refused)
+	reason, err := refusalReason(refused)
+	why := ""
+	if app := (*temporal.ApplicationError)(nil); errors.As(refused, &app) {
+		why = app.Message()
+	}
+	return reason, why, err
 }
 
 // refusalReason is the Reject reason of an Update's refusal (unknown for

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/internal/links"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 // callerKey is where authenticate leaves the caller's token (its
@@ -93,17 +94,18 @@ func (e *unauthorizedError) Unwrap() error { return e.cause }
 
 // isUnauthorized reports whether err is an authentication failure.
 func isUnauthorized(err error) bool {
-	return errors.Is(err, errNoToken) || errors.Is(err, errBadToken)
+	return errors.Is(err, errNoToken) || errors.Is(err, errBadToken) || errors.Is(err, errBadSlackSignature)
 }
 
 // publicRoutes are what a request without a token may reach: the health
 // check, for load balancers, the console's static pages and assets,
 // which hold no data and which a browser loads without headers (the pages
 // then send the token the user typed with every API call), and the
-// decision links, each its own credential (its signature).
+// decision links, each its own credential (its signature), and Slack's
+// callbacks, which Slack signs.
 var publicRoutes = []string{
 	"GET /healthz", "GET " + consolePath, "GET " + inboxPath, "GET " + ledgerPath, "GET " + assetsPath + "*file",
-	"GET " + links.Path, "POST " + links.Path,
+	"GET " + links.Path, "POST " + links.Path, "POST " + protocol.SlackInteractionsPath,
 }
 
 // public reports whether a request may come without a token.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/internal/links"
+	"github.com/tollgate/tollgate/protocol"
 )
 
 // errUnsupportedMediaType is the cause of every 415.
@@ -36,6 +37,12 @@ func (s *Server) refuseCrossSite(c *gin.Context) {
 	if origin := c.GetHeader("Origin"); origin != "" && !s.originAllowed(c.Request, origin) &&
 		!(strings.HasPrefix(c.Request.URL.Path, codecPath+"/") && slices.Contains(s.codecOrigins, origin)) {
 		writeError(c, s.log, forbidden("a request from origin %.100q may not change anything here: only the API's own origin, or one listed in %s, may", origin, config.EnvAllowedOrigins))
+		return
+	}
+	if c.Request.URL.Path == protocol.SlackInteractionsPath && c.Request.Method == http.MethodPost {
+		// Slack posts a form, from its servers (no Origin, so the check
+		// above lets it by): only its signature, which the handler
+		// checks, lets a callback decide, and a page cannot make one.
 		return
 	}
 	if c.Request.URL.Path == links.Path && c.Request.Method == http.MethodPost {

@@ -83,6 +83,7 @@ func run(cfg config.Config, log *slog.Logger) error {
 		CodecOrigins:      cfg.CodecOrigins,
 		TracerProvider:    tracing.Provider,
 		Links:             cfg.Links,
+		Slack:             cfg.Slack,
 	}
 	if cfg.PublicURL != "" {
 		// The link page posts from the API's public address.

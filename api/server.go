@@ -77,6 +77,9 @@ type Options struct {
 	// Links, when set, checks the notices' decision links at /decide; nil
 	// answers 404 there.
 	Links *links.Key
+	// Slack, with its SigningSecret, takes Slack's button callbacks at
+	// /slack/interactions; without, that answers 404.
+	Slack config.Slack
 	// TracerProvider, when set, traces every request but the health and
 	// metrics probes as a server span (the parent of the Temporal calls it
 	// makes, which carry it into the workflows); nil traces nothing.
@@ -204,6 +207,8 @@ type Server struct {
 	ledger *auditdb.Ledger
 	// links checks decision links, or is nil.
 	links *links.Key
+	// slack takes Slack's callbacks, or is nil.
+	slack *slackGate
 	// pageKey signs GET /approvals' page tokens (pageKey).
 	pageKey []byte
 	// ledgerMissWarned is when turnsWaitOutsideLedger last warned (Unix
@@ -237,6 +242,7 @@ func newServer(o Options, src eventSource, settings hubSettings) *Server {
 
 		ledger:         o.Ledger,
 		links:          o.Links,
+		slack:          newSlackGate(o.Slack, o.Tokens),
 		pageKey:        pageKey(o.Links, o.Tokens),
 		allowBypass:    o.AllowBypass,
 		anyHost:        o.AnyHost,
@@ -287,6 +293,8 @@ func newServer(o Options, src eventSource, settings hubSettings) *Server {
 	// A link is its own credential: its signature, checked by the handler.
 	r.GET(links.Path, s.showLink)
 	r.POST(links.Path, s.decideByLink)
+	// Slack's callbacks: their signature, checked by the handler.
+	r.POST(protocol.SlackInteractionsPath, s.slackInteraction)
 	r.GET("/healthz", s.healthz)
 	r.GET("/metrics", gin.WrapH(promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{})))
 	if o.Codec != nil {

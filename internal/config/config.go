@@ -669,7 +669,9 @@ func (r *reader) linkKey(name string) *links.Key {
 func (r *reader) slack() Slack {
 	s := Slack{SigningSecret: r.str(EnvSlackSigningSecret, ""), ResponseURL: DefaultSlackResponseURL}
 	if v := r.url(EnvSlackResponseURL); v != "" {
-		s.ResponseURL = v
+		// A prefix that ends a path: http://h:1 must not let
+		// http://h:10/ by.
+		s.ResponseURL = strings.TrimSuffix(v, "/") + "/"
 	}
 	if s.SigningSecret != "" && len(s.SigningSecret) < 16 {
 		r.fail(EnvSlackSigningSecret, "<secret>", "is %d characters long: use the Signing Secret of the Slack app's Basic Information page", len(s.SigningSecret))
