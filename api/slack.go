@@ -31,8 +31,10 @@ const slackWindow = 5 * time.Minute
 // response_url.
 const slackPostTimeout = 10 * time.Second
 
-// slackOutcomeBlock is the block_id of the block that says what became of
-// a click, so that the next one replaces it rather than add another.
+// slackOutcomeBlock starts the block_id of the block that says what
+// became of a click, so that the next one replaces it rather than add
+// another. Each gets an id of its own (the click's action_ts after it), as
+// Slack asks of a block in a message that is updated.
 const slackOutcomeBlock = "tollgate_outcome"
 
 // errBadSlackSignature is the cause of a 401 to a callback that Slack did
@@ -168,16 +170,26 @@ func (s *Server) slackInteraction(c *gin.Context) {
 		return
 	}
 	click, ok := tollgateClick(ic)
-	c.Status(http.StatusOK)
 	if !ok {
 		// Another kind of interaction, or a button that only opens a
 		// link: nothing to decide.
+		c.Status(http.StatusOK)
 		return
 	}
+	if !strings.HasPrefix(ic.ResponseURL, s.slack.responseURL) {
+		// Slack signed it, yet it would have the outcome posted
+		// elsewhere: a leaked secret, or a setting that does not fit
+		// this Slack. Nothing is decided where nobody would be told.
+		// (The URL is a credential for the channel: not logged.)
+		s.log.Warn("slack callback refused: its response_url does not start with "+config.EnvSlackResponseURL, "want", s.slack.responseURL, "slackUser", ic.User.ID)
+		writeError(c, s.log, badRequest("the callback's response_url does not start with %s (%s): nothing was decided", config.EnvSlackResponseURL, s.slack.responseURL))
+		return
+	}
+	c.Status(http.StatusOK)
 	s.slack.work.Go(func() {
 		ctx, cancel := context.WithTimeout(s.ctx, updateTimeout+slackPostTimeout)
 		defer cancel()
-		s.answerSlack(ctx, ic, s.decideInSlack(ctx, ic.User.ID, click))
+		s.answerSlack(ctx, ic, click, s.decideInSlack(ctx, ic.User.ID, click))
 	})
 }
 
@@ -276,24 +288,20 @@ func clickTime(a *slack.BlockAction) time.Time {
 	return time.Unix(int64(secs), 0)
 }
 
-// answerSlack posts the outcome to the callback's response_url, replacing
-// the message: its blocks as they were, without the previous outcome (and
-// the buttons, unless they stay), then the outcome. A response_url that
-// does not start with TOLLGATE_SLACK_RESPONSE_URL gets nothing.
-func (s *Server) answerSlack(ctx context.Context, ic slack.InteractionCallback, out slackOutcome) {
-	if !strings.HasPrefix(ic.ResponseURL, s.slack.responseURL) {
-		// The URL itself is a credential for the channel: not logged.
-		s.log.Warn("slack response_url refused: it does not start with "+config.EnvSlackResponseURL, "want", s.slack.responseURL, "outcome", out.text)
-		return
-	}
+// answerSlack posts the outcome to the callback's response_url (which
+// slackInteraction checked), replacing the message: its blocks as they
+// were, without the previous outcome (and the buttons, unless they stay),
+// then the outcome.
+func (s *Server) answerSlack(ctx context.Context, ic slack.InteractionCallback, click *slack.BlockAction, out slackOutcome) {
 	var blocks []slack.Block
 	for _, b := range ic.Message.Blocks.BlockSet {
-		if b.ID() == slackOutcomeBlock || (b.BlockType() == slack.MBTAction && !out.keepButtons) {
+		if strings.HasPrefix(b.ID(), slackOutcomeBlock) || (b.BlockType() == slack.MBTAction && !out.keepButtons) {
 			continue
 		}
 		blocks = append(blocks, b)
 	}
-	blocks = append(blocks, slack.NewSectionBlock(slack.NewTextBlockObject(slack.MarkdownType, out.text, false, false), nil, nil, slack.SectionBlockOptionBlockID(slackOutcomeBlock)))
+	id := slackOutcomeBlock + "_" + strings.ReplaceAll(click.ActionTs, ".", "_")
+	blocks = append(blocks, slack.NewSectionBlock(slack.NewTextBlockObject(slack.MarkdownType, out.text, false, false), nil, nil, slack.SectionBlockOptionBlockID(id)))
 	msg := &slack.WebhookMessage{Text: out.text, Blocks: &slack.Blocks{BlockSet: blocks}, ReplaceOriginal: true}
 	ctx, cancel := context.WithTimeout(ctx, slackPostTimeout)
 	defer cancel()

@@ -328,6 +328,14 @@ func TestSlackCallbacksThatMayNotDecideAreRefusedAndSaySo(t *testing.T) {
 	status, _ = postSlack(t, api.URL, fromPage, body)
 	require.Equal(t, http.StatusForbidden, status)
 
+	// Signed, but with the outcome to go elsewhere than Slack: refused,
+	// and nothing is posted there.
+	elsewhere := newFakeSlack(t)
+	body = slackClick{user: "U0BOB", actionID: protocol.SlackActionApprove, requestID: bash, response: "elsewhere", notice: notice, at: now}.payload(t, elsewhere.srv.URL)
+	status, answer = postSlack(t, api.URL, signedSlack(slackSecret, now, body), body)
+	require.Equal(t, http.StatusBadRequest, status, answer)
+	require.Contains(t, answer, "response_url does not start with TOLLGATE_SLACK_RESPONSE_URL")
+
 	// Signed, but by someone tollgate does not know, or who may not
 	// decide: each told why, with the buttons left for someone who may.
 	for _, tc := range []struct{ user, requestID, response, want string }{
@@ -347,6 +355,7 @@ func TestSlackCallbacksThatMayNotDecideAreRefusedAndSaySo(t *testing.T) {
 	srv.slack.work.Wait()
 	require.Empty(t, fake.responses("forged"))
 	require.Empty(t, fake.responses("stale"))
+	require.Empty(t, elsewhere.responses("elsewhere"))
 	pending := map[string]bool{}
 	for _, a := range st.approvals(t, "?conversationId=slack-refused") {
 		pending[a.RequestID] = true
