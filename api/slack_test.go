@@ -399,3 +399,27 @@ func TestAnAPIWithoutASlackSigningSecretTakesNoCallback(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, status)
 	require.Contains(t, answer, config.EnvSlackSigningSecret)
 }
+
+func TestASlackUserDecidesInTheRoleOfTheirPrincipalsTokens(t *testing.T) {
+	c := config.Slack{SigningSecret: slackSecret, Users: map[string]string{"U0A": "alice"}}
+	g := newSlackGate(c, []config.APIToken{
+		{Token: "t1-0123456789abcdef", Principal: "alice", Roles: []string{config.RoleChat}},
+		{Token: "t2-0123456789abcdef", Principal: "alice", Roles: []string{config.RoleAdmin}},
+		{Token: "t3-0123456789abcdef", Principal: "lead", Roles: []string{config.RoleAdmin, config.RoleApprove}},
+	})
+	role, err := g.role("alice")
+	require.NoError(t, err)
+	require.Equal(t, config.RoleAdmin, role, "one of alice's tokens is admin's")
+	role, err = g.role("lead")
+	require.NoError(t, err)
+	require.Equal(t, config.RoleApprove, role, "approve where the principal has it, as a bearer caller")
+	_, err = g.role("nobody")
+	require.EqualError(t, err, "nobody has no API token here, so no role that may decide (approve or admin)")
+
+	// An API without tokens gives no role and refuses nobody: the rule's
+	// deciders still name principals.
+	role, err = newSlackGate(c, nil).role("alice")
+	require.NoError(t, err)
+	require.Empty(t, role)
+	require.Nil(t, newSlackGate(config.Slack{}, nil), "off without a signing secret")
+}
