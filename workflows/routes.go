@@ -98,11 +98,12 @@ var (
 			p.answer(fmt.Sprintf("Error: the arguments of %s are not a JSON object: %s", p.call.Name, p.call.Arguments), protocol.StatusError)
 		},
 	}
-	// routeBypassed: the turn bypasses approval, and no rule requires
-	// the tool always (only such a rule still asks).
+	// routeBypassed: the turn bypasses approval, no rule requires the
+	// tool always (only such a rule still asks), and the gate is not
+	// frozen.
 	routeBypassed = &route{
 		name:  "bypassed",
-		takes: func(in routeInput) bool { return in.bypass && !in.vetting.Check.Always },
+		takes: func(in routeInput) bool { return in.bypass && !in.vetting.Check.Always && !in.vetting.Frozen },
 		pass: func(t *turn, ctx workflow.Context, _ *batch, p *passage) {
 			t.gate.traceAnswer(ctx, p.call, DecidedByBypass, nil)
 		},
@@ -124,11 +125,11 @@ var (
 	}
 	// routeContained: the call ran in the sandbox first and touched no
 	// file the policy protects, and Bash's rule says sandbox: auto: its
-	// changes apply without a person. A grant still answers it first (a
-	// remembered decline holds).
+	// changes apply without a person, unless the gate is frozen. A grant
+	// still answers it first (a remembered decline holds).
 	routeContained = &route{
 		name:      "contained",
-		takes:     func(in routeInput) bool { return in.contained },
+		takes:     func(in routeInput) bool { return in.contained && !in.vetting.Frozen },
 		grantable: true,
 		pass:      passContained,
 	}
