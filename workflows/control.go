@@ -37,6 +37,9 @@ type control struct {
 // the state, after controlChangesPerRun changes.
 func (w *Workflows) Control(ctx workflow.Context, in contract.ControlInput) error {
 	c := &control{state: in.State}
+	if c.state.Epoch == "" {
+		c.state.Epoch = workflow.GetInfo(ctx).WorkflowExecution.RunID
+	}
 	c.state.Delegations = live(c.state.Delegations, workflow.Now(ctx))
 	if err := workflow.SetQueryHandler(ctx, contract.ControlQuery, func() (contract.ControlState, error) {
 		s := c.state

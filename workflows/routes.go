@@ -117,10 +117,11 @@ var (
 		},
 	}
 	// routeGranted: a remembered decision answers the call that would
-	// ask; one that declines it answers the model at once.
+	// ask; one that declines it answers the model at once. While the gate
+	// is frozen none does (the gate does not look for one either).
 	routeGranted = &route{
 		name:  "granted",
-		takes: func(in routeInput) bool { return in.grant != nil },
+		takes: func(in routeInput) bool { return in.grant != nil && !in.vetting.Frozen },
 		pass:  passGranted,
 	}
 	// routeContained: the call ran in the sandbox first and touched no

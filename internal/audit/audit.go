@@ -104,13 +104,14 @@ type Record struct {
 	OnBehalfOf string `json:"onBehalfOf,omitempty"`
 	// Kind is empty for a call's row, and names an admin's change for the
 	// row of one (KindFreeze, KindThaw, KindDelegate, KindUndelegate):
-	// Principal is the admin, Reason theirs, Arguments what changed (a
+	// its Tool is AdminTool, Principal the admin, Reason theirs, Arguments what changed (a
 	// JSON object), RequestedAt and DecidedAt when.
 	Kind string `json:"kind,omitempty"`
 }
 
-// Kinds of an admin's row (Record.Kind).
+// Kinds of an admin's row (Record.Kind), whose Tool is AdminTool.
 const (
+	AdminTool      = "tollgate-admin"
 	KindFreeze     = "freeze"
 	KindThaw       = "thaw"
 	KindDelegate   = "delegate"

@@ -43,8 +43,13 @@ type ControlState struct {
 	// Delegations are those not yet over, in the order they were set.
 	Delegations []protocol.Delegation `json:"delegations,omitempty"`
 	// Changes counts every change the workflow took, over all its runs:
-	// the ledger's row of a change is named by it (control:<n>).
+	// the ledger's row of a change is named by it and Epoch
+	// (control:<epoch>:<n>).
 	Changes int `json:"changes,omitempty"`
+	// Epoch is the run ID of the control workflow's first run, which its
+	// later runs carry: a control workflow started again (after one was
+	// terminated) counts its changes from 0 again.
+	Epoch string `json:"epoch,omitempty"`
 }
 
 // StandInFor is the principal that principal stands in for at now, or ""
@@ -139,20 +144,27 @@ func (w *ControlWatcher) Changed() <-chan struct{} {
 }
 
 // Set makes s the newest state: the poll's, or an Update's answer. A
-// state with fewer changes than the one held is older and is dropped.
+// state of the same epoch with fewer changes than the one held is older
+// (a poll that was under way as an Update took its change) and is
+// dropped.
 func (w *ControlWatcher) Set(s ControlState) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	old := w.state.Load()
-	if old != nil && s.Changes < old.Changes {
+	if old != nil && s.Epoch == old.Epoch && s.Changes < old.Changes {
 		return
 	}
 	w.state.Store(&s)
-	if old == nil && !s.Freeze.Frozen || old != nil && old.Freeze == s.Freeze {
+	if old == nil && !s.Freeze.Frozen || old != nil && sameFreeze(old.Freeze, s.Freeze) {
 		return
 	}
 	close(w.changed)
 	w.changed = make(chan struct{})
+}
+
+// sameFreeze reports whether a and b say the same freeze.
+func sameFreeze(a, b protocol.GateFreeze) bool {
+	return a.Frozen == b.Frozen && a.BlockNewTurns == b.BlockNewTurns && a.By == b.By && a.Reason == b.Reason && a.At.Equal(b.At)
 }
 
 // ReadControl reads the control workflow's state once: the zero state when it
