@@ -308,7 +308,7 @@ func (st *stack) newAPI(t *testing.T) *httptest.Server {
 
 // apiOptions are the options of the stack's API instances.
 func (st *stack) apiOptions() Options {
-	o := Options{Client: st.apiClient, TaskQueue: st.queue, HeartbeatInterval: 200 * time.Millisecond, Logger: st.log, AllowBypass: st.allowBypass, TracerProvider: st.tracer, Ledger: st.ledger, Links: st.links}
+	o := Options{Client: st.apiClient, WatchControl: true, TaskQueue: st.queue, HeartbeatInterval: 200 * time.Millisecond, Logger: st.log, AllowBypass: st.allowBypass, TracerProvider: st.tracer, Ledger: st.ledger, Links: st.links}
 	if st.apiNoLedger {
 		o.Ledger = nil
 	}

@@ -74,6 +74,12 @@ type Options struct {
 	// Ledger, when set, is the audit ledger GET /audit reads; nil serves
 	// 404 there.
 	Ledger *auditdb.Ledger
+	// WatchControl, true, has the API read the control workflow every
+	// contract.ControlPollInterval (the freeze its streams announce and
+	// its messages obey, the stand-ins its decisions carry). False, it
+	// knows only the changes it made and what GET /admin/freeze and GET
+	// /delegations read: for tests on a mocked client.
+	WatchControl bool
 	// Links, when set, checks the notices' decision links at /decide; nil
 	// answers 404 there.
 	Links *links.Key
@@ -259,7 +265,7 @@ func newServer(o Options, src eventSource, settings hubSettings) *Server {
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.hub = newHub(s.ctx, src, s.log, s.metrics, settings)
-	if s.client != nil {
+	if o.WatchControl && s.client != nil {
 		go s.watchControl()
 	}
 
