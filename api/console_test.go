@@ -901,4 +901,11 @@ func TestConsoleFreezesTheGateAndAGrantCoveredCallAsks(t *testing.T) {
 	b.waitUntil(`document.querySelector('[data-testid="gate-banner"]').hidden && !document.querySelector('[data-testid="freeze"]').hidden`)
 	b.do(chromedp.Click(chromedp.CSS(callIn(turn2, "Write") + ` [data-testid="approve"]`)))
 	b.do(chromedp.WaitVisible(chromedp.CSS(turn2 + ` [data-testid="finish"][data-reason="stop"]`)))
+
+	// The ledger's page lists the freeze and the thaw, by their admin.
+	b.do(chromedp.Navigate(env.api.URL + "/ledger"))
+	for _, kind := range []string{audit.KindFreeze, audit.KindThaw} {
+		b.do(chromedp.WaitVisible(chromedp.CSS(`[data-testid="ledger-row"][data-tool="` + audit.AdminTool + `"][data-decision="` + kind + `"]`)))
+	}
+	require.Equal(t, "anonymous admin", eval[string](b, `document.querySelector('[data-decision="freeze"] [data-testid="by"]').textContent`))
 }
