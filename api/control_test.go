@@ -183,10 +183,17 @@ func TestAFrozenGateAsksEveryProtectedCallAndTellsEveryOpenStream(t *testing.T) 
 	decide(write.RequestID, `,"remember":"conversation"`)
 	untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
 
-	// A turn elsewhere waits; its stream is open as the gate freezes.
-	_, waiting := chatAs(t, api, devTok, `{"query": "tidy up", "conversationId": "frozen-other"}`)
+	// A turn elsewhere waits; its stream is open as the gate freezes, on
+	// this API and on another, which learns of the freeze by reading the
+	// control workflow.
+	otherTurn, waiting := chatAs(t, api, devTok, `{"query": "tidy up", "conversationId": "frozen-other"}`)
 	wseq := 0
 	other := requestsByTool(untilEvent(t, waiting, &wseq, protocol.EventApprovalRequest, 1))[protocol.ToolWrite]
+	api2 := serveAPI(t, NewServer(o))
+	_, elsewhere, stopElsewhere := openStream(t, api2.URL+"/chat/turns/"+otherTurn+"/events", http.Header{"Authorization": {"Bearer " + devTok}})
+	defer stopElsewhere()
+	eseq := 0
+	untilEvent(t, elsewhere, &eseq, protocol.EventApprovalRequest, 1)
 
 	status, body := admin("/admin/freeze", aliceTok, `{"reason":"incident"}`)
 	require.Equal(t, http.StatusForbidden, status, body)
@@ -199,6 +206,7 @@ func TestAFrozenGateAsksEveryProtectedCallAndTellsEveryOpenStream(t *testing.T) 
 	frozen := untilNotice(t, waiting, &wseq, protocol.EventGateFrozen)
 	require.Equal(t, "root", frozen.By)
 	require.Equal(t, "incident 42", frozen.Reason)
+	require.Equal(t, frozen, untilNotice(t, elsewhere, &eseq, protocol.EventGateFrozen), "the other API's stream is told too")
 	resp, body := send(t, http.MethodGet, api.URL+"/admin/freeze", "Bearer "+devTok, "")
 	require.Equal(t, http.StatusOK, resp.StatusCode, body)
 	require.Contains(t, body, `"frozen":true`)
