@@ -169,6 +169,11 @@ func passGranted(t *turn, ctx workflow.Context, _ *batch, p *passage) {
 	}
 }
 
+// reasonFrozen is the note of a request made while the gate is frozen
+// (vetting.Frozen): a grant, sandbox: auto or a bypass might have
+// answered it otherwise.
+const reasonFrozen = "the gate is frozen: every protected call asks"
+
 // passAsk publishes the approval request of p, and its ledger row. Its
 // id is made with the batch's (levelBatchIDs), or alone before that level.
 func passAsk(t *turn, ctx workflow.Context, b *batch, p *passage) {
@@ -176,10 +181,14 @@ func passAsk(t *turn, ctx workflow.Context, b *batch, p *passage) {
 	if c.Problem != "" {
 		workflow.GetLogger(ctx).Warn("policy fails closed", "toolCallId", p.call.ID, "problem", c.Problem)
 	}
+	note := c.Problem
+	if note == "" && p.vetting.Frozen {
+		note = reasonFrozen
+	}
 	if t.settings.PatchLevel >= levelBatchIDs {
-		p.approval = t.gate.requestAs(ctx, t.gate.batchRequestID(ctx, b.calls, p.index), p.call, c.Timeout, c.Problem, p.preview, p.sandbox)
+		p.approval = t.gate.requestAs(ctx, t.gate.batchRequestID(ctx, b.calls, p.index), p.call, c.Timeout, note, p.preview, p.sandbox)
 	} else {
-		p.approval = t.gate.request(ctx, p.call, c.Timeout, c.Problem, p.preview)
+		p.approval = t.gate.request(ctx, p.call, c.Timeout, note, p.preview)
 	}
 	if t.auditing(ctx) {
 		r := t.auditAsked(ctx, p.approval, c)

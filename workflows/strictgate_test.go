@@ -194,5 +194,6 @@ func TestAFrozenGateAsksABypassedTurnsCallsFromItsNextBatch(t *testing.T) {
 	requests := ofType(out.Events, protocol.EventApprovalRequest)
 	require.Len(t, requests, 1, "the frozen batch's Write asks, its Read (no rule) does not")
 	require.Equal(t, "w2", requests[0].ToolCallID)
+	require.Equal(t, reasonFrozen, requests[0].Reason, "the request says why it asks")
 	require.Equal(t, []string{"Write", "Write", "Read"}, h.ranTools())
 }
