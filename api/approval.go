@@ -12,6 +12,7 @@ import (
 	"io"
 	"net/http"
 	"reflect"
+	"time"
 
 	"github.com/gin-gonic/gin"
 	"go.temporal.io/sdk/client"
@@ -216,7 +217,7 @@ func (s *Server) approve(c *gin.Context) {
 // it did). POST /chat/approval and the AI SDK's approval responses
 // (POST /ai-sdk/chat) decide through it.
 func (s *Server) decideAsCaller(c *gin.Context, d protocol.ApprovalDecision) (protocol.ApprovalDecision, string, error) {
-	d = decidedBy(c, d)
+	d = s.decidedBy(c, d)
 	reason, _, err := s.decideAs(c.Request.Context(), d)
 	return d, reason, err
 }
@@ -240,9 +241,11 @@ func (s *Server) decideAs(ctx context.Context, d protocol.ApprovalDecision) (str
 }
 
 // decidedBy is d as the caller of c decides it: who decides is the
-// token's principal, in the role that lets it, never what the body says.
-func decidedBy(c *gin.Context, d protocol.ApprovalDecision) protocol.ApprovalDecision {
+// token's principal, in the role that lets it, and for whom they stand in
+// now (PUT /delegations), never what the body says.
+func (s *Server) decidedBy(c *gin.Context, d protocol.ApprovalDecision) protocol.ApprovalDecision {
 	d.Principal, d.Role = principal(c), callerRole(c, config.RoleApprove)
+	d.OnBehalfOf = s.control.State().StandInFor(d.Principal, time.Now())
 	return d
 }
 

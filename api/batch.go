@@ -68,7 +68,7 @@ func (s *Server) approveAll(c *gin.Context) {
 		return
 	}
 	for i := range ds {
-		ds[i] = decidedBy(c, ds[i])
+		ds[i] = s.decidedBy(c, ds[i])
 	}
 	batch := protocol.ApprovalBatch{Decisions: ds}
 	var res protocol.ApprovalBatchResult

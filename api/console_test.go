@@ -854,3 +854,58 @@ func TestConsoleDecidesATurnsWaitingCallsAllAtOnce(t *testing.T) {
 	b.do(chromedp.Click(chromedp.CSS(callIn(turn3, "Bash") + ` [data-testid="approve"]`)))
 	b.do(chromedp.WaitVisible(chromedp.CSS(turn3 + ` [data-testid="finish"][data-reason="stop"]`)))
 }
+
+// TestConsoleFreezesTheGateAndAGrantCoveredCallAsks: a grant answers the
+// conversation's Writes; Freeze in the console shows the banner, the next
+// Write asks in the console though the grant would answer it, and a thaw
+// made elsewhere reaches the console through the open stream.
+func TestConsoleFreezesTheGateAndAGrantCoveredCallAsks(t *testing.T) {
+	env := newStack(t, withSettings(func(s *workflows.Settings) {
+		s.Rules = []workflows.Rule{
+			{Tool: protocol.ToolWrite, Require: workflows.RequireAlways},
+			{Tool: protocol.ToolBash, Require: workflows.RequireNever},
+		}
+	}))
+	b := newBrowser(t)
+	b.do(chromedp.Navigate(env.api.URL + "/"))
+	b.do(chromedp.WaitVisible(chromedp.CSS(`[data-testid="freeze"]`)))
+	require.True(t, eval[bool](b, `document.querySelector('[data-testid="gate-banner"]').hidden`), "not frozen")
+
+	// The first Write asks; approved with remember, a grant answers the
+	// next ones.
+	sendFromConsole(b, "tidy up")
+	turn := nthTurn(1)
+	b.do(chromedp.WaitVisible(chromedp.CSS(callIn(turn, "Write") + ` [data-testid="approve"]`)))
+	requestID := eval[string](b, `document.querySelector(`+jsQuote(callIn(turn, "Write")+` [data-testid="approval-actions"]`)+`).dataset.requestId`)
+	resp, body := send(t, http.MethodPost, env.api.URL+"/chat/approval", "", `{"requestId":"`+requestID+`","decision":"approve","remember":"conversation"}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	b.do(chromedp.WaitVisible(chromedp.CSS(turn + ` [data-testid="finish"][data-reason="stop"]`)))
+
+	b.do(
+		chromedp.SendKeys(chromedp.CSS(`[data-testid="freeze-reason"]`), "incident 42"),
+		chromedp.Click(chromedp.CSS(`[data-testid="freeze"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`[data-testid="gate-banner"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`[data-testid="thaw"]`)),
+	)
+	require.Equal(t, "Frozen by anonymous: incident 42 — every protected call asks", eval[string](b, `document.querySelector('[data-testid="gate-banner"]').textContent`))
+	require.Eventually(t, env.admin.Frozen, waitFor, 10*time.Millisecond, "the worker learns of the freeze")
+
+	sendFromConsole(b, "once more")
+	turn2 := nthTurn(2)
+	b.do(chromedp.WaitVisible(chromedp.CSS(callIn(turn2, "Write") + ` [data-testid="approve"]`)))
+	b.screenshot("console-frozen")
+
+	// Thawed elsewhere: the open stream tells the console.
+	resp, body = send(t, http.MethodPost, env.api.URL+"/admin/thaw", "", `{"reason":"over"}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	b.waitUntil(`document.querySelector('[data-testid="gate-banner"]').hidden && !document.querySelector('[data-testid="freeze"]').hidden`)
+	b.do(chromedp.Click(chromedp.CSS(callIn(turn2, "Write") + ` [data-testid="approve"]`)))
+	b.do(chromedp.WaitVisible(chromedp.CSS(turn2 + ` [data-testid="finish"][data-reason="stop"]`)))
+
+	// The ledger's page lists the freeze and the thaw, by their admin.
+	b.do(chromedp.Navigate(env.api.URL + "/ledger"))
+	for _, kind := range []string{audit.KindFreeze, audit.KindThaw} {
+		b.do(chromedp.WaitVisible(chromedp.CSS(`[data-testid="ledger-row"][data-tool="` + audit.AdminTool + `"][data-decision="` + kind + `"]`)))
+	}
+	require.Equal(t, "anonymous admin", eval[string](b, `document.querySelector('[data-decision="freeze"] [data-testid="by"]').textContent`))
+}

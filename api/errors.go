@@ -81,13 +81,16 @@ func errorStatus(server string, err error) (int, string) {
 		return http.StatusUnauthorized, err.Error()
 	case errors.Is(err, errForbidden):
 		return http.StatusForbidden, err.Error()
+	case errors.Is(err, errGateFrozen):
+		return http.StatusLocked, err.Error()
 	case errors.Is(err, errConversationEnded):
 		return http.StatusConflict, err.Error()
 	case errors.Is(err, errBodyTooLarge), errors.Is(err, errTooLarge):
 		return http.StatusRequestEntityTooLarge, err.Error()
 	case errors.Is(err, errUnsupportedMediaType):
 		return http.StatusUnsupportedMediaType, err.Error()
-	case errors.Is(err, errUnknownTurn), errors.Is(err, errTurnNotFound), errors.Is(err, errUnknownGrant), errors.Is(err, errUnknownConversation):
+	case errors.Is(err, errUnknownTurn), errors.Is(err, errTurnNotFound), errors.Is(err, errUnknownGrant), errors.Is(err, errUnknownConversation),
+		errors.Is(err, errUnknownDelegation):
 		return http.StatusNotFound, err.Error()
 	case errors.Is(err, context.Canceled):
 		// The client left; nobody reads the answer. (A call Temporal

@@ -74,6 +74,8 @@ type stack struct {
 	tracer trace.TracerProvider
 	// heldReads watches the API's client for reads Temporal held.
 	heldReads *heldReads
+	// admin is what the worker read of the control workflow.
+	admin *contract.ControlWatcher
 }
 
 // heldReads counts the history reads of the API's client that were no long
@@ -256,6 +258,12 @@ func newStack(t *testing.T, opts ...stackOption) *stack {
 		for _, change := range o.settings {
 			change(&wf.Settings)
 		}
+		// The worker watches the control workflow, as a worker does.
+		st.admin = contract.NewControlWatcher()
+		wf.Admin = st.admin
+		watch, stop := context.WithCancel(context.Background())
+		t.Cleanup(stop)
+		go st.admin.Watch(watch, c, nil)
 		st.worker = worker.New(c, st.queue, workflows.WorkerOptions())
 		model := activities.NewModel(st.model.URL+"/v1", "test", scripted.ModelName, workflows.TokenSignaler{Client: c})
 		tools.Ledger, model.Ledger = st.ledger, st.ledger
@@ -300,7 +308,7 @@ func (st *stack) newAPI(t *testing.T) *httptest.Server {
 
 // apiOptions are the options of the stack's API instances.
 func (st *stack) apiOptions() Options {
-	o := Options{Client: st.apiClient, TaskQueue: st.queue, HeartbeatInterval: 200 * time.Millisecond, Logger: st.log, AllowBypass: st.allowBypass, TracerProvider: st.tracer, Ledger: st.ledger, Links: st.links}
+	o := Options{Client: st.apiClient, WatchControl: true, TaskQueue: st.queue, HeartbeatInterval: 200 * time.Millisecond, Logger: st.log, AllowBypass: st.allowBypass, TracerProvider: st.tracer, Ledger: st.ledger, Links: st.links}
 	if st.apiNoLedger {
 		o.Ledger = nil
 	}
@@ -340,7 +348,11 @@ func requireNotice(t require.TestingT, m sseMessage) {
 	}
 	var notice protocol.Event
 	require.NoError(t, json.Unmarshal([]byte(m.Data), &notice), m.Data)
-	require.Equal(t, protocol.EventQueued, notice.Type, "only keep-alives and the queued notice go without an id: %s", m.Data)
+	switch notice.Type {
+	case protocol.EventGateFrozen, protocol.EventGateThawed:
+		return
+	}
+	require.Equal(t, protocol.EventQueued, notice.Type, "only keep-alives, the queued notice and the gate's go without an id: %s", m.Data)
 	require.NotEmpty(t, notice.TurnID, m.Data)
 }
 

@@ -71,6 +71,7 @@ func run(cfg config.Config, log *slog.Logger) error {
 
 	opts := Options{
 		Client:            c,
+		WatchControl:      true,
 		TemporalAddress:   cfg.TemporalAddress,
 		MaxTemporalCalls:  cfg.MaxTemporalCalls,
 		TaskQueue:         cfg.TaskQueue,

@@ -74,6 +74,12 @@ type Options struct {
 	// Ledger, when set, is the audit ledger GET /audit reads; nil serves
 	// 404 there.
 	Ledger *auditdb.Ledger
+	// WatchControl, true, has the API read the control workflow every
+	// contract.ControlPollInterval (the freeze its streams announce and
+	// its messages obey, the stand-ins its decisions carry). False, it
+	// knows only the changes it made and what GET /admin/freeze and GET
+	// /delegations read: for tests on a mocked client.
+	WatchControl bool
 	// Links, when set, checks the notices' decision links at /decide; nil
 	// answers 404 there.
 	Links *links.Key
@@ -216,6 +222,9 @@ type Server struct {
 	ledgerMissWarned atomic.Int64
 	// codec resolves the payload store's references; nil without a store.
 	codec converter.PayloadCodec
+	// control is what the API read last of the control workflow: the
+	// freeze and the stand-ins (control.go).
+	control *contract.ControlWatcher
 }
 
 // NewServer builds the API on Temporal.
@@ -249,6 +258,7 @@ func newServer(o Options, src eventSource, settings hubSettings) *Server {
 		allowedOrigins: o.AllowedOrigins,
 		codecOrigins:   o.CodecOrigins,
 		codec:          o.Codec,
+		control:        contract.NewControlWatcher(),
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -261,6 +271,9 @@ func newServer(o Options, src eventSource, settings hubSettings) *Server {
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.hub = newHub(s.ctx, src, s.log, s.metrics, settings)
+	if o.WatchControl && s.client != nil {
+		go s.watchControl()
+	}
 
 	r := gin.New()
 	_ = r.SetTrustedProxies(nil) // ClientIP is the peer; nil never fails
@@ -286,6 +299,12 @@ func newServer(o Options, src eventSource, settings hubSettings) *Server {
 	admin := s.requireRole(config.RoleAdmin)
 	r.POST("/policy/test", admin, limit, s.testPolicy)
 	r.POST("/policy/check", admin, limit, s.checkPolicy)
+	r.GET("/admin/freeze", read, limit, s.getFreeze)
+	r.POST("/admin/freeze", admin, limit, s.freeze)
+	r.POST("/admin/thaw", admin, limit, s.thaw)
+	r.GET("/delegations", approve, limit, s.listDelegations)
+	r.PUT("/delegations", admin, limit, s.delegate)
+	r.DELETE("/delegations/:id", admin, limit, s.undelegate)
 	// A user message needs chat, an approval response approve: the
 	// handler checks which the request is.
 	r.POST(aiSDKChatPath, s.requireRole(config.RoleChat, config.RoleApprove), s.aiSDKChat)
@@ -353,6 +372,9 @@ func (s *Server) sendChat(c *gin.Context, req protocol.ChatRequest, key string) 
 			return contract.TurnRef{}, 0, forbidden("bypassApproval is off: the operator allows it with %s=true", config.EnvAllowBypass)
 		}
 		return contract.TurnRef{}, 0, forbidden("bypassApproval needs a token with the role %s", config.RoleBypass)
+	}
+	if err := s.checkFreeze(req.BypassApproval); err != nil {
+		return contract.TurnRef{}, 0, err
 	}
 	// Checked before the message is sent: a message the conversation
 	// would refuse must not start one.
@@ -564,6 +586,7 @@ func (s *Server) streamTo(c *gin.Context, turnID string, after int, out turnWrit
 	settled, hold := sub.settled(), time.NewTimer(s.hub.settings.queryTimeout)
 	defer hold.Stop()
 	due := false
+	gate := s.control.Changed()
 	for {
 		if e, ok := sub.queuedNotice(); ok {
 			if werr := out.unnumbered(e); werr != nil {
@@ -603,6 +626,16 @@ func (s *Server) streamTo(c *gin.Context, turnID string, after int, out turnWrit
 		case <-s.ctx.Done():
 			return
 		case <-sub.changed():
+		case <-gate:
+			// The freeze changed: every open stream is told, without an
+			// id, as it is no event of the turn's.
+			gate = s.control.Changed()
+			if st := s.control.State(); st != nil {
+				if werr := out.unnumbered(gateEvent(st.Freeze)); werr != nil {
+					return
+				}
+				idle.Reset(s.heartbeat)
+			}
 		case <-settled:
 			settled = nil
 		case <-hold.C:

@@ -246,7 +246,8 @@ func (s *Server) decideInSlack(ctx context.Context, user string, click *slack.Bl
 	if err != nil {
 		return slackOutcome{text: "Refused: " + err.Error() + ".", keepButtons: true}
 	}
-	d := protocol.ApprovalDecision{RequestID: click.Value, Decision: protocol.DecisionApprove, Principal: principal, Role: role}
+	d := protocol.ApprovalDecision{RequestID: click.Value, Decision: protocol.DecisionApprove, Principal: principal, Role: role,
+		OnBehalfOf: s.control.State().StandInFor(principal, time.Now())}
 	if click.ActionID == protocol.SlackActionDecline {
 		d.Decision = protocol.DecisionDecline
 	}

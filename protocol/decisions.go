@@ -88,6 +88,11 @@ type ApprovalDecision struct {
 	// (approve or admin); empty for a decision by an API without tokens.
 	// A signal's is what its sender wrote, trusted like its Principal.
 	Role string `json:"role,omitempty"`
+	// OnBehalfOf names the principal whose stand-in Principal is now (PUT
+	// /delegations), when one is: the API sets it, overwriting whatever a
+	// body said, and the rules then let Principal decide where the one
+	// stood in for may. Empty for a decision in one's own name.
+	OnBehalfOf string `json:"onBehalfOf,omitempty"`
 }
 
 // Check says what is wrong with d itself, whatever request it names: a

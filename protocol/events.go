@@ -30,6 +30,13 @@ const (
 	// conversation behind another turn (ConversationID, TurnID). The
 	// stream waits, with keep-alives, for as long as it stays queued.
 	EventQueued = "queued"
+	// EventGateFrozen and EventGateThawed are the API's own, with no id,
+	// sent on every open stream when an admin freezes or thaws the gate
+	// (Freeze: By, Reason, BlockNewTurns). Like queued, they are not part
+	// of the turn's log: a stream resumed with Last-Event-ID does not
+	// replay them; GET /admin/freeze says the state.
+	EventGateFrozen = "gate_frozen"
+	EventGateThawed = "gate_thawed"
 
 	// Events of a subagent as its parent's stream shows them, with Name.
 	EventSubagentStart  = "subagent_start"
@@ -146,6 +153,12 @@ type Event struct {
 	// Role is the role of the API token By decided with (approve or
 	// admin); empty otherwise.
 	Role string `json:"role,omitempty"`
+	// OnBehalfOf, on approval_decision, names the principal By decided
+	// for as their stand-in (PUT /delegations): "bob for alice".
+	OnBehalfOf string `json:"onBehalfOf,omitempty"`
+	// BlockNewTurns, on gate_frozen, is true when the freeze also refuses
+	// new messages.
+	BlockNewTurns bool `json:"blockNewTurns,omitempty"`
 
 	// tool_result
 	ToolResults []ToolResult `json:"toolResults,omitempty"`

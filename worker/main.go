@@ -109,11 +109,16 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	admin := contract.NewControlWatcher()
 	w := newWorker(c, cfg, parts{rules: rules, mcp: mcpServers, ledger: ledger, searchAttributes: searchAttributes,
-		realWorkspace: realWorkspace, agents: agentDefs})
+		realWorkspace: realWorkspace, agents: agentDefs, admin: admin})
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("start worker on task queue %s: %w", cfg.TaskQueue, err)
 	}
+	// The freeze reaches this worker's turns within a poll: the control
+	// workflow's query is answered by a worker, perhaps this one, so the
+	// first read waits until it has started.
+	go admin.Watch(ctx, c, func(err error) { log.Debug("cannot read the gate's control workflow", "error", err) })
 	log.Info("worker started", "taskQueue", cfg.TaskQueue, "temporal", cfg.TemporalAddress,
 		"workspace", cfg.Workspace, "requiredTools", cfg.RequiredTools, "model", cfg.OpenAIModel, "subagents", len(agentDefs), "policyRules", len(rules), "notices", cfg.NotifyURL != "", "links", cfg.NotifyURL != "" && cfg.Links != nil,
 		"audit", auditWhere(ledger), "workflowCacheSize", cfg.WorkflowCacheSize, "mcpTools", len(mcpServers.Specs()), "tracing", tracing.On(), "bashIsolation", activities.BashIsolation(), "bashSandbox", bashSandbox(cfg))
@@ -303,6 +308,9 @@ type parts struct {
 	searchAttributes bool
 	realWorkspace    string
 	agents           []agents.Def
+	// admin is what the worker read of the control workflow (the
+	// freeze).
+	admin *contract.ControlWatcher
 }
 
 // newWorker makes the worker of cfg's task queue with tollgate's workflows
@@ -310,7 +318,7 @@ type parts struct {
 func newWorker(c client.Client, cfg config.Config, p parts) worker.Worker {
 	tools := workerTools(cfg)
 	model := activities.NewModel(cfg.OpenAIBaseURL, cfg.OpenAIAPIKey, cfg.OpenAIModel, workflows.TokenSignaler{Client: c})
-	wf := &workflows.Workflows{Settings: settings(cfg, p, append(tools.Specs(), p.mcp.Specs()...))}
+	wf := &workflows.Workflows{Settings: settings(cfg, p, append(tools.Specs(), p.mcp.Specs()...)), Admin: p.admin}
 	if p.ledger != nil {
 		// The activities a turn runs carry its ledger rows (Tools.Ledger).
 		tools.Ledger, model.Ledger = p.ledger, p.ledger

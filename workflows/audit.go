@@ -327,6 +327,7 @@ func auditDecided(r audit.Record, a *approval) audit.Record {
 	r.Stage = audit.StageDecided
 	decided := a.decidedAt
 	r.Decision, r.DecidedBy, r.Principal, r.Role, r.Reason, r.DecidedAt = a.decision, a.decidedBy, a.by, a.role, a.reason, &decided
+	r.OnBehalfOf = a.onBehalfOf
 	if a.decision == protocol.DecisionApprove && a.arguments != "" {
 		r.EditedArguments, r.EditDiff = a.arguments, audit.EditDiff(a.Call.Arguments, a.arguments)
 	}

@@ -43,8 +43,9 @@ type approval struct {
 	arguments string
 	decidedAt time.Time
 	// by names who decided: the API's principal, a signal's, or none;
-	// role is the role of the API token they decided with, if any.
-	by, role string
+	// role is the role of the API token they decided with, if any;
+	// onBehalfOf whom by stood in for, if anyone.
+	by, role, onBehalfOf string
 	// remember and sameArguments ask for a grant from this decision;
 	// rememberFor, rememberUses and rememberWhen limit it.
 	remember      bool
@@ -243,7 +244,7 @@ func (g *gate) validate(ctx workflow.Context, d protocol.ApprovalDecision) error
 	}
 	// Rules recorded before deciders existed name none: nothing changes
 	// for them on replay.
-	if err := g.settings.rule(a.Call.Name).MayDecide(d.Principal, d.Role, g.sender); err != nil {
+	if err := g.settings.rule(a.Call.Name).MayDecideFor(d.Principal, d.Role, d.OnBehalfOf, g.sender); err != nil {
 		return rejection(protocol.RejectForbidden, fmt.Errorf("approval request %q: %w", d.RequestID, err))
 	}
 	if err := d.Check(); err != nil {
@@ -284,7 +285,7 @@ func (g *gate) take(ctx workflow.Context, d protocol.ApprovalDecision, by string
 	// Check refused a bad duration already (validate asks it).
 	a.rememberFor, _ = d.RememberDuration()
 	a.rememberUses, a.rememberWhen = d.RememberUses, d.RememberWhen
-	a.role = d.Role
+	a.role, a.onBehalfOf = d.Role, d.OnBehalfOf
 	a.unconfined = d.Unconfined && d.Decision == protocol.DecisionApprove
 	g.decide(ctx, a, d.Decision, d.Reason, d.Arguments, by, DecidedByPerson)
 	return nil
@@ -309,6 +310,7 @@ func (g *gate) decide(ctx workflow.Context, a *approval, decision, reason, argum
 		Reason:     reason,
 		By:         by,
 		Role:       a.role,
+		OnBehalfOf: a.onBehalfOf,
 		Unconfined: a.unconfined,
 	})
 	countDecision(ctx, decision, a.RequestedAt)

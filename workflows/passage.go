@@ -150,7 +150,8 @@ func (t *turn) route(ctx workflow.Context, b *batch, p *passage) {
 		contained: p.contained,
 	}
 	p.route = routeOf(in)
-	if p.route.grantable {
+	// While the gate is frozen no grant answers a call: it asks.
+	if p.route.grantable && !p.vetting.Frozen {
 		if in.grant = t.useGrant(ctx, p.call); in.grant != nil {
 			p.grant, p.route = in.grant, routeOf(in)
 		}

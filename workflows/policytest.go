@@ -186,6 +186,9 @@ func (p *PolicyTester) Test(ctx context.Context, in contract.PolicyTestInput) (p
 	b := newBacktest(s)
 	heartbeat := activity.IsActivity(ctx)
 	err = p.Ledger.Each(ctx, in.Request.ConversationID, since, func(r audit.Record) error {
+		if r.Kind != "" {
+			return nil // an admin's change (a freeze, a stand-in), no call
+		}
 		b.add(r)
 		if heartbeat && b.rows%1000 == 0 {
 			activity.RecordHeartbeat(ctx, b.rows)
@@ -297,7 +300,7 @@ func (s Settings) backtestRow(r audit.Record) (verdict, rule, why string) {
 	case !c.Required:
 		return protocol.VerdictWouldRun, rule, ""
 	case r.DecidedBy == DecidedByPerson:
-		if err := s.rule(r.Tool).MayDecide(r.Principal, r.Role, r.Sender); err != nil {
+		if err := s.rule(r.Tool).MayDecideFor(r.Principal, r.Role, r.OnBehalfOf, r.Sender); err != nil {
 			return protocol.VerdictDecidersChange, rule, err.Error()
 		}
 	}

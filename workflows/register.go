@@ -31,6 +31,7 @@ func Register(r worker.Registry, w *Workflows, model *activities.Model, tools *a
 	r.RegisterWorkflowWithOptions(w.ChatTurn, workflow.RegisterOptions{Name: contract.ChatTurnWorkflow})
 	r.RegisterWorkflowWithOptions(w.Conversation, workflow.RegisterOptions{Name: contract.ConversationWorkflow})
 	r.RegisterWorkflowWithOptions(w.Subagent, workflow.RegisterOptions{Name: contract.SubagentWorkflow})
+	r.RegisterWorkflowWithOptions(w.Control, workflow.RegisterOptions{Name: contract.ControlWorkflow})
 	r.RegisterActivityWithOptions(model.Chat, activity.RegisterOptions{Name: activities.ModelActivity})
 	for name, fn := range tools.Activities() {
 		r.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name})

@@ -98,11 +98,12 @@ var (
 			p.answer(fmt.Sprintf("Error: the arguments of %s are not a JSON object: %s", p.call.Name, p.call.Arguments), protocol.StatusError)
 		},
 	}
-	// routeBypassed: the turn bypasses approval, and no rule requires
-	// the tool always (only such a rule still asks).
+	// routeBypassed: the turn bypasses approval, no rule requires the
+	// tool always (only such a rule still asks), and the gate is not
+	// frozen.
 	routeBypassed = &route{
 		name:  "bypassed",
-		takes: func(in routeInput) bool { return in.bypass && !in.vetting.Check.Always },
+		takes: func(in routeInput) bool { return in.bypass && !in.vetting.Check.Always && !in.vetting.Frozen },
 		pass: func(t *turn, ctx workflow.Context, _ *batch, p *passage) {
 			t.gate.traceAnswer(ctx, p.call, DecidedByBypass, nil)
 		},
@@ -116,19 +117,20 @@ var (
 		},
 	}
 	// routeGranted: a remembered decision answers the call that would
-	// ask; one that declines it answers the model at once.
+	// ask; one that declines it answers the model at once. While the gate
+	// is frozen none does (the gate does not look for one either).
 	routeGranted = &route{
 		name:  "granted",
-		takes: func(in routeInput) bool { return in.grant != nil },
+		takes: func(in routeInput) bool { return in.grant != nil && !in.vetting.Frozen },
 		pass:  passGranted,
 	}
 	// routeContained: the call ran in the sandbox first and touched no
 	// file the policy protects, and Bash's rule says sandbox: auto: its
-	// changes apply without a person. A grant still answers it first (a
-	// remembered decline holds).
+	// changes apply without a person, unless the gate is frozen. A grant
+	// still answers it first (a remembered decline holds).
 	routeContained = &route{
 		name:      "contained",
-		takes:     func(in routeInput) bool { return in.contained },
+		takes:     func(in routeInput) bool { return in.contained && !in.vetting.Frozen },
 		grantable: true,
 		pass:      passContained,
 	}
@@ -167,6 +169,11 @@ func passGranted(t *turn, ctx workflow.Context, _ *batch, p *passage) {
 	}
 }
 
+// reasonFrozen is the note of a request made while the gate is frozen
+// (vetting.Frozen): a grant, sandbox: auto or a bypass might have
+// answered it otherwise.
+const reasonFrozen = "the gate is frozen: every protected call asks"
+
 // passAsk publishes the approval request of p, and its ledger row. Its
 // id is made with the batch's (levelBatchIDs), or alone before that level.
 func passAsk(t *turn, ctx workflow.Context, b *batch, p *passage) {
@@ -174,10 +181,14 @@ func passAsk(t *turn, ctx workflow.Context, b *batch, p *passage) {
 	if c.Problem != "" {
 		workflow.GetLogger(ctx).Warn("policy fails closed", "toolCallId", p.call.ID, "problem", c.Problem)
 	}
+	note := c.Problem
+	if note == "" && p.vetting.Frozen {
+		note = reasonFrozen
+	}
 	if t.settings.PatchLevel >= levelBatchIDs {
-		p.approval = t.gate.requestAs(ctx, t.gate.batchRequestID(ctx, b.calls, p.index), p.call, c.Timeout, c.Problem, p.preview, p.sandbox)
+		p.approval = t.gate.requestAs(ctx, t.gate.batchRequestID(ctx, b.calls, p.index), p.call, c.Timeout, note, p.preview, p.sandbox)
 	} else {
-		p.approval = t.gate.request(ctx, p.call, c.Timeout, c.Problem, p.preview)
+		p.approval = t.gate.request(ctx, p.call, c.Timeout, note, p.preview)
 	}
 	if t.auditing(ctx) {
 		r := t.auditAsked(ctx, p.approval, c)

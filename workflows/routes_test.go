@@ -51,6 +51,10 @@ func TestEveryRouteTakesItsCalls(t *testing.T) {
 		{"a bypassed call a rule protects always", with(func(in *routeInput) { in.bypass, in.vetting = true, always }), routeAsk},
 		{"a protected call of a client tool", with(func(in *routeInput) { in.clientTool = true }), routeAsk},
 		{"a call the policy could not decide", with(func(in *routeInput) { in.vetting.Check.Problem = "the rule failed" }), routeAsk},
+		{"a frozen bypassed call", with(func(in *routeInput) { in.bypass, in.vetting.Frozen = true, true }), routeAsk},
+		{"a frozen call with a grant", with(func(in *routeInput) { in.grant, in.vetting.Frozen = grant, true }), routeAsk},
+		{"a frozen contained call", with(func(in *routeInput) { in.contained, in.vetting.Frozen = true, true }), routeAsk},
+		{"a frozen bypassed call no rule protects", with(func(in *routeInput) { in.bypass, in.vetting = true, vetting{Frozen: true} }), routeNoRule},
 	}
 	tested := map[*route]bool{}
 	for _, c := range cases {

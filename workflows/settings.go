@@ -202,4 +202,8 @@ func offers(tools []protocol.ToolSpec, name string) bool {
 // turns with. Register its methods with a worker through Register.
 type Workflows struct {
 	Settings Settings
+	// Admin, when set, is what the worker read of the control workflow:
+	// while it says the gate is frozen, every call a rule protects asks
+	// (turn.vetBatch records it). Nil: never frozen.
+	Admin *contract.ControlWatcher
 }

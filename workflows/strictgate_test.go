@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/converter"
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/protocol"
@@ -165,4 +167,33 @@ func TestAGrantScopedToAFolderAnswersNoCallThatALinkLeadsOutOf(t *testing.T) {
 	require.Len(t, asked, 1, "and not docs/src/main.go, which is src/main.go")
 	require.Equal(t, `{"file_path":"src/main.go","content":"y"}`, asked[0].Arguments)
 	require.Equal(t, []string{"Write"}, h.ranTools())
+}
+
+// TestAFrozenGateAsksABypassedTurnsCallsFromItsNextBatch: the gate
+// freezes while a bypassed turn runs; its first batch ran unasked, its
+// next asks of every protected call, and the batch's vetting records it.
+func TestAFrozenGateAsksABypassedTurnsCallsFromItsNextBatch(t *testing.T) {
+	settings := testSettings()
+	h := newHarness(t, settings,
+		calls(call("w1", "Write", `{"file_path":"a","content":"b"}`)),
+		calls(call("w2", "Write", `{"file_path":"c","content":"d"}`), call("r", "Read", `{"file_path":"a"}`)),
+	)
+	h.env.SetOnActivityCompletedListener(func(info *activity.Info, _ converter.EncodedValue, _ error) {
+		if info.ActivityType.Name == "Write" {
+			h.admin.Set(contract.ControlState{Freeze: protocol.GateFreeze{Frozen: true, By: "root"}, Changes: 1})
+		}
+	})
+	h.env.RegisterDelayedCallback(func() {
+		h.decide(protocol.ApprovalDecision{RequestID: h.requestID("Write"), Decision: protocol.DecisionApprove})
+	}, time.Minute)
+	in := userTurn("write twice")
+	in.BypassApproval = true
+
+	out := h.runTurn(in)
+
+	requests := ofType(out.Events, protocol.EventApprovalRequest)
+	require.Len(t, requests, 1, "the frozen batch's Write asks, its Read (no rule) does not")
+	require.Equal(t, "w2", requests[0].ToolCallID)
+	require.Equal(t, reasonFrozen, requests[0].Reason, "the request says why it asks")
+	require.Equal(t, []string{"Write", "Write", "Read"}, h.ranTools())
 }

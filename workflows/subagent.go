@@ -273,6 +273,7 @@ func (w *Workflows) Subagent(ctx workflow.Context, in SubagentInput) (SubagentOu
 		tools:          in.Settings.toolsFor(&def, in.Depth),
 		model:          model,
 		bypass:         in.BypassApproval,
+		frozen:         w.Admin.Frozen,
 		sender:         in.Sender,
 		depth:          in.Depth,
 		agent:          def.Name,

@@ -41,6 +41,9 @@ type turn struct {
 	tools          []protocol.ToolSpec
 	model          string
 	bypass         bool
+	// frozen reports whether the gate is frozen now (Workflows.Admin);
+	// only vetBatch's SideEffect reads it.
+	frozen func() bool
 	// sender is the principal who sent the message the loop runs for.
 	sender string
 	// depth is 0 for a turn and n for a subagent nested n deep.
@@ -131,6 +134,7 @@ func (w *Workflows) ChatTurn(ctx workflow.Context, in TurnInput) (contract.TurnO
 		clientTools:    in.ClientTools,
 		model:          settings.Model,
 		bypass:         in.BypassApproval,
+		frozen:         w.Admin.Frozen,
 		sender:         in.Sender,
 		grants:         slices.Clone(in.Grants),
 		spent:          in.Spent,
@@ -584,6 +588,11 @@ type vetting struct {
 	// (Settings.shadow): nil without one, and in histories recorded
 	// before shadow rules.
 	Shadow *shadowCheck `json:"shadow,omitempty"`
+	// Frozen is true when the gate was frozen as the batch was vetted
+	// (Workflows.Admin): the call asks where its rule protects it, and
+	// no grant, sandbox: auto or bypassApproval answers it. False in
+	// histories recorded before the freeze.
+	Frozen bool `json:"frozen,omitempty"`
 }
 
 // vetBatch gives the calls of a batch as the gate, the policy, a grant and
@@ -614,12 +623,19 @@ type vetting struct {
 // A tool's shadow rule is evaluated in the same SideEffect, on the same
 // view, with a budget of its own (Settings.shadow), and recorded beside
 // the check: only the ledger reads it (turn.shadowRow).
+//
+// Whether the gate is frozen is read in the same SideEffect (vetting.Frozen),
+// so a batch vetted while frozen asks on every replay, whatever the
+// control workflow says then; a turn that is not frozen records nothing
+// more and issues no command more.
 func (t *turn) vetBatch(ctx workflow.Context, calls []protocol.ToolCall) (out []protocol.ToolCall, vetted []vetting) {
 	requirePatched(ctx, t.settings, patchNormalizedCalls)
 	vet := func() []vetting {
 		vetted := make([]vetting, len(calls))
 		shadowCost := policy.NewBudget()
+		frozen := t.frozen != nil && t.frozen()
 		for i, call := range calls {
+			vetted[i].Frozen = frozen
 			if !offers(t.tools, call.Name) {
 				continue // answered as an unknown tool
 			}
@@ -829,7 +845,7 @@ const previewTimeout, previewAttempts = 10 * time.Second, 2
 // policy may make it wait for a person, and its tool is the worker's own
 // (not a subagent, a client tool or an MCP server's).
 func (t *turn) previewed(c protocol.ToolCall, v vetting) bool {
-	mayAsk := v.Refused == "" && v.Check.Required && !(t.bypass && !v.Check.Always)
+	mayAsk := v.Refused == "" && v.Check.Required && !(t.bypass && !v.Check.Always && !v.Frozen)
 	return mayAsk && c.Name != protocol.TaskTool && !offers(t.clientTools, c.Name) && offers(t.tools, c.Name) &&
 		t.settings.mcpServerName(c.Name) == ""
 }

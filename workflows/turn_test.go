@@ -61,6 +61,9 @@ type harness struct {
 	// hundreds of megabytes).
 	chat      func(context.Context, activities.ModelInput) (activities.ModelOutput, error)
 	toolCalls []protocol.ToolCall
+	// admin is what the worker read of the control workflow: a test
+	// freezes the gate with it.
+	admin *contract.ControlWatcher
 }
 
 func newHarness(t *testing.T, settings Settings, replies ...activities.ModelOutput) *harness {
@@ -70,8 +73,8 @@ func newHarness(t *testing.T, settings Settings, replies ...activities.ModelOutp
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = reg.Close(context.Background()) })
 	suite.SetMetricsHandler(reg.Handler())
-	h := &harness{t: t, env: suite.NewTestWorkflowEnvironment(), metrics: reg, replies: replies}
-	w := &Workflows{Settings: settings}
+	h := &harness{t: t, env: suite.NewTestWorkflowEnvironment(), metrics: reg, replies: replies, admin: contract.NewControlWatcher()}
+	w := &Workflows{Settings: settings, Admin: h.admin}
 	h.env.RegisterWorkflowWithOptions(w.ChatTurn, workflow.RegisterOptions{Name: contract.ChatTurnWorkflow})
 	h.env.RegisterWorkflowWithOptions(w.Conversation, workflow.RegisterOptions{Name: contract.ConversationWorkflow})
 	h.env.RegisterWorkflowWithOptions(w.Subagent, workflow.RegisterOptions{Name: contract.SubagentWorkflow})

@@ -398,5 +398,5 @@ const TG = (() => {
     return panel;
   }
 
-  return { h, parseObject, summary, diffView, previewView, sandboxView, argsView, tick, startClock, expiry, age, authHeaders, decisionPanel, batchPanel };
+  return { h, parseObject, summary, diffView, previewView, sandboxView, argsView, tick, startClock, expiry, age, authHeaders, postJSON, decisionPanel, batchPanel };
 })();

@@ -221,6 +221,9 @@
         // part of the log.
         if (ev.type === 'error') this.note(ev.message || 'error');
         if (ev.type === 'queued') this.note('queued: this message waits for the conversation\'s running turn to end');
+        if (ev.type === 'gate_frozen' || ev.type === 'gate_thawed') {
+          showGate({ frozen: ev.type === 'gate_frozen', by: ev.by, reason: ev.reason, blockNewTurns: ev.blockNewTurns });
+        }
         return;
       }
       const seq = Number(m.id);
@@ -807,8 +810,55 @@
     history.replaceState(null, '', location.pathname);
   }
 
+  // ---- the gate's freeze -------------------------------------------------
+
+  // showGate shows the freeze f (GateFreeze, or what a gate_frozen or
+  // gate_thawed event says): a banner while frozen, and the button that
+  // changes it.
+  function showGate(f) {
+    const banner = document.getElementById('gate-banner');
+    banner.hidden = !f.frozen;
+    banner.textContent = f.frozen
+      ? `Frozen by ${f.by || 'an admin'}${f.reason ? `: ${f.reason}` : ''} — every protected call asks${f.blockNewTurns ? '; no new turns start' : ''}`
+      : '';
+    document.getElementById('freeze').hidden = !!f.frozen;
+    document.getElementById('freeze-block').parentElement.hidden = !!f.frozen;
+    document.getElementById('freeze-reason').hidden = !!f.frozen;
+    document.getElementById('thaw').hidden = !f.frozen;
+  }
+
+  // loadGate reads the freeze (GET /admin/freeze); a caller who may not
+  // read it sees no banner.
+  async function loadGate() {
+    try {
+      const resp = await fetch('/admin/freeze', { headers: TG.authHeaders({ Accept: 'application/json' }), cache: 'no-store' });
+      if (resp.ok) showGate(await resp.json());
+    } catch {
+      // No banner: the API is unreachable, the console says so elsewhere.
+    }
+  }
+
+  // changeGate freezes or thaws the gate (POST /admin/freeze, /admin/thaw:
+  // an admin's token) and shows the answer, or why not.
+  async function changeGate(path, body) {
+    const err = document.getElementById('gate-error');
+    err.textContent = '';
+    try {
+      showGate(await TG.postJSON(path, body));
+      document.getElementById('freeze-reason').value = '';
+    } catch (e) {
+      err.textContent = e.message;
+    }
+  }
+  document.getElementById('freeze').addEventListener('click', () => changeGate('/admin/freeze', {
+    reason: document.getElementById('freeze-reason').value.trim(),
+    blockNewTurns: document.getElementById('freeze-block').checked,
+  }));
+  document.getElementById('thaw').addEventListener('click', () => changeGate('/admin/thaw', {}));
+
   showConversation();
   showConnection();
+  loadGate();
   TG.startClock();
   if (state.conversationId) openConversation(state.conversationId);
   else for (const rec of state.turns) open(rec);

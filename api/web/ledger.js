@@ -65,8 +65,9 @@
   function row(r) {
     // Stage 1 waits for its decision; stage 2 is decided, its batch not
     // yet ended; stage 3 has its outcome.
-    const decision = r.decision || 'waiting';
-    const outcome = r.outcome || (r.stage === 1 ? 'waiting' : 'not ended yet');
+    // An admin's row (a freeze, a stand-in) says its kind.
+    const decision = r.kind || r.decision || 'waiting';
+    const outcome = r.kind ? '' : r.outcome || (r.stage === 1 ? 'waiting' : 'not ended yet');
     const call = h('td', { class: 'ledger-call' },
       h('span', { class: 'tool-name' }, r.tool), ' ',
       h('span', { class: 'call-summary' }, TG.summary(r.tool, r.arguments)),
@@ -83,7 +84,7 @@
       h('td', { class: 'asked' }, r.asked || (r.decidedBy === 'policy' ? 'no rule asked' : ''), shadow(r)),
       h('td', { testid: 'decision', class: `ledger-decision decision-${decision}` }, decision, r.reason ? h('div', { class: 'where' }, `“${r.reason}”`) : null,
         r.decidedAt ? h('div', { class: 'times' }, when(r.decidedAt)) : null),
-      h('td', { testid: 'by' }, [r.principal, r.role ? `(${r.role})` : '', r.decidedBy && r.decidedBy !== 'person' ? r.decidedBy : ''].filter(Boolean).join(' ')),
+      h('td', { testid: 'by' }, [r.principal, r.onBehalfOf ? `for ${r.onBehalfOf}` : '', r.role ? `(${r.role})` : '', r.decidedBy && r.decidedBy !== 'person' ? r.decidedBy : ''].filter(Boolean).join(' ')),
       h('td', { testid: 'outcome', class: `outcome-${outcome}` }, outcome.replace('_', ' ')));
   }
 

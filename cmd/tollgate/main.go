@@ -7,6 +7,8 @@
 //	tollgate policy suggest [--since 30d] [--min 10] [--tool NAME]
 //	tollgate policy test FILE [--since 7d] [--conversation ID]
 //	tollgate policy check FILE
+//	tollgate freeze [--block-new-turns] [--reason TEXT]
+//	tollgate thaw [--reason TEXT]
 //
 // Every command takes --api URL (default $TOLLGATE_API, else
 // http://127.0.0.1:8080) and --token TOKEN (default $TOLLGATE_API_TOKEN), the
@@ -81,6 +83,14 @@ Usage:
   tollgate policy check FILE [--api URL] [--token TOKEN]
       Check the examples of FILE's rules, as a worker does when it starts.
       Exits 1 when one fails.
+
+  tollgate freeze [--block-new-turns] [--reason TEXT] [--api URL] [--token TOKEN]
+      Freeze the gate (a token with the admin role): every call a rule
+      protects asks a person (no grant, sandbox: auto or bypass answers
+      it); with --block-new-turns no new message starts a turn.
+
+  tollgate thaw [--reason TEXT] [--api URL] [--token TOKEN]
+      Thaw the gate.
 
 The API is at --api, else $TOLLGATE_API, else ` + defaultAPI + `.
 An API that asks for a bearer token gets --token, else $TOLLGATE_API_TOKEN.
@@ -198,6 +208,30 @@ func run(ctx context.Context, args []string, getenv func(string) string, in io.R
 			return exitOK
 		}
 		return runPolicy(ctx, fs, rest, conv, newClient, out, errOut)
+	case "freeze", "thaw":
+		reason := fs.String("reason", "", "why, for the ledger and every open stream")
+		block := false
+		if cmd == "freeze" {
+			fs.BoolVar(&block, "block-new-turns", false, "refuse new messages too")
+		}
+		words, err := parseInterspersed(fs, rest)
+		if err != nil {
+			return exitUsage
+		}
+		if len(words) > 0 {
+			fmt.Fprintf(errOut, "tollgate %s: unexpected %q (a reason goes in --reason)\n\n%s", cmd, words, usage)
+			return exitUsage
+		}
+		if cmd == "freeze" {
+			err = freeze(ctx, newClient(), protocol.FreezeRequest{Reason: *reason, BlockNewTurns: block}, out)
+		} else {
+			err = thaw(ctx, newClient(), protocol.ThawRequest{Reason: *reason}, out)
+		}
+		if err != nil {
+			fmt.Fprintf(errOut, "tollgate %s: %v\n", cmd, err)
+			return exitFail
+		}
+		return exitOK
 	case "help", "-h", "--help":
 		fmt.Fprint(out, usage)
 		return exitOK

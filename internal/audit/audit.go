@@ -98,7 +98,25 @@ type Record struct {
 	// before shadow rules. A call the policy let run unasked has a row
 	// (decided by the policy) only when its shadow rule would have asked.
 	Shadow string `json:"shadow,omitempty"`
+	// OnBehalfOf names whom Principal decided for as their stand-in (PUT
+	// /delegations): "bob for alice". Empty otherwise, and in rows
+	// written before stand-ins.
+	OnBehalfOf string `json:"onBehalfOf,omitempty"`
+	// Kind is empty for a call's row, and names an admin's change for the
+	// row of one (KindFreeze, KindThaw, KindDelegate, KindUndelegate):
+	// its Tool is AdminTool, Principal the admin, Reason theirs, Arguments what changed (a
+	// JSON object), RequestedAt and DecidedAt when.
+	Kind string `json:"kind,omitempty"`
 }
+
+// Kinds of an admin's row (Record.Kind), whose Tool is AdminTool.
+const (
+	AdminTool      = "tollgate-admin"
+	KindFreeze     = "freeze"
+	KindThaw       = "thaw"
+	KindDelegate   = "delegate"
+	KindUndelegate = "undelegate"
+)
 
 // What a ledger row says of a sandboxed call (Record.Sandbox).
 const (

@@ -522,6 +522,8 @@ func testMigratesAnOldTable(t *testing.T, dsn string) {
 	require.Empty(t, recs[0].Preview)
 	require.Empty(t, recs[0].UserMessage)
 	require.Empty(t, recs[0].Shadow)
+	require.Empty(t, recs[0].OnBehalfOf)
+	require.Empty(t, recs[0].Kind)
 
 	var indexes int
 	q := "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name LIKE 'tollgate_audit_pending%'"
@@ -537,8 +539,14 @@ func testMigratesAnOldTable(t *testing.T, dsn string) {
 	require.NoError(t, again.Close())
 	r := asked("new", "c1", "Bash", time.Now())
 	r.Preview, r.Shadow = "a preview", audit.ShadowWouldAsk
-	require.NoError(t, l.Write(ctx, []audit.Record{r}))
+	r = ended(r, "approve", "bob", audit.OutcomeOK)
+	r.OnBehalfOf = "alice"
+	admin := audit.Record{ID: "control:e:1", Stage: audit.StageEnded, Tool: audit.AdminTool, Kind: audit.KindFreeze, Principal: "root", RequestedAt: time.Now()}
+	require.NoError(t, l.Write(ctx, []audit.Record{r, admin}))
 	recs = list(t, l, auditdb.Filter{RequestID: "new"})
 	require.Equal(t, "a preview", recs[0].Preview)
 	require.Equal(t, audit.ShadowWouldAsk, recs[0].Shadow)
+	require.Equal(t, "alice", recs[0].OnBehalfOf, "bob for alice")
+	recs = list(t, l, auditdb.Filter{RequestID: "control:e:1"})
+	require.Equal(t, audit.KindFreeze, recs[0].Kind)
 }

@@ -96,6 +96,26 @@ func (r *Rule) MayDecide(principal, role, sender string) error {
 	return nil
 }
 
+// MayDecideFor is MayDecide for principal deciding as the stand-in of
+// onBehalfOf (empty: in their own name): they may when they may as
+// themself, or when onBehalfOf, named (a Deciders entry that is a
+// principal; roles are the stand-in's own), may. A rule that needs a
+// second person refuses the decision when either sent the message: the
+// stand-in counts as the one stood in for.
+func (r *Rule) MayDecideFor(principal, role, onBehalfOf, sender string) error {
+	if r == nil || onBehalfOf == "" {
+		return r.MayDecide(principal, role, sender)
+	}
+	if r.SecondPerson && (onBehalfOf == sender || principal == sender) {
+		return fmt.Errorf("%s calls need a second person: %q sent the message that led to this call, and %q decides for %q", r.Tool, sender, principal, onBehalfOf)
+	}
+	own := r.MayDecide(principal, role, sender)
+	if own == nil || r.MayDecide(onBehalfOf, "", sender) == nil {
+		return nil
+	}
+	return fmt.Errorf("%w (nor by %q, for whom they stand in)", own, onBehalfOf)
+}
+
 // Validate checks r, compiling its expression; the error names the tool
 // and the expression.
 func (r Rule) Validate() error {
