@@ -15,10 +15,18 @@ const (
 	EventToolCall         = "tool_call"
 	EventApprovalRequest  = "approval_request"
 	EventApprovalDecision = "approval_decision"
-	EventToolResult       = "tool_result"
-	EventHeartbeat        = "heartbeat"
-	EventFinish           = "finish"
-	EventError            = "error"
+	// EventApprovalVote is one person's vote on a request of a rule with a
+	// quorum (Decision, By, Role, Reason, Votes); the request is decided
+	// by an approval_decision once the votes decide it.
+	EventApprovalVote = "approval_vote"
+	// EventApprovalEscalated says a request waited past a step of its
+	// rule's escalation: Escalated may decide too, and Deciders are who
+	// may decide now.
+	EventApprovalEscalated = "approval_escalated"
+	EventToolResult        = "tool_result"
+	EventHeartbeat         = "heartbeat"
+	EventFinish            = "finish"
+	EventError             = "error"
 	// EventClientToolCall asks the client to run one of its own tools and
 	// answer with POST /chat/tool-result.
 	EventClientToolCall = "client_tool_call"
@@ -146,6 +154,14 @@ type Event struct {
 	// Role is the role of the API token By decided with (approve or
 	// admin); empty otherwise.
 	Role string `json:"role,omitempty"`
+	// Deciders, on approval_request and approval_escalated, are who may
+	// decide the call (omitted when its rule names none: anyone may);
+	// Escalated, on approval_escalated, who the step added. Votes, on
+	// approval_request and approval_vote of a rule with a quorum, is where
+	// its voting stands.
+	Deciders  []string `json:"deciders,omitempty"`
+	Escalated []string `json:"escalated,omitempty"`
+	Votes     *Votes   `json:"votes,omitempty"`
 
 	// tool_result
 	ToolResults []ToolResult `json:"toolResults,omitempty"`
