@@ -195,38 +195,43 @@ func (s *Server) approve(c *gin.Context) {
 		writeError(c, s.log, err)
 		return
 	}
-	d, reason, err := s.decideAsCaller(c, d)
+	d, res, err := s.decideAsCaller(c, d)
 	if err != nil {
 		writeError(c, s.log, err)
 		return
 	}
-	if reason != "" {
-		answer := protocol.ApprovalResult{Reason: reason}
-		if lost := s.lostTurnOf(c.Request.Context(), d.RequestID, reason); lost != nil {
+	if res.Reason != "" {
+		answer := protocol.ApprovalResult{Reason: res.Reason, Message: res.Message}
+		if lost := s.lostTurnOf(c.Request.Context(), d.RequestID, res.Reason); lost != nil {
 			answer.Message = lost.Error()
 		}
 		c.JSON(http.StatusOK, answer)
+		return
+	}
+	if res.Pending {
+		// A vote of a quorum's that leaves the call waiting.
+		c.JSON(http.StatusOK, protocol.ApprovalResult{Accepted: true, Pending: true, Votes: res.Votes, Message: res.Message})
 		return
 	}
 	c.JSON(http.StatusOK, gin.H{"accepted": true})
 }
 
 // decideAsCaller sends d, decided by the caller of c, to the turn that
-// waits for it, and counts it: reason is why the turn did not take it ("" when
-// it did). POST /chat/approval and the AI SDK's approval responses
-// (POST /ai-sdk/chat) decide through it.
-func (s *Server) decideAsCaller(c *gin.Context, d protocol.ApprovalDecision) (protocol.ApprovalDecision, string, error) {
+// waits for it, and counts it: the result's Reason is why the turn did not
+// take it ("" when it did). POST /chat/approval and the AI SDK's approval
+// responses (POST /ai-sdk/chat) decide through it.
+func (s *Server) decideAsCaller(c *gin.Context, d protocol.ApprovalDecision) (protocol.ApprovalDecision, protocol.ApprovalResult, error) {
 	d = decidedBy(c, d)
-	reason, err := s.decide(c.Request.Context(), d, decisionUpdateID(d))
+	res, err := s.decide(c.Request.Context(), d, decisionUpdateID(d))
 	switch {
 	case err != nil:
 		s.metrics.decision(d.Decision, outcomeError)
-	case reason != "":
+	case res.Reason != "":
 		s.metrics.decision(d.Decision, outcomeRejected)
 	default:
 		s.metrics.decision(d.Decision, outcomeAccepted)
 	}
-	return d, reason, err
+	return d, res, err
 }
 
 // decidedBy is d as the caller of c decides it: who decides is the
@@ -249,25 +254,37 @@ func (s *Server) lostTurnOf(ctx context.Context, requestID, reason string) *turn
 }
 
 // decide sends d to the turn that waits for it, as the Update updateID,
-// and says why the turn did not take it, or "" when it did. The request id
-// names its workflow, so any API instance can deliver any decision; only
-// the workflow's validator can tell a genuine id.
-func (s *Server) decide(ctx context.Context, d protocol.ApprovalDecision, updateID string) (string, error) {
+// and answers what the turn said: its result, with Reason why it did not
+// take d ("" when it did) and, for a principal who voted already, Message
+// saying so. The request id names its workflow, so any API instance can
+// deliver any decision; only the workflow's validator can tell a genuine
+// id.
+func (s *Server) decide(ctx context.Context, d protocol.ApprovalDecision, updateID string) (protocol.ApprovalResult, error) {
 	wid, ok := contract.RequestWorkflowID(d.RequestID)
 	if !ok {
 		s.log.Info("approval not taken: not a tollgate request id", "requestId", d.RequestID)
-		return protocol.RejectUnknown, nil
+		return protocol.ApprovalResult{Reason: protocol.RejectUnknown}, nil
 	}
 	var res protocol.ApprovalResult
-	reason, err := s.offer(ctx, wid, contract.ApprovalUpdate, updateID, d, &res)
+	refused, err := s.sendUpdate(ctx, wid, contract.ApprovalUpdate, updateID, d, &res)
+	reason := ""
+	if err == nil && refused != nil {
+		reason, err = refusalReason(refused)
+	}
 	if err != nil {
-		return "", fmt.Errorf("request %s: %w", d.RequestID, err)
+		return protocol.ApprovalResult{}, fmt.Errorf("request %s: %w", d.RequestID, err)
 	}
-	if reason == "" && !res.Accepted {
-		reason = protocol.RejectDecided
+	var app *temporal.ApplicationError
+	switch {
+	case reason == protocol.RejectVoted && errors.As(refused, &app):
+		res = protocol.ApprovalResult{Reason: reason, Message: app.Message()}
+	case reason != "":
+		res = protocol.ApprovalResult{Reason: reason}
+	case !res.Accepted:
+		res = protocol.ApprovalResult{Reason: protocol.RejectDecided}
 	}
-	s.log.Info("approval", "requestId", d.RequestID, "decision", d.Decision, "by", d.Principal, "role", d.Role, "accepted", reason == "", "reason", reason)
-	return reason, nil
+	s.log.Info("approval", "requestId", d.RequestID, "decision", d.Decision, "by", d.Principal, "role", d.Role, "accepted", res.Reason == "", "reason", res.Reason, "pending", res.Pending)
+	return res, nil
 }
 
 // decisionUpdateID names the Update that carries d: the same decision on
