@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tollgate/tollgate/activities"
@@ -129,4 +130,45 @@ func TestAnEscalationStepLetsAnotherPrincipalDecideOnlyAfterHalfTheTimeout(t *te
 	events := untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
 	require.Equal(t, "bob", ofType(events, protocol.EventApprovalDecision)[0].By)
 	require.Equal(t, []string{"call_0_0 Read ok", "call_0_1 Write ok", "call_0_2 Bash ok"}, resultStatuses(ofType(events, protocol.EventToolResult)[0].ToolResults))
+}
+
+func TestConsoleShowsVotesSoFarAndTwoPrincipalsReachTheQuorum(t *testing.T) {
+	st := newStack(t, withSettings(func(s *workflows.Settings) {
+		s.Rules = []workflows.Rule{
+			{Tool: protocol.ToolWrite, Require: workflows.RequireAlways, Deciders: []string{"alice", "bob", "carol"}, Quorum: 2},
+			{Tool: protocol.ToolBash, Require: workflows.RequireNever},
+		}
+	}))
+	api, tokens := quorumAPI(t, st)
+	b := newBrowser(t)
+	b.do(chromedp.Navigate(api.URL + "/"))
+	useToken := func(principal string) {
+		b.do(chromedp.SetValue(chromedp.CSS(`[data-testid="api-token"]`), tokens[principal]))
+		require.True(t, eval[bool](b, `document.querySelector('[data-testid="api-token"]').dispatchEvent(new Event('change'))`))
+	}
+	useToken("dev")
+	sendFromConsole(b, "tidy up")
+	turn := nthTurn(1)
+	write := callIn(turn, "Write")
+	b.do(chromedp.WaitVisible(chromedp.CSS(write + ` [data-testid="approve"]`)))
+	votes := jsQuote(write + ` [data-testid="approval-votes"]`)
+	b.waitUntil(`document.querySelector(` + votes + `)?.textContent === "votes: 0 of 2 approvals · may still vote: alice, bob, carol"`)
+
+	useToken("alice")
+	b.do(chromedp.Click(chromedp.CSS(write + ` [data-testid="approve"]`)))
+	status := jsQuote(write + ` [data-testid="approval-status"]`)
+	b.waitUntil(`document.querySelector(` + status + `).textContent.startsWith("vote recorded, 1 of 2 approvals")`)
+	b.waitUntil(`document.querySelector(` + votes + `).textContent === "votes: 1 of 2 approvals · alice approved · may still vote: bob, carol"`)
+	require.Equal(t, "alice approved", eval[string](b, `document.querySelector(`+jsQuote(write+` [data-testid="approval-vote"]`)+`).textContent`))
+	b.screenshot("console-quorum-one-of-two")
+
+	// Alice again: refused, and the panel stays for the next person.
+	b.do(chromedp.Click(chromedp.CSS(write + ` [data-testid="decline"]`)))
+	b.waitUntil(`document.querySelector(` + status + `).textContent.includes('"alice" has voted on it already')`)
+
+	useToken("bob")
+	b.do(chromedp.Click(chromedp.CSS(write + ` [data-testid="approve"]`)))
+	b.do(chromedp.WaitVisible(chromedp.CSS(turn + ` [data-testid="finish"][data-reason="stop"]`)))
+	b.waitUntil(count(write+` [data-testid="tool-result"][data-status="ok"]`) + ` === 1`)
+	require.Equal(t, 2, eval[int](b, count(write+` [data-testid="approval-vote"]`)))
 }
