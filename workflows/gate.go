@@ -60,10 +60,9 @@ type approval struct {
 	sandboxed, unconfined bool
 	// votes are the votes cast so far on a request of a rule with a
 	// quorum, in order; escalated who its rule's escalation steps have
-	// added to its deciders so far, and steps how many steps have passed.
+	// added to its deciders so far.
 	votes     []protocol.Vote
 	escalated []string
-	steps     int
 }
 
 // note is what happened to a request short of its decision, for the
@@ -159,8 +158,6 @@ func (g *gate) requestAs(ctx workflow.Context, id string, call protocol.ToolCall
 	expires := a.ExpiresAt
 	rule := g.ruleOf(a)
 	g.log.append(protocol.Event{
-		Deciders:   g.deciders(rule, a),
-		Votes:      g.votesOf(rule, a),
 		Type:       protocol.EventApprovalRequest,
 		RequestID:  a.RequestID,
 		ToolCallID: call.ID,
@@ -172,6 +169,8 @@ func (g *gate) requestAs(ctx workflow.Context, id string, call protocol.ToolCall
 		Preview:    preview,
 		Sandbox:    shown,
 		Kind:       requestKind(call),
+		Deciders:   deciders(rule),
+		Votes:      g.votesOf(rule, a),
 	})
 	countRequest(ctx)
 	g.sendNotice(ctx, a, activities.NoticeApprovalRequest)
@@ -318,10 +317,10 @@ func checkVote(a *approval, d protocol.ApprovalDecision) error {
 	return rejection(reason, fmt.Errorf("approval request %q: %w", a.RequestID, err))
 }
 
-// deciders are who may decide a now under rule (ruleOf), for its
-// request's event and the pending query: nil when anyone may.
-func (g *gate) deciders(rule *Rule, a *approval) []string {
-	if rule == nil || (len(rule.Deciders) == 0 && !rule.Voting() && len(rule.Escalate) == 0) {
+// deciders are who may decide a request now under rule (ruleOf), for its
+// events and the pending query: nil when anyone may.
+func deciders(rule *Rule) []string {
+	if rule == nil {
 		return nil
 	}
 	return slices.Clone(rule.Deciders)
@@ -497,7 +496,7 @@ func (g *gate) pending() []protocol.PendingApproval {
 			Subagent:       g.agent,
 			UserMessage:    text.Truncate(g.userMessage, pendingMessageBytes),
 			Sandboxed:      a.sandboxed,
-			Deciders:       g.deciders(g.ruleOf(a), a),
+			Deciders:       deciders(g.ruleOf(a)),
 			Votes:          g.votesOf(g.ruleOf(a), a),
 		})
 	}
@@ -578,7 +577,9 @@ func (g *gate) escalations(ctx, timerCtx workflow.Context, sel workflow.Selector
 		if !at.Before(a.ExpiresAt) {
 			continue // past the call's own timeout: it never escalates
 		}
-		timer := workflow.NewTimerWithOptions(timerCtx, at.Sub(workflow.Now(ctx)),
+		// A step whose time passed before the wait began (a call that
+		// waited for others of its batch first) passes at once.
+		timer := workflow.NewTimerWithOptions(timerCtx, max(at.Sub(workflow.Now(ctx)), 0),
 			workflow.TimerOptions{Summary: fmt.Sprintf("escalation %d: %s", i+1, callSummary(a.Call))})
 		sel.AddFuture(timer, func(f workflow.Future) {
 			if f.Get(ctx, nil) == nil && !a.decided {
@@ -597,18 +598,17 @@ func (g *gate) escalate(ctx workflow.Context, a *approval, n int, to []string) {
 			a.escalated = append(a.escalated, d)
 		}
 	}
-	a.steps = n
 	rule := g.ruleOf(a)
 	g.log.append(protocol.Event{
 		Type:       protocol.EventApprovalEscalated,
 		RequestID:  a.RequestID,
 		ToolCallID: a.Call.ID,
 		ToolName:   a.Call.Name,
-		Deciders:   g.deciders(rule, a),
+		Deciders:   deciders(rule),
 		Escalated:  slices.Clone(to),
 		Votes:      g.votesOf(rule, a),
 	})
-	g.notes = append(g.notes, note{a: a, step: n, at: workflow.Now(ctx), to: slices.Clone(to), deciders: g.deciders(rule, a)})
+	g.notes = append(g.notes, note{a: a, step: n, at: workflow.Now(ctx), to: slices.Clone(to), deciders: deciders(rule)})
 	g.sendNoticeTo(ctx, a, activities.NoticeEscalation, to)
 }
 
