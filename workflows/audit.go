@@ -337,8 +337,8 @@ func auditDecided(r audit.Record, a *approval) audit.Record {
 // DecidedBy of the ledger's rows of a vote and of an escalation step
 // (auditNote): neither decides its call, whose own row says what did.
 const (
-	DecidedByVote       = "vote"
-	DecidedByEscalation = "escalation"
+	DecidedByVote       = audit.DecidedByVote
+	DecidedByEscalation = audit.DecidedByEscalation
 )
 
 // auditNote is the row of a vote on a call, or of an escalation step it
