@@ -172,3 +172,38 @@ func TestConsoleShowsVotesSoFarAndTwoPrincipalsReachTheQuorum(t *testing.T) {
 	b.waitUntil(count(write+` [data-testid="tool-result"][data-status="ok"]`) + ` === 1`)
 	require.Equal(t, 2, eval[int](b, count(write+` [data-testid="approval-vote"]`)))
 }
+
+func TestALinkVotesOnceOnAQuorumCallAndATokenCastsTheSecondVote(t *testing.T) {
+	t.Parallel()
+	st, sink, _ := linkStack(t, withSettings(func(s *workflows.Settings) {
+		s.Rules = []workflows.Rule{
+			{Tool: protocol.ToolBash, Require: workflows.RequireAlways, Quorum: 2},
+			{Tool: protocol.ToolWrite, Require: workflows.RequireNever},
+		}
+	}))
+	_, msgs := st.chat(t, `{"query":"one","conversationId":"quorum-links"}`)
+	seq := 0
+	bash := requestsByTool(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 1))["Bash"]
+	notice := sink.of(t, activities.NoticeApprovalRequest, "Bash")
+
+	status, page := postLink(t, st.api.URL, notice.ApproveURL, nil)
+	require.Equal(t, http.StatusOK, status, page)
+	require.Contains(t, page, "Vote recorded: Bash")
+	require.Contains(t, page, "vote recorded, 1 of 2 approvals")
+	status, page = postLink(t, st.api.URL, notice.ApproveURL, nil)
+	require.Equal(t, http.StatusConflict, status, page)
+	require.Contains(t, page, "a link has voted on it already")
+
+	// An API without tokens names nobody, and cannot vote; alice's token
+	// can.
+	require.Equal(t, protocol.RejectForbidden, postDecision(t, st.api, bash.RequestID, protocol.DecisionApprove, "", false))
+	api, tokens := quorumAPI(t, st)
+	_, res, body := voteAs(t, api, tokens["alice"], bash.RequestID, `"decision":"approve"`)
+	require.True(t, res.Accepted && !res.Pending, body)
+	events := untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
+	var by []string
+	for _, v := range ofType(events, protocol.EventApprovalVote) {
+		by = append(by, v.By)
+	}
+	require.Equal(t, []string{protocol.PrincipalLink, "alice"}, by)
+}
