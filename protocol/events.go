@@ -15,6 +15,16 @@ const (
 	EventToolCall         = "tool_call"
 	EventApprovalRequest  = "approval_request"
 	EventApprovalDecision = "approval_decision"
+	EventToolResult       = "tool_result"
+	EventHeartbeat        = "heartbeat"
+	EventFinish           = "finish"
+	EventError            = "error"
+	// EventClientToolCall asks the client to run one of its own tools and
+	// answer with POST /chat/tool-result.
+	EventClientToolCall = "client_tool_call"
+	// EventContextCompacted says the turn left tool outputs out of the
+	// model's view, or summarized earlier messages, to fit its budget.
+	EventContextCompacted = "context_compacted"
 	// EventApprovalVote is one person's vote on a request of a rule with a
 	// quorum (Decision, By, Role, Reason, Votes); the request is decided
 	// by an approval_decision once the votes decide it.
@@ -23,16 +33,6 @@ const (
 	// rule's escalation: Escalated may decide too, and Deciders are who
 	// may decide now.
 	EventApprovalEscalated = "approval_escalated"
-	EventToolResult        = "tool_result"
-	EventHeartbeat         = "heartbeat"
-	EventFinish            = "finish"
-	EventError             = "error"
-	// EventClientToolCall asks the client to run one of its own tools and
-	// answer with POST /chat/tool-result.
-	EventClientToolCall = "client_tool_call"
-	// EventContextCompacted says the turn left tool outputs out of the
-	// model's view, or summarized earlier messages, to fit its budget.
-	EventContextCompacted = "context_compacted"
 	// EventQueued is the API's own, with no id, not part of the turn's
 	// log: the turn does not exist yet, as its message waits in its
 	// conversation behind another turn (ConversationID, TurnID). The
@@ -156,9 +156,9 @@ type Event struct {
 	Role string `json:"role,omitempty"`
 	// Deciders, on approval_request and approval_escalated, are who may
 	// decide the call (omitted when its rule names none: anyone may);
-	// Escalated, on approval_escalated, who the step added. Votes, on
-	// approval_request and approval_vote of a rule with a quorum, is where
-	// its voting stands.
+	// Escalated, on approval_escalated, who the step added. Votes, on the
+	// approval events of a call whose rule has a quorum, is where its
+	// voting stands.
 	Deciders  []string `json:"deciders,omitempty"`
 	Escalated []string `json:"escalated,omitempty"`
 	Votes     *Votes   `json:"votes,omitempty"`
