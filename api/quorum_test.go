@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/config"
+	"github.com/tollgate/tollgate/internal/links"
 	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
@@ -100,16 +102,13 @@ func TestAQuorumOfTwoPrincipalsApprovesOverHTTPAndAVoterVotesOnce(t *testing.T) 
 
 func TestAnEscalationStepLetsAnotherPrincipalDecideOnlyAfterHalfTheTimeout(t *testing.T) {
 	t.Parallel()
-	sink := newNoticeSink(t)
-	notifier := &activities.Notifier{URL: sink.srv.URL}
-	st := newStack(t, withSettings(func(s *workflows.Settings) {
-		s.Notify = true
+	st, sink, _ := linkStack(t, withSettings(func(s *workflows.Settings) {
 		s.Rules = []workflows.Rule{
 			{Tool: protocol.ToolWrite, Require: workflows.RequireAlways, Deciders: []string{"alice"}, Timeout: 8 * time.Second,
 				Escalate: []policy.Escalation{{AfterPercent: 50, To: []string{"bob", workflows.DeciderRolePrefix + config.RoleAdmin}}}},
 			{Tool: protocol.ToolBash, Require: workflows.RequireNever},
 		}
-	}), withActivity(activities.NotifyActivity, notifier.Notify))
+	}))
 	api, tokens := quorumAPI(t, st)
 
 	_, msgs := chatAs(t, api, tokens["dev"], `{"query": "tidy up", "conversationId": "escalation-http"}`)
@@ -124,6 +123,8 @@ func TestAnEscalationStepLetsAnotherPrincipalDecideOnlyAfterHalfTheTimeout(t *te
 	notice := sink.of(t, activities.NoticeEscalation, protocol.ToolWrite)
 	require.Equal(t, []string{"bob", "role:admin"}, notice.EscalatedTo)
 	require.Equal(t, write.RequestID, notice.RequestID)
+	require.True(t, strings.HasPrefix(notice.ApproveURL, st.api.URL+links.Path+"?"), "the escalation's notice carries the call's links: %q", notice.ApproveURL)
+	require.NotEmpty(t, notice.DeclineURL)
 
 	_, res, body = voteAs(t, api, tokens["bob"], write.RequestID, `"decision":"approve"`)
 	require.True(t, res.Accepted, body)
