@@ -264,6 +264,11 @@ func (s *Server) deliverAnswers(c *gin.Context, conv string, msg uiMessage) (*ui
 		if err != nil {
 			return nil, "", err
 		}
+		if res.Pending {
+			// A vote of a quorum's: the call waits for more.
+			x.voted(d.RequestID, asked.requests[d.RequestID].toolCallID)
+			continue
+		}
 		x.answered(d.RequestID, asked.requests[d.RequestID].toolCallID, res.Reason)
 	}
 	for _, b := range results {
