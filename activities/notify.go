@@ -22,6 +22,9 @@ const NotifyActivity = "Notify"
 const (
 	NoticeApprovalRequest = "approval_request"
 	NoticeReminder        = "reminder"
+	// NoticeEscalation tells those a rule's escalation step adds
+	// (EscalatedTo) that a call waits for them too.
+	NoticeEscalation = "escalation"
 )
 
 // Notice tells a person's channel (a chat hook, a pager) that a call waits
@@ -44,6 +47,9 @@ type Notice struct {
 	// links), when the worker has a link secret and a public URL.
 	ApproveURL string `json:"approveUrl,omitempty"`
 	DeclineURL string `json:"declineUrl,omitempty"`
+	// EscalatedTo, on an escalation's notice, are the principals and
+	// roles that may decide the call from now on.
+	EscalatedTo []string `json:"escalatedTo,omitempty"`
 }
 
 // Notice formats (TOLLGATE_NOTIFY_FORMAT).
@@ -124,6 +130,9 @@ func slackMessage(n Notice, interactive bool) map[string]any {
 	what := "waits for your approval"
 	if n.Kind == NoticeReminder {
 		what = "still waits for your approval, and is declined at " + n.ExpiresAt.UTC().Format(time.RFC3339)
+	}
+	if n.Kind == NoticeEscalation {
+		what = "waits with no decision, escalated to " + strings.Join(n.EscalatedTo, ", ") + "; it is declined at " + n.ExpiresAt.UTC().Format(time.RFC3339)
 	}
 	who := ""
 	if n.Subagent != "" {

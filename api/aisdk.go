@@ -260,11 +260,16 @@ func (s *Server) deliverAnswers(c *gin.Context, conv string, msg uiMessage) (*ui
 	}
 	x := newUITranslator(cursor)
 	for _, d := range decisions {
-		_, reason, err := s.decideAsCaller(c, d)
+		_, res, err := s.decideAsCaller(c, d)
 		if err != nil {
 			return nil, "", err
 		}
-		x.answered(d.RequestID, asked.requests[d.RequestID].toolCallID, reason)
+		if res.Pending {
+			// A vote of a quorum's: the call waits for more.
+			x.voted(d.RequestID, asked.requests[d.RequestID].toolCallID)
+			continue
+		}
+		x.answered(d.RequestID, asked.requests[d.RequestID].toolCallID, res.Reason)
 	}
 	for _, b := range results {
 		var none struct{}

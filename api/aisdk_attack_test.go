@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tollgate/tollgate/internal/config"
+	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
 	"github.com/tollgate/tollgate/workflows/contract"
@@ -330,4 +331,83 @@ func decisionsDelivered(t *testing.T, api string) int {
 		n += v
 	}
 	return n
+}
+
+func TestAISDKVoteOfAQuorumAsksAgainAndTheSecondVoteRunsTheCall(t *testing.T) {
+	t.Parallel()
+	st := newStack(t, withSettings(func(s *workflows.Settings) {
+		s.Rules = []workflows.Rule{
+			{Tool: protocol.ToolWrite, Require: workflows.RequireAlways, Deciders: []string{"alice", "bob"}, Quorum: 2},
+			{Tool: protocol.ToolBash, Require: workflows.RequireNever},
+		}
+	}))
+	api, tokens := quorumAPI(t, st)
+	const conv = "aisdk-quorum"
+	turn := contract.TurnWorkflowID(conv, 1)
+
+	asked := uiPost(t, api.URL, tokens["dev"], userMessage(conv, "m1", "tidy up"))
+	require.Equal(t, http.StatusOK, asked.status, asked.body)
+	require.Equal(t, "tool-calls", asked.finish(t))
+	write := asked.asks(t, demoWrite)
+
+	// Alice's vote is taken; the call still waits, is asked again, and
+	// the stream ends for the next person's answer.
+	first := uiPost(t, api.URL, tokens["alice"], uiAnswers(conv, turn, uiAnswer{"Write", demoWrite, write, true, ""}))
+	require.Equal(t, http.StatusOK, first.status, first.body)
+	require.Empty(t, first.ofKind("data-tollgate-refused"), "%+v", first.chunks)
+	require.Equal(t, write, first.asks(t, demoWrite), "asked again")
+	votes := first.ofKind("data-tollgate-votes")
+	require.NotEmpty(t, votes, "%+v", first.chunks)
+	v := votes[len(votes)-1].Data.(map[string]any)["votes"].(map[string]any)
+	require.Len(t, v["cast"], 1)
+	require.Equal(t, []any{"bob"}, v["mayVote"])
+	require.Empty(t, first.ofKind("tool-output-available"), "nothing ran")
+	require.Equal(t, "tool-calls", first.finish(t))
+
+	// Alice again: refused, and asked again for someone else.
+	again := uiPost(t, api.URL, tokens["alice"], uiAnswers(conv, turn, uiAnswer{"Write", demoWrite, write, false, "no"}))
+	refused := again.ofKind("data-tollgate-refused")
+	require.Len(t, refused, 1, "%+v", again.chunks)
+	require.Equal(t, protocol.RejectVoted, dataField(refused[0], "reason"))
+	require.Equal(t, "tool-calls", again.finish(t))
+
+	second := uiPost(t, api.URL, tokens["bob"], uiAnswers(conv, turn, uiAnswer{"Write", demoWrite, write, true, ""}))
+	require.Equal(t, http.StatusOK, second.status, second.body)
+	var ran bool
+	for _, ch := range second.ofKind("tool-output-available") {
+		ran = ran || ch.ToolCallID == demoWrite
+	}
+	require.True(t, ran, "the Write ran: %+v", second.chunks)
+	require.Equal(t, "stop", second.finish(t))
+}
+
+func TestAISDKResumedStreamOfACallPastAnEscalationStepEndsForTheClientsAnswer(t *testing.T) {
+	t.Parallel()
+	st := newStack(t, withSettings(func(s *workflows.Settings) {
+		s.Rules = []workflows.Rule{
+			{Tool: protocol.ToolWrite, Require: workflows.RequireAlways, Deciders: []string{"alice"}, Timeout: time.Minute,
+				Escalate: []policy.Escalation{{After: time.Second, To: []string{"bob"}}}},
+			{Tool: protocol.ToolBash, Require: workflows.RequireNever},
+		}
+	}))
+	const conv = "aisdk-escalated"
+	asked := uiPost(t, st.api.URL, "", userMessage(conv, "m1", "tidy up"))
+	require.Equal(t, "tool-calls", asked.finish(t))
+	serverEvents(t, st.api.URL, contract.TurnWorkflowID(conv, 1), protocol.EventApprovalEscalated)
+
+	// The step leaves the call waiting: the resumed stream ends, with the
+	// call asking and who may decide it now, well before its timeout.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, st.api.URL+"/ai-sdk/chat/"+conv+"/stream", nil)
+	require.NoError(t, err)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	resumed := readUIReply(t, resp)
+	resumed.asks(t, demoWrite)
+	votes := resumed.ofKind("data-tollgate-votes")
+	require.Len(t, votes, 1, "%+v", resumed.chunks)
+	require.Equal(t, []any{"alice", "bob"}, votes[0].Data.(map[string]any)["deciders"])
+	require.Equal(t, "tool-calls", resumed.finish(t))
 }

@@ -123,6 +123,16 @@ type (
 		ConversationID string `json:"conversationId"`
 		TurnID         string `json:"turnId"`
 	}
+	// uiVotesData is data-tollgate-votes: who may decide a waiting call
+	// now, and where its rule's quorum stands, after a vote or an
+	// escalation step.
+	uiVotesData struct {
+		RequestID  string          `json:"requestId"`
+		ToolCallID string          `json:"toolCallId"`
+		Deciders   []string        `json:"deciders,omitempty"`
+		Votes      *protocol.Votes `json:"votes,omitempty"`
+		Subagent   string          `json:"subagent,omitempty"`
+	}
 	// uiRefusedData is data-tollgate-refused: an answer of the client's
 	// that the turn did not take, and why.
 	uiRefusedData struct {
@@ -140,6 +150,10 @@ type uiRequest struct {
 	kind       string
 	// open is true until the log says how it was answered.
 	open bool
+	// deciders and votes are who may decide an approval now and where its
+	// quorum stands, as its events last said.
+	deciders []string
+	votes    *protocol.Votes
 }
 
 // uiTranslator turns a turn's events into UI message chunks: one assistant
@@ -188,19 +202,27 @@ func newUITranslator(after int) *uiTranslator {
 
 // answered records the client's answer to request id (of the part
 // partID) and whether the turn took it: refusal is a Reject reason, or ""
-// when it did. A request refused as forbidden still waits: it is asked
-// again.
+// when it did. A request refused as forbidden, or as voted, still waits
+// (for someone else): it is asked again.
 func (x *uiTranslator) answered(id, partID, refusal string) {
 	if refusal == "" {
 		x.settled[id] = true
 		return
 	}
 	x.first = append(x.first, uiChunk{Type: "data-tollgate-refused", ID: id, Data: uiRefusedData{RequestID: id, Reason: refusal}})
-	if refusal == protocol.RejectForbidden && partID != "" {
+	if (refusal == protocol.RejectForbidden || refusal == protocol.RejectVoted) && partID != "" {
 		x.first = append(x.first, uiChunk{Type: "tool-approval-request", ApprovalID: id, ToolCallID: partID})
 		return
 	}
 	x.settled[id] = true
+}
+
+// voted records the client's answer to request id (of the part partID)
+// that the turn took as a vote, leaving the call waiting for more: it is
+// asked again, for the next person, and its data-tollgate-votes part (from
+// the approval_vote event) says where the votes stand.
+func (x *uiTranslator) voted(id, partID string) {
+	x.first = append(x.first, uiChunk{Type: "tool-approval-request", ApprovalID: id, ToolCallID: partID})
 }
 
 // waitsForClient reports whether the turn waits for something the client
@@ -256,9 +278,10 @@ func (x *uiTranslator) event(e protocol.Event) []uiChunk {
 	if rest, ok := strings.CutPrefix(e.Type, protocol.EventSubagentPrefix); ok && e.Type != protocol.EventSubagentStart && e.Type != protocol.EventSubagentFinish {
 		sub, typ = e.Name, rest
 	}
-	if e.Seq > 0 && typ != protocol.EventApprovalDecision {
+	if e.Seq > 0 && typ != protocol.EventApprovalDecision && typ != protocol.EventApprovalVote && typ != protocol.EventApprovalEscalated {
 		// A decision leaves the turn waiting while others of its batch
-		// are open (waitsForClient looks at them); anything else means
+		// are open (waitsForClient looks at them), and a vote or an
+		// escalation step leaves its call waiting; anything else means
 		// it moved on.
 		x.waiting = false
 	}
@@ -294,7 +317,7 @@ func (x *uiTranslator) event(e protocol.Event) []uiChunk {
 		if !ok || e.Kind == protocol.KindBudget {
 			call = protocol.ToolCall{ID: e.ToolCallID, Name: e.ToolName, Arguments: e.Arguments}
 		}
-		x.requests[e.RequestID] = &uiRequest{seq: e.Seq, requestID: e.RequestID, toolCallID: id, kind: e.Kind, open: true}
+		x.requests[e.RequestID] = &uiRequest{seq: e.Seq, requestID: e.RequestID, toolCallID: id, kind: e.Kind, open: true, deciders: e.Deciders, votes: e.Votes}
 		out := x.show(nil, id, call, sub, true)
 		return append(out,
 			uiChunk{Type: "tool-approval-request", ApprovalID: e.RequestID, ToolCallID: id, Reason: e.Reason},
@@ -331,6 +354,21 @@ func (x *uiTranslator) event(e protocol.Event) []uiChunk {
 			RequestID: e.RequestID, ToolCallID: id, Decision: e.Decision, Reason: e.Reason, By: e.By, Role: e.Role,
 			Grant: e.Grant, GrantUsesLeft: e.GrantUsesLeft, GrantExpiresAt: e.GrantExpiresAt, Subagent: sub,
 		}})
+	case protocol.EventApprovalVote, protocol.EventApprovalEscalated:
+		// One part a call, which each vote and step replaces whole.
+		r := x.requests[e.RequestID]
+		if r == nil {
+			r = &uiRequest{} // its request came before the events read
+		}
+		if typ == protocol.EventApprovalEscalated {
+			r.deciders = e.Deciders
+		}
+		if e.Votes != nil {
+			r.votes = e.Votes
+		}
+		return []uiChunk{{Type: "data-tollgate-votes", ID: "votes-" + e.RequestID, Data: uiVotesData{
+			RequestID: e.RequestID, ToolCallID: x.partID(sub, e.ToolCallID), Deciders: r.deciders, Votes: r.votes, Subagent: sub,
+		}}}
 	case protocol.EventClientToolCall:
 		x.waiting = true
 		id := x.partID(sub, e.ToolCallID)

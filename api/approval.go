@@ -196,48 +196,53 @@ func (s *Server) approve(c *gin.Context) {
 		writeError(c, s.log, err)
 		return
 	}
-	d, reason, err := s.decideAsCaller(c, d)
+	d, res, err := s.decideAsCaller(c, d)
 	if err != nil {
 		writeError(c, s.log, err)
 		return
 	}
-	if reason != "" {
-		answer := protocol.ApprovalResult{Reason: reason}
-		if lost := s.lostTurnOf(c.Request.Context(), d.RequestID, reason); lost != nil {
+	if res.Reason != "" {
+		answer := protocol.ApprovalResult{Reason: res.Reason, Message: res.Message}
+		if lost := s.lostTurnOf(c.Request.Context(), d.RequestID, res.Reason); lost != nil {
 			answer.Message = lost.Error()
 		}
 		c.JSON(http.StatusOK, answer)
+		return
+	}
+	if res.Pending {
+		// A vote of a quorum's that leaves the call waiting.
+		c.JSON(http.StatusOK, protocol.ApprovalResult{Accepted: true, Pending: true, Votes: res.Votes, Message: res.Message})
 		return
 	}
 	c.JSON(http.StatusOK, gin.H{"accepted": true})
 }
 
 // decideAsCaller sends d, decided by the caller of c, to the turn that
-// waits for it, and counts it: reason is why the turn did not take it ("" when
-// it did). POST /chat/approval and the AI SDK's approval responses
-// (POST /ai-sdk/chat) decide through it.
-func (s *Server) decideAsCaller(c *gin.Context, d protocol.ApprovalDecision) (protocol.ApprovalDecision, string, error) {
+// waits for it, and counts it: the result's Reason is why the turn did not
+// take it ("" when it did). POST /chat/approval and the AI SDK's approval
+// responses (POST /ai-sdk/chat) decide through it.
+func (s *Server) decideAsCaller(c *gin.Context, d protocol.ApprovalDecision) (protocol.ApprovalDecision, protocol.ApprovalResult, error) {
 	d = s.decidedBy(c, d)
-	reason, _, err := s.decideAs(c.Request.Context(), d)
-	return d, reason, err
+	res, _, err := s.decideAs(c.Request.Context(), d)
+	return d, res, err
 }
 
 // decideAs sends d, decided by its Principal in its Role, to the turn
-// that waits for it, and counts it: reason is why the turn did not take
-// it ("" when it did), and why the turn's own words for it (which rule
-// refused whom). decideAsCaller and Slack's buttons (POST
-// /slack/interactions) decide through it.
-func (s *Server) decideAs(ctx context.Context, d protocol.ApprovalDecision) (string, string, error) {
-	reason, why, err := s.decideWhy(ctx, d, decisionUpdateID(d))
+// that waits for it, and counts it: the result says what the turn did with
+// it, and why is the turn's own words for a refusal (which rule refused
+// whom). decideAsCaller and Slack's buttons (POST /slack/interactions)
+// decide through it.
+func (s *Server) decideAs(ctx context.Context, d protocol.ApprovalDecision) (protocol.ApprovalResult, string, error) {
+	res, why, err := s.decide(ctx, d, decisionUpdateID(d))
 	switch {
 	case err != nil:
 		s.metrics.decision(d.Decision, outcomeError)
-	case reason != "":
+	case res.Reason != "":
 		s.metrics.decision(d.Decision, outcomeRejected)
 	default:
 		s.metrics.decision(d.Decision, outcomeAccepted)
 	}
-	return reason, why, err
+	return res, why, err
 }
 
 // decidedBy is d as the caller of c decides it: who decides is the
@@ -262,32 +267,41 @@ func (s *Server) lostTurnOf(ctx context.Context, requestID, reason string) *turn
 }
 
 // decide sends d to the turn that waits for it, as the Update updateID,
-// and says why the turn did not take it, or "" when it did. The request id
-// names its workflow, so any API instance can deliver any decision; only
-// the workflow's validator can tell a genuine id.
-func (s *Server) decide(ctx context.Context, d protocol.ApprovalDecision, updateID string) (string, error) {
-	reason, _, err := s.decideWhy(ctx, d, updateID)
-	return reason, err
-}
-
-// decideWhy is decide, and says why too: the workflow's words for its
-// refusal ("" when it took the decision, or said nothing more).
-func (s *Server) decideWhy(ctx context.Context, d protocol.ApprovalDecision, updateID string) (string, string, error) {
+// and answers what the turn said: its result, with Reason why it did not
+// take d ("" when it did) and, for a principal who voted already, Message
+// saying so; why is the workflow's words for any refusal ("" when it took
+// d). The request id names its workflow, so any API instance can deliver
+// any decision; only the workflow's validator can tell a genuine id.
+func (s *Server) decide(ctx context.Context, d protocol.ApprovalDecision, updateID string) (protocol.ApprovalResult, string, error) {
 	wid, ok := contract.RequestWorkflowID(d.RequestID)
 	if !ok {
 		s.log.Info("approval not taken: not a tollgate request id", "requestId", d.RequestID)
-		return protocol.RejectUnknown, "", nil
+		return protocol.ApprovalResult{Reason: protocol.RejectUnknown}, "", nil
 	}
 	var res protocol.ApprovalResult
-	reason, why, err := s.offerWhy(ctx, wid, contract.ApprovalUpdate, updateID, d, &res)
+	refused, err := s.sendUpdate(ctx, wid, contract.ApprovalUpdate, updateID, d, &res)
+	reason := ""
+	if err == nil && refused != nil {
+		reason, err = refusalReason(refused)
+	}
 	if err != nil {
-		return "", "", fmt.Errorf("request %s: %w", d.RequestID, err)
+		return protocol.ApprovalResult{}, "", fmt.Errorf("request %s: %w", d.RequestID, err)
 	}
-	if reason == "" && !res.Accepted {
-		reason = protocol.RejectDecided
+	why := ""
+	var app *temporal.ApplicationError
+	if refused != nil && errors.As(refused, &app) {
+		why = app.Message()
 	}
-	s.log.Info("approval", "requestId", d.RequestID, "decision", d.Decision, "by", d.Principal, "role", d.Role, "accepted", reason == "", "reason", reason)
-	return reason, why, nil
+	switch {
+	case reason == protocol.RejectVoted && app != nil:
+		res = protocol.ApprovalResult{Reason: reason, Message: app.Message()}
+	case reason != "":
+		res = protocol.ApprovalResult{Reason: reason}
+	case !res.Accepted:
+		res = protocol.ApprovalResult{Reason: protocol.RejectDecided}
+	}
+	s.log.Info("approval", "requestId", d.RequestID, "decision", d.Decision, "by", d.Principal, "role", d.Role, "accepted", res.Reason == "", "reason", res.Reason, "pending", res.Pending)
+	return res, why, nil
 }
 
 // decisionUpdateID names the Update that carries d: the same decision on
@@ -306,23 +320,11 @@ func decisionUpdateID(d protocol.ApprovalDecision) string {
 // An updateID, when not "", makes a retried Update get the first one's
 // outcome.
 func (s *Server) offer(ctx context.Context, wid, update, updateID string, arg, result any) (string, error) {
-	reason, _, err := s.offerWhy(ctx, wid, update, updateID, arg, result)
-	return reason, err
-}
-
-// offerWhy is offer, and says why too: the message of the workflow's
-// refusal, "" when it took the Update.
-func (s *Server) offerWhy(ctx context.Context, wid, update, updateID string, arg, result any) (string, string, error) {
 	refused, err := s.sendUpdate(ctx, wid, update, updateID, arg, result)
 	if err != nil || refused == nil {
-		return "", "", err
+		return "", err
 	}
-	reason, err := refusalReason(refused)
-	why := ""
-	if app := (*temporal.ApplicationError)(nil); errors.As(refused, &app) {
-		why = app.Message()
-	}
-	return reason, why, err
+	return refusalReason(refused)
 }
 
 // refusalReason is the Reject reason of an Update's refusal (unknown for

@@ -122,7 +122,8 @@ func (s *Server) decideByLink(c *gin.Context) {
 	if l.Decision == protocol.DecisionDecline {
 		d.Reason = strings.TrimSpace(c.Request.PostForm.Get("reason"))
 	}
-	reason, err := s.decide(c.Request.Context(), d, "link-"+uuid.NewString())
+	res, _, err := s.decide(c.Request.Context(), d, "link-"+uuid.NewString())
+	reason := res.Reason
 	if err != nil {
 		s.metrics.decision(d.Decision, outcomeError)
 		status, msg := errorStatus(s.temporal, err)
@@ -135,6 +136,10 @@ func (s *Server) decideByLink(c *gin.Context) {
 		return
 	}
 	s.metrics.decision(d.Decision, outcomeAccepted)
+	if res.Pending {
+		s.linkPage(c, http.StatusOK, linkView{Title: "Vote recorded: " + call.ToolName, Message: res.Message + "."})
+		return
+	}
 	done := map[string]string{"approve": "Approved", "decline": "Declined"}[l.Decision]
 	s.linkPage(c, http.StatusOK, linkView{Title: done + ": " + call.ToolName, Message: "The turn goes on. This link is used up."})
 }
@@ -184,6 +189,8 @@ func refusalText(reason string) string {
 		return "The request expired before the decision came; it counts as declined."
 	case protocol.RejectForbidden:
 		return "The policy says who may decide this tool's calls, and a link names no one: decide it in the console or the inbox."
+	case protocol.RejectVoted:
+		return "This call needs votes from several people, and a link has voted on it already: vote in the console or the inbox."
 	default:
 		return "The turn no longer knows this request (" + reason + ")."
 	}

@@ -256,22 +256,25 @@ func (s *Server) decideInSlack(ctx context.Context, user string, click *slack.Bl
 		return slackOutcome{text: "Not decided: tollgate is busy; click again.", keepButtons: true}
 	}
 	defer release()
-	reason, why, err := s.decideAs(ctx, d)
+	res, why, err := s.decideAs(ctx, d)
 	if err != nil {
 		_, msg := errorStatus(s.temporal, err)
 		s.log.Warn("slack decision not sent", "requestId", d.RequestID, "by", principal, "error", err)
 		return slackOutcome{text: "Not decided: " + msg, keepButtons: true}
 	}
-	switch reason {
-	case "":
+	switch reason := res.Reason; {
+	case reason == "" && res.Pending:
+		// A vote on a rule with a quorum: others may still vote.
+		return slackOutcome{text: fmt.Sprintf("%s voted to %s at %s: %s.", principal, d.Decision, clickTime(click).UTC().Format(time.RFC3339), res.Message), keepButtons: true}
+	case reason == "":
 		done := map[string]string{protocol.DecisionApprove: "Approved", protocol.DecisionDecline: "Declined"}[d.Decision]
 		return slackOutcome{text: fmt.Sprintf("%s by %s at %s.", done, principal, clickTime(click).UTC().Format(time.RFC3339))}
-	case protocol.RejectForbidden:
+	case reason == protocol.RejectForbidden, reason == protocol.RejectVoted:
 		why = strings.TrimPrefix(why, fmt.Sprintf("approval request %q: ", d.RequestID))
 		return slackOutcome{text: "Refused: " + why + ".", keepButtons: true}
-	case protocol.RejectDecided:
+	case reason == protocol.RejectDecided:
 		return slackOutcome{text: "Refused: the request was already decided."}
-	case protocol.RejectExpired:
+	case reason == protocol.RejectExpired:
 		return slackOutcome{text: "Refused: the request expired; it counts as declined."}
 	default:
 		return slackOutcome{text: "Refused: the turn no longer waits for this request (" + reason + ")."}

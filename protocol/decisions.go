@@ -44,6 +44,9 @@ const (
 	// RejectInvalid: the decision itself is not valid (edited arguments
 	// the tool would refuse); the API answers it 400.
 	RejectInvalid = "invalid"
+	// RejectVoted: the request needs votes from several people (a rule's
+	// quorum) and this principal has voted on it already.
+	RejectVoted = "voted"
 )
 
 // ApprovalDecision is the payload of the approval Update and signal, and the
@@ -157,6 +160,56 @@ type ApprovalResult struct {
 	// request's turn ended, when the worker ended it because its history
 	// names a payload that the payload store no longer holds.
 	Message string `json:"message,omitempty"`
+	// Pending, true, says the decision was taken as a vote and the request
+	// still waits for more (a rule's quorum); Votes says where it stands,
+	// and Message says it in words ("vote recorded, 1 of 2 approvals").
+	Pending bool   `json:"pending,omitempty"`
+	Votes   *Votes `json:"votes,omitempty"`
+}
+
+// Votes is where the voting on a request of a rule with a quorum stands:
+// how many approvals and declines decide it, the votes cast so far in
+// order, and who may still vote (the request's current deciders, minus
+// those who voted; empty when the rule names none, as anyone may).
+type Votes struct {
+	Quorum   int      `json:"quorum"`
+	Declines int      `json:"declines"`
+	Cast     []Vote   `json:"cast"`
+	MayVote  []string `json:"mayVote,omitempty"`
+}
+
+// Approvals counts the approve votes cast.
+func (v *Votes) Approvals() int { return v.count(DecisionApprove) }
+
+// Declined counts the decline votes cast.
+func (v *Votes) Declined() int { return v.count(DecisionDecline) }
+
+func (v *Votes) count(decision string) int {
+	n := 0
+	for _, c := range v.Cast {
+		if c.Decision == decision {
+			n++
+		}
+	}
+	return n
+}
+
+// Vote is one principal's vote on a request.
+type Vote struct {
+	By   string `json:"by"`
+	Role string `json:"role,omitempty"`
+	// OnBehalfOf names whom By voted for as their stand-in (PUT
+	// /delegations): the vote counts for both, so neither votes again.
+	OnBehalfOf string    `json:"onBehalfOf,omitempty"`
+	Decision   string    `json:"decision"`
+	Reason     string    `json:"reason,omitempty"`
+	At         time.Time `json:"at"`
+}
+
+// Voted reports whether principal cast v, or v was cast for them by their
+// stand-in.
+func (v Vote) Voted(principal string) bool {
+	return principal != "" && (v.By == principal || v.OnBehalfOf == principal)
 }
 
 // MaxBatchDecisions bounds the decisions of one approvals Update (one POST
@@ -207,4 +260,9 @@ type PendingApproval struct {
 	// asked: an approve applies what it changed there (the preview lists
 	// it), and an approve with unconfined runs it for real.
 	Sandboxed bool `json:"sandboxed,omitempty"`
+	// Deciders are who may decide the call now: the rule's, with those its
+	// escalation steps have added so far (omitted when the rule names
+	// none); Votes, for a rule with a quorum, where its voting stands.
+	Deciders []string `json:"deciders,omitempty"`
+	Votes    *Votes   `json:"votes,omitempty"`
 }

@@ -25,6 +25,14 @@ const (
 	// EventContextCompacted says the turn left tool outputs out of the
 	// model's view, or summarized earlier messages, to fit its budget.
 	EventContextCompacted = "context_compacted"
+	// EventApprovalVote is one person's vote on a request of a rule with a
+	// quorum (Decision, By, Role, Reason, Votes); the request is decided
+	// by an approval_decision once the votes decide it.
+	EventApprovalVote = "approval_vote"
+	// EventApprovalEscalated says a request waited past a step of its
+	// rule's escalation: Escalated may decide too, and Deciders are who
+	// may decide now.
+	EventApprovalEscalated = "approval_escalated"
 	// EventQueued is the API's own, with no id, not part of the turn's
 	// log: the turn does not exist yet, as its message waits in its
 	// conversation behind another turn (ConversationID, TurnID). The
@@ -159,6 +167,14 @@ type Event struct {
 	// BlockNewTurns, on gate_frozen, is true when the freeze also refuses
 	// new messages.
 	BlockNewTurns bool `json:"blockNewTurns,omitempty"`
+	// Deciders, on approval_request and approval_escalated, are who may
+	// decide the call (omitted when its rule names none: anyone may);
+	// Escalated, on approval_escalated, who the step added. Votes, on the
+	// approval events of a call whose rule has a quorum, is where its
+	// voting stands.
+	Deciders  []string `json:"deciders,omitempty"`
+	Escalated []string `json:"escalated,omitempty"`
+	Votes     *Votes   `json:"votes,omitempty"`
 
 	// tool_result
 	ToolResults []ToolResult `json:"toolResults,omitempty"`

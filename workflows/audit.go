@@ -3,6 +3,7 @@ package workflows
 import (
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -330,6 +331,37 @@ func auditDecided(r audit.Record, a *approval) audit.Record {
 	r.OnBehalfOf = a.onBehalfOf
 	if a.decision == protocol.DecisionApprove && a.arguments != "" {
 		r.EditedArguments, r.EditDiff = a.arguments, audit.EditDiff(a.Call.Arguments, a.arguments)
+	}
+	return r
+}
+
+// DecidedBy of the ledger's rows of a vote and of an escalation step
+// (auditNote): neither decides its call, whose own row says what did.
+const (
+	DecidedByVote       = audit.DecidedByVote
+	DecidedByEscalation = audit.DecidedByEscalation
+)
+
+// auditNote is the row of a vote on a call, or of an escalation step it
+// passed, made from the call's row r: a row of its own, keyed by the
+// call's request id and the voter (vote:<request id>:<voter>) or the step
+// (escalation:<request id>:<step>), final when written.
+func auditNote(r audit.Record, n note) audit.Record {
+	r.Stage = audit.StageDecided
+	r.Preview, r.UserMessage, r.Sandbox, r.Shadow = "", "", "", ""
+	if v := n.vote; v != nil {
+		at := v.At
+		r.ID = "vote:" + r.ID + ":" + v.By
+		r.Decision, r.DecidedBy, r.Principal, r.Role, r.Reason, r.DecidedAt = v.Decision, DecidedByVote, v.By, v.Role, v.Reason, &at
+		r.OnBehalfOf = v.OnBehalfOf
+		return r
+	}
+	at := n.at
+	r.ID = "escalation:" + r.ID + ":" + strconv.Itoa(n.step)
+	r.DecidedBy, r.DecidedAt = DecidedByEscalation, &at
+	r.Reason = "escalation step " + strconv.Itoa(n.step) + ": no decision yet, so " + strings.Join(n.to, ", ") + " may decide too"
+	if len(n.deciders) > 0 {
+		r.Reason += " (deciders now " + strings.Join(n.deciders, ", ") + ")"
 	}
 	return r
 }

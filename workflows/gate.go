@@ -59,6 +59,24 @@ type approval struct {
 	// asked; unconfined of its approve when the person chose to run the
 	// command for real instead of applying what it changed there.
 	sandboxed, unconfined bool
+	// votes are the votes cast so far on a request of a rule with a
+	// quorum, in order; escalated who its rule's escalation steps have
+	// added to its deciders so far.
+	votes     []protocol.Vote
+	escalated []string
+}
+
+// note is what happened to a request short of its decision, for the
+// ledger: a vote cast (vote), or an escalation step passed (step, from 1,
+// at at) that added to to who may decide, now deciders.
+type note struct {
+	a    *approval
+	vote *protocol.Vote
+	step int
+	at   time.Time
+	// to and deciders are the step's, and who may decide after it (empty
+	// when anyone may).
+	to, deciders []string
 }
 
 // gate is the approval gate of one workflow: the requests it has published,
@@ -87,6 +105,9 @@ type gate struct {
 	// agent names the subagent whose gate this is, empty for a turn's;
 	// userMessage is the user's message the turn runs for.
 	agent, userMessage string
+	// notes are the votes and escalations since the wait last handed them
+	// on (await).
+	notes []note
 	// span is the workflow run's span, the parent of the approval spans
 	// (tracing.go); the zero Span when the worker does not trace.
 	span workflowtrace.Span
@@ -136,6 +157,7 @@ func (g *gate) requestAs(ctx workflow.Context, id string, call protocol.ToolCall
 	g.all = append(g.all, a)
 	g.byID[a.RequestID] = a
 	expires := a.ExpiresAt
+	rule := g.ruleOf(a)
 	g.log.append(protocol.Event{
 		Type:       protocol.EventApprovalRequest,
 		RequestID:  a.RequestID,
@@ -148,6 +170,8 @@ func (g *gate) requestAs(ctx workflow.Context, id string, call protocol.ToolCall
 		Preview:    preview,
 		Sandbox:    shown,
 		Kind:       requestKind(call),
+		Deciders:   deciders(rule),
+		Votes:      g.votesOf(rule, a),
 	})
 	countRequest(ctx)
 	g.sendNotice(ctx, a, activities.NoticeApprovalRequest)
@@ -244,13 +268,128 @@ func (g *gate) validate(ctx workflow.Context, d protocol.ApprovalDecision) error
 	}
 	// Rules recorded before deciders existed name none: nothing changes
 	// for them on replay.
-	if err := g.settings.rule(a.Call.Name).MayDecideFor(d.Principal, d.Role, d.OnBehalfOf, g.sender); err != nil {
+	rule := g.ruleOf(a)
+	if err := rule.MayDecideFor(d.Principal, d.Role, d.OnBehalfOf, g.sender); err != nil {
 		return rejection(protocol.RejectForbidden, fmt.Errorf("approval request %q: %w", d.RequestID, err))
 	}
 	if err := d.Check(); err != nil {
 		return fmt.Errorf("approval request %q: %w", d.RequestID, err)
 	}
+	if rule.Voting() {
+		if err := checkVote(a, d); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// ruleOf is the rule of a's tool as it stands now: with the deciders its
+// escalation steps have added (nil when the tool has none).
+func (g *gate) ruleOf(a *approval) *Rule {
+	return g.settings.rule(a.Call.Name).WithDeciders(a.escalated)
+}
+
+// voterOf is who casts decision d as a vote: a principal votes once on a
+// request.
+func voterOf(d protocol.ApprovalDecision) string {
+	return d.Principal
+}
+
+// checkVote says why d cannot be a vote on a, a request of a rule with a
+// quorum: it names nobody, its voter has voted, or it asks for what votes
+// cannot share (edited arguments, a grant, an unconfined run).
+func checkVote(a *approval, d protocol.ApprovalDecision) error {
+	voter := voterOf(d)
+	reason, err := "", error(nil)
+	switch {
+	case voter == "":
+		reason, err = protocol.RejectForbidden, errors.New("its rule needs a quorum of votes from distinct people, and this one names nobody: decide with an API token")
+	case slices.ContainsFunc(a.votes, func(v protocol.Vote) bool { return v.Voted(voter) }):
+		reason, err = protocol.RejectVoted, fmt.Errorf("%q has voted on it already: its rule needs votes from distinct people", voter)
+	case slices.ContainsFunc(a.votes, func(v protocol.Vote) bool { return v.Voted(d.OnBehalfOf) }):
+		reason, err = protocol.RejectVoted, fmt.Errorf("%q, for whom %q stands in, has voted on it already: its rule needs votes from distinct people", d.OnBehalfOf, voter)
+	case d.Arguments != "":
+		reason, err = protocol.RejectInvalid, errors.New("its rule needs a quorum, and votes must be on the same arguments: edited arguments are refused (decline, and ask the model for the call you want)")
+	case d.Remember != "":
+		reason, err = protocol.RejectInvalid, errors.New("its rule needs a quorum, and a remembered decision never stands in for one: vote without remember")
+	case d.Unconfined:
+		reason, err = protocol.RejectInvalid, errors.New("its rule needs a quorum, and votes must be on the same run: unconfined is refused")
+	default:
+		return nil
+	}
+	return rejection(reason, fmt.Errorf("approval request %q: %w", a.RequestID, err))
+}
+
+// deciders are who may decide a request now under rule (ruleOf), for its
+// events and the pending query: nil when anyone may.
+func deciders(rule *Rule) []string {
+	if rule == nil {
+		return nil
+	}
+	return slices.Clone(rule.Deciders)
+}
+
+// votesOf is where the voting on a stands, nil unless rule votes.
+func (g *gate) votesOf(rule *Rule, a *approval) *protocol.Votes {
+	if !rule.Voting() {
+		return nil
+	}
+	approvals, declines := rule.Needed()
+	v := &protocol.Votes{Quorum: approvals, Declines: declines, Cast: slices.Clone(a.votes)}
+	if v.Cast == nil {
+		v.Cast = []protocol.Vote{}
+	}
+	for _, d := range rule.Deciders {
+		if rule.SecondPerson && d == g.sender {
+			continue // the sender may not vote on what their message led to
+		}
+		if !slices.ContainsFunc(a.votes, func(v protocol.Vote) bool { return v.Voted(d) }) {
+			v.MayVote = append(v.MayVote, d)
+		}
+	}
+	return v
+}
+
+// vote casts d, validated, as a vote on a, and decides a once the votes
+// do: a quorum of approvals approves, the rule's declines decline.
+func (g *gate) vote(ctx workflow.Context, a *approval, rule *Rule, d protocol.ApprovalDecision) {
+	v := protocol.Vote{By: voterOf(d), Role: d.Role, OnBehalfOf: d.OnBehalfOf, Decision: d.Decision, Reason: d.Reason, At: workflow.Now(ctx)}
+	a.votes = append(a.votes, v)
+	votes := g.votesOf(rule, a)
+	g.log.append(protocol.Event{
+		Type:       protocol.EventApprovalVote,
+		RequestID:  a.RequestID,
+		ToolCallID: a.Call.ID,
+		Decision:   v.Decision,
+		Reason:     v.Reason,
+		By:         v.By,
+		Role:       v.Role,
+		OnBehalfOf: v.OnBehalfOf,
+		Votes:      votes,
+	})
+	g.notes = append(g.notes, note{a: a, vote: &v})
+	a.role, a.onBehalfOf = d.Role, d.OnBehalfOf
+	switch {
+	case votes.Approvals() >= votes.Quorum:
+		g.decide(ctx, a, protocol.DecisionApprove, d.Reason, "", v.By, DecidedByPerson)
+	case votes.Declined() >= votes.Declines:
+		g.decide(ctx, a, protocol.DecisionDecline, d.Reason, "", v.By, DecidedByPerson)
+	default:
+		// The wait hands the vote to the ledger.
+		g.wake.SendAsync(struct{}{})
+	}
+}
+
+// result answers the decision on request id just taken: accepted, and
+// for a vote that did not decide it, pending with where the votes stand.
+func (g *gate) result(id string) protocol.ApprovalResult {
+	a := g.byID[id]
+	if a == nil || a.decided || len(a.votes) == 0 {
+		return protocol.ApprovalResult{Accepted: true}
+	}
+	v := g.votesOf(g.ruleOf(a), a)
+	return protocol.ApprovalResult{Accepted: true, Pending: true, Votes: v,
+		Message: fmt.Sprintf("vote recorded, %d of %d approvals (%d of %d declines); the call waits for more votes", v.Approvals(), v.Quorum, v.Declined(), v.Declines)}
 }
 
 // rejection makes err the validator's answer for reason.
@@ -285,6 +424,10 @@ func (g *gate) take(ctx workflow.Context, d protocol.ApprovalDecision, by string
 	// Check refused a bad duration already (validate asks it).
 	a.rememberFor, _ = d.RememberDuration()
 	a.rememberUses, a.rememberWhen = d.RememberUses, d.RememberWhen
+	if rule := g.ruleOf(a); rule.Voting() {
+		g.vote(ctx, a, rule, d)
+		return nil
+	}
 	a.role, a.onBehalfOf = d.Role, d.OnBehalfOf
 	a.unconfined = d.Unconfined && d.Decision == protocol.DecisionApprove
 	g.decide(ctx, a, d.Decision, d.Reason, d.Arguments, by, DecidedByPerson)
@@ -312,6 +455,7 @@ func (g *gate) decide(ctx workflow.Context, a *approval, decision, reason, argum
 		Role:       a.role,
 		OnBehalfOf: a.onBehalfOf,
 		Unconfined: a.unconfined,
+		Votes:      g.votesOf(g.ruleOf(a), a),
 	})
 	countDecision(ctx, decision, a.RequestedAt)
 	g.traceDecision(ctx, a, decidedBy)
@@ -357,6 +501,8 @@ func (g *gate) pending() []protocol.PendingApproval {
 			Subagent:       g.agent,
 			UserMessage:    text.Truncate(g.userMessage, pendingMessageBytes),
 			Sandboxed:      a.sandboxed,
+			Deciders:       deciders(g.ruleOf(a)),
+			Votes:          g.votesOf(g.ruleOf(a), a),
 		})
 	}
 	return out
@@ -368,8 +514,9 @@ const pendingMessageBytes = audit.UserMessageBytes
 
 // await blocks until every request in reqs is decided: by a person, by its
 // own durable timer (timeout), or by cancellation of ctx (decline). After
-// each wake, onDecided (when set) gets the requests decided since the last.
-func (g *gate) await(ctx workflow.Context, reqs []*approval, onDecided func([]*approval)) {
+// each wake, onNews (when set) gets the requests decided since the last,
+// and the votes cast and escalation steps passed (notes).
+func (g *gate) await(ctx workflow.Context, reqs []*approval, onNews func([]*approval, []note)) {
 	g.upsertPending(ctx)
 	defer g.upsertPending(ctx)
 
@@ -389,6 +536,8 @@ func (g *gate) await(ctx workflow.Context, reqs []*approval, onDecided func([]*a
 		if g.notify {
 			g.remind(ctx, timerCtx, sel, a)
 		}
+		// Only a rule recorded with escalation steps has timers for them.
+		g.escalations(ctx, timerCtx, sel, a)
 	}
 	sel.AddReceive(g.wake, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil) })
 	cancelled := false
@@ -399,10 +548,73 @@ func (g *gate) await(ctx workflow.Context, reqs []*approval, onDecided func([]*a
 		if cancelled {
 			g.declinePending(ctx, reasonCancelled)
 		}
-		if news := newlyDecided(reqs, told); onDecided != nil && len(news) > 0 {
-			onDecided(news)
+		news, notes := newlyDecided(reqs, told), g.takeNotes()
+		if onNews != nil && (len(news) > 0 || len(notes) > 0) {
+			onNews(news, notes)
 		}
 	}
+	// Votes cast before the wait began, when they decided every request
+	// at once (only a rule with a quorum has any).
+	if notes := g.takeNotes(); onNews != nil && len(notes) > 0 {
+		onNews(nil, notes)
+	}
+}
+
+// takeNotes hands on the notes since the last call.
+func (g *gate) takeNotes() []note {
+	notes := g.notes
+	g.notes = nil
+	return notes
+}
+
+// escalations start the timers of the escalation steps of a's rule, one
+// a step, each at its share of a's time: when one fires and a still
+// waits, the step's principals and roles may decide too (ruleOf), are
+// told (a notice), and the stream and the ledger say so.
+func (g *gate) escalations(ctx, timerCtx workflow.Context, sel workflow.Selector, a *approval) {
+	rule := g.settings.rule(a.Call.Name)
+	if rule == nil {
+		return
+	}
+	timeout := a.ExpiresAt.Sub(a.RequestedAt)
+	for i, step := range rule.Escalate {
+		at := a.RequestedAt.Add(step.Offset(timeout))
+		if !at.Before(a.ExpiresAt) {
+			continue // past the call's own timeout: it never escalates
+		}
+		// A step whose time passed before the wait began (a call that
+		// waited for others of its batch first) passes at once.
+		timer := workflow.NewTimerWithOptions(timerCtx, max(at.Sub(workflow.Now(ctx)), 0),
+			workflow.TimerOptions{Summary: fmt.Sprintf("escalation %d: %s", i+1, callSummary(a.Call))})
+		sel.AddFuture(timer, func(f workflow.Future) {
+			if f.Get(ctx, nil) == nil && !a.decided {
+				g.escalate(ctx, a, i+1, step.To)
+			}
+		})
+	}
+}
+
+// escalate adds to to who may decide a, at step n of its rule's
+// escalation, and says so: an approval_escalated event, a notice, a note
+// for the ledger.
+func (g *gate) escalate(ctx workflow.Context, a *approval, n int, to []string) {
+	for _, d := range to {
+		if !slices.Contains(a.escalated, d) {
+			a.escalated = append(a.escalated, d)
+		}
+	}
+	rule := g.ruleOf(a)
+	g.log.append(protocol.Event{
+		Type:       protocol.EventApprovalEscalated,
+		RequestID:  a.RequestID,
+		ToolCallID: a.Call.ID,
+		ToolName:   a.Call.Name,
+		Deciders:   deciders(rule),
+		Escalated:  slices.Clone(to),
+		Votes:      g.votesOf(rule, a),
+	})
+	g.notes = append(g.notes, note{a: a, step: n, at: workflow.Now(ctx), to: slices.Clone(to), deciders: deciders(rule)})
+	g.sendNoticeTo(ctx, a, activities.NoticeEscalation, to)
 }
 
 // expireAlone gives request a a durable timer of its own, which times it
@@ -614,6 +826,12 @@ var noticeOptions = workflow.ActivityOptions{
 // sendNotice starts the notice activity for a and does not wait for it: a
 // notice never holds up the turn.
 func (g *gate) sendNotice(ctx workflow.Context, a *approval, kind string) {
+	g.sendNoticeTo(ctx, a, kind, nil)
+}
+
+// sendNoticeTo is sendNotice for a notice that names who it is for (an
+// escalation's).
+func (g *gate) sendNoticeTo(ctx workflow.Context, a *approval, kind string, to []string) {
 	if !g.notify {
 		return
 	}
@@ -627,6 +845,7 @@ func (g *gate) sendNotice(ctx workflow.Context, a *approval, kind string) {
 		ExpiresAt:      a.ExpiresAt,
 		Preview:        a.Preview,
 		Subagent:       g.agent,
+		EscalatedTo:    to,
 	})
 }
 

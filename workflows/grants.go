@@ -194,7 +194,14 @@ func revoke(grants []contract.Grant, id string) ([]contract.Grant, error) {
 // grants need nothing recorded (tool, arguments, the workflow's clock and
 // counts replay the same). A scope that fails, or passes its cost limit
 // (policy.CostLimit), decides nothing: the call asks.
+//
+// A call of a rule with a quorum is never answered by a grant: a grant is
+// one person's decision, and the rule asks for several (no vote may make
+// one either: gate.checkVote).
 func (t *turn) useGrant(ctx workflow.Context, call protocol.ToolCall) *contract.Grant {
+	if t.settings.rule(call.Name).Voting() {
+		return nil
+	}
 	if !slices.ContainsFunc(t.grants, func(g contract.Grant) bool { return g.Tool == call.Name }) {
 		return nil // no grant to read the arguments for
 	}

@@ -170,11 +170,11 @@ func (t *turn) awaitDecisions(ctx workflow.Context, b *batch) {
 		t.log.append(protocol.Event{Type: protocol.EventHeartbeat})
 		asked := b.askedRows()
 		t.writeAudit(ctx, asked)
-		var onDecided func([]*approval)
+		var onNews func([]*approval, []note)
 		if len(asked) > 0 {
-			onDecided = t.ledgerDecisions(ctx, b, waiting)
+			onNews = t.ledgerDecisions(ctx, b, waiting)
 		}
-		t.gate.await(ctx, waiting, onDecided)
+		t.gate.await(ctx, waiting, onNews)
 	}
 	turnID := workflow.GetInfo(ctx).WorkflowExecution.ID
 	for _, p := range b.passages {
@@ -186,13 +186,19 @@ func (t *turn) awaitDecisions(ctx workflow.Context, b *batch) {
 
 // ledgerDecisions is what the gate's wait does with the decisions of the
 // batch as they are taken: each reaches the ledger when it is taken, not
-// when the last call of its batch is. Off the decision path
-// (levelLedgerOffPath), the decisions that end the wait are owed instead:
-// the batch's first activity carries them while it runs.
-func (t *turn) ledgerDecisions(ctx workflow.Context, b *batch, waiting []*approval) func([]*approval) {
+// when the last call of its batch is, and so does each vote and each
+// escalation step, in rows of their own (auditNote). Off the decision
+// path (levelLedgerOffPath), the rows of what ends the wait are owed
+// instead: the batch's first activity carries them while it runs.
+func (t *turn) ledgerDecisions(ctx workflow.Context, b *batch, waiting []*approval) func([]*approval, []note) {
 	offPath := t.offPath(ctx)
-	return func(decided []*approval) {
+	return func(decided []*approval, notes []note) {
 		var out []audit.Record
+		for _, n := range notes {
+			if p := b.askedBy(n.a); p != nil && p.row != nil {
+				out = append(out, auditNote(*p.row, n))
+			}
+		}
 		for _, a := range decided {
 			if p := b.askedBy(a); p != nil && p.row != nil {
 				out = append(out, auditDecided(*p.row, a))

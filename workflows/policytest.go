@@ -186,8 +186,8 @@ func (p *PolicyTester) Test(ctx context.Context, in contract.PolicyTestInput) (p
 	b := newBacktest(s)
 	heartbeat := activity.IsActivity(ctx)
 	err = p.Ledger.Each(ctx, in.Request.ConversationID, since, func(r audit.Record) error {
-		if r.Kind != "" {
-			return nil // an admin's change (a freeze, a stand-in), no call
+		if r.Note() {
+			return nil // a vote, an escalation step or an admin's change: no call
 		}
 		b.add(r)
 		if heartbeat && b.rows%1000 == 0 {

@@ -132,6 +132,9 @@ func TestBacktestListsTheDeclinedCallsALooserPolicyLetsRunFirst(t *testing.T) {
 		row("5", "Write", `{"file_path":"src/a.go","content":"x"}`, protocol.DecisionApprove, DecidedByPerson, "dev"),
 		row("6", "Write", `{"file_path":"docs/src/a.go","content":"x"}`, protocol.DecisionDecline, DecidedByGrant, "lead"),
 		row("7", "Write", `{"file_path":"../outside","content":"x"}`, protocol.DecisionDecline, DecidedByPerson, "lead"),
+		// A vote and an escalation step of call 1: rows, not calls.
+		row("vote:1:lead", "Bash", `{"command":"go test ./..."}`, protocol.DecisionApprove, DecidedByVote, "lead"),
+		row("escalation:1:1", "Bash", `{"command":"go test ./..."}`, "", DecidedByEscalation, ""),
 	}
 	ledger[2].RequestedAt = at.Add(-48 * time.Hour)
 	tester := &PolicyTester{Settings: s, Ledger: ledger}

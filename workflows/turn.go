@@ -241,7 +241,9 @@ func (t *turn) takeDecision(ctx workflow.Context, d protocol.ApprovalDecision) (
 	if err := t.gate.take(ctx, d, d.Principal); err != nil {
 		return protocol.ApprovalResult{}, err
 	}
-	return protocol.ApprovalResult{Accepted: true}, nil
+	// A vote that leaves its call waiting says so, and where the votes
+	// stand.
+	return t.gate.result(d.RequestID), nil
 }
 
 // takeBatch is the approvals Update's handler, after validateBatch.

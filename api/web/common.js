@@ -351,12 +351,25 @@ const TG = (() => {
       status.textContent = 'sending…';
       try {
         const out = await decide({ requestId, ...body });
+        if (out.accepted && out.pending) {
+          // A vote of a quorum's: the call waits for more, which another
+          // person (with their own token) may cast from this panel.
+          status.textContent = out.message || 'vote recorded; waiting for more votes';
+          status.classList.add('ok');
+          setBusy(false);
+          return;
+        }
         if (out.accepted) {
           status.textContent = body.decision === 'approve' ? 'approved; waiting for the turn…' : 'declined; waiting for the turn…';
           status.classList.add('ok');
         } else {
-          status.textContent = `not accepted: ${({ decided: 'this request was decided already', expired: 'this request has expired', unknown: 'this request is unknown' })[out.reason] || 'this request expired, was decided already, or is unknown'}`;
+          status.textContent = `not accepted: ${({ decided: 'this request was decided already', expired: 'this request has expired', unknown: 'this request is unknown', forbidden: 'the policy says someone else must decide it', voted: out.message || 'you have voted on it already' })[out.reason] || 'this request expired, was decided already, or is unknown'}`;
           status.classList.add('bad');
+          if (out.reason === 'voted' || out.reason === 'forbidden') {
+            // Another person may still decide from here.
+            setBusy(false);
+            return;
+          }
         }
         panel.dataset.sent = body.decision;
         if (onSent) onSent(body.decision, !!out.accepted);
@@ -398,5 +411,33 @@ const TG = (() => {
     return panel;
   }
 
-  return { h, parseObject, summary, diffView, previewView, sandboxView, argsView, tick, startClock, expiry, age, authHeaders, postJSON, decisionPanel, batchPanel };
+  // votesView says who may decide a call (deciders, when its rule names
+  // them) and, for a rule with a quorum, where its voting stands (votes):
+  // the approvals and declines so far of those needed, each vote, and who
+  // may still vote.
+  function votesView(deciders, votes) {
+    const el = h('div', { class: 'meta votes', testid: 'approval-votes' });
+    votesText(el, deciders, votes);
+    return el;
+  }
+
+  function votesText(el, deciders, votes) {
+    const parts = [];
+    if (votes) {
+      const cast = votes.cast || [];
+      const approvals = cast.filter((v) => v.decision === 'approve').length;
+      const declines = cast.filter((v) => v.decision === 'decline').length;
+      parts.push(`votes: ${approvals} of ${votes.quorum} approvals`);
+      if (votes.declines > 1 || declines > 0) parts.push(`${declines} of ${votes.declines} declines`);
+      if (cast.length) parts.push(cast.map((v) => `${v.by} ${v.decision === 'approve' ? 'approved' : 'declined'}`).join(', '));
+      if (votes.mayVote && votes.mayVote.length) parts.push(`may still vote: ${votes.mayVote.join(', ')}`);
+    } else if (deciders && deciders.length) {
+      parts.push(`deciders: ${deciders.join(', ')}`);
+    }
+    el.textContent = parts.join(' · ');
+    el.hidden = parts.length === 0;
+    if (deciders && deciders.length) el.dataset.deciders = deciders.join(',');
+  }
+
+  return { h, parseObject, summary, votesView, votesText, diffView, previewView, sandboxView, argsView, tick, startClock, expiry, age, authHeaders, postJSON, decisionPanel, batchPanel };
 })();

@@ -347,6 +347,9 @@
           return this.approvalRequest(scope, ev);
         case 'approval_decision':
           return this.approvalDecision(scope, ev);
+        case 'approval_vote':
+        case 'approval_escalated':
+          return this.approvalProgress(scope, ev);
         case 'tool_result':
           return this.toolResult(scope, ev);
         case 'client_tool_call': {
@@ -443,6 +446,7 @@
           ? h('div', { class: 'approval-head' }, h('strong', {}, 'Budget spent'), ': ', ev.reason || '', ' · ', TG.expiry(ev.expiresAt))
           : h('div', { class: 'approval-head' }, 'Approval needed for ', h('strong', {}, ev.toolName), ' · ', TG.expiry(ev.expiresAt)),
         budget ? null : (sandboxed ? TG.sandboxView(ev.sandbox) : TG.previewView(ev.preview)),
+        ev.votes || ev.deciders ? TG.votesView(ev.deciders, ev.votes) : null,
         panel);
       const card = scope.cards.get(ev.toolCallId);
       if (card) {
@@ -474,6 +478,32 @@
         scope.container.append(scope.batch);
       }
       scope.batch.show(scope.open.size);
+    }
+
+    // approvalProgress shows a vote on a waiting call, or an escalation
+    // step it passed: a line under its request, and the request's votes
+    // and deciders as they stand now.
+    approvalProgress(scope, ev) {
+      const req = this.el.querySelector(`.approval[data-request-id="${CSS.escape(ev.requestId || '')}"]`);
+      const line = ev.type.endsWith('approval_vote')
+        ? `${ev.by} ${ev.decision === 'approve' ? 'approved' : 'declined'}${ev.reason ? `: ${ev.reason}` : ''}`
+        : `no decision yet: escalated to ${(ev.escalated || []).join(', ')}`;
+      const el = h('div', { class: 'meta', testid: ev.type.endsWith('approval_vote') ? 'approval-vote' : 'approval-escalated' }, line);
+      if (!req) {
+        scope.container.append(el);
+        return el;
+      }
+      let view = req.querySelector('[data-testid="approval-votes"]');
+      if (!view) {
+        view = TG.votesView(null, null);
+        req.querySelector('.decision-panel')?.before(view);
+      }
+      const deciders = ev.deciders || (view.dataset.deciders ? view.dataset.deciders.split(',') : null);
+      TG.votesText(view, deciders, ev.votes);
+      const panel = req.querySelector('.decision-panel');
+      if (panel) panel.before(el);
+      else req.append(el);
+      return el;
     }
 
     approvalDecision(scope, ev) {

@@ -313,6 +313,18 @@ func (p *printer) handle(ctx context.Context, e protocol.Event, items <-chan str
 			line += ": " + e.Reason
 		}
 		fmt.Fprintln(p.out, line)
+	case protocol.EventApprovalVote:
+		line := fmt.Sprintf("%s%s voted %s on %s", tag, e.By, e.Decision, cmp.Or(p.tools[e.RequestID], e.ToolCallID))
+		if v := e.Votes; v != nil {
+			line += fmt.Sprintf(" (%d of %d approvals", v.Approvals(), v.Quorum)
+			if len(v.MayVote) > 0 {
+				line += "; may still vote: " + strings.Join(v.MayVote, ", ")
+			}
+			line += ")"
+		}
+		fmt.Fprintln(p.out, line)
+	case protocol.EventApprovalEscalated:
+		fmt.Fprintf(p.out, "%s%s still waits: %s may decide too\n", tag, cmp.Or(p.tools[e.RequestID], e.ToolName), strings.Join(e.Escalated, ", "))
 	case protocol.EventToolResult:
 		for _, r := range e.ToolResults {
 			fmt.Fprintf(p.out, "%s← %s %s: %s\n", tag, r.Name, r.Status, text.Truncate(firstLine(r.Result), resultWidth))

@@ -257,3 +257,17 @@ func TestACompactedContextIsSaid(t *testing.T) {
 	require.Equal(t, "(context compacted to fit the model: 3 old tool outputs left out, 12 earlier messages summarized, 5 newer kept whole, 1 long message cut in the middle; 500 → 90 KiB; the whole conversation is kept)\n"+
 		"[notes] (context compacted to fit the model: 1 old tool output left out; 30 → 10 KiB; the whole conversation is kept)\n", out.String())
 }
+
+func TestVotesAndEscalationStepsAreSaid(t *testing.T) {
+	var out strings.Builder
+	p := &printer{out: &out, tools: map[string]string{"r1": "Bash"}}
+	for _, e := range []protocol.Event{
+		{Type: protocol.EventApprovalVote, RequestID: "r1", By: "alice", Decision: protocol.DecisionApprove,
+			Votes: &protocol.Votes{Quorum: 2, Declines: 1, Cast: []protocol.Vote{{By: "alice", Decision: protocol.DecisionApprove}}, MayVote: []string{"bob"}}},
+		{Type: protocol.EventApprovalEscalated, RequestID: "r1", Escalated: []string{"role:admin", "carol"}},
+	} {
+		require.NoError(t, p.handle(context.Background(), e, nil))
+	}
+	require.Equal(t, "alice voted approve on Bash (1 of 2 approvals; may still vote: bob)\n"+
+		"Bash still waits: role:admin, carol may decide too\n", out.String())
+}

@@ -158,6 +158,9 @@ func askAndDecide(ctx context.Context, a *asker, d decider, req request) (protoc
 		return dec, nil
 	}
 	switch {
+	case res.Pending:
+		// A vote of a rule's quorum: the call waits for more.
+		fmt.Fprintf(a.out, "sent: %s %s: %s\n", dec.Decision, req.ToolName, res.Message)
 	case dec.Unconfined:
 		fmt.Fprintf(a.out, "sent: run %s unconfined\n", req.ToolName)
 	case dec.Decision == protocol.DecisionApprove && dec.Arguments != "":
@@ -219,6 +222,8 @@ func refusal(reason string) string {
 		return "has expired (no decision came in time)"
 	case protocol.RejectUnknown:
 		return "is unknown"
+	case protocol.RejectVoted:
+		return "has your vote already (its rule needs votes from distinct people)"
 	default:
 		return "is unknown, expired or already decided"
 	}

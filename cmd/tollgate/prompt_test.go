@@ -20,6 +20,7 @@ type fakeDecider struct {
 	accepted  bool
 	reason    string
 	message   string
+	pending   bool
 	err       error
 }
 
@@ -27,7 +28,7 @@ func (f *fakeDecider) decide(_ context.Context, d protocol.ApprovalDecision) (pr
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.decisions = append(f.decisions, d)
-	return protocol.ApprovalResult{Accepted: f.accepted, Reason: f.reason, Message: f.message}, f.err
+	return protocol.ApprovalResult{Accepted: f.accepted, Reason: f.reason, Message: f.message, Pending: f.pending}, f.err
 }
 
 var bashRequest = request{
@@ -98,6 +99,10 @@ func TestAskAndDecideSendsTheAnswerAndSaysWhatBecameOfIt(t *testing.T) {
 		{"expired", &fakeDecider{reason: protocol.RejectExpired}, "y\n", "not taken: " + bashRequest.RequestID + " has expired (no decision came in time)\n", false},
 		{"turn lost", &fakeDecider{reason: protocol.RejectUnknown, message: "turn t ended: the turn's history names payload k, which is not in the payload store"}, "y\n",
 			"not taken: " + bashRequest.RequestID + " is unknown: turn t ended: the turn's history names payload k, which is not in the payload store\n", false},
+		{"a vote of two", &fakeDecider{accepted: true, pending: true, message: "vote recorded, 1 of 2 approvals (0 of 1 declines); the call waits for more votes"}, "y\n",
+			"sent: approve Bash: vote recorded, 1 of 2 approvals (0 of 1 declines); the call waits for more votes\n", false},
+		{"voted already", &fakeDecider{reason: protocol.RejectVoted, message: `approval request "r": "alice" has voted on it already`}, "y\n",
+			"not taken: " + bashRequest.RequestID + ` has your vote already (its rule needs votes from distinct people): approval request "r": "alice" has voted on it already` + "\n", false},
 		{"API down", &fakeDecider{err: errors.New("connection refused")}, "y\n", "", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -137,6 +137,22 @@ const (
 // only a call whose shadow rule would have asked has one.
 const DecidedByPolicy = "policy"
 
+// DecidedBy of the rows of a vote on a call of a rule with a quorum, and
+// of an escalation step a call passed: rows of their own beside the
+// call's (vote:<request id>:<voter>, escalation:<request id>:<step>),
+// which decide nothing themselves.
+const (
+	DecidedByVote       = "vote"
+	DecidedByEscalation = "escalation"
+)
+
+// Note reports whether r is a vote's, an escalation step's or an admin's
+// change's row (Kind), not a call's: what counts calls (a backtest) skips
+// it.
+func (r Record) Note() bool {
+	return r.Kind != "" || r.DecidedBy == DecidedByVote || r.DecidedBy == DecidedByEscalation
+}
+
 // Disagrees reports whether r's shadow rule would have done otherwise than
 // the live policy did: it would not have asked of a call that asked (or
 // that a grant or the sandbox answered in a person's place), or it would

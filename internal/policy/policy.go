@@ -10,6 +10,8 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -24,6 +26,11 @@ import (
 //	    timeout: 10m
 //	    deciders: [alice, "role:admin"]
 //	    second_person: true
+//	    quorum: 2
+//	    declines: 2
+//	    escalate:
+//	      - {after: 50%, to: ["role:oncall", bob]}
+//	      - {after: 8m, to: [carol]}
 //	    sandbox: auto
 //	    shadow:
 //	      when: args.command.contains("sudo")
@@ -39,6 +46,12 @@ type file struct {
 		Deciders []string `yaml:"deciders"`
 		// SecondPerson refuses the decision of whoever sent the message.
 		SecondPerson bool `yaml:"second_person"`
+		// Quorum is how many approvals a call needs; Declines how many
+		// declines decline it.
+		Quorum   int `yaml:"quorum"`
+		Declines int `yaml:"declines"`
+		// Escalate are the steps that widen who may decide.
+		Escalate []escalationSpec `yaml:"escalate"`
 		// Sandbox, auto on Bash, lets contained calls run unasked.
 		Sandbox string `yaml:"sandbox"`
 		// Shadow is true when the entry's rule is a shadow rule, or the
@@ -83,13 +96,14 @@ func Parse(data []byte) ([]Rule, error) {
 	for _, tool := range slices.Sorted(maps.Keys(f.Tools)) {
 		spec := f.Tools[tool]
 		r := Rule{Tool: tool, Require: spec.Require, When: spec.When, Deciders: spec.Deciders, SecondPerson: spec.SecondPerson, Sandbox: spec.Sandbox,
-			Shadow: spec.Shadow.on}
+			Shadow: spec.Shadow.on, Quorum: spec.Quorum, Declines: spec.Declines}
 		shadow, err := spec.Shadow.rule(tool)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		if shadow != nil && r.Require == "" && r.When == "" && spec.Timeout == "" && len(spec.Deciders) == 0 && !spec.SecondPerson && spec.Sandbox == "" {
+		if shadow != nil && r.Require == "" && r.When == "" && spec.Timeout == "" && len(spec.Deciders) == 0 && !spec.SecondPerson && spec.Sandbox == "" &&
+			spec.Quorum == 0 && spec.Declines == 0 && len(spec.Escalate) == 0 {
 			rules = append(rules, *shadow) // only watched: the tool has no live rule
 			continue
 		}
@@ -103,6 +117,9 @@ func Parse(data []byte) ([]Rule, error) {
 				continue
 			}
 			r.Timeout = d
+		}
+		for _, e := range spec.Escalate {
+			r.Escalate = append(r.Escalate, e.step)
 		}
 		if err := r.Validate(); err != nil {
 			errs = append(errs, err)
@@ -174,6 +191,37 @@ func (s shadowSpec) rule(tool string) (*Rule, error) {
 		return nil, fmt.Errorf("shadow rule: %w", err)
 	}
 	return &r, nil
+}
+
+// escalationSpec is one step of a tool entry's escalate: after, a percent
+// of the timeout ("50%") or a duration ("10m"), and to.
+type escalationSpec struct{ step Escalation }
+
+// UnmarshalYAML reads a step's after and to.
+func (e *escalationSpec) UnmarshalYAML(n *yaml.Node) error {
+	var raw struct {
+		After string   `yaml:"after"`
+		To    []string `yaml:"to"`
+	}
+	if err := n.Decode(&raw); err != nil {
+		return fmt.Errorf("escalate: a step is {after: 50%% or 10m, to: [principals, role:NAME]}: %w", err)
+	}
+	e.step.To = raw.To
+	after := strings.TrimSpace(raw.After)
+	if pct, ok := strings.CutSuffix(after, "%"); ok {
+		v, err := strconv.Atoi(strings.TrimSpace(pct))
+		if err != nil || v <= 0 || v >= 100 {
+			return fmt.Errorf("line %d: escalate: after %q is not a percent between 1%% and 99%%", n.Line, raw.After)
+		}
+		e.step.AfterPercent = v
+		return nil
+	}
+	d, err := time.ParseDuration(after)
+	if err != nil || d <= 0 {
+		return fmt.Errorf("line %d: escalate: after %q is neither a percent of the timeout (50%%) nor a positive duration (10m)", n.Line, raw.After)
+	}
+	e.step.After = d
+	return nil
 }
 
 // exampleArguments writes each example's arguments as the JSON object a

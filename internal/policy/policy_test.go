@@ -111,3 +111,37 @@ tools:
 	_, err = Parse([]byte("tools:\n  Bash:\n    require: always\n    examples:\n      ask: [ls]\n"))
 	require.ErrorContains(t, err, "cannot unmarshal !!str `ls`", "an example is a call's arguments: a mapping")
 }
+
+func TestQuorumDeclinesAndEscalateAreReadAndBadOnesNamed(t *testing.T) {
+	rules, err := Parse([]byte(`
+tools:
+  Bash:
+    require: always
+    timeout: 20m
+    deciders: [alice, bob]
+    quorum: 2
+    declines: 2
+    escalate:
+      - {after: 50%, to: ["role:admin"]}
+      - {after: 15m, to: [carol]}
+`))
+	require.NoError(t, err)
+	require.Equal(t, Rule{Tool: "Bash", Require: RequireAlways, Timeout: 20 * time.Minute, Deciders: []string{"alice", "bob"}, Quorum: 2, Declines: 2,
+		Escalate: []Escalation{{AfterPercent: 50, To: []string{"role:admin"}}, {After: 15 * time.Minute, To: []string{"carol"}}}}, rules[0])
+	require.True(t, rules[0].Voting())
+
+	for _, tc := range []struct{ yaml, err string }{
+		{"quorum: 3\n    deciders: [alice, bob]", "quorum 3 needs as many deciders, and only 2 are named"},
+		{"quorum: -1", "quorum -1 is negative"},
+		{"escalate: [{after: soon, to: [bob]}]", `after "soon" is neither a percent`},
+		{"escalate: [{after: 120%, to: [bob]}]", `after "120%" is not a percent between 1% and 99%`},
+		{"escalate: [{after: 50%}]", "escalate step 1: to names nobody"},
+		{"escalate: [{after: 50%, to: [bob]}, {after: 40%, to: [carol]}]", "escalate step 2: it comes no later than the step before it"},
+		{"timeout: 10m\n    escalate: [{after: 10m, to: [bob]}]", "after 10m0s is not before the rule's timeout 10m0s"},
+	} {
+		_, err := Parse([]byte("tools:\n  Bash:\n    require: always\n    " + tc.yaml + "\n"))
+		require.ErrorContains(t, err, tc.err, tc.yaml)
+	}
+	_, err = Parse([]byte("tools:\n  Bash:\n    require: always\n    quorum: 2\n    deciders: [alice, \"role:admin\"]\n"))
+	require.NoError(t, err, "a role may hold more principals than it names")
+}

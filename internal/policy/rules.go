@@ -44,6 +44,19 @@ type Rule struct {
 	// message that led to the call, and one by nobody in particular (an
 	// API without tokens): a second person must decide.
 	SecondPerson bool `json:"secondPerson,omitempty"`
+	// Quorum, past 1, is how many approvals from distinct principals a
+	// call needs before it runs: each vote is a decision that MayDecide
+	// allows, and a principal votes once. Edited arguments and remembered
+	// decisions are refused on its calls (docs/policy.md, Quorum).
+	Quorum int `json:"quorum,omitempty"`
+	// Declines is how many declines from distinct principals decline a
+	// call of a rule with a quorum; 0 is one.
+	Declines int `json:"declines,omitempty"`
+	// Escalate are the steps, in order, that widen who may decide a call
+	// that waits: when a step's time has passed with no decision, its
+	// principals and roles may decide too, and are told (docs/policy.md,
+	// Escalation).
+	Escalate []Escalation `json:"escalate,omitempty"`
 	// Sandbox, SandboxAuto on Bash's rule, lets a call the rule would ask
 	// about go on without a person when, run in the sandbox first
 	// (TOLLGATE_BASH_SANDBOX=preview), it touched no file that the policy
@@ -59,6 +72,38 @@ type Rule struct {
 	// through, checked when the worker starts (and by POST /policy/check):
 	// the policy file's, never recorded by a turn.
 	Examples Examples `json:"-"`
+}
+
+// Escalation is one step of a rule's escalation: after a share of the
+// call's timeout (AfterPercent) or a time (After) with no decision, To may
+// decide too.
+type Escalation struct {
+	After        time.Duration `json:"after,omitempty"`
+	AfterPercent int           `json:"afterPercent,omitempty"`
+	To           []string      `json:"to"`
+}
+
+// Offset is how long after a call asks the step escalates, for a call
+// whose timeout is timeout.
+func (e Escalation) Offset(timeout time.Duration) time.Duration {
+	if e.AfterPercent > 0 {
+		return timeout * time.Duration(e.AfterPercent) / 100
+	}
+	return e.After
+}
+
+// Voting reports whether r's calls are decided by votes (a quorum past
+// one, or more than one decline needed) rather than by one decision.
+func (r *Rule) Voting() bool {
+	return r != nil && (r.Quorum > 1 || r.Declines > 1)
+}
+
+// Needed is how many approvals and how many declines decide a call of r.
+func (r *Rule) Needed() (approvals, declines int) {
+	if r == nil {
+		return 1, 1
+	}
+	return max(r.Quorum, 1), max(r.Declines, 1)
 }
 
 // Examples are a rule's examples: each a call's arguments, a JSON object.
@@ -116,6 +161,18 @@ func (r *Rule) MayDecideFor(principal, role, onBehalfOf, sender string) error {
 	return fmt.Errorf("%w (nor by %q, for whom they stand in)", own, onBehalfOf)
 }
 
+// WithDeciders is r with more deciders (an escalation's), or r itself when
+// r names no deciders, since then anyone may decide already, or when
+// there are none to add.
+func (r *Rule) WithDeciders(more []string) *Rule {
+	if r == nil || len(r.Deciders) == 0 || len(more) == 0 {
+		return r
+	}
+	c := *r
+	c.Deciders = append(slices.Clip(r.Deciders), more...)
+	return &c
+}
+
 // Validate checks r, compiling its expression; the error names the tool
 // and the expression.
 func (r Rule) Validate() error {
@@ -134,6 +191,9 @@ func (r Rule) Validate() error {
 	if r.Timeout < 0 {
 		return fmt.Errorf("tool %s: timeout %s is negative", r.Tool, r.Timeout)
 	}
+	if err := r.validateVoting(); err != nil {
+		return err
+	}
 	switch {
 	case r.Sandbox != "" && r.Sandbox != SandboxAuto:
 		return fmt.Errorf("tool %s: sandbox %q is not %q", r.Tool, r.Sandbox, SandboxAuto)
@@ -142,6 +202,54 @@ func (r Rule) Validate() error {
 	}
 	return nil
 }
+
+// validateVoting checks r's quorum, declines and escalation steps.
+func (r Rule) validateVoting() error {
+	switch {
+	case r.Quorum < 0:
+		return fmt.Errorf("tool %s: quorum %d is negative", r.Tool, r.Quorum)
+	case r.Declines < 0:
+		return fmt.Errorf("tool %s: declines %d is negative", r.Tool, r.Declines)
+	case r.Quorum > 1 && len(r.Deciders) > 0 && !slices.ContainsFunc(r.Deciders, isRole) && len(r.Deciders) < r.Quorum:
+		return fmt.Errorf("tool %s: quorum %d needs as many deciders, and only %d are named (%s)", r.Tool, r.Quorum, len(r.Deciders), strings.Join(r.Deciders, ", "))
+	case (r.Quorum > 1 || r.Declines > 1) && r.Require == RequireNever:
+		return fmt.Errorf("tool %s: quorum and declines need a rule that asks, not require: never", r.Tool)
+	}
+	for i, e := range r.Escalate {
+		step := fmt.Sprintf("tool %s: escalate step %d", r.Tool, i+1)
+		switch {
+		case len(e.To) == 0:
+			return fmt.Errorf("%s: to names nobody: list principals or role:NAME", step)
+		case (e.After > 0) == (e.AfterPercent > 0):
+			return fmt.Errorf("%s: after is a percent of the timeout (50%%) or a duration (10m), and must be set", step)
+		case e.AfterPercent >= 100:
+			return fmt.Errorf("%s: after %d%% is not before the timeout", step, e.AfterPercent)
+		case r.Timeout > 0 && e.After >= r.Timeout:
+			return fmt.Errorf("%s: after %s is not before the rule's timeout %s", step, e.After, r.Timeout)
+		}
+		if i == 0 {
+			continue
+		}
+		// Steps come in order; a percent and a duration compare only
+		// against the rule's own timeout (the default one may change).
+		prev, inOrder := r.Escalate[i-1], true
+		switch {
+		case r.Timeout > 0:
+			inOrder = prev.Offset(r.Timeout) < e.Offset(r.Timeout)
+		case prev.AfterPercent > 0 && e.AfterPercent > 0:
+			inOrder = prev.AfterPercent < e.AfterPercent
+		case prev.After > 0 && e.After > 0:
+			inOrder = prev.After < e.After
+		}
+		if !inOrder {
+			return fmt.Errorf("%s: it comes no later than the step before it: list the steps in order", step)
+		}
+	}
+	return nil
+}
+
+// isRole reports whether a Deciders entry names a role.
+func isRole(d string) bool { return strings.HasPrefix(d, DeciderRolePrefix) }
 
 // CheckWhen says why expr is not an expression EvalWhen can evaluate, or
 // nil: a grant's scope is checked with it before the grant is made, so a

@@ -14,7 +14,7 @@ func RejectionReason(err error) string {
 	var app *temporal.ApplicationError
 	if errors.As(err, &app) {
 		switch t := app.Type(); t {
-		case protocol.RejectUnknown, protocol.RejectDecided, protocol.RejectExpired, protocol.RejectForbidden, protocol.RejectInvalid:
+		case protocol.RejectUnknown, protocol.RejectDecided, protocol.RejectExpired, protocol.RejectForbidden, protocol.RejectInvalid, protocol.RejectVoted:
 			return t
 		}
 	}

@@ -1,0 +1,210 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tollgate/tollgate/activities"
+	"github.com/tollgate/tollgate/internal/config"
+	"github.com/tollgate/tollgate/internal/links"
+	"github.com/tollgate/tollgate/internal/policy"
+	"github.com/tollgate/tollgate/protocol"
+	"github.com/tollgate/tollgate/workflows"
+)
+
+// quorumAPI serves st's turns with a token for each of dev (who sends
+// messages), alice, bob and carol; tokens maps principal to token.
+func quorumAPI(t *testing.T, st *stack) (*httptest.Server, map[string]string) {
+	t.Helper()
+	tokens := map[string]string{}
+	o := st.apiOptions()
+	for _, p := range []string{"dev", "alice", "bob", "carol"} {
+		tokens[p] = p + "-token-0123456789abcdef"
+		roles := []string{config.RoleApprove}
+		if p == "dev" {
+			roles = config.DefaultRoles
+		}
+		if p == "carol" {
+			roles = []string{config.RoleAdmin}
+		}
+		o.Tokens = append(o.Tokens, config.APIToken{Token: tokens[p], Principal: p, Roles: roles})
+	}
+	return serveAPI(t, NewServer(o)), tokens
+}
+
+// voteAs posts a decision on request id with token, and returns the answer.
+func voteAs(t *testing.T, api *httptest.Server, token, id, body string) (int, protocol.ApprovalResult, string) {
+	t.Helper()
+	resp, out := send(t, http.MethodPost, api.URL+"/chat/approval", "Bearer "+token, `{"requestId":"`+id+`",`+body+`}`)
+	var res protocol.ApprovalResult
+	if resp.StatusCode == http.StatusOK {
+		require.NoError(t, json.Unmarshal([]byte(out), &res), out)
+	}
+	return resp.StatusCode, res, out
+}
+
+func TestAQuorumOfTwoPrincipalsApprovesOverHTTPAndAVoterVotesOnce(t *testing.T) {
+	t.Parallel()
+	st := newStack(t, withSettings(func(s *workflows.Settings) {
+		s.Rules = []workflows.Rule{
+			{Tool: protocol.ToolWrite, Require: workflows.RequireAlways, Deciders: []string{"alice", "bob", "carol"}, Quorum: 2},
+			{Tool: protocol.ToolBash, Require: workflows.RequireNever},
+		}
+	}))
+	api, tokens := quorumAPI(t, st)
+
+	_, msgs := chatAs(t, api, tokens["dev"], `{"query": "tidy up", "conversationId": "quorum-http"}`)
+	seq := 0
+	write := requestsByTool(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 1))["Write"]
+	require.Equal(t, 2, write.Votes.Quorum)
+	require.Equal(t, []string{"alice", "bob", "carol"}, write.Votes.MayVote)
+
+	status, res, body := voteAs(t, api, tokens["dev"], write.RequestID, `"decision":"approve"`)
+	require.Equal(t, http.StatusOK, status)
+	require.Equal(t, protocol.RejectForbidden, res.Reason, "dev is no decider: %s", body)
+
+	status, res, body = voteAs(t, api, tokens["alice"], write.RequestID, `"decision":"approve"`)
+	require.Equal(t, http.StatusOK, status, body)
+	require.True(t, res.Accepted && res.Pending, body)
+	require.Contains(t, res.Message, "vote recorded, 1 of 2 approvals")
+	require.Equal(t, []string{"bob", "carol"}, res.Votes.MayVote)
+	vote := untilEvent(t, msgs, &seq, protocol.EventApprovalVote, 1)
+	require.Equal(t, "alice", vote[len(vote)-1].By)
+
+	status, res, body = voteAs(t, api, tokens["alice"], write.RequestID, `"decision":"decline","reason":"on second thought"`)
+	require.Equal(t, http.StatusOK, status, body)
+	require.Equal(t, protocol.RejectVoted, res.Reason, body)
+	require.Contains(t, res.Message, `"alice" has voted on it already`)
+	status, _, body = voteAs(t, api, tokens["bob"], write.RequestID, `"decision":"approve","arguments":{"file_path":"other.txt","content":"x"}`)
+	require.Equal(t, http.StatusBadRequest, status)
+	require.Contains(t, body, "votes must be on the same arguments")
+	status, _, body = voteAs(t, api, tokens["bob"], write.RequestID, `"decision":"approve","remember":"conversation"`)
+	require.Equal(t, http.StatusBadRequest, status)
+	require.Contains(t, body, "a remembered decision never stands in for one")
+
+	status, res, body = voteAs(t, api, tokens["bob"], write.RequestID, `"decision":"approve"`)
+	require.Equal(t, http.StatusOK, status, body)
+	require.JSONEq(t, `{"accepted":true}`, body, "the second approval decides: %+v", res)
+
+	events := untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
+	d := ofType(events, protocol.EventApprovalDecision)
+	require.Equal(t, "bob", d[0].By)
+	require.Len(t, ofType(events, protocol.EventApprovalVote), 1, "bob's vote, after alice's")
+	require.Equal(t, []string{"call_0_0 Read ok", "call_0_1 Write ok", "call_0_2 Bash ok"}, resultStatuses(ofType(events, protocol.EventToolResult)[0].ToolResults))
+}
+
+func TestAnEscalationStepLetsAnotherPrincipalDecideOnlyAfterHalfTheTimeout(t *testing.T) {
+	t.Parallel()
+	st, sink, _ := linkStack(t, withSettings(func(s *workflows.Settings) {
+		s.Rules = []workflows.Rule{
+			{Tool: protocol.ToolWrite, Require: workflows.RequireAlways, Deciders: []string{"alice"}, Timeout: 8 * time.Second,
+				Escalate: []policy.Escalation{{AfterPercent: 50, To: []string{"bob", workflows.DeciderRolePrefix + config.RoleAdmin}}}},
+			{Tool: protocol.ToolBash, Require: workflows.RequireNever},
+		}
+	}))
+	api, tokens := quorumAPI(t, st)
+
+	_, msgs := chatAs(t, api, tokens["dev"], `{"query": "tidy up", "conversationId": "escalation-http"}`)
+	seq := 0
+	write := requestsByTool(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 1))["Write"]
+	require.Equal(t, []string{"alice"}, write.Deciders)
+	_, res, body := voteAs(t, api, tokens["bob"], write.RequestID, `"decision":"approve"`)
+	require.Equal(t, protocol.RejectForbidden, res.Reason, "before the step only alice decides: %s", body)
+
+	hop := untilEvent(t, msgs, &seq, protocol.EventApprovalEscalated, 1)
+	require.Equal(t, []string{"alice", "bob", "role:admin"}, hop[len(hop)-1].Deciders)
+	notice := sink.of(t, activities.NoticeEscalation, protocol.ToolWrite)
+	require.Equal(t, []string{"bob", "role:admin"}, notice.EscalatedTo)
+	require.Equal(t, write.RequestID, notice.RequestID)
+	require.True(t, strings.HasPrefix(notice.ApproveURL, st.api.URL+links.Path+"?"), "the escalation's notice carries the call's links: %q", notice.ApproveURL)
+	require.NotEmpty(t, notice.DeclineURL)
+
+	_, res, body = voteAs(t, api, tokens["bob"], write.RequestID, `"decision":"approve"`)
+	require.True(t, res.Accepted, body)
+	events := untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
+	require.Equal(t, "bob", ofType(events, protocol.EventApprovalDecision)[0].By)
+	require.Equal(t, []string{"call_0_0 Read ok", "call_0_1 Write ok", "call_0_2 Bash ok"}, resultStatuses(ofType(events, protocol.EventToolResult)[0].ToolResults))
+}
+
+func TestConsoleShowsVotesSoFarAndTwoPrincipalsReachTheQuorum(t *testing.T) {
+	st := newStack(t, withSettings(func(s *workflows.Settings) {
+		s.Rules = []workflows.Rule{
+			{Tool: protocol.ToolWrite, Require: workflows.RequireAlways, Deciders: []string{"alice", "bob", "carol"}, Quorum: 2},
+			{Tool: protocol.ToolBash, Require: workflows.RequireNever},
+		}
+	}))
+	api, tokens := quorumAPI(t, st)
+	b := newBrowser(t)
+	b.do(chromedp.Navigate(api.URL + "/"))
+	useToken := func(principal string) {
+		b.do(chromedp.SetValue(chromedp.CSS(`[data-testid="api-token"]`), tokens[principal]))
+		require.True(t, eval[bool](b, `document.querySelector('[data-testid="api-token"]').dispatchEvent(new Event('change'))`))
+	}
+	useToken("dev")
+	sendFromConsole(b, "tidy up")
+	turn := nthTurn(1)
+	write := callIn(turn, "Write")
+	b.do(chromedp.WaitVisible(chromedp.CSS(write + ` [data-testid="approve"]`)))
+	votes := jsQuote(write + ` [data-testid="approval-votes"]`)
+	b.waitUntil(`document.querySelector(` + votes + `)?.textContent === "votes: 0 of 2 approvals · may still vote: alice, bob, carol"`)
+
+	useToken("alice")
+	b.do(chromedp.Click(chromedp.CSS(write + ` [data-testid="approve"]`)))
+	status := jsQuote(write + ` [data-testid="approval-status"]`)
+	b.waitUntil(`document.querySelector(` + status + `).textContent.startsWith("vote recorded, 1 of 2 approvals")`)
+	b.waitUntil(`document.querySelector(` + votes + `).textContent === "votes: 1 of 2 approvals · alice approved · may still vote: bob, carol"`)
+	require.Equal(t, "alice approved", eval[string](b, `document.querySelector(`+jsQuote(write+` [data-testid="approval-vote"]`)+`).textContent`))
+	b.screenshot("console-quorum-one-of-two")
+
+	// Alice again: refused, and the panel stays for the next person.
+	b.do(chromedp.Click(chromedp.CSS(write + ` [data-testid="decline"]`)))
+	b.waitUntil(`document.querySelector(` + status + `).textContent.includes('"alice" has voted on it already')`)
+
+	useToken("bob")
+	b.do(chromedp.Click(chromedp.CSS(write + ` [data-testid="approve"]`)))
+	b.do(chromedp.WaitVisible(chromedp.CSS(turn + ` [data-testid="finish"][data-reason="stop"]`)))
+	b.waitUntil(count(write+` [data-testid="tool-result"][data-status="ok"]`) + ` === 1`)
+	require.Equal(t, 2, eval[int](b, count(write+` [data-testid="approval-vote"]`)))
+}
+
+func TestALinkVotesOnceOnAQuorumCallAndATokenCastsTheSecondVote(t *testing.T) {
+	t.Parallel()
+	st, sink, _ := linkStack(t, withSettings(func(s *workflows.Settings) {
+		s.Rules = []workflows.Rule{
+			{Tool: protocol.ToolBash, Require: workflows.RequireAlways, Quorum: 2},
+			{Tool: protocol.ToolWrite, Require: workflows.RequireNever},
+		}
+	}))
+	_, msgs := st.chat(t, `{"query":"one","conversationId":"quorum-links"}`)
+	seq := 0
+	bash := requestsByTool(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 1))["Bash"]
+	notice := sink.of(t, activities.NoticeApprovalRequest, "Bash")
+
+	status, page := postLink(t, st.api.URL, notice.ApproveURL, nil)
+	require.Equal(t, http.StatusOK, status, page)
+	require.Contains(t, page, "Vote recorded: Bash")
+	require.Contains(t, page, "vote recorded, 1 of 2 approvals")
+	status, page = postLink(t, st.api.URL, notice.ApproveURL, nil)
+	require.Equal(t, http.StatusConflict, status, page)
+	require.Contains(t, page, "a link has voted on it already")
+
+	// An API without tokens names nobody, and cannot vote; alice's token
+	// can.
+	require.Equal(t, protocol.RejectForbidden, postDecision(t, st.api, bash.RequestID, protocol.DecisionApprove, "", false))
+	api, tokens := quorumAPI(t, st)
+	_, res, body := voteAs(t, api, tokens["alice"], bash.RequestID, `"decision":"approve"`)
+	require.True(t, res.Accepted && !res.Pending, body)
+	events := untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
+	var by []string
+	for _, v := range ofType(events, protocol.EventApprovalVote) {
+		by = append(by, v.By)
+	}
+	require.Equal(t, []string{protocol.PrincipalLink, "alice"}, by)
+}
