@@ -267,3 +267,52 @@ func TestEscalationStepsPassInOrderWhileNobodyDecides(t *testing.T) {
 	require.Equal(t, []string{"alice", "bob", "carol"}, hops[1].Deciders)
 	require.Equal(t, protocol.DecisionTimeout, findEvent(t, out.Events, protocol.EventApprovalDecision).Decision)
 }
+
+func TestAStandInsVoteCountsForTheOneTheyStandInForAndNeitherVotesAgain(t *testing.T) {
+	settings := quorumSettings(Rule{Deciders: []string{"alice", "carol"}, Quorum: 2})
+	settings.Audit = true
+	h := newHarness(t, settings, calls(call("b", "Bash", `{"command":"make deploy"}`)))
+	ledger, err := auditdb.Open(context.Background(), filepath.Join(t.TempDir(), "audit.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { ledger.Close() })
+	h.env.RegisterActivity(&activities.Auditor{Ledger: ledger})
+	var forAlice, alice, bobAgain, carol *updateOutcome
+	var pending []protocol.PendingApproval
+	h.env.RegisterDelayedCallback(func() {
+		id := h.requestID("Bash")
+		standIn := vote(id, "bob", protocol.DecisionApprove)
+		standIn.OnBehalfOf = "alice"
+		forAlice = h.decide(standIn)
+		alice = h.decide(vote(id, "alice", protocol.DecisionApprove))
+		bobAgain = h.decide(standIn)
+	}, time.Minute)
+	h.env.RegisterDelayedCallback(func() {
+		v, err := h.env.QueryWorkflow(contract.PendingQuery)
+		require.NoError(t, err)
+		require.NoError(t, v.Get(&pending))
+	}, 90*time.Second)
+	h.env.RegisterDelayedCallback(func() {
+		carol = h.decide(vote(h.requestID("Bash"), "carol", protocol.DecisionApprove))
+	}, 2*time.Minute)
+
+	out := h.runTurn(userTurn("deploy"))
+
+	require.NoError(t, forAlice.rejected, "bob decides where alice may, as her stand-in")
+	require.True(t, forAlice.result.Pending)
+	require.Equal(t, protocol.RejectVoted, contract.RejectionReason(alice.rejected), "alice's stand-in voted for her")
+	require.Equal(t, protocol.RejectVoted, contract.RejectionReason(bobAgain.rejected), "bob voted already, for alice")
+	require.ErrorContains(t, bobAgain.rejected, `"bob" has voted on it already`)
+	require.Len(t, pending, 1)
+	require.Equal(t, []string{"carol"}, pending[0].Votes.MayVote)
+	require.NoError(t, carol.rejected)
+	require.False(t, carol.result.Pending)
+	require.Equal(t, []string{"Bash"}, h.ranTools())
+
+	votes := ofType(out.Events, protocol.EventApprovalVote)
+	require.Len(t, votes, 2)
+	require.Equal(t, "bob", votes[0].By)
+	require.Equal(t, "alice", votes[0].OnBehalfOf)
+	req := findEvent(t, out.Events, protocol.EventApprovalRequest)
+	row := rowsByID(t, ledger)["vote:"+req.RequestID+":bob"]
+	require.Equal(t, "alice", row.OnBehalfOf, "the ledger says bob for alice")
+}
