@@ -98,6 +98,11 @@ type Record struct {
 	// before shadow rules. A call the policy let run unasked has a row
 	// (decided by the policy) only when its shadow rule would have asked.
 	Shadow string `json:"shadow,omitempty"`
+	// Hash is the ledger's own: the hash of the row's latest entry in the
+	// ledger's chain (chain.go), which proves the row as it reads. Empty
+	// in what a turn writes (Write ignores it), and out of the content
+	// the chain hashes (Canonical).
+	Hash string `json:"hash,omitempty"`
 }
 
 // What a ledger row says of a sandboxed call (Record.Sandbox).

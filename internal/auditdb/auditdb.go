@@ -35,8 +35,15 @@ var columns = []string{
 
 // addedColumns are the columns added after the table was first made:
 // migrate adds them to a table that lacks them, and rows written before
-// read them as empty.
-var addedColumns = []string{"preview", "user_message", "sandbox", "shadow"}
+// read them as empty. hash, the last, is not Record's to write (Write
+// sets it from the chain, chain.go), only to read.
+var addedColumns = []string{"preview", "user_message", "sandbox", "shadow", hashColumn}
+
+// hashColumn holds the hash of a row's latest entry in the chain.
+const hashColumn = "hash"
+
+// selected are the columns a read selects: Record's, then its hash.
+var selected = strings.Join(append(slices.Clone(columns), hashColumn), ", ")
 
 // keptWhenEmpty are the columns a row has from its first stage on and never
 // changes: a later stage written without them (audit.Record.Trimmed) keeps
@@ -60,12 +67,13 @@ func values(r *audit.Record) []any {
 	}
 }
 
-func scan(r *audit.Record, s interface{ Scan(...any) error }) error {
+// scan reads a row of columns, then of more (after them in the select).
+func scan(r *audit.Record, s interface{ Scan(...any) error }, more ...any) error {
 	var requested, expires, decided, finished int64
-	err := s.Scan(&r.ID, &r.Stage, &r.ConversationID, &r.TurnID, &r.WorkflowID, &r.Agent, &r.ToolCallID, &r.Tool, &r.Arguments, &r.Asked,
+	err := s.Scan(append([]any{&r.ID, &r.Stage, &r.ConversationID, &r.TurnID, &r.WorkflowID, &r.Agent, &r.ToolCallID, &r.Tool, &r.Arguments, &r.Asked,
 		&r.Sender, &requested, &expires, &r.Decision, &r.DecidedBy, &r.Principal, &r.Role, &r.Reason, &r.Grant,
 		&decided, &r.EditedArguments, &r.EditDiff, &r.Outcome, &r.Result, &finished,
-		&r.Preview, &r.UserMessage, &r.Sandbox, &r.Shadow)
+		&r.Preview, &r.UserMessage, &r.Sandbox, &r.Shadow}, more...)...)
 	r.RequestedAt = time.UnixMicro(requested).UTC()
 	r.ExpiresAt, r.DecidedAt, r.FinishedAt = fromMicros(expires), fromMicros(decided), fromMicros(finished)
 	return err
@@ -95,8 +103,13 @@ type Ledger struct {
 	where    string
 	// upsert is Write's statement, made once in the database's syntax and
 	// prepared once: a turn writes three rows a protected call, each in a
-	// workflow task that waits for it.
-	upsert *sql.Stmt
+	// workflow task that waits for it. It answers the row as it left it,
+	// and nothing when it changed nothing. appendEntry and seal add the
+	// chain's entry of a row it changed, and set the row's hash.
+	upsert, appendEntry, seal *sql.Stmt
+	// appendSQL and sealSQL are appendEntry's and seal's statements, for
+	// the migration's transaction, which runs before they are prepared.
+	appendSQL, sealSQL string
 }
 
 // Open opens the ledger at dsn and makes its table when it has none: a
@@ -127,25 +140,41 @@ func Open(ctx context.Context, dsn string) (*Ledger, error) {
 	}
 	ph := make([]string, len(columns))
 	sets := make([]string, 0, len(columns))
+	// changes says that the write changes the row: a write of the same
+	// values again (a retry, a replay) updates nothing, and so adds no
+	// entry to the chain.
+	changes := make([]string, 0, len(columns))
 	for i, c := range columns {
 		ph[i] = l.placeholder(i + 1)
 		switch {
 		case c == "id":
 		case slices.Contains(keptWhenEmpty, c):
 			sets = append(sets, fmt.Sprintf("%s = CASE WHEN excluded.%s = '' THEN tollgate_audit.%s ELSE excluded.%s END", c, c, c, c))
+			changes = append(changes, fmt.Sprintf("(excluded.%s <> '' AND excluded.%s <> tollgate_audit.%s)", c, c, c))
 		default:
 			sets = append(sets, fmt.Sprintf("%s = excluded.%s", c, c))
+			changes = append(changes, fmt.Sprintf("excluded.%s <> tollgate_audit.%s", c, c))
 		}
 	}
 	upsert := "INSERT INTO tollgate_audit (" + strings.Join(columns, ", ") + ") VALUES (" + strings.Join(ph, ", ") + ")" +
-		" ON CONFLICT (id) DO UPDATE SET " + strings.Join(sets, ", ") + " WHERE excluded.stage >= tollgate_audit.stage"
+		" ON CONFLICT (id) DO UPDATE SET " + strings.Join(sets, ", ") +
+		" WHERE excluded.stage >= tollgate_audit.stage AND (" + strings.Join(changes, " OR ") + ")" +
+		" RETURNING " + strings.Join(columns, ", ")
+	l.appendSQL = fmt.Sprintf("INSERT INTO tollgate_audit_chain (seq, id, stage, content, prev_hash, hash) VALUES (%s, %s, %s, %s, %s, %s)",
+		l.placeholder(1), l.placeholder(2), l.placeholder(3), l.placeholder(4), l.placeholder(5), l.placeholder(6))
+	l.sealSQL = fmt.Sprintf("UPDATE tollgate_audit SET hash = %s WHERE id = %s", l.placeholder(1), l.placeholder(2))
 	if err := l.migrateWhenFree(ctx); err != nil {
 		l.db.Close()
 		return nil, fmt.Errorf("audit ledger %s: %w", l.where, err)
 	}
-	if l.upsert, err = l.db.PrepareContext(ctx, upsert); err != nil {
-		l.db.Close()
-		return nil, fmt.Errorf("audit ledger %s: prepare the write: %w", l.where, err)
+	for _, p := range []struct {
+		stmt **sql.Stmt
+		sql  string
+	}{{&l.upsert, upsert}, {&l.appendEntry, l.appendSQL}, {&l.seal, l.sealSQL}} {
+		if *p.stmt, err = l.db.PrepareContext(ctx, p.sql); err != nil {
+			l.Close()
+			return nil, fmt.Errorf("audit ledger %s: prepare the write: %w", l.where, err)
+		}
 	}
 	return l, nil
 }
@@ -154,7 +183,15 @@ func Open(ctx context.Context, dsn string) (*Ledger, error) {
 func (l *Ledger) Where() string { return l.where }
 
 // Close closes the database.
-func (l *Ledger) Close() error { return errors.Join(l.upsert.Close(), l.db.Close()) }
+func (l *Ledger) Close() error {
+	var errs []error
+	for _, st := range []*sql.Stmt{l.upsert, l.appendEntry, l.seal} {
+		if st != nil {
+			errs = append(errs, st.Close())
+		}
+	}
+	return errors.Join(append(errs, l.db.Close())...)
+}
 
 // Ping checks that the database answers.
 func (l *Ledger) Ping(ctx context.Context) error { return l.db.PingContext(ctx) }
@@ -196,8 +233,14 @@ func (l *Ledger) migrate(ctx context.Context) error {
 			defs[i] = c + " TEXT NOT NULL DEFAULT ''"
 		}
 	}
+	defs = append(defs, hashColumn+" TEXT NOT NULL DEFAULT ''")
 	stmts := []string{
 		"CREATE TABLE IF NOT EXISTS tollgate_audit (" + strings.Join(defs, ", ") + ")",
+		// The chain (chain.go): an entry for every version of a row a
+		// write made, appended in seq order and never changed.
+		"CREATE TABLE IF NOT EXISTS tollgate_audit_chain (seq BIGINT PRIMARY KEY, id TEXT NOT NULL, stage BIGINT NOT NULL," +
+			" content TEXT NOT NULL, prev_hash TEXT NOT NULL, hash TEXT NOT NULL)",
+		"CREATE INDEX IF NOT EXISTS tollgate_audit_chain_id ON tollgate_audit_chain (id, seq)",
 		"CREATE INDEX IF NOT EXISTS tollgate_audit_requested ON tollgate_audit (requested_at, id)",
 		"CREATE INDEX IF NOT EXISTS tollgate_audit_conversation ON tollgate_audit (conversation_id, requested_at)",
 	}
@@ -234,12 +277,22 @@ func (l *Ledger) migrate(ctx context.Context) error {
 	if _, err := tx.ExecContext(ctx, stmts[0]); err != nil {
 		return fmt.Errorf("make the table: %w", err)
 	}
-	if err := l.addColumns(ctx, tx); err != nil {
+	added, err := l.addColumns(ctx, tx)
+	if err != nil {
 		return err
 	}
 	for _, s := range stmts[1:] {
 		if _, err := tx.ExecContext(ctx, s); err != nil {
 			return fmt.Errorf("make the table: %w", err)
+		}
+	}
+	// A table made before the chain gets it now: an entry for each of its
+	// rows as it is, which proves them from this point on only. Only when
+	// its hash column is new: a chain emptied later is not made again,
+	// and Verify names the rows it lacks.
+	if slices.Contains(added, hashColumn) {
+		if err := l.genesis(ctx, tx); err != nil {
+			return err
 		}
 	}
 	if err := tx.Commit(); err != nil {
@@ -248,40 +301,41 @@ func (l *Ledger) migrate(ctx context.Context) error {
 	return nil
 }
 
-// addColumns adds the addedColumns a table made before them lacks.
-func (l *Ledger) addColumns(ctx context.Context, tx *sql.Tx) error {
+// addColumns adds the addedColumns a table made before them lacks, and
+// returns those it added.
+func (l *Ledger) addColumns(ctx context.Context, tx *sql.Tx) ([]string, error) {
 	have := map[string]bool{}
-	if !l.postgres {
-		rows, err := tx.QueryContext(ctx, "SELECT name FROM pragma_table_info('tollgate_audit')")
-		if err != nil {
-			return fmt.Errorf("read the table's columns: %w", err)
-		}
-		for rows.Next() {
-			var name string
-			if err := rows.Scan(&name); err != nil {
-				rows.Close()
-				return fmt.Errorf("read the table's columns: %w", err)
-			}
-			have[name] = true
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("read the table's columns: %w", err)
-		}
+	q := "SELECT name FROM pragma_table_info('tollgate_audit')"
+	if l.postgres {
+		q = "SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = 'tollgate_audit'"
 	}
+	rows, err := tx.QueryContext(ctx, q)
+	if err != nil {
+		return nil, fmt.Errorf("read the table's columns: %w", err)
+	}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("read the table's columns: %w", err)
+		}
+		have[name] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read the table's columns: %w", err)
+	}
+	var added []string
 	for _, c := range addedColumns {
 		if have[c] {
 			continue
 		}
-		add := "ALTER TABLE tollgate_audit ADD COLUMN "
-		if l.postgres {
-			add += "IF NOT EXISTS "
+		if _, err := tx.ExecContext(ctx, "ALTER TABLE tollgate_audit ADD COLUMN "+c+" TEXT NOT NULL DEFAULT ''"); err != nil {
+			return nil, fmt.Errorf("add the column %s: %w", c, err)
 		}
-		if _, err := tx.ExecContext(ctx, add+c+" TEXT NOT NULL DEFAULT ''"); err != nil {
-			return fmt.Errorf("add the column %s: %w", c, err)
-		}
+		added = append(added, c)
 	}
-	return nil
+	return added, nil
 }
 
 // migrationLock is the PostgreSQL advisory lock key the table's making
@@ -298,7 +352,9 @@ func (l *Ledger) placeholder(i int) string {
 
 // Write writes records in one transaction. A record replaces the row of its
 // id unless that row is of a later stage, so writing the same records
-// again (an activity's retry, a replay) changes nothing.
+// again (an activity's retry, a replay) changes nothing. Each row it
+// changes gets an entry in the ledger's chain, in the same transaction
+// (chain.go).
 func (l *Ledger) Write(ctx context.Context, records []audit.Record) error {
 	if len(records) == 0 {
 		return nil
@@ -308,14 +364,32 @@ func (l *Ledger) Write(ctx context.Context, records []audit.Record) error {
 		return fmt.Errorf("audit ledger %s: %w", l.where, err)
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	// One writer at a time appends to the chain: SQLite's transaction
+	// holds the write lock from its start (_txlock=immediate); PostgreSQL's
+	// takes a lock first, before any row's, so that two writers never
+	// wait for each other's.
+	if l.postgres {
+		if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock($1)", chainLock); err != nil {
+			return fmt.Errorf("audit ledger %s: lock the chain: %w", l.where, err)
+		}
+	}
 	upsert := tx.StmtContext(ctx, l.upsert)
+	var chain chainWriter
 	for i := range records {
 		r := records[i]
 		if r.ID == "" || r.Tool == "" || r.Stage < audit.StageAsked || r.Stage > audit.StageEnded {
 			return fmt.Errorf("audit record %q of tool %q at stage %d: an id, a tool and a stage from %d to %d are required", r.ID, r.Tool, r.Stage, audit.StageAsked, audit.StageEnded)
 		}
-		if _, err := upsert.ExecContext(ctx, values(&r)...); err != nil {
+		var row audit.Record
+		err := scan(&row, upsert.QueryRowContext(ctx, values(&r)...))
+		if errors.Is(err, sql.ErrNoRows) {
+			continue // the row is as r would leave it, or of a later stage
+		}
+		if err != nil {
 			return fmt.Errorf("audit ledger %s: write %s: %w", l.where, r.ID, err)
+		}
+		if err := chain.add(ctx, l, tx, row); err != nil {
+			return fmt.Errorf("audit ledger %s: chain %s: %w", l.where, r.ID, err)
 		}
 	}
 	if err := tx.Commit(); err != nil {
@@ -369,7 +443,15 @@ type Page struct {
 var ErrBadCursor = errors.New("not a cursor of this ledger")
 
 // List returns the page of rows f selects.
-func (l *Ledger) List(ctx context.Context, f Filter) (Page, error) {
+func (l *Ledger) List(ctx context.Context, f Filter) (Page, error) { return l.list(ctx, l.db, f) }
+
+// querier is the database, or a transaction of it.
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+func (l *Ledger) list(ctx context.Context, db querier, f Filter) (Page, error) {
 	limit := f.Limit
 	if limit <= 0 {
 		limit = DefaultLimit
@@ -418,12 +500,12 @@ func (l *Ledger) List(ctx context.Context, f Filter) (Page, error) {
 		}
 		add("(requested_at < ? OR (requested_at = ? AND id < ?))", at, at, id)
 	}
-	q := "SELECT " + strings.Join(columns, ", ") + " FROM tollgate_audit"
+	q := "SELECT " + selected + " FROM tollgate_audit"
 	if len(c.where) > 0 {
 		q += " WHERE " + strings.Join(c.where, " AND ")
 	}
 	q += fmt.Sprintf(" ORDER BY requested_at DESC, id DESC LIMIT %d", limit+1)
-	rows, err := l.db.QueryContext(ctx, q, c.args...)
+	rows, err := db.QueryContext(ctx, q, c.args...)
 	if err != nil {
 		return Page{}, fmt.Errorf("audit ledger %s: %w", l.where, err)
 	}
@@ -431,7 +513,7 @@ func (l *Ledger) List(ctx context.Context, f Filter) (Page, error) {
 	page := Page{Records: []audit.Record{}}
 	for rows.Next() {
 		var r audit.Record
-		if err := scan(&r, rows); err != nil {
+		if err := scan(&r, rows, &r.Hash); err != nil {
 			return Page{}, fmt.Errorf("audit ledger %s: %w", l.where, err)
 		}
 		page.Records = append(page.Records, r)
@@ -527,7 +609,7 @@ func (l *Ledger) Pending(ctx context.Context, f PendingFilter) ([]audit.Record, 
 	if f.After != nil {
 		c.add("(expires_at, id) > (?, ?)", f.After.ExpiresAt, f.After.ID)
 	}
-	q := "SELECT " + strings.Join(columns, ", ") + " FROM tollgate_audit WHERE " + strings.Join(c.where, " AND ") +
+	q := "SELECT " + selected + " FROM tollgate_audit WHERE " + strings.Join(c.where, " AND ") +
 		fmt.Sprintf(" ORDER BY expires_at, id LIMIT %d", limit+1)
 	rows, err := l.db.QueryContext(ctx, q, c.args...)
 	if err != nil {
@@ -537,7 +619,7 @@ func (l *Ledger) Pending(ctx context.Context, f PendingFilter) ([]audit.Record, 
 	out := []audit.Record{}
 	for rows.Next() {
 		var r audit.Record
-		if err := scan(&r, rows); err != nil {
+		if err := scan(&r, rows, &r.Hash); err != nil {
 			return nil, false, fmt.Errorf("audit ledger %s: pending rows: %w", l.where, err)
 		}
 		out = append(out, r)
