@@ -250,6 +250,23 @@ type ExportLine struct {
 	Error string `json:"error,omitempty"`
 }
 
+// MarshalJSON writes the line as what it is: a row as GET /audit's pages
+// have it, {"chain": entry}, or {"error": why}.
+func (l ExportLine) MarshalJSON() ([]byte, error) {
+	switch {
+	case l.Chain != nil:
+		return json.Marshal(struct {
+			Chain *Entry `json:"chain"`
+		}{l.Chain})
+	case l.Error != "":
+		return json.Marshal(struct {
+			Error string `json:"error"`
+		}{l.Error})
+	default:
+		return json.Marshal(l.Record)
+	}
+}
+
 // VerifyExport verifies a whole export with its chain (GET
 // /audit?format=jsonl&chain=1), as Checker does the ledger: without the
 // database, on what the file says. head, when set, is a head hash kept

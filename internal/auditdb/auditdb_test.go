@@ -122,6 +122,27 @@ func TestLedger(t *testing.T) {
 			t.Run("a table made before the inbox's columns and indexes gains them, and its rows read without a preview", func(t *testing.T) {
 				testMigratesAnOldTable(t, dsn(t))
 			})
+			t.Run("the chain has an entry for each version of a row, and a rewrite adds none", func(t *testing.T) {
+				l, d := open(t)
+				testChainHasAnEntryForEachVersion(t, l, d)
+			})
+			t.Run("a change to a row or to the chain is named", func(t *testing.T) {
+				testTamperingIsNamed(t, open, name == "postgres")
+			})
+			t.Run("an export with its chain verifies offline, and an edited one is named", func(t *testing.T) {
+				l, _ := open(t)
+				testExportVerifiesOffline(t, l)
+			})
+			t.Run("writers on two handles at once keep one chain", func(t *testing.T) {
+				l, d := open(t)
+				other, err := auditdb.Open(context.Background(), d)
+				require.NoError(t, err)
+				defer other.Close()
+				testConcurrentWritersKeepOneChain(t, l, other)
+			})
+			t.Run("a table made before the chain gets an entry per row, once", func(t *testing.T) {
+				testChainOfAnOldTable(t, dsn(t))
+			})
 			t.Run("a record without an id, a tool or a stage is refused, naming it", func(t *testing.T) {
 				l, _ := open(t)
 				err := l.Write(context.Background(), []audit.Record{{ID: "r1", Stage: audit.StageAsked}})
