@@ -5,6 +5,7 @@
 package auditdb
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/base64"
@@ -45,11 +46,37 @@ const hashColumn = "hash"
 // selected are the columns a read selects: Record's, then its hash.
 var selected = strings.Join(append(slices.Clone(columns), hashColumn), ", ")
 
-// keptWhenEmpty are the columns a row has from its first stage on and never
-// changes: a later stage written without them (audit.Record.Trimmed) keeps
-// what the row has.
-var keptWhenEmpty = []string{"arguments", "preview", "user_message"}
+// keptWhenEmpty are the fields of row and had, a row as a write would leave
+// it and as it is, that a row has from its first stage on and never
+// changes: a later stage written without them (audit.Record.Trimmed)
+// keeps what the row has.
+func keptWhenEmpty(row, had *audit.Record) [][2]*string {
+	return [][2]*string{{&row.Arguments, &had.Arguments}, {&row.Preview, &had.Preview}, {&row.UserMessage, &had.UserMessage}}
+}
 
+// stored is r as the database keeps it and a read returns it: its text
+// cleaned, its result cut (once: a cut result may be longer than the cut),
+// its times to the microsecond, in UTC.
+func stored(r audit.Record) audit.Record {
+	values(&r)
+	r.RequestedAt = time.UnixMicro(micros(&r.RequestedAt)).UTC()
+	r.ExpiresAt, r.DecidedAt, r.FinishedAt = fromMicros(micros(r.ExpiresAt)), fromMicros(micros(r.DecidedAt)), fromMicros(micros(r.FinishedAt))
+	r.Hash = ""
+	return r
+}
+
+// args are the values of r's columns, in columns' order; r is stored's.
+func args(r *audit.Record) []any {
+	return []any{
+		r.ID, r.Stage, r.ConversationID, r.TurnID, r.WorkflowID, r.Agent, r.ToolCallID, r.Tool, r.Arguments, r.Asked,
+		r.Sender, micros(&r.RequestedAt), micros(r.ExpiresAt), r.Decision, r.DecidedBy, r.Principal, r.Role, r.Reason, r.Grant,
+		micros(r.DecidedAt), r.EditedArguments, r.EditDiff, r.Outcome, r.Result, micros(r.FinishedAt),
+		r.Preview, r.UserMessage, r.Sandbox, r.Shadow,
+	}
+}
+
+// values cleans r's text and cuts its result, as the database keeps them,
+// and returns its columns' values.
 func values(r *audit.Record) []any {
 	// PostgreSQL's text holds UTF-8 without NUL; a tool's output may have
 	// any bytes.
@@ -59,12 +86,7 @@ func values(r *audit.Record) []any {
 		*f = clean(*f)
 	}
 	r.Result = text.Truncate(r.Result, audit.MaxResult)
-	return []any{
-		r.ID, r.Stage, r.ConversationID, r.TurnID, r.WorkflowID, r.Agent, r.ToolCallID, r.Tool, r.Arguments, r.Asked,
-		r.Sender, micros(&r.RequestedAt), micros(r.ExpiresAt), r.Decision, r.DecidedBy, r.Principal, r.Role, r.Reason, r.Grant,
-		micros(r.DecidedAt), r.EditedArguments, r.EditDiff, r.Outcome, r.Result, micros(r.FinishedAt),
-		r.Preview, r.UserMessage, r.Sandbox, r.Shadow,
-	}
+	return args(r)
 }
 
 // scan reads a row of columns, then of more (after them in the select).
@@ -101,14 +123,14 @@ type Ledger struct {
 	db       *sql.DB
 	postgres bool
 	where    string
-	// upsert is Write's statement, made once in the database's syntax and
-	// prepared once: a turn writes three rows a protected call, each in a
-	// workflow task that waits for it. It answers the row as it left it,
-	// and nothing when it changed nothing. appendEntry and seal add the
-	// chain's entry of a row it changed, and set the row's hash.
-	upsert, appendEntry, seal *sql.Stmt
-	// appendSQL and sealSQL are appendEntry's and seal's statements, for
-	// the migration's transaction, which runs before they are prepared.
+	// read, upsert and appendEntry are Write's statements, made once in
+	// the database's syntax and prepared once: a turn writes three rows a
+	// protected call, each in a workflow task that waits for it. read
+	// reads a row, upsert writes it whole with its hash, appendEntry adds
+	// its entry to the chain.
+	read, upsert, appendEntry *sql.Stmt
+	// appendSQL is appendEntry's statement, and sealSQL sets a row's hash:
+	// for the migration's transaction, which runs before Open prepares.
 	appendSQL, sealSQL string
 }
 
@@ -138,28 +160,19 @@ func Open(ctx context.Context, dsn string) (*Ledger, error) {
 	if err != nil {
 		return nil, fmt.Errorf("audit ledger %s: %w", l.where, err)
 	}
-	ph := make([]string, len(columns))
+	ph := make([]string, len(columns)+1)
 	sets := make([]string, 0, len(columns))
-	// changes says that the write changes the row: a write of the same
-	// values again (a retry, a replay) updates nothing, and so adds no
-	// entry to the chain.
-	changes := make([]string, 0, len(columns))
-	for i, c := range columns {
+	for i, c := range append(slices.Clone(columns), hashColumn) {
 		ph[i] = l.placeholder(i + 1)
-		switch {
-		case c == "id":
-		case slices.Contains(keptWhenEmpty, c):
-			sets = append(sets, fmt.Sprintf("%s = CASE WHEN excluded.%s = '' THEN tollgate_audit.%s ELSE excluded.%s END", c, c, c, c))
-			changes = append(changes, fmt.Sprintf("(excluded.%s <> '' AND excluded.%s <> tollgate_audit.%s)", c, c, c))
-		default:
+		if c != "id" {
 			sets = append(sets, fmt.Sprintf("%s = excluded.%s", c, c))
-			changes = append(changes, fmt.Sprintf("excluded.%s <> tollgate_audit.%s", c, c))
 		}
 	}
-	upsert := "INSERT INTO tollgate_audit (" + strings.Join(columns, ", ") + ") VALUES (" + strings.Join(ph, ", ") + ")" +
-		" ON CONFLICT (id) DO UPDATE SET " + strings.Join(sets, ", ") +
-		" WHERE excluded.stage >= tollgate_audit.stage AND (" + strings.Join(changes, " OR ") + ")" +
-		" RETURNING " + strings.Join(columns, ", ")
+	// Write decides what the row becomes (under the chain's lock, which
+	// every writer takes): upsert writes it whole.
+	upsert := "INSERT INTO tollgate_audit (" + selected + ") VALUES (" + strings.Join(ph, ", ") + ")" +
+		" ON CONFLICT (id) DO UPDATE SET " + strings.Join(sets, ", ")
+	read := "SELECT " + selected + " FROM tollgate_audit WHERE id = " + l.placeholder(1)
 	l.appendSQL = fmt.Sprintf("INSERT INTO tollgate_audit_chain (seq, id, stage, content, prev_hash, hash) VALUES (%s, %s, %s, %s, %s, %s)",
 		l.placeholder(1), l.placeholder(2), l.placeholder(3), l.placeholder(4), l.placeholder(5), l.placeholder(6))
 	l.sealSQL = fmt.Sprintf("UPDATE tollgate_audit SET hash = %s WHERE id = %s", l.placeholder(1), l.placeholder(2))
@@ -170,7 +183,7 @@ func Open(ctx context.Context, dsn string) (*Ledger, error) {
 	for _, p := range []struct {
 		stmt **sql.Stmt
 		sql  string
-	}{{&l.upsert, upsert}, {&l.appendEntry, l.appendSQL}, {&l.seal, l.sealSQL}} {
+	}{{&l.read, read}, {&l.upsert, upsert}, {&l.appendEntry, l.appendSQL}} {
 		if *p.stmt, err = l.db.PrepareContext(ctx, p.sql); err != nil {
 			l.Close()
 			return nil, fmt.Errorf("audit ledger %s: prepare the write: %w", l.where, err)
@@ -185,7 +198,7 @@ func (l *Ledger) Where() string { return l.where }
 // Close closes the database.
 func (l *Ledger) Close() error {
 	var errs []error
-	for _, st := range []*sql.Stmt{l.upsert, l.appendEntry, l.seal} {
+	for _, st := range []*sql.Stmt{l.read, l.upsert, l.appendEntry} {
 		if st != nil {
 			errs = append(errs, st.Close())
 		}
@@ -373,23 +386,40 @@ func (l *Ledger) Write(ctx context.Context, records []audit.Record) error {
 			return fmt.Errorf("audit ledger %s: lock the chain: %w", l.where, err)
 		}
 	}
-	upsert := tx.StmtContext(ctx, l.upsert)
+	read, upsert, appendEntry := tx.StmtContext(ctx, l.read), tx.StmtContext(ctx, l.upsert), tx.StmtContext(ctx, l.appendEntry)
 	var chain chainWriter
-	for i := range records {
-		r := records[i]
+	for _, r := range records {
 		if r.ID == "" || r.Tool == "" || r.Stage < audit.StageAsked || r.Stage > audit.StageEnded {
 			return fmt.Errorf("audit record %q of tool %q at stage %d: an id, a tool and a stage from %d to %d are required", r.ID, r.Tool, r.Stage, audit.StageAsked, audit.StageEnded)
 		}
-		var row audit.Record
-		err := scan(&row, upsert.QueryRowContext(ctx, values(&r)...))
-		if errors.Is(err, sql.ErrNoRows) {
-			continue // the row is as r would leave it, or of a later stage
+		row := stored(r)
+		var had audit.Record
+		err := scan(&had, read.QueryRowContext(ctx, r.ID), &had.Hash)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+		case err != nil:
+			return fmt.Errorf("audit ledger %s: read %s: %w", l.where, r.ID, err)
+		case row.Stage < had.Stage:
+			continue // a late write of an earlier stage
+		default:
+			for _, f := range keptWhenEmpty(&row, &had) {
+				if *f[0] == "" {
+					*f[0] = *f[1]
+				}
+			}
+			if bytes.Equal(audit.Canonical(row), audit.Canonical(had)) {
+				continue // the row is as r would leave it: a retry
+			}
 		}
+		e, err := chain.next(ctx, tx, row)
 		if err != nil {
+			return fmt.Errorf("audit ledger %s: chain %s: %w", l.where, r.ID, err)
+		}
+		if _, err := upsert.ExecContext(ctx, append(args(&row), e.Hash)...); err != nil {
 			return fmt.Errorf("audit ledger %s: write %s: %w", l.where, r.ID, err)
 		}
-		if err := chain.add(ctx, l, tx, row); err != nil {
-			return fmt.Errorf("audit ledger %s: chain %s: %w", l.where, r.ID, err)
+		if _, err := appendEntry.ExecContext(ctx, e.Seq, e.ID, e.Stage, e.Content, e.PrevHash, e.Hash); err != nil {
+			return fmt.Errorf("audit ledger %s: chain %s: append entry %d: %w", l.where, r.ID, e.Seq, err)
 		}
 	}
 	if err := tx.Commit(); err != nil {

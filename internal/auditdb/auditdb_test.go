@@ -379,6 +379,13 @@ func testAnyBytes(t *testing.T, l *auditdb.Ledger) {
 	require.True(t, strings.HasPrefix(got, "before\uFFFDafter \uFFFD é"), got[:20])
 	require.LessOrEqual(t, len(got), audit.MaxResult+len("…"))
 	require.True(t, strings.HasSuffix(got, "…"))
+	// Written again, it is the same row: the chain gains nothing, and
+	// proves the row as cut.
+	require.NoError(t, l.Write(ctx, []audit.Record{r}))
+	v, err := l.Verify(ctx, "")
+	require.NoError(t, err)
+	require.True(t, v.OK, "%+v", v.FirstBad)
+	require.Equal(t, int64(1), v.Entries)
 }
 
 func testWriterAndReader(t *testing.T, writer, reader *auditdb.Ledger) {

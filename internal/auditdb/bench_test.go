@@ -2,6 +2,7 @@ package auditdb_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"path/filepath"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/auditdb"
+	"github.com/tollgate/tollgate/internal/proctest"
 )
 
 // BenchmarkApprovalsFromLedger measures what GET /approvals asks the
@@ -62,6 +64,61 @@ func BenchmarkApprovalsFromLedger(b *testing.B) {
 				}
 				if _, err := l.CountPending(ctx, bc.f); err != nil {
 					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkLedgerWrites measures what a protected call costs the ledger:
+// its row written at each stage, asked, decided and ended, a write each as
+// a turn makes them, and the ended write again (a retry, which changes
+// nothing), on SQLite and on a real PostgreSQL server the benchmark
+// starts. Each changing write appends an entry to the chain; the retry
+// appends none. docs/production.md compares it with the ledger before the
+// chain.
+func BenchmarkLedgerWrites(b *testing.B) {
+	ctx := context.Background()
+	backends := map[string]func(b *testing.B) string{
+		"sqlite": func(b *testing.B) string { return filepath.Join(b.TempDir(), "audit.db") },
+		"postgres": func(b *testing.B) string {
+			pg := proctest.StartPostgres(b, "tollgate")
+			admin, err := sql.Open("pgx", pg.URL("postgres"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer admin.Close()
+			if _, err := admin.Exec("CREATE DATABASE bench"); err != nil {
+				b.Fatal(err)
+			}
+			return pg.URL("bench")
+		},
+	}
+	for _, name := range []string{"sqlite", "postgres"} {
+		b.Run(name, func(b *testing.B) {
+			l, err := auditdb.Open(ctx, backends[name](b))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.Close()
+			now := time.Now()
+			i := 0
+			for b.Loop() {
+				i++
+				expires := now.Add(time.Hour)
+				r := audit.Record{
+					ID: fmt.Sprintf("tollgate-conv-c1-turn-%d/apr-%06d", i, i), Stage: audit.StageAsked, ConversationID: "c1",
+					TurnID: "t", WorkflowID: "t", ToolCallID: "call_1", Tool: "Bash", Arguments: `{"command":"make test"}`,
+					RequestedAt: now, ExpiresAt: &expires, Preview: "$ make test", UserMessage: "run the tests and tell me what fails",
+				}
+				d := r.Trimmed()
+				d.Stage, d.Decision, d.DecidedBy, d.Principal, d.DecidedAt = audit.StageDecided, "approve", "person", "bob", &now
+				e := d
+				e.Stage, e.Outcome, e.Result, e.FinishedAt = audit.StageEnded, audit.OutcomeOK, "ok", &now
+				for _, rs := range [][]audit.Record{{r}, {d}, {e}, {e}} {
+					if err := l.Write(ctx, rs); err != nil {
+						b.Fatal(err)
+					}
 				}
 			}
 		})

@@ -29,46 +29,31 @@ func scanEntry(e *audit.Entry, s interface{ Scan(...any) error }) error {
 	return s.Scan(&e.Seq, &e.ID, &e.Stage, &e.Content, &e.PrevHash, &e.Hash)
 }
 
-// chainWriter appends the entries of one write's transaction, which holds
-// the chain's lock.
+// chainWriter makes the entries of one transaction, which holds the
+// chain's lock.
 type chainWriter struct {
 	head   *audit.Entry
 	loaded bool
 }
 
-// add appends the entry of row, as the write left it, and sets the row's
-// hash.
-func (w *chainWriter) add(ctx context.Context, l *Ledger, tx *sql.Tx, row audit.Record) error {
+// next is the entry of row, as a write leaves it, after the chain's head
+// (the last entry next made, or the chain's last).
+func (w *chainWriter) next(ctx context.Context, tx *sql.Tx, row audit.Record) (audit.Entry, error) {
 	if !w.loaded {
 		var head audit.Entry
 		err := scanEntry(&head, tx.QueryRowContext(ctx, "SELECT "+entryColumns+" FROM tollgate_audit_chain ORDER BY seq DESC LIMIT 1"))
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
 		case err != nil:
-			return fmt.Errorf("read the chain's head: %w", err)
+			return audit.Entry{}, fmt.Errorf("read the chain's head: %w", err)
 		default:
 			w.head = &head
 		}
 		w.loaded = true
 	}
-	exec := func(st *sql.Stmt, q string, args ...any) error {
-		var err error
-		if st != nil {
-			_, err = tx.StmtContext(ctx, st).ExecContext(ctx, args...)
-		} else {
-			_, err = tx.ExecContext(ctx, q, args...) // in the migration, before Open prepares st
-		}
-		return err
-	}
 	e := audit.NextEntry(w.head, row)
-	if err := exec(l.appendEntry, l.appendSQL, e.Seq, e.ID, e.Stage, e.Content, e.PrevHash, e.Hash); err != nil {
-		return fmt.Errorf("append entry %d: %w", e.Seq, err)
-	}
-	if err := exec(l.seal, l.sealSQL, e.Hash, e.ID); err != nil {
-		return fmt.Errorf("set the row's hash: %w", err)
-	}
 	w.head = &e
-	return nil
+	return e, nil
 }
 
 // genesis gives each row of a table made before the chain an entry, as it
@@ -98,7 +83,14 @@ func (l *Ledger) genesis(ctx context.Context, tx *sql.Tx) error {
 			return fmt.Errorf("chain the rows: %w", err)
 		}
 		for _, r := range page {
-			if err := w.add(ctx, l, tx, r); err != nil {
+			e, err := w.next(ctx, tx, r)
+			if err == nil {
+				_, err = tx.ExecContext(ctx, l.appendSQL, e.Seq, e.ID, e.Stage, e.Content, e.PrevHash, e.Hash)
+			}
+			if err == nil {
+				_, err = tx.ExecContext(ctx, l.sealSQL, e.Hash, e.ID)
+			}
+			if err != nil {
 				return fmt.Errorf("chain the row %s: %w", r.ID, err)
 			}
 		}
