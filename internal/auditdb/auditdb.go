@@ -129,6 +129,8 @@ type Ledger struct {
 	// reads a row, upsert writes it whole with its hash, appendEntry adds
 	// its entry to the chain.
 	read, upsert, appendEntry *sql.Stmt
+	// head reads the chain's last entry (headSQL).
+	head *sql.Stmt
 	// appendSQL is appendEntry's statement, and sealSQL sets a row's hash:
 	// for the migration's transaction, which runs before Open prepares.
 	appendSQL, sealSQL string
@@ -183,7 +185,7 @@ func Open(ctx context.Context, dsn string) (*Ledger, error) {
 	for _, p := range []struct {
 		stmt **sql.Stmt
 		sql  string
-	}{{&l.read, read}, {&l.upsert, upsert}, {&l.appendEntry, l.appendSQL}} {
+	}{{&l.read, read}, {&l.upsert, upsert}, {&l.appendEntry, l.appendSQL}, {&l.head, headSQL}} {
 		if *p.stmt, err = l.db.PrepareContext(ctx, p.sql); err != nil {
 			l.Close()
 			return nil, fmt.Errorf("audit ledger %s: prepare the write: %w", l.where, err)
@@ -198,7 +200,7 @@ func (l *Ledger) Where() string { return l.where }
 // Close closes the database.
 func (l *Ledger) Close() error {
 	var errs []error
-	for _, st := range []*sql.Stmt{l.read, l.upsert, l.appendEntry} {
+	for _, st := range []*sql.Stmt{l.read, l.upsert, l.appendEntry, l.head} {
 		if st != nil {
 			errs = append(errs, st.Close())
 		}
@@ -411,7 +413,7 @@ func (l *Ledger) Write(ctx context.Context, records []audit.Record) error {
 				continue // the row is as r would leave it: a retry
 			}
 		}
-		e, err := chain.next(ctx, tx, row)
+		e, err := chain.next(ctx, l, tx, row)
 		if err != nil {
 			return fmt.Errorf("audit ledger %s: chain %s: %w", l.where, r.ID, err)
 		}

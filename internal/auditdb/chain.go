@@ -22,6 +22,9 @@ const chainLock int64 = 0x7467636861696e31
 // entryColumns are the chain's columns in audit.Entry's order.
 const entryColumns = "seq, id, stage, content, prev_hash, hash"
 
+// headSQL reads the chain's last entry.
+const headSQL = "SELECT " + entryColumns + " FROM tollgate_audit_chain ORDER BY seq DESC LIMIT 1"
+
 // chainPage is how many entries or rows a read of the chain takes at once.
 const chainPage = 1000
 
@@ -38,10 +41,16 @@ type chainWriter struct {
 
 // next is the entry of row, as a write leaves it, after the chain's head
 // (the last entry next made, or the chain's last).
-func (w *chainWriter) next(ctx context.Context, tx *sql.Tx, row audit.Record) (audit.Entry, error) {
+func (w *chainWriter) next(ctx context.Context, l *Ledger, tx *sql.Tx, row audit.Record) (audit.Entry, error) {
 	if !w.loaded {
 		var head audit.Entry
-		err := scanEntry(&head, tx.QueryRowContext(ctx, "SELECT "+entryColumns+" FROM tollgate_audit_chain ORDER BY seq DESC LIMIT 1"))
+		var q *sql.Row
+		if l.head != nil {
+			q = tx.StmtContext(ctx, l.head).QueryRowContext(ctx)
+		} else {
+			q = tx.QueryRowContext(ctx, headSQL) // in the migration, before Open prepares l.head
+		}
+		err := scanEntry(&head, q)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
 		case err != nil:
@@ -83,7 +92,7 @@ func (l *Ledger) genesis(ctx context.Context, tx *sql.Tx) error {
 			return fmt.Errorf("chain the rows: %w", err)
 		}
 		for _, r := range page {
-			e, err := w.next(ctx, tx, r)
+			e, err := w.next(ctx, l, tx, r)
 			if err == nil {
 				_, err = tx.ExecContext(ctx, l.appendSQL, e.Seq, e.ID, e.Stage, e.Content, e.PrevHash, e.Hash)
 			}
