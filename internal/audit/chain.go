@@ -45,8 +45,9 @@ type Entry struct {
 var GenesisHash = strings.Repeat("0", 2*sha256.Size)
 
 // Canonical is r's content as the chain hashes it: its JSON without Hash,
-// its times in UTC.
-func Canonical(r Record) []byte {
+// its times in UTC. It fails only for a time JSON cannot hold (a year past
+// 9999).
+func Canonical(r Record) ([]byte, error) {
 	r.Hash = ""
 	r.RequestedAt = r.RequestedAt.UTC()
 	for _, t := range []**time.Time{&r.ExpiresAt, &r.DecidedAt, &r.FinishedAt} {
@@ -57,10 +58,9 @@ func Canonical(r Record) []byte {
 	}
 	b, err := json.Marshal(r)
 	if err != nil {
-		// A Record is strings, numbers and times: it always marshals.
-		panic(fmt.Sprintf("audit record %s: %v", r.ID, err))
+		return nil, fmt.Errorf("audit record %s: %w", r.ID, err)
 	}
-	return b
+	return b, nil
 }
 
 // HashEntry is the hash of an entry of content after the entry whose hash
@@ -77,14 +77,19 @@ func HashEntry(prev string, content []byte) (string, error) {
 }
 
 // NextEntry is the entry of r after head (nil for the first).
-func NextEntry(head *Entry, r Record) Entry {
-	e := Entry{Seq: 1, ID: r.ID, Stage: r.Stage, Content: string(Canonical(r)), PrevHash: GenesisHash}
+func NextEntry(head *Entry, r Record) (Entry, error) {
+	content, err := Canonical(r)
+	if err != nil {
+		return Entry{}, err
+	}
+	e := Entry{Seq: 1, ID: r.ID, Stage: r.Stage, Content: string(content), PrevHash: GenesisHash}
 	if head != nil {
 		e.Seq, e.PrevHash = head.Seq+1, head.Hash
 	}
-	// head's hash was made here, or checked by the caller.
-	e.Hash, _ = HashEntry(e.PrevHash, []byte(e.Content))
-	return e
+	if e.Hash, err = HashEntry(e.PrevHash, content); err != nil {
+		return Entry{}, fmt.Errorf("the chain's head, entry %d: %w", head.Seq, err)
+	}
+	return e, nil
 }
 
 // Verification is what a check of the chain found: GET /audit/verify's
@@ -191,7 +196,15 @@ func (c *Checker) Row(r *Record, latest *Entry) bool {
 	if err := json.Unmarshal([]byte(latest.Content), &written); err != nil {
 		return c.bad(latest.Seq, r.ID, "entry %d's content is not a row: %v", latest.Seq, err)
 	}
-	if diff := differences(Canonical(written), Canonical(*r)); diff != "" {
+	want, err := Canonical(written)
+	if err != nil {
+		return c.bad(latest.Seq, r.ID, "entry %d's content is not a row: %v", latest.Seq, err)
+	}
+	got, err := Canonical(*r)
+	if err != nil {
+		return c.bad(latest.Seq, r.ID, "row %s is not as its latest entry, %d, wrote it: %v", r.ID, latest.Seq, err)
+	}
+	if diff := differences(want, got); diff != "" {
 		return c.bad(latest.Seq, r.ID, "row %s is not as its latest entry, %d, wrote it: %s", r.ID, latest.Seq, diff)
 	}
 	if r.Hash != latest.Hash {

@@ -409,7 +409,11 @@ func (l *Ledger) Write(ctx context.Context, records []audit.Record) error {
 					*f[0] = *f[1]
 				}
 			}
-			if bytes.Equal(audit.Canonical(row), audit.Canonical(had)) {
+			now, err := audit.Canonical(row)
+			if err != nil {
+				return fmt.Errorf("audit ledger %s: write %s: %w", l.where, r.ID, err)
+			}
+			if was, err := audit.Canonical(had); err == nil && bytes.Equal(now, was) {
 				continue // the row is as r would leave it: a retry
 			}
 		}

@@ -60,7 +60,10 @@ func (w *chainWriter) next(ctx context.Context, l *Ledger, tx *sql.Tx, row audit
 		}
 		w.loaded = true
 	}
-	e := audit.NextEntry(w.head, row)
+	e, err := audit.NextEntry(w.head, row)
+	if err != nil {
+		return audit.Entry{}, err
+	}
 	w.head = &e
 	return e, nil
 }
