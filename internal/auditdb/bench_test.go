@@ -124,3 +124,40 @@ func BenchmarkLedgerWrites(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkVerify measures Ledger.Verify on SQLite over 20,000 rows, each
+// written asked then ended: 40,000 entries.
+func BenchmarkVerify(b *testing.B) {
+	ctx := context.Background()
+	l, err := auditdb.Open(ctx, filepath.Join(b.TempDir(), "audit.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	const n = 20000
+	now := time.Now()
+	var asked, ended []audit.Record
+	for i := range n {
+		r := audit.Record{
+			ID: fmt.Sprintf("tollgate-conv-c%d-turn-%d/apr-%06d", i%200, i, i), Stage: audit.StageAsked, ConversationID: fmt.Sprintf("c%d", i%200),
+			ToolCallID: "call_1", Tool: "Bash", Arguments: `{"command":"make test"}`, RequestedAt: now.Add(-time.Duration(i) * time.Second),
+			Preview: "$ make test", UserMessage: "run the tests and tell me what fails",
+		}
+		asked = append(asked, r)
+		r.Stage, r.Decision, r.Outcome, r.Result = audit.StageEnded, "approve", audit.OutcomeOK, "ok"
+		ended = append(ended, r.Trimmed())
+	}
+	for _, rows := range [][]audit.Record{asked, ended} {
+		for i := 0; i < len(rows); i += 1000 {
+			if err := l.Write(ctx, rows[i:min(i+1000, len(rows))]); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	for b.Loop() {
+		v, err := l.Verify(ctx, "")
+		if err != nil || !v.OK || v.Entries != 2*n {
+			b.Fatal(err, v)
+		}
+	}
+}
