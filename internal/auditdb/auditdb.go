@@ -126,8 +126,8 @@ type Ledger struct {
 	// read, upsert and appendEntry are Write's statements, made once in
 	// the database's syntax and prepared once: a turn writes three rows a
 	// protected call, each in a workflow task that waits for it. read
-	// reads a row, upsert writes it whole with its hash, appendEntry adds
-	// its entry to the chain.
+	// reads a row with its latest entry's content, upsert writes it whole
+	// with its hash, appendEntry adds its entry to the chain.
 	read, upsert, appendEntry *sql.Stmt
 	// head reads the chain's last entry (headSQL).
 	head *sql.Stmt
@@ -174,7 +174,8 @@ func Open(ctx context.Context, dsn string) (*Ledger, error) {
 	// every writer takes): upsert writes it whole.
 	upsert := "INSERT INTO tollgate_audit (" + selected + ") VALUES (" + strings.Join(ph, ", ") + ")" +
 		" ON CONFLICT (id) DO UPDATE SET " + strings.Join(sets, ", ")
-	read := "SELECT " + selected + " FROM tollgate_audit WHERE id = " + l.placeholder(1)
+	read := "SELECT " + prefixed("a.", selected) + ", (SELECT c.content FROM tollgate_audit_chain c WHERE c.id = a.id ORDER BY c.seq DESC LIMIT 1)" +
+		" FROM tollgate_audit a WHERE a.id = " + l.placeholder(1)
 	l.appendSQL = fmt.Sprintf("INSERT INTO tollgate_audit_chain (seq, id, stage, content, prev_hash, hash) VALUES (%s, %s, %s, %s, %s, %s)",
 		l.placeholder(1), l.placeholder(2), l.placeholder(3), l.placeholder(4), l.placeholder(5), l.placeholder(6))
 	l.sealSQL = fmt.Sprintf("UPDATE tollgate_audit SET hash = %s WHERE id = %s", l.placeholder(1), l.placeholder(2))
@@ -388,23 +389,22 @@ func (l *Ledger) Write(ctx context.Context, records []audit.Record) error {
 			return fmt.Errorf("audit ledger %s: lock the chain: %w", l.where, err)
 		}
 	}
-	read, upsert, appendEntry := tx.StmtContext(ctx, l.read), tx.StmtContext(ctx, l.upsert), tx.StmtContext(ctx, l.appendEntry)
+	upsert, appendEntry := tx.StmtContext(ctx, l.upsert), tx.StmtContext(ctx, l.appendEntry)
 	var chain chainWriter
 	for _, r := range records {
 		if r.ID == "" || r.Tool == "" || r.Stage < audit.StageAsked || r.Stage > audit.StageEnded {
 			return fmt.Errorf("audit record %q of tool %q at stage %d: an id, a tool and a stage from %d to %d are required", r.ID, r.Tool, r.Stage, audit.StageAsked, audit.StageEnded)
 		}
 		row := stored(r)
-		var had audit.Record
-		err := scan(&had, read.QueryRowContext(ctx, r.ID), &had.Hash)
+		had, err := l.last(ctx, tx, r.ID)
 		switch {
-		case errors.Is(err, sql.ErrNoRows):
 		case err != nil:
 			return fmt.Errorf("audit ledger %s: read %s: %w", l.where, r.ID, err)
+		case had == nil:
 		case row.Stage < had.Stage:
 			continue // a late write of an earlier stage
 		default:
-			for _, f := range keptWhenEmpty(&row, &had) {
+			for _, f := range keptWhenEmpty(&row, had) {
 				if *f[0] == "" {
 					*f[0] = *f[1]
 				}
@@ -413,7 +413,7 @@ func (l *Ledger) Write(ctx context.Context, records []audit.Record) error {
 			if err != nil {
 				return fmt.Errorf("audit ledger %s: write %s: %w", l.where, r.ID, err)
 			}
-			if was, err := audit.Canonical(had); err == nil && bytes.Equal(now, was) {
+			if was, err := audit.Canonical(*had); err == nil && bytes.Equal(now, was) {
 				continue // the row is as r would leave it: a retry
 			}
 		}

@@ -133,6 +133,10 @@ func TestLedger(t *testing.T) {
 				l, _ := open(t)
 				testExportVerifiesOffline(t, l)
 			})
+			t.Run("a write builds on the row's latest entry, not on a row changed by hand", func(t *testing.T) {
+				l, d := open(t)
+				testAWriteBuildsOnTheChainNotOnAChangedRow(t, l, d)
+			})
 			t.Run("writers on two handles at once keep one chain", func(t *testing.T) {
 				l, d := open(t)
 				other, err := auditdb.Open(context.Background(), d)

@@ -3,6 +3,7 @@ package auditdb
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -66,6 +67,30 @@ func (w *chainWriter) next(ctx context.Context, l *Ledger, tx *sql.Tx, row audit
 	}
 	w.head = &e
 	return e, nil
+}
+
+// last is the row of id as its latest entry wrote it, which a write builds
+// on: a row changed in the table since (by hand) is not carried into the
+// chain, and a retry is recognised as what the chain holds. A row the chain
+// has none of (written by an older build after the chain was made) is
+// taken as the table has it; nil when the table has no row.
+func (l *Ledger) last(ctx context.Context, tx *sql.Tx, id string) (*audit.Record, error) {
+	var r audit.Record
+	var content sql.NullString
+	err := scan(&r, tx.StmtContext(ctx, l.read).QueryRowContext(ctx, id), &r.Hash, &content)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	case !content.Valid:
+		return &r, nil
+	}
+	var written audit.Record
+	if err := json.Unmarshal([]byte(content.String), &written); err != nil {
+		return nil, fmt.Errorf("its latest entry is not a row: %w", err)
+	}
+	return &written, nil
 }
 
 // genesis gives each row of a table made before the chain an entry, as it

@@ -381,3 +381,29 @@ func testChainOfAnOldTable(t *testing.T, dsn string) {
 	require.False(t, v.OK)
 	require.Equal(t, &audit.Bad{ID: "new", Problem: "row new is in no entry of the chain"}, v.FirstBad)
 }
+
+// testAWriteBuildsOnTheChainNotOnAChangedRow changes a row by hand, then
+// writes it again: a retry of what the chain holds changes nothing (the
+// change stays, and is named), and the call's next stage is built on its
+// latest entry, so the changed arguments never enter the chain.
+func testAWriteBuildsOnTheChainNotOnAChangedRow(t *testing.T, l *auditdb.Ledger, dsn string) {
+	ctx := context.Background()
+	r := asked("r1", "c1", "Bash", t0)
+	require.NoError(t, l.Write(ctx, []audit.Record{r}))
+	db := rawDB(t, dsn)
+	_, err := db.Exec(`UPDATE tollgate_audit SET arguments = '{"command":"rm -rf /"}' WHERE id = 'r1'`)
+	require.NoError(t, err)
+
+	require.NoError(t, l.Write(ctx, []audit.Record{r}), "a retry")
+	require.Len(t, entries(t, db), 1)
+	v := verify(t, l, "")
+	require.False(t, v.OK)
+	require.Contains(t, v.FirstBad.Problem, `arguments was "{\"command\":\"ls\"}", is "{\"command\":\"rm -rf /\"}"`)
+
+	require.NoError(t, l.Write(ctx, []audit.Record{ended(r, "approve", "bob", audit.OutcomeOK).Trimmed()}))
+	es := entries(t, db)
+	require.Len(t, es, 2)
+	require.Contains(t, es[1].Content, `"arguments":"{\"command\":\"ls\"}"`, "the arguments of the asked entry, not of the changed row")
+	require.Equal(t, `{"command":"ls"}`, list(t, l, auditdb.Filter{})[0].Arguments)
+	require.True(t, verify(t, l, "").OK)
+}
