@@ -54,15 +54,40 @@ func keptWhenEmpty(row, had *audit.Record) [][2]*string {
 	return [][2]*string{{&row.Arguments, &had.Arguments}, {&row.Preview, &had.Preview}, {&row.UserMessage, &had.UserMessage}}
 }
 
-// stored is r as the database keeps it and a read returns it: its text
-// cleaned, its result cut (once: a cut result may be longer than the cut),
-// its times to the microsecond, in UTC.
-func stored(r audit.Record) audit.Record {
-	values(&r)
-	r.RequestedAt = time.UnixMicro(micros(&r.RequestedAt)).UTC()
-	r.ExpiresAt, r.DecidedAt, r.FinishedAt = fromMicros(micros(r.ExpiresAt)), fromMicros(micros(r.DecidedAt)), fromMicros(micros(r.FinishedAt))
-	r.Hash = ""
-	return r
+// stored is r as the database keeps it and a read returns it: its columns
+// alone (a field of Record without one is not kept, so not chained), its
+// text cleaned, its result cut (once: a cut result may be longer than the
+// cut), its times to the microsecond, in UTC.
+func stored(r audit.Record) (audit.Record, error) {
+	var out audit.Record
+	err := scan(&out, written(values(&r)))
+	return out, err
+}
+
+// written is the values of a row's columns (args), read back as a query
+// would answer them.
+type written []any
+
+// Scan sets each of dest to its value.
+func (w written) Scan(dest ...any) error {
+	if len(dest) != len(w) {
+		return fmt.Errorf("%d values for %d columns", len(w), len(dest))
+	}
+	for i, d := range dest {
+		ok := false
+		switch d := d.(type) {
+		case *string:
+			*d, ok = w[i].(string)
+		case *int:
+			*d, ok = w[i].(int)
+		case *int64:
+			*d, ok = w[i].(int64)
+		}
+		if !ok {
+			return fmt.Errorf("column %s: a %T read into a %T", columns[i], w[i], d)
+		}
+	}
+	return nil
 }
 
 // args are the values of r's columns, in columns' order; r is stored's.
@@ -395,7 +420,10 @@ func (l *Ledger) Write(ctx context.Context, records []audit.Record) error {
 		if r.ID == "" || r.Tool == "" || r.Stage < audit.StageAsked || r.Stage > audit.StageEnded {
 			return fmt.Errorf("audit record %q of tool %q at stage %d: an id, a tool and a stage from %d to %d are required", r.ID, r.Tool, r.Stage, audit.StageAsked, audit.StageEnded)
 		}
-		row := stored(r)
+		row, err := stored(r)
+		if err != nil {
+			return fmt.Errorf("audit ledger %s: write %s: %w", l.where, r.ID, err)
+		}
 		had, err := l.last(ctx, tx, r.ID)
 		switch {
 		case err != nil:
