@@ -10,6 +10,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/auditdb"
 	"github.com/tollgate/tollgate/protocol"
 )
@@ -37,6 +38,15 @@ func (s *Server) listAudit(c *gin.Context) {
 	f, jsonl, err := auditFilter(c)
 	if err != nil {
 		writeError(c, s.log, err)
+		return
+	}
+	chain, err := auditChain(c, f, jsonl)
+	if err != nil {
+		writeError(c, s.log, err)
+		return
+	}
+	if chain {
+		s.exportChain(c)
 		return
 	}
 	if !jsonl {
@@ -93,6 +103,90 @@ func (s *Server) listAudit(c *gin.Context) {
 		}
 		f.Cursor = page.Next
 	}
+}
+
+// auditChain reads GET /audit's chain: whether the export carries the
+// ledger's chain after its rows. The chain holds every row, so such an
+// export is of the whole ledger, unfiltered.
+func auditChain(c *gin.Context, f auditdb.Filter, jsonl bool) (bool, error) {
+	switch v := c.Query("chain"); v {
+	case "", "0", "false":
+		return false, nil
+	case "1", "true":
+		if !jsonl {
+			return false, badRequest("chain=%s is for the export: add format=jsonl", v)
+		}
+		if f != (auditdb.Filter{}) {
+			return false, badRequest("chain=%s exports the whole ledger, which its chain covers: no filter, limit or cursor", v)
+		}
+		return true, nil
+	default:
+		return false, badRequest("chain %q is not 1 or 0", v)
+	}
+}
+
+// exportChain streams the whole ledger, its rows then its chain's entries,
+// as they are at one moment (auditdb.Ledger.Export), one JSON object a
+// line: what `tollgate audit verify --file` verifies offline.
+func (s *Server) exportChain(c *gin.Context) {
+	enc := json.NewEncoder(c.Writer)
+	started := false
+	start := func() {
+		c.Header("Content-Type", "application/x-ndjson")
+		c.Header("Content-Disposition", `attachment; filename="tollgate-audit-chain.jsonl"`)
+		c.Status(http.StatusOK)
+		started = true
+	}
+	n := 0
+	err := s.ledger.Export(c.Request.Context(), auditdb.Filter{}, true, func(line audit.ExportLine) error {
+		if !started {
+			start()
+		}
+		if n++; n%auditdb.MaxLimit == 0 {
+			c.Writer.Flush()
+		}
+		return enc.Encode(line)
+	})
+	switch {
+	case err != nil && !started:
+		writeError(c, s.log, err)
+	case err != nil:
+		if c.Request.Context().Err() != nil {
+			return // the client left
+		}
+		// The status is sent: a last line says why the export ends short.
+		s.log.Warn("audit export cut short", "error", err)
+		_ = enc.Encode(audit.ExportLine{Error: "the export is incomplete: " + err.Error()})
+	case !started:
+		start() // an empty ledger
+	}
+}
+
+// verifyAudit serves GET /audit/verify: it checks the ledger's chain and
+// rows (auditdb.Ledger.Verify) and answers what it found, ok or the first
+// problem, with the head hash to keep elsewhere. expectHead, when set, is
+// such a kept hash, which an entry must still have.
+func (s *Server) verifyAudit(c *gin.Context) {
+	if s.ledger == nil {
+		c.JSON(http.StatusNotFound, gin.H{"error": "this API keeps no audit ledger (TOLLGATE_AUDIT_DB is off)"})
+		return
+	}
+	head := c.Query("expectHead")
+	if head != "" {
+		if _, err := audit.HashEntry(head, nil); err != nil {
+			writeError(c, s.log, badRequest("expectHead %q is not a hash of the chain: 64 hex digits", head))
+			return
+		}
+	}
+	v, err := s.ledger.Verify(c.Request.Context(), head)
+	if err != nil {
+		writeError(c, s.log, err)
+		return
+	}
+	if !v.OK {
+		s.log.Warn("the audit ledger's chain does not verify", "seq", v.FirstBad.Seq, "id", v.FirstBad.ID, "problem", v.FirstBad.Problem)
+	}
+	c.JSON(http.StatusOK, v)
 }
 
 // auditFilter reads GET /audit's query.

@@ -297,6 +297,7 @@ func newServer(o Options, src eventSource, settings hubSettings) *Server {
 	r.GET("/approvals", approve, limit, s.listApprovals)
 	r.GET("/audit", approve, s.listAudit)
 	admin := s.requireRole(config.RoleAdmin)
+	r.GET("/audit/verify", admin, s.verifyAudit)
 	r.POST("/policy/test", admin, limit, s.testPolicy)
 	r.POST("/policy/check", admin, limit, s.checkPolicy)
 	r.GET("/admin/freeze", read, limit, s.getFreeze)

@@ -296,6 +296,12 @@ func requireLedgerRowOnce(t *testing.T, ctx context.Context, dsn string, turns [
 		}
 		require.Equal(t, want, r.Outcome, "turn %d", tr.N)
 	}
+	// The workers wrote one chain, one at a time, while one of them was
+	// killed in the middle of its writes.
+	v, err := ledger.Verify(ctx, "")
+	require.NoError(t, err)
+	require.True(t, v.OK, "the ledger's chain: %+v", v.FirstBad)
+	require.Equal(t, int64(len(turns)), v.Rows)
 }
 
 // requireLogsReadAgain reads every turn's whole log again, from a live

@@ -7,6 +7,7 @@ package upgrade_test
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -202,7 +203,10 @@ func upgradeFrom(t *testing.T, release string, srv *devserver.Server, modelURL, 
 	lastSeen := before[len(before)-1].Seq
 	pausedPatches := patches(t, c, turnID)
 	// A release that keeps a ledger has written the paused calls' rows.
-	pausedRows := ledgerRows(t, ledgerPath, conv)
+	// They are counted without today's auditdb, which would add its chain
+	// to the ledger while the earlier release still writes it: today's
+	// build makes the chain when it starts, as a deployment does.
+	pausedRows := countLedgerRows(t, ledgerPath, conv)
 
 	// A deployment: both stop, today's build starts.
 	oldAPI.Stop(t)
@@ -229,14 +233,23 @@ func upgradeFrom(t *testing.T, release string, srv *devserver.Server, modelURL, 
 	require.Equal(t, []string{"Read ok", "Write ok", "Bash ok"}, statuses(results[0].ToolResults),
 		"the call approved on %s and the one approved today both ran", release)
 	require.FileExists(t, filepath.Join(workspace, scripted.DemoNotePath))
-	if len(pausedRows) > 0 {
+	if pausedRows > 0 {
 		rows := ledgerRows(t, ledgerPath, conv)
-		require.Len(t, rows, len(pausedRows), "the calls the earlier release asked about, and no more")
+		require.Len(t, rows, pausedRows, "the calls the earlier release asked about, and no more")
 		for _, r := range rows {
 			require.Equal(t, audit.StageEnded, r.Stage, "today's build completed the row of %s that %s began", r.Tool, release)
 			require.Equal(t, audit.OutcomeOK, r.Outcome, r.Tool)
 			require.Equal(t, protocol.DecisionApprove, r.Decision, r.Tool)
 		}
+		// The rows the earlier release wrote were chained as they were
+		// when today's build opened the ledger, and today's writes after.
+		l, err := auditdb.Open(context.Background(), ledgerPath)
+		require.NoError(t, err)
+		defer l.Close()
+		v, err := l.Verify(context.Background(), "")
+		require.NoError(t, err)
+		require.True(t, v.OK, "the ledger's chain after the upgrade from %s: %+v", release, v.FirstBad)
+		require.Greater(t, v.Entries, int64(pausedRows), "today's writes have entries after the rows %s wrote", release)
 	}
 
 	// Today's build serves the turn's whole log under the ids the
@@ -249,7 +262,7 @@ func upgradeFrom(t *testing.T, release string, srv *devserver.Server, modelURL, 
 	// (what it ran after its pause asked no GetVersion).
 	nextTurnOnToday(t, c, newAddr, conv)
 	require.Equal(t, pausedPatches, patches(t, c, turnID), "the turn paused on %s took no patch of today's", release)
-	return len(pausedRows) > 0
+	return pausedRows > 0
 }
 
 // corpusReleases lists the releases, and the patch levels no release
@@ -542,6 +555,27 @@ func ledgerRows(t *testing.T, path, conv string) []audit.Record {
 	page, err := l.List(context.Background(), auditdb.Filter{Conversation: conv, Limit: auditdb.MaxLimit})
 	require.NoError(t, err)
 	return page.Records
+}
+
+// countLedgerRows counts the audit ledger's rows of conversation conv in
+// the SQLite file at path with database/sql alone, changing nothing (0
+// when the release kept no ledger: no file, or no table).
+func countLedgerRows(t *testing.T, path, conv string) int {
+	t.Helper()
+	if _, err := os.Stat(path); err != nil {
+		return 0
+	}
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)")
+	require.NoError(t, err)
+	defer db.Close()
+	var tables int
+	require.NoError(t, db.QueryRow("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'tollgate_audit'").Scan(&tables))
+	if tables == 0 {
+		return 0
+	}
+	var n int
+	require.NoError(t, db.QueryRow("SELECT count(*) FROM tollgate_audit WHERE conversation_id = ?", conv).Scan(&n))
+	return n
 }
 
 // patchLevel is the patch level workflow id recorded with its settings

@@ -9,6 +9,7 @@
 //	tollgate policy check FILE
 //	tollgate freeze [--block-new-turns] [--reason TEXT]
 //	tollgate thaw [--reason TEXT]
+//	tollgate audit verify [--file EXPORT] [--expect-head HASH]
 //
 // Every command takes --api URL (default $TOLLGATE_API, else
 // http://127.0.0.1:8080) and --token TOKEN (default $TOLLGATE_API_TOKEN), the
@@ -42,7 +43,7 @@ const defaultAPI = "http://127.0.0.1:8080"
 // Exit codes.
 const (
 	exitOK    = 0
-	exitFail  = 1 // the turn did not finish with stop, a request failed, or a policy test found a problem
+	exitFail  = 1 // the turn did not finish with stop, a request failed, a policy test found a problem, or the ledger does not verify
 	exitUsage = 2
 )
 
@@ -91,6 +92,15 @@ Usage:
 
   tollgate thaw [--reason TEXT] [--api URL] [--token TOKEN]
       Thaw the gate.
+
+  tollgate audit verify [--file EXPORT] [--expect-head HASH] [--api URL] [--token TOKEN]
+      Check that the audit ledger holds together (GET /audit/verify, a
+      token with the admin role): its chain of hashes, and every row
+      against it. With --file, check an export of it instead, without the
+      API (GET /audit?format=jsonl&chain=1; - reads the standard input).
+      Prints the head hash to keep elsewhere; --expect-head HASH checks
+      that the chain still holds one kept earlier. Exits 1 when it does
+      not hold together, naming the first bad entry or row.
 
 The API is at --api, else $TOLLGATE_API, else ` + defaultAPI + `.
 An API that asks for a bearer token gets --token, else $TOLLGATE_API_TOKEN.
@@ -229,6 +239,34 @@ func run(ctx context.Context, args []string, getenv func(string) string, in io.R
 		}
 		if err != nil {
 			fmt.Fprintf(errOut, "tollgate %s: %v\n", cmd, err)
+			return exitFail
+		}
+		return exitOK
+	case "audit":
+		file := fs.String("file", "", "verify the export `EXPORT` offline")
+		head := fs.String("expect-head", "", "a head `HASH` kept earlier")
+		if len(rest) == 0 || rest[0] != "verify" {
+			fmt.Fprint(errOut, "tollgate audit: verify?\n\n"+usage)
+			return exitUsage
+		}
+		words, err := parseInterspersed(fs, rest[1:])
+		if err != nil {
+			return exitUsage
+		}
+		switch {
+		case len(words) > 0:
+			fmt.Fprintf(errOut, "tollgate audit verify: unexpected %q\n\n%s", words, usage)
+			return exitUsage
+		case *conv != "":
+			fmt.Fprint(errOut, "tollgate audit verify: --conversation: the chain proves the whole ledger, not a conversation\n\n"+usage)
+			return exitUsage
+		}
+		ok, err := verifyLedger(ctx, newClient(), verifyOptions{File: *file, ExpectHead: *head}, in, out)
+		if err != nil {
+			fmt.Fprintf(errOut, "tollgate audit verify: %v\n", err)
+			return exitFail
+		}
+		if !ok {
 			return exitFail
 		}
 		return exitOK

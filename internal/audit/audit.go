@@ -107,6 +107,11 @@ type Record struct {
 	// its Tool is AdminTool, Principal the admin, Reason theirs, Arguments what changed (a
 	// JSON object), RequestedAt and DecidedAt when.
 	Kind string `json:"kind,omitempty"`
+	// Hash is the ledger's own: the hash of the row's latest entry in the
+	// ledger's chain (chain.go), which proves the row as it reads. Empty
+	// in what a turn writes (Write ignores it), and out of the content
+	// the chain hashes (Canonical).
+	Hash string `json:"hash,omitempty"`
 }
 
 // Kinds of an admin's row (Record.Kind), whose Tool is AdminTool.

@@ -5,6 +5,7 @@
 package auditdb
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/base64"
@@ -35,14 +36,72 @@ var columns = []string{
 
 // addedColumns are the columns added after the table was first made:
 // migrate adds them to a table that lacks them, and rows written before
-// read them as empty.
-var addedColumns = []string{"preview", "user_message", "sandbox", "shadow", "on_behalf_of", "kind"}
+// read them as empty. hash, the last, is not Record's to write (Write
+// sets it from the chain, chain.go), only to read.
+var addedColumns = []string{"preview", "user_message", "sandbox", "shadow", "on_behalf_of", "kind", hashColumn}
 
-// keptWhenEmpty are the columns a row has from its first stage on and never
-// changes: a later stage written without them (audit.Record.Trimmed) keeps
-// what the row has.
-var keptWhenEmpty = []string{"arguments", "preview", "user_message"}
+// hashColumn holds the hash of a row's latest entry in the chain.
+const hashColumn = "hash"
 
+// selected are the columns a read selects: Record's, then its hash.
+var selected = strings.Join(append(slices.Clone(columns), hashColumn), ", ")
+
+// keptWhenEmpty are the fields of row and had, a row as a write would leave
+// it and as it is, that a row has from its first stage on and never
+// changes: a later stage written without them (audit.Record.Trimmed)
+// keeps what the row has.
+func keptWhenEmpty(row, had *audit.Record) [][2]*string {
+	return [][2]*string{{&row.Arguments, &had.Arguments}, {&row.Preview, &had.Preview}, {&row.UserMessage, &had.UserMessage}}
+}
+
+// stored is r as the database keeps it and a read returns it: its columns
+// alone (a field of Record without one is not kept, so not chained), its
+// text cleaned, its result cut (once: a cut result may be longer than the
+// cut), its times to the microsecond, in UTC.
+func stored(r audit.Record) (audit.Record, error) {
+	var out audit.Record
+	err := scan(&out, written(values(&r)))
+	return out, err
+}
+
+// written is the values of a row's columns (args), read back as a query
+// would answer them.
+type written []any
+
+// Scan sets each of dest to its value.
+func (w written) Scan(dest ...any) error {
+	if len(dest) != len(w) {
+		return fmt.Errorf("%d values for %d columns", len(w), len(dest))
+	}
+	for i, d := range dest {
+		ok := false
+		switch d := d.(type) {
+		case *string:
+			*d, ok = w[i].(string)
+		case *int:
+			*d, ok = w[i].(int)
+		case *int64:
+			*d, ok = w[i].(int64)
+		}
+		if !ok {
+			return fmt.Errorf("column %s: a %T read into a %T", columns[i], w[i], d)
+		}
+	}
+	return nil
+}
+
+// args are the values of r's columns, in columns' order; r is stored's.
+func args(r *audit.Record) []any {
+	return []any{
+		r.ID, r.Stage, r.ConversationID, r.TurnID, r.WorkflowID, r.Agent, r.ToolCallID, r.Tool, r.Arguments, r.Asked,
+		r.Sender, micros(&r.RequestedAt), micros(r.ExpiresAt), r.Decision, r.DecidedBy, r.Principal, r.Role, r.Reason, r.Grant,
+		micros(r.DecidedAt), r.EditedArguments, r.EditDiff, r.Outcome, r.Result, micros(r.FinishedAt),
+		r.Preview, r.UserMessage, r.Sandbox, r.Shadow, r.OnBehalfOf, r.Kind,
+	}
+}
+
+// values cleans r's text and cuts its result, as the database keeps them,
+// and returns its columns' values.
 func values(r *audit.Record) []any {
 	// PostgreSQL's text holds UTF-8 without NUL; a tool's output may have
 	// any bytes.
@@ -52,20 +111,16 @@ func values(r *audit.Record) []any {
 		*f = clean(*f)
 	}
 	r.Result = text.Truncate(r.Result, audit.MaxResult)
-	return []any{
-		r.ID, r.Stage, r.ConversationID, r.TurnID, r.WorkflowID, r.Agent, r.ToolCallID, r.Tool, r.Arguments, r.Asked,
-		r.Sender, micros(&r.RequestedAt), micros(r.ExpiresAt), r.Decision, r.DecidedBy, r.Principal, r.Role, r.Reason, r.Grant,
-		micros(r.DecidedAt), r.EditedArguments, r.EditDiff, r.Outcome, r.Result, micros(r.FinishedAt),
-		r.Preview, r.UserMessage, r.Sandbox, r.Shadow, r.OnBehalfOf, r.Kind,
-	}
+	return args(r)
 }
 
-func scan(r *audit.Record, s interface{ Scan(...any) error }) error {
+// scan reads a row of columns, then of more (after them in the select).
+func scan(r *audit.Record, s interface{ Scan(...any) error }, more ...any) error {
 	var requested, expires, decided, finished int64
-	err := s.Scan(&r.ID, &r.Stage, &r.ConversationID, &r.TurnID, &r.WorkflowID, &r.Agent, &r.ToolCallID, &r.Tool, &r.Arguments, &r.Asked,
+	err := s.Scan(append([]any{&r.ID, &r.Stage, &r.ConversationID, &r.TurnID, &r.WorkflowID, &r.Agent, &r.ToolCallID, &r.Tool, &r.Arguments, &r.Asked,
 		&r.Sender, &requested, &expires, &r.Decision, &r.DecidedBy, &r.Principal, &r.Role, &r.Reason, &r.Grant,
 		&decided, &r.EditedArguments, &r.EditDiff, &r.Outcome, &r.Result, &finished,
-		&r.Preview, &r.UserMessage, &r.Sandbox, &r.Shadow, &r.OnBehalfOf, &r.Kind)
+		&r.Preview, &r.UserMessage, &r.Sandbox, &r.Shadow, &r.OnBehalfOf, &r.Kind}, more...)...)
 	r.RequestedAt = time.UnixMicro(requested).UTC()
 	r.ExpiresAt, r.DecidedAt, r.FinishedAt = fromMicros(expires), fromMicros(decided), fromMicros(finished)
 	return err
@@ -93,10 +148,17 @@ type Ledger struct {
 	db       *sql.DB
 	postgres bool
 	where    string
-	// upsert is Write's statement, made once in the database's syntax and
-	// prepared once: a turn writes three rows a protected call, each in a
-	// workflow task that waits for it.
-	upsert *sql.Stmt
+	// read, upsert and appendEntry are Write's statements, made once in
+	// the database's syntax and prepared once: a turn writes three rows a
+	// protected call, each in a workflow task that waits for it. read
+	// reads a row with its latest entry's content, upsert writes it whole
+	// with its hash, appendEntry adds its entry to the chain.
+	read, upsert, appendEntry *sql.Stmt
+	// head reads the chain's last entry (headSQL).
+	head *sql.Stmt
+	// appendSQL is appendEntry's statement, and sealSQL sets a row's hash:
+	// for the migration's transaction, which runs before Open prepares.
+	appendSQL, sealSQL string
 }
 
 // Open opens the ledger at dsn and makes its table when it has none: a
@@ -125,27 +187,35 @@ func Open(ctx context.Context, dsn string) (*Ledger, error) {
 	if err != nil {
 		return nil, fmt.Errorf("audit ledger %s: %w", l.where, err)
 	}
-	ph := make([]string, len(columns))
+	ph := make([]string, len(columns)+1)
 	sets := make([]string, 0, len(columns))
-	for i, c := range columns {
+	for i, c := range append(slices.Clone(columns), hashColumn) {
 		ph[i] = l.placeholder(i + 1)
-		switch {
-		case c == "id":
-		case slices.Contains(keptWhenEmpty, c):
-			sets = append(sets, fmt.Sprintf("%s = CASE WHEN excluded.%s = '' THEN tollgate_audit.%s ELSE excluded.%s END", c, c, c, c))
-		default:
+		if c != "id" {
 			sets = append(sets, fmt.Sprintf("%s = excluded.%s", c, c))
 		}
 	}
-	upsert := "INSERT INTO tollgate_audit (" + strings.Join(columns, ", ") + ") VALUES (" + strings.Join(ph, ", ") + ")" +
-		" ON CONFLICT (id) DO UPDATE SET " + strings.Join(sets, ", ") + " WHERE excluded.stage >= tollgate_audit.stage"
+	// Write decides what the row becomes (under the chain's lock, which
+	// every writer takes): upsert writes it whole.
+	upsert := "INSERT INTO tollgate_audit (" + selected + ") VALUES (" + strings.Join(ph, ", ") + ")" +
+		" ON CONFLICT (id) DO UPDATE SET " + strings.Join(sets, ", ")
+	read := "SELECT " + prefixed("a.", selected) + ", (SELECT c.content FROM tollgate_audit_chain c WHERE c.id = a.id ORDER BY c.seq DESC LIMIT 1)" +
+		" FROM tollgate_audit a WHERE a.id = " + l.placeholder(1)
+	l.appendSQL = fmt.Sprintf("INSERT INTO tollgate_audit_chain (seq, id, stage, content, prev_hash, hash) VALUES (%s, %s, %s, %s, %s, %s)",
+		l.placeholder(1), l.placeholder(2), l.placeholder(3), l.placeholder(4), l.placeholder(5), l.placeholder(6))
+	l.sealSQL = fmt.Sprintf("UPDATE tollgate_audit SET hash = %s WHERE id = %s", l.placeholder(1), l.placeholder(2))
 	if err := l.migrateWhenFree(ctx); err != nil {
 		l.db.Close()
 		return nil, fmt.Errorf("audit ledger %s: %w", l.where, err)
 	}
-	if l.upsert, err = l.db.PrepareContext(ctx, upsert); err != nil {
-		l.db.Close()
-		return nil, fmt.Errorf("audit ledger %s: prepare the write: %w", l.where, err)
+	for _, p := range []struct {
+		stmt **sql.Stmt
+		sql  string
+	}{{&l.read, read}, {&l.upsert, upsert}, {&l.appendEntry, l.appendSQL}, {&l.head, headSQL}} {
+		if *p.stmt, err = l.db.PrepareContext(ctx, p.sql); err != nil {
+			l.Close()
+			return nil, fmt.Errorf("audit ledger %s: prepare the write: %w", l.where, err)
+		}
 	}
 	return l, nil
 }
@@ -154,7 +224,15 @@ func Open(ctx context.Context, dsn string) (*Ledger, error) {
 func (l *Ledger) Where() string { return l.where }
 
 // Close closes the database.
-func (l *Ledger) Close() error { return errors.Join(l.upsert.Close(), l.db.Close()) }
+func (l *Ledger) Close() error {
+	var errs []error
+	for _, st := range []*sql.Stmt{l.read, l.upsert, l.appendEntry, l.head} {
+		if st != nil {
+			errs = append(errs, st.Close())
+		}
+	}
+	return errors.Join(append(errs, l.db.Close())...)
+}
 
 // Ping checks that the database answers.
 func (l *Ledger) Ping(ctx context.Context) error { return l.db.PingContext(ctx) }
@@ -196,8 +274,14 @@ func (l *Ledger) migrate(ctx context.Context) error {
 			defs[i] = c + " TEXT NOT NULL DEFAULT ''"
 		}
 	}
+	defs = append(defs, hashColumn+" TEXT NOT NULL DEFAULT ''")
 	stmts := []string{
 		"CREATE TABLE IF NOT EXISTS tollgate_audit (" + strings.Join(defs, ", ") + ")",
+		// The chain (chain.go): an entry for every version of a row a
+		// write made, appended in seq order and never changed.
+		"CREATE TABLE IF NOT EXISTS tollgate_audit_chain (seq BIGINT PRIMARY KEY, id TEXT NOT NULL, stage BIGINT NOT NULL," +
+			" content TEXT NOT NULL, prev_hash TEXT NOT NULL, hash TEXT NOT NULL)",
+		"CREATE INDEX IF NOT EXISTS tollgate_audit_chain_id ON tollgate_audit_chain (id, seq)",
 		"CREATE INDEX IF NOT EXISTS tollgate_audit_requested ON tollgate_audit (requested_at, id)",
 		"CREATE INDEX IF NOT EXISTS tollgate_audit_conversation ON tollgate_audit (conversation_id, requested_at)",
 	}
@@ -234,12 +318,22 @@ func (l *Ledger) migrate(ctx context.Context) error {
 	if _, err := tx.ExecContext(ctx, stmts[0]); err != nil {
 		return fmt.Errorf("make the table: %w", err)
 	}
-	if err := l.addColumns(ctx, tx); err != nil {
+	added, err := l.addColumns(ctx, tx)
+	if err != nil {
 		return err
 	}
 	for _, s := range stmts[1:] {
 		if _, err := tx.ExecContext(ctx, s); err != nil {
 			return fmt.Errorf("make the table: %w", err)
+		}
+	}
+	// A table made before the chain gets it now: an entry for each of its
+	// rows as it is, which proves them from this point on only. Only when
+	// its hash column is new: a chain emptied later is not made again,
+	// and Verify names the rows it lacks.
+	if slices.Contains(added, hashColumn) {
+		if err := l.genesis(ctx, tx); err != nil {
+			return err
 		}
 	}
 	if err := tx.Commit(); err != nil {
@@ -248,40 +342,41 @@ func (l *Ledger) migrate(ctx context.Context) error {
 	return nil
 }
 
-// addColumns adds the addedColumns a table made before them lacks.
-func (l *Ledger) addColumns(ctx context.Context, tx *sql.Tx) error {
+// addColumns adds the addedColumns a table made before them lacks, and
+// returns those it added.
+func (l *Ledger) addColumns(ctx context.Context, tx *sql.Tx) ([]string, error) {
 	have := map[string]bool{}
-	if !l.postgres {
-		rows, err := tx.QueryContext(ctx, "SELECT name FROM pragma_table_info('tollgate_audit')")
-		if err != nil {
-			return fmt.Errorf("read the table's columns: %w", err)
-		}
-		for rows.Next() {
-			var name string
-			if err := rows.Scan(&name); err != nil {
-				rows.Close()
-				return fmt.Errorf("read the table's columns: %w", err)
-			}
-			have[name] = true
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("read the table's columns: %w", err)
-		}
+	q := "SELECT name FROM pragma_table_info('tollgate_audit')"
+	if l.postgres {
+		q = "SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = 'tollgate_audit'"
 	}
+	rows, err := tx.QueryContext(ctx, q)
+	if err != nil {
+		return nil, fmt.Errorf("read the table's columns: %w", err)
+	}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("read the table's columns: %w", err)
+		}
+		have[name] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read the table's columns: %w", err)
+	}
+	var added []string
 	for _, c := range addedColumns {
 		if have[c] {
 			continue
 		}
-		add := "ALTER TABLE tollgate_audit ADD COLUMN "
-		if l.postgres {
-			add += "IF NOT EXISTS "
+		if _, err := tx.ExecContext(ctx, "ALTER TABLE tollgate_audit ADD COLUMN "+c+" TEXT NOT NULL DEFAULT ''"); err != nil {
+			return nil, fmt.Errorf("add the column %s: %w", c, err)
 		}
-		if _, err := tx.ExecContext(ctx, add+c+" TEXT NOT NULL DEFAULT ''"); err != nil {
-			return fmt.Errorf("add the column %s: %w", c, err)
-		}
+		added = append(added, c)
 	}
-	return nil
+	return added, nil
 }
 
 // migrationLock is the PostgreSQL advisory lock key the table's making
@@ -298,7 +393,9 @@ func (l *Ledger) placeholder(i int) string {
 
 // Write writes records in one transaction. A record replaces the row of its
 // id unless that row is of a later stage, so writing the same records
-// again (an activity's retry, a replay) changes nothing.
+// again (an activity's retry, a replay) changes nothing. Each row it
+// changes gets an entry in the ledger's chain, in the same transaction
+// (chain.go).
 func (l *Ledger) Write(ctx context.Context, records []audit.Record) error {
 	if len(records) == 0 {
 		return nil
@@ -308,14 +405,55 @@ func (l *Ledger) Write(ctx context.Context, records []audit.Record) error {
 		return fmt.Errorf("audit ledger %s: %w", l.where, err)
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-	upsert := tx.StmtContext(ctx, l.upsert)
-	for i := range records {
-		r := records[i]
+	// One writer at a time appends to the chain: SQLite's transaction
+	// holds the write lock from its start (_txlock=immediate); PostgreSQL's
+	// takes a lock first, before any row's, so that two writers never
+	// wait for each other's.
+	if l.postgres {
+		if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock($1)", chainLock); err != nil {
+			return fmt.Errorf("audit ledger %s: lock the chain: %w", l.where, err)
+		}
+	}
+	upsert, appendEntry := tx.StmtContext(ctx, l.upsert), tx.StmtContext(ctx, l.appendEntry)
+	var chain chainWriter
+	for _, r := range records {
 		if r.ID == "" || r.Tool == "" || r.Stage < audit.StageAsked || r.Stage > audit.StageEnded {
 			return fmt.Errorf("audit record %q of tool %q at stage %d: an id, a tool and a stage from %d to %d are required", r.ID, r.Tool, r.Stage, audit.StageAsked, audit.StageEnded)
 		}
-		if _, err := upsert.ExecContext(ctx, values(&r)...); err != nil {
+		row, err := stored(r)
+		if err != nil {
 			return fmt.Errorf("audit ledger %s: write %s: %w", l.where, r.ID, err)
+		}
+		had, err := l.last(ctx, tx, r.ID)
+		switch {
+		case err != nil:
+			return fmt.Errorf("audit ledger %s: read %s: %w", l.where, r.ID, err)
+		case had == nil:
+		case row.Stage < had.Stage:
+			continue // a late write of an earlier stage
+		default:
+			for _, f := range keptWhenEmpty(&row, had) {
+				if *f[0] == "" {
+					*f[0] = *f[1]
+				}
+			}
+			now, err := audit.Canonical(row)
+			if err != nil {
+				return fmt.Errorf("audit ledger %s: write %s: %w", l.where, r.ID, err)
+			}
+			if was, err := audit.Canonical(*had); err == nil && bytes.Equal(now, was) {
+				continue // the row is as r would leave it: a retry
+			}
+		}
+		e, err := chain.next(ctx, l, tx, row)
+		if err != nil {
+			return fmt.Errorf("audit ledger %s: chain %s: %w", l.where, r.ID, err)
+		}
+		if _, err := upsert.ExecContext(ctx, append(args(&row), e.Hash)...); err != nil {
+			return fmt.Errorf("audit ledger %s: write %s: %w", l.where, r.ID, err)
+		}
+		if _, err := appendEntry.ExecContext(ctx, e.Seq, e.ID, e.Stage, e.Content, e.PrevHash, e.Hash); err != nil {
+			return fmt.Errorf("audit ledger %s: chain %s: append entry %d: %w", l.where, r.ID, e.Seq, err)
 		}
 	}
 	if err := tx.Commit(); err != nil {
@@ -369,7 +507,15 @@ type Page struct {
 var ErrBadCursor = errors.New("not a cursor of this ledger")
 
 // List returns the page of rows f selects.
-func (l *Ledger) List(ctx context.Context, f Filter) (Page, error) {
+func (l *Ledger) List(ctx context.Context, f Filter) (Page, error) { return l.list(ctx, l.db, f) }
+
+// querier is the database, or a transaction of it.
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+func (l *Ledger) list(ctx context.Context, db querier, f Filter) (Page, error) {
 	limit := f.Limit
 	if limit <= 0 {
 		limit = DefaultLimit
@@ -418,12 +564,12 @@ func (l *Ledger) List(ctx context.Context, f Filter) (Page, error) {
 		}
 		add("(requested_at < ? OR (requested_at = ? AND id < ?))", at, at, id)
 	}
-	q := "SELECT " + strings.Join(columns, ", ") + " FROM tollgate_audit"
+	q := "SELECT " + selected + " FROM tollgate_audit"
 	if len(c.where) > 0 {
 		q += " WHERE " + strings.Join(c.where, " AND ")
 	}
 	q += fmt.Sprintf(" ORDER BY requested_at DESC, id DESC LIMIT %d", limit+1)
-	rows, err := l.db.QueryContext(ctx, q, c.args...)
+	rows, err := db.QueryContext(ctx, q, c.args...)
 	if err != nil {
 		return Page{}, fmt.Errorf("audit ledger %s: %w", l.where, err)
 	}
@@ -431,7 +577,7 @@ func (l *Ledger) List(ctx context.Context, f Filter) (Page, error) {
 	page := Page{Records: []audit.Record{}}
 	for rows.Next() {
 		var r audit.Record
-		if err := scan(&r, rows); err != nil {
+		if err := scan(&r, rows, &r.Hash); err != nil {
 			return Page{}, fmt.Errorf("audit ledger %s: %w", l.where, err)
 		}
 		page.Records = append(page.Records, r)
@@ -527,7 +673,7 @@ func (l *Ledger) Pending(ctx context.Context, f PendingFilter) ([]audit.Record, 
 	if f.After != nil {
 		c.add("(expires_at, id) > (?, ?)", f.After.ExpiresAt, f.After.ID)
 	}
-	q := "SELECT " + strings.Join(columns, ", ") + " FROM tollgate_audit WHERE " + strings.Join(c.where, " AND ") +
+	q := "SELECT " + selected + " FROM tollgate_audit WHERE " + strings.Join(c.where, " AND ") +
 		fmt.Sprintf(" ORDER BY expires_at, id LIMIT %d", limit+1)
 	rows, err := l.db.QueryContext(ctx, q, c.args...)
 	if err != nil {
@@ -537,7 +683,7 @@ func (l *Ledger) Pending(ctx context.Context, f PendingFilter) ([]audit.Record, 
 	out := []audit.Record{}
 	for rows.Next() {
 		var r audit.Record
-		if err := scan(&r, rows); err != nil {
+		if err := scan(&r, rows, &r.Hash); err != nil {
 			return nil, false, fmt.Errorf("audit ledger %s: pending rows: %w", l.where, err)
 		}
 		out = append(out, r)
