@@ -69,7 +69,8 @@ const (
 	// changed, and applies exactly that on approve (docs/security.md).
 	EnvBashSandbox = "TOLLGATE_BASH_SANDBOX"
 	// EnvAPITokens holds the API's bearer tokens as comma-separated
-	// token:principal[:role+role...] entries; unset, the API asks for none.
+	// token:principal[:role+role...] entries (roles: permissions and team
+	// roles); unset, the API asks for none.
 	EnvAPITokens = "TOLLGATE_API_TOKENS"
 	// EnvAllowBypass, true, lets callers of an API without tokens send
 	// bypassApproval (with tokens, the bypass role decides). Default false.
