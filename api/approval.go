@@ -312,7 +312,7 @@ func (s *Server) decide(ctx context.Context, d protocol.ApprovalDecision, update
 // client that retries (its answer lost, say) is told the outcome of the
 // first attempt, which Temporal keeps, instead of "decided" by itself.
 func decisionUpdateID(d protocol.ApprovalDecision) string {
-	b, _ := json.Marshal(d) // a struct of strings and bools: cannot fail
+	b, _ := json.Marshal(d) // strings, bools, numbers and a list of strings: cannot fail
 	sum := sha256.Sum256(b)
 	return "decision-" + hex.EncodeToString(sum[:16])
 }
