@@ -12,6 +12,7 @@ import (
 	"io"
 	"net/http"
 	"reflect"
+	"slices"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -246,10 +247,12 @@ func (s *Server) decideAs(ctx context.Context, d protocol.ApprovalDecision) (pro
 }
 
 // decidedBy is d as the caller of c decides it: who decides is the
-// token's principal, in the role that lets it, and for whom they stand in
-// now (PUT /delegations), never what the body says.
+// token's principal, in the role that lets it and the token's team roles,
+// and for whom they stand in now (PUT /delegations), never what the body
+// says.
 func (s *Server) decidedBy(c *gin.Context, d protocol.ApprovalDecision) protocol.ApprovalDecision {
-	d.Principal, d.Role = principal(c), callerRole(c, config.RoleApprove)
+	tok, _ := caller(c)
+	d.Principal, d.Role, d.Teams = tok.Principal, callerRole(c, config.RoleApprove), slices.Clone(tok.Teams)
 	d.OnBehalfOf = s.control.State().StandInFor(d.Principal, time.Now())
 	return d
 }
@@ -309,7 +312,7 @@ func (s *Server) decide(ctx context.Context, d protocol.ApprovalDecision, update
 // client that retries (its answer lost, say) is told the outcome of the
 // first attempt, which Temporal keeps, instead of "decided" by itself.
 func decisionUpdateID(d protocol.ApprovalDecision) string {
-	b, _ := json.Marshal(d) // a struct of strings and bools: cannot fail
+	b, _ := json.Marshal(d) // strings, bools, numbers and a list of strings: cannot fail
 	sum := sha256.Sum256(b)
 	return "decision-" + hex.EncodeToString(sum[:16])
 }

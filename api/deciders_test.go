@@ -135,6 +135,62 @@ func TestAGrantDoesNotLetItsMakerSkipTheSecondPerson(t *testing.T) {
 	require.NotEmpty(t, d[0].Grant)
 }
 
+// A rule that names a team role (deciders: [role:finance]) is decided by
+// a principal whose token carries it (carol: approve+finance), never by
+// one whose token does not (dave: approve), whatever dave's body claims;
+// and carol's remembered approval answers the next call, since its grant
+// keeps her teams.
+func TestATeamRoleOfTheTokenDecidesWhatARuleLeavesToTheTeam(t *testing.T) {
+	t.Parallel()
+	st := newStack(t, withSettings(func(s *workflows.Settings) {
+		s.Rules = []workflows.Rule{
+			{Tool: protocol.ToolWrite, Require: workflows.RequireAlways, Deciders: []string{workflows.DeciderRolePrefix + "finance"}},
+			{Tool: protocol.ToolBash, Require: workflows.RequireNever},
+		}
+	}))
+	const devToken, carolToken, daveToken = "dev-0123456789abcdef", "carol-0123456789abcd", "dave-0123456789abcde"
+	cfg, err := config.Load(func(name string) string {
+		if name == config.EnvAPITokens {
+			return devToken + ":dev," + carolToken + ":carol:approve+finance," + daveToken + ":dave:approve"
+		}
+		return ""
+	})
+	require.NoError(t, err)
+	o := st.apiOptions()
+	o.Tokens = cfg.APITokens
+	api := serveAPI(t, NewServer(o))
+	const conv = "team-finance"
+	decide := func(token, requestID, body string) string {
+		t.Helper()
+		resp, out := send(t, http.MethodPost, api.URL+"/chat/approval", "Bearer "+token, `{"requestId":"`+requestID+`",`+body+`}`)
+		require.Equal(t, http.StatusOK, resp.StatusCode, out)
+		return out
+	}
+
+	_, msgs := chatAs(t, api, devToken, `{"query": "tidy up", "conversationId": "`+conv+`"}`)
+	seq := 0
+	write := requestsByTool(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 1))["Write"]
+	require.Equal(t, []string{"role:finance"}, write.Deciders)
+	require.JSONEq(t, `{"accepted":false,"reason":"forbidden"}`, decide(daveToken, write.RequestID, `"decision":"approve"`))
+	require.JSONEq(t, `{"accepted":false,"reason":"forbidden"}`, decide(daveToken, write.RequestID, `"decision":"approve","teams":["finance"],"role":"finance"`),
+		"the API sets teams and role from the token, whatever the body says")
+	require.JSONEq(t, `{"accepted":true}`, decide(carolToken, write.RequestID, `"decision":"approve","remember":"conversation"`))
+	events := untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
+	d := ofType(events, protocol.EventApprovalDecision)[0]
+	require.Equal(t, "carol", d.By)
+	require.Equal(t, config.RoleApprove, d.Role, "the decision's role stays the token's permission")
+	require.Equal(t, []string{"call_0_0 Read ok", "call_0_1 Write ok", "call_0_2 Bash ok"}, resultStatuses(ofType(events, protocol.EventToolResult)[0].ToolResults))
+
+	// The next turn's Write: carol's grant answers it, as carol could.
+	_, msgs = chatAs(t, api, devToken, `{"query": "and again", "conversationId": "`+conv+`"}`)
+	seq = 0
+	events = untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
+	require.Empty(t, ofType(events, protocol.EventApprovalRequest))
+	d = ofType(events, protocol.EventApprovalDecision)[0]
+	require.Equal(t, "carol", d.By)
+	require.NotEmpty(t, d.Grant)
+}
+
 // restartWorker stops the stack's worker and starts another on its queue,
 // with the stack's settings as change makes them: a new policy, say.
 func restartWorker(t *testing.T, st *stack, change func(*workflows.Settings)) {

@@ -20,12 +20,13 @@ import (
 )
 
 // quorumAPI serves st's turns with a token for each of dev (who sends
-// messages), alice, bob and carol; tokens maps principal to token.
+// messages), alice, bob, carol (admin) and erin (approve, in the team
+// oncall); tokens maps principal to token.
 func quorumAPI(t *testing.T, st *stack) (*httptest.Server, map[string]string) {
 	t.Helper()
 	tokens := map[string]string{}
 	o := st.apiOptions()
-	for _, p := range []string{"dev", "alice", "bob", "carol"} {
+	for _, p := range []string{"dev", "alice", "bob", "carol", "erin"} {
 		tokens[p] = p + "-token-0123456789abcdef"
 		roles := []string{config.RoleApprove}
 		if p == "dev" {
@@ -34,7 +35,11 @@ func quorumAPI(t *testing.T, st *stack) (*httptest.Server, map[string]string) {
 		if p == "carol" {
 			roles = []string{config.RoleAdmin}
 		}
-		o.Tokens = append(o.Tokens, config.APIToken{Token: tokens[p], Principal: p, Roles: roles})
+		tok := config.APIToken{Token: tokens[p], Principal: p, Roles: roles}
+		if p == "erin" {
+			tok.Teams = []string{"oncall"}
+		}
+		o.Tokens = append(o.Tokens, tok)
 	}
 	return serveAPI(t, NewServer(o)), tokens
 }
@@ -100,12 +105,15 @@ func TestAQuorumOfTwoPrincipalsApprovesOverHTTPAndAVoterVotesOnce(t *testing.T) 
 	require.Equal(t, []string{"call_0_0 Read ok", "call_0_1 Write ok", "call_0_2 Bash ok"}, resultStatuses(ofType(events, protocol.EventToolResult)[0].ToolResults))
 }
 
-func TestAnEscalationStepLetsAnotherPrincipalDecideOnlyAfterHalfTheTimeout(t *testing.T) {
+// issue #32's own example: escalate: {after: 50%, to: [role:oncall]}.
+// oncall is a team role of erin's token; carol, whose token has none,
+// cannot claim it in her body.
+func TestAnEscalationStepLetsATeamRoleDecideOnlyAfterHalfTheTimeout(t *testing.T) {
 	t.Parallel()
 	st, sink, _ := linkStack(t, withSettings(func(s *workflows.Settings) {
 		s.Rules = []workflows.Rule{
 			{Tool: protocol.ToolWrite, Require: workflows.RequireAlways, Deciders: []string{"alice"}, Timeout: 8 * time.Second,
-				Escalate: []policy.Escalation{{AfterPercent: 50, To: []string{"bob", workflows.DeciderRolePrefix + config.RoleAdmin}}}},
+				Escalate: []policy.Escalation{{AfterPercent: 50, To: []string{"bob", workflows.DeciderRolePrefix + "oncall"}}}},
 			{Tool: protocol.ToolBash, Require: workflows.RequireNever},
 		}
 	}))
@@ -115,21 +123,27 @@ func TestAnEscalationStepLetsAnotherPrincipalDecideOnlyAfterHalfTheTimeout(t *te
 	seq := 0
 	write := requestsByTool(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 1))["Write"]
 	require.Equal(t, []string{"alice"}, write.Deciders)
-	_, res, body := voteAs(t, api, tokens["bob"], write.RequestID, `"decision":"approve"`)
-	require.Equal(t, protocol.RejectForbidden, res.Reason, "before the step only alice decides: %s", body)
+	for _, p := range []string{"erin", "bob"} {
+		_, res, body := voteAs(t, api, tokens[p], write.RequestID, `"decision":"approve"`)
+		require.Equal(t, protocol.RejectForbidden, res.Reason, "before the step only alice decides, not %s: %s", p, body)
+	}
 
 	hop := untilEvent(t, msgs, &seq, protocol.EventApprovalEscalated, 1)
-	require.Equal(t, []string{"alice", "bob", "role:admin"}, hop[len(hop)-1].Deciders)
+	require.Equal(t, []string{"alice", "bob", "role:oncall"}, hop[len(hop)-1].Deciders)
 	notice := sink.of(t, activities.NoticeEscalation, protocol.ToolWrite)
-	require.Equal(t, []string{"bob", "role:admin"}, notice.EscalatedTo)
+	require.Equal(t, []string{"bob", "role:oncall"}, notice.EscalatedTo)
 	require.Equal(t, write.RequestID, notice.RequestID)
 	require.True(t, strings.HasPrefix(notice.ApproveURL, st.api.URL+links.Path+"?"), "the escalation's notice carries the call's links: %q", notice.ApproveURL)
 	require.NotEmpty(t, notice.DeclineURL)
 
-	_, res, body = voteAs(t, api, tokens["bob"], write.RequestID, `"decision":"approve"`)
+	_, res, body := voteAs(t, api, tokens["carol"], write.RequestID, `"decision":"approve","teams":["oncall"]`)
+	require.Equal(t, protocol.RejectForbidden, res.Reason, "carol is not on call, whatever her body says: %s", body)
+	_, res, body = voteAs(t, api, tokens["erin"], write.RequestID, `"decision":"approve"`)
 	require.True(t, res.Accepted, body)
 	events := untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
-	require.Equal(t, "bob", ofType(events, protocol.EventApprovalDecision)[0].By)
+	d := ofType(events, protocol.EventApprovalDecision)[0]
+	require.Equal(t, "erin", d.By)
+	require.Equal(t, config.RoleApprove, d.Role, "the decision's role stays the token's permission")
 	require.Equal(t, []string{"call_0_0 Read ok", "call_0_1 Write ok", "call_0_2 Bash ok"}, resultStatuses(ofType(events, protocol.EventToolResult)[0].ToolResults))
 }
 

@@ -48,9 +48,11 @@ var errBadSlackSignature = errors.New("not a callback Slack signed")
 type slackGate struct {
 	secret string
 	// users maps a Slack user id to its principal; roles a principal to
-	// the roles of its API tokens (nil when the API has none).
+	// the roles of its API tokens (nil when the API has none), and teams
+	// to their team roles, sorted.
 	users map[string]string
 	roles map[string][]string
+	teams map[string][]string
 	// responseURL is what a response_url must start with.
 	responseURL string
 	client      *http.Client
@@ -63,7 +65,8 @@ type slackGate struct {
 }
 
 // newSlackGate returns the gate of c, or nil when approval from Slack is
-// off. tokens give each principal its roles.
+// off. tokens give each principal its roles and team roles (all of its
+// tokens', as a click names no token).
 func newSlackGate(c config.Slack, tokens []config.APIToken) *slackGate {
 	if c.SigningSecret == "" {
 		return nil
@@ -77,9 +80,12 @@ func newSlackGate(c config.Slack, tokens []config.APIToken) *slackGate {
 		g.responseURL = config.DefaultSlackResponseURL
 	}
 	if len(tokens) > 0 {
-		g.roles = map[string][]string{}
+		g.roles, g.teams = map[string][]string{}, map[string][]string{}
 		for _, tok := range tokens {
 			g.roles[tok.Principal] = append(g.roles[tok.Principal], tok.Roles...)
+			if len(tok.Teams) > 0 {
+				g.teams[tok.Principal] = slices.Compact(slices.Sorted(slices.Values(append(g.teams[tok.Principal], tok.Teams...))))
+			}
 		}
 	}
 	return g
@@ -247,7 +253,7 @@ func (s *Server) decideInSlack(ctx context.Context, user string, click *slack.Bl
 		return slackOutcome{text: "Refused: " + err.Error() + ".", keepButtons: true}
 	}
 	d := protocol.ApprovalDecision{RequestID: click.Value, Decision: protocol.DecisionApprove, Principal: principal, Role: role,
-		OnBehalfOf: s.control.State().StandInFor(principal, time.Now())}
+		Teams: slices.Clone(s.slack.teams[principal]), OnBehalfOf: s.control.State().StandInFor(principal, time.Now())}
 	if click.ActionID == protocol.SlackActionDecline {
 		d.Decision = protocol.DecisionDecline
 	}

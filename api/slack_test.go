@@ -204,7 +204,8 @@ func postSlack(t *testing.T, apiURL string, header http.Header, body string) (in
 // slackStack is a stack whose worker posts interactive slack notices to
 // a fake Slack, and an API with tokens that takes Slack's callbacks:
 // U0ALICE is alice and U0BOB bob (both may approve), U0CAROL carol, whose
-// token may only chat.
+// token may only chat, and U0ERIN erin, who may approve with two tokens,
+// one of the team finance and one of the team oncall.
 func slackStack(t *testing.T, opts ...stackOption) (*stack, *Server, *httptest.Server, *fakeSlack) {
 	t.Helper()
 	key, err := links.NewKey("a link secret of the slack test, long enough")
@@ -221,10 +222,12 @@ func slackStack(t *testing.T, opts ...stackOption) (*stack, *Server, *httptest.S
 		{Token: aliceSlackToken, Principal: "alice", Roles: config.DefaultRoles},
 		{Token: "bob-slack-0123456789ab", Principal: "bob", Roles: []string{config.RoleApprove}},
 		{Token: "carol-slack-012345678", Principal: "carol", Roles: []string{config.RoleChat}},
+		{Token: "erin-slack-0123456789", Principal: "erin", Roles: []string{config.RoleApprove}, Teams: []string{"finance"}},
+		{Token: "erin-slack-9876543210", Principal: "erin", Roles: []string{config.RoleChat}, Teams: []string{"oncall"}},
 	}
 	o.Slack = config.Slack{
 		SigningSecret: slackSecret,
-		Users:         map[string]string{"U0ALICE": "alice", "U0BOB": "bob", "U0CAROL": "carol"},
+		Users:         map[string]string{"U0ALICE": "alice", "U0BOB": "bob", "U0CAROL": "carol", "U0ERIN": "erin"},
 		ResponseURL:   fake.srv.URL + "/respond/",
 	}
 	srv := NewServer(o)
@@ -381,6 +384,39 @@ func TestSlackCallbacksThatMayNotDecideAreRefusedAndSaySo(t *testing.T) {
 	late := fake.responded(t, "late")
 	require.Equal(t, "Refused: the request was already decided.", late.Text)
 	require.Empty(t, late.buttons(t))
+}
+
+// A Slack user decides in the team roles of their principal's tokens, all
+// of them (a click names no token): erin's finance and oncall.
+func TestASlackClickDecidesInTheTeamRolesOfThePrincipalsTokens(t *testing.T) {
+	t.Parallel()
+	_, _, api, fake := slackStack(t, withSettings(func(s *workflows.Settings) {
+		s.Rules = []workflows.Rule{
+			{Tool: protocol.ToolBash, Require: workflows.RequireAlways, Deciders: []string{workflows.DeciderRolePrefix + "finance"}},
+			{Tool: protocol.ToolWrite, Require: workflows.RequireAlways, Deciders: []string{workflows.DeciderRolePrefix + "oncall"}},
+		}
+	}))
+	_, msgs := chatAs(t, api, aliceSlackToken, `{"query":"one","conversationId":"slack-teams"}`)
+	seq := 0
+	asked := requestsByTool(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 2))
+	now := time.Now()
+	click := func(user, requestID, response string) slackMessage {
+		body := slackClick{user: user, actionID: protocol.SlackActionApprove, requestID: requestID, response: response, notice: fake.notice(t, requestID), at: now}.payload(t, fake.srv.URL)
+		status, answer := postSlack(t, api.URL, signedSlack(slackSecret, now, body), body)
+		require.Equal(t, http.StatusOK, status, answer)
+		return fake.responded(t, response)
+	}
+	bash, write := asked["Bash"].RequestID, asked["Write"].RequestID
+	require.Equal(t, `Refused: Bash calls are decided only by role:finance, not by "bob".`, click("U0BOB", bash, "bob-bash").Text)
+	require.True(t, strings.HasPrefix(click("U0ERIN", bash, "erin-bash").Text, "Approved by erin"))
+	require.True(t, strings.HasPrefix(click("U0ERIN", write, "erin-write").Text, "Approved by erin"), "oncall, from erin's other token")
+
+	events := untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
+	for _, d := range ofType(events, protocol.EventApprovalDecision) {
+		require.Equal(t, "erin", d.By)
+		require.Equal(t, config.RoleApprove, d.Role)
+	}
+	require.Len(t, ofType(events, protocol.EventApprovalDecision), 2)
 }
 
 // rawStrings are the blocks as text.

@@ -91,6 +91,12 @@ type ApprovalDecision struct {
 	// (approve or admin); empty for a decision by an API without tokens.
 	// A signal's is what its sender wrote, trusted like its Principal.
 	Role string `json:"role,omitempty"`
+	// Teams are the team roles of the API token the principal decided
+	// with (oncall, finance, ...; config.APIToken's Teams), which a rule's
+	// role:NAME deciders name as they name Role: the API sets them,
+	// overwriting whatever a body said. A signal's are what its sender
+	// wrote, trusted like its Principal.
+	Teams []string `json:"teams,omitempty"`
 	// OnBehalfOf names the principal whose stand-in Principal is now (PUT
 	// /delegations), when one is: the API sets it, overwriting whatever a
 	// body said, and the rules then let Principal decide where the one

@@ -60,3 +60,37 @@ func TestThePolicyNamesWhoMayDecideAndCanRequireASecondPerson(t *testing.T) {
 	require.Equal(t, map[string]string{"b": "root admin", "w": "ops approve"}, by)
 	require.Equal(t, []string{"Bash"}, h.ranTools())
 }
+
+// A role:NAME decider names a team role of the decision (Teams) as it
+// names its Role; a signal's teams are trusted like its principal.
+func TestARoleDeciderTakesADecisionWhoseTeamsNameIt(t *testing.T) {
+	settings := testSettings()
+	settings.Rules = []Rule{
+		{Tool: protocol.ToolBash, Require: RequireAlways, Deciders: []string{DeciderRolePrefix + "oncall"}},
+		{Tool: protocol.ToolWrite, Require: RequireAlways, Deciders: []string{DeciderRolePrefix + "finance"}},
+	}
+	h := newHarness(t, settings, calls(
+		call("b", "Bash", `{"command":"make deploy"}`),
+		call("w", "Write", `{"file_path":"a","content":"b"}`),
+	))
+	var refused, allowed *updateOutcome
+	h.env.RegisterDelayedCallback(func() {
+		refused = h.decide(protocol.ApprovalDecision{RequestID: h.requestID("Bash"), Decision: protocol.DecisionApprove, Principal: "carol", Role: "approve", Teams: []string{"finance"}})
+		allowed = h.decide(protocol.ApprovalDecision{RequestID: h.requestID("Write"), Decision: protocol.DecisionApprove, Principal: "carol", Role: "approve", Teams: []string{"finance"}})
+		h.env.SignalWorkflow(contract.ApprovalSignal, protocol.ApprovalDecision{RequestID: h.requestID("Bash"), Decision: protocol.DecisionApprove, Principal: "erin", Teams: []string{"oncall"}})
+	}, time.Minute)
+	in := userTurn("deploy")
+	in.Sender = "dev"
+
+	out := h.runTurn(in)
+
+	require.Equal(t, protocol.RejectForbidden, contract.RejectionReason(refused.rejected), "%v", refused.rejected)
+	require.ErrorContains(t, refused.rejected, `Bash calls are decided only by role:oncall, not by "carol"`)
+	require.NoError(t, allowed.rejected)
+	by := map[string]string{}
+	for _, e := range ofType(out.Events, protocol.EventApprovalDecision) {
+		by[e.ToolCallID] = e.By + " " + e.Role
+	}
+	require.Equal(t, map[string]string{"b": "erin ", "w": "carol approve"}, by)
+	require.ElementsMatch(t, []string{"Bash", "Write"}, h.ranTools())
+}

@@ -43,9 +43,11 @@ type approval struct {
 	arguments string
 	decidedAt time.Time
 	// by names who decided: the API's principal, a signal's, or none;
-	// role is the role of the API token they decided with, if any;
+	// role is the role of the API token they decided with, if any, and
+	// teams its team roles (for a grant from this decision);
 	// onBehalfOf whom by stood in for, if anyone.
 	by, role, onBehalfOf string
+	teams                []string
 	// remember and sameArguments ask for a grant from this decision;
 	// rememberFor, rememberUses and rememberWhen limit it.
 	remember      bool
@@ -269,7 +271,7 @@ func (g *gate) validate(ctx workflow.Context, d protocol.ApprovalDecision) error
 	// Rules recorded before deciders existed name none: nothing changes
 	// for them on replay.
 	rule := g.ruleOf(a)
-	if err := rule.MayDecideFor(d.Principal, d.Role, d.OnBehalfOf, g.sender); err != nil {
+	if err := rule.MayDecideFor(d.Principal, d.Role, d.Teams, d.OnBehalfOf, g.sender); err != nil {
 		return rejection(protocol.RejectForbidden, fmt.Errorf("approval request %q: %w", d.RequestID, err))
 	}
 	if err := d.Check(); err != nil {
@@ -368,7 +370,7 @@ func (g *gate) vote(ctx workflow.Context, a *approval, rule *Rule, d protocol.Ap
 		Votes:      votes,
 	})
 	g.notes = append(g.notes, note{a: a, vote: &v})
-	a.role, a.onBehalfOf = d.Role, d.OnBehalfOf
+	a.role, a.teams, a.onBehalfOf = d.Role, d.Teams, d.OnBehalfOf
 	switch {
 	case votes.Approvals() >= votes.Quorum:
 		g.decide(ctx, a, protocol.DecisionApprove, d.Reason, "", v.By, DecidedByPerson)
@@ -428,7 +430,7 @@ func (g *gate) take(ctx workflow.Context, d protocol.ApprovalDecision, by string
 		g.vote(ctx, a, rule, d)
 		return nil
 	}
-	a.role, a.onBehalfOf = d.Role, d.OnBehalfOf
+	a.role, a.teams, a.onBehalfOf = d.Role, d.Teams, d.OnBehalfOf
 	a.unconfined = d.Unconfined && d.Decision == protocol.DecisionApprove
 	g.decide(ctx, a, d.Decision, d.Reason, d.Arguments, by, DecidedByPerson)
 	return nil

@@ -96,7 +96,7 @@ func (t *turn) grantsFor(ctx workflow.Context, call protocol.ToolCall, args call
 	var narrowed []contract.Grant
 	for _, g := range t.grants {
 		leftOut := g.Tool == call.Name && grantLive(&g, now) &&
-			(rule.MayDecide(g.By, g.Role, t.sender) != nil ||
+			(rule.MayDecide(g.By, g.Role, g.Teams, t.sender) != nil ||
 				(g.Arguments != "" && !exactly(&g) && asFloats(&g)))
 		if !leftOut {
 			narrowed = append(narrowed, g)
@@ -123,6 +123,7 @@ func grantFrom(a *approval, turnID string) contract.Grant {
 		CreatedAt: a.decidedAt,
 		By:        a.by,
 		Role:      a.role,
+		Teams:     a.teams,
 	}
 	if a.rememberFor > 0 {
 		expires := a.decidedAt.Add(a.rememberFor)

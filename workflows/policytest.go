@@ -300,7 +300,7 @@ func (s Settings) backtestRow(r audit.Record) (verdict, rule, why string) {
 	case !c.Required:
 		return protocol.VerdictWouldRun, rule, ""
 	case r.DecidedBy == DecidedByPerson:
-		if err := s.rule(r.Tool).MayDecideFor(r.Principal, r.Role, r.OnBehalfOf, r.Sender); err != nil {
+		if err := s.rule(r.Tool).MayDecideFor(r.Principal, r.Role, nil, r.OnBehalfOf, r.Sender); err != nil {
 			return protocol.VerdictDecidersChange, rule, err.Error()
 		}
 	}

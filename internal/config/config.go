@@ -69,7 +69,8 @@ const (
 	// changed, and applies exactly that on approve (docs/security.md).
 	EnvBashSandbox = "TOLLGATE_BASH_SANDBOX"
 	// EnvAPITokens holds the API's bearer tokens as comma-separated
-	// token:principal[:role+role...] entries; unset, the API asks for none.
+	// token:principal[:role+role...] entries (roles: permissions and team
+	// roles); unset, the API asks for none.
 	EnvAPITokens = "TOLLGATE_API_TOKENS"
 	// EnvAllowBypass, true, lets callers of an API without tokens send
 	// bypassApproval (with tokens, the bypass role decides). Default false.
@@ -319,8 +320,13 @@ type APIToken struct {
 	Token     string
 	Principal string
 	// Roles are what the holder may do (RoleChat, ...), sorted; a token
-	// written without roles has DefaultRoles.
+	// written without any of AllRoles has DefaultRoles.
 	Roles []string
+	// Teams are the team roles the holder decides in besides Roles
+	// (oncall, finance, ...), sorted: any other word among the token's
+	// roles. They give no permission of the API; a policy rule's deciders
+	// may name them (role:oncall).
+	Teams []string
 }
 
 // Roles a token may carry.
@@ -336,8 +342,8 @@ const (
 	RoleAdmin = "admin"
 )
 
-// AllRoles are the roles a token may carry, and DefaultRoles those of a
-// token written without any.
+// AllRoles are the permissions a token may carry, and DefaultRoles those
+// of a token written without any (though maybe with team roles).
 var (
 	AllRoles     = []string{RoleChat, RoleApprove, RoleBypass, RoleAdmin}
 	DefaultRoles = []string{RoleApprove, RoleChat}
@@ -389,6 +395,12 @@ const MinTokenLength = 16
 // tokenPattern is the syntax of a bearer token (RFC 6750's b64token), so
 // that every accepted token can be sent in an Authorization header.
 var tokenPattern = regexp.MustCompile(`^[A-Za-z0-9._~+/-]+=*$`)
+
+// teamPattern is what a team role's name may look like: a lowercase
+// letter, then lowercase letters, digits, '-' or '_', at most 32
+// characters, so that a token written among the roles by mistake (it has
+// capitals, or is longer) is refused rather than taken for a team.
+var teamPattern = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
 
 // principalPattern is what a principal's name may look like.
 var principalPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$`)
@@ -879,7 +891,7 @@ func (r *reader) tokens(name string) []APIToken {
 		token, principal, ok := strings.Cut(item, ":")
 		principal, rolesText, hasRoles := strings.Cut(principal, ":")
 		token, principal = strings.TrimSpace(token), strings.TrimSpace(principal)
-		roles, rolesOK := parseRoles(rolesText, hasRoles)
+		roles, teams, badRole := parseRoles(rolesText, hasRoles)
 		switch {
 		case !ok:
 			fail("not a token:principal pair")
@@ -895,14 +907,18 @@ func (r *reader) tokens(name string) []APIToken {
 			fail("the principal must be a name: a letter or digit, then up to 63 letters, digits, '.', '_', '@' or '-'")
 		case principal == protocol.PrincipalLink || principal == protocol.PrincipalTemporal:
 			fail("the principal %q is who decisions through a signed link (%s) or a Temporal signal that names nobody (%s) are recorded as: a token named so would decide as them", principal, protocol.PrincipalLink, protocol.PrincipalTemporal)
-		case !rolesOK:
+		case badRole > 0:
 			// Not shown either: a token written in the wrong place would be.
-			fail("the roles after the second ':' must be %s, joined by '+'", strings.Join(AllRoles, ", "))
+			fail("role %d after the second ':' is neither a permission (%s) nor a team role's name (a lowercase letter, then up to 31 lowercase letters, digits, '-' or '_'); roles are joined by '+'", badRole, strings.Join(AllRoles, ", "))
+		case len(teams) > 0 && !slices.ContainsFunc(strings.Split(rolesText, "+"), func(w string) bool { return slices.Contains(AllRoles, strings.TrimSpace(w)) }):
+			// A misspelt permission would read as a team role and leave
+			// the token the default permissions: more than was meant.
+			fail("its roles name team roles but no permission: write its permissions too (%s), e.g. approve+%s", strings.Join(AllRoles, ", "), teams[0])
 		case seen[token] > 0:
 			fail("the same token as entry %d", seen[token])
 		default:
 			seen[token] = entry
-			tokens = append(tokens, APIToken{Token: token, Principal: principal, Roles: roles})
+			tokens = append(tokens, APIToken{Token: token, Principal: principal, Roles: roles, Teams: teams})
 		}
 	}
 	if entry == 0 {
@@ -962,22 +978,30 @@ func (l lookupEnv) Environ() []string {
 	return out
 }
 
-// parseRoles reads a token's roles, role+role...; none written are
-// DefaultRoles.
-func parseRoles(text string, written bool) ([]string, bool) {
-	if !written {
-		return slices.Clone(DefaultRoles), true
-	}
-	var roles []string
-	for _, role := range strings.Split(text, "+") {
-		role = strings.TrimSpace(role)
-		if !slices.Contains(AllRoles, role) {
-			return nil, false
+// parseRoles reads a token's roles, role+role...: its permissions (words
+// of AllRoles; DefaultRoles when none is written, which the token list
+// refuses for a token that names team roles) and its team roles (any
+// other word that is a team's name), each sorted. bad, when not 0, is the
+// position of the first word that is neither.
+func parseRoles(text string, written bool) (roles, teams []string, bad int) {
+	if written {
+		for i, role := range strings.Split(text, "+") {
+			switch role = strings.TrimSpace(role); {
+			case slices.Contains(AllRoles, role):
+				roles = append(roles, role)
+			case teamPattern.MatchString(role):
+				teams = append(teams, role)
+			default:
+				return nil, nil, i + 1
+			}
 		}
-		roles = append(roles, role)
+	}
+	if roles == nil {
+		roles = slices.Clone(DefaultRoles)
 	}
 	slices.Sort(roles)
-	return slices.Compact(roles), true
+	slices.Sort(teams)
+	return slices.Compact(roles), slices.Compact(teams), 0
 }
 
 // boolean reads true or false; unset is false.

@@ -37,6 +37,27 @@ func TestAPITokensCarryRolesAndDefaultToChatAndApprove(t *testing.T) {
 	require.False(t, c.APITokens[3].Has(RoleBypass))
 }
 
+// A word among a token's roles that is not a permission is a team role:
+// it gives no permission, and a token that names team roles must name its
+// permissions too, so a misspelt permission never leaves it the defaults.
+func TestAPITokensCarryTeamRolesBesidesTheirPermissions(t *testing.T) {
+	c, err := Load(env(map[string]string{
+		"TOLLGATE_API_TOKENS": "aaaaaaaaaaaaaaaa:carol:approve+oncall+finance, bbbbbbbbbbbbbbbb:dave:approve, cccccccccccccccc:erin:chat+oncall+site_reliability-2+oncall, dddddddddddddddd:root:admin+finance",
+	}))
+	require.NoError(t, err)
+	require.Equal(t, []APIToken{
+		{Token: "aaaaaaaaaaaaaaaa", Principal: "carol", Roles: []string{RoleApprove}, Teams: []string{"finance", "oncall"}},
+		{Token: "bbbbbbbbbbbbbbbb", Principal: "dave", Roles: []string{RoleApprove}},
+		{Token: "cccccccccccccccc", Principal: "erin", Roles: []string{RoleChat}, Teams: []string{"oncall", "site_reliability-2"}},
+		{Token: "dddddddddddddddd", Principal: "root", Roles: []string{RoleAdmin}, Teams: []string{"finance"}},
+	}, c.APITokens)
+	require.False(t, c.APITokens[0].Has(RoleChat), "a team role gives no permission")
+	require.False(t, c.APITokens[0].Has("oncall"), "Has asks about permissions only")
+
+	_, err = Load(env(map[string]string{"TOLLGATE_API_TOKENS": "aaaaaaaaaaaaaaaa:bot:chta"}))
+	require.ErrorContains(t, err, "entry 1 (not shown): its roles name team roles but no permission", "chat misspelt is no team role that leaves the token chat+approve")
+}
+
 func TestAPISafetySwitchesDefaultOffAndOriginsAreChecked(t *testing.T) {
 	c, err := Load(env(nil))
 	require.NoError(t, err)
@@ -71,7 +92,7 @@ func TestAPITokensInTheConfigFileMayBeAList(t *testing.T) {
 	file := writeFile(t, "TOLLGATE_API_TOKENS: [\"aaaaaaaaaaaaaaaa:alice\", \"bbbbbbbbbbbbbbbb:bob\"]\n")
 	c, err := Load(env(map[string]string{"TOLLGATE_CONFIG_FILE": file}))
 	require.NoError(t, err)
-	require.Equal(t, []APIToken{{"aaaaaaaaaaaaaaaa", "alice", DefaultRoles}, {"bbbbbbbbbbbbbbbb", "bob", DefaultRoles}}, c.APITokens)
+	require.Equal(t, []APIToken{{Token: "aaaaaaaaaaaaaaaa", Principal: "alice", Roles: DefaultRoles}, {Token: "bbbbbbbbbbbbbbbb", Principal: "bob", Roles: DefaultRoles}}, c.APITokens)
 }
 
 func TestBadAPITokensAreNamedByPositionAndNeverShown(t *testing.T) {
@@ -88,9 +109,13 @@ func TestBadAPITokensAreNamedByPositionAndNeverShown(t *testing.T) {
 		// Written the wrong way round, the principal is the token: it is
 		// not shown either.
 		{"swapped", "alice:" + secret, "entry 1 (not shown): the token is 5 characters long"},
-		{"a token where the roles go", "aaaaaaaaaaaaaaaa:a:" + secret, "entry 1 (not shown): the roles after the second ':' must be chat, approve, bypass, admin, joined by '+'"},
-		{"an unknown role", secret + ":alice:chat+root", "the roles after the second ':' must be"},
-		{"no role after the colon", secret + ":alice:", "the roles after the second ':' must be"},
+		{"a token where the roles go", "aaaaaaaaaaaaaaaa:a:" + secret, "entry 1 (not shown): role 1 after the second ':' is neither a permission (chat, approve, bypass, admin) nor a team role's name"},
+		{"a lowercase token where the roles go", "aaaaaaaaaaaaaaaa:a:approve+" + strings.Repeat("s3cret", 6), "entry 1 (not shown): role 2 after the second ':' is neither"},
+		{"a role with capitals", secret + ":alice:chat+Root", "role 2 after the second ':' is neither"},
+		{"a role with a space", secret + ":alice:chat+on call", "role 2 after the second ':' is neither"},
+		{"a role starting with a digit", secret + ":alice:1st-line", "role 1 after the second ':' is neither"},
+		{"an empty role", secret + ":alice:approve++oncall", "role 2 after the second ':' is neither"},
+		{"no role after the colon", secret + ":alice:", "role 1 after the second ':' is neither"},
 		{"same token twice", secret + ":alice," + secret + ":bob", "entry 2 (not shown): the same token as entry 1"},
 		{"only commas", " , ,", "TOLLGATE_API_TOKENS: no token:principal pairs in the list"},
 	} {
@@ -98,7 +123,7 @@ func TestBadAPITokensAreNamedByPositionAndNeverShown(t *testing.T) {
 			_, err := Load(env(map[string]string{"TOLLGATE_API_TOKENS": tc.value}))
 			require.ErrorContains(t, err, "TOLLGATE_API_TOKENS: ")
 			require.ErrorContains(t, err, tc.want)
-			require.NotContains(t, err.Error(), "S3cret", "an error never shows a token")
+			require.NotContains(t, strings.ToLower(err.Error()), "s3cret", "an error never shows a token")
 		})
 	}
 }

@@ -39,7 +39,7 @@ func TestPolicyDocExamplesCompileAndDecideAsTheyClaim(t *testing.T) {
 	doc, err := os.ReadFile("../../docs/policy.md")
 	require.NoError(t, err)
 	blocks := regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllStringSubmatch(string(doc), -1)
-	require.Len(t, blocks, 7, "docs/policy.md's YAML blocks: a new one needs its claims tested here")
+	require.Len(t, blocks, 8, "docs/policy.md's YAML blocks: a new one needs its claims tested here")
 
 	var policies [][]workflows.Rule
 	for _, b := range blocks {
@@ -105,10 +105,16 @@ func TestPolicyDocExamplesCompileAndDecideAsTheyClaim(t *testing.T) {
 	err = workflows.CheckExamples(workflows.Settings{Rules: broken, Tools: tools, WorkspaceRoots: []string{ws}})
 	require.EqualError(t, err, `tool Bash: example ask {"command":"git push --force"}: the rule lets it run without a person`)
 	require.Contains(t, string(doc), err.Error(), "the page shows the error of this example")
+	// Carol's token (approve+finance) decides a Pay call; Dave's
+	// (approve) does not.
+	pays := &policies[6][0]
+	require.Equal(t, []string{"role:finance"}, pays.Deciders)
+	require.NoError(t, pays.MayDecide("carol", "approve", []string{"finance"}, "dev"))
+	require.ErrorContains(t, pays.MayDecide("dave", "approve", nil, "dev"), `Pay calls are decided only by role:finance, not by "dave"`)
 	// Two of the leads decide a deploy; the admins, then dave, may too.
-	deploy := policies[6][0]
-	require.True(t, requires(policies[6], "Bash", `{"command":"make deploy prod"}`))
-	require.False(t, requires(policies[6], "Bash", `{"command":"make test"}`))
+	deploy := policies[7][0]
+	require.True(t, requires(policies[7], "Bash", `{"command":"make deploy prod"}`))
+	require.False(t, requires(policies[7], "Bash", `{"command":"make test"}`))
 	require.Equal(t, 2, deploy.Quorum)
 	approvals, declines := deploy.Needed()
 	require.Equal(t, []int{2, 1}, []int{approvals, declines}, "one decline declines")

@@ -37,8 +37,9 @@ type Rule struct {
 	Timeout time.Duration `json:"timeout,omitempty"`
 	// Deciders, when set, are who may decide this tool's calls: principals
 	// (an API token's, or the one a Temporal client names), and roles
-	// written role:NAME (the role of the API token decided with). Anyone
-	// else's decision is refused as forbidden.
+	// written role:NAME (the permission of the API token decided with, or
+	// one of its team roles). Anyone else's decision is refused as
+	// forbidden.
 	Deciders []string `json:"deciders,omitempty"`
 	// SecondPerson, true, refuses a decision by the principal who sent the
 	// message that led to the call, and one by nobody in particular (an
@@ -121,14 +122,18 @@ const SandboxAuto = "auto"
 // DeciderRolePrefix starts a Deciders entry that names a role.
 const DeciderRolePrefix = "role:"
 
-// MayDecide says why principal, deciding with role, may not decide a call
-// of this rule's tool that sender's message led to, or nil when they may.
-func (r *Rule) MayDecide(principal, role, sender string) error {
+// MayDecide says why principal, deciding with role and in teams (its team
+// roles), may not decide a call of this rule's tool that sender's message
+// led to, or nil when they may. A role:NAME decider names role or one of
+// teams.
+func (r *Rule) MayDecide(principal, role string, teams []string, sender string) error {
 	if r == nil {
 		return nil
 	}
 	if len(r.Deciders) > 0 && !slices.ContainsFunc(r.Deciders, func(d string) bool {
-		return (principal != "" && d == principal) || (role != "" && d == DeciderRolePrefix+role)
+		name, isRole := strings.CutPrefix(d, DeciderRolePrefix)
+		return (principal != "" && d == principal) || (role != "" && d == DeciderRolePrefix+role) ||
+			(isRole && name != "" && slices.Contains(teams, name))
 	}) {
 		return fmt.Errorf("%s calls are decided only by %s, not by %q", r.Tool, strings.Join(r.Deciders, ", "), cmp.Or(principal, "an unnamed caller"))
 	}
@@ -144,18 +149,18 @@ func (r *Rule) MayDecide(principal, role, sender string) error {
 // MayDecideFor is MayDecide for principal deciding as the stand-in of
 // onBehalfOf (empty: in their own name): they may when they may as
 // themself, or when onBehalfOf, named (a Deciders entry that is a
-// principal; roles are the stand-in's own), may. A rule that needs a
-// second person refuses the decision when either sent the message: the
-// stand-in counts as the one stood in for.
-func (r *Rule) MayDecideFor(principal, role, onBehalfOf, sender string) error {
+// principal; role and teams are the stand-in's own), may. A rule that
+// needs a second person refuses the decision when either sent the
+// message: the stand-in counts as the one stood in for.
+func (r *Rule) MayDecideFor(principal, role string, teams []string, onBehalfOf, sender string) error {
 	if r == nil || onBehalfOf == "" {
-		return r.MayDecide(principal, role, sender)
+		return r.MayDecide(principal, role, teams, sender)
 	}
 	if r.SecondPerson && (onBehalfOf == sender || principal == sender) {
 		return fmt.Errorf("%s calls need a second person: %q sent the message that led to this call, and %q decides for %q", r.Tool, sender, principal, onBehalfOf)
 	}
-	own := r.MayDecide(principal, role, sender)
-	if own == nil || r.MayDecide(onBehalfOf, "", sender) == nil {
+	own := r.MayDecide(principal, role, teams, sender)
+	if own == nil || r.MayDecide(onBehalfOf, "", nil, sender) == nil {
 		return nil
 	}
 	return fmt.Errorf("%w (nor by %q, for whom they stand in)", own, onBehalfOf)

@@ -25,11 +25,40 @@ func TestAStandInDecidesWhereTheOneStoodInForMayAndCountsAsThem(t *testing.T) {
 		{"four eyes: alice on her own call", fourEyes, "alice", "approve", "", "alice", "second person"},
 	}
 	for _, c := range cases {
-		err := c.rule.MayDecideFor(c.principal, c.role, c.onBehalfOf, c.sender)
+		err := c.rule.MayDecideFor(c.principal, c.role, nil, c.onBehalfOf, c.sender)
 		if c.want == "" {
 			require.NoError(t, err, c.name)
 			continue
 		}
 		require.ErrorContains(t, err, c.want, c.name)
 	}
+}
+
+func TestARoleDeciderIsThePermissionOrATeamRoleOfTheDecision(t *testing.T) {
+	finance := &Rule{Tool: "Pay", Deciders: []string{"role:finance", "alice"}}
+	cases := []struct {
+		name             string
+		principal, role  string
+		teams            []string
+		onBehalfOf, want string
+	}{
+		{"carol in finance", "carol", "approve", []string{"finance", "oncall"}, "", ""},
+		{"dave in no team", "dave", "approve", nil, "", "decided only by role:finance, alice"},
+		{"erin on call only", "erin", "approve", []string{"oncall"}, "", "decided only by"},
+		{"a permission named finance", "frank", "finance", nil, "", ""},
+		{"an empty team names no role", "gina", "approve", []string{""}, "", "decided only by"},
+		{"dave for alice", "dave", "approve", nil, "alice", ""},
+		{"dave for carol: carol's teams are not dave's", "dave", "approve", nil, "carol", "nor by \"carol\""},
+		{"carol for dave decides as herself", "carol", "approve", []string{"finance"}, "dave", ""},
+	}
+	for _, c := range cases {
+		err := finance.MayDecideFor(c.principal, c.role, c.teams, c.onBehalfOf, "dev")
+		if c.want == "" {
+			require.NoError(t, err, c.name)
+			continue
+		}
+		require.ErrorContains(t, err, c.want, c.name)
+	}
+	// A rule that names an empty role takes no decision by an empty team.
+	require.Error(t, (&Rule{Tool: "Pay", Deciders: []string{"role:"}}).MayDecide("gina", "", []string{""}, "dev"))
 }

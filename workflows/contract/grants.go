@@ -17,11 +17,13 @@ type Grant struct {
 	CreatedAt time.Time `json:"createdAt"`
 	// By names who made the decision the grant remembers; every decision
 	// the grant makes is recorded as theirs. Role is the role of the API
-	// token they decided with, if any. A grant answers only a call that By
-	// (in Role) may decide under the rule in force when the call comes
-	// (deciders, second person): see the workflows' turn.grantsFor.
-	By   string `json:"by,omitempty"`
-	Role string `json:"role,omitempty"`
+	// token they decided with, if any, and Teams its team roles. A grant
+	// answers only a call that By (in Role and Teams) may decide under the
+	// rule in force when the call comes (deciders, second person): see the
+	// workflows' turn.grantsFor.
+	By    string   `json:"by,omitempty"`
+	Role  string   `json:"role,omitempty"`
+	Teams []string `json:"teams,omitempty"`
 	// ExpiresAt, when set, ends the grant (the decision's rememberFor).
 	ExpiresAt *time.Time `json:"expiresAt,omitempty"`
 	// Uses, when not 0, is how many calls the grant decides
