@@ -105,6 +105,7 @@ func (s *Server) listApprovals(c *gin.Context) {
 		if r.ExpiresAt != nil {
 			p.ExpiresAt = *r.ExpiresAt
 		}
+		s.standing(&p, r)
 		page.Approvals = append(page.Approvals, p)
 	}
 	if more {
@@ -126,6 +127,25 @@ func (s *Server) listApprovals(c *gin.Context) {
 		return
 	}
 	c.Data(http.StatusOK, "application/json; charset=utf-8", body)
+}
+
+// standing sets who may decide p now and where its votes stand from its
+// ledger row r, which the worker writes again at each vote and escalation
+// step (audit.Record.Deciders, Votes): the page costs no query more. A
+// row written before the ledger kept them has neither, and p shows
+// neither, as before.
+func (s *Server) standing(p *protocol.PendingApproval, r audit.Record) {
+	if r.Deciders != "" {
+		if err := json.Unmarshal([]byte(r.Deciders), &p.Deciders); err != nil {
+			s.log.Warn("GET /approvals: a ledger row's deciders are not a JSON array", "requestId", r.ID, "error", err)
+		}
+	}
+	if r.Votes != "" {
+		if err := json.Unmarshal([]byte(r.Votes), &p.Votes); err != nil {
+			s.log.Warn("GET /approvals: a ledger row's votes are not a JSON object", "requestId", r.ID, "error", err)
+			p.Votes = nil
+		}
+	}
 }
 
 // matchesETag reports whether an If-None-Match header names etag.

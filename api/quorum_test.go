@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -9,6 +11,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tollgate/tollgate/activities"
@@ -17,6 +20,7 @@ import (
 	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // quorumAPI serves st's turns with a token for each of dev (who sends
@@ -128,8 +132,21 @@ func TestAnEscalationStepLetsATeamRoleDecideOnlyAfterHalfTheTimeout(t *testing.T
 		require.Equal(t, protocol.RejectForbidden, res.Reason, "before the step only alice decides, not %s: %s", p, body)
 	}
 
+	// The inbox lists who may decide it now.
+	inboxDeciders := func(c *assert.CollectT) []string {
+		_, page, _ := inboxGet(c, api, tokens["alice"], "conversationId=escalation-http", "")
+		require.Len(c, page.Approvals, 1)
+		return page.Approvals[0].Deciders
+	}
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		require.Equal(c, []string{"alice"}, inboxDeciders(c))
+	}, waitFor, 50*time.Millisecond)
+
 	hop := untilEvent(t, msgs, &seq, protocol.EventApprovalEscalated, 1)
 	require.Equal(t, []string{"alice", "bob", "role:oncall"}, hop[len(hop)-1].Deciders)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		require.Equal(c, []string{"alice", "bob", "role:oncall"}, inboxDeciders(c), "the escalation step's")
+	}, waitFor, 50*time.Millisecond)
 	notice := sink.of(t, activities.NoticeEscalation, protocol.ToolWrite)
 	require.Equal(t, []string{"bob", "role:oncall"}, notice.EscalatedTo)
 	require.Equal(t, write.RequestID, notice.RequestID)
@@ -221,4 +238,78 @@ func TestALinkVotesOnceOnAQuorumCallAndATokenCastsTheSecondVote(t *testing.T) {
 		by = append(by, v.By)
 	}
 	require.Equal(t, []string{protocol.PrincipalLink, "alice"}, by)
+}
+
+// TestTheInboxShowsVotesSoFarAndWhoMayStillVote reads a quorum call from
+// the inbox as the ledger lists it: GET /approvals says who may decide it
+// and where its votes stand as the turn's pending query does, before and
+// after alice's vote, without asking the turn; the inbox page, with
+// alice's token and then bob's, shows "1 of 2" and who may still vote,
+// and bob's approval there decides it.
+func TestTheInboxShowsVotesSoFarAndWhoMayStillVote(t *testing.T) {
+	st := newStack(t, withSettings(func(s *workflows.Settings) {
+		s.Rules = []workflows.Rule{
+			{Tool: protocol.ToolWrite, Require: workflows.RequireAlways, Deciders: []string{"alice", "bob", "carol"}, Quorum: 2},
+			{Tool: protocol.ToolBash, Require: workflows.RequireNever},
+		}
+	}))
+	api, tokens := quorumAPI(t, st)
+	_, msgs := chatAs(t, api, tokens["dev"], `{"query": "tidy up", "conversationId": "quorum-inbox"}`)
+	seq := 0
+	write := requestsByTool(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 1))["Write"]
+
+	// inboxSays is the inbox's row of the Write once it says what the
+	// turn's pending query says.
+	inboxSays := func(casts int) protocol.PendingApproval {
+		t.Helper()
+		var got protocol.PendingApproval
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			status, page, _ := inboxGet(c, api, tokens["alice"], "conversationId=quorum-inbox", "")
+			require.Equal(c, http.StatusOK, status)
+			require.Len(c, page.Approvals, 1)
+			got = page.Approvals[0]
+			require.NotNil(c, got.Votes)
+			require.Len(c, got.Votes.Cast, casts)
+		}, waitFor, 50*time.Millisecond)
+		v, err := st.client.QueryWorkflow(context.Background(), write.WorkflowID, "", contract.PendingQuery)
+		require.NoError(t, err)
+		var pending []protocol.PendingApproval
+		require.NoError(t, v.Get(&pending))
+		require.Len(t, pending, 1)
+		require.Equal(t, pending[0].Deciders, got.Deciders)
+		require.Equal(t, pending[0].Votes, got.Votes)
+		return got
+	}
+	before := inboxSays(0)
+	require.Equal(t, []string{"alice", "bob", "carol"}, before.Deciders)
+	require.Equal(t, 2, before.Votes.Quorum)
+	require.Equal(t, []string{"alice", "bob", "carol"}, before.Votes.MayVote)
+
+	b := newBrowser(t)
+	b.do(chromedp.Navigate(api.URL + "/inbox"))
+	useToken := func(principal string) {
+		b.do(chromedp.SetValue(chromedp.CSS(`[data-testid="api-token"]`), tokens[principal]))
+		require.True(t, eval[bool](b, `document.querySelector('[data-testid="api-token"]').dispatchEvent(new Event('change'))`))
+	}
+	useToken("alice")
+	row := fmt.Sprintf(`[data-testid="approval"][data-request-id=%q]`, write.RequestID)
+	votes := jsQuote(row + ` [data-testid="approval-votes"]`)
+	b.waitUntil(`document.querySelector(` + votes + `)?.textContent === "votes: 0 of 2 approvals · may still vote: alice, bob, carol"`)
+
+	b.do(chromedp.Click(chromedp.CSS(row + ` [data-testid="approve"]`)))
+	b.waitUntil(`document.querySelector(` + jsQuote(row+` [data-testid="approval-status"]`) + `).textContent.startsWith("vote recorded, 1 of 2 approvals")`)
+	b.waitUntil(`document.querySelector(` + votes + `)?.textContent === "votes: 1 of 2 approvals · alice approved · may still vote: bob, carol"`)
+	b.screenshot("inbox-quorum-one-of-two")
+	after := inboxSays(1)
+	require.Equal(t, "alice", after.Votes.Cast[0].By)
+	require.Equal(t, []string{"bob", "carol"}, after.Votes.MayVote)
+	_, metrics := send(t, http.MethodGet, api.URL+"/metrics", "Bearer "+tokens["carol"], "")
+	require.Regexp(t, `(?m)^tollgate_api_pending_queries_total 0$`, metrics, "the inbox asked no turn")
+
+	useToken("bob")
+	b.do(chromedp.Click(chromedp.CSS(row + ` [data-testid="approve"]`)))
+	b.waitUntil(count(`[data-testid="decided-approval"][data-request-id=`+jsQuote(write.RequestID)+`]`) + ` === 1`)
+	events := untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
+	require.Equal(t, "bob", ofType(events, protocol.EventApprovalDecision)[0].By)
+	require.Equal(t, []string{"call_0_0 Read ok", "call_0_1 Write ok", "call_0_2 Bash ok"}, resultStatuses(ofType(events, protocol.EventToolResult)[0].ToolResults))
 }

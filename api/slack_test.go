@@ -419,6 +419,74 @@ func TestASlackClickDecidesInTheTeamRolesOfThePrincipalsTokens(t *testing.T) {
 	require.Len(t, ofType(events, protocol.EventApprovalDecision), 2)
 }
 
+func TestASlackClickOnAQuorumCallIsAVoteUntilTheQuorumDecides(t *testing.T) {
+	t.Parallel()
+	st, srv, api, fake := slackStack(t, withSettings(func(s *workflows.Settings) {
+		s.Rules = []workflows.Rule{
+			{Tool: protocol.ToolWrite, Require: workflows.RequireAlways, Deciders: []string{"alice", "bob"}, Quorum: 2},
+			{Tool: protocol.ToolBash, Require: workflows.RequireNever},
+		}
+	}))
+	_, msgs := chatAs(t, api, aliceSlackToken, `{"query":"one","conversationId":"slack-quorum"}`)
+	seq := 0
+	write := requestsByTool(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 1))["Write"].RequestID
+	notice := fake.notice(t, write)
+	now := time.Now()
+	click := func(user, action, response string, on slackMessage, at time.Time) slackMessage {
+		t.Helper()
+		body := slackClick{user: user, actionID: action, requestID: write, response: response, notice: on, at: at}.payload(t, fake.srv.URL)
+		status, answer := postSlack(t, api.URL, signedSlack(slackSecret, at, body), body)
+		require.Equal(t, http.StatusOK, status, answer)
+		got := fake.responded(t, response)
+		require.True(t, got.ReplaceOriginal)
+		return got
+	}
+	stamp := func(at time.Time) string { return time.Unix(at.Unix(), 0).UTC().Format(time.RFC3339) }
+
+	// Alice's click is a vote: recorded, one of two; the buttons stay for
+	// bob, and the call still waits.
+	voted := click("U0ALICE", protocol.SlackActionApprove, "alice-1", notice, now)
+	require.Equal(t, "alice voted to approve at "+stamp(now)+": vote recorded, 1 of 2 approvals (0 of 1 declines); the call waits for more votes.", voted.Text)
+	require.Equal(t, write, voted.buttons(t)[protocol.SlackActionApprove], "the buttons stay")
+	vote := untilEvent(t, msgs, &seq, protocol.EventApprovalVote, 1)
+	require.Equal(t, "alice", vote[len(vote)-1].By)
+	require.Empty(t, ofType(vote, protocol.EventToolResult), "nothing ran on one approval of two")
+	require.Equal(t, []string{write}, requestIDs(st.approvals(t, "?conversationId=slack-quorum")), "the Write still waits")
+
+	// Alice again, on the message her vote updated. Approve once more is
+	// the same decision by the same person, which the API sends as the
+	// same Update (decisionUpdateID): told the first one's outcome, it
+	// counts once. Decline is refused: she has voted. The buttons stay.
+	repeated := click("U0ALICE", protocol.SlackActionApprove, "alice-2", voted, now.Add(time.Second))
+	require.Contains(t, repeated.Text, ": vote recorded, 1 of 2 approvals", "not a second approval")
+	again := click("U0ALICE", protocol.SlackActionDecline, "alice-3", repeated, now.Add(2*time.Second))
+	require.Equal(t, `Refused: "alice" has voted on it already: its rule needs votes from distinct people.`, again.Text)
+	require.Equal(t, write, again.buttons(t)[protocol.SlackActionApprove])
+	require.Equal(t, 1, strings.Count(strings.Join(rawStrings(again.Blocks), ""), slackOutcomeBlock), "one outcome block: the vote's replaced")
+	require.Equal(t, []string{write}, requestIDs(st.approvals(t, "?conversationId=slack-quorum")), "the Write still waits")
+
+	// Bob's vote reaches the quorum: approved, the buttons gone, the
+	// Write runs.
+	approved := click("U0BOB", protocol.SlackActionApprove, "bob", again, now.Add(3*time.Second))
+	require.Equal(t, "Approved by bob at "+stamp(now.Add(3*time.Second))+".", approved.Text)
+	require.Empty(t, approved.buttons(t))
+	srv.slack.work.Wait()
+
+	events := untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
+	decisions := ofType(events, protocol.EventApprovalDecision)
+	require.Len(t, decisions, 1)
+	require.Equal(t, "bob", decisions[0].By)
+	require.Equal(t, 2, decisions[0].Votes.Approvals())
+	require.Equal(t, []string{"call_0_0 Read ok", "call_0_1 Write ok", "call_0_2 Bash ok"}, resultStatuses(ofType(events, protocol.EventToolResult)[0].ToolResults))
+	var voters []string
+	for _, r := range st.audit(t, "conversationId=slack-quorum").Records {
+		if r.DecidedBy == workflows.DecidedByVote {
+			voters = append(voters, r.Principal)
+		}
+	}
+	require.ElementsMatch(t, []string{"alice", "bob"}, voters, "a ledger row a vote, alice's once")
+}
+
 // rawStrings are the blocks as text.
 func rawStrings(blocks []json.RawMessage) []string {
 	out := make([]string, len(blocks))

@@ -241,6 +241,7 @@ func (t *turn) auditAsked(ctx workflow.Context, a *approval, c check) audit.Reco
 	// What the inbox shows of a waiting call (GET /approvals lists these
 	// rows): the row's later stages carry them on.
 	r.Preview, r.UserMessage = a.Preview, text.Truncate(t.userMessage, pendingMessageBytes)
+	r.Deciders, r.Votes = t.gate.standing(a)
 	return r
 }
 
@@ -348,7 +349,7 @@ const (
 // (escalation:<request id>:<step>), final when written.
 func auditNote(r audit.Record, n note) audit.Record {
 	r.Stage = audit.StageDecided
-	r.Preview, r.UserMessage, r.Sandbox, r.Shadow = "", "", "", ""
+	r.Preview, r.UserMessage, r.Sandbox, r.Shadow, r.Deciders, r.Votes = "", "", "", "", "", ""
 	if v := n.vote; v != nil {
 		at := v.At
 		r.ID = "vote:" + r.ID + ":" + v.By

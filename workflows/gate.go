@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -350,6 +351,22 @@ func (g *gate) votesOf(rule *Rule, a *approval) *protocol.Votes {
 		}
 	}
 	return v
+}
+
+// standing is what the ledger's row of a says of who may decide it now
+// and where its voting stands (audit.Record.Deciders and Votes), as the
+// pending query says them: JSON, each empty when there is nothing to say.
+func (g *gate) standing(a *approval) (deciderList, votes string) {
+	rule := g.ruleOf(a)
+	if d := deciders(rule); len(d) > 0 {
+		b, _ := json.Marshal(d) // strings: cannot fail
+		deciderList = string(b)
+	}
+	if v := g.votesOf(rule, a); v != nil {
+		b, _ := json.Marshal(v) // strings, numbers and times: cannot fail
+		votes = string(b)
+	}
+	return deciderList, votes
 }
 
 // vote casts d, validated, as a vote on a, and decides a once the votes

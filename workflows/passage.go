@@ -196,7 +196,14 @@ func (t *turn) ledgerDecisions(ctx workflow.Context, b *batch, waiting []*approv
 		var out []audit.Record
 		for _, n := range notes {
 			if p := b.askedBy(n.a); p != nil && p.row != nil {
+				// The call's row says where its votes and deciders stand
+				// now: written again while it waits, for the inbox (GET
+				// /approvals reads it), and kept by its decision's.
+				p.row.Deciders, p.row.Votes = t.gate.standing(n.a)
 				out = append(out, auditNote(*p.row, n))
+				if !n.a.decided {
+					out = append(out, *p.row)
+				}
 			}
 		}
 		for _, a := range decided {

@@ -55,6 +55,7 @@ func TestAQuorumCallRunsOnlyAfterTwoDistinctApprovalsAndRefusesASecondVoteByTheS
 	h.env.RegisterActivity(&activities.Auditor{Ledger: ledger})
 	var first, again, edited, remembered, bySender, second *updateOutcome
 	var pending []protocol.PendingApproval
+	var waitingRow audit.Record
 	ranBeforeSecond := -1
 	h.env.RegisterDelayedCallback(func() {
 		id := h.requestID("Bash")
@@ -68,6 +69,7 @@ func TestAQuorumCallRunsOnlyAfterTwoDistinctApprovalsAndRefusesASecondVoteByTheS
 		v, err := h.env.QueryWorkflow(contract.PendingQuery)
 		require.NoError(t, err)
 		require.NoError(t, v.Get(&pending))
+		waitingRow = rowsByID(t, ledger)[h.requestID("Bash")]
 	}, 90*time.Second)
 	h.env.RegisterDelayedCallback(func() {
 		ranBeforeSecond = len(h.ranTools())
@@ -96,6 +98,10 @@ func TestAQuorumCallRunsOnlyAfterTwoDistinctApprovalsAndRefusesASecondVoteByTheS
 	require.Equal(t, []string{"bob", "carol"}, pending[0].Votes.MayVote, "nor the sender, under second_person")
 	require.Len(t, pending[0].Votes.Cast, 1)
 	require.Equal(t, "alice", pending[0].Votes.Cast[0].By)
+	// The call's ledger row, which GET /approvals lists, says the same
+	// after the vote.
+	require.Equal(t, audit.StageAsked, waitingRow.Stage)
+	requireStanding(t, pending[0], waitingRow)
 
 	require.Zero(t, ranBeforeSecond, "one approval of two runs nothing")
 	require.NoError(t, second.rejected)
@@ -119,12 +125,42 @@ func TestAQuorumCallRunsOnlyAfterTwoDistinctApprovalsAndRefusesASecondVoteByTheS
 	call := rows[req.RequestID]
 	require.Equal(t, audit.OutcomeOK, call.Outcome)
 	require.Equal(t, "bob", call.Principal)
+	require.Contains(t, call.Votes, `"quorum":2`, "the decision keeps the votes that made it")
 	for _, voter := range []string{"alice", "bob"} {
 		r := rows["vote:"+req.RequestID+":"+voter]
 		require.Equal(t, DecidedByVote, r.DecidedBy, voter)
 		require.Equal(t, voter, r.Principal)
 		require.Equal(t, protocol.DecisionApprove, r.Decision)
 		require.Equal(t, "b", r.ToolCallID)
+		require.Empty(t, r.Votes+r.Deciders, "a vote's row is not a call's")
+	}
+}
+
+// requireStanding requires that the ledger's row of a waiting call says
+// who may decide it and where its votes stand as the pending query does.
+func requireStanding(t *testing.T, want protocol.PendingApproval, row audit.Record) {
+	t.Helper()
+	var got protocol.PendingApproval
+	if row.Deciders != "" {
+		require.NoError(t, json.Unmarshal([]byte(row.Deciders), &got.Deciders))
+	}
+	if row.Votes != "" {
+		require.NoError(t, json.Unmarshal([]byte(row.Votes), &got.Votes))
+	}
+	require.Equal(t, want.Deciders, got.Deciders)
+	if want.Votes != nil {
+		require.NotNil(t, got.Votes)
+		require.Equal(t, want.Votes.Quorum, got.Votes.Quorum)
+		require.Equal(t, want.Votes.Declines, got.Votes.Declines)
+		require.Equal(t, want.Votes.MayVote, got.Votes.MayVote)
+		require.Len(t, got.Votes.Cast, len(want.Votes.Cast))
+		for i, v := range want.Votes.Cast {
+			require.Equal(t, v.By, got.Votes.Cast[i].By)
+			require.Equal(t, v.Decision, got.Votes.Cast[i].Decision)
+			require.True(t, v.At.Equal(got.Votes.Cast[i].At))
+		}
+	} else {
+		require.Nil(t, got.Votes)
 	}
 }
 
@@ -212,6 +248,7 @@ func TestEscalationLetsOncallDecideOnlyAfterHalfTheTimeoutAndTellsThem(t *testin
 	h.env.RegisterActivity(&activities.Auditor{Ledger: ledger})
 	var early, late *updateOutcome
 	var pendingLate []protocol.PendingApproval
+	var rowLate audit.Record
 	h.env.RegisterDelayedCallback(func() {
 		early = h.decide(protocol.ApprovalDecision{RequestID: h.requestID("Bash"), Decision: protocol.DecisionApprove, Principal: "olga", Role: "oncall"})
 	}, 4*time.Minute)
@@ -219,6 +256,7 @@ func TestEscalationLetsOncallDecideOnlyAfterHalfTheTimeoutAndTellsThem(t *testin
 		v, err := h.env.QueryWorkflow(contract.PendingQuery)
 		require.NoError(t, err)
 		require.NoError(t, v.Get(&pendingLate))
+		rowLate = rowsByID(t, ledger)[h.requestID("Bash")]
 		late = h.decide(protocol.ApprovalDecision{RequestID: h.requestID("Bash"), Decision: protocol.DecisionApprove, Principal: "olga", Role: "oncall"})
 	}, 6*time.Minute)
 
@@ -229,6 +267,7 @@ func TestEscalationLetsOncallDecideOnlyAfterHalfTheTimeoutAndTellsThem(t *testin
 	require.Equal(t, []string{"Bash"}, h.ranTools())
 	require.Len(t, pendingLate, 1)
 	require.Equal(t, []string{"alice", "role:oncall", "bob"}, pendingLate[0].Deciders)
+	requireStanding(t, pendingLate[0], rowLate)
 	req := findEvent(t, out.Events, protocol.EventApprovalRequest)
 	require.Equal(t, []string{"alice"}, req.Deciders)
 	hops := ofType(out.Events, protocol.EventApprovalEscalated)

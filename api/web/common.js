@@ -321,13 +321,14 @@ const TG = (() => {
 
   // decisionPanel is the approve / decline (with a reason) / edit the
   // arguments and approve panel of one approval request. onSent(decision,
-  // accepted) is called once the API answered.
+  // accepted) is called once the API answered; onVote(result), when set,
+  // once it took a vote that leaves the call waiting (a quorum's).
   //
   // For a call that ran in the sandbox (sandboxed), Approve applies what
   // it changed there; "Run unconfined" runs the command for real instead,
   // a separate decision the ledger records, and the only way to run an
   // edited command (the sandbox ran the model's).
-  function decisionPanel({ requestId, arguments: args, sandboxed, onSent }) {
+  function decisionPanel({ requestId, arguments: args, sandboxed, onSent, onVote }) {
     const status = h('span', { class: 'decision-status', testid: 'approval-status', role: 'status' });
     const reason = h('input', { type: 'text', class: 'reason', testid: 'decline-reason', placeholder: 'reason (optional)', 'aria-label': 'reason for declining' });
     const editor = h('textarea', { class: 'json edit-args', testid: 'edit-args', rows: 8, spellcheck: 'false', 'aria-label': 'edited arguments' });
@@ -357,6 +358,7 @@ const TG = (() => {
           status.textContent = out.message || 'vote recorded; waiting for more votes';
           status.classList.add('ok');
           setBusy(false);
+          if (onVote) onVote(out);
           return;
         }
         if (out.accepted) {

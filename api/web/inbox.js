@@ -9,7 +9,9 @@
 // with the ETag of the last answer, and an inbox where nothing changed
 // hears 304 with no body: thousands waiting cost a poll what the shown
 // rows cost, and nothing when they stay the same. Rows are kept by request
-// id, so a reason being typed survives a refresh.
+// id, so a reason being typed survives a refresh; a row's votes and who may
+// decide it (a rule with deciders, a quorum or escalation steps) are
+// updated in place.
 'use strict';
 
 (() => {
@@ -64,6 +66,7 @@
       a.subagent ? [h('span', { testid: 'subagent' }, `subagent ${a.subagent}`), ' · '] : [],
       'conversation ', h('a', { href: consoleLink, testid: 'open-in-console', title: 'open this turn in the console' }, a.conversationId),
       ' · ', h('code', {}, a.workflowId)),
+    TG.votesView(a.deciders, a.votes),
     a.userMessage ? h('blockquote', { class: 'user-message', testid: 'user-message', title: 'the message that led to this call' }, a.userMessage) : null,
     h('details', { class: 'args', open: true }, h('summary', {}, 'arguments'), TG.argsView(a.arguments)),
     TG.previewView(a.preview) || TG.diffView(a.toolName, a.arguments),
@@ -71,6 +74,9 @@
       requestId: a.requestId,
       arguments: a.arguments,
       sandboxed: !!a.sandboxed,
+      // A vote that leaves the call waiting: the row's votes change now,
+      // not at the next poll.
+      onVote: () => refresh(),
       onSent: (decision, accepted) => {
         el.classList.add(accepted ? `decided-${decision}` : 'not-accepted');
         // The row itself, not a lookup: a filter changed while the
@@ -138,6 +144,10 @@
       if (!el) {
         el = row(a);
         rows.set(a.requestId, el);
+      } else {
+        // Votes cast and escalation steps passed since: who may decide
+        // it now.
+        TG.votesText(el.querySelector('[data-testid="approval-votes"]'), a.deciders, a.votes);
       }
       if (list.children[i] !== el) list.insertBefore(el, list.children[i] || null);
     });

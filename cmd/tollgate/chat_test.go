@@ -216,6 +216,30 @@ func TestApprovalsListsPendingApprovalsAndDecidesEachWithDecide(t *testing.T) {
 	require.Contains(t, out.String(), "sent: approve Bash\n")
 }
 
+func TestApprovalsSaysWhoMayDecideAndWhereAQuorumsVotesStand(t *testing.T) {
+	now := time.Now()
+	pending := []protocol.PendingApproval{
+		{RequestID: "tollgate-conv-a-turn-1/apr-1", ToolName: "Write", Arguments: `{"file_path":"a.txt"}`, RequestedAt: now, ExpiresAt: now.Add(time.Hour),
+			Deciders: []string{"alice", "bob", "carol"},
+			Votes: &protocol.Votes{Quorum: 2, Declines: 1, MayVote: []string{"bob", "carol"},
+				Cast: []protocol.Vote{{By: "alice", Decision: protocol.DecisionApprove, At: now}}}},
+		{RequestID: "tollgate-conv-a-turn-1/apr-2", ToolName: "Deploy", Arguments: `{}`, RequestedAt: now, ExpiresAt: now.Add(time.Hour),
+			Deciders: []string{"alice", "role:oncall"}},
+		{RequestID: "tollgate-conv-a-turn-1/apr-3", ToolName: "Bash", Arguments: `{"command":"ls"}`, RequestedAt: now, ExpiresAt: now.Add(time.Hour)},
+	}
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		require.NoError(t, json.NewEncoder(w).Encode(map[string]any{"approvals": pending}))
+	}))
+	t.Cleanup(ts.Close)
+	var out, errOut strings.Builder
+	require.Equal(t, exitOK, run(context.Background(), []string{"approvals", "--api", ts.URL}, noEnv, strings.NewReader(""), &out, &errOut), errOut.String())
+	lines := strings.Split(out.String(), "\n")
+	require.Regexp(t, `^AGE +EXPIRES +TOOL +ARGUMENTS +REQUEST +WHO MAY DECIDE$`, lines[0])
+	require.Regexp(t, `Write .* tollgate-conv-a-turn-1/apr-1 +votes: 1 of 2 approvals · alice approved · may still vote: bob, carol$`, lines[1])
+	require.Regexp(t, `Deploy .* tollgate-conv-a-turn-1/apr-2 +deciders: alice, role:oncall$`, lines[2])
+	require.Regexp(t, `Bash .* tollgate-conv-a-turn-1/apr-3 *$`, lines[3], "anyone may decide it")
+}
+
 func TestApprovalsSaysWhenNothingWaits(t *testing.T) {
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, `{"approvals":[]}`)

@@ -107,6 +107,17 @@ type Record struct {
 	// its Tool is AdminTool, Principal the admin, Reason theirs, Arguments what changed (a
 	// JSON object), RequestedAt and DecidedAt when.
 	Kind string `json:"kind,omitempty"`
+	// Deciders and Votes say, of a call whose rule names who may decide
+	// it, who may decide it now (a JSON array: the rule's deciders with
+	// those its escalation steps added) and, for a rule with a quorum,
+	// where its voting stands (a JSON object: protocol.Votes, with who may
+	// still vote): GET /approvals shows a waiting call's as the turn's
+	// pending query does. The worker writes the asked row again at each
+	// vote and escalation step; its later stages keep them as they stood
+	// at the decision. Empty for a call whose rule names nobody, in a
+	// vote's or an escalation step's own row, and in rows written before.
+	Deciders string `json:"deciders,omitempty"`
+	Votes    string `json:"votes,omitempty"`
 	// Hash is the ledger's own: the hash of the row's latest entry in the
 	// ledger's chain (chain.go), which proves the row as it reads. Empty
 	// in what a turn writes (Write ignores it), and out of the content

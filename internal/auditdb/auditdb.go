@@ -31,14 +31,14 @@ var columns = []string{
 	"id", "stage", "conversation_id", "turn_id", "workflow_id", "agent", "tool_call_id", "tool", "arguments", "asked",
 	"sender", "requested_at", "expires_at", "decision", "decided_by", "principal", "role", "reason", "grant_id",
 	"decided_at", "edited_arguments", "edit_diff", "outcome", "result", "finished_at",
-	"preview", "user_message", "sandbox", "shadow", "on_behalf_of", "kind",
+	"preview", "user_message", "sandbox", "shadow", "on_behalf_of", "kind", "deciders", "votes",
 }
 
 // addedColumns are the columns added after the table was first made:
 // migrate adds them to a table that lacks them, and rows written before
 // read them as empty. hash, the last, is not Record's to write (Write
 // sets it from the chain, chain.go), only to read.
-var addedColumns = []string{"preview", "user_message", "sandbox", "shadow", "on_behalf_of", "kind", hashColumn}
+var addedColumns = []string{"preview", "user_message", "sandbox", "shadow", "on_behalf_of", "kind", "deciders", "votes", hashColumn}
 
 // hashColumn holds the hash of a row's latest entry in the chain.
 const hashColumn = "hash"
@@ -96,7 +96,7 @@ func args(r *audit.Record) []any {
 		r.ID, r.Stage, r.ConversationID, r.TurnID, r.WorkflowID, r.Agent, r.ToolCallID, r.Tool, r.Arguments, r.Asked,
 		r.Sender, micros(&r.RequestedAt), micros(r.ExpiresAt), r.Decision, r.DecidedBy, r.Principal, r.Role, r.Reason, r.Grant,
 		micros(r.DecidedAt), r.EditedArguments, r.EditDiff, r.Outcome, r.Result, micros(r.FinishedAt),
-		r.Preview, r.UserMessage, r.Sandbox, r.Shadow, r.OnBehalfOf, r.Kind,
+		r.Preview, r.UserMessage, r.Sandbox, r.Shadow, r.OnBehalfOf, r.Kind, r.Deciders, r.Votes,
 	}
 }
 
@@ -107,7 +107,7 @@ func values(r *audit.Record) []any {
 	// any bytes.
 	clean := func(s string) string { return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD") }
 	for _, f := range []*string{&r.ConversationID, &r.TurnID, &r.WorkflowID, &r.Agent, &r.ToolCallID, &r.Tool, &r.Arguments, &r.Asked,
-		&r.Sender, &r.Decision, &r.DecidedBy, &r.Principal, &r.Role, &r.Reason, &r.Grant, &r.EditedArguments, &r.EditDiff, &r.Outcome, &r.Result, &r.Preview, &r.UserMessage, &r.Sandbox, &r.Shadow, &r.OnBehalfOf, &r.Kind} {
+		&r.Sender, &r.Decision, &r.DecidedBy, &r.Principal, &r.Role, &r.Reason, &r.Grant, &r.EditedArguments, &r.EditDiff, &r.Outcome, &r.Result, &r.Preview, &r.UserMessage, &r.Sandbox, &r.Shadow, &r.OnBehalfOf, &r.Kind, &r.Deciders, &r.Votes} {
 		*f = clean(*f)
 	}
 	r.Result = text.Truncate(r.Result, audit.MaxResult)
@@ -120,7 +120,7 @@ func scan(r *audit.Record, s interface{ Scan(...any) error }, more ...any) error
 	err := s.Scan(append([]any{&r.ID, &r.Stage, &r.ConversationID, &r.TurnID, &r.WorkflowID, &r.Agent, &r.ToolCallID, &r.Tool, &r.Arguments, &r.Asked,
 		&r.Sender, &requested, &expires, &r.Decision, &r.DecidedBy, &r.Principal, &r.Role, &r.Reason, &r.Grant,
 		&decided, &r.EditedArguments, &r.EditDiff, &r.Outcome, &r.Result, &finished,
-		&r.Preview, &r.UserMessage, &r.Sandbox, &r.Shadow, &r.OnBehalfOf, &r.Kind}, more...)...)
+		&r.Preview, &r.UserMessage, &r.Sandbox, &r.Shadow, &r.OnBehalfOf, &r.Kind, &r.Deciders, &r.Votes}, more...)...)
 	r.RequestedAt = time.UnixMicro(requested).UTC()
 	r.ExpiresAt, r.DecidedAt, r.FinishedAt = fromMicros(expires), fromMicros(decided), fromMicros(finished)
 	return err

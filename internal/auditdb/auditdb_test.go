@@ -119,6 +119,10 @@ func TestLedger(t *testing.T) {
 				l, _ := open(t)
 				testPending(t, l)
 			})
+			t.Run("an asked row written again at a vote lists its deciders and votes as they stand, and its decision keeps them", func(t *testing.T) {
+				l, _ := open(t)
+				testAskedAgainAtAVote(t, l)
+			})
 			t.Run("a table made before the inbox's columns and indexes gains them, and its rows read without a preview", func(t *testing.T) {
 				testMigratesAnOldTable(t, dsn(t))
 			})
@@ -524,6 +528,38 @@ func testPending(t *testing.T, l *auditdb.Ledger) {
 	require.Equal(t, []string{"r1", "r2", "r2b", "r3"}, got)
 }
 
+func testAskedAgainAtAVote(t *testing.T, l *auditdb.Ledger) {
+	ctx := context.Background()
+	r := asked("q1", "c1", "Deploy", time.Now())
+	r.Deciders, r.Votes = `["alice","bob"]`, `{"quorum":2,"declines":1,"cast":[],"mayVote":["alice","bob"]}`
+	require.NoError(t, l.Write(ctx, []audit.Record{r}))
+
+	// alice votes: her vote's row, and the call's row as it stands now.
+	voted := r
+	voted.Votes = `{"quorum":2,"declines":1,"cast":[{"by":"alice","decision":"approve","at":"2026-12-05T00:00:00Z"}],"mayVote":["bob"]}`
+	vote := r
+	vote.ID, vote.Stage, vote.Decision, vote.DecidedBy, vote.Principal, vote.Deciders, vote.Votes = "vote:q1:alice", audit.StageDecided, "approve", audit.DecidedByVote, "alice", "", ""
+	require.NoError(t, l.Write(ctx, []audit.Record{vote, voted}))
+	recs, _, err := l.Pending(ctx, auditdb.PendingFilter{})
+	require.NoError(t, err)
+	require.Len(t, recs, 1, "a vote's row does not wait")
+	require.Equal(t, "q1", recs[0].ID)
+	require.Equal(t, voted.Votes, recs[0].Votes)
+	require.Equal(t, `["alice","bob"]`, recs[0].Deciders)
+
+	// The decision keeps the votes that made it; a late asked row does
+	// not bring the call back to the inbox.
+	require.NoError(t, l.Write(ctx, []audit.Record{ended(voted, "approve", "bob", audit.OutcomeOK), voted}))
+	recs, _, err = l.Pending(ctx, auditdb.PendingFilter{})
+	require.NoError(t, err)
+	require.Empty(t, recs)
+	got := list(t, l, auditdb.Filter{RequestID: "q1"})
+	require.Equal(t, voted.Votes, got[0].Votes)
+	v, err := l.Verify(ctx, "")
+	require.NoError(t, err)
+	require.True(t, v.OK, "%+v", v.FirstBad)
+}
+
 // testMigratesAnOldTable opens a ledger whose table was made by a build
 // before the preview, user_message and pending indexes.
 func testMigratesAnOldTable(t *testing.T, dsn string) {
@@ -562,6 +598,8 @@ func testMigratesAnOldTable(t *testing.T, dsn string) {
 	require.Empty(t, recs[0].Shadow)
 	require.Empty(t, recs[0].OnBehalfOf)
 	require.Empty(t, recs[0].Kind)
+	require.Empty(t, recs[0].Deciders)
+	require.Empty(t, recs[0].Votes)
 
 	var indexes int
 	q := "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name LIKE 'tollgate_audit_pending%'"
@@ -579,12 +617,15 @@ func testMigratesAnOldTable(t *testing.T, dsn string) {
 	r.Preview, r.Shadow = "a preview", audit.ShadowWouldAsk
 	r = ended(r, "approve", "bob", audit.OutcomeOK)
 	r.OnBehalfOf = "alice"
+	r.Deciders, r.Votes = `["alice","bob"]`, `{"quorum":2,"declines":1,"cast":[]}`
 	admin := audit.Record{ID: "control:e:1", Stage: audit.StageEnded, Tool: audit.AdminTool, Kind: audit.KindFreeze, Principal: "root", RequestedAt: time.Now()}
 	require.NoError(t, l.Write(ctx, []audit.Record{r, admin}))
 	recs = list(t, l, auditdb.Filter{RequestID: "new"})
 	require.Equal(t, "a preview", recs[0].Preview)
 	require.Equal(t, audit.ShadowWouldAsk, recs[0].Shadow)
 	require.Equal(t, "alice", recs[0].OnBehalfOf, "bob for alice")
+	require.Equal(t, `["alice","bob"]`, recs[0].Deciders)
+	require.Equal(t, `{"quorum":2,"declines":1,"cast":[]}`, recs[0].Votes)
 	recs = list(t, l, auditdb.Filter{RequestID: "control:e:1"})
 	require.Equal(t, audit.KindFreeze, recs[0].Kind)
 }

@@ -16,8 +16,15 @@ import (
 // BenchmarkApprovalsFromLedger measures what GET /approvals asks the
 // ledger (Pending and CountPending) with 2,000 calls waiting among 20,000
 // rows of calls that ended, on SQLite: a page of 100 and of 1,000,
-// unfiltered, by tool, by sender and by conversation.
+// unfiltered, by tool, by sender and by conversation. Under votes/, every
+// waiting row is a quorum call's, with its deciders and a vote cast
+// (audit.Record.Deciders, Votes), which the page reads too.
 func BenchmarkApprovalsFromLedger(b *testing.B) {
+	b.Run("plain", func(b *testing.B) { benchApprovalsFromLedger(b, false) })
+	b.Run("votes", func(b *testing.B) { benchApprovalsFromLedger(b, true) })
+}
+
+func benchApprovalsFromLedger(b *testing.B, votes bool) {
 	ctx := context.Background()
 	l, err := auditdb.Open(ctx, filepath.Join(b.TempDir(), "audit.db"))
 	if err != nil {
@@ -35,6 +42,10 @@ func BenchmarkApprovalsFromLedger(b *testing.B) {
 			TurnID: wid, WorkflowID: wid, ToolCallID: "call_1", Tool: []string{"Bash", "Write", "Edit", "Deploy"}[i%4],
 			Arguments: `{"command":"make test"}`, Sender: fmt.Sprintf("p%d", i%20), RequestedAt: now.Add(-time.Duration(i) * time.Second),
 			ExpiresAt: &expires, Preview: "$ make test", UserMessage: "run the tests and tell me what fails",
+		}
+		if votes {
+			r.Deciders = `["alice","bob","carol","role:oncall"]`
+			r.Votes = `{"quorum":2,"declines":1,"cast":[{"by":"alice","role":"approve","decision":"approve","at":"2026-12-05T00:00:00.123456Z"}],"mayVote":["bob","carol","role:oncall"]}`
 		}
 		if i >= waiting {
 			r.Stage, r.Decision, r.Outcome, r.Result = audit.StageEnded, "approve", audit.OutcomeOK, "ok"
