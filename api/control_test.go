@@ -15,6 +15,7 @@ import (
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // Tokens of the control tests: an admin, two who decide, one who sends.
@@ -256,4 +257,36 @@ func TestAFrozenGateAsksEveryProtectedCallAndTellsEveryOpenStream(t *testing.T) 
 		kinds = append(kinds, r.Kind)
 	}
 	require.ElementsMatch(t, []string{audit.KindFreeze, audit.KindThaw, audit.KindFreeze}, kinds)
+}
+
+func TestAFreezeOutlivesAnOperatorWhoTerminatesTheControlWorkflow(t *testing.T) {
+	t.Parallel()
+	st := newStack(t)
+	o := st.apiOptions()
+	o.Tokens = controlTokens
+	api := serveAPI(t, NewServer(o))
+	resp, body := send(t, http.MethodPost, api.URL+"/admin/freeze", "Bearer "+rootToken, `{"reason":"incident"}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	require.NoError(t, st.client.TerminateWorkflow(context.Background(), contract.ControlWorkflowID, "", "an operator tidies up"))
+
+	// The next change starts the control workflow again: from the state
+	// the last one held, not from nothing, which would thaw the gate with
+	// no thaw in the ledger.
+	until := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+	resp, body = send(t, http.MethodPut, api.URL+"/delegations", "Bearer "+rootToken, `{"from":"alice","to":"bob","until":"`+until+`"}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	resp, body = send(t, http.MethodGet, api.URL+"/admin/freeze", "Bearer "+devTok, "")
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	require.Contains(t, body, `"frozen":true`)
+	require.Contains(t, body, `"reason":"incident"`)
+	st2, err := contract.ReadControl(context.Background(), st.client)
+	require.NoError(t, err)
+	require.True(t, st2.Freeze.Frozen)
+	require.Len(t, st2.Delegations, 1)
+
+	ids := map[string]bool{}
+	for _, r := range ledgerOf(t, st, "root") {
+		ids[r.ID] = true
+	}
+	require.Len(t, ids, 2, "the freeze's row and the delegation's, neither written over")
 }
