@@ -198,12 +198,13 @@ func tamperings(postgres bool) []tampering {
 			problem: "row r2, of entry 4, is missing",
 		},
 		{
+			// As a worker of the release before the chain writes one.
 			name: "a row added",
 			change: func(t *testing.T, db *sql.DB, _ []audit.Entry) {
 				exec(t, db, "INSERT INTO tollgate_audit (id, stage, tool) VALUES ('r0', 3, 'Bash')")
 			},
 			want:    audit.Bad{ID: "r0"},
-			problem: "row r0 is in no entry of the chain",
+			problem: "row r0 is in no entry of the chain, and has no hash: a worker or API of a release before the chain wrote it",
 		},
 		{
 			name: "the last entry deleted",
