@@ -210,7 +210,7 @@ func (r Rule) validateVoting() error {
 		return fmt.Errorf("tool %s: quorum %d is negative", r.Tool, r.Quorum)
 	case r.Declines < 0:
 		return fmt.Errorf("tool %s: declines %d is negative", r.Tool, r.Declines)
-	case (r.Quorum > 1 || r.Declines > 1) && slices.ContainsFunc(r.Deciders, namesNobody):
+	case r.Voting() && slices.ContainsFunc(r.Deciders, namesNobody):
 		return fmt.Errorf("tool %s: deciders lists %s or %s, who name no person and cannot vote on a quorum: list the people", r.Tool, protocol.PrincipalLink, protocol.PrincipalTemporal)
 	case r.Quorum > 1 && len(r.Deciders) > 0 && !slices.ContainsFunc(r.Deciders, isRole) && len(r.Deciders) < r.Quorum:
 		return fmt.Errorf("tool %s: quorum %d needs as many deciders, and only %d are named (%s)", r.Tool, r.Quorum, len(r.Deciders), strings.Join(r.Deciders, ", "))
@@ -222,6 +222,8 @@ func (r Rule) validateVoting() error {
 		switch {
 		case len(e.To) == 0:
 			return fmt.Errorf("%s: to names nobody: list principals or role:NAME", step)
+		case r.Voting() && slices.ContainsFunc(e.To, namesNobody):
+			return fmt.Errorf("%s: to lists %s or %s, who name no person and cannot vote on a quorum: list the people", step, protocol.PrincipalLink, protocol.PrincipalTemporal)
 		case (e.After > 0) == (e.AfterPercent > 0):
 			return fmt.Errorf("%s: after is a percent of the timeout (50%%) or a duration (10m), and must be set", step)
 		case e.AfterPercent >= 100:
