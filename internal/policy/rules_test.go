@@ -33,3 +33,16 @@ func TestAStandInDecidesWhereTheOneStoodInForMayAndCountsAsThem(t *testing.T) {
 		require.ErrorContains(t, err, c.want, c.name)
 	}
 }
+
+func TestAnEscalationStepNeverWidensARuleThatNamesNoDeciders(t *testing.T) {
+	fourEyes := &Rule{Tool: "Write", SecondPerson: true}
+	require.Same(t, fourEyes, fourEyes.WithDeciders([]string{"role:oncall"}), "anyone may decide already: the step only notifies")
+	require.ErrorContains(t, fourEyes.WithDeciders([]string{"dev"}).MayDecide("dev", "approve", "dev"), "second person")
+
+	leads := &Rule{Tool: "Write", Deciders: []string{"alice"}, SecondPerson: true}
+	wider := leads.WithDeciders([]string{"bob", "dev"})
+	require.Equal(t, []string{"alice"}, leads.Deciders, "the rule itself is unchanged")
+	require.NoError(t, wider.MayDecide("bob", "approve", "dev"))
+	require.ErrorContains(t, wider.MayDecide("dev", "approve", "dev"), "second person", "a step that names the sender does not let them decide their own call")
+	require.Nil(t, (*Rule)(nil).WithDeciders([]string{"bob"}))
+}
