@@ -230,7 +230,9 @@ func TestAFrozenGateAsksEveryProtectedCallAndTellsEveryOpenStream(t *testing.T) 
 	bypass.Body.Close()
 	require.Equal(t, http.StatusLocked, bypass.StatusCode)
 
-	// Thawed, both open streams are told.
+	// Only an admin thaws it; thawed, both open streams are told.
+	status, body = admin("/admin/thaw", aliceTok, `{"reason":"I need my grant back"}`)
+	require.Equal(t, http.StatusForbidden, status, body)
 	status, body = admin("/admin/thaw", rootToken, `{"reason":"resolved"}`)
 	require.Equal(t, http.StatusOK, status, body)
 	require.Equal(t, "root", untilNotice(t, msgs, &seq, protocol.EventGateThawed).By)
