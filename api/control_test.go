@@ -83,9 +83,9 @@ func TestAStandInDecidesForWhomTheyStandInAndTheLedgerSaysSo(t *testing.T) {
 	// Only an admin sets a stand-in; nonsense is refused, saying why.
 	status, body := put(aliceTok, `{"from":"alice","to":"bob","until":"`+until+`"}`)
 	require.Equal(t, http.StatusForbidden, status, body)
-	status, body = put(rootToken, `{"from":"alice","to":"alice","until":"`+until+`"}`)
+	status, body = put(rootToken, `{"from":"alice","to":" alice\t","until":"`+until+`"}`)
 	require.Equal(t, http.StatusBadRequest, status, body)
-	require.Contains(t, body, "cannot stand in for themself")
+	require.Contains(t, body, "cannot stand in for themself", "spaces around a name make no one else")
 	status, body = put(rootToken, `{"from":"alice","to":"bob","until":"`+until+`","reason":"holiday"}`)
 	require.Equal(t, http.StatusOK, status, body)
 	var set protocol.Delegations
