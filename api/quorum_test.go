@@ -206,3 +206,35 @@ func TestOnePersonCannotReachAQuorumWithTheirTokenAndTheNoticesLink(t *testing.T
 	}
 	require.Equal(t, []string{"alice", "bob"}, by)
 }
+
+func TestASubagentsQuorumCallTakesVotesFromDistinctPrincipalsAsATurnsDoes(t *testing.T) {
+	t.Parallel()
+	st := newStack(t, withSettings(func(s *workflows.Settings) {
+		s.Agents = []workflows.AgentDef{notetaker}
+		s.Rules = []workflows.Rule{{Tool: protocol.ToolWrite, Require: workflows.RequireAlways, Quorum: 2}}
+	}))
+	api, tokens := quorumAPI(t, st)
+	_, msgs := chatAs(t, api, tokens["dev"], `{"query":"use a subagent to take notes","conversationId":"quorum-subagent"}`)
+	seq := 0
+	events := untilEvent(t, msgs, &seq, "subagent_approval_request", 1)
+	req := events[len(events)-1]
+	require.Equal(t, protocol.ToolWrite, req.ToolName)
+	require.Equal(t, 2, req.Votes.Quorum, "the parent's stream shows the subagent's quorum")
+
+	_, res, body := voteAs(t, api, tokens["alice"], req.RequestID, `"decision":"approve"`)
+	require.True(t, res.Accepted && res.Pending, body)
+	_, res, body = voteAs(t, api, tokens["alice"], req.RequestID, `"decision":"approve","reason":"again"`)
+	require.Equal(t, protocol.RejectVoted, res.Reason, body)
+	_, res, body = voteAs(t, api, tokens["bob"], req.RequestID, `"decision":"approve"`)
+	require.True(t, res.Accepted && !res.Pending, body)
+
+	rest := untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
+	var voters []string
+	for _, e := range append(events, rest...) {
+		if e.Type == protocol.EventSubagentPrefix+protocol.EventApprovalVote {
+			voters = append(voters, e.By)
+		}
+	}
+	require.Equal(t, []string{"alice", "bob"}, voters)
+	require.Contains(t, findType(rest, protocol.EventToolResult).ToolResults[0].Result, "Write ran", "the subagent's Write ran after the second vote")
+}
