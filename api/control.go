@@ -93,6 +93,11 @@ func adminName(c *gin.Context) string {
 // control workflow when it is not running (update-with-start), and keeps
 // the state it answers. A refusal is a badRequestError that says why, or
 // errUnknownDelegation.
+//
+// A control workflow started again starts from the state the last one
+// held (which its query still answers once it is closed): an operator who
+// terminated it must not thaw the gate, or drop the stand-ins, as a side
+// effect of the next change, with no row in the ledger that says so.
 func (s *Server) changeControl(ctx context.Context, name string, in any) (contract.ControlState, error) {
 	release, err := s.calls.acquire("change the gate's control")
 	if err != nil {
@@ -101,11 +106,15 @@ func (s *Server) changeControl(ctx context.Context, name string, in any) (contra
 	defer release()
 	ctx, cancel := context.WithTimeout(ctx, controlTimeout)
 	defer cancel()
+	last, err := contract.ReadControl(ctx, s.client)
+	if err != nil {
+		return contract.ControlState{}, fmt.Errorf("read the gate's control workflow %s before changing it: %w", contract.ControlWorkflowID, err)
+	}
 	start := s.client.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
 		ID:                       contract.ControlWorkflowID,
 		TaskQueue:                s.taskQueue,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-	}, contract.ControlWorkflow, contract.ControlInput{})
+	}, contract.ControlWorkflow, contract.ControlInput{State: last})
 	h, err := s.client.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
 		StartWorkflowOperation: start,
 		UpdateOptions: client.UpdateWorkflowOptions{

@@ -15,6 +15,7 @@ import (
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
+	"github.com/tollgate/tollgate/workflows/contract"
 )
 
 // Tokens of the control tests: an admin, two who decide, one who sends.
@@ -82,9 +83,9 @@ func TestAStandInDecidesForWhomTheyStandInAndTheLedgerSaysSo(t *testing.T) {
 	// Only an admin sets a stand-in; nonsense is refused, saying why.
 	status, body := put(aliceTok, `{"from":"alice","to":"bob","until":"`+until+`"}`)
 	require.Equal(t, http.StatusForbidden, status, body)
-	status, body = put(rootToken, `{"from":"alice","to":"alice","until":"`+until+`"}`)
+	status, body = put(rootToken, `{"from":"alice","to":" alice\t","until":"`+until+`"}`)
 	require.Equal(t, http.StatusBadRequest, status, body)
-	require.Contains(t, body, "cannot stand in for themself")
+	require.Contains(t, body, "cannot stand in for themself", "spaces around a name make no one else")
 	status, body = put(rootToken, `{"from":"alice","to":"bob","until":"`+until+`","reason":"holiday"}`)
 	require.Equal(t, http.StatusOK, status, body)
 	var set protocol.Delegations
@@ -229,7 +230,9 @@ func TestAFrozenGateAsksEveryProtectedCallAndTellsEveryOpenStream(t *testing.T) 
 	bypass.Body.Close()
 	require.Equal(t, http.StatusLocked, bypass.StatusCode)
 
-	// Thawed, both open streams are told.
+	// Only an admin thaws it; thawed, both open streams are told.
+	status, body = admin("/admin/thaw", aliceTok, `{"reason":"I need my grant back"}`)
+	require.Equal(t, http.StatusForbidden, status, body)
 	status, body = admin("/admin/thaw", rootToken, `{"reason":"resolved"}`)
 	require.Equal(t, http.StatusOK, status, body)
 	require.Equal(t, "root", untilNotice(t, msgs, &seq, protocol.EventGateThawed).By)
@@ -256,4 +259,36 @@ func TestAFrozenGateAsksEveryProtectedCallAndTellsEveryOpenStream(t *testing.T) 
 		kinds = append(kinds, r.Kind)
 	}
 	require.ElementsMatch(t, []string{audit.KindFreeze, audit.KindThaw, audit.KindFreeze}, kinds)
+}
+
+func TestAFreezeOutlivesAnOperatorWhoTerminatesTheControlWorkflow(t *testing.T) {
+	t.Parallel()
+	st := newStack(t)
+	o := st.apiOptions()
+	o.Tokens = controlTokens
+	api := serveAPI(t, NewServer(o))
+	resp, body := send(t, http.MethodPost, api.URL+"/admin/freeze", "Bearer "+rootToken, `{"reason":"incident"}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	require.NoError(t, st.client.TerminateWorkflow(context.Background(), contract.ControlWorkflowID, "", "an operator tidies up"))
+
+	// The next change starts the control workflow again: from the state
+	// the last one held, not from nothing, which would thaw the gate with
+	// no thaw in the ledger.
+	until := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+	resp, body = send(t, http.MethodPut, api.URL+"/delegations", "Bearer "+rootToken, `{"from":"alice","to":"bob","until":"`+until+`"}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	resp, body = send(t, http.MethodGet, api.URL+"/admin/freeze", "Bearer "+devTok, "")
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	require.Contains(t, body, `"frozen":true`)
+	require.Contains(t, body, `"reason":"incident"`)
+	st2, err := contract.ReadControl(context.Background(), st.client)
+	require.NoError(t, err)
+	require.True(t, st2.Freeze.Frozen)
+	require.Len(t, st2.Delegations, 1)
+
+	ids := map[string]bool{}
+	for _, r := range ledgerOf(t, st, "root") {
+		ids[r.ID] = true
+	}
+	require.Len(t, ids, 2, "the freeze's row and the delegation's, neither written over")
 }

@@ -205,7 +205,7 @@ func TestConsoleShowsVotesSoFarAndTwoPrincipalsReachTheQuorum(t *testing.T) {
 	require.Equal(t, 2, eval[int](b, count(write+` [data-testid="approval-vote"]`)))
 }
 
-func TestALinkVotesOnceOnAQuorumCallAndATokenCastsTheSecondVote(t *testing.T) {
+func TestOnePersonCannotReachAQuorumWithTheirTokenAndTheNoticesLink(t *testing.T) {
 	t.Parallel()
 	st, sink, _ := linkStack(t, withSettings(func(s *workflows.Settings) {
 		s.Rules = []workflows.Rule{
@@ -213,31 +213,61 @@ func TestALinkVotesOnceOnAQuorumCallAndATokenCastsTheSecondVote(t *testing.T) {
 			{Tool: protocol.ToolWrite, Require: workflows.RequireNever},
 		}
 	}))
-	_, msgs := st.chat(t, `{"query":"one","conversationId":"quorum-links"}`)
+	api, tokens := quorumAPI(t, st)
+	_, msgs := chatAs(t, api, tokens["dev"], `{"query":"one","conversationId":"quorum-links"}`)
 	seq := 0
 	bash := requestsByTool(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 1))["Bash"]
 	notice := sink.of(t, activities.NoticeApprovalRequest, "Bash")
 
-	status, page := postLink(t, st.api.URL, notice.ApproveURL, nil)
-	require.Equal(t, http.StatusOK, status, page)
-	require.Contains(t, page, "Vote recorded: Bash")
-	require.Contains(t, page, "vote recorded, 1 of 2 approvals")
-	status, page = postLink(t, st.api.URL, notice.ApproveURL, nil)
-	require.Equal(t, http.StatusConflict, status, page)
-	require.Contains(t, page, "a link has voted on it already")
-
-	// An API without tokens names nobody, and cannot vote; alice's token
-	// can.
-	require.Equal(t, protocol.RejectForbidden, postDecision(t, st.api, bash.RequestID, protocol.DecisionApprove, "", false))
-	api, tokens := quorumAPI(t, st)
 	_, res, body := voteAs(t, api, tokens["alice"], bash.RequestID, `"decision":"approve"`)
+	require.True(t, res.Accepted && res.Pending, body)
+	// Alice holds the notice's link too: a link names no one, so it
+	// cannot be the second vote (nor an API without tokens).
+	status, page := postLink(t, st.api.URL, notice.ApproveURL, nil)
+	require.Equal(t, http.StatusConflict, status, page)
+	require.Contains(t, page, "a link names no one")
+	require.Equal(t, protocol.RejectForbidden, postDecision(t, st.api, bash.RequestID, protocol.DecisionApprove, "", false))
+
+	_, res, body = voteAs(t, api, tokens["bob"], bash.RequestID, `"decision":"approve"`)
 	require.True(t, res.Accepted && !res.Pending, body)
 	events := untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
 	var by []string
 	for _, v := range ofType(events, protocol.EventApprovalVote) {
 		by = append(by, v.By)
 	}
-	require.Equal(t, []string{protocol.PrincipalLink, "alice"}, by)
+	require.Equal(t, []string{"alice", "bob"}, by)
+}
+
+func TestASubagentsQuorumCallTakesVotesFromDistinctPrincipalsAsATurnsDoes(t *testing.T) {
+	t.Parallel()
+	st := newStack(t, withSettings(func(s *workflows.Settings) {
+		s.Agents = []workflows.AgentDef{notetaker}
+		s.Rules = []workflows.Rule{{Tool: protocol.ToolWrite, Require: workflows.RequireAlways, Quorum: 2}}
+	}))
+	api, tokens := quorumAPI(t, st)
+	_, msgs := chatAs(t, api, tokens["dev"], `{"query":"use a subagent to take notes","conversationId":"quorum-subagent"}`)
+	seq := 0
+	events := untilEvent(t, msgs, &seq, "subagent_approval_request", 1)
+	req := events[len(events)-1]
+	require.Equal(t, protocol.ToolWrite, req.ToolName)
+	require.Equal(t, 2, req.Votes.Quorum, "the parent's stream shows the subagent's quorum")
+
+	_, res, body := voteAs(t, api, tokens["alice"], req.RequestID, `"decision":"approve"`)
+	require.True(t, res.Accepted && res.Pending, body)
+	_, res, body = voteAs(t, api, tokens["alice"], req.RequestID, `"decision":"approve","reason":"again"`)
+	require.Equal(t, protocol.RejectVoted, res.Reason, body)
+	_, res, body = voteAs(t, api, tokens["bob"], req.RequestID, `"decision":"approve"`)
+	require.True(t, res.Accepted && !res.Pending, body)
+
+	rest := untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
+	var voters []string
+	for _, e := range append(events, rest...) {
+		if e.Type == protocol.EventSubagentPrefix+protocol.EventApprovalVote {
+			voters = append(voters, e.By)
+		}
+	}
+	require.Equal(t, []string{"alice", "bob"}, voters)
+	require.Contains(t, findType(rest, protocol.EventToolResult).ToolResults[0].Result, "Write ran", "the subagent's Write ran after the second vote")
 }
 
 // TestTheInboxShowsVotesSoFarAndWhoMayStillVote reads a quorum call from

@@ -109,7 +109,9 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	admin := contract.NewControlWatcher()
+	// Until it reads the control workflow, the worker holds the gate
+	// frozen: it may be starting in the middle of a freeze.
+	admin := contract.NewFrozenControlWatcher()
 	w := newWorker(c, cfg, parts{rules: rules, mcp: mcpServers, ledger: ledger, searchAttributes: searchAttributes,
 		realWorkspace: realWorkspace, agents: agentDefs, admin: admin})
 	if err := w.Start(); err != nil {
@@ -118,7 +120,13 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	// The freeze reaches this worker's turns within a poll: the control
 	// workflow's query is answered by a worker, perhaps this one, so the
 	// first read waits until it has started.
-	go admin.Watch(ctx, c, func(err error) { log.Debug("cannot read the gate's control workflow", "error", err) })
+	go admin.Watch(ctx, c, func(err error) {
+		if admin.State() == nil {
+			log.Warn("cannot read the gate's control workflow yet: every protected call asks, as if the gate were frozen, until it can", "error", err)
+			return
+		}
+		log.Debug("cannot read the gate's control workflow: the freeze read last holds", "error", err)
+	})
 	log.Info("worker started", "taskQueue", cfg.TaskQueue, "temporal", cfg.TemporalAddress,
 		"workspace", cfg.Workspace, "requiredTools", cfg.RequiredTools, "model", cfg.OpenAIModel, "subagents", len(agentDefs), "policyRules", len(rules), "notices", cfg.NotifyURL != "", "links", cfg.NotifyURL != "" && cfg.Links != nil,
 		"audit", auditWhere(ledger), "workflowCacheSize", cfg.WorkflowCacheSize, "mcpTools", len(mcpServers.Specs()), "tracing", tracing.On(), "bashIsolation", activities.BashIsolation(), "bashSandbox", bashSandbox(cfg))

@@ -37,8 +37,14 @@ type control struct {
 // the state, after controlChangesPerRun changes.
 func (w *Workflows) Control(ctx workflow.Context, in contract.ControlInput) error {
 	c := &control{state: in.State}
-	if c.state.Epoch == "" {
-		c.state.Epoch = workflow.GetInfo(ctx).WorkflowExecution.RunID
+	info := workflow.GetInfo(ctx)
+	// A run made by a reset (its original run ID is another's) counts
+	// its changes again from an earlier point: a new epoch makes the
+	// watchers take its state, which they would drop as older than the
+	// one they hold, and names its ledger rows apart from those of the
+	// changes it undid.
+	if reset := info.OriginalRunID != "" && info.OriginalRunID != info.WorkflowExecution.RunID; c.state.Epoch == "" || reset {
+		c.state.Epoch = info.WorkflowExecution.RunID
 	}
 	c.state.Delegations = live(c.state.Delegations, workflow.Now(ctx))
 	if err := workflow.SetQueryHandler(ctx, contract.ControlQuery, func() (contract.ControlState, error) {

@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"cmp"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -299,14 +300,16 @@ func voterOf(d protocol.ApprovalDecision) string {
 }
 
 // checkVote says why d cannot be a vote on a, a request of a rule with a
-// quorum: it names nobody, its voter has voted, or it asks for what votes
-// cannot share (edited arguments, a grant, an unconfined run).
+// quorum: it names nobody (no principal, a signed link's, or a signal's
+// that named none: whoever holds a link may also hold a token, and would
+// count twice), its voter has voted, or it asks for what votes cannot
+// share (edited arguments, a grant, an unconfined run).
 func checkVote(a *approval, d protocol.ApprovalDecision) error {
 	voter := voterOf(d)
 	reason, err := "", error(nil)
 	switch {
-	case voter == "":
-		reason, err = protocol.RejectForbidden, errors.New("its rule needs a quorum of votes from distinct people, and this one names nobody: decide with an API token")
+	case voter == "", voter == protocol.PrincipalLink, voter == protocol.PrincipalTemporal:
+		reason, err = protocol.RejectForbidden, fmt.Errorf("its rule needs a quorum of votes from distinct people, and this one names nobody (%s): vote with an API token", cmp.Or(voter, "no principal"))
 	case slices.ContainsFunc(a.votes, func(v protocol.Vote) bool { return v.Voted(voter) }):
 		reason, err = protocol.RejectVoted, fmt.Errorf("%q has voted on it already: its rule needs votes from distinct people", voter)
 	case slices.ContainsFunc(a.votes, func(v protocol.Vote) bool { return v.Voted(d.OnBehalfOf) }):

@@ -200,13 +200,23 @@ func TestOneDeclineDeclinesAQuorumCallUnlessTheRuleAsksForMore(t *testing.T) {
 
 func TestAQuorumCallWithOneApprovalOfTwoTimesOut(t *testing.T) {
 	h := newHarness(t, quorumSettings(Rule{Quorum: 2}), calls(call("b", "Bash", `{"command":"make deploy"}`)))
+	var byLink, byNobody *updateOutcome
 	h.env.RegisterDelayedCallback(func() {
-		require.NoError(t, h.decide(vote(h.requestID("Bash"), "alice", protocol.DecisionApprove)).rejected)
+		id := h.requestID("Bash")
+		require.NoError(t, h.decide(vote(id, "alice", protocol.DecisionApprove)).rejected)
+		// A signed link, and a signal that names nobody, name no person:
+		// alice, who holds the notice's link too, must not count twice.
+		byLink = h.decide(vote(id, protocol.PrincipalLink, protocol.DecisionApprove))
+		byNobody = h.decide(vote(id, protocol.PrincipalTemporal, protocol.DecisionApprove))
 	}, time.Minute)
 
 	out := h.runTurn(userTurn("deploy"))
 
 	require.Empty(t, h.ranTools())
+	for _, o := range []*updateOutcome{byLink, byNobody} {
+		require.Equal(t, protocol.RejectForbidden, contract.RejectionReason(o.rejected))
+		require.ErrorContains(t, o.rejected, "names nobody")
+	}
 	require.Equal(t, protocol.DecisionTimeout, findEvent(t, out.Events, protocol.EventApprovalDecision).Decision)
 	require.Len(t, ofType(out.Events, protocol.EventApprovalVote), 1)
 }

@@ -189,6 +189,10 @@ func (c *Checker) Row(r *Record, latest *Entry) bool {
 		return true
 	case r == nil:
 		return c.bad(latest.Seq, latest.ID, "row %s, of entry %d, is missing", latest.ID, latest.Seq)
+	case latest == nil && r.Hash == "":
+		// Written by a build without the chain (an earlier release's
+		// worker, during a rolling upgrade), or by hand.
+		return c.bad(0, r.ID, "row %s is in no entry of the chain, and has no hash: a worker or API of a release before the chain wrote it (upgrade every one), or someone wrote it by hand", r.ID)
 	case latest == nil:
 		return c.bad(0, r.ID, "row %s is in no entry of the chain", r.ID)
 	}

@@ -198,12 +198,13 @@ func tamperings(postgres bool) []tampering {
 			problem: "row r2, of entry 4, is missing",
 		},
 		{
+			// As a worker of the release before the chain writes one.
 			name: "a row added",
 			change: func(t *testing.T, db *sql.DB, _ []audit.Entry) {
 				exec(t, db, "INSERT INTO tollgate_audit (id, stage, tool) VALUES ('r0', 3, 'Bash')")
 			},
 			want:    audit.Bad{ID: "r0"},
-			problem: "row r0 is in no entry of the chain",
+			problem: "row r0 is in no entry of the chain, and has no hash: a worker or API of a release before the chain wrote it",
 		},
 		{
 			name: "the last entry deleted",
@@ -303,10 +304,35 @@ func testExportVerifiesOffline(t *testing.T, l *auditdb.Ledger) {
 // testConcurrentWritersKeepOneChain writes from several goroutines on two
 // handles of the database at once, each call's stages in order and each
 // write twice (a retry), and checks that the chain holds together with an
-// entry for each version and no more.
+// entry for each version and no more. Verify runs on the other handle all
+// the while, and always finds the chain whole: its snapshot never sees a
+// row without its entry, or an entry without its row.
 func testConcurrentWritersKeepOneChain(t *testing.T, a, b *auditdb.Ledger) {
 	ctx := context.Background()
 	const writers, calls = 8, 15
+	done := make(chan struct{})
+	verified := make(chan int)
+	go func() {
+		n := 0
+		defer func() { verified <- n }()
+		for {
+			v, err := b.Verify(ctx, "")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if !v.OK {
+				t.Errorf("verify while writes go on: %+v", v.FirstBad)
+				return
+			}
+			n++
+			select {
+			case <-done:
+				return
+			default:
+			}
+		}
+	}()
 	var wg sync.WaitGroup
 	for w := range writers {
 		l := a
@@ -327,6 +353,8 @@ func testConcurrentWritersKeepOneChain(t *testing.T, a, b *auditdb.Ledger) {
 		})
 	}
 	wg.Wait()
+	close(done)
+	require.Positive(t, <-verified)
 	v := verify(t, a, "")
 	require.True(t, v.OK, "%+v", v.FirstBad)
 	require.Equal(t, int64(writers*calls*2), v.Entries, "asked and ended, once each")

@@ -133,6 +133,8 @@ tools:
 	for _, tc := range []struct{ yaml, err string }{
 		{"quorum: 3\n    deciders: [alice, bob]", "quorum 3 needs as many deciders, and only 2 are named"},
 		{"quorum: -1", "quorum -1 is negative"},
+		{"quorum: 2\n    deciders: [alice, link]", "deciders lists link or temporal, who name no person and cannot vote"},
+		{"quorum: 2\n    escalate: [{after: 50%, to: [temporal]}]", "escalate step 1: to lists link or temporal"},
 		{"escalate: [{after: soon, to: [bob]}]", `after "soon" is neither a percent`},
 		{"escalate: [{after: 120%, to: [bob]}]", `after "120%" is not a percent between 1% and 99%`},
 		{"escalate: [{after: 50%}]", "escalate step 1: to names nobody"},

@@ -215,6 +215,8 @@ func (r Rule) validateVoting() error {
 		return fmt.Errorf("tool %s: quorum %d is negative", r.Tool, r.Quorum)
 	case r.Declines < 0:
 		return fmt.Errorf("tool %s: declines %d is negative", r.Tool, r.Declines)
+	case r.Voting() && slices.ContainsFunc(r.Deciders, namesNobody):
+		return fmt.Errorf("tool %s: deciders lists %s or %s, who name no person and cannot vote on a quorum: list the people", r.Tool, protocol.PrincipalLink, protocol.PrincipalTemporal)
 	case r.Quorum > 1 && len(r.Deciders) > 0 && !slices.ContainsFunc(r.Deciders, isRole) && len(r.Deciders) < r.Quorum:
 		return fmt.Errorf("tool %s: quorum %d needs as many deciders, and only %d are named (%s)", r.Tool, r.Quorum, len(r.Deciders), strings.Join(r.Deciders, ", "))
 	case (r.Quorum > 1 || r.Declines > 1) && r.Require == RequireNever:
@@ -225,6 +227,8 @@ func (r Rule) validateVoting() error {
 		switch {
 		case len(e.To) == 0:
 			return fmt.Errorf("%s: to names nobody: list principals or role:NAME", step)
+		case r.Voting() && slices.ContainsFunc(e.To, namesNobody):
+			return fmt.Errorf("%s: to lists %s or %s, who name no person and cannot vote on a quorum: list the people", step, protocol.PrincipalLink, protocol.PrincipalTemporal)
 		case (e.After > 0) == (e.AfterPercent > 0):
 			return fmt.Errorf("%s: after is a percent of the timeout (50%%) or a duration (10m), and must be set", step)
 		case e.AfterPercent >= 100:
@@ -255,6 +259,12 @@ func (r Rule) validateVoting() error {
 
 // isRole reports whether a Deciders entry names a role.
 func isRole(d string) bool { return strings.HasPrefix(d, DeciderRolePrefix) }
+
+// namesNobody reports whether a Deciders entry is who a signed link's or
+// an unnamed signal's decisions are recorded as: no person.
+func namesNobody(d string) bool {
+	return d == protocol.PrincipalLink || d == protocol.PrincipalTemporal
+}
 
 // CheckWhen says why expr is not an expression EvalWhen can evaluate, or
 // nil: a grant's scope is checked with it before the grant is made, so a

@@ -62,3 +62,16 @@ func TestARoleDeciderIsThePermissionOrATeamRoleOfTheDecision(t *testing.T) {
 	// A rule that names an empty role takes no decision by an empty team.
 	require.Error(t, (&Rule{Tool: "Pay", Deciders: []string{"role:"}}).MayDecide("gina", "", []string{""}, "dev"))
 }
+
+func TestAnEscalationStepNeverWidensARuleThatNamesNoDeciders(t *testing.T) {
+	fourEyes := &Rule{Tool: "Write", SecondPerson: true}
+	require.Same(t, fourEyes, fourEyes.WithDeciders([]string{"role:oncall"}), "anyone may decide already: the step only notifies")
+	require.ErrorContains(t, fourEyes.WithDeciders([]string{"dev"}).MayDecide("dev", "approve", nil, "dev"), "second person")
+
+	leads := &Rule{Tool: "Write", Deciders: []string{"alice"}, SecondPerson: true}
+	wider := leads.WithDeciders([]string{"bob", "dev"})
+	require.Equal(t, []string{"alice"}, leads.Deciders, "the rule itself is unchanged")
+	require.NoError(t, wider.MayDecide("bob", "approve", nil, "dev"))
+	require.ErrorContains(t, wider.MayDecide("dev", "approve", nil, "dev"), "second person", "a step that names the sender does not let them decide their own call")
+	require.Nil(t, (*Rule)(nil).WithDeciders([]string{"bob"}))
+}

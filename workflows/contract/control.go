@@ -109,17 +109,31 @@ const controlQueryTimeout = 5 * time.Second
 // ControlWatcher keeps the newest ControlState it read from the control
 // workflow: the worker's turns read the freeze from it, the API its
 // stand-ins and its streams its changes. Its zero state (no control
-// workflow, or none read yet) is not frozen, without stand-ins.
+// workflow) is not frozen, without stand-ins; before its first read it
+// is not frozen either, unless made by NewFrozenControlWatcher.
 type ControlWatcher struct {
 	state atomic.Pointer[ControlState]
 	mu    sync.Mutex
 	// changed is closed, and replaced, when the freeze changes.
 	changed chan struct{}
+	// unread is what Frozen says before the first read.
+	unread bool
 }
 
 // NewControlWatcher makes a watcher that has read nothing yet.
 func NewControlWatcher() *ControlWatcher {
 	return &ControlWatcher{changed: make(chan struct{})}
+}
+
+// NewFrozenControlWatcher makes a watcher whose Frozen is true until its
+// first read: a worker that starts (or restarts) while the gate is
+// frozen must not let a grant, sandbox: auto or bypassApproval answer a
+// call before it has read the freeze. A control workflow that was never
+// started reads as not frozen.
+func NewFrozenControlWatcher() *ControlWatcher {
+	w := NewControlWatcher()
+	w.unread = true
+	return w
 }
 
 // State is the newest state read, or nil before any.
@@ -133,7 +147,10 @@ func (w *ControlWatcher) State() *ControlState {
 // Frozen reports whether the newest state read says the gate is frozen.
 func (w *ControlWatcher) Frozen() bool {
 	s := w.State()
-	return s != nil && s.Freeze.Frozen
+	if s == nil {
+		return w != nil && w.unread
+	}
+	return s.Freeze.Frozen
 }
 
 // Changed is closed when the freeze changes after it is called.

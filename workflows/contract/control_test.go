@@ -59,3 +59,12 @@ func TestAStandInIsFoundOnlyWithinTheDelegationsPeriod(t *testing.T) {
 	require.Empty(t, s.StandInFor("alice", at), "the one away stands in for nobody")
 	require.Empty(t, s.StandInFor("", at))
 }
+
+func TestAWorkersWatcherHoldsTheGateFrozenUntilItsFirstRead(t *testing.T) {
+	w := NewFrozenControlWatcher()
+	require.True(t, w.Frozen(), "a worker starting in a freeze must not answer by grant before it reads it")
+	w.Set(ControlState{})
+	require.False(t, w.Frozen(), "read: no control workflow, not frozen")
+	w.Set(ControlState{Epoch: "e1", Changes: 1, Freeze: protocol.GateFreeze{Frozen: true, By: "root"}})
+	require.True(t, w.Frozen())
+}
