@@ -209,8 +209,49 @@ func (s *Server) Crash() error {
 
 // Pause stops the server's processes with SIGSTOP, as a machine that has
 // stopped scheduling them would: connections stay open and nothing is
-// answered until Resume.
-func (s *Server) Pause() error { return s.signal(syscall.SIGSTOP) }
+// answered until Resume. It returns once every thread of the server has
+// stopped (a busy machine may run one a while after the signal), so a call
+// made after it is never answered before Resume.
+func (s *Server) Pause() error {
+	if err := s.signal(syscall.SIGSTOP); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	pid := s.cmd.Process.Pid
+	s.mu.Unlock()
+	deadline := time.Now().Add(10 * time.Second)
+	for !allStopped(pid) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("devserver: %s: threads still running 10s after SIGSTOP", s.HostPort)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return nil
+}
+
+// allStopped reports whether every thread of process pid is stopped (state
+// T or t in /proc/PID/task/TID/stat), or the process is gone.
+func allStopped(pid int) bool {
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+	if err != nil || len(tasks) == 0 {
+		return true
+	}
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			continue // the thread ended
+		}
+		// pid (comm) state ...: comm may hold spaces and parentheses.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 || i+2 >= len(b) {
+			return false
+		}
+		if st := b[i+2]; st != 'T' && st != 't' {
+			return false
+		}
+	}
+	return true
+}
 
 // Resume continues a paused server with SIGCONT.
 func (s *Server) Resume() error { return s.signal(syscall.SIGCONT) }
