@@ -190,7 +190,7 @@ func (h *hub) known(ctx context.Context, turnID string) (bool, error) {
 		if isServerUnavailable(err) || (errors.Is(err, errNotDescribed) && isUnavailable(err)) {
 			return false, err
 		}
-		h.log.Debug("cannot tell whether the turn exists; streaming it", "turnId", turnID, "error", err)
+		h.log.Warn("cannot tell whether the turn exists; streaming it", "turnId", turnID, "error", err)
 		return true, nil
 	}
 	return ok, nil
