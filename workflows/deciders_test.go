@@ -94,3 +94,34 @@ func TestARoleDeciderTakesADecisionWhoseTeamsNameIt(t *testing.T) {
 	require.Equal(t, map[string]string{"b": "erin ", "w": "carol approve"}, by)
 	require.ElementsMatch(t, []string{"Bash", "Write"}, h.ranTools())
 }
+
+// A signed link names no one: under second_person it cannot show that its
+// holder is not the sender, so its decision is refused; elsewhere it
+// decides as before. (Settings recorded before LinksNotSecondPerson take
+// it, as they did: the replay corpus holds them.)
+func TestASignedLinkCannotBeTheSecondPerson(t *testing.T) {
+	settings := testSettings()
+	settings.Rules = []Rule{
+		{Tool: protocol.ToolBash, Require: RequireAlways},
+		{Tool: protocol.ToolWrite, Require: RequireAlways, SecondPerson: true},
+	}
+	h := newHarness(t, settings, calls(
+		call("b", "Bash", `{"command":"make deploy"}`),
+		call("w", "Write", `{"file_path":"a","content":"b"}`),
+	))
+	var bash, write *updateOutcome
+	h.env.RegisterDelayedCallback(func() {
+		bash = h.decide(protocol.ApprovalDecision{RequestID: h.requestID("Bash"), Decision: protocol.DecisionApprove, Principal: protocol.PrincipalLink})
+		write = h.decide(protocol.ApprovalDecision{RequestID: h.requestID("Write"), Decision: protocol.DecisionApprove, Principal: protocol.PrincipalLink})
+	}, time.Minute)
+	in := userTurn("deploy")
+	in.Sender = "dev"
+
+	out := h.runTurn(in)
+
+	require.NoError(t, bash.rejected, "a link decides a call that needs no second person")
+	require.Equal(t, protocol.RejectForbidden, contract.RejectionReason(write.rejected))
+	require.ErrorContains(t, write.rejected, "a signed link names no one")
+	require.Equal(t, []string{"Bash"}, h.ranTools(), "the Write timed out")
+	require.True(t, out.Events[len(out.Events)-1].Type == protocol.EventFinish)
+}

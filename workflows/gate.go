@@ -276,6 +276,9 @@ func (g *gate) validate(ctx workflow.Context, d protocol.ApprovalDecision) error
 	if err := rule.MayDecideFor(d.Principal, d.Role, d.Teams, d.OnBehalfOf, g.sender); err != nil {
 		return rejection(protocol.RejectForbidden, fmt.Errorf("approval request %q: %w", d.RequestID, err))
 	}
+	if rule != nil && rule.SecondPerson && g.settings.LinksNotSecondPerson && d.Principal == protocol.PrincipalLink {
+		return rejection(protocol.RejectForbidden, fmt.Errorf("approval request %q: %s calls need a second person, and a signed link names no one, so it cannot show its holder did not send the message: decide with an API token", d.RequestID, a.Call.Name))
+	}
 	if err := d.Check(); err != nil {
 		return fmt.Errorf("approval request %q: %w", d.RequestID, err)
 	}

@@ -105,6 +105,11 @@ type Settings struct {
 	// (settings recorded before it, or a worker whose machine cannot start
 	// the sandbox) when it only runs once approved, as it is.
 	BashSandbox string `json:"bashSandbox,omitempty"`
+	// LinksNotSecondPerson, recorded true by this build (recorded), refuses
+	// a signed link's decision of a call whose rule needs a second person:
+	// a link names no one, so it cannot show its holder is not the sender.
+	// Settings recorded before it take link decisions there, as they did.
+	LinksNotSecondPerson bool `json:"linksNotSecondPerson,omitempty"`
 	// PatchLevel is the patch level of the build that began the workflow
 	// (patches.go): set when its settings are recorded, never by
 	// withDefaults, so that settings recorded before levels stay at 0.
@@ -120,6 +125,7 @@ type Settings struct {
 func (s Settings) recorded() Settings {
 	s = s.withDefaults()
 	s.PatchLevel = cmp.Or(s.beginAt, PatchLevel)
+	s.LinksNotSecondPerson = true
 	return s
 }
 
