@@ -188,7 +188,7 @@ func refusalText(reason string) string {
 	case protocol.RejectExpired:
 		return "The request expired before the decision came; it counts as declined."
 	case protocol.RejectForbidden:
-		return "The policy says who may decide this tool's calls, or needs votes from several people, and a link names no one: decide it in the console or the inbox."
+		return "The policy says who may decide this tool's calls, needs a second person, or needs votes from several people, and a link names no one: decide it in the console or the inbox."
 	default:
 		return "The turn no longer knows this request (" + reason + ")."
 	}

@@ -193,9 +193,14 @@ func TestSignedLinksInANoticeDecideOnceAndOnlyAsSigned(t *testing.T) {
 	require.Len(t, rows, 2, "the ledger records the link as who decided")
 }
 
+// Nor one whose rule needs a second person: a link cannot show its holder
+// did not send the message.
 func TestALinkCannotDecideACallWhoseRuleNamesItsDeciders(t *testing.T) {
 	st, sink, _ := linkStack(t, withSettings(func(s *workflows.Settings) {
-		s.Rules = []workflows.Rule{{Tool: "Bash", Require: workflows.RequireAlways, Deciders: []string{"alice"}}}
+		s.Rules = []workflows.Rule{
+			{Tool: "Bash", Require: workflows.RequireAlways, Deciders: []string{"alice"}},
+			{Tool: "Write", Require: workflows.RequireAlways, SecondPerson: true},
+		}
 	}))
 	_, msgs := st.chat(t, `{"query":"one","conversationId":"links-deciders"}`)
 	seq := 0
@@ -204,6 +209,10 @@ func TestALinkCannotDecideACallWhoseRuleNamesItsDeciders(t *testing.T) {
 	status, page := postLink(t, st.api.URL, bash.ApproveURL, nil)
 	require.Equal(t, http.StatusConflict, status)
 	require.Contains(t, page, "a link names no one")
+	write := sink.of(t, activities.NoticeApprovalRequest, "Write")
+	status, page = postLink(t, st.api.URL, write.ApproveURL, nil)
+	require.Equal(t, http.StatusConflict, status, page)
+	require.Contains(t, page, "needs a second person, or needs votes")
 }
 
 func TestAnAPIWithoutALinkSecretTakesNoLink(t *testing.T) {
