@@ -819,6 +819,13 @@ func (s temporalSource) Events(ctx context.Context, turnID string, after int, cl
 	}
 	v, err := s.client.QueryWorkflow(ctx, turnID, "", contract.EventsQuery, contract.EventsRequest{After: after})
 	if err != nil {
+		// A turn the worker ended for a lost payload fails its query the
+		// same way, and may be read before the watcher has seen it close.
+		if isQueryFailed(err) {
+			if lost := closedLost(ctx, s.client, turnID); lost != nil {
+				return contract.EventsResponse{}, lost
+			}
+		}
 		return contract.EventsResponse{}, fmt.Errorf("query %s of turn %s after %d: %w", contract.EventsQuery, turnID, after, err)
 	}
 	var resp contract.EventsResponse
