@@ -660,14 +660,7 @@ func (r *recorder) idle(id, turnID string) {
 // history is the whole history of run runID of workflow id (its latest
 // run when runID is ""); it fails t, which may be a wait's collector.
 func (r *recorder) history(ctx context.Context, t require.TestingT, id, runID string) *historypb.History {
-	history := &historypb.History{}
-	iter := r.c.GetWorkflowHistory(ctx, id, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-	for iter.HasNext() {
-		e, err := iter.Next()
-		require.NoError(t, err)
-		history.Events = append(history.Events, e)
-	}
-	return history
+	return fetchHistory(ctx, t, r.c, id, runID)
 }
 
 // runID is the current run of workflow id; it fails t, which is the wait's

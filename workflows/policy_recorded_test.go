@@ -2,17 +2,12 @@ package workflows_test
 
 import (
 	"context"
-	"net/http/httptest"
 	"testing"
 	"time"
 
-	openai "github.com/sashabaranov/go-openai"
 	"github.com/stretchr/testify/require"
-	enumspb "go.temporal.io/api/enums/v1"
-	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
-	"go.temporal.io/sdk/workflow"
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/devserver"
@@ -37,13 +32,7 @@ func TestPolicyAnswersAreRecordedSoReplaysNeverEvaluateThemAgain(t *testing.T) {
 	t.Cleanup(c.Close)
 	// Three keys the Bash schema knows, in random order to args.map.
 	const args = `{"command":"echo hi","timeout":5000,"description":"say hi"}`
-	model := httptest.NewServer(scripted.New(func(req openai.ChatCompletionRequest) scripted.Reply {
-		if req.Messages[len(req.Messages)-1].Role == openai.ChatMessageRoleTool {
-			return scripted.Reply{Content: "Done."}
-		}
-		return scripted.Reply{ToolCalls: []protocol.ToolCall{{ID: "call_1", Name: protocol.ToolBash, Arguments: args}}}
-	}))
-	t.Cleanup(model.Close)
+	model := oneBashCallModel(t, args)
 	tools := &activities.Tools{Workspace: t.TempDir(), BashTimeout: 10 * time.Second}
 	settings := workflows.Settings{
 		ApprovalTimeout: time.Minute,
@@ -87,18 +76,9 @@ func TestPolicyAnswersAreRecordedSoReplaysNeverEvaluateThemAgain(t *testing.T) {
 	require.Len(t, results[0].ToolResults, 1)
 	require.Equal(t, protocol.StatusOK, results[0].ToolResults[0].Status, "the call ran: %s", results[0].ToolResults[0].Result)
 
-	history := &historypb.History{}
-	iter := c.GetWorkflowHistory(ctx, run.GetID(), run.GetRunID(), false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-	for iter.HasNext() {
-		e, err := iter.Next()
-		require.NoError(t, err)
-		history.Events = append(history.Events, e)
-	}
-	replayer := worker.NewWorkflowReplayer()
-	replayer.RegisterWorkflowWithOptions((&workflows.Workflows{}).ChatTurn, workflow.RegisterOptions{Name: contract.ChatTurnWorkflow})
-	execution := workflow.Execution{ID: run.GetID(), RunID: run.GetRunID()}
+	history := fetchHistory(ctx, t, c, run.GetID(), run.GetRunID())
+	replayer := turnReplayer()
 	for i := range 40 {
-		require.NoError(t, replayer.ReplayWorkflowHistoryWithOptions(nil, history, worker.ReplayWorkflowHistoryOptions{OriginalExecution: execution}),
-			"replay %d of the turn", i+1)
+		require.NoError(t, replayRun(replayer, history, run), "replay %d of the turn", i+1)
 	}
 }

@@ -2,18 +2,13 @@ package workflows_test
 
 import (
 	"context"
-	"net/http/httptest"
 	"path/filepath"
 	"testing"
 	"time"
 
-	openai "github.com/sashabaranov/go-openai"
 	"github.com/stretchr/testify/require"
-	enumspb "go.temporal.io/api/enums/v1"
-	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
-	"go.temporal.io/sdk/workflow"
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/auditdb"
@@ -39,13 +34,7 @@ func TestAQuorumTurnWithAnEscalationReplaysItsHistory(t *testing.T) {
 	c, err := srv.Dial()
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
-	model := httptest.NewServer(scripted.New(func(req openai.ChatCompletionRequest) scripted.Reply {
-		if req.Messages[len(req.Messages)-1].Role == openai.ChatMessageRoleTool {
-			return scripted.Reply{Content: "Done."}
-		}
-		return scripted.Reply{ToolCalls: []protocol.ToolCall{{ID: "call_1", Name: protocol.ToolBash, Arguments: `{"command":"echo deploy"}`}}}
-	}))
-	t.Cleanup(model.Close)
+	model := oneBashCallModel(t, `{"command":"echo deploy"}`)
 	ledger, err := auditdb.Open(context.Background(), filepath.Join(t.TempDir(), "audit.db"))
 	require.NoError(t, err)
 	t.Cleanup(func() { ledger.Close() })
@@ -105,16 +94,7 @@ func TestAQuorumTurnWithAnEscalationReplaysItsHistory(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, page.Records, 4, "the call's row, two votes and the step")
 
-	history := &historypb.History{}
-	iter := c.GetWorkflowHistory(ctx, run.GetID(), run.GetRunID(), false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-	for iter.HasNext() {
-		e, err := iter.Next()
-		require.NoError(t, err)
-		history.Events = append(history.Events, e)
-	}
-	replayer := worker.NewWorkflowReplayer()
-	replayer.RegisterWorkflowWithOptions((&workflows.Workflows{}).ChatTurn, workflow.RegisterOptions{Name: contract.ChatTurnWorkflow})
-	require.NoError(t, replayer.ReplayWorkflowHistoryWithOptions(nil, history, worker.ReplayWorkflowHistoryOptions{
-		OriginalExecution: workflow.Execution{ID: run.GetID(), RunID: run.GetRunID()},
-	}))
+	history := fetchHistory(ctx, t, c, run.GetID(), run.GetRunID())
+	replayer := turnReplayer()
+	require.NoError(t, replayRun(replayer, history, run))
 }

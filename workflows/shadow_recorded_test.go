@@ -2,18 +2,13 @@ package workflows_test
 
 import (
 	"context"
-	"net/http/httptest"
 	"path/filepath"
 	"testing"
 	"time"
 
-	openai "github.com/sashabaranov/go-openai"
 	"github.com/stretchr/testify/require"
-	enumspb "go.temporal.io/api/enums/v1"
-	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
-	"go.temporal.io/sdk/workflow"
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/auditdb"
@@ -39,13 +34,7 @@ func TestShadowVerdictsAreRecordedSoReplaysNeverEvaluateThemAgain(t *testing.T) 
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
 	const args = `{"command":"echo hi","timeout":5000,"description":"say hi"}`
-	model := httptest.NewServer(scripted.New(func(req openai.ChatCompletionRequest) scripted.Reply {
-		if req.Messages[len(req.Messages)-1].Role == openai.ChatMessageRoleTool {
-			return scripted.Reply{Content: "Done."}
-		}
-		return scripted.Reply{ToolCalls: []protocol.ToolCall{{ID: "call_1", Name: protocol.ToolBash, Arguments: args}}}
-	}))
-	t.Cleanup(model.Close)
+	model := oneBashCallModel(t, args)
 	ledger, err := auditdb.Open(context.Background(), filepath.Join(t.TempDir(), "audit.db"))
 	require.NoError(t, err)
 	t.Cleanup(func() { ledger.Close() })
@@ -67,8 +56,7 @@ func TestShadowVerdictsAreRecordedSoReplaysNeverEvaluateThemAgain(t *testing.T) 
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	replayer := worker.NewWorkflowReplayer()
-	replayer.RegisterWorkflowWithOptions((&workflows.Workflows{}).ChatTurn, workflow.RegisterOptions{Name: contract.ChatTurnWorkflow})
+	replayer := turnReplayer()
 	rows := map[bool]int{}
 	for turn := 1; len(rows) < 2; turn++ {
 		require.LessOrEqual(t, turn, 30, "the shadow rule must answer both ways, or the replays prove nothing: %v", rows)
@@ -87,17 +75,9 @@ func TestShadowVerdictsAreRecordedSoReplaysNeverEvaluateThemAgain(t *testing.T) 
 		had := len(page.Records) > rows[true]
 		rows[had]++
 
-		history := &historypb.History{}
-		iter := c.GetWorkflowHistory(ctx, run.GetID(), run.GetRunID(), false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-		for iter.HasNext() {
-			e, err := iter.Next()
-			require.NoError(t, err)
-			history.Events = append(history.Events, e)
-		}
-		execution := workflow.Execution{ID: run.GetID(), RunID: run.GetRunID()}
+		history := fetchHistory(ctx, t, c, run.GetID(), run.GetRunID())
 		for i := range 20 {
-			require.NoError(t, replayer.ReplayWorkflowHistoryWithOptions(nil, history, worker.ReplayWorkflowHistoryOptions{OriginalExecution: execution}),
-				"replay %d of turn %d", i+1, turn)
+			require.NoError(t, replayRun(replayer, history, run), "replay %d of turn %d", i+1, turn)
 		}
 	}
 }
