@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -236,6 +237,14 @@ func (s *Server) delegate(c *gin.Context) {
 	if err := decodeBody(c, &req); err != nil {
 		writeError(c, s.log, err)
 		return
+	}
+	// A stand-in for "link" would let every notice's link decide as the
+	// one away: only people stand in, or are stood in for.
+	for _, who := range []struct{ field, name string }{{"from", req.From}, {"to", req.To}} {
+		if err := config.CheckPerson(strings.TrimSpace(who.name)); who.name != "" && err != nil {
+			writeError(c, s.log, badRequest("%s: %v", who.field, err))
+			return
+		}
 	}
 	admin := adminName(c)
 	st, err := s.changeControl(c.Request.Context(), contract.DelegateUpdate, contract.DelegateInput{By: admin, DelegationRequest: req})

@@ -86,6 +86,12 @@ func TestAStandInDecidesForWhomTheyStandInAndTheLedgerSaysSo(t *testing.T) {
 	status, body = put(rootToken, `{"from":"alice","to":" alice\t","until":"`+until+`"}`)
 	require.Equal(t, http.StatusBadRequest, status, body)
 	require.Contains(t, body, "cannot stand in for themself", "spaces around a name make no one else")
+	status, body = put(rootToken, `{"from":"alice","to":"link","until":"`+until+`"}`)
+	require.Equal(t, http.StatusBadRequest, status, body)
+	require.Contains(t, body, `to: \"link\" is who decisions through a signed link`, "every link would decide as alice")
+	status, body = put(rootToken, `{"from":"alice bob","to":"carol","until":"`+until+`"}`)
+	require.Equal(t, http.StatusBadRequest, status, body)
+	require.Contains(t, body, "is not a principal's name")
 	status, body = put(rootToken, `{"from":"alice","to":"bob","until":"`+until+`","reason":"holiday"}`)
 	require.Equal(t, http.StatusOK, status, body)
 	var set protocol.Delegations

@@ -405,6 +405,20 @@ var teamPattern = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
 // principalPattern is what a principal's name may look like.
 var principalPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$`)
 
+// CheckPerson says why name is not a person's principal, as a token or a
+// Slack user may name one: not a name at all, or the name decisions by a
+// signed link or an unnamed Temporal signal are recorded as. nil when it
+// is one.
+func CheckPerson(name string) error {
+	switch {
+	case !principalPattern.MatchString(name):
+		return fmt.Errorf("%.70q is not a principal's name: a letter or digit, then up to 63 letters, digits, '.', '_', '@' or '-'", name)
+	case name == protocol.PrincipalLink || name == protocol.PrincipalTemporal:
+		return fmt.Errorf("%q is who decisions through a signed link or a Temporal signal that names nobody are recorded as, not a person", name)
+	}
+	return nil
+}
+
 // known lists every key Load reads, so that a typo in the YAML file is an
 // error rather than a silently ignored setting.
 var known = []string{
