@@ -88,10 +88,10 @@ func TestAStandInDecidesForWhomTheyStandInAndTheLedgerSaysSo(t *testing.T) {
 	require.Contains(t, body, "cannot stand in for themself", "spaces around a name make no one else")
 	status, body = put(rootToken, `{"from":"alice","to":"link","until":"`+until+`"}`)
 	require.Equal(t, http.StatusBadRequest, status, body)
-	require.Contains(t, body, `to: \"link\" is who decisions through a signed link`, "every link would decide as alice")
+	require.Contains(t, body, `to: the principal \"link\" is who decisions through a signed link`, "every link would decide as alice")
 	status, body = put(rootToken, `{"from":"alice bob","to":"carol","until":"`+until+`"}`)
 	require.Equal(t, http.StatusBadRequest, status, body)
-	require.Contains(t, body, "is not a principal's name")
+	require.Contains(t, body, "from: the principal must be a name")
 	status, body = put(rootToken, `{"from":"alice","to":"bob","until":"`+until+`","reason":"holiday"}`)
 	require.Equal(t, http.StatusOK, status, body)
 	var set protocol.Delegations

@@ -405,16 +405,17 @@ var teamPattern = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
 // principalPattern is what a principal's name may look like.
 var principalPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$`)
 
-// CheckPerson says why name is not a person's principal, as a token or a
-// Slack user may name one: not a name at all, or the name decisions by a
-// signed link or an unnamed Temporal signal are recorded as. nil when it
-// is one.
+// CheckPerson says why name is not a person's principal, as a token, a
+// Slack user or a stand-in names one: not a name at all (the error does
+// not show it: a token written in its place would be), or the name
+// decisions by a signed link or an unnamed Temporal signal are recorded
+// as. nil when it is one.
 func CheckPerson(name string) error {
 	switch {
 	case !principalPattern.MatchString(name):
-		return fmt.Errorf("%.70q is not a principal's name: a letter or digit, then up to 63 letters, digits, '.', '_', '@' or '-'", name)
+		return errors.New("the principal must be a name: a letter or digit, then up to 63 letters, digits, '.', '_', '@' or '-'")
 	case name == protocol.PrincipalLink || name == protocol.PrincipalTemporal:
-		return fmt.Errorf("%q is who decisions through a signed link or a Temporal signal that names nobody are recorded as, not a person", name)
+		return fmt.Errorf("the principal %q is who decisions through a signed link (%s) or a Temporal signal that names nobody (%s) are recorded as, not a person", name, protocol.PrincipalLink, protocol.PrincipalTemporal)
 	}
 	return nil
 }
@@ -731,10 +732,8 @@ func (r *reader) slackUsers(name string) map[string]string {
 			r.fail(name, raw, "entry %q is not a USERID=principal pair (example: U01ABC=alice)", item)
 		case !slackUserPattern.MatchString(user):
 			r.fail(name, raw, "entry %q: %q is not a Slack user id (U or W, then capital letters and digits: the member id of the user's profile)", item, user)
-		case !principalPattern.MatchString(principal):
-			r.fail(name, raw, "entry %q: the principal must be a name: a letter or digit, then up to 63 letters, digits, '.', '_', '@' or '-'", item)
-		case principal == protocol.PrincipalLink || principal == protocol.PrincipalTemporal:
-			r.fail(name, raw, "entry %q: %q is who decisions through a signed link or a Temporal signal are recorded as, not a person", item, principal)
+		case CheckPerson(principal) != nil:
+			r.fail(name, raw, "entry %q: %v", item, CheckPerson(principal))
 		case users[user] != "":
 			r.fail(name, raw, "entry %q: user %s is mapped twice", item, user)
 		default:
@@ -917,10 +916,8 @@ func (r *reader) tokens(name string) []APIToken {
 			fail("the token is %d characters long; it must have at least %d", len(token), MinTokenLength)
 		case !tokenPattern.MatchString(token):
 			fail("the token may hold only letters, digits and -._~+/ (then '=' padding)")
-		case !principalPattern.MatchString(principal):
-			fail("the principal must be a name: a letter or digit, then up to 63 letters, digits, '.', '_', '@' or '-'")
-		case principal == protocol.PrincipalLink || principal == protocol.PrincipalTemporal:
-			fail("the principal %q is who decisions through a signed link (%s) or a Temporal signal that names nobody (%s) are recorded as: a token named so would decide as them", principal, protocol.PrincipalLink, protocol.PrincipalTemporal)
+		case CheckPerson(principal) != nil:
+			fail("%v", CheckPerson(principal))
 		case badRole > 0:
 			// Not shown either: a token written in the wrong place would be.
 			fail("role %d after the second ':' is neither a permission (%s) nor a team role's name (a lowercase letter, then up to 31 lowercase letters, digits, '-' or '_'); roles are joined by '+'", badRole, strings.Join(AllRoles, ", "))

@@ -46,7 +46,7 @@ func TestBadSlackSettingsAreNamedWithTheBadEntry(t *testing.T) {
 		{map[string]string{EnvSlackSigningSecret: slackSecret, EnvSlackUsers: "U01ABC=alice,U02DEF"}, `entry "U02DEF" is not a USERID=principal pair`},
 		{map[string]string{EnvSlackSigningSecret: slackSecret, EnvSlackUsers: "U01ABC=alice,alice=U02DEF"}, `entry "alice=U02DEF": "alice" is not a Slack user id`},
 		{map[string]string{EnvSlackSigningSecret: slackSecret, EnvSlackUsers: "U01ABC=al ice"}, `entry "U01ABC=al ice": the principal must be a name`},
-		{map[string]string{EnvSlackSigningSecret: slackSecret, EnvSlackUsers: "U01ABC=link"}, `entry "U01ABC=link": "link" is who decisions through a signed link`},
+		{map[string]string{EnvSlackSigningSecret: slackSecret, EnvSlackUsers: "U01ABC=link"}, `entry "U01ABC=link": the principal "link" is who decisions through a signed link`},
 		{map[string]string{EnvSlackSigningSecret: slackSecret, EnvSlackUsers: "U01ABC=alice,U01ABC=bob"}, `entry "U01ABC=bob": user U01ABC is mapped twice`},
 		{map[string]string{EnvSlackSigningSecret: slackSecret, EnvSlackUsers: "U01ABC=alice", EnvSlackResponseURL: "hooks.slack.com"}, `TOLLGATE_SLACK_RESPONSE_URL="hooks.slack.com": not an http(s) URL`},
 	} {
