@@ -252,8 +252,15 @@ func (s *Server) decideAs(ctx context.Context, d protocol.ApprovalDecision) (pro
 // says.
 func (s *Server) decidedBy(c *gin.Context, d protocol.ApprovalDecision) protocol.ApprovalDecision {
 	tok, _ := caller(c)
-	d.Principal, d.Role, d.Teams = tok.Principal, callerRole(c, config.RoleApprove), slices.Clone(tok.Teams)
-	d.OnBehalfOf = s.control.State().StandInFor(d.Principal, time.Now())
+	return s.decidedAs(d, tok.Principal, callerRole(c, config.RoleApprove), tok.Teams)
+}
+
+// decidedAs is d decided by principal in role and teams, and for whom they
+// stand in now (PUT /delegations): what the API, not the body, says of
+// who decides (decidedBy, and Slack's buttons).
+func (s *Server) decidedAs(d protocol.ApprovalDecision, principal, role string, teams []string) protocol.ApprovalDecision {
+	d.Principal, d.Role, d.Teams = principal, role, slices.Clone(teams)
+	d.OnBehalfOf = s.control.State().StandInFor(principal, time.Now())
 	return d
 }
 

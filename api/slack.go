@@ -252,8 +252,7 @@ func (s *Server) decideInSlack(ctx context.Context, user string, click *slack.Bl
 	if err != nil {
 		return slackOutcome{text: "Refused: " + err.Error() + ".", keepButtons: true}
 	}
-	d := protocol.ApprovalDecision{RequestID: click.Value, Decision: protocol.DecisionApprove, Principal: principal, Role: role,
-		Teams: slices.Clone(s.slack.teams[principal]), OnBehalfOf: s.control.State().StandInFor(principal, time.Now())}
+	d := s.decidedAs(protocol.ApprovalDecision{RequestID: click.Value, Decision: protocol.DecisionApprove}, principal, role, s.slack.teams[principal])
 	if click.ActionID == protocol.SlackActionDecline {
 		d.Decision = protocol.DecisionDecline
 	}
