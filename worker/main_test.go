@@ -18,26 +18,34 @@ import (
 	"github.com/tollgate/tollgate/internal/proctest"
 )
 
+// workerStopsAtStart runs the worker binary bin with env (besides a
+// workspace in dir, and a Temporal address where nothing listens, so the
+// worker must stop before it dials), requires that it exits with an
+// error, and returns what it wrote to stderr.
+func workerStopsAtStart(t *testing.T, bin, dir string, env ...string) string {
+	t.Helper()
+	cmd := exec.Command(bin)
+	cmd.Env = append(proctest.EnvironWithout("TOLLGATE_", "TEMPORAL_", "OPENAI_"), "TEMPORAL_ADDRESS=127.0.0.1:1", "TOLLGATE_WORKSPACE="+filepath.Join(dir, "ws"))
+	cmd.Env = append(cmd.Env, env...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	require.True(t, errors.As(err, &exit), "the worker must exit with an error, got %v", err)
+	require.NotZero(t, exit.ExitCode())
+	return stderr.String()
+}
+
 func TestPolicyRuleThatDoesNotCompileStopsTheWorker(t *testing.T) {
 	dir := t.TempDir()
 	bin := proctest.Build(t, "github.com/tollgate/tollgate/worker")()
 	policyFile := filepath.Join(dir, "policy.yaml")
 	require.NoError(t, os.WriteFile(policyFile, []byte("tools:\n  Bash:\n    when: args.command.startsWith(\n"), 0o644))
 
-	cmd := exec.Command(bin)
-	// Nothing listens on this address: the worker must stop before dialing.
-	cmd.Env = append(proctest.EnvironWithout("TOLLGATE_", "TEMPORAL_", "OPENAI_"), "TOLLGATE_POLICY_FILE="+policyFile, "TEMPORAL_ADDRESS=127.0.0.1:1",
-		"TOLLGATE_WORKSPACE="+filepath.Join(dir, "ws"))
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	err := cmd.Run()
-
-	var exit *exec.ExitError
-	require.True(t, errors.As(err, &exit), "the worker must exit with an error, got %v", err)
-	require.NotZero(t, exit.ExitCode())
-	require.Contains(t, stderr.String(), "TOLLGATE_POLICY_FILE")
-	require.Contains(t, stderr.String(), "tool Bash")
-	require.Contains(t, stderr.String(), `args.command.startsWith(`)
+	stderr := workerStopsAtStart(t, bin, dir, "TOLLGATE_POLICY_FILE="+policyFile)
+	require.Contains(t, stderr, "TOLLGATE_POLICY_FILE")
+	require.Contains(t, stderr, "tool Bash")
+	require.Contains(t, stderr, `args.command.startsWith(`)
 }
 
 func TestPolicyRuleThatMayCostTooMuchStopsTheWorkerNamingItAndTheLimit(t *testing.T) {
@@ -52,21 +60,11 @@ func TestPolicyRuleThatMayCostTooMuchStopsTheWorkerNamingItAndTheLimit(t *testin
 	}
 	require.NoError(t, os.WriteFile(policyFile, []byte("tools:\n  Read:\n    require: never\n  Write:\n    when: '"+costly+"'\n"), 0o644))
 
-	cmd := exec.Command(bin)
-	// Nothing listens on this address: the worker must stop before dialing.
-	cmd.Env = append(proctest.EnvironWithout("TOLLGATE_", "TEMPORAL_", "OPENAI_"), "TOLLGATE_POLICY_FILE="+policyFile, "TEMPORAL_ADDRESS=127.0.0.1:1",
-		"TOLLGATE_WORKSPACE="+filepath.Join(dir, "ws"))
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	err := cmd.Run()
-
-	var exit *exec.ExitError
-	require.True(t, errors.As(err, &exit), "the worker must exit with an error, got %v", err)
-	require.NotZero(t, exit.ExitCode())
-	require.Contains(t, stderr.String(), "TOLLGATE_POLICY_FILE")
-	require.Contains(t, stderr.String(), "tool Write")
-	require.Contains(t, stderr.String(), "past the limit of 500000 that one call may cost")
-	require.NotContains(t, stderr.String(), "tool Read")
+	stderr := workerStopsAtStart(t, bin, dir, "TOLLGATE_POLICY_FILE="+policyFile)
+	require.Contains(t, stderr, "TOLLGATE_POLICY_FILE")
+	require.Contains(t, stderr, "tool Write")
+	require.Contains(t, stderr, "past the limit of 500000 that one call may cost")
+	require.NotContains(t, stderr, "tool Read")
 }
 
 func TestMCPServerThatCannotStartStopsTheWorkerSayingWhy(t *testing.T) {
@@ -75,20 +73,10 @@ func TestMCPServerThatCannotStartStopsTheWorkerSayingWhy(t *testing.T) {
 	mcpConfig := filepath.Join(dir, ".mcp.json")
 	require.NoError(t, os.WriteFile(mcpConfig, []byte(`{"mcpServers":{"search":{"command":"sh","args":["-c","echo SEARCH_API_KEY is not set >&2; exit 1"]}}}`), 0o644))
 
-	cmd := exec.Command(bin)
-	// Nothing listens on this address: the worker must stop before dialing.
-	cmd.Env = append(proctest.EnvironWithout("TOLLGATE_", "TEMPORAL_", "OPENAI_"), "TOLLGATE_MCP_CONFIG="+mcpConfig, "TEMPORAL_ADDRESS=127.0.0.1:1",
-		"TOLLGATE_WORKSPACE="+filepath.Join(dir, "ws"), "TOLLGATE_METRICS_ADDR=off")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	err := cmd.Run()
-
-	var exit *exec.ExitError
-	require.True(t, errors.As(err, &exit), "the worker must exit with an error, got %v", err)
-	require.NotZero(t, exit.ExitCode())
-	require.Contains(t, stderr.String(), "TOLLGATE_MCP_CONFIG")
-	require.Contains(t, stderr.String(), `MCP server \"search\"`)
-	require.Contains(t, stderr.String(), "SEARCH_API_KEY is not set")
+	stderr := workerStopsAtStart(t, bin, dir, "TOLLGATE_MCP_CONFIG="+mcpConfig, "TOLLGATE_METRICS_ADDR=off")
+	require.Contains(t, stderr, "TOLLGATE_MCP_CONFIG")
+	require.Contains(t, stderr, `MCP server \"search\"`)
+	require.Contains(t, stderr, "SEARCH_API_KEY is not set")
 }
 
 func TestStartUpCheckSaysHowMuchOfThePayloadStoreItCanRead(t *testing.T) {
@@ -135,19 +123,9 @@ func TestAPolicyExampleThatFailsStopsTheWorkerNamingTheRuleAndTheExample(t *test
       ask: [{command: "rm -rf /"}]
 `), 0o644))
 
-	cmd := exec.Command(bin)
-	// Nothing listens on this address: the worker must stop before dialing.
-	cmd.Env = append(proctest.EnvironWithout("TOLLGATE_", "TEMPORAL_", "OPENAI_"), "TOLLGATE_POLICY_FILE="+policyFile, "TEMPORAL_ADDRESS=127.0.0.1:1",
-		"TOLLGATE_WORKSPACE="+filepath.Join(dir, "ws"))
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	err := cmd.Run()
-
-	var exit *exec.ExitError
-	require.True(t, errors.As(err, &exit), "the worker must exit with an error, got %v", err)
-	require.NotZero(t, exit.ExitCode())
-	require.Contains(t, stderr.String(), "TOLLGATE_POLICY_FILE")
-	require.Contains(t, stderr.String(), `tool Bash: example ask {\"command\":\"rm -rf /\"}: the rule lets it run without a person`)
-	require.NotContains(t, stderr.String(), "tool Write")
-	require.NotContains(t, stderr.String(), "dial Temporal")
+	stderr := workerStopsAtStart(t, bin, dir, "TOLLGATE_POLICY_FILE="+policyFile)
+	require.Contains(t, stderr, "TOLLGATE_POLICY_FILE")
+	require.Contains(t, stderr, `tool Bash: example ask {\"command\":\"rm -rf /\"}: the rule lets it run without a person`)
+	require.NotContains(t, stderr, "tool Write")
+	require.NotContains(t, stderr, "dial Temporal")
 }
