@@ -39,14 +39,24 @@ import (
 // default) and from a real PostgreSQL server.
 func TestTheAuditLedgerListsEveryDecisionOverHTTP(t *testing.T) {
 	t.Parallel()
+	onEachLedger(t, func(t *testing.T, db string, opts []stackOption) {
+		st := newStack(t, opts...)
+		testAuditOverHTTP(t, st)
+	})
+}
+
+// onEachLedger runs test as a subtest on SQLite (the default: opts is
+// empty) and on a real PostgreSQL server (opts points the stack's audit
+// ledger at it), named by db.
+func onEachLedger(t *testing.T, test func(t *testing.T, db string, opts []stackOption)) {
+	t.Helper()
 	for _, db := range []string{"sqlite", "postgres"} {
 		t.Run(db, func(t *testing.T) {
 			var opts []stackOption
 			if db == "postgres" {
 				opts = append(opts, withAuditDB(postgresLedger(t)))
 			}
-			st := newStack(t, opts...)
-			testAuditOverHTTP(t, st)
+			test(t, db, opts)
 		})
 	}
 }

@@ -79,15 +79,9 @@ func requestIDs(approvals []protocol.PendingApproval) []string {
 // turn is asked (the API's count of pending queries stays 0).
 func TestTheInboxAnswersFromTheLedger(t *testing.T) {
 	t.Parallel()
-	for _, db := range []string{"sqlite", "postgres"} {
-		t.Run(db, func(t *testing.T) {
-			var opts []stackOption
-			if db == "postgres" {
-				opts = append(opts, withAuditDB(postgresLedger(t)))
-			}
-			testInboxFromLedger(t, newStack(t, opts...))
-		})
-	}
+	onEachLedger(t, func(t *testing.T, db string, opts []stackOption) {
+		testInboxFromLedger(t, newStack(t, opts...))
+	})
 }
 
 func testInboxFromLedger(t *testing.T, st *stack) {

@@ -53,15 +53,9 @@ func testPolicyAt(t *testing.T, url, what, token string, req protocol.PolicyTest
 // default) and a real PostgreSQL server.
 func TestBacktestAgreesWithTheGateOnARecordedRun(t *testing.T) {
 	t.Parallel()
-	for _, db := range []string{"sqlite", "postgres"} {
-		t.Run(db, func(t *testing.T) {
-			var opts []stackOption
-			if db == "postgres" {
-				opts = append(opts, withAuditDB(postgresLedger(t)))
-			}
-			testBacktestOnARecordedRun(t, opts...)
-		})
-	}
+	onEachLedger(t, func(t *testing.T, db string, opts []stackOption) {
+		testBacktestOnARecordedRun(t, opts...)
+	})
 }
 
 func testBacktestOnARecordedRun(t *testing.T, opts ...stackOption) {

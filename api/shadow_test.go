@@ -20,19 +20,13 @@ import (
 // ledger on SQLite (the default) and on a real PostgreSQL server, and on
 // the ledger page in headless Chromium (which reads GET /audit alike).
 func TestShadowRulesDisagreementsAreInGETAuditAndOnTheLedgerPage(t *testing.T) {
-	for _, db := range []string{"sqlite", "postgres"} {
-		t.Run(db, func(t *testing.T) {
-			var opts []stackOption
-			if db == "postgres" {
-				opts = append(opts, withAuditDB(postgresLedger(t)))
-			}
-			st := shadowStack(t, opts...)
-			testShadowOverGETAudit(t, st)
-			if db == "sqlite" {
-				testShadowOnTheLedgerPage(t, st)
-			}
-		})
-	}
+	onEachLedger(t, func(t *testing.T, db string, opts []stackOption) {
+		st := shadowStack(t, opts...)
+		testShadowOverGETAudit(t, st)
+		if db == "sqlite" {
+			testShadowOnTheLedgerPage(t, st)
+		}
+	})
 }
 
 // shadowStack is a stack whose policy runs Bash unasked and asks about
