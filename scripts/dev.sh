@@ -124,8 +124,8 @@ build_cli() {
 	cat <<END
 dev: building the Temporal CLI $cli_version into bin/temporal. make dev runs
 dev: Temporal's dev server and Web UI from it; tollgate's workflows run there.
-dev: The first build compiles some 1,300 packages (go install from the Go
-dev: module proxy): about six minutes on two cores, less on more. It is done
+dev: The first build compiles some 1,300 packages (from the Go module
+dev: proxy): about six minutes on two cores, less on more. It is done
 dev: once: bin/temporal is reused after that.
 dev: To use a Temporal CLI you have instead, stop this (Ctrl-C) and run
 dev:   TEMPORAL_CLI=/path/to/temporal make dev
@@ -151,8 +151,13 @@ if [ -n "${TEMPORAL_CLI:-}" ]; then
 	TEMPORAL=$(command -v "$TEMPORAL_CLI" 2>/dev/null) && [ -x "$TEMPORAL" ] ||
 		die "TEMPORAL_CLI=$TEMPORAL_CLI is not a program that runs"
 	is_wanted_cli "$TEMPORAL" || say "warning: TEMPORAL_CLI=$TEMPORAL_CLI says '$("$TEMPORAL" --version 2>&1 | head -n 1)'; make dev is made for $cli_version (Server $server_version), and another version may not take every flag it gives"
+elif [ -x bin/temporal ]; then
+	# make temporal's build, whose SQLite driver does not wedge the dev
+	# server (third_party/temporal-cli/go.mod), before a release on PATH.
+	TEMPORAL=bin/temporal
 elif command -v temporal >/dev/null && is_wanted_cli "$(command -v temporal)"; then
 	TEMPORAL=$(command -v temporal)
+	say "temporal on your PATH is the release $cli_version, whose SQLite driver can leave its dev server stopped under a burst (make dev then restarts it); make temporal builds one without that fault into bin/temporal"
 else
 	TEMPORAL=bin/temporal
 	if [ ! -x "$TEMPORAL" ] && command -v temporal >/dev/null; then

@@ -2,7 +2,10 @@ package devserver
 
 import (
 	"context"
+	"debug/buildinfo"
 	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -124,5 +127,50 @@ func TestMakeDevTunesItsServerAlike(t *testing.T) {
 	require.NoError(t, err)
 	for i := 0; i < len(tunedFlags); i += 2 {
 		require.Contains(t, string(script), tunedFlags[i]+" "+tunedFlags[i+1], "scripts/dev.sh starts its dev server with it")
+	}
+}
+
+// TestTheCLIIsBuiltWithTheSQLiteDriverThatDoesNotWedge requires the dev
+// server the tests run to be make temporal's build: the release the
+// Makefile names, linked with the SQLite driver third_party/temporal-cli
+// requires. The release's own driver (modernc.org/sqlite v1.34.1) leaves
+// the server interrupting every statement after a query cancelled just
+// after its first row; a bin/temporal left from a `go install` of the
+// release would bring that back unseen.
+func TestTheCLIIsBuiltWithTheSQLiteDriverThatDoesNotWedge(t *testing.T) {
+	if os.Getenv(EnvBinary) != "" {
+		t.Skipf("%s names the CLI to test with", EnvBinary)
+	}
+	bin, err := Binary()
+	require.NoError(t, err)
+	root, err := moduleRoot()
+	require.NoError(t, err)
+	goMod, err := os.ReadFile(filepath.Join(root, "third_party", "temporal-cli", "go.mod"))
+	require.NoError(t, err)
+	makefile, err := os.ReadFile(filepath.Join(root, "Makefile"))
+	require.NoError(t, err)
+	cliVersion := regexp.MustCompile(`(?m)^TEMPORAL_CLI_VERSION := (\S+)$`).FindSubmatch(makefile)
+	require.NotNil(t, cliVersion, "the Makefile names TEMPORAL_CLI_VERSION")
+	required := map[string]string{"github.com/temporalio/cli": string(cliVersion[1])}
+	sqlite := regexp.MustCompile(`(?m)^\s+modernc\.org/sqlite (\S+)`).FindSubmatch(goMod)
+	require.NotNil(t, sqlite, "third_party/temporal-cli/go.mod requires modernc.org/sqlite")
+	required["modernc.org/sqlite"] = string(sqlite[1])
+	require.NotEqual(t, "v1.34.1", required["modernc.org/sqlite"], "the release's own driver is the one that wedges")
+	for path, version := range required {
+		require.Contains(t, string(goMod), "\t"+path+" "+version, "third_party/temporal-cli/go.mod requires %s %s", path, version)
+	}
+
+	info, err := buildinfo.ReadFile(bin)
+	require.NoError(t, err, "%s is a Go binary with its build information", bin)
+	// The module of the CLI's main package is Main, its driver's a Dep.
+	linked := map[string]string{info.Main.Path: info.Main.Version}
+	for _, d := range info.Deps {
+		if d.Replace != nil {
+			d = d.Replace
+		}
+		linked[d.Path] = d.Version
+	}
+	for path, version := range required {
+		require.Equal(t, version, linked[path], "%s links %s %s; run `make temporal` to build it from third_party/temporal-cli", bin, path, version)
 	}
 }

@@ -170,9 +170,14 @@ func TestMakeDevAnswersAgainWithinAMinuteOfABurst(t *testing.T) {
 		fmt.Fprintf(&summary, "\n  %4d  %s", counts[k], k)
 	}
 	serverLog, _ := os.ReadFile(filepath.Join(stack.state, "logs", "temporal.log"))
+	restarts := strings.Count(string(serverLog), "dev: restarting the dev server")
 	t.Logf("burst of %d turns from %d clients took %s; WAL %.1f MB; dev server restarted %d times; outcomes:%s",
-		burstTurns, burstClients, burst.Round(time.Millisecond), float64(wal)/(1<<20),
-		strings.Count(string(serverLog), "dev: restarting the dev server"), summary.String())
+		burstTurns, burstClients, burst.Round(time.Millisecond), float64(wal)/(1<<20), restarts, summary.String())
+	if os.Getenv(devserver.EnvBinary) == "" {
+		// make temporal's build (TestTheCLIIsBuiltWithTheSQLiteDriverThatDoesNotWedge):
+		// its dev server holds the burst, with no restart to bring it back.
+		require.Zero(t, restarts, "make dev's dev server (bin/temporal, built from third_party/temporal-cli) stops answering under the burst")
+	}
 
 	// The stack answers again: a new turn streams to its approval request.
 	end := time.Now()
