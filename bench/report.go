@@ -30,6 +30,8 @@ type report struct {
 	Sandbox  sandboxResult
 	Backtest backtestResult
 	Scale    scaleResult
+	// ScaleDev is the scale stage on make dev's dev server.
+	ScaleDev scaleResult
 	Load     []loadResult
 
 	// Stages are how long each stage took, in order; Took the whole run
@@ -304,12 +306,19 @@ func (r *report) verdict() string {
 			s.WriteString(". ")
 		}
 	}
-	if sc := r.Scale; sc.Waiting > 0 {
-		if sc.Err != "" {
-			fmt.Fprintf(&s, "The scale stage did not finish (%s). ", firstLine(sc.Err))
+	for _, sc := range []scaleResult{r.Scale, r.ScaleDev} {
+		if sc.Waiting == 0 {
+			continue
 		}
-		fmt.Fprintf(&s, "With %d turns waiting at once on the Temporal server on PostgreSQL, the worker held %.0f KiB of heap per turn in its cache and %.1f KiB per turn evicted from it, the API %.1f KiB per waiting turn",
-			sc.Waiting, sc.Cached.Heap/1024, sc.Evicted.Heap/1024, sc.API.Heap/1024)
+		server := "the Temporal server on PostgreSQL"
+		if sc.OnDev {
+			server = "make dev's dev server"
+		}
+		if sc.Err != "" {
+			fmt.Fprintf(&s, "The scale stage on %s did not finish (%s). ", server, firstLine(sc.Err))
+		}
+		fmt.Fprintf(&s, "With %d turns waiting at once on %s, the worker held %.0f KiB of heap per turn in its cache and %.1f KiB per turn evicted from it, the API %.1f KiB per waiting turn",
+			sc.Waiting, server, sc.Cached.Heap/1024, sc.Evicted.Heap/1024, sc.API.Heap/1024)
 		for _, l := range sc.Lists {
 			if l.Requests > 0 {
 				fmt.Fprintf(&s, "; `GET /approvals%s` took %.0f ms at p50", strings.TrimPrefix(l.Kind, "(unfiltered)"), ms(l.Latency.p50))

@@ -81,7 +81,7 @@ func TestAScaleStageThatFailedIsReportedWithItsError(t *testing.T) {
 	md := r.scaleMarkdown()
 	require.Contains(t, md, "**The stage did not finish:** pause: 500 Internal Server Error")
 	require.NotContains(t, md, "the worker's log ends", "only the error's first line goes in the report")
-	require.Contains(t, r.verdict(), "The scale stage did not finish (pause: 500 Internal Server Error)")
+	require.Contains(t, r.verdict(), "The scale stage on the Temporal server on PostgreSQL did not finish (pause: 500 Internal Server Error)")
 }
 
 func TestASandboxStageWhereTheSandboxCannotStartSaysSo(t *testing.T) {

@@ -111,6 +111,9 @@ func (s scaleSizes) perTurn(turns int) int { return max(1, s.Clients/turns) }
 // scaleResult is what the scale runs measured.
 type scaleResult struct {
 	scaleSizes
+	// OnDev says the stage ran on make dev's dev server, not on the
+	// Temporal server on PostgreSQL.
+	OnDev bool
 	// Err, when set, is why the stage stopped; what it measured before
 	// stays.
 	Err string
@@ -481,18 +484,35 @@ func (e *env) decideAll(ctx context.Context, turns []paused) (decided, finished 
 
 // scaleMarkdown is the section of the scale runs.
 func (r *report) scaleMarkdown() string {
-	sc := r.Scale
+	md := scaleSection(r.Scale)
+	if r.ScaleDev.Waiting > 0 {
+		md += scaleSection(r.ScaleDev)
+	}
+	return md
+}
+
+// scaleSection is the report's section of one scale run.
+func scaleSection(sc scaleResult) string {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
 	kib := func(x float64) string { return fmt.Sprintf("%.1f KiB", x/1024) }
-	p("### Thousands of waiting turns")
+	on := ""
+	if sc.OnDev {
+		on = " on make dev's dev server"
+	}
+	p("### Thousands of waiting turns%s", on)
 	p("")
 	p("%d turns, each in a conversation of its own, paused at their approval at once on a worker and an", sc.Waiting)
-	p("API of their own on the Temporal server v1.29.1 on PostgreSQL, configured as docker-compose.yml")
-	p("configures it (four history shards), all on this machine. Not the dev server: its SQLite sits behind")
-	p("one connection, and with some hundreds of open turns its queries time out and it answers that the")
-	p("namespace is not found (issue 28, item 5; the load stage below shows it at 50 turns at a time), so")
-	p("it would measure the dev server's wedge, not tollgate's inbox. The worker's cache")
+	if sc.OnDev {
+		p("API of their own on a fresh dev server of the Temporal CLI that `make temporal` builds, with the")
+		p("flags `make dev` gives it (its SQLite behind one connection), all on this machine: whether the")
+		p("embedded default holds that many (issue 28, item 5). The same stage on PostgreSQL is above.")
+	} else {
+		p("API of their own on the Temporal server v1.29.1 on PostgreSQL, configured as docker-compose.yml")
+		p("configures it (four history shards), all on this machine: what a team's server holds. The same")
+		p("stage on `make dev`'s dev server follows.")
+	}
+	p("The worker's cache")
 	p("(`TOLLGATE_WORKFLOW_CACHE_SIZE`) is %d workflows; the API asks for tokens, and two principals,", sc.Cache)
 	p("%s and %s, ask for half the turns each; the rest of the settings are the defaults.", scaleAlice, scaleBob)
 	if sc.Err != "" {
@@ -569,7 +589,7 @@ func (r *report) scaleMarkdown() string {
 		p("as a client would: each was taken once.")
 		p("")
 	}
-	p("### Hundreds of watchers")
+	p("### Hundreds of watchers%s", on)
 	p("")
 	p("%d SSE clients on %d of the waiting turns, then %d clients on %d others, each client a connection",
 		sc.Watch[0].Clients, sc.Watch[0].Turns, sc.Watch[1].Clients, sc.Watch[1].Turns)
