@@ -31,6 +31,10 @@ import (
 // elsewhere with Last-Event-ID.
 const shutdownTimeout = 10 * time.Second
 
+// The process's gRPC requests to Temporal are gzipped at the fastest level
+// (config.FastGzip), which grpc-go allows only at initialization.
+func init() { config.FastGzip() }
+
 func main() {
 	cfg, err := config.LoadFor(config.API, os.Getenv)
 	if err != nil {

@@ -33,6 +33,10 @@ import (
 	"github.com/tollgate/tollgate/workflows/contract"
 )
 
+// The process's gRPC requests to Temporal are gzipped at the fastest level
+// (config.FastGzip), which grpc-go allows only at initialization.
+func init() { config.FastGzip() }
+
 func main() {
 	cfg, err := config.LoadFor(config.Worker, os.Getenv)
 	if err != nil {

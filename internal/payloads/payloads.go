@@ -67,6 +67,7 @@ type Config struct {
 // worker.WorkflowReplayerOptions, and false when c configures none.
 func Storage(c Config) (converter.ExternalStorage, bool, error) {
 	var d converter.StorageDriver
+	var concurrency converter.ExternalStorageConcurrency
 	switch {
 	case c.S3Endpoint != "":
 		s, err := NewS3(c)
@@ -76,6 +77,15 @@ func Storage(c Config) (converter.ExternalStorage, bool, error) {
 		d = s
 	case c.Dir != "":
 		d = Dir(c.Dir)
+		// With more than one operation a message, the SDK visits every
+		// payload of every message (a workflow task's history, an
+		// activity's input) in a goroutine of its own, stored or not;
+		// one at a time it visits them in place, at half the CPU
+		// (BenchmarkVisitWorkflowTask). A folder on this machine answers
+		// in microseconds, so reading several of its payloads at once
+		// gains nothing; a bucket keeps the SDK's default, where a
+		// replay's reads overlap.
+		concurrency.MaxOperationsPerMessage = 1
 	default:
 		return converter.ExternalStorage{}, false, nil
 	}
@@ -83,7 +93,7 @@ func Storage(c Config) (converter.ExternalStorage, bool, error) {
 	if threshold <= 0 {
 		threshold = DefaultThreshold
 	}
-	return converter.ExternalStorage{Drivers: []converter.StorageDriver{d}, PayloadSizeThreshold: threshold}, true, nil
+	return converter.ExternalStorage{Drivers: []converter.StorageDriver{d}, PayloadSizeThreshold: threshold, Concurrency: concurrency}, true, nil
 }
 
 // Check reaches the store c configures, so that a worker with a
