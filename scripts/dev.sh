@@ -153,8 +153,11 @@ if [ -n "${TEMPORAL_CLI:-}" ]; then
 	is_wanted_cli "$TEMPORAL" || say "warning: TEMPORAL_CLI=$TEMPORAL_CLI says '$("$TEMPORAL" --version 2>&1 | head -n 1)'; make dev is made for $cli_version (Server $server_version), and another version may not take every flag it gives"
 elif [ -x bin/temporal ]; then
 	# make temporal's build, whose SQLite driver does not wedge the dev
-	# server (third_party/temporal-cli/go.mod), before a release on PATH.
+	# server (third_party/temporal-cli/go.mod), before a release on PATH;
+	# built again when older than that module (a go install of the release
+	# left by an earlier checkout, say).
 	TEMPORAL=bin/temporal
+	make -q --no-print-directory "$TEMPORAL" 2>/dev/null || build_cli
 elif command -v temporal >/dev/null && is_wanted_cli "$(command -v temporal)"; then
 	TEMPORAL=$(command -v temporal)
 	say "temporal on your PATH is the release $cli_version, whose SQLite driver can leave its dev server stopped under a burst (make dev then restarts it); make temporal builds one without that fault into bin/temporal"
