@@ -13,7 +13,6 @@ import (
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/tollgate/tollgate/internal/devserver"
 	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
 	"github.com/tollgate/tollgate/workflows/contract"
@@ -26,13 +25,7 @@ import (
 // used to keep the epoch, and they dropped it as older: the gate read
 // as frozen, or as thawed, against what the workflow said).
 func TestAResetControlWorkflowTakesANewEpochSoWatchersTakeItsState(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a Temporal dev server")
-	}
-	srv := devserver.ForTest(t)
-	c, err := srv.Dial()
-	require.NoError(t, err)
-	t.Cleanup(c.Close)
+	srv, c := onDevServer(t)
 	const queue = "control-reset"
 	w := worker.New(c, queue, workflows.WorkerOptions())
 	w.RegisterWorkflowWithOptions((&workflows.Workflows{}).Control, workflow.RegisterOptions{Name: contract.ControlWorkflow})

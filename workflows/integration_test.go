@@ -15,7 +15,6 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/tollgate/tollgate/activities"
-	"github.com/tollgate/tollgate/internal/devserver"
 	"github.com/tollgate/tollgate/internal/scripted"
 	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
@@ -26,13 +25,7 @@ import (
 // batch of the scripted demo model on a real dev server with the real tool and
 // model activities, declines Write and approves Bash by signal.
 func TestTurnWithApprovalsBySignalOnRealTemporal(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a Temporal dev server")
-	}
-	srv := devserver.ForTest(t)
-	c, err := srv.Dial()
-	require.NoError(t, err)
-	t.Cleanup(c.Close)
+	_, c := onDevServer(t)
 
 	// The model streams in small chunks with pauses, so answer text reaches
 	// the turn as token batches while the model is still answering.

@@ -10,7 +10,6 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/tollgate/tollgate/activities"
-	"github.com/tollgate/tollgate/internal/devserver"
 	"github.com/tollgate/tollgate/internal/scripted"
 	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
@@ -23,13 +22,7 @@ import (
 // its history many times. Evaluated on every replay, the rule would ask on
 // some replays and not on others, and those replays would fail.
 func TestPolicyAnswersAreRecordedSoReplaysNeverEvaluateThemAgain(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a Temporal dev server")
-	}
-	srv := devserver.ForTest(t)
-	c, err := srv.Dial()
-	require.NoError(t, err)
-	t.Cleanup(c.Close)
+	_, c := onDevServer(t)
 	// Three keys the Bash schema knows, in random order to args.map.
 	const args = `{"command":"echo hi","timeout":5000,"description":"say hi"}`
 	model := oneBashCallModel(t, args)

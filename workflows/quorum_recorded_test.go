@@ -12,7 +12,6 @@ import (
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/auditdb"
-	"github.com/tollgate/tollgate/internal/devserver"
 	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/internal/scripted"
 	"github.com/tollgate/tollgate/protocol"
@@ -27,13 +26,7 @@ import (
 // writes and the step's timer, notice and row come back in the order
 // they were recorded.
 func TestAQuorumTurnWithAnEscalationReplaysItsHistory(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a Temporal dev server")
-	}
-	srv := devserver.ForTest(t)
-	c, err := srv.Dial()
-	require.NoError(t, err)
-	t.Cleanup(c.Close)
+	_, c := onDevServer(t)
 	model := oneBashCallModel(t, `{"command":"echo deploy"}`)
 	ledger, err := auditdb.Open(context.Background(), filepath.Join(t.TempDir(), "audit.db"))
 	require.NoError(t, err)

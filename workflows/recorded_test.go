@@ -13,6 +13,7 @@ import (
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/tollgate/tollgate/internal/devserver"
 	"github.com/tollgate/tollgate/internal/scripted"
 	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
@@ -63,4 +64,18 @@ func replayRun(replayer worker.WorkflowReplayer, history *historypb.History, run
 	return replayer.ReplayWorkflowHistoryWithOptions(nil, history, worker.ReplayWorkflowHistoryOptions{
 		OriginalExecution: workflow.Execution{ID: run.GetID(), RunID: run.GetRunID()},
 	})
+}
+
+// onDevServer starts a Temporal dev server for t and dials it, closing
+// both when t ends; it skips t in -short runs.
+func onDevServer(t *testing.T) (*devserver.Server, client.Client) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a Temporal dev server")
+	}
+	srv := devserver.ForTest(t)
+	c, err := srv.Dial()
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	return srv, c
 }

@@ -8,7 +8,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/tollgate/tollgate/internal/devserver"
 	"github.com/tollgate/tollgate/workflows"
 )
 
@@ -17,18 +16,12 @@ import (
 // wait ends at its deadline with the server's reason; once they are
 // registered, it returns.
 func TestAwaitSearchAttributesNamesThemWhenTheyCannotBeSet(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a Temporal dev server")
-	}
-	srv := devserver.ForTest(t)
-	c, err := srv.Dial()
-	require.NoError(t, err)
-	t.Cleanup(c.Close)
+	srv, c := onDevServer(t)
 	log := slog.New(slog.DiscardHandler)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	err = workflows.AwaitSearchAttributes(ctx, c, srv.Namespace, log)
+	err := workflows.AwaitSearchAttributes(ctx, c, srv.Namespace, log)
 	require.ErrorContains(t, err, "TollgateConversationId, TollgatePendingApprovals, TollgateStatus of namespace "+srv.Namespace+" not usable")
 	require.ErrorContains(t, err, "its workflow task failed: BadSearchAttributes: Namespace "+srv.Namespace+" has no mapping defined for search attribute")
 

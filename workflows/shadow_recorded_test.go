@@ -12,7 +12,6 @@ import (
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/auditdb"
-	"github.com/tollgate/tollgate/internal/devserver"
 	"github.com/tollgate/tollgate/internal/scripted"
 	"github.com/tollgate/tollgate/protocol"
 	"github.com/tollgate/tollgate/workflows"
@@ -26,13 +25,7 @@ import (
 // the shadow verdict: evaluated again on a replay, it would write on some
 // replays and not on others, and those replays would fail.
 func TestShadowVerdictsAreRecordedSoReplaysNeverEvaluateThemAgain(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a Temporal dev server")
-	}
-	srv := devserver.ForTest(t)
-	c, err := srv.Dial()
-	require.NoError(t, err)
-	t.Cleanup(c.Close)
+	_, c := onDevServer(t)
 	const args = `{"command":"echo hi","timeout":5000,"description":"say hi"}`
 	model := oneBashCallModel(t, args)
 	ledger, err := auditdb.Open(context.Background(), filepath.Join(t.TempDir(), "audit.db"))
