@@ -220,7 +220,8 @@ temporal_args=(server start-dev --ip 127.0.0.1 --port $TEMPORAL_PORT
 	--dynamic-config-value history.transferProcessorMaxPollRPS=1000
 	--dynamic-config-value matching.numTaskqueueReadPartitions=1
 	--dynamic-config-value matching.numTaskqueueWritePartitions=1
-	--dynamic-config-value system.enableActivityEagerExecution=true)
+	--dynamic-config-value system.enableActivityEagerExecution=true
+	--dynamic-config-value matching.longPollExpirationInterval=5)
 # The dev server keeps its database behind one SQLite connection, and the
 # SQLite driver it is built with (modernc.org/sqlite v1.34.1) can leave that
 # connection refusing every statement with `interrupted (9)` for good: a

@@ -60,7 +60,24 @@ var tunedFlags = []string{
 	"--dynamic-config-value", "matching.numTaskqueueReadPartitions=1",
 	"--dynamic-config-value", "matching.numTaskqueueWritePartitions=1",
 	"--dynamic-config-value", "system.enableActivityEagerExecution=true",
+	// A worker's poll waits at most 5 s for a task, not a minute: while the
+	// sticky queue's last answer hinted at a backlog, the SDK's default
+	// pollers poll only that queue until a poll comes back empty, and this
+	// server's hint can name a task no poll gets (DevServerLongPoll).
+	"--dynamic-config-value", "matching.longPollExpirationInterval=" + strconv.Itoa(int(DevServerLongPoll.Seconds())),
 }
+
+// DevServerLongPoll is how long the dev server keeps a worker's poll
+// waiting for a task before it answers empty (Temporal's default is a
+// minute). It bounds a stall seen under load on the dev server: the SDK's
+// two default workflow pollers poll only the worker's sticky queue while
+// its last answer hinted at a backlog, and this server can hint 1 with no
+// task behind it. The benchmark caught both pollers on the sticky queue,
+// empty for 60 s, while 46 new turns' first tasks waited on the task queue
+// (bench/RESULTS.md, notes of 2026-12-05). An empty answer clears the hint,
+// so the stall lasts one such poll. Empty polls every 5 s cost a
+// single-machine server nothing worth measuring.
+const DevServerLongPoll = 5 * time.Second
 
 // Options configure Run. The zero value is a headless server with its
 // database in a new temporary folder.
