@@ -177,39 +177,56 @@ func (s *Server) getFreeze(c *gin.Context) {
 // freeze handles POST /admin/freeze.
 func (s *Server) freeze(c *gin.Context) {
 	var req protocol.FreezeRequest
-	if c.Request.ContentLength != 0 {
-		if err := decodeBody(c, &req); err != nil {
-			writeError(c, s.log, err)
-			return
-		}
-	}
-	admin := adminName(c)
-	st, err := s.changeControl(c.Request.Context(), contract.FreezeUpdate, contract.FreezeInput{By: admin, FreezeRequest: req})
-	if err != nil {
-		writeError(c, s.log, err)
+	if !s.decodeOptionalBody(c, &req) {
 		return
 	}
-	s.ledgerAdmin(c.Request.Context(), st, audit.KindFreeze, admin, callerRole(c, config.RoleAdmin), st.Freeze.Reason, req)
-	c.JSON(http.StatusOK, st.Freeze)
+	st, ok := s.adminChange(c, contract.FreezeUpdate, contract.FreezeInput{By: adminName(c), FreezeRequest: req}, audit.KindFreeze,
+		func(st contract.ControlState) (string, any) { return st.Freeze.Reason, req })
+	if ok {
+		c.JSON(http.StatusOK, st.Freeze)
+	}
 }
 
 // thaw handles POST /admin/thaw.
 func (s *Server) thaw(c *gin.Context) {
 	var req protocol.ThawRequest
-	if c.Request.ContentLength != 0 {
-		if err := decodeBody(c, &req); err != nil {
-			writeError(c, s.log, err)
-			return
-		}
-	}
-	admin := adminName(c)
-	st, err := s.changeControl(c.Request.Context(), contract.ThawUpdate, contract.ThawInput{By: admin, Reason: req.Reason})
-	if err != nil {
-		writeError(c, s.log, err)
+	if !s.decodeOptionalBody(c, &req) {
 		return
 	}
-	s.ledgerAdmin(c.Request.Context(), st, audit.KindThaw, admin, callerRole(c, config.RoleAdmin), st.Freeze.Reason, req)
-	c.JSON(http.StatusOK, st.Freeze)
+	st, ok := s.adminChange(c, contract.ThawUpdate, contract.ThawInput{By: adminName(c), Reason: req.Reason}, audit.KindThaw,
+		func(st contract.ControlState) (string, any) { return st.Freeze.Reason, req })
+	if ok {
+		c.JSON(http.StatusOK, st.Freeze)
+	}
+}
+
+// decodeOptionalBody decodes the request's body into v, when it has one:
+// the freeze routes take a POST with no body. It answers false once it has
+// written the error of a body that does not decode.
+func (s *Server) decodeOptionalBody(c *gin.Context, v any) bool {
+	if c.Request.ContentLength == 0 {
+		return true
+	}
+	if err := decodeBody(c, v); err != nil {
+		writeError(c, s.log, err)
+		return false
+	}
+	return true
+}
+
+// adminChange makes an admin's change of the gate's control workflow (the
+// Update name, with in) and writes its ledger row of kind, whose reason and
+// recorded body row takes from the state the change answered. It answers
+// that state, or false once it has written the error.
+func (s *Server) adminChange(c *gin.Context, name string, in any, kind string, row func(contract.ControlState) (reason string, what any)) (contract.ControlState, bool) {
+	st, err := s.changeControl(c.Request.Context(), name, in)
+	if err != nil {
+		writeError(c, s.log, err)
+		return st, false
+	}
+	reason, what := row(st)
+	s.ledgerAdmin(c.Request.Context(), st, kind, adminName(c), callerRole(c, config.RoleAdmin), reason, what)
+	return st, true
 }
 
 // listDelegations handles GET /delegations.
@@ -246,27 +263,21 @@ func (s *Server) delegate(c *gin.Context) {
 			return
 		}
 	}
-	admin := adminName(c)
-	st, err := s.changeControl(c.Request.Context(), contract.DelegateUpdate, contract.DelegateInput{By: admin, DelegationRequest: req})
-	if err != nil {
-		writeError(c, s.log, err)
-		return
+	st, ok := s.adminChange(c, contract.DelegateUpdate, contract.DelegateInput{By: adminName(c), DelegationRequest: req}, audit.KindDelegate,
+		func(st contract.ControlState) (string, any) { return req.Reason, st.Delegations[len(st.Delegations)-1] })
+	if ok {
+		c.JSON(http.StatusOK, delegationsOf(&st))
 	}
-	s.ledgerAdmin(c.Request.Context(), st, audit.KindDelegate, admin, callerRole(c, config.RoleAdmin), req.Reason, st.Delegations[len(st.Delegations)-1])
-	c.JSON(http.StatusOK, delegationsOf(&st))
 }
 
 // undelegate handles DELETE /delegations/:id.
 func (s *Server) undelegate(c *gin.Context) {
-	admin := adminName(c)
 	id := c.Param("id")
-	st, err := s.changeControl(c.Request.Context(), contract.UndelegateUpdate, contract.UndelegateInput{By: admin, ID: id})
-	if err != nil {
-		writeError(c, s.log, err)
-		return
+	st, ok := s.adminChange(c, contract.UndelegateUpdate, contract.UndelegateInput{By: adminName(c), ID: id}, audit.KindUndelegate,
+		func(contract.ControlState) (string, any) { return "", gin.H{"id": id} })
+	if ok {
+		c.JSON(http.StatusOK, delegationsOf(&st))
 	}
-	s.ledgerAdmin(c.Request.Context(), st, audit.KindUndelegate, admin, callerRole(c, config.RoleAdmin), "", gin.H{"id": id})
-	c.JSON(http.StatusOK, delegationsOf(&st))
 }
 
 // gateEvent is the event an open stream gets when the freeze changes to
