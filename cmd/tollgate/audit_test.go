@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"database/sql"
 	"fmt"
 	"io"
@@ -15,10 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tollgate/tollgate/internal/audit"
-	"github.com/tollgate/tollgate/internal/auditdb"
 	"github.com/tollgate/tollgate/internal/config"
-	"github.com/tollgate/tollgate/internal/devserver"
-	"github.com/tollgate/tollgate/internal/proctest"
 )
 
 // TestAuditVerifyChecksTheLedgerThroughTheAPIAndAnExportOffline seeds a
@@ -27,17 +23,8 @@ import (
 // on an export without the API, and after someone edited a row and a line
 // of the export.
 func TestAuditVerifyChecksTheLedgerThroughTheAPIAndAnExportOffline(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a Temporal dev server and the API")
-	}
-	apiBin := proctest.Build(t, "github.com/tollgate/tollgate/api")()
-	srv := devserver.ForTest(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	ledgerPath := filepath.Join(t.TempDir(), "audit.db")
-	ledger, err := auditdb.Open(ctx, ledgerPath)
-	require.NoError(t, err)
-	t.Cleanup(func() { ledger.Close() })
+	l := newLedgerAPI(t)
+	ctx, ledger, ledgerPath := l.ctx, l.ledger, l.path
 	at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 	for i := range 3 {
 		r := audit.Record{ID: fmt.Sprintf("r%d", i), Stage: audit.StageAsked, ConversationID: "c1", Tool: "Bash",
@@ -48,14 +35,7 @@ func TestAuditVerifyChecksTheLedgerThroughTheAPIAndAnExportOffline(t *testing.T)
 	}
 
 	const adminToken, approverToken = "admin-0123456789abcd", "approver-0123456789a"
-	addr := proctest.FreeAddr(t)
-	runAPI(t, apiBin, addr, append(proctest.EnvironWithout("TOLLGATE_", "TEMPORAL_", "OPENAI_", "HTTP_ADDR"),
-		config.EnvHTTPAddr+"="+addr,
-		config.EnvTemporalAddress+"="+srv.HostPort,
-		config.EnvTemporalNamespace+"="+srv.Namespace,
-		config.EnvAuditDB+"="+ledgerPath,
-		config.EnvAPITokens+"="+adminToken+":root:admin,"+approverToken+":ann:approve",
-	))
+	addr := l.serve(t, config.EnvAPITokens+"="+adminToken+":root:admin,"+approverToken+":ann:approve")
 	verify := func(token string, args ...string) (int, string, string) {
 		var out, errOut strings.Builder
 		code := run(ctx, append([]string{"audit", "verify", "--api", "http://" + addr, "--token", token}, args...), noEnv, strings.NewReader(""), &out, &errOut)

@@ -41,13 +41,10 @@ type realStack struct {
 
 func startRealStack(t *testing.T) *realStack {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("starts a Temporal dev server and the API")
-	}
-	// The API is package main: the test runs it as the process it is.
-	// Meanwhile nothing else runs: the build is the slow part when cold.
-	apiBin := proctest.Build(t, "github.com/tollgate/tollgate/api")()
-	srv := devserver.ForTest(t)
+	// The worker and the API share the audit ledger, as production.md
+	// has them: the inbox the terminal lists is read from it.
+	l := newLedgerAPI(t)
+	ctx, srv, ledger := l.ctx, l.srv, l.ledger
 
 	reg, err := metrics.New(workflows.MetricHelp)
 	require.NoError(t, err)
@@ -58,20 +55,12 @@ func startRealStack(t *testing.T) *realStack {
 	c, err := client.Dial(opts)
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	require.NoError(t, workflows.EnsureSearchAttributes(ctx, c, srv.Namespace, slog.New(slog.DiscardHandler)))
 
 	modelServer := httptest.NewServer(scripted.New(scripted.Demo()))
 	t.Cleanup(modelServer.Close)
 	workspace := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(workspace, "README.md"), []byte("# the workspace readme\n"), 0o644))
-	// The worker and the API share the audit ledger, as production.md
-	// has them: the inbox the terminal lists is read from it.
-	ledgerPath := filepath.Join(t.TempDir(), "audit.db")
-	ledger, err := auditdb.Open(ctx, ledgerPath)
-	require.NoError(t, err)
-	t.Cleanup(func() { ledger.Close() })
 	tools := &activities.Tools{Workspace: workspace, BashTimeout: 10 * time.Second, Ledger: ledger}
 	model := activities.NewModel(modelServer.URL+"/v1", "test", scripted.ModelName, workflows.TokenSignaler{Client: c})
 	model.Ledger = ledger
@@ -93,16 +82,52 @@ func startRealStack(t *testing.T) *realStack {
 	require.NoError(t, w.Start())
 	t.Cleanup(w.Stop)
 
-	addr := proctest.FreeAddr(t)
-	runAPI(t, apiBin, addr, append(proctest.EnvironWithout("TOLLGATE_", "TEMPORAL_", "OPENAI_", "HTTP_ADDR"),
-		config.EnvHTTPAddr+"="+addr,
-		config.EnvTemporalAddress+"="+srv.HostPort,
-		config.EnvTemporalNamespace+"="+srv.Namespace,
-		config.EnvTaskQueue+"="+queue,
-		config.EnvHeartbeatInterval+"=1s",
-		config.EnvAuditDB+"="+ledgerPath,
-	))
+	addr := l.serve(t, config.EnvTaskQueue+"="+queue, config.EnvHeartbeatInterval+"=1s")
 	return &realStack{api: "http://" + addr, workspace: workspace, metrics: reg}
+}
+
+// ledgerAPI is what the tests that serve a ledger through the real API
+// share: a dev server, the API's binary and a SQLite ledger, with a
+// context for the test's calls.
+type ledgerAPI struct {
+	ctx    context.Context
+	srv    *devserver.Server
+	apiBin string
+	path   string
+	ledger *auditdb.Ledger
+}
+
+// newLedgerAPI builds the API and starts a dev server, and opens an empty
+// ledger. The API is package main: the test runs it as the process it is.
+func newLedgerAPI(t *testing.T) *ledgerAPI {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a Temporal dev server and the API")
+	}
+	// Nothing else runs meanwhile: the build is the slow part when cold.
+	apiBin := proctest.Build(t, "github.com/tollgate/tollgate/api")()
+	srv := devserver.ForTest(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	path := filepath.Join(t.TempDir(), "audit.db")
+	ledger, err := auditdb.Open(ctx, path)
+	require.NoError(t, err)
+	t.Cleanup(func() { ledger.Close() })
+	return &ledgerAPI{ctx: ctx, srv: srv, apiBin: apiBin, path: path, ledger: ledger}
+}
+
+// serve starts the API on l's server and ledger, with env added, and
+// answers its address once it is healthy.
+func (l *ledgerAPI) serve(t *testing.T, env ...string) string {
+	t.Helper()
+	addr := proctest.FreeAddr(t)
+	runAPI(t, l.apiBin, addr, append(append(proctest.EnvironWithout("TOLLGATE_", "TEMPORAL_", "OPENAI_", "HTTP_ADDR"),
+		config.EnvHTTPAddr+"="+addr,
+		config.EnvTemporalAddress+"="+l.srv.HostPort,
+		config.EnvTemporalNamespace+"="+l.srv.Namespace,
+		config.EnvAuditDB+"="+l.path,
+	), env...))
+	return addr
 }
 
 // runAPI starts the API, listening on addr, and waits until /healthz

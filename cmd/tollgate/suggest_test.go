@@ -2,9 +2,7 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,27 +10,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tollgate/tollgate/internal/audit"
-	"github.com/tollgate/tollgate/internal/auditdb"
-	"github.com/tollgate/tollgate/internal/config"
-	"github.com/tollgate/tollgate/internal/devserver"
-	"github.com/tollgate/tollgate/internal/proctest"
 )
 
 // TestPolicySuggestReadsTheLedgerThroughTheAPI seeds a ledger with a
 // month and more of decisions, serves it with the real API, and runs
 // `tollgate policy suggest` on it.
 func TestPolicySuggestReadsTheLedgerThroughTheAPI(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a Temporal dev server and the API")
-	}
-	apiBin := proctest.Build(t, "github.com/tollgate/tollgate/api")()
-	srv := devserver.ForTest(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	ledgerPath := filepath.Join(t.TempDir(), "audit.db")
-	ledger, err := auditdb.Open(ctx, ledgerPath)
-	require.NoError(t, err)
-	t.Cleanup(func() { ledger.Close() })
+	l := newLedgerAPI(t)
+	ctx, ledger := l.ctx, l.ledger
 
 	now := time.Now()
 	var rows []audit.Record
@@ -54,13 +39,7 @@ func TestPolicySuggestReadsTheLedgerThroughTheAPI(t *testing.T) {
 	row(now.Add(-40*24*time.Hour), "make deploy", "decline", "bob")
 	require.NoError(t, ledger.Write(ctx, rows))
 
-	addr := proctest.FreeAddr(t)
-	runAPI(t, apiBin, addr, append(proctest.EnvironWithout("TOLLGATE_", "TEMPORAL_", "OPENAI_", "HTTP_ADDR"),
-		config.EnvHTTPAddr+"="+addr,
-		config.EnvTemporalAddress+"="+srv.HostPort,
-		config.EnvTemporalNamespace+"="+srv.Namespace,
-		config.EnvAuditDB+"="+ledgerPath,
-	))
+	addr := l.serve(t)
 	suggest := func(args ...string) (int, string, string) {
 		var out, errOut strings.Builder
 		code := run(ctx, append([]string{"policy", "suggest", "--api", "http://" + addr}, args...), noEnv, strings.NewReader(""), &out, &errOut)
