@@ -35,13 +35,9 @@ func TestASecondPersonMustApproveWhatTheSenderAsked(t *testing.T) {
 	_, msgs := chatAs(t, api, devToken, `{"query": "tidy up", "conversationId": "second-person"}`)
 	seq := 0
 	write := ofType(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 1), protocol.EventApprovalRequest)[0]
-	decide := func(token string) string {
-		resp, body := send(t, http.MethodPost, api.URL+"/chat/approval", "Bearer "+token, `{"requestId":"`+write.RequestID+`","decision":"approve"}`)
-		require.Equal(t, http.StatusOK, resp.StatusCode, body)
-		return body
-	}
-	require.JSONEq(t, `{"accepted":false,"reason":"forbidden"}`, decide(devToken), "the sender may not approve their own call")
-	require.JSONEq(t, `{"accepted":true}`, decide(leadToken))
+	approve := `{"requestId":"` + write.RequestID + `","decision":"approve"}`
+	require.JSONEq(t, `{"accepted":false,"reason":"forbidden"}`, decision(t, api.URL, devToken, approve), "the sender may not approve their own call")
+	decideAs(t, api.URL, leadToken, approve)
 
 	events := untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
 	d := ofType(events, protocol.EventApprovalDecision)[0]
@@ -95,18 +91,12 @@ func TestAGrantDoesNotLetItsMakerSkipTheSecondPerson(t *testing.T) {
 	}
 	api := serveAPI(t, NewServer(o))
 	const conv = "four-eyes-grant"
-	decide := func(token, requestID, body string) string {
-		t.Helper()
-		resp, out := send(t, http.MethodPost, api.URL+"/chat/approval", "Bearer "+token, `{"requestId":"`+requestID+`",`+body+`}`)
-		require.Equal(t, http.StatusOK, resp.StatusCode, out)
-		return out
-	}
 
 	// Alice's turn: Bob approves her Write, and remembers it.
 	_, msgs := chatAs(t, api, aliceToken, `{"query": "write a note", "conversationId": "`+conv+`"}`)
 	seq := 0
 	write := requestsByTool(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 1))["Write"]
-	require.JSONEq(t, `{"accepted":true}`, decide(bobToken, write.RequestID, `"decision":"approve","remember":"conversation"`))
+	decideAs(t, api.URL, bobToken, `{"requestId":"`+write.RequestID+`","decision":"approve","remember":"conversation"}`)
 	untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
 
 	// Bob's turn: his Write asks; he may not approve it, Alice may.
@@ -116,8 +106,8 @@ func TestAGrantDoesNotLetItsMakerSkipTheSecondPerson(t *testing.T) {
 	require.Empty(t, ofType(events, protocol.EventApprovalDecision), "bob's grant decided nothing in bob's turn")
 	write = requestsByTool(events)["Write"]
 	require.NotEmpty(t, write.RequestID, "bob's Write asks")
-	require.JSONEq(t, `{"accepted":false,"reason":"forbidden"}`, decide(bobToken, write.RequestID, `"decision":"approve"`))
-	require.JSONEq(t, `{"accepted":true}`, decide(aliceToken, write.RequestID, `"decision":"approve"`))
+	require.JSONEq(t, `{"accepted":false,"reason":"forbidden"}`, decision(t, api.URL, bobToken, `{"requestId":"`+write.RequestID+`","decision":"approve"}`))
+	decideAs(t, api.URL, aliceToken, `{"requestId":"`+write.RequestID+`","decision":"approve"}`)
 	events = untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
 	d := ofType(events, protocol.EventApprovalDecision)
 	require.Len(t, d, 1)
@@ -160,21 +150,15 @@ func TestATeamRoleOfTheTokenDecidesWhatARuleLeavesToTheTeam(t *testing.T) {
 	o.Tokens = cfg.APITokens
 	api := serveAPI(t, NewServer(o))
 	const conv = "team-finance"
-	decide := func(token, requestID, body string) string {
-		t.Helper()
-		resp, out := send(t, http.MethodPost, api.URL+"/chat/approval", "Bearer "+token, `{"requestId":"`+requestID+`",`+body+`}`)
-		require.Equal(t, http.StatusOK, resp.StatusCode, out)
-		return out
-	}
 
 	_, msgs := chatAs(t, api, devToken, `{"query": "tidy up", "conversationId": "`+conv+`"}`)
 	seq := 0
 	write := requestsByTool(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 1))["Write"]
 	require.Equal(t, []string{"role:finance"}, write.Deciders)
-	require.JSONEq(t, `{"accepted":false,"reason":"forbidden"}`, decide(daveToken, write.RequestID, `"decision":"approve"`))
-	require.JSONEq(t, `{"accepted":false,"reason":"forbidden"}`, decide(daveToken, write.RequestID, `"decision":"approve","teams":["finance"],"role":"finance"`),
+	require.JSONEq(t, `{"accepted":false,"reason":"forbidden"}`, decision(t, api.URL, daveToken, `{"requestId":"`+write.RequestID+`","decision":"approve"}`))
+	require.JSONEq(t, `{"accepted":false,"reason":"forbidden"}`, decision(t, api.URL, daveToken, `{"requestId":"`+write.RequestID+`","decision":"approve","teams":["finance"],"role":"finance"}`),
 		"the API sets teams and role from the token, whatever the body says")
-	require.JSONEq(t, `{"accepted":true}`, decide(carolToken, write.RequestID, `"decision":"approve","remember":"conversation"`))
+	decideAs(t, api.URL, carolToken, `{"requestId":"`+write.RequestID+`","decision":"approve","remember":"conversation"}`)
 	events := untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
 	d := ofType(events, protocol.EventApprovalDecision)[0]
 	require.Equal(t, "carol", d.By)
@@ -222,16 +206,10 @@ func TestARuleThatGainsDecidersNarrowsTheGrantsMadeBefore(t *testing.T) {
 	}
 	api := serveAPI(t, NewServer(o))
 	const conv = "deciders-later"
-	decide := func(token, requestID, body string) string {
-		t.Helper()
-		resp, out := send(t, http.MethodPost, api.URL+"/chat/approval", "Bearer "+token, `{"requestId":"`+requestID+`",`+body+`}`)
-		require.Equal(t, http.StatusOK, resp.StatusCode, out)
-		return out
-	}
 	_, msgs := chatAs(t, api, devToken, `{"query": "write a note", "conversationId": "`+conv+`"}`)
 	seq := 0
 	write := requestsByTool(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 1))["Write"]
-	require.JSONEq(t, `{"accepted":true}`, decide(devToken, write.RequestID, `"decision":"approve","remember":"conversation"`))
+	decideAs(t, api.URL, devToken, `{"requestId":"`+write.RequestID+`","decision":"approve","remember":"conversation"}`)
 	untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
 
 	// The operator's new policy: only lead decides Writes.
@@ -247,8 +225,8 @@ func TestARuleThatGainsDecidersNarrowsTheGrantsMadeBefore(t *testing.T) {
 	events := untilEvent(t, msgs, &seq, protocol.EventHeartbeat, 1)
 	require.Empty(t, ofType(events, protocol.EventApprovalDecision), "dev's grant decides no Write now that only lead may")
 	write = requestsByTool(events)["Write"]
-	require.JSONEq(t, `{"accepted":false,"reason":"forbidden"}`, decide(devToken, write.RequestID, `"decision":"approve"`))
-	require.JSONEq(t, `{"accepted":true}`, decide(leadToken, write.RequestID, `"decision":"approve"`))
+	require.JSONEq(t, `{"accepted":false,"reason":"forbidden"}`, decision(t, api.URL, devToken, `{"requestId":"`+write.RequestID+`","decision":"approve"}`))
+	decideAs(t, api.URL, leadToken, `{"requestId":"`+write.RequestID+`","decision":"approve"}`)
 	d := ofType(untilEvent(t, msgs, &seq, protocol.EventFinish, 1), protocol.EventApprovalDecision)
 	require.Len(t, d, 1)
 	require.Equal(t, "lead", d[0].By)

@@ -40,9 +40,16 @@ var turnAncestry = []string{
 // decideAs posts a decision with token and requires it taken.
 func decideAs(t *testing.T, apiURL, token, body string) {
 	t.Helper()
+	require.JSONEq(t, `{"accepted":true}`, decision(t, apiURL, token, body))
+}
+
+// decision posts body, a decision, to POST /chat/approval with token and
+// answers the 200's body.
+func decision(t *testing.T, apiURL, token, body string) string {
+	t.Helper()
 	resp, got := send(t, http.MethodPost, apiURL+"/chat/approval", "Bearer "+token, body)
 	require.Equal(t, http.StatusOK, resp.StatusCode, got)
-	require.JSONEq(t, `{"accepted":true}`, got)
+	return got
 }
 
 func TestATurnIsOneTraceFromItsRequestThroughTheModelAndTheToolsWithItsApprovals(t *testing.T) {
