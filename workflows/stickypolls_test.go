@@ -63,7 +63,7 @@ func (l *pollLog) record(ctx context.Context, method string, req, reply any, cc 
 // the task queue where a new turn's first task waits, until a sticky poll
 // comes back empty: on Temporal's default long poll, a minute. The dev
 // servers of `make dev` and of the tests answer an empty poll after
-// devserver.DevServerLongPoll instead. The test gives the worker that hint
+// devserver.LongPoll instead. The test gives the worker that hint
 // through a real dev server, lets both pollers move to the sticky queue,
 // then starts a workflow: the pollers come back to it after one short
 // empty poll.
@@ -124,6 +124,6 @@ func TestAStaleStickyBacklogHintCostsOneShortPollOnTheDevServer(t *testing.T) {
 	require.NotEmpty(t, stalled, "the stale hint kept every poller on the sticky queue until a sticky poll came back empty (the SDK's behaviour this bounds)")
 	for _, took := range stalled {
 		// Temporal's default keeps such a poll a minute.
-		require.Less(t, took, 30*time.Second, "an empty sticky poll waited about the dev server's long poll, %s", devserver.DevServerLongPoll)
+		require.Less(t, took, 30*time.Second, "an empty sticky poll waited about the dev server's long poll, %s", devserver.LongPoll)
 	}
 }
