@@ -4,11 +4,8 @@
 package config
 
 import (
-	"compress/gzip"
-
-	grpcgzip "google.golang.org/grpc/encoding/gzip"
-
 	"cmp"
+	"compress/gzip"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -25,6 +22,7 @@ import (
 
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/contrib/envconfig"
+	grpcgzip "google.golang.org/grpc/encoding/gzip"
 	"gopkg.in/yaml.v3"
 
 	"github.com/tollgate/tollgate/internal/links"

@@ -60,10 +60,7 @@ var tunedFlags = []string{
 	"--dynamic-config-value", "matching.numTaskqueueReadPartitions=1",
 	"--dynamic-config-value", "matching.numTaskqueueWritePartitions=1",
 	"--dynamic-config-value", "system.enableActivityEagerExecution=true",
-	// A worker's poll waits at most 5 s for a task, not a minute: while the
-	// sticky queue's last answer hinted at a backlog, the SDK's default
-	// pollers poll only that queue until a poll comes back empty, and this
-	// server's hint can name a task no poll gets (LongPoll).
+	// A worker's poll waits LongPoll for a task, not a minute (see there).
 	"--dynamic-config-value", "matching.longPollExpirationInterval=" + strconv.Itoa(int(LongPoll.Seconds())),
 }
 
