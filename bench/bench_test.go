@@ -370,9 +370,12 @@ type system struct {
 	// address and namespace are where Temporal is: the run's dev server,
 	// or the scale stage's Temporal server.
 	address, namespace string
-	client             client.Client
-	bins               binaries
-	env                *env
+	// compression is how tollgate's processes there compress their
+	// requests (config.EnvGRPCCompression): see compressionOn.
+	compression string
+	client      client.Client
+	bins        binaries
+	env         *env
 	// modelURL and workspace are the main tollgate's, for the scale runs'
 	// tollgate of their own.
 	modelURL, workspace string
@@ -396,7 +399,7 @@ func (s *system) cluster() (*cluster, error) {
 	}
 	pg := proctest.StartPostgres(s.tb, "temporal")
 	ts := proctest.StartTemporalServer(s.tb, pg)
-	c, err := dialQuietly(ts.HostPort, ts.Namespace)
+	c, err := dialQuietly(ts.HostPort, ts.Namespace, onCluster)
 	if err != nil {
 		return nil, err
 	}
@@ -415,8 +418,38 @@ func (cl *cluster) cpu() time.Duration {
 	return t + g
 }
 
-func dialQuietly(hostPort, namespace string) (client.Client, error) {
-	return client.Dial(client.Options{HostPort: hostPort, Namespace: namespace, Logger: sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler))})
+// Where a stage's Temporal server runs, for compressionOn.
+const (
+	onDevServer = false
+	onCluster   = true
+)
+
+// compressionOn is how tollgate's processes and the benchmark's clients
+// compress their requests to a Temporal server (config.EnvGRPCCompression):
+// on a dev server, none, as `make dev` runs tollgate beside its dev server
+// (scripts/dev.sh); on the cluster, gzip, tollgate's default, as
+// docker-compose.yml runs it. The floor's connections compress as
+// tollgate's do, so that the two sides pay alike.
+func compressionOn(cluster bool) string {
+	if cluster {
+		return config.GRPCCompressionGzip
+	}
+	return config.GRPCCompressionNone
+}
+
+// The benchmark's clients gzip at gzip's fastest level, as tollgate's
+// worker and API do (config.FastGzip): on the cluster, the floor's
+// requests cost what tollgate's cost.
+func init() { config.FastGzip() }
+
+// dialQuietly connects a client without a log, compressing as tollgate
+// does on that server (compressionOn).
+func dialQuietly(hostPort, namespace string, cluster bool) (client.Client, error) {
+	opts := client.Options{HostPort: hostPort, Namespace: namespace, Logger: sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler))}
+	if compressionOn(cluster) == config.GRPCCompressionNone {
+		opts.ConnectionOptions.GrpcCompression = &client.GrpcCompressionNone{}
+	}
+	return client.Dial(opts)
 }
 
 // loads runs the decision path under load twice: on a tuned dev server of
@@ -435,31 +468,31 @@ func (s *system) loads(ctx context.Context, levels []loadLevel) ([]loadResult, e
 		return nil, err
 	}
 	defer ds.Stop()
-	dc, err := dialQuietly(ds.HostPort, ds.Namespace)
+	dc, err := dialQuietly(ds.HostPort, ds.Namespace, onDevServer)
 	if err != nil {
 		return nil, err
 	}
 	defer dc.Close()
 	pid := findServerPID(ds.HostPort)
-	dev := s.loadOn(ctx, levels, "a tuned dev server (SQLite) of its own", ds.HostPort, ds.Namespace, dc, func() time.Duration { return processCPU(pid) })
+	dev := s.loadOn(ctx, levels, "a tuned dev server (SQLite) of its own", ds.HostPort, ds.Namespace, onDevServer, dc, func() time.Duration { return processCPU(pid) })
 	cl, err := s.cluster()
 	if err != nil {
 		return nil, err
 	}
-	return []loadResult{dev, s.loadOn(ctx, levels, "the Temporal server on PostgreSQL, as docker-compose.yml configures it", cl.server.HostPort, cl.server.Namespace, cl.client, cl.cpu)}, nil
+	return []loadResult{dev, s.loadOn(ctx, levels, "the Temporal server on PostgreSQL, as docker-compose.yml configures it", cl.server.HostPort, cl.server.Namespace, onCluster, cl.client, cl.cpu)}, nil
 }
 
 // loadOn runs the decision path under load on the Temporal server at
 // address: a tollgate of its own and the same-shape floor's worker, each
 // with a connection of its own, warmed up first. A failure is the result's
 // Err.
-func (s *system) loadOn(ctx context.Context, levels []loadLevel, server, address, namespace string, c client.Client, serverCPU func() time.Duration) loadResult {
+func (s *system) loadOn(ctx context.Context, levels []loadLevel, server, address, namespace string, cluster bool, c client.Client, serverCPU func() time.Duration) loadResult {
 	res, err := func() (loadResult, error) {
-		own := &system{tb: s.tb, address: address, namespace: namespace, client: c, bins: s.bins}
+		own := &system{tb: s.tb, address: address, namespace: namespace, compression: compressionOn(cluster), client: c, bins: s.bins}
 		queue := "load-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
 		tg := own.startTollgate(queue, s.workspace, s.modelURL)
 		defer tg.stop(s.tb)
-		fc, err := dialQuietly(address, namespace)
+		fc, err := dialQuietly(address, namespace, cluster)
 		if err != nil {
 			return loadResult{}, err
 		}
@@ -510,12 +543,12 @@ func startSystem(tb testing.TB) *system {
 	buildWorker := proctest.Build(tb, "github.com/tollgate/tollgate/worker")
 	buildAPI := proctest.Build(tb, "github.com/tollgate/tollgate/api")
 	ts := devserver.ForTest(tb)
-	c, err := ts.Dial()
+	c, err := dialQuietly(ts.HostPort, ts.Namespace, onDevServer)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(c.Close)
-	sys := &system{tb: tb, address: ts.HostPort, namespace: ts.Namespace, client: c, bins: binaries{worker: buildWorker(), api: buildAPI()}}
+	sys := &system{tb: tb, address: ts.HostPort, namespace: ts.Namespace, compression: compressionOn(onDevServer), client: c, bins: binaries{worker: buildWorker(), api: buildAPI()}}
 
 	// One model endpoint, as the worker has: the answer streams at once,
 	// except for the history turns, whose long answer streams a word a
@@ -543,7 +576,7 @@ func startSystem(tb testing.TB) *system {
 	// The floor's worker has a connection of its own, as tollgate's worker
 	// (a process of its own) does: its polls and task completions do not
 	// share one with the floor's clients and reader.
-	fc, err := ts.Dial()
+	fc, err := dialQuietly(ts.HostPort, ts.Namespace, onDevServer)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -594,6 +627,7 @@ func (s *system) startTollgate(queue, workspace, modelURL string, extra ...strin
 		// run's own.
 		config.EnvPayloadDir+"="+tb.TempDir(),
 		config.EnvAuditDB+"="+filepath.Join(tb.TempDir(), "audit.db"),
+		config.EnvGRPCCompression+"="+s.compression,
 	)
 	common = append(common, extra...)
 	workerAddr, apiAddr := proctest.FreeAddr(tb), proctest.FreeAddr(tb)
@@ -808,7 +842,7 @@ func (s *system) scale(ctx context.Context, n int, onDev bool) (scaleResult, err
 			return res, err
 		}
 		defer ds.Stop()
-		if c, err = dialQuietly(ds.HostPort, ds.Namespace); err != nil {
+		if c, err = dialQuietly(ds.HostPort, ds.Namespace, onDevServer); err != nil {
 			return res, err
 		}
 		defer c.Close()
@@ -826,7 +860,7 @@ func (s *system) scale(ctx context.Context, n int, onDev bool) (scaleResult, err
 		c, address, namespace = cl.client, ts.HostPort, ts.Namespace
 		serverLog = func() string { return tail(ts.Process.Log()) }
 	}
-	own := &system{tb: s.tb, address: address, namespace: namespace, client: c, bins: s.bins}
+	own := &system{tb: s.tb, address: address, namespace: namespace, compression: compressionOn(!onDev), client: c, bins: s.bins}
 	// The turns wait longer than the run takes, so none expires; two
 	// principals ask for them, so that they can be listed by principal.
 	tg := own.startTollgate(queue, s.workspace, s.modelURL,

@@ -90,7 +90,10 @@ func (r *report) markdown() string {
 	p("Machine: %d cores (%s), %s/%s, %s. Load average before / after the run: %s / %s.",
 		runtime.NumCPU(), cpuModel(), runtime.GOOS, runtime.GOARCH, runtime.Version(), r.LoadBefore, r.LoadAfter)
 	p("One tuned Temporal dev server (`internal/devserver`); tollgate's worker and API are the binaries of")
-	p("this tree, each a process of its own with its default settings (the API on loopback); the scripted")
+	p("this tree, each a process of its own with its default settings (the API on loopback) but one that")
+	p("`make dev` sets too: on a dev server, every process talks to Temporal without gzip (no process here")
+	p("compresses, the floor's neither), as over loopback it costs only CPU; on the Temporal server on")
+	p("PostgreSQL, every process gzips at gzip's fastest level, tollgate's default. The scripted")
 	p("model answers at once (no chunk delay) from the benchmark's process. Everything tollgate's figures")
 	p("say comes from outside: the clients' clocks on POST /chat/stream, POST /chat/approval and GET")
 	p("/chat/turns/:turnId/events, the API's and the worker's GET /metrics, and the workflows' histories.")
