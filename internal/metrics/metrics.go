@@ -75,7 +75,7 @@ func New(help map[string]string) (*Registry, error) {
 		return nil, err
 	}
 	r.provider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter), sdkmetric.WithView(describe(help)))
-	r.handler = opentelemetry.NewMetricsHandler(opentelemetry.MetricsHandlerOptions{
+	r.handler = newCached(opentelemetry.NewMetricsHandler(opentelemetry.MetricsHandlerOptions{
 		Meter: r.provider.Meter(meterName),
 		// The SDK documents its counters as never going down: Prometheus
 		// counters, not gauges.
@@ -83,7 +83,7 @@ func New(help map[string]string) (*Registry, error) {
 		// A name the meter refuses is reported (otel.Handle logs it), not
 		// a panic in a worker.
 		OnError: otel.Handle,
-	})
+	}))
 	r.own.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	r.gatherer = prometheus.Gatherers{r.recorded, r.own}
 	r.http = promhttp.HandlerFor(r.gatherer, promhttp.HandlerOpts{})

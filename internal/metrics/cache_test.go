@@ -1,0 +1,81 @@
+package metrics
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/contrib/opentelemetry"
+)
+
+// TestTheSameTagsGiveTheSameHandlerAndInstrumentsWhateverTheirOrder asks
+// for handlers the way the SDK does (tags upon tags), and requires that a
+// handler or instrument asked for again is the one made the first time,
+// that different tags are different series, and that every record lands
+// in the series of its own tags.
+func TestTheSameTagsGiveTheSameHandlerAndInstrumentsWhateverTheirOrder(t *testing.T) {
+	r := newRegistry(t, nil)
+	worker := r.Handler().WithTags(map[string]string{"namespace": "default", "task_queue": "q"})
+	a := worker.WithTags(map[string]string{"operation": "Poll", "status": "ok"})
+	b := worker.WithTags(map[string]string{"status": "ok", "operation": "Poll"})
+	require.Same(t, a, b)
+	a.Counter("temporal_request")
+	b.Counter("temporal_request")
+	made := 0
+	a.(*cached).store.counters.Range(func(any, any) bool { made++; return true })
+	require.Equal(t, 1, made, "the counter of the same tags and name is made once")
+
+	other := worker.WithTags(map[string]string{"operation": "Respond", "status": "ok"})
+	require.NotSame(t, a, other)
+	// A value may not pass for a pair: {"a": "1:b1:c"} is not {"a": "1", "b": "c"}.
+	require.NotSame(t, worker.WithTags(map[string]string{"a": "1:b1:c"}), worker.WithTags(map[string]string{"a": "1", "b": "c"}))
+
+	a.Counter("temporal_request").Inc(2)
+	b.Counter("temporal_request").Inc(3)
+	other.Counter("temporal_request").Inc(7)
+	worker.WithTags(map[string]string{"operation": "Poll"}).Counter("temporal_request").Inc(11)
+	require.Equal(t, 5.0, r.Sum("temporal_request_total", map[string]string{"operation": "Poll", "status": "ok"}))
+	require.Equal(t, 7.0, r.Sum("temporal_request_total", map[string]string{"operation": "Respond"}))
+	require.Equal(t, 16.0, r.Sum("temporal_request_total", map[string]string{"operation": "Poll"}))
+	require.Equal(t, 23.0, r.Sum("temporal_request_total", map[string]string{"task_queue": "q"}))
+
+	a.Gauge("temporal_slots").Update(4)
+	b.Gauge("temporal_slots").Update(6)
+	require.Equal(t, 6.0, r.Sum("temporal_slots", map[string]string{"operation": "Poll"}))
+	a.Timer("temporal_latency").Record(time.Second)
+	b.Timer("temporal_latency").Record(time.Second)
+	require.Equal(t, uint64(2), r.Count("temporal_latency_seconds", map[string]string{"operation": "Poll"}))
+}
+
+// BenchmarkTaggedRecord records what the SDK records for one request, a
+// tagged handler's timer and counter, through the cache and through the
+// OpenTelemetry handler alone; run with -benchmem for the allocations.
+func BenchmarkTaggedRecord(b *testing.B) {
+	bare := func() client.MetricsHandler {
+		p := sdkmetric.NewMeterProvider()
+		b.Cleanup(func() { _ = p.Shutdown(b.Context()) })
+		return opentelemetry.NewMetricsHandler(opentelemetry.MetricsHandlerOptions{Meter: p.Meter(meterName), UseMonotonicCounters: true})
+	}
+	for _, way := range []struct {
+		name string
+		h    func() client.MetricsHandler
+	}{{"opentelemetry", bare}, {"cached", func() client.MetricsHandler { return newCached(bare()) }}} {
+		b.Run(way.name, func(b *testing.B) {
+			worker := way.h().WithTags(map[string]string{"namespace": "default", "task_queue": "q", "worker_type": "WorkflowWorker"})
+			ops := make([]string, 8)
+			for i := range ops {
+				ops[i] = fmt.Sprint("op", i)
+			}
+			i := 0
+			for b.Loop() {
+				h := worker.WithTags(map[string]string{"operation": ops[i%len(ops)]})
+				h.Timer("temporal_request_latency").Record(time.Millisecond)
+				h.Counter("temporal_request").Inc(1)
+				i++
+			}
+		})
+	}
+}
