@@ -246,8 +246,10 @@ func (l loadLevel) String() string {
 
 // Concurrencies of the decision path under load, and the turns of each:
 // enough that every client runs several, so that the stretch in which all
-// are busy holds most of them. The goals are at 1, 10 and 50.
-var loadLevels = []loadLevel{{1, 40}, {10, 200}, {50, 400}}
+// are busy holds most of them. The goals are at 1, 10 and 50. One
+// at a time, each turn is one sample of the p50, so that level runs 100
+// (with 40, its ratio moved by 0.2x between runs of the same build).
+var loadLevels = []loadLevel{{1, 100}, {10, 200}, {50, 400}}
 
 // envBenchLoadTurns, set to k, makes every level run k turns a client in
 // each half (2k a client in all), for a quick try of the stage.
