@@ -57,6 +57,10 @@ func (c *cached) WithTags(tags map[string]string) client.MetricsHandler {
 	return h.(*cached)
 }
 
+// Unwrap returns the OpenTelemetry handler of this handler's tags, as the
+// SDK's wrappers do, so that opentelemetry.ExtractMetricsHandler finds it.
+func (c *cached) Unwrap() client.MetricsHandler { return c.inner }
+
 // Counter returns the counter name of this handler's tags, made once.
 func (c *cached) Counter(name string) client.MetricsCounter {
 	return instrument(&c.store.counters, instrumentKey{c.key, name}, func() client.MetricsCounter { return c.inner.Counter(name) })

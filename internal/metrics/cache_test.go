@@ -28,6 +28,15 @@ func TestTheSameTagsGiveTheSameHandlerAndInstrumentsWhateverTheirOrder(t *testin
 	a.(*cached).store.counters.Range(func(any, any) bool { made++; return true })
 	require.Equal(t, 1, made, "the counter of the same tags and name is made once")
 
+	// What the SDK's contrib package offers for raw use still finds the
+	// OpenTelemetry handler, with the tags.
+	raw := opentelemetry.ExtractMetricsHandler(a)
+	require.NotNil(t, raw)
+	set := raw.GetAttributes()
+	tag, ok := set.Value("operation")
+	require.True(t, ok)
+	require.Equal(t, "Poll", tag.AsString())
+
 	other := worker.WithTags(map[string]string{"operation": "Respond", "status": "ok"})
 	require.NotSame(t, a, other)
 	// A value may not pass for a pair: {"a": "1:b1:c"} is not {"a": "1", "b": "c"}.
