@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"go.temporal.io/sdk/client"
 )
@@ -20,9 +21,14 @@ import (
 // and no other handler the SDK serves here (its tally contrib is not
 // served) does less, hence this cache in front of it.
 //
-// What it keeps is bounded by what the exporter keeps anyway: one handler
-// per set of tags, one instrument per set of tags and name, and each such
-// pair is a series GET /metrics serves.
+// It keeps one handler per sequence of WithTags calls and one instrument
+// per such handler and name: for the SDK's own tags (namespace, task
+// queue, workflow and activity types, operations) some hundreds. But the
+// SDK tags a polled task with its workflow type before it checks that the
+// worker knows the type, so whoever may start workflows on the task queue
+// can make new tag sets at will; the exporter caps each metric at 2,000
+// series, and the cache stops at maxCached entries. Past that, what is
+// new is made each time as without the cache, and nothing is lost.
 type cached struct {
 	inner client.MetricsHandler
 	// key names inner's tags: the keys of the WithTags calls that made
@@ -33,10 +39,29 @@ type cached struct {
 
 // cacheStore is what every handler derived from one cached shares.
 type cacheStore struct {
+	// entries counts what the maps hold, all four.
+	entries  atomic.Int64
 	handlers sync.Map // key → *cached
 	counters sync.Map // instrumentKey → client.MetricsCounter
 	gauges   sync.Map // instrumentKey → client.MetricsGauge
 	timers   sync.Map // instrumentKey → client.MetricsTimer
+}
+
+// maxCached bounds the entries of one cacheStore: far above what a
+// worker's own tags make, and well under what a hostile one could.
+var maxCached int64 = 10_000
+
+// keep stores v under k in m unless the store is full, and returns what m
+// holds under k then: v, another made meanwhile, or v unkept.
+func keep[T any](s *cacheStore, m *sync.Map, k any, v T) T {
+	if s.entries.Load() >= maxCached {
+		return v
+	}
+	got, loaded := m.LoadOrStore(k, v)
+	if !loaded {
+		s.entries.Add(1)
+	}
+	return got.(T)
 }
 
 // instrumentKey names an instrument of a tagged handler.
@@ -53,8 +78,7 @@ func (c *cached) WithTags(tags map[string]string) client.MetricsHandler {
 	if h, ok := c.store.handlers.Load(key); ok {
 		return h.(*cached)
 	}
-	h, _ := c.store.handlers.LoadOrStore(key, &cached{inner: c.inner.WithTags(tags), key: key, store: c.store})
-	return h.(*cached)
+	return keep(c.store, &c.store.handlers, key, &cached{inner: c.inner.WithTags(tags), key: key, store: c.store})
 }
 
 // Unwrap returns the OpenTelemetry handler of this handler's tags, as the
@@ -63,27 +87,26 @@ func (c *cached) Unwrap() client.MetricsHandler { return c.inner }
 
 // Counter returns the counter name of this handler's tags, made once.
 func (c *cached) Counter(name string) client.MetricsCounter {
-	return instrument(&c.store.counters, instrumentKey{c.key, name}, func() client.MetricsCounter { return c.inner.Counter(name) })
+	return instrument(c.store, &c.store.counters, instrumentKey{c.key, name}, func() client.MetricsCounter { return c.inner.Counter(name) })
 }
 
 // Gauge returns the gauge name of this handler's tags, made once.
 func (c *cached) Gauge(name string) client.MetricsGauge {
-	return instrument(&c.store.gauges, instrumentKey{c.key, name}, func() client.MetricsGauge { return c.inner.Gauge(name) })
+	return instrument(c.store, &c.store.gauges, instrumentKey{c.key, name}, func() client.MetricsGauge { return c.inner.Gauge(name) })
 }
 
 // Timer returns the timer name of this handler's tags, made once.
 func (c *cached) Timer(name string) client.MetricsTimer {
-	return instrument(&c.store.timers, instrumentKey{c.key, name}, func() client.MetricsTimer { return c.inner.Timer(name) })
+	return instrument(c.store, &c.store.timers, instrumentKey{c.key, name}, func() client.MetricsTimer { return c.inner.Timer(name) })
 }
 
 // instrument returns the instrument of m under k, made by build the first
-// time.
-func instrument[T any](m *sync.Map, k instrumentKey, build func() T) T {
+// time (or every time, once the store is full).
+func instrument[T any](s *cacheStore, m *sync.Map, k instrumentKey, build func() T) T {
 	if v, ok := m.Load(k); ok {
 		return v.(T)
 	}
-	v, _ := m.LoadOrStore(k, build())
-	return v.(T)
+	return keep(s, m, k, build())
 }
 
 // tagsKey is prefix followed by tags as one string, the same whatever the

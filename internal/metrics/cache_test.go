@@ -88,3 +88,23 @@ func BenchmarkTaggedRecord(b *testing.B) {
 		})
 	}
 }
+
+// TestAFullCacheMakesWhatIsNewEachTimeAndLosesNothing gives the cache more
+// tag sets than it keeps (the SDK tags a polled task with any workflow
+// type a client starts): it stops growing at its bound, and every record
+// still lands in its series.
+func TestAFullCacheMakesWhatIsNewEachTimeAndLosesNothing(t *testing.T) {
+	old := maxCached
+	maxCached = 5
+	t.Cleanup(func() { maxCached = old })
+	r := newRegistry(t, nil)
+	worker := r.Handler().WithTags(map[string]string{"task_queue": "q"})
+	for i := range 50 {
+		for range 2 {
+			worker.WithTags(map[string]string{"workflow_type": fmt.Sprint("type-", i)}).Counter("temporal_workflow_task_queue_poll_succeed").Inc(1)
+		}
+	}
+	require.Equal(t, int64(5), worker.(*cached).store.entries.Load())
+	require.Equal(t, 100.0, r.Sum("temporal_workflow_task_queue_poll_succeed_total", nil))
+	require.Equal(t, 2.0, r.Sum("temporal_workflow_task_queue_poll_succeed_total", map[string]string{"workflow_type": "type-49"}))
+}
