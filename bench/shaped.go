@@ -281,7 +281,10 @@ type loadResult struct {
 	// it did not finish.
 	Server, Err              string
 	Floor, Indexed, Tollgate []loadRun
-	Breakdown                []segment
+	// Breakdown splits the approval path of the highest level into
+	// stretches; FirstBreakdown, of the lowest (one turn at a time, where
+	// tollgate's own work shows most), when there are two levels or more.
+	Breakdown, FirstBreakdown []segment
 }
 
 // decisionPathUnderLoad runs the same-shape floor, the indexed floor and
@@ -336,6 +339,11 @@ levels:
 		return res, errors.Join(failed, fmt.Errorf("where the time goes: %w", err))
 	}
 	res.Breakdown = b
+	if last > 0 {
+		if res.FirstBreakdown, err = breakdown(ctx, e.temporal, res.Floor[0].samples, res.Tollgate[0].samples, shapedModelName); err != nil {
+			return res, errors.Join(failed, fmt.Errorf("where the time goes at %d at a time: %w", res.Floor[0].Concurrency, err))
+		}
+	}
 	return res, failed
 }
 
@@ -420,13 +428,26 @@ func (r *report) loadMarkdown() string {
 			}
 		}
 		p("")
-		if len(ld.Floor) > 0 {
-			p("Where a turn's time goes at concurrency %d, to its request and from its decision (medians over its turns, from their histories):", ld.Floor[len(ld.Floor)-1].Concurrency)
-			p("")
-			p("| stretch | same-shape floor | tollgate |")
-			p("|---|---:|---:|")
-			for _, s := range ld.Breakdown {
-				p("| %s | %.1f ms | %.1f ms |", s.Name, ms(s.Floor), ms(s.Tollgate))
+		if n := len(ld.Floor); n > 0 {
+			high := ld.Floor[n-1].Concurrency
+			if len(ld.FirstBreakdown) != len(ld.Breakdown) {
+				p("Where a turn's time goes at concurrency %d, to its request and from its decision (medians over its turns, from their histories):", high)
+				p("")
+				p("| stretch | same-shape floor | tollgate |")
+				p("|---|---:|---:|")
+				for _, s := range ld.Breakdown {
+					p("| %s | %.1f ms | %.1f ms |", s.Name, ms(s.Floor), ms(s.Tollgate))
+				}
+			} else {
+				low := ld.Floor[0].Concurrency
+				p("Where a turn's time goes at concurrency %d and %d, to its request and from its decision (medians over its turns, from their histories):", low, high)
+				p("")
+				p("| stretch | same-shape floor, %d | tollgate, %d | same-shape floor, %d | tollgate, %d |", low, low, high, high)
+				p("|---|---:|---:|---:|---:|")
+				for i, s := range ld.Breakdown {
+					f := ld.FirstBreakdown[i]
+					p("| %s | %.1f ms | %.1f ms | %.1f ms | %.1f ms |", s.Name, ms(f.Floor), ms(f.Tollgate), ms(s.Floor), ms(s.Tollgate))
+				}
 			}
 			p("")
 		}
