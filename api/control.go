@@ -180,7 +180,8 @@ func (s *Server) freeze(c *gin.Context) {
 	if !s.decodeOptionalBody(c, &req) {
 		return
 	}
-	st, ok := s.adminChange(c, contract.FreezeUpdate, contract.FreezeInput{By: adminName(c), FreezeRequest: req}, audit.KindFreeze,
+	admin := adminName(c)
+	st, ok := s.adminChange(c, admin, contract.FreezeUpdate, contract.FreezeInput{By: admin, FreezeRequest: req}, audit.KindFreeze,
 		func(st contract.ControlState) (string, any) { return st.Freeze.Reason, req })
 	if ok {
 		c.JSON(http.StatusOK, st.Freeze)
@@ -193,7 +194,8 @@ func (s *Server) thaw(c *gin.Context) {
 	if !s.decodeOptionalBody(c, &req) {
 		return
 	}
-	st, ok := s.adminChange(c, contract.ThawUpdate, contract.ThawInput{By: adminName(c), Reason: req.Reason}, audit.KindThaw,
+	admin := adminName(c)
+	st, ok := s.adminChange(c, admin, contract.ThawUpdate, contract.ThawInput{By: admin, Reason: req.Reason}, audit.KindThaw,
 		func(st contract.ControlState) (string, any) { return st.Freeze.Reason, req })
 	if ok {
 		c.JSON(http.StatusOK, st.Freeze)
@@ -214,18 +216,19 @@ func (s *Server) decodeOptionalBody(c *gin.Context, v any) bool {
 	return true
 }
 
-// adminChange makes an admin's change of the gate's control workflow (the
-// Update name, with in) and writes its ledger row of kind, whose reason and
+// adminChange makes admin's change of the gate's control workflow (the
+// Update name, with in, which names admin too) and writes its ledger row of
+// kind, by admin, whose reason and
 // recorded body row takes from the state the change answered. It answers
 // that state, or false once it has written the error.
-func (s *Server) adminChange(c *gin.Context, name string, in any, kind string, row func(contract.ControlState) (reason string, what any)) (contract.ControlState, bool) {
+func (s *Server) adminChange(c *gin.Context, admin, name string, in any, kind string, row func(contract.ControlState) (reason string, what any)) (contract.ControlState, bool) {
 	st, err := s.changeControl(c.Request.Context(), name, in)
 	if err != nil {
 		writeError(c, s.log, err)
 		return st, false
 	}
 	reason, what := row(st)
-	s.ledgerAdmin(c.Request.Context(), st, kind, adminName(c), callerRole(c, config.RoleAdmin), reason, what)
+	s.ledgerAdmin(c.Request.Context(), st, kind, admin, callerRole(c, config.RoleAdmin), reason, what)
 	return st, true
 }
 
@@ -263,7 +266,8 @@ func (s *Server) delegate(c *gin.Context) {
 			return
 		}
 	}
-	st, ok := s.adminChange(c, contract.DelegateUpdate, contract.DelegateInput{By: adminName(c), DelegationRequest: req}, audit.KindDelegate,
+	admin := adminName(c)
+	st, ok := s.adminChange(c, admin, contract.DelegateUpdate, contract.DelegateInput{By: admin, DelegationRequest: req}, audit.KindDelegate,
 		func(st contract.ControlState) (string, any) { return req.Reason, st.Delegations[len(st.Delegations)-1] })
 	if ok {
 		c.JSON(http.StatusOK, delegationsOf(&st))
@@ -273,7 +277,8 @@ func (s *Server) delegate(c *gin.Context) {
 // undelegate handles DELETE /delegations/:id.
 func (s *Server) undelegate(c *gin.Context) {
 	id := c.Param("id")
-	st, ok := s.adminChange(c, contract.UndelegateUpdate, contract.UndelegateInput{By: adminName(c), ID: id}, audit.KindUndelegate,
+	admin := adminName(c)
+	st, ok := s.adminChange(c, admin, contract.UndelegateUpdate, contract.UndelegateInput{By: admin, ID: id}, audit.KindUndelegate,
 		func(contract.ControlState) (string, any) { return "", gin.H{"id": id} })
 	if ok {
 		c.JSON(http.StatusOK, delegationsOf(&st))
