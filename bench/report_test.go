@@ -113,3 +113,24 @@ func TestABacktestStageIsReportedAgainstItsGoalOrWithItsError(t *testing.T) {
 	require.NotContains(t, r.backtestMarkdown(), "| 0 |", "no row of figures it did not measure")
 	require.Contains(t, r.verdict(), "The policy backtest stage did not finish (seeding the ledger: disk full)")
 }
+
+func TestTheLoadSectionBreaksTheDecisionDownAtTheLowestAndHighestLevels(t *testing.T) {
+	segs := func(floor, tollgate time.Duration) []segment {
+		return []segment{{Name: "approval: tool activity (scheduled → completed)", Floor: floor, Tollgate: tollgate}}
+	}
+	levels := []loadRun{{Concurrency: 1, Turns: 100}, {Concurrency: 50, Turns: 400}}
+	both := loadResult{Server: "a dev server", Floor: levels, Tollgate: levels,
+		Breakdown: segs(8*time.Millisecond, 13*time.Millisecond), FirstBreakdown: segs(2800*time.Microsecond, 4400*time.Microsecond)}
+	md := (&report{Load: []loadResult{both}}).loadMarkdown()
+	require.Contains(t, md, "Where a turn's time goes at concurrency 1 and 50,")
+	require.Contains(t, md, "| stretch | same-shape floor, 1 | tollgate, 1 | same-shape floor, 50 | tollgate, 50 |\n|---|---:|---:|---:|---:|\n")
+	require.Contains(t, md, "| approval: tool activity (scheduled → completed) | 2.8 ms | 4.4 ms | 8.0 ms | 13.0 ms |\n")
+
+	// One level, or a lowest level that was not broken down: the highest alone.
+	one := both
+	one.FirstBreakdown = nil
+	md = (&report{Load: []loadResult{one}}).loadMarkdown()
+	require.Contains(t, md, "Where a turn's time goes at concurrency 50,")
+	require.Contains(t, md, "| stretch | same-shape floor, 50 | tollgate, 50 |\n|---|---:|---:|\n")
+	require.Contains(t, md, "| approval: tool activity (scheduled → completed) | 8.0 ms | 13.0 ms |\n")
+}

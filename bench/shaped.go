@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -429,25 +430,33 @@ func (r *report) loadMarkdown() string {
 		}
 		p("")
 		if n := len(ld.Floor); n > 0 {
-			high := ld.Floor[n-1].Concurrency
-			if len(ld.FirstBreakdown) != len(ld.Breakdown) {
-				p("Where a turn's time goes at concurrency %d, to its request and from its decision (medians over its turns, from their histories):", high)
-				p("")
-				p("| stretch | same-shape floor | tollgate |")
-				p("|---|---:|---:|")
-				for _, s := range ld.Breakdown {
-					p("| %s | %.1f ms | %.1f ms |", s.Name, ms(s.Floor), ms(s.Tollgate))
+			// A column pair for each level broken down: the highest, and
+			// the lowest before it when it was.
+			type level struct {
+				concurrency int
+				segs        []segment
+			}
+			levels := []level{{ld.Floor[n-1].Concurrency, ld.Breakdown}}
+			if len(ld.FirstBreakdown) == len(ld.Breakdown) {
+				levels = slices.Insert(levels, 0, level{ld.Floor[0].Concurrency, ld.FirstBreakdown})
+			}
+			names := make([]string, len(levels))
+			head, rule := "| stretch |", "|---|"
+			for i, l := range levels {
+				names[i] = strconv.Itoa(l.concurrency)
+				head += fmt.Sprintf(" same-shape floor, %d | tollgate, %d |", l.concurrency, l.concurrency)
+				rule += "---:|---:|"
+			}
+			p("Where a turn's time goes at concurrency %s, to its request and from its decision (medians over its turns, from their histories):", strings.Join(names, " and "))
+			p("")
+			p("%s", head)
+			p("%s", rule)
+			for i, s := range ld.Breakdown {
+				row := "| " + s.Name + " |"
+				for _, l := range levels {
+					row += fmt.Sprintf(" %.1f ms | %.1f ms |", ms(l.segs[i].Floor), ms(l.segs[i].Tollgate))
 				}
-			} else {
-				low := ld.Floor[0].Concurrency
-				p("Where a turn's time goes at concurrency %d and %d, to its request and from its decision (medians over its turns, from their histories):", low, high)
-				p("")
-				p("| stretch | same-shape floor, %d | tollgate, %d | same-shape floor, %d | tollgate, %d |", low, low, high, high)
-				p("|---|---:|---:|---:|---:|")
-				for i, s := range ld.Breakdown {
-					f := ld.FirstBreakdown[i]
-					p("| %s | %.1f ms | %.1f ms | %.1f ms | %.1f ms |", s.Name, ms(f.Floor), ms(f.Tollgate), ms(s.Floor), ms(s.Tollgate))
-				}
+				p("%s", row)
 			}
 			p("")
 		}
