@@ -261,36 +261,43 @@ func TestTheLedgerPageListsFiltersPagesAndExportsTheRows(t *testing.T) {
 // ledger on, as a worker does by default, and reads its turn's history:
 // between the decision and the tool, and between the tool and the model
 // call that reads its result, the turn wrote nothing (a ledger write is a
-// local activity's marker there); the row is whole all the same, written
-// by the activities that ran anyway; and the turn's history stays within
-// 40 events.
+// local activity's marker there); nor did it upsert its search attributes
+// between the decision and the Write (a visibility write, which the dev
+// server's SQLite makes the tool's completion wait for): that comes with
+// the tool's result; the row is whole all the same, written by the
+// activities that ran anyway; and the turn's history stays within 40
+// events. An approved Bash call, which may run for minutes, is shown
+// running from its decision on.
 func TestAnApprovedCallWaitsForNoLedgerWrite(t *testing.T) {
 	t.Parallel()
 	replies := map[string][]scripted.Reply{
 		"write": {{ToolCalls: []protocol.ToolCall{{ID: "call_w", Name: protocol.ToolWrite, Arguments: `{"file_path":"a.txt","content":"hi"}`}}}, {Content: "Written."}},
+		"bash":  {{ToolCalls: []protocol.ToolCall{{ID: "call_b", Name: protocol.ToolBash, Arguments: `{"command":"echo hi"}`}}}, {Content: "Ran."}},
 	}
 	st := newStack(t, withScript(byQuery(replies)))
-	_, msgs := st.chat(t, `{"query":"write","conversationId":"ledger-off-path"}`)
-	seq := 0
-	req := requestsByTool(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 1))[protocol.ToolWrite]
-	_, out := st.postJSON(t, "/chat/approval", `{"requestId":"`+req.RequestID+`","decision":"approve"}`)
-	require.Equal(t, true, out["accepted"], out)
-	untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
+	history := func(conversation, query, tool string) []*historypb.HistoryEvent {
+		_, msgs := st.chat(t, `{"query":"`+query+`","conversationId":"`+conversation+`"}`)
+		seq := 0
+		req := requestsByTool(untilEvent(t, msgs, &seq, protocol.EventApprovalRequest, 1))[tool]
+		_, out := st.postJSON(t, "/chat/approval", `{"requestId":"`+req.RequestID+`","decision":"approve"}`)
+		require.Equal(t, true, out["accepted"], out)
+		untilEvent(t, msgs, &seq, protocol.EventFinish, 1)
 
-	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
-	defer cancel()
-	var events []*historypb.HistoryEvent
-	iter := st.client.GetWorkflowHistory(ctx, contract.TurnWorkflowID("ledger-off-path", 1), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-	for iter.HasNext() {
-		e, err := iter.Next()
-		require.NoError(t, err)
-		events = append(events, e)
+		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+		defer cancel()
+		var events []*historypb.HistoryEvent
+		iter := st.client.GetWorkflowHistory(ctx, contract.TurnWorkflowID(conversation, 1), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+		for iter.HasNext() {
+			e, err := iter.Next()
+			require.NoError(t, err)
+			events = append(events, e)
+		}
+		return events
 	}
-	t.Logf("one approved call with the ledger on: %d events", len(events))
-	require.LessOrEqual(t, len(events), 40, "one approved call with the ledger on")
-	// markersBetween counts the markers after the first event from accepts
-	// up to the first event after it that to accepts.
-	markersBetween := func(from, to func(*historypb.HistoryEvent) bool) int {
+	// between counts the events of type kind after the first event of
+	// events that from accepts, up to the first event after it that to
+	// accepts.
+	between := func(events []*historypb.HistoryEvent, kind enumspb.EventType, from, to func(*historypb.HistoryEvent) bool) int {
 		start := slices.IndexFunc(events, from)
 		require.GreaterOrEqual(t, start, 0)
 		n := 0
@@ -298,7 +305,7 @@ func TestAnApprovedCallWaitsForNoLedgerWrite(t *testing.T) {
 			if to(e) {
 				return n
 			}
-			if e.GetEventType() == enumspb.EVENT_TYPE_MARKER_RECORDED {
+			if e.GetEventType() == kind {
 				n++
 			}
 		}
@@ -313,14 +320,35 @@ func TestAnApprovedCallWaitsForNoLedgerWrite(t *testing.T) {
 	accepted := func(e *historypb.HistoryEvent) bool {
 		return e.GetEventType() == enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
 	}
-	write := events[slices.IndexFunc(events, scheduled(protocol.ToolWrite))].GetEventId()
-	written := func(e *historypb.HistoryEvent) bool {
-		return e.GetActivityTaskCompletedEventAttributes().GetScheduledEventId() == write
+	completed := func(events []*historypb.HistoryEvent, activity string) func(*historypb.HistoryEvent) bool {
+		id := events[slices.IndexFunc(events, scheduled(activity))].GetEventId()
+		return func(e *historypb.HistoryEvent) bool {
+			return e.GetActivityTaskCompletedEventAttributes().GetScheduledEventId() == id
+		}
 	}
-	require.Zero(t, markersBetween(accepted, scheduled(protocol.ToolWrite)),
+	const (
+		marker = enumspb.EVENT_TYPE_MARKER_RECORDED
+		upsert = enumspb.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES
+	)
+
+	events := history("ledger-off-path", "write", protocol.ToolWrite)
+	t.Logf("one approved call with the ledger on: %d events", len(events))
+	require.LessOrEqual(t, len(events), 40, "one approved call with the ledger on")
+	written := completed(events, protocol.ToolWrite)
+	require.Zero(t, between(events, marker, accepted, scheduled(protocol.ToolWrite)),
 		"nothing is written between the decision and the tool")
-	require.Zero(t, markersBetween(written, scheduled(activities.ModelActivity)),
+	require.Zero(t, between(events, marker, written, scheduled(activities.ModelActivity)),
 		"nothing is written between the tool and the model call that reads its result")
+	require.Zero(t, between(events, upsert, accepted, written),
+		"no search attribute is upserted between the decision and the Write's completion")
+	require.Equal(t, 1, between(events, upsert, written, scheduled(activities.ModelActivity)),
+		"the turn is shown running again with the Write's result")
+
+	bash := history("status-at-decision", "bash", protocol.ToolBash)
+	require.Equal(t, 1, between(bash, upsert, accepted, scheduled(protocol.ToolBash)),
+		"an approved command is shown running when it starts")
+	require.Zero(t, between(bash, upsert, completed(bash, protocol.ToolBash), scheduled(activities.ModelActivity)),
+		"and not again with its result")
 
 	rows := st.audit(t, "conversationId=ledger-off-path").Records
 	require.Len(t, rows, 1)

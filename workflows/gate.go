@@ -115,6 +115,11 @@ type gate struct {
 	// span is the workflow run's span, the parent of the approval spans
 	// (tracing.go); the zero Span when the worker does not trace.
 	span workflowtrace.Span
+	// statusLater, set by the turn for the wait it begins (quickBatch),
+	// leaves the search attributes as they are when the wait ends, and
+	// statusOwed says they are still to be brought up to date
+	// (settleStatus): levelStatusOffPath.
+	statusLater, statusOwed bool
 }
 
 func newGate(ctx workflow.Context, log *eventLog, conversationID, sender string, settings Settings) *gate {
@@ -543,7 +548,8 @@ const pendingMessageBytes = audit.UserMessageBytes
 // and the votes cast and escalation steps passed (notes).
 func (g *gate) await(ctx workflow.Context, reqs []*approval, onNews func([]*approval, []note)) {
 	g.upsertPending(ctx)
-	defer g.upsertPending(ctx)
+	g.statusOwed = false
+	defer g.waitEnded(ctx)
 
 	timerCtx, cancelTimers := workflow.WithCancel(ctx)
 	defer cancelTimers()
@@ -582,6 +588,30 @@ func (g *gate) await(ctx workflow.Context, reqs []*approval, onNews func([]*appr
 	// at once (only a rule with a quorum has any).
 	if notes := g.takeNotes(); onNews != nil && len(notes) > 0 {
 		onNews(nil, notes)
+	}
+}
+
+// waitEnded brings the search attributes up to date when a wait ends, or,
+// for a wait begun with statusLater, only the workflow's current details
+// (which issue no command: the Web UI's page of the turn follows the
+// decision at once) and owes the upsert to settleStatus. An upsert is a
+// visibility write on the server, and on the dev server, whose SQLite
+// takes one statement at a time, that write held up the tool's completion
+// behind it (levelStatusOffPath).
+func (g *gate) waitEnded(ctx workflow.Context) {
+	if !g.statusLater {
+		g.upsertPending(ctx)
+		return
+	}
+	workflow.SetCurrentDetails(ctx, g.details())
+	g.statusOwed = true
+}
+
+// settleStatus makes the upsert that waitEnded owed, if it did.
+func (g *gate) settleStatus(ctx workflow.Context) {
+	if g.statusOwed {
+		g.statusOwed = false
+		g.upsertPending(ctx)
 	}
 }
 

@@ -109,7 +109,11 @@ const (
 // batch (turn.previews), and one SideEffect makes a batch's request ids
 // (gate.batchRequestID). Asked one by one, the
 // patches after level 2 cost a turn a marker and an upsert each.
-const PatchLevel = 3
+//
+// Level 4 takes level 3's patches and changes one thing of its own: a
+// batch of file tools upserts its search attributes when its results are
+// published, not in the task that starts its tools (levelStatusOffPath).
+const PatchLevel = 4
 
 // The changes that a level makes without a patch id of its own: a
 // workflow that recorded the level (or a higher one) takes them.
@@ -136,6 +140,11 @@ const (
 	// levelBatchIDs: the request ids of a batch are made in one SideEffect
 	// (gate.batchRequestID), not one a request.
 	levelBatchIDs = 3
+	// levelStatusOffPath: a batch of file tools (turn.quickBatch) upserts
+	// its search attributes when its results are published, not in the
+	// workflow task that takes its last decision and starts its tools
+	// (gate.waitEnded).
+	levelStatusOffPath = 4
 )
 
 // levels are the patches each level takes without asking: a workflow of

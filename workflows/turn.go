@@ -548,6 +548,7 @@ func (t *turn) runBatch(ctx workflow.Context, calls []protocol.ToolCall) []proto
 	t.recordOutcomes(ctx, b)
 	results := b.results()
 	t.log.append(protocol.Event{Type: protocol.EventToolResult, ToolResults: results})
+	t.gate.settleStatus(ctx)
 	return results
 }
 
