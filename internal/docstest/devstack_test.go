@@ -86,6 +86,34 @@ func (d *devRun) output() string {
 	return strings.Join(d.lines, "\n")
 }
 
+// portAttempts is how many times startDevStack starts the script when a
+// port it picked is taken before the script binds it.
+const portAttempts = 3
+
+// portTaken waits up to within for a line that contains want or for the
+// script to exit, and reports whether it exited because a port it was
+// given is in use (scripts/dev.sh says "is in use").
+func (d *devRun) portTaken(want string, within time.Duration) bool {
+	deadline := time.After(within)
+	for {
+		d.mu.Lock()
+		lines, news := d.lines, d.news
+		d.mu.Unlock()
+		for _, l := range lines {
+			if strings.Contains(l, want) {
+				return false
+			}
+		}
+		select {
+		case <-news:
+		case <-d.done:
+			return strings.Contains(d.output(), "is in use")
+		case <-deadline:
+			return false
+		}
+	}
+}
+
 // waitLine waits up to within for a line that contains want, and returns
 // it; the test fails with the output so far otherwise.
 func (d *devRun) waitLine(t *testing.T, want string, within time.Duration) string {
@@ -215,21 +243,31 @@ func startDevStack(t *testing.T, temporalCLI string, built bool, env ...string) 
 			wait()
 		}
 	}
-	apiAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
-	temporalPort := freePort(t)
-	s.api, s.temporalAddr = "http://"+apiAddr, "127.0.0.1:"+strconv.Itoa(temporalPort)
-	s.dev = startDev(t, root, append([]string{
-		"TEMPORAL_CLI=" + temporalCLI,
-		"TOLLGATE_DEV_BIN=" + s.bin,
-		"TOLLGATE_STATE_DIR=" + s.state,
-		"TOLLGATE_WORKSPACE=" + s.workspace,
-		"TOLLGATE_MCP_CONFIG=off",
-		"HTTP_ADDR=" + apiAddr,
-		"TOLLGATE_DEV_TEMPORAL_PORT=" + strconv.Itoa(temporalPort),
-		"TOLLGATE_DEV_UI_PORT=" + strconv.Itoa(freePort(t)),
-		"TOLLGATE_DEV_MODEL_ADDR=127.0.0.1:" + strconv.Itoa(freePort(t)),
-		"TOLLGATE_DEV_EXAMPLE_ADDR=127.0.0.1:" + strconv.Itoa(freePort(t)),
-	}, env...)...)
+	// Another test's process may bind a port between freePort's pick and
+	// the script's check of it (the script then exits, naming the port):
+	// the stack starts again on other ports.
+	for attempt := 1; ; attempt++ {
+		apiAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+		temporalPort := freePort(t)
+		s.api, s.temporalAddr = "http://"+apiAddr, "127.0.0.1:"+strconv.Itoa(temporalPort)
+		s.dev = startDev(t, root, append([]string{
+			"TEMPORAL_CLI=" + temporalCLI,
+			"TOLLGATE_DEV_BIN=" + s.bin,
+			"TOLLGATE_STATE_DIR=" + s.state,
+			"TOLLGATE_WORKSPACE=" + s.workspace,
+			"TOLLGATE_MCP_CONFIG=off",
+			"HTTP_ADDR=" + apiAddr,
+			"TOLLGATE_DEV_TEMPORAL_PORT=" + strconv.Itoa(temporalPort),
+			"TOLLGATE_DEV_UI_PORT=" + strconv.Itoa(freePort(t)),
+			"TOLLGATE_DEV_MODEL_ADDR=127.0.0.1:" + strconv.Itoa(freePort(t)),
+			"TOLLGATE_DEV_EXAMPLE_ADDR=127.0.0.1:" + strconv.Itoa(freePort(t)),
+		}, env...)...)
+		if attempt == portAttempts || !s.dev.portTaken("tollgate is running.", 5*time.Minute) {
+			break
+		}
+		t.Logf("%s found a port it was given in use; starting it again on others:\n%s", devScript, s.dev.output())
+		s.state = t.TempDir()
+	}
 	s.dev.waitLine(t, "tollgate is running.", 5*time.Minute)
 	s.dev.waitLine(t, "Ctrl-C stops everything.", 5*time.Second)
 	return s
