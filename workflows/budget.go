@@ -124,7 +124,7 @@ func (t *turn) checkBudgets(ctx workflow.Context) bool {
 			t.writeAudit(ctx, []audit.Record{r})
 		}
 		t.log.append(protocol.Event{Type: protocol.EventHeartbeat})
-		t.gate.await(ctx, []*approval{a}, nil)
+		t.gate.await(ctx, []*approval{a}, nil, false)
 		raiseTo := req.RaiseTo
 		if a.decision == protocol.DecisionApprove && a.arguments != "" {
 			var edited BudgetRequest

@@ -115,11 +115,9 @@ type gate struct {
 	// span is the workflow run's span, the parent of the approval spans
 	// (tracing.go); the zero Span when the worker does not trace.
 	span workflowtrace.Span
-	// statusLater, set by the turn for the wait it begins (quickBatch),
-	// leaves the search attributes as they are when the wait ends, and
-	// statusOwed says they are still to be brought up to date
-	// (settleStatus): levelStatusOffPath.
-	statusLater, statusOwed bool
+	// statusOwed says a wait that ended left the search attributes to
+	// settleStatus (await's later): levelStatusOffPath.
+	statusOwed bool
 }
 
 func newGate(ctx workflow.Context, log *eventLog, conversationID, sender string, settings Settings) *gate {
@@ -546,10 +544,9 @@ const pendingMessageBytes = audit.UserMessageBytes
 // own durable timer (timeout), or by cancellation of ctx (decline). After
 // each wake, onNews (when set) gets the requests decided since the last,
 // and the votes cast and escalation steps passed (notes).
-func (g *gate) await(ctx workflow.Context, reqs []*approval, onNews func([]*approval, []note)) {
+func (g *gate) await(ctx workflow.Context, reqs []*approval, onNews func([]*approval, []note), later bool) {
 	g.upsertPending(ctx)
-	g.statusOwed = false
-	defer g.waitEnded(ctx)
+	defer g.waitEnded(ctx, later)
 
 	timerCtx, cancelTimers := workflow.WithCancel(ctx)
 	defer cancelTimers()
@@ -592,14 +589,13 @@ func (g *gate) await(ctx workflow.Context, reqs []*approval, onNews func([]*appr
 }
 
 // waitEnded brings the search attributes up to date when a wait ends, or,
-// for a wait begun with statusLater, only the workflow's current details
-// (which issue no command: the Web UI's page of the turn follows the
-// decision at once) and owes the upsert to settleStatus. An upsert is a
-// visibility write on the server, and on the dev server, whose SQLite
-// takes one statement at a time, that write held up the tool's completion
-// behind it (levelStatusOffPath).
-func (g *gate) waitEnded(ctx workflow.Context) {
-	if !g.statusLater {
+// later, only the workflow's current details (which issue no command: the
+// Web UI's page of the turn follows the decision at once) and owes the
+// upsert to settleStatus. An upsert is a visibility write on the server,
+// and on the dev server, whose SQLite takes one statement at a time, that
+// write held up the tool's completion behind it (levelStatusOffPath).
+func (g *gate) waitEnded(ctx workflow.Context, later bool) {
+	if !later {
 		g.upsertPending(ctx)
 		return
 	}

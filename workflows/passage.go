@@ -174,9 +174,7 @@ func (t *turn) awaitDecisions(ctx workflow.Context, b *batch) {
 		if len(asked) > 0 {
 			onNews = t.ledgerDecisions(ctx, b, waiting)
 		}
-		t.gate.statusLater = t.quickBatch(b)
-		t.gate.await(ctx, waiting, onNews)
-		t.gate.statusLater = false
+		t.gate.await(ctx, waiting, onNews, t.quickBatch(b))
 	}
 	turnID := workflow.GetInfo(ctx).WorkflowExecution.ID
 	for _, p := range b.passages {
@@ -191,22 +189,23 @@ func (t *turn) awaitDecisions(ctx workflow.Context, b *batch) {
 // tool or MCP tool may take their names, and the sandbox runs only Bash):
 // then the search attributes (TollgatePendingApprovals, TollgateStatus)
 // follow the batch's decisions when its results are published, not in the
-// workflow task that starts its tools (gate.waitEnded). A batch that may
-// run for longer (a command, an MCP tool, a subagent, a client's tool, a
-// sandboxed run) is shown running from its decisions on, as before, since
-// a list of waiting turns must not show it for minutes after. A turn of a
-// level before levelStatusOffPath upserts at the decisions.
+// workflow task that starts its tools (gate.waitEnded); a file call that
+// stalls, on a slow disk say, holds them back at most its ToolTimeout. A
+// batch that may run for longer (a command, an MCP tool, a subagent, a
+// client's tool, a sandboxed run) is shown running from its decisions on,
+// as before, since a list of waiting turns must not show it for minutes
+// after. A turn of a level before levelStatusOffPath upserts at the
+// decisions.
 func (t *turn) quickBatch(b *batch) bool {
 	if t.settings.PatchLevel < levelStatusOffPath {
 		return false
 	}
-	return !slices.ContainsFunc(b.passages, func(p *passage) bool {
-		switch p.call.Name {
-		case protocol.ToolRead, protocol.ToolWrite, protocol.ToolEdit:
-			return false
-		}
-		return true
-	})
+	return !slices.ContainsFunc(b.passages, func(p *passage) bool { return !fileTool(p.call.Name) })
+}
+
+// fileTool says whether name is one of the worker's file tools.
+func fileTool(name string) bool {
+	return name == protocol.ToolRead || name == protocol.ToolWrite || name == protocol.ToolEdit
 }
 
 // ledgerDecisions is what the gate's wait does with the decisions of the

@@ -94,30 +94,30 @@ const portAttempts = 3
 // script to exit, and reports whether it exited because a port it was
 // given is in use (scripts/dev.sh says "is in use").
 func (d *devRun) portTaken(want string, within time.Duration) bool {
-	deadline := time.After(within)
-	for {
-		d.mu.Lock()
-		lines, news := d.lines, d.news
-		d.mu.Unlock()
-		for _, l := range lines {
-			if strings.Contains(l, want) {
-				return false
-			}
-		}
-		select {
-		case <-news:
-		case <-d.done:
-			return strings.Contains(d.output(), "is in use")
-		case <-deadline:
-			return false
-		}
-	}
+	line, exited := d.nextLine(want, within)
+	return line == "" && exited && strings.Contains(d.output(), "is in use")
 }
 
 // waitLine waits up to within for a line that contains want, and returns
 // it; the test fails with the output so far otherwise.
 func (d *devRun) waitLine(t *testing.T, want string, within time.Duration) string {
 	t.Helper()
+	line, exited := d.nextLine(want, within)
+	switch {
+	case line != "":
+		return line
+	case exited:
+		t.Fatalf("%s exited (%v) before printing %q:\n%s", devScript, d.err, want, d.output())
+	default:
+		t.Fatalf("%s did not print %q within %s:\n%s", devScript, want, within, d.output())
+	}
+	return ""
+}
+
+// nextLine waits up to within for a line that contains want and returns
+// it, or "" with exited true when the script exited first, false when
+// within passed.
+func (d *devRun) nextLine(want string, within time.Duration) (line string, exited bool) {
 	deadline := time.After(within)
 	for seen := 0; ; {
 		d.mu.Lock()
@@ -125,17 +125,17 @@ func (d *devRun) waitLine(t *testing.T, want string, within time.Duration) strin
 		d.mu.Unlock()
 		for ; seen < len(lines); seen++ {
 			if strings.Contains(lines[seen], want) {
-				return lines[seen]
+				return lines[seen], false
 			}
 		}
 		select {
 		case <-news:
 		case <-d.done:
 			if seen == len(d.lines) {
-				t.Fatalf("%s exited (%v) before printing %q:\n%s", devScript, d.err, want, d.output())
+				return "", true
 			}
 		case <-deadline:
-			t.Fatalf("%s did not print %q within %s:\n%s", devScript, want, within, d.output())
+			return "", false
 		}
 	}
 }
