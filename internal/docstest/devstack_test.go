@@ -90,12 +90,10 @@ func (d *devRun) output() string {
 // port it picked is taken before the script binds it.
 const portAttempts = 3
 
-// portTaken waits up to within for a line that contains want or for the
-// script to exit, and reports whether it exited because a port it was
-// given is in use (scripts/dev.sh says "is in use").
-func (d *devRun) portTaken(want string, within time.Duration) bool {
-	line, exited := d.nextLine(want, within)
-	return line == "" && exited && strings.Contains(d.output(), "is in use")
+// portInUse says whether the script exited because a port it was given
+// is in use (scripts/dev.sh says "is in use").
+func (d *devRun) portInUse() bool {
+	return strings.Contains(d.output(), "is in use")
 }
 
 // waitLine waits up to within for a line that contains want, and returns
@@ -103,6 +101,13 @@ func (d *devRun) portTaken(want string, within time.Duration) bool {
 func (d *devRun) waitLine(t *testing.T, want string, within time.Duration) string {
 	t.Helper()
 	line, exited := d.nextLine(want, within)
+	return d.saw(t, want, within, line, exited)
+}
+
+// saw returns line, what nextLine found of want within a wait of within,
+// or fails the test with the output so far when it found none.
+func (d *devRun) saw(t *testing.T, want string, within time.Duration, line string, exited bool) string {
+	t.Helper()
 	switch {
 	case line != "":
 		return line
@@ -262,13 +267,16 @@ func startDevStack(t *testing.T, temporalCLI string, built bool, env ...string) 
 			"TOLLGATE_DEV_MODEL_ADDR=127.0.0.1:" + strconv.Itoa(freePort(t)),
 			"TOLLGATE_DEV_EXAMPLE_ADDR=127.0.0.1:" + strconv.Itoa(freePort(t)),
 		}, env...)...)
-		if attempt == portAttempts || !s.dev.portTaken("tollgate is running.", 5*time.Minute) {
-			break
+		const running, within = "tollgate is running.", 5 * time.Minute
+		line, exited := s.dev.nextLine(running, within)
+		if line == "" && exited && s.dev.portInUse() && attempt < portAttempts {
+			t.Logf("%s found a port it was given in use; starting it again on others:\n%s", devScript, s.dev.output())
+			s.state = t.TempDir()
+			continue
 		}
-		t.Logf("%s found a port it was given in use; starting it again on others:\n%s", devScript, s.dev.output())
-		s.state = t.TempDir()
+		s.dev.saw(t, running, within, line, exited)
+		break
 	}
-	s.dev.waitLine(t, "tollgate is running.", 5*time.Minute)
 	s.dev.waitLine(t, "Ctrl-C stops everything.", 5*time.Second)
 	return s
 }
