@@ -53,8 +53,8 @@ func waitingTurns(b *testing.B) int {
 	return n
 }
 
-// loadLevelsOf is loadLevels, or with $TOLLGATE_BENCH_LOAD_TURNS turns a
-// client in each half of every level.
+// loadLevelsOf is loadLevels, or with twice $TOLLGATE_BENCH_LOAD_TURNS
+// turns a client at every level.
 func loadLevelsOf(tb testing.TB) []loadLevel {
 	v := os.Getenv(envBenchLoadTurns)
 	if v == "" {
@@ -503,7 +503,7 @@ func (s *system) loadOn(ctx context.Context, levels []loadLevel, server, address
 		}
 		defer w.Stop()
 		e := &env{temporal: c, api: tg.api, apiMetrics: tg.apiMetrics, worker: tg.workerMetrics,
-			floorQueue: queue + "-floor", floor: &floorReader{client: c}, run: s.env.run, serverCPU: serverCPU}
+			floorQueue: queue + "-floor", floor: &floorReader{client: c}, run: s.env.run, serverCPU: serverCPU, tollgateCPU: tg.cpu}
 		for i := range benchWarmup {
 			if _, err := e.shapedFloorTurn(ctx, fmt.Sprintf("warm-%d", i)); err != nil {
 				return loadResult{}, err
@@ -588,14 +588,15 @@ func startSystem(tb testing.TB) *system {
 	tb.Cleanup(w.Stop)
 	pid := findServerPID(ts.HostPort)
 	sys.env = &env{
-		temporal:   c,
-		api:        tg.api,
-		apiMetrics: tg.apiMetrics,
-		worker:     tg.workerMetrics,
-		floorQueue: floorQueue,
-		floor:      &floorReader{client: c},
-		run:        strconv.FormatInt(time.Now().UnixNano()%1e9, 36),
-		serverCPU:  func() time.Duration { return processCPU(pid) },
+		temporal:    c,
+		api:         tg.api,
+		apiMetrics:  tg.apiMetrics,
+		worker:      tg.workerMetrics,
+		floorQueue:  floorQueue,
+		floor:       &floorReader{client: c},
+		run:         strconv.FormatInt(time.Now().UnixNano()%1e9, 36),
+		serverCPU:   func() time.Duration { return processCPU(pid) },
+		tollgateCPU: tg.cpu,
 	}
 	return sys
 }
@@ -681,6 +682,12 @@ func (s *system) startTollgate(queue, workspace, modelURL string, extra ...strin
 		tb.Fatalf("the worker on %s serves no metrics: %v", queue, err)
 	}
 	return tg
+}
+
+// cpu is the CPU time the worker and the API have used so far, from /proc
+// (-1 each where it cannot tell); a worker started again counts from zero.
+func (t *tollgate) cpu() (worker, api time.Duration) {
+	return processCPU(t.worker.Cmd.Process.Pid), processCPU(t.apiProcess.Cmd.Process.Pid)
 }
 
 // problems are the last warnings and errors the worker and the API

@@ -14,8 +14,8 @@ import (
 
 // cpuTimes is the CPU time used so far by each process of a run: the
 // benchmark's own (the floor's worker, the scripted model, the clients),
-// tollgate's worker and API (their process_cpu_seconds_total), and the dev
-// server (from /proc; -1 where /proc cannot tell).
+// tollgate's worker and API, and the Temporal server (the last three from
+// /proc; the server's -1 where /proc cannot tell).
 type cpuTimes struct {
 	bench, worker, api, server time.Duration
 }
@@ -51,11 +51,21 @@ func (t cpuTimes) div(n int) cpuTimes {
 	return out
 }
 
-// readCPU reads the CPU time of every process of e.
+// readCPU reads the CPU time of every process of e. tollgate's worker and
+// API are read from /proc, as their process_cpu_seconds_total is, but
+// without a scrape: a scrape costs the worker several milliseconds of CPU
+// (and the benchmark as many to parse), which one turn at a time, read
+// every 10 turns (loadOrder), would weigh on the figures it reads. Where e
+// has no processes of tollgate's to read, their GET /metrics tell.
 func (e *env) readCPU(ctx context.Context) (cpuTimes, error) {
 	t := cpuTimes{bench: selfCPU(), server: -1}
 	if e.serverCPU != nil {
 		t.server = e.serverCPU()
+	}
+	if e.tollgateCPU != nil {
+		if t.worker, t.api = e.tollgateCPU(); t.worker >= 0 && t.api >= 0 {
+			return t, nil
+		}
 	}
 	w, err := e.worker.read(ctx)
 	if err != nil {

@@ -96,7 +96,9 @@ func (r *report) markdown() string {
 	p("PostgreSQL, every process gzips at gzip's fastest level, tollgate's default. The scripted")
 	p("model answers at once (no chunk delay) from the benchmark's process. Everything tollgate's figures")
 	p("say comes from outside: the clients' clocks on POST /chat/stream, POST /chat/approval and GET")
-	p("/chat/turns/:turnId/events, the API's and the worker's GET /metrics, and the workflows' histories.")
+	p("/chat/turns/:turnId/events, the API's and the worker's GET /metrics, the processes' CPU time in")
+	p("/proc (the figure their `process_cpu_seconds_total` reads, without a scrape), and the workflows'")
+	p("histories.")
 	p("The raw floor is `floorWorkflow`: it publishes an approval request in a log its events query reads,")
 	p("waits for a signal, runs one activity (the same Write tool with the same options as a turn's),")
 	p("publishes the result; it runs on an SDK worker in the benchmark's process with the worker binary's")
@@ -121,8 +123,8 @@ func (r *report) markdown() string {
 		r.Floor.TurnsPerSec20, r.Tollgate.TurnsPerSec20, r.Tollgate.TurnsPerSec20/r.Floor.TurnsPerSec20)
 	fc, tc := r.Floor.CPU, r.Tollgate.CPU
 	row(fmt.Sprintf("CPU per turn, %d at a time: worker, API, model and clients (every process but the dev server)", benchConcurrency), fc.ours(), tc.ours())
-	p("| … of which tollgate's worker process (its `process_cpu_seconds_total`) | %.1f ms (idle) | %.1f ms | |", ms(fc.worker), ms(tc.worker))
-	p("| … of which tollgate's API process (its `process_cpu_seconds_total`) | %.1f ms (idle) | %.1f ms | |", ms(fc.api), ms(tc.api))
+	p("| … of which tollgate's worker process (from /proc) | %.1f ms (idle) | %.1f ms | |", ms(fc.worker), ms(tc.worker))
+	p("| … of which tollgate's API process (from /proc) | %.1f ms (idle) | %.1f ms | |", ms(fc.api), ms(tc.api))
 	p("| … of which the benchmark's process (the floor's worker, the model, the clients) | %.1f ms | %.1f ms | |", ms(fc.bench), ms(tc.bench))
 	if fc.server > 0 && tc.server > 0 {
 		row(fmt.Sprintf("CPU per turn, %d at a time: Temporal dev server", benchConcurrency), fc.server, tc.server)

@@ -186,14 +186,19 @@ type side struct {
 	turn func(context.Context, string) (turnSample, error)
 }
 
-// loadHalf runs n turns of s, concurrency at a time, and adds their
-// samples, time and CPU to r; half numbers the side's halves of a level.
-func (e *env) loadHalf(ctx context.Context, s side, concurrency, n, half int, r *loadRun) error {
+// runPart runs n turns of s, concurrency at a time, and adds their
+// samples, time and CPU to r; part numbers the side's parts of a level.
+//
+// One at a time, the one client is busy from its first turn's start to
+// its last turn's end: every turn is a sample, and the turns a second are
+// per second of the turns' own time. With more clients, only the stretch
+// in which all are busy counts (busy).
+func (e *env) runPart(ctx context.Context, s side, concurrency, n, part int, r *loadRun) error {
 	cpu0, err := e.readCPU(ctx)
 	if err != nil {
 		return err
 	}
-	_, _, samples, err := burstOf(ctx, fmt.Sprintf("%s-c%d-%d", s.name, concurrency, half), concurrency, n, s.turn)
+	_, _, samples, err := burstOf(ctx, fmt.Sprintf("%s-c%d-%d", s.name, concurrency, part), concurrency, n, s.turn)
 	if err != nil {
 		return err
 	}
@@ -201,9 +206,20 @@ func (e *env) loadHalf(ctx context.Context, s side, concurrency, n, half int, r 
 	if err != nil {
 		return err
 	}
+	r.CPU = r.CPU.add(cpu1.sub(cpu0))
+	if concurrency == 1 {
+		for _, t := range samples {
+			r.busyTurns++
+			r.busyTime += t.total
+			r.samples = append(r.samples, t)
+		}
+		return nil
+	}
 	from, to := busy(samples)
 	for _, t := range samples {
-		if end := t.start.Add(t.total); !end.Before(from) && !end.After(to) {
+		// A turn that ended at from marks the stretch's start: the
+		// stretch holds the turns that ended after it.
+		if end := t.start.Add(t.total); end.After(from) && !end.After(to) {
 			r.busyTurns++
 		}
 		if !t.decide.Before(from) && !t.decide.After(to) {
@@ -211,7 +227,6 @@ func (e *env) loadHalf(ctx context.Context, s side, concurrency, n, half int, r 
 		}
 	}
 	r.busyTime += to.Sub(from)
-	r.CPU = r.CPU.add(cpu1.sub(cpu0))
 	return nil
 }
 
@@ -248,26 +263,32 @@ func (l loadLevel) String() string {
 // Concurrencies of the decision path under load, and the turns of each:
 // enough that every client runs several, so that the stretch in which all
 // are busy holds most of them. The issue's goals are at 1, 10 and 50. One
-// at a time, each turn is one sample of the p50, so that level runs 100
-// (with 40, its ratio moved by 0.2x between runs of the same build).
-var loadLevels = []loadLevel{{1, 100}, {10, 200}, {50, 400}}
+// at a time, each turn is one sample of the p50, so that level runs 300:
+// with 100, one build's ratio there moved from 1.00x to 1.24x between runs
+// (a p50 of 100 turns whose p95 is twice it moves by some 5% each way
+// from sampling alone, a ratio of two such by some 7%), and in rounds
+// (loadOrder) as much as in halves; three times the turns cut that by
+// some 40%.
+var loadLevels = []loadLevel{{1, 300}, {10, 200}, {50, 400}}
 
-// envBenchLoadTurns, set to k, makes every level run k turns a client in
-// each half (2k a client in all), for a quick try of the stage.
+// envBenchLoadTurns, set to k, makes every level run 2k turns a client
+// (in the parts loadOrder makes of them), for a quick try of the stage.
 const envBenchLoadTurns = "TOLLGATE_BENCH_LOAD_TURNS"
 
 // loadRun is one side at one concurrency.
 type loadRun struct {
 	Concurrency, Turns int
 	// TurnsPerSec are the turns that ended while every client was busy,
-	// per second of that stretch (busy).
+	// per second of that stretch (busy); one at a time, every turn, per
+	// second of the turns' own time.
 	TurnsPerSec float64
-	// Latency is of the turns decided while every client was busy.
+	// Latency is of the turns decided while every client was busy (one at
+	// a time, of every turn).
 	Latency burstLatency
 	// CPU is each process's CPU time per turn over the run: for the
 	// floor, the benchmark's process holds its worker.
 	CPU cpuTimes
-	// samples are the turns decided while every client was busy.
+	// samples are the turns Latency is of.
 	samples   []turnSample
 	busyTurns int
 	busyTime  time.Duration
@@ -290,10 +311,9 @@ type loadResult struct {
 
 // decisionPathUnderLoad runs the same-shape floor, the indexed floor and
 // tollgate at each concurrency of loadLevels and splits the approval path
-// of the highest into stretches. Each side runs its turns in two halves, in
-// the order floor, indexed floor, tollgate, tollgate, indexed floor,
-// floor: the dev server slows as its database grows over a run, and a side
-// that always ran later would pay for it.
+// of the highest into stretches. The sides take turns (loadOrder), so that
+// a server that slows as its database grows, or a machine whose speed
+// drifts, weighs on each side alike.
 //
 // A level that fails ends the stage with the error; the levels before it
 // are kept, and the breakdown is of the last of them.
@@ -307,20 +327,14 @@ levels:
 	for _, l := range levels {
 		f := loadRun{Concurrency: l.concurrency, Turns: l.turns}
 		x, t := f, f
-		for i, half := range []struct {
-			side side
-			into *loadRun
-		}{{floor, &f}, {indexed, &x}, {tollgate, &t}, {tollgate, &t}, {indexed, &x}, {floor, &f}} {
-			n, which := l.turns/2, 0
-			if i >= 3 {
-				n, which = l.turns-n, 1
-			}
-			if err := e.loadHalf(ctx, half.side, l.concurrency, n, which, half.into); err != nil {
+		sides, runs := []side{floor, indexed, tollgate}, []*loadRun{&f, &x, &t}
+		for _, part := range loadOrder(l) {
+			if err := e.runPart(ctx, sides[part.side], l.concurrency, part.turns, part.number, runs[part.side]); err != nil {
 				failed = fmt.Errorf("at %d turns at a time: %w", l.concurrency, err)
 				break levels
 			}
 		}
-		for _, r := range []*loadRun{&f, &x, &t} {
+		for _, r := range runs {
 			if r.busyTime > 0 {
 				r.TurnsPerSec = float64(r.busyTurns) / r.busyTime.Seconds()
 			}
@@ -348,6 +362,51 @@ levels:
 	return res, failed
 }
 
+// loadPart is one run of a side's turns within a level: the side (0 the
+// same-shape floor, 1 the indexed floor, 2 tollgate), how many turns,
+// and which of the side's parts it is.
+type loadPart struct{ side, turns, number int }
+
+// roundTurns is how many turns each side runs in one round of a level
+// (loadOrder): ten one at a time; with more clients, five a client, so
+// that the stretch in which every client is busy (busy) holds most of a
+// round.
+func roundTurns(concurrency int) int {
+	if concurrency == 1 {
+		return 10
+	}
+	return 5 * concurrency
+}
+
+// loadOrder is the order in which the sides run a level's turns: in
+// rounds of roundTurns a side, the order of the three turning by one each
+// round, so that every side meets the machine in the same states within
+// seconds of each other, however its speed wanders. A level too short for
+// three rounds (at 50 at a time a round would be 250 turns) runs two
+// halves a side, in the order floor, indexed floor, tollgate, tollgate,
+// indexed floor, floor, which cancels a steady drift (a server that slows
+// as its database grows) but not a wandering one.
+func loadOrder(l loadLevel) []loadPart {
+	var out []loadPart
+	if rounds := l.turns / roundTurns(l.concurrency); rounds >= 3 {
+		for r := range rounds {
+			n := l.turns/rounds + min(1, max(0, l.turns%rounds-r))
+			for i := range 3 {
+				out = append(out, loadPart{side: (r + i) % 3, turns: n, number: r})
+			}
+		}
+		return out
+	}
+	for i, s := range []int{0, 1, 2, 2, 1, 0} {
+		n, which := l.turns/2, 0
+		if i >= 3 {
+			n, which = l.turns-n, 1
+		}
+		out = append(out, loadPart{side: s, turns: n, number: which})
+	}
+	return out
+}
+
 // namedRun is one side's run at one concurrency, named for the report.
 type namedRun struct {
 	name string
@@ -371,10 +430,14 @@ func (r *report) loadMarkdown() string {
 	p("same floor keeping tollgate's search attributes with the same writes at the same moments (the turn")
 	p("lists its request while it waits and is running again once decided, the conversation is running")
 	p("while its turn runs and idle after): what is left between it and tollgate is tollgate's own work.")
-	p("Each side runs in two halves, in the order floor, indexed floor, tollgate, tollgate, indexed floor,")
-	p("floor (a server slows as its database grows, and the order cancels that out). Turns a second are")
-	p("those that ended while every client was busy (from a half's first end to its last start, so neither")
-	p("ramp counts), per second of that stretch; latencies are of the turns decided in it. The goals")
+	p("The sides take turns in rounds (%d turns a side at 1 at a time, 5 a client at 10), the order of the", roundTurns(1))
+	p("three turning by one each round, so that every side meets the machine in the same states; at 50 at")
+	p("a time, where a round would be most of the level, each side runs in two halves, in the order floor,")
+	p("indexed floor, tollgate, tollgate, indexed floor, floor (a server slows as its database grows, and")
+	p("the order cancels that out). One at a time every turn is a sample, and turns a second are per second")
+	p("of the turns' own time; with more clients, turns a second are those that ended while every client")
+	p("was busy (after a part's first end, to its last start, so neither ramp counts), per second of that")
+	p("stretch, and latencies are of the turns decided in it. The goals")
 	p("(issue 28, item 1) are against the same-shape floor, with tollgate's audit ledger on (its default,")
 	p("a SQLite file here): approve → `tool_result` p50 within %.2fx and turns a second at least %.2fx,", loadLatencyGoal, loadThroughputGoal)
 	p("at 1, 10 and 50 turns at a time, on both servers.")

@@ -60,6 +60,9 @@ type env struct {
 	// serverCPU is the CPU time the Temporal server has used so far (with
 	// its database's processes), or -1 when it cannot tell.
 	serverCPU func() time.Duration
+	// tollgateCPU is the CPU time tollgate's worker and API have used so
+	// far, from /proc (tollgate.cpu), or -1 each when it cannot tell.
+	tollgateCPU func() (worker, api time.Duration)
 }
 
 // benchScript is the benchmark's model. To queryApprove it asks to Write a
