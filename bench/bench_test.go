@@ -147,7 +147,7 @@ func BenchmarkHistory(b *testing.B) {
 // the report on standard output, for an A/B of a change to the decision
 // path; it writes no file.
 //
-//	go test -run '^$' -bench '^BenchmarkLoad$' -benchtime 1x -timeout 20m ./bench/
+//	go test -run '^$' -bench '^BenchmarkLoad$' -benchtime 1x -timeout 40m ./bench/
 func BenchmarkLoad(b *testing.B) {
 	sys := startSystem(b)
 	for b.Loop() {
