@@ -22,6 +22,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 	sdklog "go.temporal.io/sdk/log"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/tollgate/tollgate/activities"
 	"github.com/tollgate/tollgate/internal/config"
@@ -503,7 +504,7 @@ func (s *system) loadOn(ctx context.Context, levels []loadLevel, server, address
 		}
 		defer w.Stop()
 		e := &env{temporal: c, api: tg.api, apiMetrics: tg.apiMetrics, worker: tg.workerMetrics,
-			floorQueue: queue + "-floor", floor: &floorReader{client: c}, run: s.env.run, serverCPU: serverCPU, tollgateCPU: tg.cpu}
+			floorQueue: queue + "-floor", floor: &floorReader{client: c}, run: s.env.run, serverCPU: serverCPU, tollgateCPU: tg.cpu, tails: new(errgroup.Group)}
 		for i := range benchWarmup {
 			if _, err := e.shapedFloorTurn(ctx, fmt.Sprintf("warm-%d", i)); err != nil {
 				return loadResult{}, err
@@ -597,6 +598,7 @@ func startSystem(tb testing.TB) *system {
 		run:         strconv.FormatInt(time.Now().UnixNano()%1e9, 36),
 		serverCPU:   func() time.Duration { return processCPU(pid) },
 		tollgateCPU: tg.cpu,
+		tails:       new(errgroup.Group),
 	}
 	return sys
 }

@@ -136,34 +136,45 @@ func TestTheLoadSectionBreaksTheDecisionDownAtTheLowestAndHighestLevels(t *testi
 }
 
 func TestLoadOrderGivesEverySideItsTurnsAndTakesTurns(t *testing.T) {
-	for _, l := range []loadLevel{{1, 100}, {1, 45}, {1, 6}, {10, 200}, {10, 20}, {50, 401}} {
+	for _, l := range []loadLevel{{1, 300}, {1, 100}, {1, 65}, {1, 6}, {10, 200}, {10, 20}, {50, 401}} {
 		turns := map[int]int{}
 		parts := loadOrder(l)
 		for _, p := range parts {
 			turns[p.side] += p.turns
 		}
 		require.Equal(t, map[int]int{0: l.turns, 1: l.turns, 2: l.turns}, turns, "%v", l)
-		if l.turns < 3*roundTurns(l.concurrency) {
+		if l.concurrency > 1 || l.turns < len(roundOrders)*roundTurns {
 			require.Len(t, parts, 6, "%v: two halves a side", l)
 			continue
 		}
-		// Rounds of the three sides, each side first in a round in turn,
-		// and no part twice the size of another.
+		// Rounds of the three sides in each of the six orders in turn, and
+		// no part twice the size of another.
 		require.Zero(t, len(parts)%3, "%v", l)
-		first := map[int]int{}
+		first, follows := map[int]int{}, map[[2]int]int{}
 		for r := 0; r < len(parts); r += 3 {
 			round := parts[r : r+3]
 			require.ElementsMatch(t, []int{0, 1, 2}, []int{round[0].side, round[1].side, round[2].side}, "%v round %d", l, r/3)
 			first[round[0].side]++
+			follows[[2]int{round[0].side, round[1].side}]++
+			follows[[2]int{round[1].side, round[2].side}]++
 		}
 		require.Len(t, first, 3, "%v: every side runs first in some round", l)
+		require.Len(t, follows, 6, "%v: every side follows each other side in some round", l)
 		sizes := map[int]bool{}
 		for _, p := range parts {
 			sizes[p.turns] = true
 		}
 		require.LessOrEqual(t, len(sizes), 2, "%v: parts of one size, or two sizes one apart", l)
 	}
-	require.Len(t, loadOrder(loadLevel{1, 100}), 3*10, "ten rounds one at a time")
-	require.Len(t, loadOrder(loadLevel{10, 200}), 3*4, "four rounds at ten")
-	require.Len(t, loadOrder(loadLevel{50, 400}), 6, "halves at fifty")
+	// The default levels: thirty rounds one at a time, each side first in
+	// ten and after each other side in ten; halves with more clients.
+	parts := loadOrder(loadLevel{1, 300})
+	require.Len(t, parts, 3*30)
+	first := map[int]int{}
+	for r := 0; r < len(parts); r += 3 {
+		first[parts[r].side]++
+	}
+	require.Equal(t, map[int]int{0: 10, 1: 10, 2: 10}, first)
+	require.Len(t, loadOrder(loadLevel{10, 200}), 6)
+	require.Len(t, loadOrder(loadLevel{50, 400}), 6)
 }

@@ -172,10 +172,26 @@ func (e *env) runShapedTurn(ctx context.Context, name string, indexed bool) (tur
 		return s, fmt.Errorf("same-shape floor %s: %w%s", s.workflowID, err, whereStuck(e.temporal, s.workflowID))
 	}
 	s.finish = ev.at
-	if err := run.Get(ctx, nil); err != nil {
-		return s, err
-	}
+	// The turn ends at its finish, as a tollgate turn does: a tollgate
+	// client does not wait for the conversation's task after the turn
+	// (it goes idle), so the floor's client does not wait for its
+	// conversation's (it completes). Its result is still checked, before
+	// the part's CPU is read (waitTails).
 	s.total = time.Since(s.start)
+	check := func(ctx context.Context) error {
+		if err := run.Get(ctx, nil); err != nil {
+			return fmt.Errorf("same-shape floor conversation %s: %w", conv, err)
+		}
+		return nil
+	}
+	if e.tails == nil {
+		return s, check(ctx)
+	}
+	e.tails.Go(func() error {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), benchWait)
+		defer cancel()
+		return check(ctx)
+	})
 	return s, nil
 }
 
@@ -201,6 +217,11 @@ func (e *env) runPart(ctx context.Context, s side, concurrency, n, part int, r *
 	_, _, samples, err := burstOf(ctx, fmt.Sprintf("%s-c%d-%d", s.name, concurrency, part), concurrency, n, s.turn)
 	if err != nil {
 		return err
+	}
+	if e.tails != nil {
+		if err := e.tails.Wait(); err != nil {
+			return err
+		}
 	}
 	cpu1, err := e.readCPU(ctx)
 	if err != nil {
@@ -367,32 +388,33 @@ levels:
 // and which of the side's parts it is.
 type loadPart struct{ side, turns, number int }
 
-// roundTurns is how many turns each side runs in one round of a level
-// (loadOrder): ten one at a time; with more clients, five a client, so
-// that the stretch in which every client is busy (busy) holds most of a
-// round.
-func roundTurns(concurrency int) int {
-	if concurrency == 1 {
-		return 10
-	}
-	return 5 * concurrency
-}
+// roundTurns is how many turns each side runs in one round at one turn
+// at a time (loadOrder).
+const roundTurns = 10
 
-// loadOrder is the order in which the sides run a level's turns: in
-// rounds of roundTurns a side, the order of the three turning by one each
-// round, so that every side meets the machine in the same states within
-// seconds of each other, however its speed wanders. A level too short for
-// three rounds (at 50 at a time a round would be 250 turns) runs two
+// roundOrders are the six orders of the three sides; the rounds take them
+// in turn, so that each side follows each other side, and runs first,
+// second and third, as often as the others.
+var roundOrders = [6][3]int{{0, 1, 2}, {1, 2, 0}, {2, 0, 1}, {0, 2, 1}, {2, 1, 0}, {1, 0, 2}}
+
+// loadOrder is the order in which the sides run a level's turns. One at a
+// time, in rounds of roundTurns a side, the order of the three taking
+// each of roundOrders in turn, so that every side meets the machine in the
+// same states within seconds of each other, however its speed wanders.
+// With more clients, and for a level too short for six rounds, in two
 // halves a side, in the order floor, indexed floor, tollgate, tollgate,
 // indexed floor, floor, which cancels a steady drift (a server that slows
-// as its database grows) but not a wandering one.
+// as its database grows): a part with several clients starts and ends with
+// ramps that do not count (busy), so it must be long, and its turns a
+// second count the ends of clients that still finish in step (a few turns
+// a client) more than once in a while.
 func loadOrder(l loadLevel) []loadPart {
 	var out []loadPart
-	if rounds := l.turns / roundTurns(l.concurrency); rounds >= 3 {
+	if rounds := l.turns / roundTurns; l.concurrency == 1 && rounds >= len(roundOrders) {
 		for r := range rounds {
 			n := l.turns/rounds + min(1, max(0, l.turns%rounds-r))
-			for i := range 3 {
-				out = append(out, loadPart{side: (r + i) % 3, turns: n, number: r})
+			for _, side := range roundOrders[r%len(roundOrders)] {
+				out = append(out, loadPart{side: side, turns: n, number: r})
 			}
 		}
 		return out
@@ -430,14 +452,15 @@ func (r *report) loadMarkdown() string {
 	p("same floor keeping tollgate's search attributes with the same writes at the same moments (the turn")
 	p("lists its request while it waits and is running again once decided, the conversation is running")
 	p("while its turn runs and idle after): what is left between it and tollgate is tollgate's own work.")
-	p("The sides take turns in rounds (%d turns a side at 1 at a time, 5 a client at 10), the order of the", roundTurns(1))
-	p("three turning by one each round, so that every side meets the machine in the same states; at 50 at")
-	p("a time, where a round would be most of the level, each side runs in two halves, in the order floor,")
-	p("indexed floor, tollgate, tollgate, indexed floor, floor (a server slows as its database grows, and")
-	p("the order cancels that out). One at a time every turn is a sample, and turns a second are per second")
-	p("of the turns' own time; with more clients, turns a second are those that ended while every client")
-	p("was busy (after a part's first end, to its last start, so neither ramp counts), per second of that")
-	p("stretch, and latencies are of the turns decided in it. The goals")
+	p("One at a time the sides take turns in rounds of %d turns a side, the order of the three taking each", roundTurns)
+	p("of its six orders in turn, so that every side meets the machine in the same states; every turn is")
+	p("a sample, and turns a second are per second of the turns' own time. With more clients (and at a")
+	p("level of fewer than six rounds) each side runs in two halves, in the order floor, indexed floor,")
+	p("tollgate, tollgate, indexed floor, floor (a server slows as its database grows, and the order")
+	p("cancels that out); turns a second are those that ended while every client was busy (after a half's")
+	p("first end, to its last start, so neither ramp counts), per second of that stretch, and latencies")
+	p("are of the turns decided in it. Every turn, the floor's as tollgate's, ends at its `finish` event;")
+	p("neither client waits for its conversation's task after it. The goals")
 	p("(issue 28, item 1) are against the same-shape floor, with tollgate's audit ledger on (its default,")
 	p("a SQLite file here): approve → `tool_result` p50 within %.2fx and turns a second at least %.2fx,", loadLatencyGoal, loadThroughputGoal)
 	p("at 1, 10 and 50 turns at a time, on both servers.")

@@ -10,6 +10,7 @@ import (
 
 	openai "github.com/sashabaranov/go-openai"
 	"go.temporal.io/sdk/client"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/tollgate/tollgate/internal/scripted"
 	"github.com/tollgate/tollgate/protocol"
@@ -63,6 +64,10 @@ type env struct {
 	// tollgateCPU is the CPU time tollgate's worker and API have used so
 	// far, from /proc (tollgate.cpu), or -1 each when it cannot tell.
 	tollgateCPU func() (worker, api time.Duration)
+	// tails checks the same-shape floor's conversations after their turns
+	// have ended (runShapedTurn); without it, the turn waits for its
+	// conversation.
+	tails *errgroup.Group
 }
 
 // benchScript is the benchmark's model. To queryApprove it asks to Write a
