@@ -176,7 +176,7 @@ func (e *env) runShapedTurn(ctx context.Context, name string, indexed bool) (tur
 	// client does not wait for the conversation's task after the turn
 	// (it goes idle), so the floor's client does not wait for its
 	// conversation's (it completes). Its result is still checked, before
-	// the part's CPU is read (waitTails).
+	// the part's CPU is read (runPart waits for e.tails).
 	s.total = time.Since(s.start)
 	check := func(ctx context.Context) error {
 		if err := run.Get(ctx, nil); err != nil {
@@ -412,7 +412,10 @@ func loadOrder(l loadLevel) []loadPart {
 	var out []loadPart
 	if rounds := l.turns / roundTurns; l.concurrency == 1 && rounds >= len(roundOrders) {
 		for r := range rounds {
-			n := l.turns/rounds + min(1, max(0, l.turns%rounds-r))
+			n := l.turns / rounds
+			if r < l.turns%rounds {
+				n++ // the remainder, one turn to each of the first rounds
+			}
 			for _, side := range roundOrders[r%len(roundOrders)] {
 				out = append(out, loadPart{side: side, turns: n, number: r})
 			}
