@@ -266,11 +266,13 @@ func TestTheBinariesExportOneTraceOverOTLPWhenTheEndpointIsSet(t *testing.T) {
 	slices.SortFunc(calls, func(a, b spantest.Span) int { return a.Start.Compare(b.Start) })
 	var sent []string
 	full := append([]string{"RunActivity:Model", "StartActivity:Model"}, ancestry...)
+	evicted := false
 	for i, c := range calls {
 		got := trace.Ancestry(c)
 		if i == 0 && !slices.Equal(full, got) {
 			require.Equal(t, []string{"RunActivity:Model", "StartActivity:Model", "?"}, got)
 			t.Logf("the first model call's run left the worker's cache before the turn ended: %v", got)
+			evicted = true
 		} else {
 			require.Equal(t, full, got)
 		}
@@ -283,5 +285,13 @@ func TestTheBinariesExportOneTraceOverOTLPWhenTheEndpointIsSet(t *testing.T) {
 	require.Len(t, approved, 1)
 	require.Equal(t, workflows.DecidedByPerson, approved[0].Attributes[workflows.AttrDecidedBy])
 	require.Equal(t, bash.RequestID, approved[0].Attributes[workflows.AttrRequestID])
-	require.Equal(t, ancestry, trace.Ancestry(approved[0]))
+	// The approval span ends in the run that took the decision: the
+	// evicted one too, when it left the cache after the decision (seen in
+	// CI), and then its parent is that run's unexported RunWorkflow span.
+	if got := trace.Ancestry(approved[0]); evicted && !slices.Equal(ancestry, got) {
+		require.Equal(t, []string{"?"}, got)
+		t.Logf("the decision's run left the worker's cache before the turn ended: %v", got)
+	} else {
+		require.Equal(t, ancestry, got)
+	}
 }
