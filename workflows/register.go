@@ -51,14 +51,21 @@ func RegisterMCP(r worker.Registry, m *activities.MCP) {
 // WorkerOptions are the options of a worker that runs these workflows.
 // The deadlock detector allows a workflow task 5 s instead of the SDK's 1 s:
 // a turn or a conversation encodes and decodes payloads of megabytes in
-// workflow code (a conversation's messages, a turn's result), which is no
-// deadlock, and on a loaded machine (or under the race detector) takes
-// longer than a second.
+// workflow code (a conversation's messages, a turn's result, the arguments
+// of a batch of 150 calls of 28 KiB it normalizes), which is no deadlock,
+// and on a loaded machine takes longer than a second.
+//
+// A build with the race detector allows ten times as long
+// (deadlockTimeout): such code runs 2 to 20 times slower under it, a
+// task of that batch took more than 5 s in CI, and once the detector
+// fires the SDK leaves the task's coroutine running beside the next
+// attempt, a data race of the SDK's own (temporalio/sdk-go#1240) that
+// fails every test running at the time.
 func WorkerOptions() worker.Options {
 	// A model call's heartbeats carry its answer (patchTokensByHeartbeat):
 	// the SDK sends the newest details at most this often, so the API
 	// reads the answer as often as the signals used to carry it.
-	return worker.Options{DeadlockDetectionTimeout: 5 * time.Second, MaxHeartbeatThrottleInterval: protocol.DefaultFlushInterval}
+	return worker.Options{DeadlockDetectionTimeout: deadlockTimeout, MaxHeartbeatThrottleInterval: protocol.DefaultFlushInterval}
 }
 
 // RegisterNotifier registers the notice activity, for a worker whose
