@@ -113,7 +113,11 @@ const (
 // Level 4 takes level 3's patches and changes one thing of its own: a
 // batch of file tools upserts its search attributes when its results are
 // published, not in the task that starts its tools (levelStatusOffPath).
-const PatchLevel = 4
+//
+// Level 5 takes level 4's and changes one thing of its own: a file tool's
+// input carries no ledger rows, which the worker's file tools leave to the
+// model call after them (levelFileToolsCarryNone).
+const PatchLevel = 5
 
 // The changes that a level makes without a patch id of its own: a
 // workflow that recorded the level (or a higher one) takes them.
@@ -145,6 +149,12 @@ const (
 	// workflow task that takes its last decision and starts its tools
 	// (gate.waitEnded).
 	levelStatusOffPath = 4
+	// levelFileToolsCarryNone: a file tool's input (Read, Write, Edit)
+	// carries no ledger rows (turn.runTool). The worker's file tools write
+	// none (activities.Passed) and answer that they did not, so the rows
+	// stayed owed and every file call of a batch carried them all again:
+	// history that grew with the square of the batch's calls.
+	levelFileToolsCarryNone = 5
 )
 
 // levels are the patches each level takes without asking: a workflow of

@@ -939,6 +939,10 @@ func (t *turn) runTool(ctx workflow.Context, call protocol.ToolCall) activities.
 	}
 	var out activities.ToolOutput
 	rows := t.carried()
+	if t.settings.PatchLevel >= levelFileToolsCarryNone && fileTool(call.Name) {
+		// A file tool leaves them to the model call (activities.Passed).
+		rows = nil
+	}
 	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), call.Name, activities.ToolInput{Call: call, Ledger: rows}).Get(ctx, &out)
 	t.took(ctx, rows, out.LedgerRows)
 	if err != nil {
