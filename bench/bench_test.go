@@ -879,7 +879,7 @@ func (s *system) scale(ctx context.Context, n int, onDev bool) (scaleResult, err
 	defer tg.stop(s.tb)
 	api, apiMetrics := tg.api, tg.apiMetrics
 	api.token, apiMetrics.token = scaleAliceToken, scaleAliceToken
-	e := &env{temporal: c, api: api, apiMetrics: apiMetrics, worker: tg.workerMetrics, run: s.env.run}
+	e := &env{temporal: c, api: api, apiMetrics: apiMetrics, worker: tg.workerMetrics, run: s.env.run, tails: new(errgroup.Group)}
 	logs := func(err error) error {
 		return fmt.Errorf("%w\nthe worker's log ends:\n%s\nthe API's log ends:\n%s\nthe Temporal server's log ends:\n%s",
 			err, tail(tg.worker.Log()), tail(tg.apiProcess.Log()), serverLog())

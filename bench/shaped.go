@@ -184,9 +184,6 @@ func (e *env) runShapedTurn(ctx context.Context, name string, indexed bool) (tur
 		}
 		return nil
 	}
-	if e.tails == nil {
-		return s, check(ctx)
-	}
 	e.tails.Go(func() error {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), benchWait)
 		defer cancel()
@@ -218,10 +215,8 @@ func (e *env) runPart(ctx context.Context, s side, concurrency, n, part int, r *
 	if err != nil {
 		return err
 	}
-	if e.tails != nil {
-		if err := e.tails.Wait(); err != nil {
-			return err
-		}
+	if err := e.tails.Wait(); err != nil {
+		return err
 	}
 	cpu1, err := e.readCPU(ctx)
 	if err != nil {

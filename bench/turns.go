@@ -65,8 +65,7 @@ type env struct {
 	// far, from /proc (tollgate.cpu), or -1 each when it cannot tell.
 	tollgateCPU func() (worker, api time.Duration)
 	// tails checks the same-shape floor's conversations after their turns
-	// have ended (runShapedTurn); without it, the turn waits for its
-	// conversation.
+	// have ended (runShapedTurn); runPart waits for it.
 	tails *errgroup.Group
 }
 
