@@ -76,31 +76,8 @@ func Carry(ctx context.Context, ledger audit.Writer, rows []audit.Record, wait b
 }
 
 // LedgerStillWriting is what an activity says of the rows it carried when
-// its work ended before their write did (Carry), or when it left them to
-// the turn's next activity (Passed): the turn hands them on, as if no
-// activity had carried them.
+// its work ended before their write did (Carry).
 const LedgerStillWriting = -1
-
-// Passed is fn, a tool's activity that is done in a millisecond or two (a
-// file tool: Read, Write, Edit), leaving the ledger rows its input carries
-// to the turn's next activity, the model call that reads the tool's
-// result and waits for them (Carry): it answers LedgerStillWriting and
-// writes nothing. A write beside such a tool outlasted it nearly every
-// time, went on while the turn published the tool's result and the API
-// read it, and was made again by the model call; without it approve →
-// tool_result took some 2 ms less at one turn at a time on the dev server
-// (bench/RESULTS.md, issue 28). A tool that may run for longer (Bash, an
-// MCP tool, a sandbox's apply) carries its rows (Carried), so the ledger
-// has its decision while it runs.
-func Passed[In carrier](fn func(context.Context, In) (ToolOutput, error)) func(context.Context, In) (ToolOutput, error) {
-	return func(ctx context.Context, in In) (ToolOutput, error) {
-		out, err := fn(ctx, in)
-		if len(in.carried()) > 0 {
-			out.LedgerRows = LedgerStillWriting
-		}
-		return out, err
-	}
-}
 
 // Carried is fn, a tool's activity, taking the ledger rows its input
 // carries (ToolInput.Ledger, SandboxApplyInput.Ledger) to ledger while it

@@ -55,11 +55,11 @@ type Tools struct {
 // the tools in a stable order for the model.
 func (t *Tools) Activities() map[string]any {
 	return map[string]any{
-		// The file tools are done in milliseconds: their rows go with the
-		// model call that follows (Passed).
-		protocol.ToolRead:  Passed(t.Read),
-		protocol.ToolWrite: Passed(t.Write),
-		protocol.ToolEdit:  Passed(t.Edit),
+		// A turn hands the file tools no rows (levelFileToolsCarryNone in
+		// package workflows); those of an older turn they carry.
+		protocol.ToolRead:  Carried(t.Ledger, t.Read),
+		protocol.ToolWrite: Carried(t.Ledger, t.Write),
+		protocol.ToolEdit:  Carried(t.Ledger, t.Edit),
 		protocol.ToolBash:  Carried(t.Ledger, t.Bash),
 		// The sandbox's: a Bash call run over a copy-on-write view of the
 		// workspace, and its changes applied once approved.

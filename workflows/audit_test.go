@@ -3,6 +3,7 @@ package workflows
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
@@ -299,8 +300,18 @@ func (failingWriter) Write(context.Context, []audit.Record) error {
 }
 
 func TestNoLedgerWriteSitsBetweenADecisionAndItsToolOrTheToolAndItsResult(t *testing.T) {
+	for _, level := range []int{levelFileToolsCarryNone - 1, PatchLevel} {
+		t.Run(fmt.Sprintf("level %d", level), func(t *testing.T) { noLedgerWriteOnTheDecisionPath(t, level) })
+	}
+}
+
+// noLedgerWriteOnTheDecisionPath runs a Write and a Bash that waits after
+// it, at level: a turn of level 5 or later hands the Write no rows
+// (levelFileToolsCarryNone), one before hands it the last decision's.
+func noLedgerWriteOnTheDecisionPath(t *testing.T, level int) {
 	settings := testSettings()
 	settings.Audit = true
+	settings.beginAt = level
 	h := newHarness(t, settings, calls(
 		call("call_write", protocol.ToolWrite, `{"file_path":"a.txt","content":"x"}`),
 		call("call_bash", protocol.ToolBash, `{"command":"make"}`),
@@ -327,7 +338,14 @@ func TestNoLedgerWriteSitsBetweenADecisionAndItsToolOrTheToolAndItsResult(t *tes
 	require.Equal(t, [][]int{{audit.StageAsked, audit.StageAsked}, {audit.StageDecided}}, *writes,
 		"the turn's own writes: the asked rows, and the decision that left another call waiting; none after the last decision")
 	require.Len(t, toolInputs, 1)
-	require.Empty(t, toolInputs[0].Ledger, "a file tool carries none (levelFileToolsCarryNone): it leaves them to the model call")
+	if level >= levelFileToolsCarryNone {
+		require.Empty(t, toolInputs[0].Ledger, "a file tool carries none: the model call does")
+	} else {
+		require.Len(t, toolInputs[0].Ledger, 1, "the tool carried the last decision")
+		require.Equal(t, "call_bash", toolInputs[0].Ledger[0].ToolCallID)
+		require.Equal(t, audit.StageDecided, toolInputs[0].Ledger[0].Stage)
+		require.Empty(t, toolInputs[0].Ledger[0].Arguments, "a row the ledger has goes without what it had since it was asked")
+	}
 	last := h.modelInputs[len(h.modelInputs)-1]
 	require.Len(t, last.Ledger, 2, "the model call that reads the results carried the last decision, at its outcome, and the other outcome")
 	for _, r := range last.Ledger {

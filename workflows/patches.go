@@ -115,8 +115,8 @@ const (
 // published, not in the task that starts its tools (levelStatusOffPath).
 //
 // Level 5 takes level 4's and changes one thing of its own: a file tool's
-// input carries no ledger rows, which the worker's file tools leave to the
-// model call after them (levelFileToolsCarryNone).
+// input carries no ledger rows; the model call after it carries them
+// (levelFileToolsCarryNone).
 const PatchLevel = 5
 
 // The changes that a level makes without a patch id of its own: a
@@ -150,10 +150,11 @@ const (
 	// (gate.waitEnded).
 	levelStatusOffPath = 4
 	// levelFileToolsCarryNone: a file tool's input (Read, Write, Edit)
-	// carries no ledger rows (turn.runTool). The worker's file tools write
-	// none (activities.Passed) and answer that they did not, so the rows
-	// stayed owed and every file call of a batch carried them all again:
-	// history that grew with the square of the batch's calls.
+	// carries no ledger rows (turn.runTool); the model call after it
+	// carries them, and waits for them. Their write beside a tool done in
+	// a millisecond nearly always outlasted it, went on while the turn
+	// published its result and the API read it, and was made again by the
+	// model call (issue 28; bench/RESULTS.md, the notes of 2026-12-06 08:33).
 	levelFileToolsCarryNone = 5
 )
 

@@ -57,7 +57,7 @@ func RegisterMCP(r worker.Registry, m *activities.MCP) {
 //
 // A build with the race detector allows ten times as long
 // (deadlockTimeout): such code runs 2 to 20 times slower under it, a
-// task of that batch took more than 5 s in CI, and once the detector
+// task of that batch took more than 5 s on one loaded core, and once the detector
 // fires the SDK leaves the task's coroutine running beside the next
 // attempt, a data race of the SDK's own (temporalio/sdk-go#1240) that
 // fails every test running at the time.

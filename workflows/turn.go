@@ -940,7 +940,7 @@ func (t *turn) runTool(ctx workflow.Context, call protocol.ToolCall) activities.
 	var out activities.ToolOutput
 	rows := t.carried()
 	if t.settings.PatchLevel >= levelFileToolsCarryNone && fileTool(call.Name) {
-		// A file tool leaves them to the model call (activities.Passed).
+		// The model call after it carries them (levelFileToolsCarryNone).
 		rows = nil
 	}
 	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), call.Name, activities.ToolInput{Call: call, Ledger: rows}).Get(ctx, &out)
